@@ -1,0 +1,202 @@
+"""Parameter and data checks, run once at each public entry.
+
+Everything here raises :mod:`dkmeans.errors` types with a message that names the
+parameter or the data problem. Data checks that need no pass over the data (shape,
+dtype, sizes known from metadata) happen here, before any work is submitted; the
+finiteness of distributed data is checked in the first pass (see :mod:`dkmeans.lloyd`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import dask.array as da
+import numpy as np
+from sklearn.utils import check_array
+
+from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
+
+FLOAT_DTYPES = (np.float64, np.float32)
+#: Target size of one chunk when an in-memory array is split for the cluster.
+CHUNK_BYTES = 64 * 2**20
+
+
+# -- parameters ----------------------------------------------------------------------
+def check_int(name: str, value, minimum: int) -> int:
+    """``value`` as an int ``>= minimum``; bools and non-integral numbers are rejected."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise InvalidParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InvalidParameterError(f"{name} must be an integer >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_float(name: str, value, minimum: float = 0.0) -> float:
+    """``value`` as a finite float ``>= minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise InvalidParameterError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InvalidParameterError(f"{name} must be >= {minimum}, got {value}")
+    return float(value)
+
+
+def check_float_dtype(dtype) -> np.dtype:
+    """float32 or float64 (given as a NumPy dtype, type or name)."""
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError as exc:
+        raise InvalidParameterError(f"dtype must be float32 or float64, got {dtype!r}") from exc
+    if resolved not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise InvalidParameterError(f"dtype must be float32 or float64, got {resolved}")
+    return resolved
+
+
+# -- data ----------------------------------------------------------------------------
+@dataclass
+class Dataset:
+    """Validated input: a row-chunked Dask array plus what the faces need to know."""
+
+    array: da.Array
+    is_dask: bool
+    n_features: int
+    n_rows: int | None  # None while a Dask input's row count is unknown
+
+
+def _result_dtype(dtype: np.dtype, wanted) -> np.dtype:
+    if wanted is not None:
+        return np.dtype(wanted)
+    if dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        return dtype
+    return np.dtype(np.float64)  # ints, bools, float16: as scikit-learn converts them
+
+
+def is_dask_collection(data) -> bool:
+    return hasattr(data, "__dask_graph__")
+
+
+def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
+    """An in-memory 2-D float array (scikit-learn's checks: finite, non-empty, numeric)."""
+    try:
+        return check_array(
+            data,
+            dtype=FLOAT_DTYPES if dtype is None else dtype,
+            ensure_2d=True,
+            ensure_all_finite=True,
+            ensure_min_samples=1,
+            ensure_min_features=1,
+            input_name=name,
+        )
+    except TypeError as exc:
+        raise DataTypeError(f"{name}: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidDataError(f"{name}: {exc}") from exc
+
+
+def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
+    """A 2-D numeric Dask array (metadata checks only), converted to float32/float64."""
+    if hasattr(data, "to_dask_array"):  # Dask DataFrame
+        non_numeric = [c for c, t in data.dtypes.items() if not (np.issubdtype(t, np.number) or t == bool)]
+        if non_numeric:
+            raise DataTypeError(f"{name}: columns {non_numeric} are not numeric; select numeric columns")
+        data = data.to_dask_array()
+    if not isinstance(data, da.Array):
+        raise DataTypeError(f"{name}: expected an array or DataFrame, got {type(data).__name__}")
+    if data.ndim != 2:
+        raise InvalidDataError(
+            f"{name}: expected a 2-D array of shape (n_samples, n_features), got {data.ndim}-D with shape {data.shape}; "
+            "reshape 1-D data with X.reshape(-1, 1)"
+        )
+    kind = data.dtype.kind
+    if kind == "c":
+        raise DataTypeError(f"{name}: complex data is not supported")
+    if kind not in "fiub":
+        raise DataTypeError(f"{name}: dtype {data.dtype} is not numeric")
+    if data.shape[1] == 0:
+        raise InvalidDataError(f"{name}: 0 feature(s) (shape={data.shape}); a minimum of 1 is required")
+    if not math.isnan(data.shape[0]) and data.shape[0] == 0:
+        raise InvalidDataError(f"{name}: 0 sample(s) (shape={data.shape}); a minimum of 1 is required")
+    target = _result_dtype(data.dtype, dtype)
+    if data.dtype != target:
+        data = data.astype(target)
+    if data.numblocks[1] != 1:
+        data = data.rechunk({1: -1})
+    return data
+
+
+def chunk_local_array(X: np.ndarray, n_workers: int) -> da.Array:
+    """Split an in-memory array into row chunks: at least one per worker, about 64 MiB each."""
+    n = X.shape[0]
+    n_chunks = max(n_workers, math.ceil(X.nbytes / CHUNK_BYTES))
+    rows = max(1, math.ceil(n / max(1, min(n, n_chunks))))
+    return da.from_array(X, chunks=(rows, X.shape[1]))
+
+
+def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X") -> Dataset:
+    """Validate any supported input and return it as a row-chunked Dask array."""
+    if is_dask_collection(data):
+        arr = check_dask_array(data, dtype=dtype, name=name)
+        n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
+        return Dataset(arr, True, int(arr.shape[1]), n)
+    X = check_local_array(data, dtype=dtype, name=name)
+    return Dataset(chunk_local_array(X, n_workers), False, X.shape[1], X.shape[0])
+
+
+def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_clusters") -> None:
+    if n_clusters > n_rows:
+        raise InvalidParameterError(
+            f"{name}={n_clusters} is larger than the number of samples ({n_rows}); use at most {n_rows} clusters"
+        )
+
+
+def check_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids") -> np.ndarray:
+    """A finite (n_clusters, n_features) array in ``dtype`` (a copy; the user's array is untouched)."""
+    if is_dask_collection(C):
+        C = C.compute()
+    try:
+        C = check_array(C, dtype=dtype, ensure_2d=True, ensure_all_finite=True, copy=True, input_name=name)
+    except TypeError as exc:
+        raise DataTypeError(f"{name}: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidDataError(f"{name}: {exc}") from exc
+    if C.shape != (n_clusters, n_features):
+        raise InvalidDataError(
+            f"{name} must have shape (n_clusters, n_features) = ({n_clusters}, {n_features}), got {C.shape}"
+        )
+    return C
+
+
+def check_sample_weight(sample_weight, dataset: Dataset):
+    """Non-negative, finite weights, not all zero, one per row; as NumPy or Dask (matching the data)."""
+    if sample_weight is None:
+        return None
+    if is_dask_collection(sample_weight):
+        w = sample_weight
+        if hasattr(w, "to_dask_array"):
+            w = w.to_dask_array()
+        if w.ndim != 1:
+            raise InvalidDataError(f"sample_weight must be 1-D, got shape {w.shape}")
+        w = w.astype(np.float64)
+        stats = np.asarray(da.stack([da.isnan(w).any(), w.min(), w.sum()]).compute(), dtype=np.float64)
+        has_nan, w_min, w_sum = stats
+    else:
+        w = np.asarray(sample_weight)
+        if w.ndim != 1:
+            raise InvalidDataError(f"sample_weight must be 1-D, got shape {w.shape}")
+        if w.dtype.kind not in "fiub":
+            raise DataTypeError(f"sample_weight must be numeric, got dtype {w.dtype}")
+        w = w.astype(np.float64)
+        has_nan, w_min, w_sum = (not np.all(np.isfinite(w))), (w.min() if w.size else 0.0), w.sum()
+    n_w = w.shape[0]
+    if dataset.n_rows is not None and not math.isnan(n_w) and n_w != dataset.n_rows:
+        raise InvalidDataError(f"sample_weight has {n_w} entries but X has {dataset.n_rows} rows")
+    if has_nan or not math.isfinite(w_sum):
+        raise InvalidDataError("sample_weight contains NaN or infinity")
+    if w_min < 0:
+        raise InvalidDataError("sample_weight must be non-negative")
+    if w_sum <= 0:
+        raise InvalidDataError("sample_weight sums to zero: at least one sample needs a positive weight")
+    if not dataset.is_dask:
+        w = da.from_array(w, chunks=(dataset.array.chunks[0],))
+    return w

@@ -1,0 +1,112 @@
+"""The Dask client dkmeans runs on: the user's, or an embedded local cluster.
+
+:func:`get_client` returns the current ``distributed`` client when there is one (a
+``Client(...)`` the user created, or the client of a worker task). Otherwise it starts a
+:class:`distributed.LocalCluster` once per process (worker processes, one per core, one
+thread each), with the scheduler and dashboard bound to 127.0.0.1 only, and closes it
+when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+
+import dask
+import distributed
+
+logger = logging.getLogger("dkmeans")
+
+_lock = threading.Lock()
+_embedded: dict = {}
+
+
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _current_client():
+    try:
+        return distributed.get_client()
+    except ValueError:
+        return None
+
+
+def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, **kwargs):
+    """Start a loopback-only :class:`distributed.LocalCluster` and a client for it.
+
+    Parameters
+    ----------
+    n_workers : int, optional
+        Worker processes (default: one per available core).
+    threads_per_worker : int
+        Threads per worker; each kernel uses one BLAS thread per worker thread.
+    **kwargs
+        Passed to :class:`distributed.LocalCluster`.
+
+    Returns
+    -------
+    distributed.Client
+    """
+    options = dict(
+        n_workers=n_workers or _cpu_count(),
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+    options.update(kwargs)
+    # Worker processes start with one BLAS/OpenMP thread per worker thread (no
+    # oversubscription); the nanny exports these before the worker imports NumPy.
+    # This replaces distributed's default, which also sets MALLOC_TRIM_THRESHOLD_=65536:
+    # that turns every large NumPy temporary into an mmap/munmap pair (several times
+    # slower kernels, see the performance notes), so the embedded cluster leaves it out.
+    threads = str(options["threads_per_worker"])
+    environ = {name: threads for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+        cluster = distributed.LocalCluster(**options)
+    return distributed.Client(cluster, set_as_default=False)
+
+
+def get_client(**kwargs):
+    """The client to run on: the current one, else the embedded local cluster's.
+
+    Parameters
+    ----------
+    **kwargs
+        Options for :func:`start_local_cluster`, used only when the embedded cluster is
+        started by this call.
+
+    Returns
+    -------
+    distributed.Client
+    """
+    client = _current_client()
+    if client is not None:
+        return client
+    with _lock:
+        client = _embedded.get("client")
+        if client is None or client.status in ("closed", "closing"):
+            client = start_local_cluster(**kwargs)
+            _embedded["client"] = client
+            logger.info("started a local Dask cluster: %s", client.dashboard_link)
+    return client
+
+
+def close_embedded_cluster() -> None:
+    """Close the embedded cluster if this process started one (also runs at exit)."""
+    with _lock:
+        client = _embedded.pop("client", None)
+    if client is not None:
+        cluster = client.cluster
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+atexit.register(close_embedded_cluster)

@@ -1,0 +1,24 @@
+"""Exception types raised by dkmeans.
+
+Each subclasses the built-in type a user would already catch (``ValueError`` or
+``TypeError``), so ``except ValueError`` keeps working, while ``except DKMeansError``
+catches everything this package raises on purpose.
+"""
+
+from __future__ import annotations
+
+
+class DKMeansError(Exception):
+    """Base class of every error dkmeans raises on purpose."""
+
+
+class InvalidParameterError(DKMeansError, ValueError):
+    """A parameter has a value outside its documented domain."""
+
+
+class InvalidDataError(DKMeansError, ValueError):
+    """Input data (or centroids, or weights) has the wrong shape or content."""
+
+
+class DataTypeError(DKMeansError, TypeError):
+    """Input data has a type or dtype dkmeans cannot work with."""

@@ -1,0 +1,199 @@
+"""The oneDAL-style functional API: ``Descriptor``, ``train``, ``infer``.
+
+Names follow the oneDAL K-Means specification (``cluster_count``,
+``max_iteration_count``, ``accuracy_threshold``, ``objective_function_value``); every
+invariant and precondition of the specification is checked before any work is submitted.
+
+Examples
+--------
+>>> import numpy as np, dkmeans
+>>> X = np.random.default_rng(0).normal(size=(1000, 2))
+>>> desc = dkmeans.Descriptor(cluster_count=3, max_iteration_count=50, accuracy_threshold=1e-6)
+>>> result = dkmeans.train(desc, X, X[:3])                 # doctest: +SKIP
+>>> dkmeans.infer(desc, result.model, X).labels[:5]       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dkmeans import init as init_strategies
+from dkmeans._graph import PersistedData
+from dkmeans._random import resolve_seed
+from dkmeans._validation import (
+    as_dataset,
+    check_centroids,
+    check_float,
+    check_float_dtype,
+    check_int,
+    check_n_clusters_vs_rows,
+    check_sample_weight,
+)
+from dkmeans.cluster import get_client
+from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
+from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, assign_dataset, fit_lloyd
+from dkmeans.model import InferResult, Model, TrainResult
+
+STOP_RULES = ("objective-decrease", "centroid-shift")
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """Parameters of the K-Means algorithm (oneDAL ``kmeans::desc``).
+
+    Parameters
+    ----------
+    cluster_count : int, default 2
+        Number of clusters ``k`` (invariant: ``> 0``).
+    max_iteration_count : int, default 100
+        Maximum number of iterations ``T`` (invariant: ``>= 0``).
+    accuracy_threshold : float, default 0.0
+        Threshold ``eps`` of the stop condition (invariant: ``>= 0``).
+    dtype : {numpy.float32, numpy.float64}, default numpy.float32
+        Floating-point type of the computation (the specification's ``Float``); data of
+        another type is converted chunk by chunk on the workers.
+    stop_rule : {"objective-decrease", "centroid-shift"}, default "objective-decrease"
+        ``"objective-decrease"`` stops when ``Phi(C_t) - Phi(C_t+1) < eps`` (the oneDAL
+        developer guide); ``"centroid-shift"`` when ``sum_j ||c_j(t) - c_j(t+1)||^2 < eps``
+        (the older specification). Either way the run also stops at a fixed point, where
+        no centroid moves and further iterations cannot change the result.
+    """
+
+    cluster_count: int = 2
+    max_iteration_count: int = 100
+    accuracy_threshold: float = 0.0
+    dtype: Any = np.float32
+    stop_rule: str = "objective-decrease"
+
+    def __post_init__(self):
+        object.__setattr__(self, "cluster_count", check_int("cluster_count", self.cluster_count, 1))
+        object.__setattr__(
+            self, "max_iteration_count", check_int("max_iteration_count", self.max_iteration_count, 0)
+        )
+        object.__setattr__(
+            self, "accuracy_threshold", check_float("accuracy_threshold", self.accuracy_threshold, 0.0)
+        )
+        object.__setattr__(self, "dtype", check_float_dtype(self.dtype).type)
+        if self.stop_rule not in STOP_RULES:
+            raise InvalidParameterError(f"stop_rule must be one of {STOP_RULES}, got {self.stop_rule!r}")
+
+    def _stop_rule(self):
+        if self.stop_rule == "centroid-shift":
+            return CentroidShift(self.accuracy_threshold, inclusive=False)
+        return ObjectiveDecrease(self.accuracy_threshold)
+
+
+def _check_descriptor(desc) -> Descriptor:
+    if not isinstance(desc, Descriptor):
+        raise DataTypeError(f"desc must be a dkmeans.Descriptor, got {type(desc).__name__}")
+    return desc
+
+
+def _n_workers(client) -> int:
+    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+
+
+def train(desc: Descriptor, data, initial_centroids, *, sample_weight=None, random_state=None) -> TrainResult:
+    """Train a K-Means model with Lloyd's method (oneDAL ``train``).
+
+    Parameters
+    ----------
+    desc : Descriptor
+    data : array-like, pandas DataFrame, Dask array or Dask DataFrame, shape (n, p)
+    initial_centroids : array-like of shape (cluster_count, p), or str
+        The starting centroids, or the name of an initialisation strategy (``"random"``).
+    sample_weight : array-like or Dask array of shape (n,), optional
+        Non-negative weights; the objective and the means are weighted.
+    random_state : int, numpy.random.Generator or None
+        Seed of a named initialisation strategy.
+
+    Returns
+    -------
+    TrainResult
+        ``labels`` is NumPy for in-memory data and a persisted Dask array for Dask data;
+        ``objective_function_value`` and ``labels`` are what :func:`infer` returns for
+        ``model`` on the same data.
+
+    Raises
+    ------
+    InvalidParameterError, InvalidDataError, DataTypeError
+        When a precondition of the specification does not hold (before any work runs).
+    """
+    desc = _check_descriptor(desc)
+    client = get_client()
+    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data")
+    k = desc.cluster_count
+    if isinstance(initial_centroids, str):
+        try:
+            strategy = init_strategies.get_strategy(initial_centroids)
+        except KeyError:
+            raise InvalidParameterError(
+                f"initial_centroids: unknown strategy {initial_centroids!r}; "
+                f"use an array or one of {sorted(init_strategies.STRATEGIES)}"
+            ) from None
+        C0 = None
+        seed = resolve_seed(random_state)
+    elif initial_centroids is None:
+        raise InvalidDataError("initial_centroids is empty: pass a (cluster_count, p) array or a strategy name")
+    else:
+        C0 = check_centroids(initial_centroids, k, dataset.n_features, desc.dtype, name="initial_centroids")
+    if dataset.n_rows is not None:
+        check_n_clusters_vs_rows(k, dataset.n_rows, "cluster_count")
+    weights = check_sample_weight(sample_weight, dataset)
+    persisted = PersistedData(client, dataset.array, weights)
+    try:
+        check_n_clusters_vs_rows(k, persisted.n_rows, "cluster_count")
+        if C0 is None:
+            C0 = strategy(persisted, k, seed)
+        outcome = fit_lloyd(
+            persisted, C0, max_iter=desc.max_iteration_count, stop_rule=desc._stop_rule()
+        )
+    finally:
+        persisted.release()
+    labels = outcome.labels if dataset.is_dask else outcome.labels.compute()
+    run = outcome.result
+    return TrainResult(
+        model=Model(run.centroids),
+        labels=labels,
+        iteration_count=run.n_iter,
+        objective_function_value=outcome.objective,
+        history=run.history,
+        stop_reason=run.stop_reason,
+        converged=run.converged,
+    )
+
+
+def infer(desc: Descriptor, model: Model, data) -> InferResult:
+    """Assign data to the nearest centroid of a model (oneDAL ``infer``).
+
+    Parameters
+    ----------
+    desc : Descriptor
+        ``desc.cluster_count`` must equal ``model.cluster_count``.
+    model : Model
+    data : array-like, pandas DataFrame, Dask array or Dask DataFrame, shape (m, p)
+
+    Returns
+    -------
+    InferResult
+        Labels (NumPy for in-memory data, Dask for Dask data) and the objective
+        ``Phi_X(model.centroids)``.
+    """
+    desc = _check_descriptor(desc)
+    if not isinstance(model, Model):
+        raise DataTypeError(f"model must be a dkmeans.Model, got {type(model).__name__}")
+    if model.cluster_count != desc.cluster_count:
+        raise InvalidDataError(
+            f"model has {model.cluster_count} centroids but desc.cluster_count is {desc.cluster_count}"
+        )
+    client = get_client()
+    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data")
+    if model.centroids.shape[1] != dataset.n_features:
+        raise InvalidDataError(
+            f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
+        )
+    labels, objective = assign_dataset(client, dataset.array, model.centroids, gather=not dataset.is_dask)
+    return InferResult(labels=labels, objective_function_value=objective)

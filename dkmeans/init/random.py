@@ -1,0 +1,38 @@
+"""``"random"``: k distinct rows, drawn uniformly (or proportionally to ``sample_weight``)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from dkmeans.errors import InvalidDataError
+from dkmeans.kernels import combine_top, random_top_rows
+
+#: Stream of :func:`dkmeans.kernels.uniform_by_index` used by this strategy.
+STREAM = 1
+
+
+def _chunk(X, w, offset, k, seed):
+    return random_top_rows(X, w, offset, k, seed, STREAM)
+
+
+def random_rows(data, n_clusters: int, seed: int) -> np.ndarray:
+    """k distinct rows of ``data`` chosen at random, keyed by global row index.
+
+    Parameters
+    ----------
+    data : PersistedData
+    n_clusters : int
+    seed : int
+
+    Returns
+    -------
+    ndarray, shape (n_clusters, d), the data's dtype
+    """
+    top = data.map_reduce(_chunk, functools.partial(combine_top, m=n_clusters), (n_clusters, seed))
+    if len(top.index) < n_clusters:
+        raise InvalidDataError(
+            f"only {len(top.index)} rows have a positive sample_weight, fewer than n_clusters={n_clusters}"
+        )
+    return np.asarray(top.rows)

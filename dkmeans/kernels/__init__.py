@@ -1,0 +1,32 @@
+"""Per-chunk array kernels: pure functions of NumPy or CuPy arrays, no Dask inside."""
+
+from dkmeans.kernels.assign import (
+    DEFAULT_SCRATCH_BYTES,
+    TopRows,
+    Partials,
+    assign,
+    assign_partials,
+    distances,
+    farthest_points,
+    plan_tiles,
+)
+from dkmeans.kernels.reduce import combine_top, combine_partials, update_centroids
+
+__all__ = [
+    "DEFAULT_SCRATCH_BYTES",
+    "TopRows",
+    "Partials",
+    "assign",
+    "assign_partials",
+    "distances",
+    "combine_top",
+    "combine_partials",
+    "farthest_points",
+    "plan_tiles",
+    "update_centroids",
+]
+
+from dkmeans.kernels.sampling import random_top_rows, uniform_by_index  # noqa: E402
+from dkmeans.kernels.stats import Moments, column_moments, combine_moments  # noqa: E402
+
+__all__ += ["Moments", "column_moments", "combine_moments", "random_top_rows", "uniform_by_index"]

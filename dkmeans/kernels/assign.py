@@ -1,0 +1,235 @@
+"""Assignment kernels: nearest centroid, per-cluster partial sums, farthest points.
+
+Every function takes arrays of one namespace ``xp`` (NumPy or CuPy) and returns arrays
+of the same namespace. Squared distances for the *choice* of centroid use the
+matrix-product form ``||c||^2/2 - x.c`` (same argmin as ``||x - c||^2``); the distance
+*reported* for the chosen centroid is recomputed from the difference ``x - c``, which
+does not suffer the cancellation of the expanded form. Work is tiled over rows and
+over centroids so that one call's scratch memory is bounded whatever ``k`` is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from dkmeans.backend import get_namespace, sparse_namespace
+
+#: Scratch memory one kernel call may use, in bytes (distance tiles, gathered
+#: centroids, float64 copies of a row tile).
+DEFAULT_SCRATCH_BYTES = 32 * 2**20
+#: Largest number of centroids handled in one matrix product.
+MAX_CENTROID_BLOCK = 4096
+
+
+class Partials(NamedTuple):
+    """What one chunk contributes to a Lloyd update.
+
+    Attributes
+    ----------
+    sums : array, shape (k, d), float64
+        Per-cluster (weighted) sums of the rows assigned to each cluster.
+    counts : array, shape (k,), float64
+        Per-cluster (weighted) counts: sum of the weights of the assigned rows.
+    objective : array, shape (), float64
+        Weighted sum of squared distances of the rows to their nearest centroid.
+    """
+
+    sums: Any
+    counts: Any
+    objective: Any
+
+
+class TopRows(NamedTuple):
+    """The ``m`` rows of a chunk with the largest score (for example, distance).
+
+    Ordered by score (descending), ties by global row index (ascending), so the
+    selection does not depend on how the data is chunked.
+    """
+
+    score: Any  # (m,) float64
+    index: Any  # (m,) int64, global row index
+    rows: Any  # (m, d), dtype of the data
+
+
+def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Row-tile and centroid-block sizes that keep scratch memory under ``scratch_bytes``.
+
+    Per row of a tile the kernel holds one block of distances (``centroid_block``
+    values), one gathered centroid and one float64 copy of the row.
+
+    Returns
+    -------
+    row_tile, centroid_block : int
+    """
+    centroid_block = max(1, min(k, MAX_CENTROID_BLOCK))
+    per_row = centroid_block * itemsize + d * (itemsize + 8) + 16
+    row_tile = max(1, scratch_bytes // per_row)
+    return int(min(max(n, 1), row_tile)), int(centroid_block)
+
+
+def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
+    """Index of the nearest centroid for each row of one tile."""
+    m = Xt.shape[0]
+    k = C.shape[0]
+    best_idx = None
+    best_val = None
+    rows = xp.arange(m)
+    for j0 in range(0, k, centroid_block):
+        j1 = min(k, j0 + centroid_block)
+        D = dist_buf[:m, : j1 - j0]
+        xp.matmul(Xt, C[j0:j1].T, out=D)
+        xp.subtract(c_half_sq[j0:j1], D, out=D)
+        idx = xp.argmin(D, axis=1)
+        if j1 - j0 == k:  # a single block: no running minimum needed
+            return idx
+        val = D[rows, idx]
+        if best_idx is None:
+            best_idx, best_val = idx, val
+        else:
+            # strict '<' keeps the lower centroid index on ties, like one argmin
+            better = val < best_val
+            best_val = xp.where(better, val, best_val)
+            best_idx = xp.where(better, idx + j0, best_idx)
+    return best_idx
+
+
+def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Nearest centroid of each row and the squared distance to it.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+        Rows to assign (float32 or float64).
+    C : array, shape (k, d)
+        Centroids, same namespace; cast to ``X.dtype``.
+    scratch_bytes : int
+        Bound on the temporary memory of the call.
+
+    Returns
+    -------
+    labels : array, shape (n,), int32
+        Index of the nearest centroid (lowest index on exact ties).
+    min_sq_dist : array, shape (n,), ``X.dtype``
+        ``||x - c_label||^2`` computed from the difference.
+    """
+    xp = get_namespace(X, C)
+    n, d = X.shape
+    C = xp.asarray(C, dtype=X.dtype)
+    k = C.shape[0]
+    labels = xp.empty(n, dtype=xp.int32)
+    min_sq = xp.empty(n, dtype=X.dtype)
+    if n == 0:
+        return labels, min_sq
+    c_half_sq = 0.5 * xp.sum(C * C, axis=1)
+    row_tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
+    dist_buf = xp.empty((row_tile, block), dtype=X.dtype)
+    for i0 in range(0, n, row_tile):
+        i1 = min(n, i0 + row_tile)
+        Xt = X[i0:i1]
+        idx = _nearest_in_tile(xp, Xt, C, c_half_sq, block, dist_buf)
+        labels[i0:i1] = idx
+        diff = Xt - C[idx]
+        min_sq[i0:i1] = xp.sum(diff * diff, axis=1)
+    return labels, min_sq
+
+
+def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> Partials:
+    """Assign rows to centroids and return the chunk's :class:`Partials`.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+    weights : array, shape (n,), optional
+        Non-negative sample weights (default: all ones).
+    scratch_bytes : int
+        Bound on the temporary memory of the call.
+
+    Returns
+    -------
+    Partials
+        Sums and counts accumulated in float64; objective in float64.
+    """
+    xp = get_namespace(X, C)
+    n, d = X.shape
+    k = C.shape[0]
+    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
+    sums = xp.zeros((k, d), dtype=xp.float64)
+    if n == 0:
+        return Partials(sums, xp.zeros(k, dtype=xp.float64), xp.zeros((), dtype=xp.float64))
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    counts = xp.bincount(labels, weights=w, minlength=k).astype(xp.float64)
+    d2 = min_sq.astype(xp.float64)
+    objective = xp.sum(d2 if w is None else d2 * w)
+    # Per-cluster sums as a one-hot sparse product: O(n d), no scatter-add.
+    sparse = sparse_namespace(xp)
+    row_tile, _ = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
+    for i0 in range(0, n, row_tile):
+        i1 = min(n, i0 + row_tile)
+        m = i1 - i0
+        data = xp.ones(m, dtype=xp.float64) if w is None else w[i0:i1]
+        onehot = sparse.csc_matrix(
+            (data, labels[i0:i1], xp.arange(m + 1, dtype=xp.int32)), shape=(k, m)
+        )
+        sums += onehot @ X[i0:i1].astype(xp.float64)
+    return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
+
+
+def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> TopRows:
+    """The ``m`` rows farthest from their nearest centroid in ``C``.
+
+    Rows with zero weight are never chosen (a centroid placed there would stay empty).
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+    m : int
+        How many rows to return (fewer if the chunk has fewer eligible rows).
+    row_offset : int
+        Global index of the chunk's first row.
+    weights : array, shape (n,), optional
+
+    Returns
+    -------
+    TopRows
+    """
+    xp = get_namespace(X, C)
+    _, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
+    d2 = min_sq.astype(xp.float64)
+    if weights is not None:
+        d2 = xp.where(xp.asarray(weights) > 0, d2, -1.0)
+    index = xp.arange(row_offset, row_offset + X.shape[0], dtype=xp.int64)
+    keep = select_top(xp, d2, index, m)
+    return TopRows(d2[keep], index[keep], X[keep])
+
+
+def select_top(xp, score, index, m: int):
+    """Positions of the ``m`` largest ``score`` (ties: smaller ``index`` first), in that order.
+
+    Entries with a negative score are ineligible.
+    """
+    eligible = xp.nonzero(score >= 0)[0]
+    if eligible.shape[0] == 0 or m <= 0:
+        return eligible[:0]
+    m = min(m, int(eligible.shape[0]))
+    vals = score[eligible]
+    if m < vals.shape[0]:
+        threshold = xp.partition(vals, vals.shape[0] - m)[vals.shape[0] - m]
+        eligible = eligible[vals >= threshold]
+    order = xp.lexsort(xp.stack([index[eligible], -score[eligible]]))
+    return eligible[order[:m]]
+
+
+def distances(X, C):
+    """Euclidean distances from each row to every centroid, shape (n, k), ``X.dtype``.
+
+    Memory is n x k by construction (this is the output); distances are clipped at 0
+    before the square root so rounding never gives NaN.
+    """
+    xp = get_namespace(X, C)
+    C = xp.asarray(C, dtype=X.dtype)
+    x_sq = xp.sum(X * X, axis=1)[:, None]
+    c_sq = xp.sum(C * C, axis=1)[None, :]
+    d2 = x_sq - 2.0 * (X @ C.T) + c_sq
+    return xp.sqrt(xp.maximum(d2, 0))

@@ -1,0 +1,63 @@
+"""Combining partial results and turning them into centroids (pure array code)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dkmeans.backend import get_namespace
+from dkmeans.kernels.assign import TopRows, Partials, select_top
+
+
+def combine_partials(parts: Sequence[Partials]) -> Partials:
+    """Sum a sequence of :class:`Partials`, in the given order (associative, float64)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        raise ValueError("combine_partials needs at least one Partials")
+    first = parts[0]
+    sums = first.sums.copy()
+    counts = first.counts.copy()
+    objective = first.objective.copy()
+    for p in parts[1:]:
+        sums += p.sums
+        counts += p.counts
+        objective = objective + p.objective
+    return Partials(sums, counts, objective)
+
+
+def update_centroids(partials: Partials, previous):
+    """New centroids from reduced partials: the weighted mean of each cluster.
+
+    Parameters
+    ----------
+    partials : Partials
+        Reduced over the whole data set.
+    previous : array, shape (k, d)
+        The centroids the partials were computed with; rows of empty clusters are
+        copied from here until the empty-cluster rule replaces them.
+
+    Returns
+    -------
+    centroids : array, shape (k, d), float64
+    empty : array of bool, shape (k,)
+        Clusters that received no weight.
+    """
+    xp = get_namespace(partials.sums)
+    counts = partials.counts
+    empty = counts <= 0
+    safe = xp.where(empty, 1.0, counts)
+    centroids = partials.sums / safe[:, None]
+    centroids = xp.where(empty[:, None], xp.asarray(previous, dtype=xp.float64), centroids)
+    return centroids, empty
+
+
+def combine_top(parts: Sequence[TopRows], m: int) -> TopRows:
+    """Merge per-chunk :class:`TopRows` candidates into the global top ``m``."""
+    parts = [p for p in parts if p is not None and p.index.shape[0] > 0]
+    if not parts:
+        raise ValueError("no eligible rows to choose from")
+    xp = get_namespace(parts[0].score)
+    sq = xp.concatenate([p.score for p in parts])
+    idx = xp.concatenate([p.index for p in parts])
+    rows = xp.concatenate([p.rows for p in parts])
+    keep = select_top(xp, sq, idx, m)
+    return TopRows(sq[keep], idx[keep], rows[keep])

@@ -1,0 +1,266 @@
+"""The Lloyd loop over persisted data: one graph per iteration, stop rules, empty clusters.
+
+Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk (one task per
+worker, see :mod:`dkmeans._graph`), reduces the partials, and computes the new centroids
+on the client. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
+becomes the row farthest from the new (non-empty) centroids, found with a distributed
+top-m, distinct rows for several empty clusters. The loop ends on the stop rule, at a
+fixed point (no centroid moved: further iterations cannot change anything), or after
+``max_iter`` updates. :func:`assign_dataset` then gives the labels and objective of the
+final centroids, exactly what inference returns for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import dask.array as da
+import numpy as np
+
+from dkmeans._graph import PersistedData
+from dkmeans.backend import get_namespace
+from dkmeans.errors import InvalidDataError
+from dkmeans.kernels import (
+    assign,
+    assign_partials,
+    combine_top,
+    combine_partials,
+    farthest_points,
+    update_centroids,
+)
+
+logger = logging.getLogger("dkmeans")
+
+
+# -- stop rules ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ObjectiveDecrease:
+    """oneDAL's rule: stop when ``Phi(C_t) - Phi(C_t+1) < threshold``.
+
+    Checked after each assignment step against the previous one; the update that would
+    follow a satisfied check is not performed.
+    """
+
+    threshold: float = 0.0
+    name: str = "objective-decrease"
+
+
+@dataclass(frozen=True)
+class CentroidShift:
+    """Stop when the total squared centroid shift ``sum_j ||c_j(t) - c_j(t+1)||^2`` is small.
+
+    ``inclusive=True`` is scikit-learn's ``<= tol`` (with ``tol`` already scaled to the
+    data); ``inclusive=False`` is the older oneDAL specification's ``< eps``.
+    """
+
+    tol: float = 0.0
+    inclusive: bool = True
+    name: str = "centroid-shift"
+
+    def satisfied(self, shift: float) -> bool:
+        return shift <= self.tol if self.inclusive else shift < self.tol
+
+
+# -- results ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IterationRecord:
+    """One Lloyd iteration: the objective of its assignment step and what its update did."""
+
+    iteration: int
+    objective: float
+    centroid_shift: float
+    empty_clusters_fixed: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "objective": self.objective,
+            "centroid_shift": self.centroid_shift,
+            "empty_clusters_fixed": self.empty_clusters_fixed,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass
+class LloydResult:
+    """Centroids after the loop, how many updates ran, why it stopped, and the history."""
+
+    centroids: np.ndarray
+    n_iter: int
+    stop_reason: str
+    converged: bool
+    history: list = field(default_factory=list)
+
+
+# -- chunk functions (run on workers) --------------------------------------------------
+def _partials_chunk(X, w, offset, C):
+    return assign_partials(X, C, w)
+
+
+def _farthest_chunk(X, w, offset, C, m):
+    return farthest_points(X, C, m, offset, w)
+
+
+def _check_finite(partials) -> None:
+    if not (np.isfinite(partials.objective) and np.all(np.isfinite(partials.sums))):
+        raise InvalidDataError(
+            "Input contains NaN or infinity (found in the first pass over the data): "
+            "remove or impute non-finite values before clustering."
+        )
+
+
+def _fill_empty_clusters(data: PersistedData, centroids: np.ndarray, empty: np.ndarray) -> np.ndarray:
+    """Move each empty cluster's centroid to a distinct row farthest from the live centroids."""
+    m = int(empty.sum())
+    live = centroids[~empty].astype(data.dtype)
+    far = data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (live, m))
+    out = centroids.copy()
+    targets = np.flatnonzero(empty)
+    out[targets[: len(far.index)]] = far.rows
+    if len(far.index) < m:
+        logger.warning("only %d rows can seed %d empty clusters; the rest keep their place", len(far.index), m)
+    return out
+
+
+# -- the loop --------------------------------------------------------------------------
+def lloyd(
+    data: PersistedData,
+    initial_centroids: np.ndarray,
+    *,
+    max_iter: int,
+    stop_rule: ObjectiveDecrease | CentroidShift,
+    on_iteration: Callable[[IterationRecord], None] | None = None,
+) -> LloydResult:
+    """Run Lloyd iterations on persisted data.
+
+    Parameters
+    ----------
+    data : PersistedData
+    initial_centroids : ndarray, shape (k, d)
+    max_iter : int
+        Maximum number of centroid updates (0 returns the initial centroids).
+    stop_rule : ObjectiveDecrease or CentroidShift
+    on_iteration : callable, optional
+        Called with each :class:`IterationRecord` (progress display).
+
+    Returns
+    -------
+    LloydResult
+        Centroids in the data's dtype.
+    """
+    C = np.asarray(initial_centroids).astype(data.dtype, copy=True)
+    history: list[IterationRecord] = []
+    previous_objective = None
+    stop_reason, converged, n_iter = "max_iter", False, 0
+    for it in range(max_iter):
+        t0 = time.perf_counter()
+        partials = data.map_reduce(_partials_chunk, combine_partials, (C,))
+        if it == 0:
+            _check_finite(partials)
+        objective = float(partials.objective)
+        if (
+            isinstance(stop_rule, ObjectiveDecrease)
+            and previous_objective is not None
+            and previous_objective - objective < stop_rule.threshold
+        ):
+            stop_reason, converged = stop_rule.name, True
+            break
+        new, empty = update_centroids(partials, C)
+        n_empty = int(empty.sum())
+        if n_empty:
+            new = _fill_empty_clusters(data, new, empty)
+        new = new.astype(data.dtype)
+        shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
+        record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0)
+        history.append(record)
+        if on_iteration is not None:
+            on_iteration(record)
+        C, n_iter, previous_objective = new, it + 1, objective
+        if isinstance(stop_rule, CentroidShift) and stop_rule.satisfied(shift):
+            stop_reason, converged = stop_rule.name, True
+            break
+        if shift == 0.0 and n_empty == 0:
+            stop_reason, converged = "fixed-point", True
+            break
+    return LloydResult(C, n_iter, stop_reason, converged, history)
+
+
+# -- final assignment ------------------------------------------------------------------
+def _label_block(X, C, w=None):
+    labels, min_sq = assign(X, C)
+    d2 = min_sq.astype(np.float64)
+    if w is not None:
+        d2 = d2 * w
+    xp = get_namespace(labels)
+    return xp.stack([labels.astype(xp.float64), d2], axis=1)
+
+
+def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array | None = None, *, gather: bool = False):
+    """Labels and (weighted) objective of ``X`` for fixed centroids, in one pass.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    X : dask.array.Array, shape (n, d)
+    centroids : ndarray, shape (k, d)
+    weights : dask.array.Array, shape (n,), optional
+    gather : bool
+        Return the labels as a NumPy array instead of a persisted Dask array.
+
+    Returns
+    -------
+    labels : dask.array.Array (persisted) or ndarray, int32
+    objective : float
+    """
+    C = np.asarray(centroids).astype(X.dtype)
+    args = [X, C] if weights is None else [X, C, weights.rechunk((X.chunks[0],))]
+    blocks = da.map_blocks(
+        _label_block, *args, dtype=np.float64, chunks=(X.chunks[0], (2,)),
+        meta=np.empty((0, 2), dtype=np.float64),
+    )
+    labels = blocks[:, 0].astype(np.int32)
+    objective = blocks[:, 1].sum()
+    if gather:
+        labels, objective = client.compute([labels, objective], sync=True)
+    else:
+        labels, objective = client.persist([labels, objective])
+        objective = client.compute(objective, sync=True)
+    objective = float(objective)
+    if not np.isfinite(objective):
+        raise InvalidDataError(
+            "Input contains NaN or infinity: remove or impute non-finite values before assigning."
+        )
+    return labels, objective
+
+
+@dataclass
+class FitOutcome:
+    """A finished Lloyd run: the loop's result plus the final assignment."""
+
+    result: LloydResult
+    labels: da.Array
+    objective: float
+
+
+def fit_lloyd(data: PersistedData, initial_centroids: np.ndarray, **loop_options) -> FitOutcome:
+    """:func:`lloyd` followed by the final assignment pass for the returned centroids."""
+    result = lloyd(data, initial_centroids, **loop_options)
+    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights)
+    return FitOutcome(result, labels, objective)
+
+
+__all__ = [
+    "CentroidShift",
+    "IterationRecord",
+    "LloydResult",
+    "ObjectiveDecrease",
+    "FitOutcome",
+    "assign_dataset",
+    "fit_lloyd",
+    "lloyd",
+]

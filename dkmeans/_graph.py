@@ -21,7 +21,7 @@ import dask.array as da
 import numpy as np
 from dask._task_spec import Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from distributed import futures_of
+from distributed import futures_of, wait
 
 from dkmeans.backend import to_host
 
@@ -76,6 +76,8 @@ class PersistedData:
         self._x_keys = [k[0] for k in X.__dask_keys__()]
         self._w_keys = list(weights.__dask_keys__()) if weights is not None else None
         self._futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
+        # Placement is read from where the chunks are, so wait until they are there.
+        wait(self._futures)
         self._placement: dict[str, list[int]] | None = None
         self._placement_workers: frozenset | None = None
 

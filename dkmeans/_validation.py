@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import dask.array as da
 import numpy as np
 from sklearn.utils import check_array
 
-from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
+from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 
 FLOAT_DTYPES = (np.float64, np.float32)
 #: Target size of one chunk when an in-memory array is split for the cluster.
@@ -76,9 +77,24 @@ def is_dask_collection(data) -> bool:
     return hasattr(data, "__dask_graph__")
 
 
+@contextmanager
+def data_errors(name: str):
+    """Re-raise scikit-learn's data-check errors as dkmeans errors naming the input."""
+    try:
+        yield
+    except DKMeansError:
+        raise
+    except TypeError as exc:
+        raise DataTypeError(f"{name}: {exc}") from exc
+    except ValueError as exc:
+        if "Complex data not supported" in str(exc):
+            raise DataTypeError(f"{name}: complex data is not supported") from None
+        raise InvalidDataError(f"{name}: {exc}") from exc
+
+
 def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
     """An in-memory 2-D float array (scikit-learn's checks: finite, non-empty, numeric)."""
-    try:
+    with data_errors(name):
         return check_array(
             data,
             dtype=FLOAT_DTYPES if dtype is None else dtype,
@@ -88,10 +104,6 @@ def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
             ensure_min_features=1,
             input_name=name,
         )
-    except TypeError as exc:
-        raise DataTypeError(f"{name}: {exc}") from exc
-    except ValueError as exc:
-        raise InvalidDataError(f"{name}: {exc}") from exc
 
 
 def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
@@ -154,12 +166,8 @@ def check_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "ini
     """A finite (n_clusters, n_features) array in ``dtype`` (a copy; the user's array is untouched)."""
     if is_dask_collection(C):
         C = C.compute()
-    try:
+    with data_errors(name):
         C = check_array(C, dtype=dtype, ensure_2d=True, ensure_all_finite=True, copy=True, input_name=name)
-    except TypeError as exc:
-        raise DataTypeError(f"{name}: {exc}") from exc
-    except ValueError as exc:
-        raise InvalidDataError(f"{name}: {exc}") from exc
     if C.shape != (n_clusters, n_features):
         raise InvalidDataError(
             f"{name} must have shape (n_clusters, n_features) = ({n_clusters}, {n_features}), got {C.shape}"

@@ -28,6 +28,7 @@ from dkmeans._validation import (
     check_n_clusters_vs_rows,
     check_sample_weight,
     chunk_local_array,
+    data_errors,
     is_dask_collection,
 )
 from dkmeans.cluster import get_client
@@ -42,6 +43,18 @@ ALGORITHMS = ("lloyd",)
 
 def _moments_chunk(X, w, offset):
     return column_moments(X)
+
+
+def _labels_block(X, C):
+    return assign(X, C)[0]
+
+
+def _sq_dist_block(X, C):
+    return assign(X, C)[1].astype(np.float64)
+
+
+def _distances_block(X, C):
+    return distances(X, C)
 
 
 def _progress_printer(stream):
@@ -153,10 +166,8 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 del self.feature_names_in_
             n = None if np.isnan(arr.shape[0]) else int(arr.shape[0])
             return Dataset(arr, True, self.n_features_in_, n)
-        try:
+        with data_errors("X"):
             X = validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=True, ensure_min_samples=1)
-        except ValueError as exc:
-            raise InvalidDataError(str(exc)) from exc
         return Dataset(chunk_local_array(X, n_workers), False, X.shape[1], X.shape[0])
 
     def _check_test_data(self, X):
@@ -169,10 +180,8 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     f"X has {arr.shape[1]} features, but KMeans is expecting {self.n_features_in_} features as input."
                 )
             return arr
-        try:
+        with data_errors("X"):
             return validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=False)
-        except ValueError as exc:
-            raise InvalidDataError(str(exc)) from exc
 
     # -- fit ----------------------------------------------------------------------
     def fit(self, X, y=None, sample_weight=None):
@@ -205,8 +214,9 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         persisted = PersistedData(client, dataset.array, weights)
         try:
             check_n_clusters_vs_rows(k, persisted.n_rows)
-            moments = persisted.map_reduce(_moments_chunk, combine_moments)
-            mean_variance = float(np.mean(moments.m2 / moments.count))
+            with np.errstate(invalid="ignore", over="ignore"):  # non-finite data: reported below
+                moments = persisted.map_reduce(_moments_chunk, combine_moments)
+                mean_variance = float(np.mean(moments.m2 / moments.count))
             if not np.isfinite(mean_variance):
                 raise InvalidDataError(
                     "Input contains NaN or infinity (found in the first pass over the data): "
@@ -244,9 +254,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         X = self._check_test_data(X)
         C = self.cluster_centers_
         if isinstance(X, da.Array):
-            return X.map_blocks(
-                lambda b: assign(b, C)[0], dtype=np.int32, drop_axis=1, meta=np.empty((0,), np.int32)
-            )
+            return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1, meta=np.empty((0,), np.int32))
         return assign(X, C)[0]
 
     def transform(self, X):
@@ -255,7 +263,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         C = self.cluster_centers_
         if isinstance(X, da.Array):
             return X.map_blocks(
-                lambda b: distances(b, C), dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
+                _distances_block, C, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
                 meta=np.empty((0, 0), X.dtype),
             )
         return distances(X, C)
@@ -269,7 +277,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         X = self._check_test_data(X)
         C = self.cluster_centers_
         if isinstance(X, da.Array):
-            d2 = X.map_blocks(lambda b: assign(b, C)[1].astype(np.float64), dtype=np.float64, drop_axis=1)
+            d2 = X.map_blocks(_sq_dist_block, C, dtype=np.float64, drop_axis=1)
             if sample_weight is not None:
                 d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
             return -float(get_client().compute(d2.sum(), sync=True))

@@ -195,7 +195,7 @@ def _label_block(X, C, w=None):
     labels, min_sq = assign(X, C)
     d2 = min_sq.astype(np.float64)
     if w is not None:
-        d2 = d2 * w
+        d2 = d2 * w.reshape(-1)
     xp = get_namespace(labels)
     return xp.stack([labels.astype(xp.float64), d2], axis=1)
 
@@ -218,7 +218,8 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     objective : float
     """
     C = np.asarray(centroids).astype(X.dtype)
-    args = [X, C] if weights is None else [X, C, weights.rechunk((X.chunks[0],))]
+    # weights as an (n, 1) column so blockwise aligns them with X's rows
+    args = [X, C] if weights is None else [X, C, weights.rechunk((X.chunks[0],))[:, None]]
     blocks = da.map_blocks(
         _label_block, *args, dtype=np.float64, chunks=(X.chunks[0], (2,)),
         meta=np.empty((0, 2), dtype=np.float64),

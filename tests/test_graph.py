@@ -1,0 +1,80 @@
+"""The pass graph: correct results, one task per worker, tree reduction."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import get_task_stream
+
+from dkmeans._graph import PersistedData
+from dkmeans.kernels import assign_partials, combine_partials
+
+
+def partials_chunk(X, w, offset, C):
+    return assign_partials(X, C, w)
+
+
+@pytest.fixture
+def X():
+    return np.random.default_rng(0).normal(size=(4000, 3))
+
+
+def test_map_reduce_equals_single_process(client, X):
+    C = X[:9]
+    w = np.random.default_rng(1).uniform(0.5, 2, size=len(X))
+    data = PersistedData(client, da.from_array(X, chunks=(300, 3)), da.from_array(w, chunks=1000))
+    got = data.map_reduce(partials_chunk, combine_partials, (C,))
+    ref = assign_partials(X, C, w)
+    np.testing.assert_allclose(got.sums, ref.sums, rtol=1e-12)
+    np.testing.assert_allclose(got.counts, ref.counts, rtol=1e-12)
+    np.testing.assert_allclose(got.objective, ref.objective, rtol=1e-12)
+    assert data.offsets[:3] == (0, 300, 600) and data.n_rows == 4000
+
+
+def test_chunks_are_spread_over_workers(client, X):
+    data = PersistedData(client, da.from_array(X, chunks=(250, 3)))
+    placement = data.placement()
+    assert sorted(i for ids in placement.values() for i in ids) == list(range(16))
+    assert len(placement) == 2
+
+
+def count_pass_tasks(client, data, C):
+    with get_task_stream(client) as ts:
+        data.map_reduce(partials_chunk, combine_partials, (C,))
+    return len(ts.data)
+
+
+@pytest.mark.parametrize("n_chunks", [4, 40])
+def test_tasks_per_pass_do_not_grow_with_chunks(client, X, n_chunks):
+    """Every task that ran during one pass is counted: one per worker, none per chunk."""
+    data = PersistedData(client, da.from_array(X, chunks=(len(X) // n_chunks, 3)))
+    assert data.n_chunks >= n_chunks
+    n_workers = len(data.placement())
+    assert count_pass_tasks(client, data, X[:5]) == n_workers == 2
+
+
+def test_tree_reduction_with_many_workers(client, X):
+    """With more 'workers' than the fan-in, combine tasks form a tree (O(workers) tasks)."""
+    data = PersistedData(client, da.from_array(X, chunks=(400, 3)))
+    real = data._current_workers()
+    # Pretend the 10 chunks live on 10 workers (unknown addresses: placement is a hint,
+    # allow_other_workers lets the scheduler run them anywhere).
+    data._placement = {f"tcp://127.0.0.1:{1000 + i}": [i] for i in range(10)}
+    data._placement_workers = real
+    graph, keys = data.build_pass_graph(partials_chunk, combine_partials, (X[:4],), fan_in=2)
+    layer_names = list(graph.layers)
+    assert sum(n.startswith("dkmeans-pass") for n in layer_names) == 10
+    # 10 -> 5 -> 3 -> 2 combine tasks, the last two combined on the client
+    assert sum(n.startswith("dkmeans-combine") for n in layer_names) == 5 + 3 + 2
+    assert len(keys) == 2
+    got = data.map_reduce(partials_chunk, combine_partials, (X[:4],), fan_in=2)
+    np.testing.assert_allclose(got.sums, assign_partials(X, X[:4]).sums, rtol=1e-12)
+
+
+def test_unknown_chunk_sizes_are_resolved(client, X):
+    arr = da.from_array(X, chunks=(500, 3))
+    arr = arr[arr[:, 0] > -10]  # boolean mask: unknown chunk sizes
+    assert np.isnan(arr.shape[0])
+    data = PersistedData(client, arr)
+    assert data.n_rows == len(X) and sum(data.chunk_rows) == len(X)

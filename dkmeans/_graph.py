@@ -62,10 +62,14 @@ class PersistedData:
             X, weights = client.persist([X, weights])
         else:
             X = client.persist(X)
-        if any(np.isnan(c) for c in X.chunks[0]):
-            X = X.compute_chunk_sizes()
-            if weights is not None:
-                weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
+        with client.as_current():  # wait() and compute_chunk_sizes() use the current client
+            if any(np.isnan(c) for c in X.chunks[0]):
+                X = X.compute_chunk_sizes()
+                if weights is not None:
+                    weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
+            futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
+            # Placement is read from where the chunks are, so wait until they are there.
+            wait(futures)
         self.X = X
         self.weights = weights
         self.n_rows = int(sum(X.chunks[0]))
@@ -75,9 +79,7 @@ class PersistedData:
         self.offsets = tuple(int(o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]]))
         self._x_keys = [k[0] for k in X.__dask_keys__()]
         self._w_keys = list(weights.__dask_keys__()) if weights is not None else None
-        self._futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
-        # Placement is read from where the chunks are, so wait until they are there.
-        wait(self._futures)
+        self._futures = futures
         self._placement: dict[str, list[int]] | None = None
         self._placement_workers: frozenset | None = None
 

@@ -37,7 +37,8 @@ def _current_client():
         return None
 
 
-def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, **kwargs):
+def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, *,
+                        set_as_default: bool = True, **kwargs):
     """Start a loopback-only :class:`distributed.LocalCluster` and a client for it.
 
     Parameters
@@ -46,6 +47,9 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
         Worker processes (default: one per available core).
     threads_per_worker : int
         Threads per worker; each kernel uses one BLAS thread per worker thread.
+    set_as_default : bool
+        Make the client Dask's default scheduler, so ``.compute()`` on the lazy
+        results runs on this cluster (as ``distributed.Client()`` does).
     **kwargs
         Passed to :class:`distributed.LocalCluster`.
 
@@ -70,7 +74,7 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
     environ = {name: threads for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
         cluster = distributed.LocalCluster(**options)
-    return distributed.Client(cluster, set_as_default=False)
+    return distributed.Client(cluster, set_as_default=set_as_default)
 
 
 def get_client(**kwargs):

@@ -88,3 +88,33 @@ def pick_rows(X, k: int, seed: int = 0):
     """k distinct rows of ``X`` (a fixed NumPy draw), e.g. as shared initial centroids."""
     idx = np.random.default_rng(seed).choice(X.shape[0], k, replace=False)
     return np.asarray(X)[idx].copy()
+
+
+def _blob_block(block_info=None, *, centers, spread, seed, out_dtype):
+    info = block_info[None]
+    (r0, r1), _ = info["array-location"]
+    rng = np.random.default_rng([seed, info["chunk-location"][0]])
+    labels = rng.integers(0, centers.shape[0], size=r1 - r0)
+    X = centers[labels] + spread * rng.standard_normal((r1 - r0, centers.shape[1]))
+    return X.astype(out_dtype)
+
+
+def make_blobs_dask(n_samples: int, n_features: int, n_centers: int, *, chunk_rows: int = 250_000,
+                    spread: float = 1.0, box: float = 10.0, seed: int = 0, dtype=np.float32):
+    """Gaussian blobs generated on the workers, block by block (nothing shipped from the client).
+
+    Returns
+    -------
+    X : dask.array.Array, shape (n_samples, n_features)
+    centers : ndarray, shape (n_centers, n_features)
+        The true centres.
+    """
+    import dask.array as da
+
+    centers = np.random.default_rng(seed).uniform(-box, box, size=(n_centers, n_features))
+    chunks = (tuple(min(chunk_rows, n_samples - i) for i in range(0, n_samples, chunk_rows)), (n_features,))
+    X = da.map_blocks(
+        _blob_block, dtype=dtype, chunks=chunks, meta=np.empty((0, 0), dtype),
+        centers=centers, spread=spread, seed=seed, out_dtype=dtype,
+    )
+    return X, centers

@@ -22,7 +22,7 @@ def client():
 @pytest.fixture(scope="session")
 def single_worker_client():
     """A second cluster with one worker, for worker-count invariance."""
-    c = start_local_cluster(n_workers=1, dashboard_address=None)
+    c = start_local_cluster(n_workers=1, dashboard_address=None, set_as_default=False)
     yield c
     cluster = c.cluster
     c.close()

@@ -9,7 +9,8 @@ O(workers), not O(chunks); only the small per-worker results cross the network.
 
 Worker tasks are placed with ``workers=[addr], allow_other_workers=True``: if a worker
 has died, the task runs elsewhere and Dask recomputes the chunks it needs from the
-persisted graph. The chunk-to-worker map is refreshed when the set of workers changes.
+persisted graph. The chunk-to-worker map is refreshed after a pass in which a task did
+not run where it was planned.
 """
 
 from __future__ import annotations
@@ -21,24 +22,32 @@ import dask.array as da
 import numpy as np
 from dask._task_spec import Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from distributed import futures_of, wait
+from distributed import futures_of, get_worker, wait
 
 from dkmeans.backend import to_host
 
 
-def _run_on_worker(chunk_fn, combine_fn, args, offsets, has_weights, *blocks):
-    """Apply ``chunk_fn`` to each local chunk and combine the results (runs on a worker)."""
+def _run_on_worker(chunk_fn, combine_fn, args, offsets, has_weights, planned_worker, *blocks):
+    """Apply ``chunk_fn`` to each local chunk and combine the results (runs on a worker).
+
+    Returns ``(result, moved)``: ``moved`` is True when the task ran on another worker
+    than planned (a worker was lost, or data moved), so the driver refreshes placement.
+    """
     step = 2 if has_weights else 1
     results = []
     for i, offset in enumerate(offsets):
         X = blocks[i * step]
         w = blocks[i * step + 1] if has_weights else None
         results.append(chunk_fn(X, w, offset, *args))
-    return to_host(combine_fn(results))
+    try:
+        moved = get_worker().address != planned_worker
+    except ValueError:  # not on a worker (e.g. a synchronous scheduler)
+        moved = True
+    return to_host(combine_fn(results)), moved
 
 
 def _combine_task(combine_fn, *parts):
-    return combine_fn(list(parts))
+    return combine_fn([p[0] for p in parts]), any(p[1] for p in parts)
 
 
 class PersistedData:
@@ -81,7 +90,6 @@ class PersistedData:
         self._w_keys = list(weights.__dask_keys__()) if weights is not None else None
         self._futures = futures
         self._placement: dict[str, list[int]] | None = None
-        self._placement_workers: frozenset | None = None
 
     @property
     def n_chunks(self) -> int:
@@ -92,9 +100,13 @@ class PersistedData:
         return frozenset(self.client.scheduler_info(n_workers=-1)["workers"])
 
     def placement(self) -> dict[str, list[int]]:
-        """Map worker address -> indices of the chunks it holds (refreshed on worker changes)."""
-        workers = self._current_workers()
-        if self._placement is None or workers != self._placement_workers:
+        """Map worker address -> indices of the chunks it holds.
+
+        Looked up once, and again after a pass in which a task ran away from its planned
+        worker (see :meth:`map_reduce`), so steady-state iterations make no extra calls.
+        """
+        if self._placement is None:
+            workers = self._current_workers()
             who_has = self.client.who_has(self._futures)
             groups: dict[str, list[int]] = {}
             for i, key in enumerate(self._x_keys):
@@ -103,7 +115,6 @@ class PersistedData:
                 addr = holders[0] if holders else (sorted(workers)[i % len(workers)] if workers else "")
                 groups.setdefault(addr, []).append(i)
             self._placement = groups
-            self._placement_workers = workers
         return self._placement
 
     # -- one pass ------------------------------------------------------------------
@@ -122,7 +133,7 @@ class PersistedData:
                 if has_w:
                     refs.append(TaskRef(self._w_keys[i]))
             offsets = tuple(self.offsets[i] for i in chunk_ids)
-            task = Task(key, _run_on_worker, chunk_fn, combine_fn, tuple(args), offsets, has_w, *refs)
+            task = Task(key, _run_on_worker, chunk_fn, combine_fn, tuple(args), offsets, has_w, addr, *refs)
             annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
             layers[key] = MaterializedLayer({key: task}, annotations=annotations)
             deps[key] = set()
@@ -151,7 +162,9 @@ class PersistedData:
         """
         graph, keys = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in)
         parts = self.client.get(graph, keys, sync=True)
-        return combine_fn(list(parts))
+        if any(moved for _, moved in parts):
+            self._placement = None
+        return combine_fn([value for value, _ in parts])
 
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""

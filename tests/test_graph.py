@@ -57,11 +57,9 @@ def test_tasks_per_pass_do_not_grow_with_chunks(client, X, n_chunks):
 def test_tree_reduction_with_many_workers(client, X):
     """With more 'workers' than the fan-in, combine tasks form a tree (O(workers) tasks)."""
     data = PersistedData(client, da.from_array(X, chunks=(400, 3)))
-    real = data._current_workers()
     # Pretend the 10 chunks live on 10 workers (unknown addresses: placement is a hint,
     # allow_other_workers lets the scheduler run them anywhere).
     data._placement = {f"tcp://127.0.0.1:{1000 + i}": [i] for i in range(10)}
-    data._placement_workers = real
     graph, keys = data.build_pass_graph(partials_chunk, combine_partials, (X[:4],), fan_in=2)
     layer_names = list(graph.layers)
     assert sum(n.startswith("dkmeans-pass") for n in layer_names) == 10
@@ -70,6 +68,16 @@ def test_tree_reduction_with_many_workers(client, X):
     assert len(keys) == 2
     got = data.map_reduce(partials_chunk, combine_partials, (X[:4],), fan_in=2)
     np.testing.assert_allclose(got.sums, assign_partials(X, X[:4]).sums, rtol=1e-12)
+    # the tasks ran away from their (fictional) workers: placement is looked up again
+    assert data._placement is None
+    assert set(data.placement()) <= data._current_workers()
+
+
+def test_placement_is_stable_when_tasks_run_where_planned(client, X):
+    data = PersistedData(client, da.from_array(X, chunks=(400, 3)))
+    before = data.placement()
+    data.map_reduce(partials_chunk, combine_partials, (X[:4],))
+    assert data._placement is before
 
 
 def test_unknown_chunk_sizes_are_resolved(client, X):

@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -170,6 +171,22 @@ def library_versions() -> dict:
         except ImportError:
             versions[name] = None
     return versions
+
+
+def dkmeans_source() -> dict:
+    """Where dkmeans was imported from, with its git commit when that is a checkout."""
+    package = Path(dkmeans.__file__).resolve().parent
+    info = {"path": str(package), "commit": None, "modified": None}
+    try:
+        git = ["git", "-C", str(package)]
+        info["commit"] = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                                        check=True).stdout.strip()
+        status = subprocess.run(git + ["status", "--porcelain", "--", "."], capture_output=True,
+                                text=True, check=True).stdout
+        info["modified"] = bool(status.strip())
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return info
 
 
 # -- measurement ---------------------------------------------------------------------------
@@ -311,6 +328,9 @@ def main(argv=None) -> None:
           f"median of {args.repeats} repeats; {N_WORKERS} workers x 1 thread, {os.cpu_count()} CPUs; "
           "peer / dkmeans > 1 means dkmeans is faster")
     print(table)
+    source = dkmeans_source()
+    print(f"dkmeans from {source['path']} (commit {source['commit'] or 'unknown'}"
+          f"{', with uncommitted changes' if source['modified'] else ''})")
     print(f"load average (1, 5, 15 min) before: {fmt_load(load_before)}, after: {fmt_load(load_after)}")
     report = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -324,6 +344,7 @@ def main(argv=None) -> None:
                    "dask_ml_repeats": args.dask_ml_repeats or args.repeats, "seed": args.seed,
                    "quick": args.quick},
         "versions": library_versions(),
+        "dkmeans_source": source,
         "skipped": sorted(set(LIBRARIES) - set(libraries)),
         "results": results,
     }

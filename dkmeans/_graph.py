@@ -27,27 +27,59 @@ from distributed import futures_of, get_worker, wait
 from dkmeans.backend import to_host
 
 
-def _run_on_worker(chunk_fn, combine_fn, args, offsets, has_weights, planned_worker, *blocks):
+def _run_on_worker(chunk_fn, combine_fn, args, chunk_ids, offsets, has_weights, planned_worker, stateful, n_blocks,
+                   *refs):
     """Apply ``chunk_fn`` to each local chunk and combine the results (runs on a worker).
 
-    Returns ``(result, moved)``: ``moved`` is True when the task ran on another worker
-    than planned (a worker was lost, or data moved), so the driver refreshes placement.
+    ``refs`` holds the chunk blocks (``X_i`` or ``X_i, w_i`` pairs), then, for a stateful
+    pass, the previous state dicts (``{chunk_id: state}``) that cover these chunks.
+
+    Returns ``(result, moved)``, or ``(new_states, (result, moved))`` for a stateful pass;
+    ``moved`` is True when the task ran on another worker than planned (a worker was
+    lost, or data moved), so the driver refreshes placement.
     """
     step = 2 if has_weights else 1
-    results = []
-    for i, offset in enumerate(offsets):
-        X = blocks[i * step]
-        w = blocks[i * step + 1] if has_weights else None
-        results.append(chunk_fn(X, w, offset, *args))
+    blocks, state_dicts = refs[:n_blocks], refs[n_blocks:]
+    previous = {}
+    for states, _ in state_dicts:  # outputs of the previous stateful pass
+        previous.update(states)
+    results, new_states = [], {}
+    for j, (cid, offset) in enumerate(zip(chunk_ids, offsets)):
+        X = blocks[j * step]
+        w = blocks[j * step + 1] if has_weights else None
+        if stateful:
+            new_states[cid], out = chunk_fn(X, w, offset, previous.get(cid), *args)
+        else:
+            out = chunk_fn(X, w, offset, *args)
+        results.append(out)
     try:
         moved = get_worker().address != planned_worker
     except ValueError:  # not on a worker (e.g. a synchronous scheduler)
         moved = True
-    return to_host(combine_fn(results)), moved
+    reduced = (to_host(combine_fn(results)), moved)
+    return (new_states, reduced) if stateful else reduced
+
+
+def _second(pair):
+    return pair[1]
 
 
 def _combine_task(combine_fn, *parts):
     return combine_fn([p[0] for p in parts]), any(p[1] for p in parts)
+
+
+class ChunkState:
+    """Per-chunk state kept on the workers between passes (one future per worker task).
+
+    Returned by :meth:`PersistedData.map_reduce_stateful`; dropping it frees the memory.
+    """
+
+    def __init__(self, futures: dict[str, Any], chunk_owner: dict[int, str]):
+        self._futures = futures  # key -> Future of a {chunk_id: state} dict
+        self._chunk_owner = chunk_owner  # chunk_id -> key
+
+    def keys_for(self, chunk_ids) -> list[str]:
+        return sorted({self._chunk_owner[i] for i in chunk_ids})
 
 
 class PersistedData:
@@ -118,12 +150,14 @@ class PersistedData:
         return self._placement
 
     # -- one pass ------------------------------------------------------------------
-    def build_pass_graph(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), fan_in: int = 8):
-        """The graph of one pass: ``(graph, output_keys)``; see :meth:`map_reduce`."""
+    def build_pass_graph(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
+                         fan_in: int = 8, state: ChunkState | None = None, stateful: bool = False):
+        """The graph of one pass: ``(graph, result_keys, state_keys)``; see :meth:`map_reduce`."""
         token = uuid.uuid4().hex[:12]
         layers: dict[str, MaterializedLayer] = {}
         deps: dict[str, set] = {}
         current: list[str] = []
+        state_keys: dict[str, list[int]] = {}
         has_w = self._w_keys is not None
         for wi, (addr, chunk_ids) in enumerate(sorted(self.placement().items())):
             key = f"dkmeans-pass-{token}-w{wi}"
@@ -132,11 +166,21 @@ class PersistedData:
                 refs.append(TaskRef(self._x_keys[i]))
                 if has_w:
                     refs.append(TaskRef(self._w_keys[i]))
+            n_blocks = len(refs)
+            if state is not None:
+                refs.extend(TaskRef(k) for k in state.keys_for(chunk_ids))
             offsets = tuple(self.offsets[i] for i in chunk_ids)
-            task = Task(key, _run_on_worker, chunk_fn, combine_fn, tuple(args), offsets, has_w, addr, *refs)
+            task = Task(key, _run_on_worker, chunk_fn, combine_fn, tuple(args), tuple(chunk_ids), offsets,
+                        has_w, addr, stateful, n_blocks, *refs)
             annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
             layers[key] = MaterializedLayer({key: task}, annotations=annotations)
             deps[key] = set()
+            if stateful:
+                state_keys[key] = list(chunk_ids)
+                rkey = f"dkmeans-result-{token}-w{wi}"
+                layers[rkey] = MaterializedLayer({rkey: Task(rkey, _second, TaskRef(key))})
+                deps[rkey] = {key}
+                key = rkey
             current.append(key)
         level = 0
         while len(current) > fan_in:
@@ -151,7 +195,12 @@ class PersistedData:
                 nxt.append(key)
             current = nxt
             level += 1
-        return HighLevelGraph(layers, deps), current
+        return HighLevelGraph(layers, deps), current, state_keys
+
+    def _finish(self, parts, combine_fn):
+        if any(moved for _, moved in parts):
+            self._placement = None
+        return combine_fn([value for value, _ in parts])
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), fan_in: int = 8):
         """Run ``chunk_fn(X_i, w_i, row_offset_i, *args)`` on every chunk; return the combined result.
@@ -160,11 +209,22 @@ class PersistedData:
         its chunks (in chunk order), in the reduction tree, and once on the client.
         Results are copied to host memory on the workers.
         """
-        graph, keys = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in)
-        parts = self.client.get(graph, keys, sync=True)
-        if any(moved for _, moved in parts):
-            self._placement = None
-        return combine_fn([value for value, _ in parts])
+        graph, keys, _ = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in)
+        return self._finish(self.client.get(graph, keys, sync=True), combine_fn)
+
+    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
+                            state: ChunkState | None = None, fan_in: int = 8):
+        """Like :meth:`map_reduce`, with per-chunk state that stays on the workers.
+
+        ``chunk_fn(X_i, w_i, row_offset_i, state_i, *args) -> (new_state_i, result_i)``;
+        ``state_i`` is None in the first pass. Returns ``(combined_result, new_state)``.
+        """
+        graph, keys, state_keys = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in, state, stateful=True)
+        futures = self.client.get(graph, list(state_keys) + keys, sync=False)
+        state_futures = dict(zip(state_keys, futures[: len(state_keys)]))
+        parts = self.client.gather(futures[len(state_keys):])
+        owner = {cid: key for key, cids in state_keys.items() for cid in cids}
+        return self._finish(parts, combine_fn), ChunkState(state_futures, owner)
 
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""

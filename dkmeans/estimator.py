@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 
 import dask.array as da
 import numpy as np
@@ -16,6 +17,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans import init as init_strategies
+from dkmeans.init import InitOptions, derive_seed
 from dkmeans._graph import PersistedData
 from dkmeans._random import resolve_seed
 from dkmeans._validation import (
@@ -34,7 +36,7 @@ from dkmeans._validation import (
 from dkmeans.cluster import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.kernels import assign, column_moments, combine_moments, distances
-from dkmeans.lloyd import CentroidShift, IterationRecord, fit_lloyd
+from dkmeans.lloyd import CentroidShift, IterationRecord, assign_dataset, lloyd, objective
 
 logger = logging.getLogger("dkmeans")
 
@@ -77,10 +79,18 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     ----------
     n_clusters : int, default 8
         Number of clusters.
-    init : {"random"} or array-like of shape (n_clusters, n_features), default "random"
-        ``"random"``: ``n_clusters`` distinct rows drawn uniformly (proportionally to
-        ``sample_weight`` when given), reproducible from ``random_state`` whatever the
-        chunking. An array gives the initial centroids.
+    init : {"k-means||", "k-means++", "random", "random-partition"} or array-like, default "k-means||"
+        ``"k-means||"``: scalable k-means++ (a fixed ``init_rounds`` passes, about
+        ``oversampling_factor * n_clusters`` candidates per round, then a weighted
+        recluster). ``"k-means++"``: exact greedy k-means++ (``n_clusters + 1`` passes).
+        ``"random"``: distinct rows drawn uniformly (proportionally to ``sample_weight``).
+        ``"random-partition"``: means of a uniformly random partition. An array of shape
+        (n_clusters, n_features) gives the initial centroids. Every strategy gives the same
+        centres for the same ``random_state`` whatever the chunking and worker count.
+    n_init : "auto" or int, default "auto"
+        Number of initialisations (each followed by Lloyd); the run with the lowest
+        objective is kept. ``"auto"``: 10 for ``"random"`` and ``"random-partition"``, 1
+        otherwise (as in scikit-learn).
     max_iter : int, default 300
         Maximum number of Lloyd iterations.
     tol : float, default 1e-4
@@ -89,6 +99,10 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     random_state : int, numpy.random.Generator, RandomState or None
         Seed of the initialisation.
     algorithm : {"lloyd"}, default "lloyd"
+    oversampling_factor : float, default 2.0
+        k-means|| only: expected candidates per round, as a multiple of ``n_clusters``.
+    init_rounds : int, default 5
+        k-means|| only: number of sampling rounds.
     verbose : int, default 0
         Print one line per iteration (objective, centroid shift, time) when > 0.
 
@@ -123,19 +137,25 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         self,
         n_clusters=8,
         *,
-        init="random",
+        init="k-means||",
+        n_init="auto",
         max_iter=300,
         tol=1e-4,
         random_state=None,
         algorithm="lloyd",
+        oversampling_factor=2.0,
+        init_rounds=5,
         verbose=0,
     ):
         self.n_clusters = n_clusters
         self.init = init
+        self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
         self.random_state = random_state
         self.algorithm = algorithm
+        self.oversampling_factor = oversampling_factor
+        self.init_rounds = init_rounds
         self.verbose = verbose
 
     # -- parameters ---------------------------------------------------------------
@@ -153,7 +173,26 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                 )
         elif callable(self.init):
             raise InvalidParameterError("init must be an array of centroids or a strategy name, not a callable")
-        return k, max_iter, tol
+        if isinstance(self.n_init, str):
+            if self.n_init != "auto":
+                raise InvalidParameterError(f"n_init must be 'auto' or an integer >= 1, got {self.n_init!r}")
+            n_init = 10 if (isinstance(self.init, str) and self.init in init_strategies.CHEAP_RANDOM) else 1
+        else:
+            n_init = check_int("n_init", self.n_init, 1)
+        if not isinstance(self.init, str) and n_init > 1:
+            warnings.warn(
+                f"Explicit initial centres passed: performing only one init instead of n_init={n_init}.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            n_init = 1
+        options = InitOptions(
+            oversampling_factor=check_float("oversampling_factor", self.oversampling_factor, 0.0),
+            init_rounds=check_int("init_rounds", self.init_rounds, 1),
+        )
+        if options.oversampling_factor <= 0:
+            raise InvalidParameterError(f"oversampling_factor must be > 0, got {self.oversampling_factor}")
+        return k, max_iter, tol, n_init, options
 
     # -- data ---------------------------------------------------------------------
     def _fit_dataset(self, X, n_workers: int) -> Dataset:
@@ -198,7 +237,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         -------
         self : KMeans
         """
-        k, max_iter, tol = self._check_params()
+        k, max_iter, tol, n_init, options = self._check_params()
         client = get_client()
         n_workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
         dataset = self._fit_dataset(X, n_workers)
@@ -222,25 +261,28 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                     "Input contains NaN or infinity (found in the first pass over the data): "
                     "remove or impute non-finite values before clustering."
                 )
-            if C0 is None:
-                C0 = init_strategies.get_strategy(self.init)(persisted, k, seed)
-            outcome = fit_lloyd(
-                persisted,
-                C0,
-                max_iter=max_iter,
-                stop_rule=CentroidShift(tol * mean_variance, inclusive=True),
-                on_iteration=_progress_printer(sys.stdout) if self.verbose else None,
-            )
+            stop_rule = CentroidShift(tol * mean_variance, inclusive=True)
+            progress = _progress_printer(sys.stdout) if self.verbose else None
+            best = None
+            for run in range(n_init):
+                start = C0 if C0 is not None else init_strategies.get_strategy(self.init)(
+                    persisted, k, derive_seed(seed, run), options
+                )
+                result = lloyd(persisted, start, max_iter=max_iter, stop_rule=stop_rule, on_iteration=progress)
+                score = objective(persisted, result.centroids) if n_init > 1 else 0.0
+                if best is None or score < best[0]:
+                    best = (score, result)
+            result = best[1]
+            labels, inertia = assign_dataset(client, persisted.X, result.centroids, persisted.weights)
         finally:
             persisted.release()
-        run = outcome.result
         # attributes are set only once everything succeeded: no half-fitted estimator
-        self.cluster_centers_ = run.centroids
-        self.labels_ = outcome.labels if dataset.is_dask else outcome.labels.compute()
-        self.inertia_ = outcome.objective
-        self.n_iter_ = run.n_iter
-        self.history_ = [r.as_dict() for r in run.history]
-        self.stop_reason_ = run.stop_reason
+        self.cluster_centers_ = result.centroids
+        self.labels_ = labels if dataset.is_dask else labels.compute()
+        self.inertia_ = inertia
+        self.n_iter_ = result.n_iter
+        self.history_ = [r.as_dict() for r in result.history]
+        self.stop_reason_ = result.stop_reason
         return self
 
     # -- inference ----------------------------------------------------------------

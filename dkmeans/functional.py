@@ -22,6 +22,7 @@ import numpy as np
 
 from dkmeans import init as init_strategies
 from dkmeans._graph import PersistedData
+from dkmeans.init import InitOptions
 from dkmeans._random import resolve_seed
 from dkmeans._validation import (
     as_dataset,
@@ -96,19 +97,24 @@ def _n_workers(client) -> int:
     return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
-def train(desc: Descriptor, data, initial_centroids, *, sample_weight=None, random_state=None) -> TrainResult:
+def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
+          oversampling_factor: float = 2.0, init_rounds: int = 5) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Parameters
     ----------
     desc : Descriptor
     data : array-like, pandas DataFrame, Dask array or Dask DataFrame, shape (n, p)
-    initial_centroids : array-like of shape (cluster_count, p), or str
-        The starting centroids, or the name of an initialisation strategy (``"random"``).
+    initial_centroids : array-like of shape (cluster_count, p), or str, default "k-means||"
+        The starting centroids, or the name of an initialisation strategy:
+        ``"k-means||"``, ``"k-means++"``, ``"random"``, ``"random-partition"``
+        (see :class:`dkmeans.KMeans`). ``None`` means the default strategy.
     sample_weight : array-like or Dask array of shape (n,), optional
         Non-negative weights; the objective and the means are weighted.
     random_state : int, numpy.random.Generator or None
         Seed of a named initialisation strategy.
+    oversampling_factor, init_rounds
+        Options of ``"k-means||"`` (see :class:`dkmeans.KMeans`).
 
     Returns
     -------
@@ -126,6 +132,14 @@ def train(desc: Descriptor, data, initial_centroids, *, sample_weight=None, rand
     client = get_client()
     dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data")
     k = desc.cluster_count
+    options = InitOptions(
+        oversampling_factor=check_float("oversampling_factor", oversampling_factor, 0.0),
+        init_rounds=check_int("init_rounds", init_rounds, 1),
+    )
+    if options.oversampling_factor <= 0:
+        raise InvalidParameterError(f"oversampling_factor must be > 0, got {oversampling_factor}")
+    if initial_centroids is None:
+        initial_centroids = "k-means||"
     if isinstance(initial_centroids, str):
         try:
             strategy = init_strategies.get_strategy(initial_centroids)
@@ -136,8 +150,6 @@ def train(desc: Descriptor, data, initial_centroids, *, sample_weight=None, rand
             ) from None
         C0 = None
         seed = resolve_seed(random_state)
-    elif initial_centroids is None:
-        raise InvalidDataError("initial_centroids is empty: pass a (cluster_count, p) array or a strategy name")
     else:
         C0 = check_centroids(initial_centroids, k, dataset.n_features, desc.dtype, name="initial_centroids")
     if dataset.n_rows is not None:
@@ -147,7 +159,7 @@ def train(desc: Descriptor, data, initial_centroids, *, sample_weight=None, rand
     try:
         check_n_clusters_vs_rows(k, persisted.n_rows, "cluster_count")
         if C0 is None:
-            C0 = strategy(persisted, k, seed)
+            C0 = strategy(persisted, k, seed, options)
         outcome = fit_lloyd(
             persisted, C0, max_iter=desc.max_iteration_count, stop_rule=desc._stop_rule()
         )

@@ -30,6 +30,7 @@ from dkmeans.kernels import (
     combine_top,
     combine_partials,
     farthest_points,
+    objectives,
     update_centroids,
 )
 
@@ -114,7 +115,7 @@ def _check_finite(partials) -> None:
         )
 
 
-def _fill_empty_clusters(data: PersistedData, centroids: np.ndarray, empty: np.ndarray) -> np.ndarray:
+def fill_empty_clusters(data: PersistedData, centroids: np.ndarray, empty: np.ndarray) -> np.ndarray:
     """Move each empty cluster's centroid to a distinct row farthest from the live centroids."""
     m = int(empty.sum())
     live = centroids[~empty].astype(data.dtype)
@@ -173,7 +174,7 @@ def lloyd(
         new, empty = update_centroids(partials, C)
         n_empty = int(empty.sum())
         if n_empty:
-            new = _fill_empty_clusters(data, new, empty)
+            new = fill_empty_clusters(data, new, empty)
         new = new.astype(data.dtype)
         shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
         record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0)
@@ -239,6 +240,23 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     return labels, objective
 
 
+def _objectives_chunk(X, w, offset, center_sets):
+    return objectives(X, w, center_sets)
+
+
+def objective(data: PersistedData, centroids: np.ndarray) -> float:
+    """Weighted objective of the persisted data for ``centroids`` (one pass, O(workers) tasks)."""
+    values = data.map_reduce(_objectives_chunk, _sum_arrays, ([np.asarray(centroids).astype(data.dtype)],))
+    return float(values[0])
+
+
+def _sum_arrays(parts):
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
 @dataclass
 class FitOutcome:
     """A finished Lloyd run: the loop's result plus the final assignment."""
@@ -264,4 +282,5 @@ __all__ = [
     "assign_dataset",
     "fit_lloyd",
     "lloyd",
+    "objective",
 ]

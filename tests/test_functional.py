@@ -136,7 +136,7 @@ def test_named_initialisation_is_reproducible(client, problem):
         (lambda X, C: (np.where(np.arange(len(X))[:, None] == 5, np.inf, X), C), InvalidDataError, "infinity"),
         (lambda X, C: (X, np.where(np.arange(4)[:, None] == 0, np.nan, C)), InvalidDataError, "NaN"),
         (lambda X, C: (X[:, 0], C), InvalidDataError, "2D"),
-        (lambda X, C: (X, None), InvalidDataError, "initial_centroids"),
+        (lambda X, C: (X, C[:0]), InvalidDataError, "initial_centroids"),
         (lambda X, C: (X, "k-means+++"), InvalidParameterError, "unknown strategy"),
         (lambda X, C: (X.astype(complex), C), DataTypeError, "omplex"),
         (lambda X, C: (np.array([["a", "b", "c"]] * 10), C), DKMeansError, "data"),

@@ -60,7 +60,7 @@ def test_tree_reduction_with_many_workers(client, X):
     # Pretend the 10 chunks live on 10 workers (unknown addresses: placement is a hint,
     # allow_other_workers lets the scheduler run them anywhere).
     data._placement = {f"tcp://127.0.0.1:{1000 + i}": [i] for i in range(10)}
-    graph, keys = data.build_pass_graph(partials_chunk, combine_partials, (X[:4],), fan_in=2)
+    graph, keys, _ = data.build_pass_graph(partials_chunk, combine_partials, (X[:4],), fan_in=2)
     layer_names = list(graph.layers)
     assert sum(n.startswith("dkmeans-pass") for n in layer_names) == 10
     # 10 -> 5 -> 3 -> 2 combine tasks, the last two combined on the client
@@ -86,3 +86,30 @@ def test_unknown_chunk_sizes_are_resolved(client, X):
     assert np.isnan(arr.shape[0])
     data = PersistedData(client, arr)
     assert data.n_rows == len(X) and sum(data.chunk_rows) == len(X)
+
+
+def count_and_sum(X, w, offset, state, add):
+    """Stateful chunk function: the state counts passes and accumulates ``add``."""
+    passes, total = state if state is not None else (0, np.zeros(len(X)))
+    total = total + add * X[:, 0]
+    return (passes + 1, total), np.array([passes + 1, total.sum()])
+
+
+def sum_arrays(parts):
+    return np.sum(parts, axis=0) if parts[0].ndim else sum(parts)
+
+
+def test_stateful_pass_keeps_state_on_workers(client, X):
+    data = PersistedData(client, da.from_array(X, chunks=(500, 3)))
+    n_chunks = data.n_chunks
+    result, state = data.map_reduce_stateful(count_and_sum, sum_arrays, (1.0,))
+    np.testing.assert_allclose(result, [n_chunks, X[:, 0].sum()])
+    for expected_passes, add in ((2, 2.0), (3, -0.5)):
+        result, state = data.map_reduce_stateful(count_and_sum, sum_arrays, (add,), state)
+    # each chunk saw three passes; its running total is (1 + 2 - 0.5) * x
+    np.testing.assert_allclose(result, [3 * n_chunks, 2.5 * X[:, 0].sum()])
+    # the state moves with its chunks if placement changes
+    data._placement = {addr: ids for addr, ids in zip(sorted(data.placement()), [list(range(n_chunks)), []])}
+    data._placement = {k: v for k, v in data._placement.items() if v}
+    result, state = data.map_reduce_stateful(count_and_sum, sum_arrays, (0.0,), state)
+    np.testing.assert_allclose(result, [4 * n_chunks, 2.5 * X[:, 0].sum()])

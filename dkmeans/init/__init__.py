@@ -1,20 +1,30 @@
 """Initial centroids: a name -> strategy registry.
 
-A strategy is ``strategy(data, n_clusters, seed) -> ndarray (k, d)`` where ``data`` is a
-:class:`dkmeans._graph.PersistedData` and ``seed`` a resolved 64-bit seed. Every random
-draw that touches rows is keyed by the global row index, so the result does not depend on
-the chunking or the number of workers.
+A strategy is ``strategy(data, n_clusters, seed, options) -> ndarray (k, d)`` where
+``data`` is a :class:`dkmeans._graph.PersistedData`, ``seed`` a resolved 64-bit seed and
+``options`` an :class:`InitOptions`. Every random draw that touches rows is keyed by the
+global row index, so the result does not depend on the chunking or the number of workers.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from dkmeans.init.kmeans_parallel import kmeans_parallel
+from dkmeans.init.kmeans_plusplus import kmeans_plusplus
+from dkmeans.init.options import InitOptions, derive_seed
 from dkmeans.init.random import random_rows
+from dkmeans.init.random_partition import random_partition
 
 STRATEGIES: dict[str, Callable] = {
+    "k-means||": kmeans_parallel,
+    "k-means++": kmeans_plusplus,
     "random": random_rows,
+    "random-partition": random_partition,
 }
+
+#: Strategies that are usually run several times (``n_init="auto"`` -> 10), as in scikit-learn.
+CHEAP_RANDOM = ("random", "random-partition")
 
 
 def get_strategy(name: str) -> Callable:
@@ -22,4 +32,4 @@ def get_strategy(name: str) -> Callable:
     return STRATEGIES[name]
 
 
-__all__ = ["STRATEGIES", "get_strategy", "random_rows"]
+__all__ = ["CHEAP_RANDOM", "STRATEGIES", "InitOptions", "derive_seed", "get_strategy", "random_rows"]

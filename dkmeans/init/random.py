@@ -13,11 +13,11 @@ from dkmeans.kernels import combine_top, random_top_rows
 STREAM = 1
 
 
-def _chunk(X, w, offset, k, seed):
-    return random_top_rows(X, w, offset, k, seed, STREAM)
+def _chunk(X, w, offset, k, seed, stream):
+    return random_top_rows(X, w, offset, k, seed, stream)
 
 
-def random_rows(data, n_clusters: int, seed: int) -> np.ndarray:
+def random_rows(data, n_clusters: int, seed: int, options=None, *, stream: int = STREAM) -> np.ndarray:
     """k distinct rows of ``data`` chosen at random, keyed by global row index.
 
     Parameters
@@ -25,12 +25,16 @@ def random_rows(data, n_clusters: int, seed: int) -> np.ndarray:
     data : PersistedData
     n_clusters : int
     seed : int
+    options : InitOptions, optional
+        Unused (the registry's common signature).
+    stream : int
+        Random stream (other strategies draw their first centre with their own).
 
     Returns
     -------
     ndarray, shape (n_clusters, d), the data's dtype
     """
-    top = data.map_reduce(_chunk, functools.partial(combine_top, m=n_clusters), (n_clusters, seed))
+    top = data.map_reduce(_chunk, functools.partial(combine_top, m=n_clusters), (n_clusters, seed, stream))
     if len(top.index) < n_clusters:
         raise InvalidDataError(
             f"only {len(top.index)} rows have a positive sample_weight, fewer than n_clusters={n_clusters}"

@@ -30,3 +30,32 @@ from dkmeans.kernels.sampling import random_top_rows, uniform_by_index  # noqa: 
 from dkmeans.kernels.stats import Moments, column_moments, combine_moments  # noqa: E402
 
 __all__ += ["Moments", "column_moments", "combine_moments", "random_top_rows", "uniform_by_index"]
+
+from dkmeans.kernels.assign import cluster_sums, select_top  # noqa: E402
+from dkmeans.kernels.seeding import (  # noqa: E402
+    Nearest,
+    TrialPartial,
+    candidate_weights,
+    kpp_trials,
+    objectives,
+    oversample_scores,
+    random_partition_partials,
+    rows_above,
+    sq_distances,
+    update_nearest,
+)
+
+__all__ += [
+    "Nearest",
+    "TrialPartial",
+    "candidate_weights",
+    "cluster_sums",
+    "objectives",
+    "kpp_trials",
+    "oversample_scores",
+    "random_partition_partials",
+    "rows_above",
+    "select_top",
+    "sq_distances",
+    "update_nearest",
+]

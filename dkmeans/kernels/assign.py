@@ -154,25 +154,42 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     n, d = X.shape
     k = C.shape[0]
     labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
-    sums = xp.zeros((k, d), dtype=xp.float64)
     if n == 0:
-        return Partials(sums, xp.zeros(k, dtype=xp.float64), xp.zeros((), dtype=xp.float64))
+        zeros = xp.zeros(k, dtype=xp.float64)
+        return Partials(xp.zeros((k, d), dtype=xp.float64), zeros, xp.zeros((), dtype=xp.float64))
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
-    counts = xp.bincount(labels, weights=w, minlength=k).astype(xp.float64)
+    sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)
     d2 = min_sq.astype(xp.float64)
     objective = xp.sum(d2 if w is None else d2 * w)
-    # Per-cluster sums as a one-hot sparse product: O(n d), no scatter-add.
+    return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
+
+
+def cluster_sums(X, labels, k: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Per-cluster weighted sums and counts of rows with given labels, in float64.
+
+    A one-hot sparse product, tiled over rows: O(n d) work, no scatter-add.
+
+    Returns
+    -------
+    sums : array, shape (k, d), float64
+    counts : array, shape (k,), float64
+    """
+    xp = get_namespace(X)
+    n, d = X.shape
+    sums = xp.zeros((k, d), dtype=xp.float64)
+    if n == 0:
+        return sums, xp.zeros(k, dtype=xp.float64)
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    counts = xp.bincount(labels, weights=w, minlength=k).astype(xp.float64)
     sparse = sparse_namespace(xp)
     row_tile, _ = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
     for i0 in range(0, n, row_tile):
         i1 = min(n, i0 + row_tile)
         m = i1 - i0
         data = xp.ones(m, dtype=xp.float64) if w is None else w[i0:i1]
-        onehot = sparse.csc_matrix(
-            (data, labels[i0:i1], xp.arange(m + 1, dtype=xp.int32)), shape=(k, m)
-        )
+        onehot = sparse.csc_matrix((data, labels[i0:i1], xp.arange(m + 1, dtype=xp.int32)), shape=(k, m))
         sums += onehot @ X[i0:i1].astype(xp.float64)
-    return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
+    return sums, counts
 
 
 def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> TopRows:
@@ -204,12 +221,12 @@ def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_byte
     return TopRows(d2[keep], index[keep], X[keep])
 
 
-def select_top(xp, score, index, m: int):
+def select_top(xp, score, index, m: int, eligible=None):
     """Positions of the ``m`` largest ``score`` (ties: smaller ``index`` first), in that order.
 
-    Entries with a negative score are ineligible.
+    Only entries where ``eligible`` is True are chosen (default: ``score >= 0``).
     """
-    eligible = xp.nonzero(score >= 0)[0]
+    eligible = xp.nonzero(score >= 0 if eligible is None else eligible)[0]
     if eligible.shape[0] == 0 or m <= 0:
         return eligible[:0]
     m = min(m, int(eligible.shape[0]))

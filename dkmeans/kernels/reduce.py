@@ -52,12 +52,14 @@ def update_centroids(partials: Partials, previous):
 
 def combine_top(parts: Sequence[TopRows], m: int) -> TopRows:
     """Merge per-chunk :class:`TopRows` candidates into the global top ``m``."""
-    parts = [p for p in parts if p is not None and p.index.shape[0] > 0]
-    if not parts:
-        raise ValueError("no eligible rows to choose from")
+    nonempty = [p for p in parts if p is not None and p.index.shape[0] > 0]
+    if not nonempty:
+        return next(p for p in parts if p is not None)  # nothing eligible anywhere: an empty TopRows
+    parts = nonempty
     xp = get_namespace(parts[0].score)
     sq = xp.concatenate([p.score for p in parts])
     idx = xp.concatenate([p.index for p in parts])
     rows = xp.concatenate([p.rows for p in parts])
-    keep = select_top(xp, sq, idx, m)
+    # every row in the parts was eligible where it was selected
+    keep = select_top(xp, sq, idx, m, eligible=xp.ones(sq.shape[0], dtype=bool))
     return TopRows(sq[keep], idx[keep], rows[keep])

@@ -1,0 +1,166 @@
+"""``"k-means||"``: scalable k-means++ (Bahmani, Moseley, Vattani, Kumar, Vassilvitskii, 2012).
+
+1. The first candidate is one row drawn uniformly (proportionally to ``sample_weight``).
+2. ``init_rounds`` rounds (fixed, documented, independent of the data's scale): each row is
+   drawn independently with probability ``min(1, l * k * w * d2(x) / phi)``, where ``d2`` is
+   the squared distance to the nearest candidate so far and ``phi = sum(w * d2)``. Each
+   round updates ``d2`` against the new candidates only; ``d2`` stays on the workers. One
+   pass per round: a chunk returns its top rows by ``w d2 / u`` and the threshold
+   ``phi / (l k)`` is applied once ``phi`` is known (an exact extra pass runs only if the
+   cap of ``2 l k + 64`` rows was reached).
+3. One more pass folds in the last round's candidates and weighs each candidate by the
+   (weighted) number of rows nearest to it.
+4. On the client, weighted greedy k-means++ and weighted Lloyd on the candidates give
+   exactly k centres (``recluster_trials`` seeds; the set with the lowest objective on the
+   full data, measured in one pass, wins).
+
+If fewer than k distinct candidates exist (tiny data, or fewer distinct rows than k), the
+missing centres are the rows farthest from the candidates, chosen deterministically, with
+a warning when some must coincide.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+from sklearn.cluster import KMeans as _LocalKMeans
+from sklearn.cluster import kmeans_plusplus
+
+from dkmeans.init.options import InitOptions, derive_seed
+from dkmeans.init.random import random_rows
+from dkmeans.kernels import (
+    TopRows,
+    candidate_weights,
+    combine_top,
+    farthest_points,
+    objectives,
+    oversample_scores,
+    rows_above,
+    update_nearest,
+)
+
+STREAM_FIRST = 2
+STREAM_ROUND = 16
+
+
+class RoundResult(NamedTuple):
+    top: Any  # TopRows
+    phi: Any  # float64 scalar
+
+
+def _combine_round(parts, m):
+    return RoundResult(combine_top([p.top for p in parts], m), sum(p.phi for p in parts))
+
+
+def _round_chunk(X, w, offset, state, new_centers, first_index, seed, stream, m):
+    state = update_nearest(X, state, new_centers, first_index)
+    top, phi = oversample_scores(X, w, offset, state.sq_dist, seed, stream, m)
+    return state, RoundResult(top, phi)
+
+
+def _select_chunk(X, w, offset, state, seed, stream, threshold):
+    return state, rows_above(X, w, offset, state.sq_dist, seed, stream, threshold)
+
+
+def _concat_top(parts):
+    return combine_top(parts, sum(len(p.index) for p in parts))
+
+
+def _weights_chunk(X, w, offset, state, new_centers, first_index, n_candidates):
+    if len(new_centers):
+        state = update_nearest(X, state, new_centers, first_index)
+    return state, candidate_weights(state.index, w, n_candidates)
+
+
+def _sum(parts):
+    return functools.reduce(lambda a, b: a + b, parts)
+
+
+def _objectives_chunk(X, w, offset, center_sets):
+    return objectives(X, w, center_sets)
+
+
+def sample_candidates(data, k: int, seed: int, options: InitOptions):
+    """Steps 1-3: the candidate rows and their weights."""
+    ell = options.oversampling_factor * k
+    cap = int(2 * ell) + 64
+    new = random_rows(data, 1, seed, stream=STREAM_FIRST)
+    candidates, n_before, state = [new], 0, None
+    for r in range(options.init_rounds):
+        stream = STREAM_ROUND + r
+        res, state = data.map_reduce_stateful(
+            _round_chunk, functools.partial(_combine_round, m=cap), (new, n_before, seed, stream, cap), state
+        )
+        n_before += len(new)
+        if res.phi <= 0:  # every row coincides with a candidate
+            new = new[:0]
+            break
+        threshold = res.phi / ell
+        top = res.top
+        if len(top.index) == cap and top.score[-1] > threshold:  # the cap may have cut qualifying rows
+            top, state = data.map_reduce_stateful(_select_chunk, _concat_top, (seed, stream, threshold), state)
+        new = np.asarray(top.rows[top.score > threshold])
+        candidates.append(new)
+    C = np.concatenate(candidates)
+    weights, state = data.map_reduce_stateful(_weights_chunk, _sum, (new, n_before, len(C)), state)
+    del state  # frees the per-row distances on the workers
+    return C, weights
+
+
+def _complete(data, C: np.ndarray, k: int) -> np.ndarray:
+    """Add the rows farthest from ``C`` until there are k centres (deterministic)."""
+    missing = k - len(C)
+    far = farthest_points_all(data, C, missing)
+    if len(far.index) < missing or np.any(far.score <= 0):
+        warnings.warn(
+            f"the data has fewer than n_clusters={k} distinct points; some of the {k} centres coincide",
+            UserWarning,
+            stacklevel=4,
+        )
+    extra = np.asarray(far.rows)
+    while len(C) + len(extra) < k:  # not even k rows with positive weight: repeat centres
+        extra = np.concatenate([extra, C[: k - len(C) - len(extra)]])
+    return np.concatenate([C, extra])[:k]
+
+
+def _farthest_chunk(X, w, offset, C, m):
+    return farthest_points(X, C, m, offset, w)
+
+
+def farthest_points_all(data, C, m) -> TopRows:
+    return data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (C.astype(data.dtype), m))
+
+
+def recluster(C: np.ndarray, weights: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """Weighted greedy k-means++ then weighted Lloyd on the candidates (on the client)."""
+    rs = np.random.RandomState(seed % 2**32)
+    C64 = C.astype(np.float64)
+    start, _ = kmeans_plusplus(C64, k, sample_weight=weights, random_state=rs)
+    local = _LocalKMeans(k, init=start, n_init=1, algorithm="lloyd", max_iter=300, tol=1e-6)
+    return local.fit(C64, sample_weight=weights).cluster_centers_
+
+
+def kmeans_parallel(data, n_clusters: int, seed: int, options: InitOptions | None = None) -> np.ndarray:
+    """k-means|| initial centroids (see the module docstring).
+
+    Returns
+    -------
+    ndarray, shape (n_clusters, d), the data's dtype
+    """
+    options = options or InitOptions()
+    C, weights = sample_candidates(data, n_clusters, seed, options)
+    if len(C) <= n_clusters:
+        return _complete(data, C, n_clusters).astype(data.dtype)
+    keep = weights > 0
+    C, weights = C[keep], weights[keep]
+    if len(C) <= n_clusters:
+        return _complete(data, C, n_clusters).astype(data.dtype)
+    sets = [recluster(C, weights, n_clusters, derive_seed(seed, t)).astype(data.dtype)
+            for t in range(max(1, options.recluster_trials))]
+    if len(sets) == 1:
+        return sets[0]
+    objectives = data.map_reduce(_objectives_chunk, _sum, (sets,))
+    return sets[int(np.argmin(objectives))]

@@ -1,0 +1,33 @@
+"""Options shared by the initialisation strategies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    """Tuning of the seeding strategies.
+
+    Attributes
+    ----------
+    oversampling_factor : float
+        k-means||: ``l``; each round draws each row with probability
+        ``min(1, l * k * d2(x) / phi)`` (about ``l * k`` rows per round).
+    init_rounds : int
+        k-means||: number of sampling rounds (fixed, independent of the data's scale).
+    recluster_trials : int
+        k-means||: weighted k-means++ + Lloyd runs on the candidates (different seeds);
+        the one with the lowest objective on the full data is kept (one pass for all).
+    """
+
+    oversampling_factor: float = 2.0
+    init_rounds: int = 5
+    recluster_trials: int = 3
+
+
+def derive_seed(seed: int, i: int) -> int:
+    """The ``i``-th independent seed derived from ``seed`` (for ``n_init`` repeats and trials)."""
+    return (seed + (i * _GOLDEN)) % 2**64

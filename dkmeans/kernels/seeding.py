@@ -1,0 +1,166 @@
+"""Kernels of the seeding strategies (k-means||, greedy k-means++, random partition).
+
+Pure array functions of one chunk. Random numbers come from
+:func:`dkmeans.kernels.sampling.uniform_by_index`, keyed by global row index, so every
+selection is the same whatever the chunking.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from dkmeans.backend import get_namespace
+from dkmeans.kernels.assign import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
+from dkmeans.kernels.sampling import uniform_by_index
+
+
+class Nearest(NamedTuple):
+    """Per-row state: squared distance to (float64) and index of the nearest candidate."""
+
+    sq_dist: Any
+    index: Any
+
+
+def update_nearest(X, state: Nearest | None, new_centers, first_index: int) -> Nearest:
+    """Fold new candidates (numbered from ``first_index``) into the per-row nearest state."""
+    xp = get_namespace(X)
+    labels, min_sq = assign(X, new_centers)
+    d2 = min_sq.astype(xp.float64)
+    if state is None:
+        return Nearest(d2, labels.astype(xp.int32) + first_index)
+    better = d2 < state.sq_dist
+    return Nearest(xp.where(better, d2, state.sq_dist), xp.where(better, labels + first_index, state.index))
+
+
+def row_index(xp, offset: int, n: int):
+    return xp.arange(offset, offset + n, dtype=xp.int64)
+
+
+def oversample_scores(X, weights, offset: int, d2, seed: int, stream: int, m: int):
+    """k-means|| sampling scores and the chunk's top ``m`` rows by them.
+
+    A row is drawn when ``u < l k w d2 / phi``, i.e. when its score ``w d2 / u`` exceeds
+    ``phi / (l k)``. Scores need no global ``phi``, so a chunk returns its top ``m`` rows
+    and the driver applies the threshold once ``phi`` is known (same pass).
+
+    Returns
+    -------
+    TopRows
+        Rows with ``w d2 > 0`` only (a row at distance 0 is already a candidate).
+    phi : float64 scalar array
+        ``sum(w d2)`` of the chunk.
+    """
+    xp = get_namespace(X)
+    index = row_index(xp, offset, X.shape[0])
+    wd2 = d2 if weights is None else d2 * xp.asarray(weights, dtype=xp.float64)
+    score = wd2 / uniform_by_index(index, seed, stream)
+    keep = select_top(xp, score, index, m, eligible=wd2 > 0)
+    return TopRows(score[keep], index[keep], X[keep]), xp.sum(wd2)
+
+
+def rows_above(X, weights, offset: int, d2, seed: int, stream: int, threshold: float) -> TopRows:
+    """All rows whose k-means|| score exceeds ``threshold`` (the exact fallback)."""
+    xp = get_namespace(X)
+    index = row_index(xp, offset, X.shape[0])
+    wd2 = d2 if weights is None else d2 * xp.asarray(weights, dtype=xp.float64)
+    score = wd2 / uniform_by_index(index, seed, stream)
+    keep = select_top(xp, score, index, X.shape[0], eligible=(wd2 > 0) & (score > threshold))
+    return TopRows(score[keep], index[keep], X[keep])
+
+
+def sq_distances(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Squared distances (n, k) in float64, tiled; for a few centres (k-means++ trials)."""
+    xp = get_namespace(X)
+    n, d = X.shape
+    C64 = xp.asarray(C, dtype=xp.float64)
+    c_sq = xp.sum(C64 * C64, axis=1)
+    out = xp.empty((n, C64.shape[0]), dtype=xp.float64)
+    rows, _ = plan_tiles(n, C64.shape[0], d, 8, scratch_bytes)
+    for i0 in range(0, n, rows):
+        Xt = X[i0 : i0 + rows].astype(xp.float64)
+        block = xp.sum(Xt * Xt, axis=1)[:, None] - 2.0 * (Xt @ C64.T) + c_sq[None, :]
+        out[i0 : i0 + rows] = xp.maximum(block, 0.0)
+    return out
+
+
+def weighted_sample_keys(xp, wd2, u):
+    """Keys whose top ``m`` is a sample without replacement with probability ~ ``wd2``.
+
+    ``log(u) / wd2`` (Efraimidis and Spirakis) in log space, so tiny weights do not
+    underflow; rows with ``wd2 == 0`` are ineligible.
+    """
+    positive = wd2 > 0
+    return xp.where(positive, xp.log(u) / xp.where(positive, wd2, 1.0), -xp.inf), positive
+
+
+class TrialPartial(NamedTuple):
+    """One chunk's contribution to a greedy k-means++ step.
+
+    ``potentials[t]``: ``sum w min(d2, ||x - trial_t||^2)``; ``samples[t]``: the chunk's
+    top rows for the next step's trials if trial ``t`` wins (``None`` entries when no
+    next step is sampled).
+    """
+
+    potentials: Any
+    samples: tuple
+
+
+def kpp_trials(X, weights, offset: int, d2, trials, seed: int, stream: int, n_next: int) -> TrialPartial:
+    """Evaluate k-means++ trial centres on a chunk and sample the next trials for each outcome.
+
+    Parameters
+    ----------
+    d2 : array (n,), float64
+        Squared distance of each row to the centres chosen so far.
+    trials : array (t, d) or None
+        Trial centres to evaluate; ``None`` samples the first trials from ``d2`` only.
+    n_next : int
+        How many next-step trials to sample per outcome (0: none).
+    """
+    xp = get_namespace(X)
+    index = row_index(xp, offset, X.shape[0])
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    u = uniform_by_index(index, seed, stream) if n_next else None
+    if trials is None:
+        outcomes = [d2]
+    else:
+        D = sq_distances(X, trials)
+        outcomes = [xp.minimum(d2, D[:, t]) for t in range(D.shape[1])]
+    potentials, samples = [], []
+    for d2t in outcomes:
+        wd2 = d2t if w is None else d2t * w
+        potentials.append(xp.sum(wd2))
+        if n_next:
+            keys, eligible = weighted_sample_keys(xp, wd2, u)
+            keep = select_top(xp, keys, index, n_next, eligible=eligible)
+            samples.append(TopRows(keys[keep], index[keep], X[keep]))
+        else:
+            samples.append(None)
+    return TrialPartial(xp.stack(potentials), tuple(samples))
+
+
+def random_partition_partials(X, weights, offset: int, k: int, seed: int, stream: int) -> Partials:
+    """Sums and counts when each row joins a uniformly random cluster (keyed by row index)."""
+    xp = get_namespace(X)
+    u = uniform_by_index(row_index(xp, offset, X.shape[0]), seed, stream)
+    labels = xp.minimum((u * k).astype(xp.int32), k - 1)
+    sums, counts = cluster_sums(X, labels, k, weights)
+    return Partials(sums, counts, xp.zeros((), dtype=xp.float64))
+
+
+def candidate_weights(nearest_index, weights, n_candidates: int):
+    """(Weighted) number of rows nearest to each candidate, float64."""
+    xp = get_namespace(nearest_index)
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    return xp.bincount(nearest_index, weights=w, minlength=n_candidates).astype(xp.float64)
+
+
+def objectives(X, weights, center_sets):
+    """Weighted objective of the chunk for each centroid set in ``center_sets``, float64 (len(sets),)."""
+    xp = get_namespace(X)
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    out = []
+    for C in center_sets:
+        d2 = assign(X, xp.asarray(C))[1].astype(xp.float64)
+        out.append(xp.sum(d2 if w is None else d2 * w))
+    return xp.stack(out)

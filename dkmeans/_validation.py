@@ -88,7 +88,7 @@ def data_errors(name: str):
         raise DataTypeError(f"{name}: {exc}") from exc
     except ValueError as exc:
         if "Complex data not supported" in str(exc):
-            raise DataTypeError(f"{name}: complex data is not supported") from None
+            raise InvalidDataError(f"{name}: Complex data not supported; pass real numbers") from None
         raise InvalidDataError(f"{name}: {exc}") from exc
 
 
@@ -122,7 +122,7 @@ def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
         )
     kind = data.dtype.kind
     if kind == "c":
-        raise DataTypeError(f"{name}: complex data is not supported")
+        raise InvalidDataError(f"{name}: Complex data not supported; pass real numbers")
     if kind not in "fiub":
         raise DataTypeError(f"{name}: dtype {data.dtype} is not numeric")
     if data.shape[1] == 0:

@@ -167,7 +167,7 @@ def test_bad_data(client, data):
         KMeans(n_clusters=30).fit(da.from_array(X[:10], chunks=(3, 5)))
     with pytest.raises(InvalidDataError, match="shape"):
         KMeans(n_clusters=7, init=C0[:, :3]).fit(X)
-    with pytest.raises(DataTypeError, match="complex"):
+    with pytest.raises(InvalidDataError, match="Complex data not supported"):
         KMeans(n_clusters=3).fit(X.astype(np.complex128))
     with pytest.raises(InvalidDataError, match="sample_weight"):
         KMeans(n_clusters=3).fit(X, sample_weight=np.ones(5))

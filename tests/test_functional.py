@@ -138,7 +138,7 @@ def test_named_initialisation_is_reproducible(client, problem):
         (lambda X, C: (X[:, 0], C), InvalidDataError, "2D"),
         (lambda X, C: (X, C[:0]), InvalidDataError, "initial_centroids"),
         (lambda X, C: (X, "k-means+++"), InvalidParameterError, "unknown strategy"),
-        (lambda X, C: (X.astype(complex), C), DataTypeError, "omplex"),
+        (lambda X, C: (X.astype(complex), C), InvalidDataError, "Complex data not supported"),
         (lambda X, C: (np.array([["a", "b", "c"]] * 10), C), DKMeansError, "data"),
     ],
 )

@@ -28,7 +28,7 @@ Run
 ---
 From the repository root::
 
-    .venv/bin/python benchmarks/lloyd_core.py                 # small, tall, wide (~10 min on 2 cores)
+    .venv/bin/python benchmarks/lloyd_core.py                 # small, tall, wide (about 2 min on 2 cores)
     .venv/bin/python benchmarks/lloyd_core.py --quick         # smaller n, a smoke run
     .venv/bin/python benchmarks/lloyd_core.py --shapes small tall --repeats 5
 
@@ -292,7 +292,8 @@ def fmt_load(load) -> str:
     return " ".join(f"{x:.2f}" for x in load)
 
 
-def parse_args(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
+    """Command-line options (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES),
                         help="shapes to run (default: all)")
@@ -306,9 +307,11 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
+    """Run the shapes, print the table, write the JSON report."""
     args = parse_args(argv)
     shapes = QUICK_SHAPES if args.quick else SHAPES
     libraries = available_libraries()
+    source = dkmeans_source()  # before the run: the code being timed is already imported
     load_before = os.getloadavg()
     client = start_cluster()
     try:
@@ -328,7 +331,6 @@ def main(argv=None) -> None:
           f"median of {args.repeats} repeats; {N_WORKERS} workers x 1 thread, {os.cpu_count()} CPUs; "
           "peer / dkmeans > 1 means dkmeans is faster")
     print(table)
-    source = dkmeans_source()
     print(f"dkmeans from {source['path']} (commit {source['commit'] or 'unknown'}"
           f"{', with uncommitted changes' if source['modified'] else ''})")
     print(f"load average (1, 5, 15 min) before: {fmt_load(load_before)}, after: {fmt_load(load_after)}")

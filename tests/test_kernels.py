@@ -25,6 +25,13 @@ from dkmeans.kernels import (
 )
 
 
+@pytest.fixture(autouse=True, params=["auto", "xp"])
+def engine(request, monkeypatch):
+    """Every kernel test runs with the compiled NumPy loops and with the namespace code."""
+    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.assign"), "ENGINE", request.param)
+    return request.param
+
+
 def brute_sq(X, C):
     X = np.asarray(X, np.float64)
     C = np.asarray(C, np.float64)

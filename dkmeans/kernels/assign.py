@@ -12,7 +12,21 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from dkmeans.backend import get_namespace, sparse_namespace
+
+try:  # compiled loops for the NumPy path; the namespace code below is the fallback
+    from dkmeans.kernels import _numba as _compiled
+except ImportError:  # pragma: no cover - numba is a dependency, but stay usable without it
+    _compiled = None
+
+#: "auto": compiled loops for NumPy arrays when numba is available; "xp": namespace code only.
+ENGINE = "auto"
+
+
+def _use_compiled(xp) -> bool:
+    return ENGINE == "auto" and _compiled is not None and xp is np
 
 #: Scratch memory one kernel call may use, in bytes (distance tiles, gathered
 #: centroids, float64 copies of a row tile).
@@ -93,6 +107,42 @@ def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
     return best_idx
 
 
+def _nearest_compiled(X, C, c_half_sq, row_tile, block, labels):
+    """Nearest centroid per row: BLAS for ``C_block @ X_tile.T``, a compiled running argmin."""
+    n = X.shape[0]
+    k = C.shape[0]
+    best = np.empty(row_tile, dtype=X.dtype)
+    buf = np.empty(block * row_tile, dtype=X.dtype)
+    for i0 in range(0, n, row_tile):
+        i1 = min(n, i0 + row_tile)
+        m = i1 - i0
+        Xt_T = X[i0:i1].T
+        for j0 in range(0, k, block):
+            j1 = min(k, j0 + block)
+            Dt = buf[: (j1 - j0) * m].reshape(j1 - j0, m)
+            np.matmul(C[j0:j1], Xt_T, out=Dt)
+            _compiled.running_argmin_t(Dt, c_half_sq[j0:j1], j0, best[:m], labels[i0:i1], j0 == 0)
+    return labels
+
+
+def _nearest_labels(xp, X, C, scratch_bytes):
+    """Labels (int32) of the nearest centroid, and whether the compiled path was used."""
+    n, d = X.shape
+    k = C.shape[0]
+    labels = xp.empty(n, dtype=xp.int32)
+    if n == 0:
+        return labels
+    c_half_sq = 0.5 * xp.sum(C * C, axis=1)
+    row_tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
+    if _use_compiled(xp):
+        return _nearest_compiled(np.ascontiguousarray(X), C, c_half_sq, row_tile, block, labels)
+    dist_buf = xp.empty((row_tile, block), dtype=X.dtype)
+    for i0 in range(0, n, row_tile):
+        i1 = min(n, i0 + row_tile)
+        labels[i0:i1] = _nearest_in_tile(xp, X[i0:i1], C, c_half_sq, block, dist_buf)
+    return labels
+
+
 def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     """Nearest centroid of each row and the squared distance to it.
 
@@ -114,21 +164,18 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     """
     xp = get_namespace(X, C)
     n, d = X.shape
-    C = xp.asarray(C, dtype=X.dtype)
-    k = C.shape[0]
-    labels = xp.empty(n, dtype=xp.int32)
+    C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
+    labels = _nearest_labels(xp, X, C, scratch_bytes)
     min_sq = xp.empty(n, dtype=X.dtype)
     if n == 0:
         return labels, min_sq
-    c_half_sq = 0.5 * xp.sum(C * C, axis=1)
-    row_tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
-    dist_buf = xp.empty((row_tile, block), dtype=X.dtype)
+    if _use_compiled(xp):
+        _compiled.exact_sq_dist(np.ascontiguousarray(X), C, labels, min_sq)
+        return labels, min_sq
+    row_tile, _ = plan_tiles(n, C.shape[0], d, X.dtype.itemsize, scratch_bytes)
     for i0 in range(0, n, row_tile):
         i1 = min(n, i0 + row_tile)
-        Xt = X[i0:i1]
-        idx = _nearest_in_tile(xp, Xt, C, c_half_sq, block, dist_buf)
-        labels[i0:i1] = idx
-        diff = Xt - C[idx]
+        diff = X[i0:i1] - C[labels[i0:i1]]
         min_sq[i0:i1] = xp.sum(diff * diff, axis=1)
     return labels, min_sq
 
@@ -153,11 +200,21 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     xp = get_namespace(X, C)
     n, d = X.shape
     k = C.shape[0]
-    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
     if n == 0:
         zeros = xp.zeros(k, dtype=xp.float64)
         return Partials(xp.zeros((k, d), dtype=xp.float64), zeros, xp.zeros((), dtype=xp.float64))
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    if _use_compiled(xp):
+        X = np.ascontiguousarray(X)
+        C = np.ascontiguousarray(np.asarray(C, dtype=X.dtype))
+        labels = _nearest_labels(xp, X, C, scratch_bytes)
+        sums = np.zeros((k, d), dtype=np.float64)
+        counts = np.zeros(k, dtype=np.float64)
+        objective = _compiled.fused_partials(
+            X, C, labels, w if w is not None else np.empty(0), w is not None, sums, counts
+        )
+        return Partials(sums, counts, np.asarray(objective, dtype=np.float64))
+    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
     sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)
     d2 = min_sq.astype(xp.float64)
     objective = xp.sum(d2 if w is None else d2 * w)

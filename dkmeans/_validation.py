@@ -18,6 +18,7 @@ import numpy as np
 from sklearn.utils import check_array
 
 from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
+from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
 
 FLOAT_DTYPES = (np.float64, np.float32)
 #: Target size of one chunk when an in-memory array is split for the cluster.
@@ -63,6 +64,7 @@ class Dataset:
     is_dask: bool
     n_features: int
     n_rows: int | None  # None while a Dask input's row count is unknown
+    frame: object = None  # the Dask DataFrame (selected columns) the array was taken from, if any
 
 
 def _result_dtype(dtype: np.dtype, wanted) -> np.dtype:
@@ -108,11 +110,9 @@ def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
 
 def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
     """A 2-D numeric Dask array (metadata checks only), converted to float32/float64."""
-    if hasattr(data, "to_dask_array"):  # Dask DataFrame
-        non_numeric = [c for c, t in data.dtypes.items() if not (np.issubdtype(t, np.number) or t == bool)]
-        if non_numeric:
-            raise DataTypeError(f"{name}: columns {non_numeric} are not numeric; select numeric columns")
-        data = data.to_dask_array()
+    if is_dask_dataframe(data):
+        # one chunk per partition; unknown lengths are read off the persisted chunks later
+        data = select_columns(data, name=name).to_dask_array()
     if not isinstance(data, da.Array):
         raise DataTypeError(f"{name}: expected an array or DataFrame, got {type(data).__name__}")
     if data.ndim != 2:
@@ -145,12 +145,23 @@ def chunk_local_array(X: np.ndarray, n_workers: int) -> da.Array:
     return da.from_array(X, chunks=(rows, X.shape[1]))
 
 
-def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X") -> Dataset:
-    """Validate any supported input and return it as a row-chunked Dask array."""
+def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=None) -> Dataset:
+    """Validate any supported input and return it as a row-chunked Dask array.
+
+    DataFrames are restricted to ``columns`` (default: all), which must be numeric;
+    ``Dataset.frame`` keeps a Dask DataFrame (restricted) for index-aligned outputs.
+    """
+    frame = None
+    if is_dataframe(data):
+        data = select_columns(data, columns, name)
+        if is_dask_dataframe(data):
+            frame = data
+    elif columns is not None:
+        raise InvalidParameterError(f"columns= selects DataFrame columns, but {name} is a {type(data).__name__}")
     if is_dask_collection(data):
         arr = check_dask_array(data, dtype=dtype, name=name)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
-        return Dataset(arr, True, int(arr.shape[1]), n)
+        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame)
     X = check_local_array(data, dtype=dtype, name=name)
     return Dataset(chunk_local_array(X, n_workers), False, X.shape[1], X.shape[0])
 

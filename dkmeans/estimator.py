@@ -13,7 +13,7 @@ import warnings
 
 import dask.array as da
 import numpy as np
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans import init as init_strategies
@@ -35,6 +35,15 @@ from dkmeans._validation import (
 )
 from dkmeans.cluster import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans.io.dataframe import (
+    check_feature_names,
+    feature_names,
+    is_dask_dataframe,
+    is_dataframe,
+    predict_series,
+    select_columns,
+    transform_frame,
+)
 from dkmeans.kernels import assign, column_moments, combine_moments, distances
 from dkmeans.lloyd import CentroidShift, IterationRecord, assign_dataset, lloyd, objective
 
@@ -72,7 +81,7 @@ def _progress_printer(stream):
     return show
 
 
-class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     """K-means clustering on a Dask cluster (Lloyd's algorithm).
 
     Parameters
@@ -110,8 +119,10 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         In the dtype of the training data (float32 stays float32).
-    labels_ : ndarray or dask.array.Array of shape (n_samples,), int32
-        NumPy for in-memory input; a persisted Dask array for Dask input.
+    labels_ : ndarray, dask.array.Array or dask Series of shape (n_samples,), int32
+        NumPy for in-memory input; a persisted Dask array for a Dask array; a Dask Series
+        on the input's index (same partitions) for a Dask DataFrame, computed lazily
+        from the input's partitions.
     inertia_ : float
         Weighted sum of squared distances to the closest centroid (of ``cluster_centers_``).
     n_iter_ : int
@@ -195,23 +206,36 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         return k, max_iter, tol, n_init, options
 
     # -- data ---------------------------------------------------------------------
-    def _fit_dataset(self, X, n_workers: int) -> Dataset:
+    def _fit_dataset(self, X, client, n_workers: int) -> Dataset:
+        if is_dataframe(X):
+            select_columns(X)  # every column must be numeric: say which are not
         if is_dask_collection(X):
             arr = check_dask_array(X)
             self.n_features_in_ = int(arr.shape[1])
-            if hasattr(X, "columns"):
-                self.feature_names_in_ = np.asarray([str(c) for c in X.columns], dtype=object)
+            if is_dask_dataframe(X) and all(isinstance(c, str) for c in X.columns):
+                self.feature_names_in_ = feature_names(X)
             elif hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
             n = None if np.isnan(arr.shape[0]) else int(arr.shape[0])
-            return Dataset(arr, True, self.n_features_in_, n)
+            return Dataset(arr, True, self.n_features_in_, n, frame=X if is_dask_dataframe(X) else None)
         with data_errors("X"):
             X = validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=True, ensure_min_samples=1)
         return Dataset(chunk_local_array(X, n_workers), False, X.shape[1], X.shape[0])
 
     def _check_test_data(self, X):
-        """Validate predict/transform input; returns a NumPy array or a Dask array."""
+        """Validate predict/transform input: a NumPy array, a Dask array or a Dask DataFrame."""
         check_is_fitted(self, "cluster_centers_")
+        if is_dask_dataframe(X):
+            if hasattr(self, "feature_names_in_"):
+                check_feature_names(X, self.feature_names_in_)
+            X = select_columns(X)
+            if len(X.columns) != self.n_features_in_:
+                raise InvalidDataError(
+                    f"X has {len(X.columns)} features, but KMeans is expecting {self.n_features_in_} features as input."
+                )
+            return X
+        if is_dataframe(X):
+            select_columns(X)
         if is_dask_collection(X):
             arr = check_dask_array(X)
             if arr.shape[1] != self.n_features_in_:
@@ -240,7 +264,7 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         k, max_iter, tol, n_init, options = self._check_params()
         client = get_client()
         n_workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-        dataset = self._fit_dataset(X, n_workers)
+        dataset = self._fit_dataset(X, client, n_workers)
         dtype = dataset.array.dtype
         C0 = None
         if not isinstance(self.init, str):
@@ -278,12 +302,81 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
             persisted.release()
         # attributes are set only once everything succeeded: no half-fitted estimator
         self.cluster_centers_ = result.centroids
+        if dataset.frame is not None:
+            labels = predict_series(dataset.frame, result.centroids)
         self.labels_ = labels if dataset.is_dask else labels.compute()
+        self._n_features_out = result.centroids.shape[0]
         self.inertia_ = inertia
         self.n_iter_ = result.n_iter
         self.history_ = [r.as_dict() for r in result.history]
         self.stop_reason_ = result.stop_reason
         return self
+
+    # -- model files ----------------------------------------------------------------
+    def save(self, path):
+        """Write the fitted model to a safe model file (``.npz`` arrays + JSON, never pickle).
+
+        The file holds the centroids, the parameters, feature names, dtype, objective,
+        iteration count and history; not the training labels.
+
+        Returns
+        -------
+        pathlib.Path
+        """
+        from dkmeans.io.model_file import save_model
+        from dkmeans.model import Model
+
+        check_is_fitted(self, "cluster_centers_")
+        params = self.get_params()
+        if not isinstance(params["init"], str):
+            params["init"] = "array"
+        if not isinstance(params["random_state"], (int, type(None))):
+            params["random_state"] = None
+        meta = {
+            "estimator": "dkmeans.KMeans",
+            "params": params,
+            "n_features_in": int(self.n_features_in_),
+            "feature_names": [str(c) for c in self.feature_names_in_] if hasattr(self, "feature_names_in_") else None,
+            "objective": float(self.inertia_),
+            "iteration_count": int(self.n_iter_),
+            "stop_reason": self.stop_reason_,
+            "history": self.history_,
+        }
+        return save_model(path, Model(self.cluster_centers_), meta)
+
+    @classmethod
+    def load(cls, path) -> "KMeans":
+        """A fitted :class:`KMeans` read from a file written by :meth:`save`.
+
+        Raises
+        ------
+        dkmeans.io.ModelFileError
+            The file is missing, damaged, altered, pickled or of another version.
+        """
+        from dkmeans.io.model_file import ModelFileError, load_model
+
+        model, meta = load_model(path)
+        if meta.get("estimator") != "dkmeans.KMeans" or not isinstance(meta.get("params"), dict):
+            raise ModelFileError(f"{path}: not a saved dkmeans.KMeans (use dkmeans.io.load_model)")
+        params = dict(meta["params"])
+        if params.get("init") == "array":
+            params["init"] = model.centroids
+        try:
+            est = cls(**params)
+        except TypeError as exc:
+            raise ModelFileError(f"{path}: parameters do not fit this dkmeans version ({exc})") from None
+        est.cluster_centers_ = model.centroids
+        est.n_features_in_ = int(meta.get("n_features_in", model.centroids.shape[1]))
+        if est.n_features_in_ != model.centroids.shape[1]:
+            raise ModelFileError(f"{path}: n_features_in does not match the centroids")
+        if meta.get("feature_names"):
+            est.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
+        est.inertia_ = float(meta.get("objective", np.nan))
+        est.n_iter_ = int(meta.get("iteration_count", 0))
+        est.history_ = list(meta.get("history") or [])
+        est.stop_reason_ = meta.get("stop_reason")
+        est._n_features_out = model.centroids.shape[0]
+        return est
 
     # -- inference ----------------------------------------------------------------
     def predict(self, X):
@@ -295,14 +388,22 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """
         X = self._check_test_data(X)
         C = self.cluster_centers_
+        if is_dask_dataframe(X):
+            return predict_series(X, C)
         if isinstance(X, da.Array):
             return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1, meta=np.empty((0,), np.int32))
         return assign(X, C)[0]
 
     def transform(self, X):
-        """Euclidean distances to every cluster centre, shape (n_samples, n_clusters)."""
+        """Euclidean distances to every cluster centre, shape (n_samples, n_clusters).
+
+        A Dask DataFrame in gives a Dask DataFrame out, with columns
+        ``get_feature_names_out()`` and the input's index.
+        """
         X = self._check_test_data(X)
         C = self.cluster_centers_
+        if is_dask_dataframe(X):
+            return transform_frame(X, C, self.get_feature_names_out())
         if isinstance(X, da.Array):
             return X.map_blocks(
                 _distances_block, C, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
@@ -318,6 +419,8 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
         """Opposite of the (weighted) objective of ``X`` for the fitted centres."""
         X = self._check_test_data(X)
         C = self.cluster_centers_
+        if is_dask_dataframe(X):
+            X = X.to_dask_array(lengths=sample_weight is not None)
         if isinstance(X, da.Array):
             d2 = X.map_blocks(_sq_dist_block, C, dtype=np.float64, drop_axis=1)
             if sample_weight is not None:

@@ -23,6 +23,7 @@ import numpy as np
 from dkmeans import init as init_strategies
 from dkmeans._graph import PersistedData
 from dkmeans.init import InitOptions
+from dkmeans.io.dataframe import predict_series
 from dkmeans._random import resolve_seed
 from dkmeans._validation import (
     as_dataset,
@@ -98,7 +99,7 @@ def _n_workers(client) -> int:
 
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
-          oversampling_factor: float = 2.0, init_rounds: int = 5) -> TrainResult:
+          oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Parameters
@@ -115,11 +116,14 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         Seed of a named initialisation strategy.
     oversampling_factor, init_rounds
         Options of ``"k-means||"`` (see :class:`dkmeans.KMeans`).
+    columns : list of str, optional
+        For DataFrame input: the (numeric) columns to cluster on (default: all).
 
     Returns
     -------
     TrainResult
-        ``labels`` is NumPy for in-memory data and a persisted Dask array for Dask data;
+        ``labels`` is NumPy for in-memory data, a persisted Dask array for a Dask array,
+        and a lazy Dask Series on the input's index and partitions for a Dask DataFrame;
         ``objective_function_value`` and ``labels`` are what :func:`infer` returns for
         ``model`` on the same data.
 
@@ -130,7 +134,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     """
     desc = _check_descriptor(desc)
     client = get_client()
-    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data")
+    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns)
     k = desc.cluster_count
     options = InitOptions(
         oversampling_factor=check_float("oversampling_factor", oversampling_factor, 0.0),
@@ -167,6 +171,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         persisted.release()
     labels = outcome.labels if dataset.is_dask else outcome.labels.compute()
     run = outcome.result
+    if dataset.frame is not None:
+        labels = predict_series(dataset.frame, run.centroids)
     return TrainResult(
         model=Model(run.centroids),
         labels=labels,
@@ -178,7 +184,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     )
 
 
-def infer(desc: Descriptor, model: Model, data) -> InferResult:
+def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
     """Assign data to the nearest centroid of a model (oneDAL ``infer``).
 
     Parameters
@@ -187,6 +193,8 @@ def infer(desc: Descriptor, model: Model, data) -> InferResult:
         ``desc.cluster_count`` must equal ``model.cluster_count``.
     model : Model
     data : array-like, pandas DataFrame, Dask array or Dask DataFrame, shape (m, p)
+    columns : list of str, optional
+        For DataFrame input: the (numeric) columns to use (default: all).
 
     Returns
     -------
@@ -202,10 +210,13 @@ def infer(desc: Descriptor, model: Model, data) -> InferResult:
             f"model has {model.cluster_count} centroids but desc.cluster_count is {desc.cluster_count}"
         )
     client = get_client()
-    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data")
+    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns)
     if model.centroids.shape[1] != dataset.n_features:
         raise InvalidDataError(
             f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
         )
-    labels, objective = assign_dataset(client, dataset.array, model.centroids, gather=not dataset.is_dask)
+    array = dataset.array
+    labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask)
+    if dataset.frame is not None:
+        labels = predict_series(dataset.frame, model.centroids.astype(array.dtype))
     return InferResult(labels=labels, objective_function_value=objective)

@@ -1,0 +1,75 @@
+"""Reading Parquet and CSV into Dask DataFrames, writing labelled Parquet.
+
+Paths may be local or any fsspec URL Dask understands (``s3://...`` with s3fs installed).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+from dkmeans.errors import InvalidDataError, InvalidParameterError
+
+FORMATS = ("parquet", "csv")
+
+
+def detect_format(path: str) -> str:
+    """``"parquet"`` or ``"csv"`` from a path, directory or glob."""
+    p = str(path).rstrip("/")
+    lower = p.lower()
+    if lower.endswith((".csv", ".csv.gz", ".tsv")) or lower.endswith("*.csv"):
+        return "csv"
+    if lower.endswith((".parquet", ".pq")) or lower.endswith("*.parquet"):
+        return "parquet"
+    if "://" not in p and os.path.isdir(p):
+        names = os.listdir(p)
+        if any(n.endswith(".csv") for n in names) and not any(n.endswith((".parquet", ".pq")) for n in names):
+            return "csv"
+        return "parquet"
+    raise InvalidParameterError(f"cannot tell the format of {path!r}: name a .parquet/.csv file, directory or glob")
+
+
+def _check_local_exists(path: str) -> None:
+    if "://" in path:
+        return
+    if any(ch in path for ch in "*?["):
+        if not glob.glob(path):
+            raise InvalidDataError(f"no file matches {path!r}")
+    elif not os.path.exists(path):
+        raise InvalidDataError(f"input {path!r} does not exist")
+
+
+def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB"):
+    """Read Parquet (file, directory or glob, with pyarrow) or CSV into a Dask DataFrame.
+
+    Parameters
+    ----------
+    path : str or Path
+    columns : list of str, optional
+        Read only these columns (Parquet reads nothing else from disk).
+    fmt : {"parquet", "csv"}, optional
+        Default: from the path.
+    blocksize : str
+        CSV partition size.
+    """
+    import dask.dataframe as dd
+
+    path = str(path)
+    _check_local_exists(path)
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise InvalidParameterError(f"format must be one of {FORMATS}, got {fmt!r}")
+    try:
+        if fmt == "parquet":
+            return dd.read_parquet(path, columns=list(columns) if columns else None, engine="pyarrow")
+        df = dd.read_csv(path, blocksize=blocksize)
+        return df[list(columns)] if columns else df
+    except (ValueError, KeyError) as exc:
+        raise InvalidDataError(f"cannot read {path!r}: {exc}") from exc
+
+
+def write_parquet(df, path, overwrite: bool = True) -> Path:
+    """Write a Dask DataFrame as a Parquet directory, one file per partition (pyarrow)."""
+    df.to_parquet(str(path), engine="pyarrow", write_index=True, overwrite=overwrite)
+    return Path(path)

@@ -1,6 +1,7 @@
-"""Command line: ``dkmeans demo`` (and ``python -m dkmeans demo``).
+"""Command line: ``dkmeans fit | predict | evaluate | demo`` (also ``python -m dkmeans``).
 
-Every user error ends with exit status 2 and one line on stderr.
+Every user error ends with exit status 2 and one line on stderr. Progress goes to stdout,
+one line per iteration, unless ``--quiet``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,139 @@ import numpy as np
 
 from dkmeans._validation import check_int, check_n_clusters_vs_rows
 from dkmeans.cluster import close_embedded_cluster
-from dkmeans.errors import DKMeansError
+from dkmeans.errors import DKMeansError, InvalidParameterError
+from dkmeans.io.dataframe import select_columns
+
+logger = logging.getLogger("dkmeans")
+
+
+# -- the cluster -------------------------------------------------------------------
+def connect(args):
+    """The client the command runs on: ``--scheduler``, ``--local``/``--gpu``, or the embedded one."""
+    import distributed
+
+    from dkmeans.cluster import get_client, start_local_cluster
+
+    if getattr(args, "scheduler", None):
+        security = None
+        if args.tls_ca_file or args.tls_cert or args.tls_key:
+            from distributed.security import Security
+
+            security = Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
+                                tls_client_key=args.tls_key, require_encryption=True)
+        try:
+            return distributed.Client(args.scheduler, timeout=args.connect_timeout, security=security)
+        except (OSError, TimeoutError) as exc:
+            raise DKMeansError(f"cannot reach the scheduler at {args.scheduler}: {exc}") from None
+    if getattr(args, "gpu", False):
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            raise DKMeansError("--gpu needs dask-cuda and CuPy: pip install 'dkmeans[gpu]'") from None
+        return distributed.Client(LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0"))
+    if getattr(args, "local", False) or getattr(args, "workers", None):
+        return start_local_cluster(n_workers=args.workers)
+    return get_client()
+
+
+def _numeric_columns(df, columns):
+    """``--columns`` as given, or every numeric column (saying which others were left out)."""
+    import pandas as pd
+
+    if columns:
+        return list(columns)
+    numeric = [c for c, t in df.dtypes.items() if pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t)]
+    skipped = [c for c in df.columns if c not in numeric]
+    if not numeric:
+        raise InvalidParameterError("the input has no numeric column; name columns with --columns")
+    if skipped:
+        print(f"using numeric columns {numeric}; leaving out {skipped} (choose with --columns)")
+    return numeric
+
+
+# -- commands ----------------------------------------------------------------------
+def _fit(args) -> int:
+    from dkmeans import KMeans
+    from dkmeans.io.files import read_table
+
+    check_int("-k", args.k, 1)
+    connect(args)
+    df = read_table(args.input)
+    columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
+    X = select_columns(df, columns, name=str(args.input))
+    t0 = time.perf_counter()
+    km = KMeans(n_clusters=args.k, init=args.init, n_init=args.n_init, max_iter=args.max_iter, tol=args.tol,
+                random_state=args.random_state, verbose=0 if args.quiet else 1)
+    km.fit(X)
+    seconds = time.perf_counter() - t0
+    path = km.save(args.model)
+    print(f"fitted k={args.k} on {len(columns)} columns in {seconds:.2f} s: {km.n_iter_} iterations "
+          f"(stopped by {km.stop_reason_}), objective {km.inertia_:.6e}")
+    print(f"model written to {path}")
+    if args.plot:
+        _write_plot(args.plot, km, X)
+    return 0
+
+
+def _write_plot(path, km, X):
+    from dkmeans.plot import save_fit_plot
+
+    sample = X.sample(frac=min(1.0, 20_000 / max(1, len(X))), random_state=0).compute()
+    save_fit_plot(path, km.history_, sample.to_numpy(), km.predict(sample), km.cluster_centers_)
+    print(f"plot written to {path}")
+
+
+def _predict(args) -> int:
+    from dkmeans import KMeans
+    from dkmeans.io.files import read_table, write_parquet
+
+    km = KMeans.load(args.model)
+    connect(args)
+    df = read_table(args.input)
+    features = list(getattr(km, "feature_names_in_", []))
+    if not features:
+        raise InvalidParameterError("the model has no feature names; it was not fitted on named columns")
+    missing = [c for c in features if c not in df.columns]
+    if missing:
+        raise InvalidParameterError(f"the input lacks the model's columns {missing}")
+    if args.label_column in df.columns:
+        raise InvalidParameterError(f"the input already has a column {args.label_column!r}; choose --label-column")
+    out = df.assign(**{args.label_column: km.predict(df[features])})
+    path = write_parquet(out, args.output)
+    print(f"labels of {df.npartitions} partition(s) written to {path} (column {args.label_column!r})")
+    return 0
+
+
+def _evaluate(args) -> int:
+    from dkmeans import KMeans, metrics
+    from dkmeans.io.files import read_table
+
+    km = KMeans.load(args.model)
+    connect(args)
+    df = read_table(args.input)
+    features = list(km.feature_names_in_)
+    X = df[features]
+    objective = -km.score(X)
+    print(f"objective (sum of squared distances): {objective:.6e}")
+    print(f"rows: {len(df)}")
+    if args.truth_column:
+        if args.truth_column not in df.columns:
+            raise InvalidParameterError(f"truth column {args.truth_column!r} not found in the input")
+        # two integer columns come back to the client (the data stays on the cluster)
+        pair = df[[args.truth_column]].assign(cluster=km.predict(X)).compute()
+        truth, labels = pair[args.truth_column].to_numpy(), pair["cluster"].to_numpy()
+        truth_means = df.groupby(args.truth_column)[features].mean().compute().to_numpy()
+        print(f"accuracy (Hungarian matching): {metrics.accuracy(truth, labels):.4f}")
+        print(f"adjusted Rand index: {metrics.adjusted_rand_index(truth, labels):.4f}")
+        print(f"centroid index vs the truth's class means: {metrics.centroid_index(km.cluster_centers_, truth_means)}")
+    return 0
 
 
 def _demo(args) -> int:
     import dask.dataframe as dd
     from sklearn.metrics import adjusted_rand_score
 
-    from dkmeans import KMeans, Model, get_client
-    from dkmeans.io import save_model
+    from dkmeans import KMeans
     from dkmeans.lloyd import assign_dataset
     from dkmeans.testing import make_blobs_dask
 
@@ -33,7 +158,7 @@ def _demo(args) -> int:
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    client = get_client()
+    client = connect(args)
     workers = client.scheduler_info(n_workers=-1)["workers"]
     print(f"dkmeans demo: Dask cluster with {len(workers)} worker(s), "
           f"{sum(w['nthreads'] for w in workers.values())} thread(s); dashboard {client.dashboard_link}")
@@ -44,8 +169,8 @@ def _demo(args) -> int:
           f"generated on the workers in {X.numblocks[0]} chunks; k = {args.k}")
 
     t_fit = time.perf_counter()
-    km = KMeans(n_clusters=args.k, init="random", max_iter=args.max_iter, tol=args.tol,
-                random_state=args.seed, verbose=1).fit(X)
+    km = KMeans(n_clusters=args.k, max_iter=args.max_iter, tol=args.tol, random_state=args.seed,
+                verbose=0 if args.quiet else 1).fit(X)
     fit_seconds = time.perf_counter() - t_fit
     per_iter = [h["seconds"] for h in km.history_]
 
@@ -53,16 +178,21 @@ def _demo(args) -> int:
     truth_labels, truth_objective = assign_dataset(client, X, true_centers.astype(np.float32))
     ari = adjusted_rand_score(truth_labels.compute(), km.labels_.compute())
 
-    model_path = save_model(out_dir / "model.npz", Model(km.cluster_centers_), {
-        "params": {k: v for k, v in km.get_params().items() if k != "init"} | {"init": "random"},
-        "objective": km.inertia_, "iteration_count": km.n_iter_, "history": km.history_,
-        "stop_reason": km.stop_reason_,
-    })
+    model_path = km.save(out_dir / "model.npz")
     labels_path = out_dir / "labels.parquet"
     dd.from_dask_array(km.labels_, columns="cluster").to_frame().to_parquet(labels_path, write_index=False)
+    plot_path = out_dir / "fit.png"
+    try:
+        from dkmeans.plot import save_fit_plot
+
+        sample = X[:: max(1, args.n_samples // 20_000)].compute()
+        save_fit_plot(plot_path, km.history_, sample, km.predict(sample), km.cluster_centers_)
+    except DKMeansError as exc:  # matplotlib missing
+        plot_path = f"(no plot: {exc})"
 
     print()
     print("summary")
+    print(f"  initialisation      k-means|| (5 rounds, oversampling 2), random_state={args.seed}")
     print(f"  iterations          {km.n_iter_} (stopped by: {km.stop_reason_})")
     print(f"  objective           {km.inertia_:.6e}  ({km.inertia_ / truth_objective:.4f} x the objective "
           f"at the generating centres)")
@@ -71,12 +201,58 @@ def _demo(args) -> int:
           f"(run {time.perf_counter() - t_start:.2f} s)")
     print(f"  model               {model_path}")
     print(f"  labels              {labels_path}  (Parquet, column 'cluster', {args.n_samples:,} rows)")
+    print(f"  plot                {plot_path}")
     return 0
+
+
+# -- parser ------------------------------------------------------------------------
+def _cluster_options(p):
+    g = p.add_argument_group("cluster (default: an embedded local cluster, one worker per core)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="connect to a running Dask scheduler")
+    g.add_argument("--local", action="store_true", help="start a local cluster")
+    g.add_argument("--workers", type=int, help="worker processes of the local cluster")
+    g.add_argument("--gpu", action="store_true", help="start a LocalCUDACluster (dask-cuda), one worker per GPU")
+    g.add_argument("--connect-timeout", default="10s", help="how long to wait for --scheduler")
+    g.add_argument("--tls-ca-file", help="TLS: CA certificate of the scheduler")
+    g.add_argument("--tls-cert", help="TLS: client certificate")
+    g.add_argument("--tls-key", help="TLS: client key")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dkmeans", description="Distributed k-means clustering on Dask.")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    fit = sub.add_parser("fit", help="fit k-means on Parquet/CSV and write a model file")
+    fit.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
+    fit.add_argument("-k", type=int, required=True, help="number of clusters")
+    fit.add_argument("--model", required=True, help="model file to write (.npz)")
+    fit.add_argument("--columns", nargs="+", help="columns to cluster on (default: all numeric columns)")
+    fit.add_argument("--exclude", nargs="+", help="columns to leave out (e.g. known labels or ids)")
+    fit.add_argument("--init", default="k-means||", choices=["k-means||", "k-means++", "random", "random-partition"])
+    fit.add_argument("--n-init", type=int, default=1)
+    fit.add_argument("--max-iter", type=int, default=300)
+    fit.add_argument("--tol", type=float, default=1e-4)
+    fit.add_argument("--random-state", type=int, default=None)
+    fit.add_argument("--plot", help="write the objective history and a 2-D view of the clusters (PNG)")
+    fit.add_argument("--quiet", action="store_true", help="no per-iteration progress")
+    _cluster_options(fit)
+    fit.set_defaults(handler=_fit)
+
+    predict = sub.add_parser("predict", help="label Parquet/CSV rows with a model; write Parquet")
+    predict.add_argument("model")
+    predict.add_argument("input")
+    predict.add_argument("--output", required=True, help="Parquet directory to write (one file per input partition)")
+    predict.add_argument("--label-column", default="cluster")
+    _cluster_options(predict)
+    predict.set_defaults(handler=_predict)
+
+    evaluate = sub.add_parser("evaluate", help="objective of a model on data; with known labels, accuracy, CI, ARI")
+    evaluate.add_argument("model")
+    evaluate.add_argument("input")
+    evaluate.add_argument("--truth-column", help="column of known class labels")
+    _cluster_options(evaluate)
+    evaluate.set_defaults(handler=_evaluate)
+
     demo = sub.add_parser("demo", help="cluster a few million generated points on a local Dask cluster")
     demo.add_argument("--n-samples", type=int, default=3_000_000)
     demo.add_argument("--n-features", type=int, default=8)
@@ -86,7 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-iter", type=int, default=100)
     demo.add_argument("--tol", type=float, default=1e-4)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--output", default="dkmeans-demo-output", help="folder for the model and labels")
+    demo.add_argument("--output", default="dkmeans-demo-output", help="folder for the model, labels and plot")
+    demo.add_argument("--quiet", action="store_true")
+    _cluster_options(demo)
     demo.set_defaults(handler=_demo)
     return parser
 
@@ -99,7 +277,7 @@ def main(argv=None) -> int:
     try:
         return args.handler(args)
     except (DKMeansError, OSError) as exc:
-        print(f"dkmeans: error: {exc}", file=sys.stderr)
+        print(f"dkmeans: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dkmeans: interrupted", file=sys.stderr)

@@ -420,7 +420,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         X = self._check_test_data(X)
         C = self.cluster_centers_
         if is_dask_dataframe(X):
-            X = X.to_dask_array(lengths=sample_weight is not None)
+            X = X.to_dask_array(lengths=True if sample_weight is not None else None)
         if isinstance(X, da.Array):
             d2 = X.map_blocks(_sq_dist_block, C, dtype=np.float64, drop_axis=1)
             if sample_weight is not None:

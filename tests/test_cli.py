@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dkmeans import KMeans
 from dkmeans.io import ModelFileError, load_model, save_model
 from dkmeans.model import Model
 
@@ -20,6 +21,7 @@ def test_demo_small(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "iteration    1" in res.stdout and "summary" in res.stdout
+    assert (out_dir / "fit.png").exists()
     model, meta = load_model(out_dir / "model.npz")
     assert model.centroids.shape == (5, 8) and meta["iteration_count"] >= 1
     labels = pd.read_parquet(out_dir / "labels.parquet")
@@ -49,3 +51,79 @@ def test_model_file_round_trip_and_damage(tmp_path):
         load_model(tmp_path / "pickled.npz")
     with pytest.raises(ModelFileError, match="does not exist"):
         load_model(tmp_path / "missing.npz")
+
+
+def run_cli(*args, cwd=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "dkmeans", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory):
+    from dkmeans.testing import make_blobs
+
+    root = tmp_path_factory.mktemp("cli")
+    X, truth, _ = make_blobs(6000, 2, 4, spread=0.8, seed=3)
+    df = pd.DataFrame(X, columns=["a", "b"])
+    df["truth"] = truth
+    df["id"] = [f"row{i}" for i in range(len(df))]
+    (root / "data").mkdir()
+    df.iloc[:2500].to_parquet(root / "data" / "part0.parquet")
+    df.iloc[2500:].to_parquet(root / "data" / "part1.parquet")
+    df.to_csv(root / "data.csv", index=False)
+    return root, df
+
+
+def test_fit_predict_evaluate(parquet_dir):
+    root, df = parquet_dir
+    res = run_cli("fit", root / "data", "-k", 4, "--exclude", "truth", "--model", root / "m.npz",
+                  "--random-state", 0, "--workers", 1, "--plot", root / "fit.png")
+    assert res.returncode == 0, res.stderr
+    assert "leaving out ['id']" in res.stdout and "iteration    1" in res.stdout
+    assert (root / "fit.png").stat().st_size > 10_000
+    km = KMeans.load(root / "m.npz")
+    assert list(km.feature_names_in_) == ["a", "b"]
+    res = run_cli("predict", root / "m.npz", root / "data", "--output", root / "out", "--workers", 1)
+    assert res.returncode == 0, res.stderr
+    out = pd.read_parquet(root / "out")
+    assert len(list((root / "out").glob("*.parquet"))) == 2
+    np.testing.assert_array_equal(out["cluster"].to_numpy(), km.predict(df[["a", "b"]]))
+    assert (out["id"].to_numpy() == df["id"].to_numpy()).all()
+    res = run_cli("evaluate", root / "m.npz", root / "data.csv", "--truth-column", "truth", "--workers", 1)
+    assert res.returncode == 0, res.stderr
+    from sklearn.metrics import adjusted_rand_score
+
+    from dkmeans import metrics
+
+    labels = km.predict(df[["a", "b"]])
+    assert f"accuracy (Hungarian matching): {metrics.accuracy(df['truth'], labels):.4f}" in res.stdout
+    assert f"adjusted Rand index: {adjusted_rand_score(df['truth'], labels):.4f}" in res.stdout
+    assert "centroid index vs the truth's class means: 0" in res.stdout
+    assert f"objective (sum of squared distances): {-km.score(df[['a', 'b']]):.6e}" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["fit", "{root}/nothing", "-k", "3", "--model", "{root}/x.npz"], "does not exist"),
+        (["fit", "{root}/data", "-k", "3", "--columns", "a", "nope", "--model", "{root}/x.npz"], "['nope'] not found"),
+        (["fit", "{root}/data", "-k", "0", "--model", "{root}/x.npz"], "-k must be an integer >= 1"),
+        (["fit", "{root}/data", "-k", "3", "--columns", "id", "--model", "{root}/x.npz"], "not numeric"),
+        (["fit", "{root}/data", "-k", "3", "--model", "{root}/x.npz", "--scheduler", "tcp://127.0.0.1:9",
+          "--connect-timeout", "1s"], "cannot reach the scheduler"),
+        (["predict", "{root}/missing.npz", "{root}/data", "--output", "{root}/o"], "does not exist"),
+        (["evaluate", "{root}/data.csv", "{root}/data"], "not a dkmeans model file"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(parquet_dir, args, fragment):
+    root, _ = parquet_dir
+    res = run_cli(*[a.format(root=root) for a in args], "--workers", "1")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.strip().count("\n") == 0
+    assert fragment in res.stderr
+
+
+def test_every_command_has_help():
+    for cmd in ("fit", "predict", "evaluate", "demo"):
+        res = run_cli(cmd, "--help")
+        assert res.returncode == 0 and "usage: dkmeans" in res.stdout

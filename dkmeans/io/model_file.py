@@ -95,6 +95,10 @@ def load_model(path) -> tuple[Model, dict]:
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"model file {str(path)!r} does not exist")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"PK\x03\x04":  # every .npz is a zip archive
+        raise ModelFileError(f"{path}: not a dkmeans model file (not an .npz archive)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             names = set(archive.files)

@@ -1,0 +1,81 @@
+"""Plots of a fit (matplotlib, an optional dependency: ``pip install 'dkmeans[plot]'``).
+
+:func:`plot_history` draws the objective per iteration; :func:`plot_clusters` draws 2-D
+data (or a 2-D projection on the first two principal axes) coloured by cluster, with the
+centroids; :func:`save_fit_plot` writes both side by side to a PNG.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dkmeans.errors import DKMeansError
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise DKMeansError("plots need matplotlib: pip install 'dkmeans[plot]'") from exc
+    return plt
+
+
+def _projection(X, centroids):
+    """2-D coordinates of X and the centroids: the data itself, or its first two principal axes."""
+    X = np.asarray(X, dtype=np.float64)
+    C = np.asarray(centroids, dtype=np.float64)
+    if X.shape[1] <= 2:
+        pad = lambda A: np.hstack([A, np.zeros((A.shape[0], 2 - A.shape[1]))])  # noqa: E731
+        return pad(X), pad(C), ("feature 0", "feature 1")
+    mean = X.mean(axis=0)
+    _, _, vt = np.linalg.svd(X - mean, full_matrices=False)
+    axes = vt[:2].T
+    return (X - mean) @ axes, (C - mean) @ axes, ("principal axis 1", "principal axis 2")
+
+
+def plot_history(history, ax=None):
+    """Objective per iteration (log scale) from ``KMeans.history_`` or ``TrainResult.history``."""
+    plt = _pyplot()
+    ax = ax or plt.gca()
+    rows = [h if isinstance(h, dict) else h.as_dict() for h in history]
+    ax.plot([r["iteration"] for r in rows], [r["objective"] for r in rows], marker="o")
+    ax.set_yscale("log")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("objective (sum of squared distances)")
+    ax.set_title("objective per iteration")
+    return ax
+
+
+def plot_clusters(X, labels, centroids, ax=None, max_points: int = 20_000, seed: int = 0):
+    """Rows coloured by cluster (a random sample of at most ``max_points``) and the centroids."""
+    plt = _pyplot()
+    ax = ax or plt.gca()
+    X = np.asarray(X)
+    labels = np.asarray(labels)
+    if len(X) > max_points:
+        keep = np.random.default_rng(seed).choice(len(X), max_points, replace=False)
+        X, labels = X[keep], labels[keep]
+    P, Q, names = _projection(X, centroids)
+    ax.scatter(P[:, 0], P[:, 1], c=labels, s=2, cmap="tab20", alpha=0.5)
+    ax.scatter(Q[:, 0], Q[:, 1], c="black", marker="x", s=80, label="centroids")
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[1])
+    ax.set_title(f"{len(Q)} clusters")
+    ax.legend(loc="best")
+    return ax
+
+
+def save_fit_plot(path, history, X_sample, labels_sample, centroids):
+    """Write the objective history and the clusters side by side to ``path`` (PNG)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    plot_history(history, left)
+    plot_clusters(X_sample, labels_sample, centroids, right)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

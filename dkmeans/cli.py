@@ -27,7 +27,7 @@ def connect(args):
     """The client the command runs on: ``--scheduler``, ``--local``/``--gpu``, or the embedded one."""
     import distributed
 
-    from dkmeans.cluster import get_client, start_local_cluster
+    from dkmeans.cluster import get_client
 
     if getattr(args, "scheduler", None):
         security = None
@@ -40,15 +40,10 @@ def connect(args):
             return distributed.Client(args.scheduler, timeout=args.connect_timeout, security=security)
         except (OSError, TimeoutError) as exc:
             raise DKMeansError(f"cannot reach the scheduler at {args.scheduler}: {exc}") from None
+    # --local is the default: the embedded cluster (closed by main() before exit)
     if getattr(args, "gpu", False):
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise DKMeansError("--gpu needs dask-cuda and CuPy: pip install 'dkmeans[gpu]'") from None
-        return distributed.Client(LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0"))
-    if getattr(args, "local", False) or getattr(args, "workers", None):
-        return start_local_cluster(n_workers=args.workers)
-    return get_client()
+        return get_client(gpu=True)
+    return get_client(n_workers=getattr(args, "workers", None))
 
 
 def _numeric_columns(df, columns):

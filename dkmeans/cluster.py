@@ -17,6 +17,8 @@ import threading
 import dask
 import distributed
 
+from dkmeans.errors import DKMeansError
+
 logger = logging.getLogger("dkmeans")
 
 _lock = threading.Lock()
@@ -77,14 +79,34 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
     return distributed.Client(cluster, set_as_default=set_as_default)
 
 
-def get_client(**kwargs):
+def start_local_cuda_cluster(**kwargs):
+    """Start a loopback-only ``dask_cuda.LocalCUDACluster`` (one worker per GPU) and a client.
+
+    Raises
+    ------
+    DKMeansError
+        dask-cuda (and CuPy) are not installed.
+    """
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        raise DKMeansError("a GPU cluster needs dask-cuda and CuPy: pip install 'dkmeans[gpu]'") from None
+    options = dict(host="127.0.0.1", dashboard_address="127.0.0.1:0")
+    options.update(kwargs)
+    return distributed.Client(LocalCUDACluster(**options))
+
+
+def get_client(*, gpu: bool = False, **kwargs):
     """The client to run on: the current one, else the embedded local cluster's.
 
     Parameters
     ----------
+    gpu : bool
+        Start a ``LocalCUDACluster`` (dask-cuda, one worker per GPU) instead of a CPU
+        cluster when no client exists.
     **kwargs
-        Options for :func:`start_local_cluster`, used only when the embedded cluster is
-        started by this call.
+        Options for :func:`start_local_cluster` (or ``LocalCUDACluster``), used only when
+        the embedded cluster is started by this call.
 
     Returns
     -------
@@ -96,7 +118,7 @@ def get_client(**kwargs):
     with _lock:
         client = _embedded.get("client")
         if client is None or client.status in ("closed", "closing"):
-            client = start_local_cluster(**kwargs)
+            client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
             _embedded["client"] = client
             logger.info("started a local Dask cluster: %s", client.dashboard_link)
     return client

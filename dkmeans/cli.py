@@ -1,7 +1,8 @@
 """Command line: ``dkmeans fit | predict | evaluate | demo`` (also ``python -m dkmeans``).
 
-Every user error ends with exit status 2 and one line on stderr. Progress goes to stdout,
-one line per iteration, unless ``--quiet``.
+Every user error ends with exit status 2 and one line on stderr. Progress is one line per
+iteration: printed on a terminal, logged to stderr (logger ``dkmeans``) otherwise, and
+neither with ``--quiet``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def connect(args):
     return get_client(n_workers=getattr(args, "workers", None))
 
 
+def _verbose(args) -> int:
+    """Print progress only on a terminal; elsewhere the INFO log carries it."""
+    return int(not args.quiet and sys.stdout.isatty())
+
+
 def _numeric_columns(df, columns):
     """``--columns`` as given, or every numeric column (saying which others were left out)."""
     import pandas as pd
@@ -67,13 +73,13 @@ def _fit(args) -> int:
     from dkmeans.io.files import read_table
 
     check_int("-k", args.k, 1)
-    connect(args)
-    df = read_table(args.input)
+    df = read_table(args.input)  # the input and columns are checked before any cluster starts
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))
+    connect(args)
     t0 = time.perf_counter()
     km = KMeans(n_clusters=args.k, init=args.init, n_init=args.n_init, max_iter=args.max_iter, tol=args.tol,
-                random_state=args.random_state, verbose=0 if args.quiet else 1)
+                random_state=args.random_state, verbose=_verbose(args))
     km.fit(X)
     seconds = time.perf_counter() - t0
     path = km.save(args.model)
@@ -98,7 +104,6 @@ def _predict(args) -> int:
     from dkmeans.io.files import read_table, write_parquet
 
     km = KMeans.load(args.model)
-    connect(args)
     df = read_table(args.input)
     features = list(getattr(km, "feature_names_in_", []))
     if not features:
@@ -108,6 +113,7 @@ def _predict(args) -> int:
         raise InvalidParameterError(f"the input lacks the model's columns {missing}")
     if args.label_column in df.columns:
         raise InvalidParameterError(f"the input already has a column {args.label_column!r}; choose --label-column")
+    connect(args)
     out = df.assign(**{args.label_column: km.predict(df[features])})
     path = write_parquet(out, args.output)
     print(f"labels of {df.npartitions} partition(s) written to {path} (column {args.label_column!r})")
@@ -119,20 +125,19 @@ def _evaluate(args) -> int:
     from dkmeans.io.files import read_table
 
     km = KMeans.load(args.model)
-    connect(args)
     df = read_table(args.input)
-    features = list(km.feature_names_in_)
-    X = df[features]
+    X = select_columns(df, list(km.feature_names_in_), name=str(args.input))
+    if args.truth_column and args.truth_column not in df.columns:
+        raise InvalidParameterError(f"truth column {args.truth_column!r} not found in the input")
+    connect(args)
     objective = -km.score(X)
     print(f"objective (sum of squared distances): {objective:.6e}")
     print(f"rows: {len(df)}")
     if args.truth_column:
-        if args.truth_column not in df.columns:
-            raise InvalidParameterError(f"truth column {args.truth_column!r} not found in the input")
         # two integer columns come back to the client (the data stays on the cluster)
         pair = df[[args.truth_column]].assign(cluster=km.predict(X)).compute()
         truth, labels = pair[args.truth_column].to_numpy(), pair["cluster"].to_numpy()
-        truth_means = df.groupby(args.truth_column)[features].mean().compute().to_numpy()
+        truth_means = df.groupby(args.truth_column)[list(X.columns)].mean().compute().to_numpy()
         print(f"accuracy (Hungarian matching): {metrics.accuracy(truth, labels):.4f}")
         print(f"adjusted Rand index: {metrics.adjusted_rand_index(truth, labels):.4f}")
         print(f"centroid index vs the truth's class means: {metrics.centroid_index(km.cluster_centers_, truth_means)}")
@@ -165,7 +170,7 @@ def _demo(args) -> int:
 
     t_fit = time.perf_counter()
     km = KMeans(n_clusters=args.k, max_iter=args.max_iter, tol=args.tol, random_state=args.seed,
-                verbose=0 if args.quiet else 1).fit(X)
+                verbose=_verbose(args)).fit(X)
     fit_seconds = time.perf_counter() - t_fit
     per_iter = [h["seconds"] for h in km.history_]
 
@@ -268,7 +273,9 @@ def main(argv=None) -> int:
     """Entry point of the ``dkmeans`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    quiet = getattr(args, "quiet", False)
+    logger.setLevel(logging.WARNING if quiet or sys.stdout.isatty() else logging.INFO)
     try:
         return args.handler(args)
     except (DKMeansError, OSError) as exc:

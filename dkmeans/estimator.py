@@ -68,15 +68,18 @@ def _distances_block(X, C):
     return distances(X, C)
 
 
-def _progress_printer(stream):
+def _progress(verbose: int):
+    """Each iteration is logged (logger ``dkmeans``, INFO); with ``verbose`` also printed."""
+
     def show(record: IterationRecord) -> None:
-        print(
+        line = (
             f"iteration {record.iteration:4d}  objective {record.objective:.6e}  "
             f"shift {record.centroid_shift:.3e}  empty fixed {record.empty_clusters_fixed}  "
-            f"{record.seconds * 1e3:8.1f} ms",
-            file=stream,
-            flush=True,
+            f"{record.seconds * 1e3:8.1f} ms"
         )
+        logger.info(line)
+        if verbose:
+            print(line, file=sys.stdout, flush=True)
 
     return show
 
@@ -113,7 +116,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
     init_rounds : int, default 5
         k-means|| only: number of sampling rounds.
     verbose : int, default 0
-        Print one line per iteration (objective, centroid shift, time) when > 0.
+        Print one line per iteration (objective, centroid shift, time) when > 0. Every
+        iteration is also logged at INFO level on the ``dkmeans`` logger.
 
     Attributes
     ----------
@@ -286,7 +290,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                     "remove or impute non-finite values before clustering."
                 )
             stop_rule = CentroidShift(tol * mean_variance, inclusive=True)
-            progress = _progress_printer(sys.stdout) if self.verbose else None
+            progress = _progress(self.verbose)
             best = None
             for run in range(n_init):
                 start = C0 if C0 is not None else init_strategies.get_strategy(self.init)(

@@ -20,7 +20,7 @@ def test_demo_small(tmp_path):
            "--chunk-rows", "10000", "--output", str(out_dir)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "iteration    1" in res.stdout and "summary" in res.stdout
+    assert "iteration    1" in res.stderr and "summary" in res.stdout  # not a terminal: logged
     assert (out_dir / "fit.png").exists()
     model, meta = load_model(out_dir / "model.npz")
     assert model.centroids.shape == (5, 8) and meta["iteration_count"] >= 1
@@ -79,7 +79,7 @@ def test_fit_predict_evaluate(parquet_dir):
     res = run_cli("fit", root / "data", "-k", 4, "--exclude", "truth", "--model", root / "m.npz",
                   "--random-state", 0, "--workers", 1, "--plot", root / "fit.png")
     assert res.returncode == 0, res.stderr
-    assert "leaving out ['id']" in res.stdout and "iteration    1" in res.stdout
+    assert "leaving out ['id']" in res.stdout and "iteration    1" in res.stderr
     assert (root / "fit.png").stat().st_size > 10_000
     km = KMeans.load(root / "m.npz")
     assert list(km.feature_names_in_) == ["a", "b"]
@@ -127,3 +127,11 @@ def test_every_command_has_help():
     for cmd in ("fit", "predict", "evaluate", "demo"):
         res = run_cli(cmd, "--help")
         assert res.returncode == 0 and "usage: dkmeans" in res.stdout
+
+
+def test_quiet_silences_progress(parquet_dir):
+    root, _ = parquet_dir
+    res = run_cli("fit", root / "data.csv", "-k", 4, "--exclude", "truth", "--model", root / "q.npz",
+                  "--workers", 1, "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "iteration " not in res.stdout + res.stderr and "model written" in res.stdout

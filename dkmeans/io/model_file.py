@@ -71,6 +71,9 @@ def save_model(path, model: Model, metadata: dict | None = None) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, centroids=C, metadata=blob)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is an ordinary file
         os.replace(tmp, path)  # write, then rename: readers never see half a file
     except BaseException:
         if os.path.exists(tmp):

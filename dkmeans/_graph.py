@@ -226,6 +226,10 @@ class PersistedData:
         owner = {cid: key for key, cids in state_keys.items() for cid in cids}
         return self._finish(parts, combine_fn), ChunkState(state_futures, owner)
 
+    def rows(self, indices) -> np.ndarray:
+        """The rows at these global indices (only the chunks holding them are read)."""
+        return np.asarray(self.client.compute(self.X[np.asarray(indices)], sync=True))
+
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""
         self._futures = []

@@ -85,8 +85,8 @@ def reference_greedy_kpp(X, k, seed):
     """Single-process greedy k-means++ with the same keyed random numbers."""
     n = len(X)
     idx = np.arange(n)
-    u0 = uniform_by_index(idx, seed, STREAM_FIRST)
-    centers = [X[np.argmax(u0)]]
+    u0 = uniform_by_index(np.zeros(1, dtype=np.int64), seed, STREAM_FIRST)[0]
+    centers = [X[int(u0 * n)]]  # unweighted: a uniform global row index
     d2 = ((X - centers[0]) ** 2).sum(1)
     t = n_trials(k)
 

@@ -1,6 +1,7 @@
 """``"k-means||"``: scalable k-means++ (Bahmani, Moseley, Vattani, Kumar, Vassilvitskii, 2012).
 
-1. The first candidate is one row drawn uniformly (proportionally to ``sample_weight``).
+1. The first candidate is one row drawn uniformly (proportionally to ``sample_weight``);
+   without weights its index is drawn on the client and only its chunk is read.
 2. ``init_rounds`` rounds (fixed, documented, independent of the data's scale): each row is
    drawn independently with probability ``min(1, l * k * w * d2(x) / phi)``, where ``d2`` is
    the squared distance to the nearest candidate so far and ``phi = sum(w * d2)``. Each
@@ -30,7 +31,7 @@ from sklearn.cluster import KMeans as _LocalKMeans
 from sklearn.cluster import kmeans_plusplus
 
 from dkmeans.init.options import InitOptions, derive_seed
-from dkmeans.init.random import random_rows
+from dkmeans.init.random import first_centre
 from dkmeans.kernels import (
     TopRows,
     candidate_weights,
@@ -87,7 +88,7 @@ def sample_candidates(data, k: int, seed: int, options: InitOptions):
     """Steps 1-3: the candidate rows and their weights."""
     ell = options.oversampling_factor * k
     cap = int(2 * ell) + 64
-    new = random_rows(data, 1, seed, stream=STREAM_FIRST)
+    new = first_centre(data, seed, STREAM_FIRST)
     candidates, n_before, state = [new], 0, None
     for r in range(options.init_rounds):
         stream = STREAM_ROUND + r

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from dkmeans.init.options import InitOptions
-from dkmeans.init.random import random_rows
+from dkmeans.init.random import first_centre
 from dkmeans.kernels import TrialPartial, combine_top, kpp_trials, update_nearest
 
 STREAM_FIRST = 3
@@ -52,7 +52,7 @@ def kmeans_plusplus(data, n_clusters: int, seed: int, options: InitOptions | Non
     ndarray, shape (n_clusters, d), the data's dtype
     """
     t = n_trials(n_clusters)
-    first = random_rows(data, 1, seed, stream=STREAM_FIRST)
+    first = first_centre(data, seed, STREAM_FIRST)
     centers = [first[0]]
     if n_clusters == 1:
         return first

@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels import combine_top, random_top_rows
+from dkmeans.kernels import combine_top, random_top_rows, uniform_by_index
 
 #: Stream of :func:`dkmeans.kernels.uniform_by_index` used by this strategy.
 STREAM = 1
@@ -40,3 +40,15 @@ def random_rows(data, n_clusters: int, seed: int, options=None, *, stream: int =
             f"only {len(top.index)} rows have a positive sample_weight, fewer than n_clusters={n_clusters}"
         )
     return np.asarray(top.rows)
+
+
+def first_centre(data, seed: int, stream: int) -> np.ndarray:
+    """One row drawn uniformly (proportionally to ``sample_weight``): shape (1, d).
+
+    Without weights the global row index is drawn on the client from ``(seed, stream)``
+    and only the chunk holding that row is read; with weights it takes one pass.
+    """
+    if data.weights is not None:
+        return random_rows(data, 1, seed, stream=stream)
+    u = float(uniform_by_index(np.zeros(1, dtype=np.int64), seed, stream)[0])
+    return data.rows([min(int(u * data.n_rows), data.n_rows - 1)])

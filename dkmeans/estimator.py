@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from dataclasses import dataclass
 
 import dask.array as da
 import numpy as np
@@ -45,11 +46,14 @@ from dkmeans.io.dataframe import (
     transform_frame,
 )
 from dkmeans.kernels import assign, column_moments, combine_moments, distances
+from dkmeans.hartigan import MODES as HARTIGAN_MODES
+from dkmeans.hartigan import hartigan
 from dkmeans.lloyd import CentroidShift, IterationRecord, assign_dataset, lloyd, objective
 
 logger = logging.getLogger("dkmeans")
 
-ALGORITHMS = ("lloyd",)
+ALGORITHMS = ("lloyd", "hartigan")
+REFINEMENTS = (None, "hartigan")
 
 
 def _moments_chunk(X, w, offset):
@@ -71,10 +75,13 @@ def _distances_block(X, C):
 def _progress(verbose: int):
     """Each iteration is logged (logger ``dkmeans``, INFO); with ``verbose`` also printed."""
 
-    def show(record: IterationRecord) -> None:
+    def show(record) -> None:
+        if isinstance(record, IterationRecord):
+            detail = f"shift {record.centroid_shift:.3e}  empty fixed {record.empty_clusters_fixed}"
+        else:  # a Hartigan round
+            detail = f"hartigan {record.mode:13s} moves {record.moves}"
         line = (
-            f"iteration {record.iteration:4d}  objective {record.objective:.6e}  "
-            f"shift {record.centroid_shift:.3e}  empty fixed {record.empty_clusters_fixed}  "
+            f"iteration {record.iteration:4d}  objective {record.objective:.6e}  {detail}  "
             f"{record.seconds * 1e3:8.1f} ms"
         )
         logger.info(line)
@@ -82,6 +89,14 @@ def _progress(verbose: int):
             print(line, file=sys.stdout, flush=True)
 
     return show
+
+
+@dataclass
+class _Run:
+    centroids: np.ndarray
+    n_iter: int
+    stop_reason: str
+    history: list
 
 
 class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
@@ -110,7 +125,16 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         shift is at most ``tol`` times the mean variance of the features.
     random_state : int, numpy.random.Generator, RandomState or None
         Seed of the initialisation.
-    algorithm : {"lloyd"}, default "lloyd"
+    algorithm : {"lloyd", "hartigan"}, default "lloyd"
+        ``"hartigan"``: batch Hartigan (single-point moves with the exact cost change,
+        never emptying a cluster) from the initial centroids instead of Lloyd.
+    refine : {None, "hartigan"}, default None
+        With ``algorithm="lloyd"``: continue from Lloyd's result with Hartigan's method,
+        whose local optima are a subset of Lloyd's.
+    hartigan_mode : {"unsafe", "safe"}, default "unsafe"
+        Batch Hartigan: accept every proposed move and keep the round only if the
+        objective fell (else redo it safely), or accept only moves whose clusters are
+        untouched in the round (exact, slower).
     oversampling_factor : float, default 2.0
         k-means|| only: expected candidates per round, as a multiple of ``n_clusters``.
     init_rounds : int, default 5
@@ -130,14 +154,17 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
     inertia_ : float
         Weighted sum of squared distances to the closest centroid (of ``cluster_centers_``).
     n_iter_ : int
-        Number of Lloyd iterations (centroid updates) run.
+        Lloyd iterations (centroid updates) plus Hartigan rounds run.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Column names, when fitted on a DataFrame with string column names.
     history_ : list of dict
-        Per iteration: objective, centroid_shift, empty_clusters_fixed, seconds.
+        Per iteration: ``algorithm`` ("lloyd" or "hartigan"), objective and seconds;
+        Lloyd adds centroid_shift and empty_clusters_fixed, Hartigan moves, proposals and
+        mode.
     stop_reason_ : str
-        ``"centroid-shift"``, ``"fixed-point"`` or ``"max_iter"``.
+        ``"centroid-shift"``, ``"fixed-point"``, ``"no-improving-move"`` (Hartigan) or
+        ``"max_iter"``.
 
     Examples
     --------
@@ -158,6 +185,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         tol=1e-4,
         random_state=None,
         algorithm="lloyd",
+        refine=None,
+        hartigan_mode="unsafe",
         oversampling_factor=2.0,
         init_rounds=5,
         verbose=0,
@@ -169,6 +198,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self.tol = tol
         self.random_state = random_state
         self.algorithm = algorithm
+        self.refine = refine
+        self.hartigan_mode = hartigan_mode
         self.oversampling_factor = oversampling_factor
         self.init_rounds = init_rounds
         self.verbose = verbose
@@ -181,6 +212,12 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         check_int("verbose", self.verbose, 0)
         if self.algorithm not in ALGORITHMS:
             raise InvalidParameterError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.refine not in REFINEMENTS:
+            raise InvalidParameterError(f"refine must be one of {REFINEMENTS}, got {self.refine!r}")
+        if self.refine is not None and self.algorithm != "lloyd":
+            raise InvalidParameterError("refine='hartigan' applies to algorithm='lloyd' only")
+        if self.hartigan_mode not in HARTIGAN_MODES:
+            raise InvalidParameterError(f"hartigan_mode must be one of {HARTIGAN_MODES}, got {self.hartigan_mode!r}")
         if isinstance(self.init, str):
             if self.init not in init_strategies.STRATEGIES:
                 raise InvalidParameterError(
@@ -296,7 +333,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                 start = C0 if C0 is not None else init_strategies.get_strategy(self.init)(
                     persisted, k, derive_seed(seed, run), options
                 )
-                result = lloyd(persisted, start, max_iter=max_iter, stop_rule=stop_rule, on_iteration=progress)
+                result = self._run_algorithm(persisted, start, max_iter, stop_rule, progress)
                 score = objective(persisted, result.centroids) if n_init > 1 else 0.0
                 if best is None or score < best[0]:
                     best = (score, result)
@@ -312,9 +349,23 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self._n_features_out = result.centroids.shape[0]
         self.inertia_ = inertia
         self.n_iter_ = result.n_iter
-        self.history_ = [r.as_dict() for r in result.history]
+        self.history_ = result.history
         self.stop_reason_ = result.stop_reason
         return self
+
+    def _run_algorithm(self, persisted, start, max_iter, stop_rule, progress) -> "_Run":
+        """Lloyd, Hartigan, or Lloyd then Hartigan, from ``start``."""
+        history, n_iter = [], 0
+        if self.algorithm == "lloyd":
+            run = lloyd(persisted, start, max_iter=max_iter, stop_rule=stop_rule, on_iteration=progress)
+            history += [dict(r.as_dict(), algorithm="lloyd") for r in run.history]
+            centroids, n_iter, reason = run.centroids, run.n_iter, run.stop_reason
+            if self.refine != "hartigan":
+                return _Run(centroids, n_iter, reason, history)
+            start = centroids
+        run = hartigan(persisted, start, max_iter=max_iter, mode=self.hartigan_mode, on_iteration=progress)
+        history += [dict(r.as_dict(), algorithm="hartigan") for r in run.history[1:]]  # [0]: the start
+        return _Run(run.centroids.astype(persisted.dtype), n_iter + run.n_iter, run.stop_reason, history)
 
     # -- model files ----------------------------------------------------------------
     def save(self, path):

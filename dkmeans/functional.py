@@ -36,10 +36,12 @@ from dkmeans._validation import (
 )
 from dkmeans.cluster import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
+from dkmeans.hartigan import fit_hartigan
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, assign_dataset, fit_lloyd
 from dkmeans.model import InferResult, Model, TrainResult
 
 STOP_RULES = ("objective-decrease", "centroid-shift")
+METHODS = ("lloyd", "hartigan")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,11 @@ class Descriptor:
         developer guide); ``"centroid-shift"`` when ``sum_j ||c_j(t) - c_j(t+1)||^2 < eps``
         (the older specification). Either way the run also stops at a fixed point, where
         no centroid moves and further iterations cannot change the result.
+    method : {"lloyd", "hartigan"}, default "lloyd"
+        The spec's method tag. ``"hartigan"``: batch Hartigan (unsafe mode) from the
+        initial centroids, stopping when no single move improves, when a round lowers the
+        objective by less than ``accuracy_threshold``, or after ``max_iteration_count``
+        rounds.
     """
 
     cluster_count: int = 2
@@ -69,6 +76,7 @@ class Descriptor:
     accuracy_threshold: float = 0.0
     dtype: Any = np.float32
     stop_rule: str = "objective-decrease"
+    method: str = "lloyd"
 
     def __post_init__(self):
         object.__setattr__(self, "cluster_count", check_int("cluster_count", self.cluster_count, 1))
@@ -81,6 +89,8 @@ class Descriptor:
         object.__setattr__(self, "dtype", check_float_dtype(self.dtype).type)
         if self.stop_rule not in STOP_RULES:
             raise InvalidParameterError(f"stop_rule must be one of {STOP_RULES}, got {self.stop_rule!r}")
+        if self.method not in METHODS:
+            raise InvalidParameterError(f"method must be one of {METHODS}, got {self.method!r}")
 
     def _stop_rule(self):
         if self.stop_rule == "centroid-shift":
@@ -164,20 +174,24 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         check_n_clusters_vs_rows(k, persisted.n_rows, "cluster_count")
         if C0 is None:
             C0 = strategy(persisted, k, seed, options)
-        outcome = fit_lloyd(
-            persisted, C0, max_iter=desc.max_iteration_count, stop_rule=desc._stop_rule()
-        )
+        if desc.method == "hartigan":
+            fit = fit_hartigan(persisted, C0, max_iter=desc.max_iteration_count, mode="unsafe",
+                               tol=desc.accuracy_threshold)
+            run, fit_labels, objective = fit.result, fit.labels, fit.objective
+            run.history = run.history[1:]  # [0] is the starting partition
+        else:
+            outcome = fit_lloyd(persisted, C0, max_iter=desc.max_iteration_count, stop_rule=desc._stop_rule())
+            run, fit_labels, objective = outcome.result, outcome.labels, outcome.objective
     finally:
         persisted.release()
-    labels = outcome.labels if dataset.is_dask else outcome.labels.compute()
-    run = outcome.result
+    labels = fit_labels if dataset.is_dask else fit_labels.compute()
     if dataset.frame is not None:
         labels = predict_series(dataset.frame, run.centroids)
     return TrainResult(
-        model=Model(run.centroids),
+        model=Model(np.asarray(run.centroids).astype(desc.dtype)),
         labels=labels,
         iteration_count=run.n_iter,
-        objective_function_value=outcome.objective,
+        objective_function_value=objective,
         history=run.history,
         stop_reason=run.stop_reason,
         converged=run.converged,

@@ -50,10 +50,12 @@ class TrainResult:
         Centroid updates performed (``<= max_iteration_count``).
     objective_function_value : float
         ``Phi_X(model.centroids)``: what :func:`dkmeans.infer` returns for the same data.
-    history : list of IterationRecord
-        Per iteration: objective, centroid shift, empty clusters fixed, seconds.
+    history : list of IterationRecord or HartiganRecord
+        Per iteration: objective and seconds; Lloyd adds the centroid shift and empty
+        clusters fixed, Hartigan the moves made per round.
     stop_reason : str
-        ``"objective-decrease"``, ``"centroid-shift"``, ``"fixed-point"`` or ``"max_iter"``.
+        ``"objective-decrease"``, ``"centroid-shift"``, ``"fixed-point"``,
+        ``"no-improving-move"`` (Hartigan) or ``"max_iter"``.
     converged : bool
         False only when the run stopped at ``max_iteration_count``.
     """

@@ -122,7 +122,6 @@ def main(argv=None) -> int:
             line += f"; init time / dask-ml's: {ours['init_s'] / rows['dask-ml k-means||']['init_s']:.3f} (goal <= 0.1)"
         print(line)
         results[shape] = rows
-        del Xd
     out = write_json("init_scale.json", {"machine": machine(), "seeds": args.seeds, "results": results})
     print(f"results in {out}")
     client.close()

@@ -118,3 +118,14 @@ def make_blobs_dask(n_samples: int, n_features: int, n_centers: int, *, chunk_ro
         centers=centers, spread=spread, seed=seed, out_dtype=dtype,
     )
     return X, centers
+
+
+def persist_rows(client, X, n_chunks: int = 4, weights=None):
+    """``X`` (and ``weights``) split into ``n_chunks`` row chunks and persisted: a ``PersistedData``."""
+    import dask.array as da
+
+    from dkmeans._graph import PersistedData
+
+    rows = -(-len(X) // n_chunks)
+    wd = None if weights is None else da.from_array(np.asarray(weights), chunks=rows)
+    return PersistedData(client, da.from_array(np.asarray(X), chunks=(rows, X.shape[1])), wd)

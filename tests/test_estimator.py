@@ -11,7 +11,7 @@ from sklearn.cluster import KMeans as SKKMeans
 from sklearn.exceptions import NotFittedError
 
 from dkmeans import KMeans
-from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
+from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.testing import make_blobs, pick_rows, reference_lloyd
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import importlib
 
-import dask.array as da
 import numpy as np
 import pytest
 
-from dkmeans._graph import PersistedData
 from dkmeans.errors import InvalidParameterError
 from dkmeans.hartigan import fit_hartigan, hartigan, standard_hartigan
 from dkmeans.kernels.hartigan import best_moves, move_costs, positive_counts
+from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs, pick_rows, reference_lloyd
 
 
@@ -100,9 +99,7 @@ def reference_batch(X, C0, mode, max_rounds=1000, tol=1e-12):
 
 
 def persisted(client, X, n_chunks=3, w=None):
-    rows = -(-len(X) // n_chunks)
-    wd = None if w is None else da.from_array(w, chunks=rows)
-    return PersistedData(client, da.from_array(X, chunks=(rows, X.shape[1])), wd)
+    return persist_rows(client, X, n_chunks, w)
 
 
 @pytest.fixture

@@ -5,23 +5,17 @@ from __future__ import annotations
 import math
 import warnings
 
-import dask.array as da
 import numpy as np
 import pytest
 
 from dkmeans import KMeans
-from dkmeans._graph import PersistedData
 from dkmeans.init import STRATEGIES, InitOptions
 from dkmeans.init.kmeans_parallel import sample_candidates
 from dkmeans.init.kmeans_plusplus import STREAM_FIRST, STREAM_STEP, kmeans_plusplus, n_trials
 from dkmeans.kernels import candidate_weights, kpp_trials, oversample_scores, uniform_by_index
+from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs
 
-
-def persisted(client, X, n_chunks, w=None):
-    rows = -(-len(X) // n_chunks)
-    wd = None if w is None else da.from_array(w, chunks=rows)
-    return PersistedData(client, da.from_array(X, chunks=(rows, X.shape[1])), wd)
 
 
 def test_oversampling_probabilities_hand_made():
@@ -55,7 +49,7 @@ def test_oversampling_weights_scale_probabilities():
 def test_candidate_weights_are_nearest_counts(client):
     X, _, _ = make_blobs(3000, 3, 5, seed=2)
     w = np.random.default_rng(1).uniform(0, 2, size=len(X))
-    data = persisted(client, X, 6, w)
+    data = persist_rows(client, X, 6, w)
     C, weights = sample_candidates(data, 5, seed=11, options=InitOptions())
     nearest = ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
     np.testing.assert_allclose(weights, np.bincount(nearest, weights=w, minlength=len(C)), rtol=1e-9)
@@ -107,7 +101,7 @@ def reference_greedy_kpp(X, k, seed):
 
 def test_greedy_kmeans_plusplus_picks_the_best_trial(client):
     X, _, _ = make_blobs(800, 2, 6, seed=8)
-    got = kmeans_plusplus(persisted(client, X, 5), 6, seed=21)
+    got = kmeans_plusplus(persist_rows(client, X, 5), 6, seed=21)
     np.testing.assert_allclose(got, reference_greedy_kpp(X, 6, 21), rtol=1e-12)
 
 
@@ -116,8 +110,8 @@ def test_same_centres_for_any_chunking_and_worker_count(client, single_worker_cl
     X, _, _ = make_blobs(2500, 3, 8, spread=1.5, seed=5)
     w = np.random.default_rng(9).uniform(0.2, 2, size=len(X))
     strategy = STRATEGIES[name]
-    results = [strategy(persisted(client, X, n, w), 8, 77, InitOptions()) for n in (1, 7, 16)]
-    results.append(strategy(persisted(single_worker_client, X, 7, w), 8, 77, InitOptions()))
+    results = [strategy(persist_rows(client, X, n, w), 8, 77, InitOptions()) for n in (1, 7, 16)]
+    results.append(strategy(persist_rows(single_worker_client, X, 7, w), 8, 77, InitOptions()))
     for r in results[1:]:
         np.testing.assert_allclose(r, results[0], rtol=1e-12, atol=1e-12)
     assert results[0].shape == (8, 3) and results[0].dtype == np.float64

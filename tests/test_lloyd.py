@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import dask.array as da
 import numpy as np
 import pytest
 
-from dkmeans._graph import PersistedData
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, fit_lloyd, lloyd
+from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs, reference_lloyd
 from dkmeans.testing import pick_rows as initial_rows
 
-
-def persisted(client, X, n_chunks=4, w=None):
-    rows = -(-len(X) // n_chunks)
-    wd = None if w is None else da.from_array(w, chunks=rows)
-    return PersistedData(client, da.from_array(X, chunks=(rows, X.shape[1])), wd)
 
 
 @pytest.fixture
@@ -30,7 +24,7 @@ def test_matches_reference_to_fixed_point(client, overlapping, n_chunks):
     X = overlapping
     C0 = initial_rows(X, 6)
     ref = reference_lloyd(X, C0, max_iter=200)
-    out = fit_lloyd(persisted(client, X, n_chunks), C0, max_iter=200, stop_rule=CentroidShift(0.0))
+    out = fit_lloyd(persist_rows(client, X, n_chunks), C0, max_iter=200, stop_rule=CentroidShift(0.0))
     assert ref.n_iter > 5  # a real run, not a trivial one
     assert out.result.n_iter == ref.n_iter
     np.testing.assert_allclose(out.result.centroids, ref.centroids, rtol=1e-7, atol=1e-9)
@@ -42,7 +36,7 @@ def test_matches_reference_to_fixed_point(client, overlapping, n_chunks):
 def test_results_do_not_depend_on_chunking(client, overlapping):
     X = overlapping
     C0 = initial_rows(X, 6, seed=3)
-    runs = [fit_lloyd(persisted(client, X, n), C0, max_iter=50, stop_rule=ObjectiveDecrease(0.0)) for n in (1, 3, 16)]
+    runs = [fit_lloyd(persist_rows(client, X, n), C0, max_iter=50, stop_rule=ObjectiveDecrease(0.0)) for n in (1, 3, 16)]
     for r in runs[1:]:
         assert r.result.n_iter == runs[0].result.n_iter
         np.testing.assert_allclose(r.result.centroids, runs[0].result.centroids, rtol=1e-12)
@@ -52,8 +46,8 @@ def test_results_do_not_depend_on_chunking(client, overlapping):
 def test_results_do_not_depend_on_worker_count(client, single_worker_client, overlapping):
     X = overlapping
     C0 = initial_rows(X, 6, seed=4)
-    two = fit_lloyd(persisted(client, X, 8), C0, max_iter=60, stop_rule=CentroidShift(0.0))
-    one = fit_lloyd(persisted(single_worker_client, X, 8), C0, max_iter=60, stop_rule=CentroidShift(0.0))
+    two = fit_lloyd(persist_rows(client, X, 8), C0, max_iter=60, stop_rule=CentroidShift(0.0))
+    one = fit_lloyd(persist_rows(single_worker_client, X, 8), C0, max_iter=60, stop_rule=CentroidShift(0.0))
     assert one.result.n_iter == two.result.n_iter
     np.testing.assert_allclose(one.result.centroids, two.result.centroids, rtol=1e-12)
     np.testing.assert_array_equal(single_worker_client.compute(one.labels, sync=True), two.labels.compute())
@@ -61,7 +55,7 @@ def test_results_do_not_depend_on_worker_count(client, single_worker_client, ove
 
 def test_objective_never_increases(client, overlapping):
     X = overlapping
-    res = lloyd(persisted(client, X, 5), initial_rows(X, 6, seed=9), max_iter=100, stop_rule=CentroidShift(0.0))
+    res = lloyd(persist_rows(client, X, 5), initial_rows(X, 6, seed=9), max_iter=100, stop_rule=CentroidShift(0.0))
     objectives = [h.objective for h in res.history]
     assert len(objectives) > 5
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objectives, objectives[1:]))
@@ -75,7 +69,7 @@ def test_weighted_matches_reference(client, overlapping):
     w[:50] = 0.0
     C0 = initial_rows(X, 6, seed=5)
     ref = reference_lloyd(X, C0, max_iter=100, weights=w)
-    out = fit_lloyd(persisted(client, X, 4, w), C0, max_iter=100, stop_rule=CentroidShift(0.0))
+    out = fit_lloyd(persist_rows(client, X, 4, w), C0, max_iter=100, stop_rule=CentroidShift(0.0))
     assert out.result.n_iter == ref.n_iter
     np.testing.assert_allclose(out.result.centroids, ref.centroids, rtol=1e-7)
     np.testing.assert_allclose(out.objective, ref.objective, rtol=1e-7)
@@ -89,18 +83,18 @@ def test_empty_cluster_takes_farthest_point_hand_computed(client):
     """
     X = np.array([[0.0], [1.0], [3.0], [10.0], [11.0]])
     C0 = np.array([[1.0], [10.5], [100.0]])
-    res = lloyd(persisted(client, X, 2), C0, max_iter=1, stop_rule=CentroidShift(0.0))
+    res = lloyd(persist_rows(client, X, 2), C0, max_iter=1, stop_rule=CentroidShift(0.0))
     np.testing.assert_allclose(res.centroids.ravel(), [4 / 3, 10.5, 3.0])
     assert res.history[0].empty_clusters_fixed == 1
     # continued to the end: clusters {0, 1}, {3}, {10, 11}
-    res = lloyd(persisted(client, X, 2), C0, max_iter=10, stop_rule=CentroidShift(0.0))
+    res = lloyd(persist_rows(client, X, 2), C0, max_iter=10, stop_rule=CentroidShift(0.0))
     np.testing.assert_allclose(np.sort(res.centroids.ravel()), [0.5, 3.0, 10.5])
 
 
 def test_several_empty_clusters_take_distinct_points(client):
     X = np.array([[0.0], [1.0], [3.0], [10.0], [11.0]])
     C0 = np.array([[1.0], [10.5], [100.0], [200.0]])
-    res = lloyd(persisted(client, X, 3), C0, max_iter=1, stop_rule=CentroidShift(0.0))
+    res = lloyd(persist_rows(client, X, 3), C0, max_iter=1, stop_rule=CentroidShift(0.0))
     # farthest: x=3 (25/9), then x=0 (16/9)
     np.testing.assert_allclose(res.centroids.ravel(), [4 / 3, 10.5, 3.0, 0.0])
     assert res.history[0].empty_clusters_fixed == 2
@@ -113,7 +107,7 @@ def test_objective_decrease_rule(client, overlapping):
     C0 = initial_rows(X, 6, seed=11)
     threshold = 50.0
     ref = reference_lloyd(X, C0, max_iter=100, threshold=threshold)
-    res = lloyd(persisted(client, X, 4), C0, max_iter=100, stop_rule=ObjectiveDecrease(threshold))
+    res = lloyd(persist_rows(client, X, 4), C0, max_iter=100, stop_rule=ObjectiveDecrease(threshold))
     assert res.n_iter == ref.n_iter and res.stop_reason == "objective-decrease"
     objectives = [h.objective for h in res.history]
     # every performed update followed a decrease >= threshold
@@ -124,12 +118,12 @@ def test_objective_decrease_rule(client, overlapping):
 def test_max_iter_zero_and_bound(client, overlapping):
     X = overlapping
     C0 = initial_rows(X, 6)
-    out = fit_lloyd(persisted(client, X), C0, max_iter=0, stop_rule=ObjectiveDecrease(0.0))
+    out = fit_lloyd(persist_rows(client, X), C0, max_iter=0, stop_rule=ObjectiveDecrease(0.0))
     assert out.result.n_iter == 0 and out.result.stop_reason == "max_iter"
     np.testing.assert_array_equal(out.result.centroids, C0)
     ref = reference_lloyd(X, C0, max_iter=0)
     assert out.objective == pytest.approx(ref.objective, rel=1e-12)
-    res = lloyd(persisted(client, X), C0, max_iter=3, stop_rule=ObjectiveDecrease(0.0))
+    res = lloyd(persist_rows(client, X), C0, max_iter=3, stop_rule=ObjectiveDecrease(0.0))
     assert res.n_iter == 3 and not res.converged
 
 
@@ -138,9 +132,9 @@ def test_centroid_shift_strict_vs_inclusive(client):
     C0 = initial_rows(X, 3)
     ref = reference_lloyd(X, C0, max_iter=100)
     # tol = 0 strict can never be satisfied: the run ends at the fixed point instead
-    res = lloyd(persisted(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=False))
+    res = lloyd(persist_rows(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=False))
     assert res.stop_reason == "fixed-point" and res.n_iter == ref.n_iter
-    res = lloyd(persisted(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=True))
+    res = lloyd(persist_rows(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=True))
     assert res.stop_reason == "centroid-shift" and res.n_iter == ref.n_iter
 
 
@@ -148,14 +142,14 @@ def test_non_finite_data_is_reported_in_first_pass(client):
     X = np.random.default_rng(0).normal(size=(100, 2))
     X[77, 1] = np.nan
     with pytest.raises(ValueError, match="NaN or infinity"):
-        lloyd(persisted(client, X, 4), X[:3], max_iter=5, stop_rule=CentroidShift(0.0))
+        lloyd(persist_rows(client, X, 4), X[:3], max_iter=5, stop_rule=CentroidShift(0.0))
 
 
 def test_float32_data_gives_float32_centroids(client, overlapping):
     X = overlapping.astype(np.float32)
     C0 = initial_rows(X, 6)
     ref = reference_lloyd(X, C0, max_iter=200)
-    out = fit_lloyd(persisted(client, X, 3), C0, max_iter=200, stop_rule=CentroidShift(0.0))
+    out = fit_lloyd(persist_rows(client, X, 3), C0, max_iter=200, stop_rule=CentroidShift(0.0))
     assert out.result.centroids.dtype == np.float32
     assert out.result.n_iter == ref.n_iter
     np.testing.assert_allclose(out.result.centroids, ref.centroids, rtol=1e-4, atol=1e-5)

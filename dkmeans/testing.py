@@ -6,6 +6,7 @@ expansion, no tiling, no Dask), so it shares no code with the kernels it checks.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,3 +130,17 @@ def persist_rows(client, X, n_chunks: int = 4, weights=None):
     rows = -(-len(X) // n_chunks)
     wd = None if weights is None else da.from_array(np.asarray(weights), chunks=rows)
     return PersistedData(client, da.from_array(np.asarray(X), chunks=(rows, X.shape[1])), wd)
+
+
+@contextmanager
+def local_cluster(n_workers: int = 2, *, set_as_default: bool = False):
+    """A loopback LocalCluster (processes, 1 thread each) and its client, closed on exit."""
+    from dkmeans.cluster import start_local_cluster
+
+    client = start_local_cluster(n_workers=n_workers, dashboard_address=None, set_as_default=set_as_default)
+    try:
+        yield client
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()

@@ -4,29 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dkmeans.cluster import start_local_cluster
-from dkmeans.testing import make_blobs
+
+from dkmeans.testing import local_cluster, make_blobs
 
 
 @pytest.fixture(scope="session")
 def client():
     """A 2-worker, 1-thread-per-worker LocalCluster (processes), set as the current client."""
-    c = start_local_cluster(n_workers=2, dashboard_address=None)
-    with c.as_current():
+    with local_cluster(2, set_as_default=True) as c, c.as_current():
         yield c
-    cluster = c.cluster
-    c.close()
-    cluster.close()
 
 
 @pytest.fixture(scope="session")
 def single_worker_client():
     """A second cluster with one worker, for worker-count invariance."""
-    c = start_local_cluster(n_workers=1, dashboard_address=None, set_as_default=False)
-    yield c
-    cluster = c.cluster
-    c.close()
-    cluster.close()
+    with local_cluster(1) as c:
+        yield c
 
 
 @pytest.fixture

@@ -8,19 +8,15 @@ import signal
 import numpy as np
 import pytest
 
-from dkmeans.cluster import start_local_cluster
 from dkmeans.lloyd import CentroidShift, fit_lloyd
-from dkmeans.testing import make_blobs, persist_rows, pick_rows
+from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
 
 
 @pytest.fixture
 def own_cluster():
     """A separate 2-worker cluster with nannies (a killed worker is restarted)."""
-    c = start_local_cluster(n_workers=2, dashboard_address=None, set_as_default=False)
-    yield c
-    cluster = c.cluster
-    c.close()
-    cluster.close()
+    with local_cluster(2) as c:
+        yield c
 
 
 def test_killed_worker_mid_fit_gives_the_same_result(own_cluster):

@@ -43,10 +43,3 @@ def to_host(x):
     if is_cupy_array(x):
         return x.get()
     return x
-
-
-def to_namespace(x, xp):
-    """Move a host array to ``xp`` (a no-op for NumPy)."""
-    if xp is np:
-        return np.asarray(x)
-    return xp.asarray(x)

@@ -338,7 +338,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                 if best is None or score < best[0]:
                     best = (score, result)
             result = best[1]
-            labels, inertia = assign_dataset(client, persisted.X, result.centroids, persisted.weights)
+            # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
+            labels, inertia = assign_dataset(client, persisted.X, result.centroids, persisted.weights,
+                                             keep_labels=dataset.frame is None)
         finally:
             persisted.release()
         # attributes are set only once everything succeeded: no half-fitted estimator

@@ -176,17 +176,19 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
             C0 = strategy(persisted, k, seed, options)
         if desc.method == "hartigan":
             fit = fit_hartigan(persisted, C0, max_iter=desc.max_iteration_count, mode="unsafe",
-                               tol=desc.accuracy_threshold)
+                               tol=desc.accuracy_threshold, keep_labels=dataset.frame is None)
             run, fit_labels, objective = fit.result, fit.labels, fit.objective
             run.history = run.history[1:]  # [0] is the starting partition
         else:
-            outcome = fit_lloyd(persisted, C0, max_iter=desc.max_iteration_count, stop_rule=desc._stop_rule())
+            outcome = fit_lloyd(persisted, C0, max_iter=desc.max_iteration_count, stop_rule=desc._stop_rule(),
+                                keep_labels=dataset.frame is None)
             run, fit_labels, objective = outcome.result, outcome.labels, outcome.objective
     finally:
         persisted.release()
-    labels = fit_labels if dataset.is_dask else fit_labels.compute()
-    if dataset.frame is not None:
+    if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
         labels = predict_series(dataset.frame, run.centroids)
+    else:
+        labels = fit_labels if dataset.is_dask else fit_labels.compute()
     return TrainResult(
         model=Model(np.asarray(run.centroids).astype(desc.dtype)),
         labels=labels,
@@ -230,7 +232,8 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
             f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
         )
     array = dataset.array
-    labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask)
+    labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask,
+                                       keep_labels=dataset.frame is None)
     if dataset.frame is not None:
         labels = predict_series(dataset.frame, model.centroids.astype(array.dtype))
     return InferResult(labels=labels, objective_function_value=objective)

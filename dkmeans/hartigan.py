@@ -504,7 +504,7 @@ class HartiganFit:
     objective: float
 
 
-def fit_hartigan(data: PersistedData, init, **options) -> HartiganFit:
+def fit_hartigan(data: PersistedData, init, *, keep_labels: bool = True, **options) -> HartiganFit:
     """:func:`hartigan` followed by the nearest-centroid assignment pass for its centroids.
 
     At a converged Hartigan partition every row of positive weight is strictly nearest
@@ -515,7 +515,8 @@ def fit_hartigan(data: PersistedData, init, **options) -> HartiganFit:
     from dkmeans.lloyd import assign_dataset
 
     result = hartigan(data, init, **options)
-    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights)
+    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
+                                       keep_labels=keep_labels)
     return HartiganFit(result, labels, objective)
 
 

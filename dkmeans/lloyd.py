@@ -201,7 +201,8 @@ def _label_block(X, C, w=None):
     return xp.stack([labels.astype(xp.float64), d2], axis=1)
 
 
-def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array | None = None, *, gather: bool = False):
+def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array | None = None, *,
+                   gather: bool = False, keep_labels: bool = True):
     """Labels and (weighted) objective of ``X`` for fixed centroids, in one pass.
 
     Parameters
@@ -212,10 +213,12 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     weights : dask.array.Array, shape (n,), optional
     gather : bool
         Return the labels as a NumPy array instead of a persisted Dask array.
+    keep_labels : bool
+        False: compute only the objective (the caller labels the rows another way).
 
     Returns
     -------
-    labels : dask.array.Array (persisted) or ndarray, int32
+    labels : dask.array.Array (persisted), ndarray (int32), or None without ``keep_labels``
     objective : float
     """
     C = np.asarray(centroids).astype(X.dtype)
@@ -227,7 +230,9 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     )
     labels = blocks[:, 0].astype(np.int32)
     objective = blocks[:, 1].sum()
-    if gather:
+    if not keep_labels:
+        labels, objective = None, client.compute(objective, sync=True)
+    elif gather:
         labels, objective = client.compute([labels, objective], sync=True)
     else:
         labels, objective = client.persist([labels, objective])
@@ -266,10 +271,12 @@ class FitOutcome:
     objective: float
 
 
-def fit_lloyd(data: PersistedData, initial_centroids: np.ndarray, **loop_options) -> FitOutcome:
+def fit_lloyd(data: PersistedData, initial_centroids: np.ndarray, *, keep_labels: bool = True,
+              **loop_options) -> FitOutcome:
     """:func:`lloyd` followed by the final assignment pass for the returned centroids."""
     result = lloyd(data, initial_centroids, **loop_options)
-    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights)
+    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
+                                       keep_labels=keep_labels)
     return FitOutcome(result, labels, objective)
 
 

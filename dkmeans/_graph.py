@@ -15,16 +15,88 @@ not run where it was planned.
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import CancelledError
 from typing import Any, Callable, Sequence
 
+import dask
 import dask.array as da
 import numpy as np
 from dask._task_spec import Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.utils import parse_timedelta
 from distributed import futures_of, get_worker, wait
 
 from dkmeans.backend import to_host
+from dkmeans.errors import ClusterRestartedError, InputLostError, NoWorkersError
+
+#: Dask config key (env ``DASK_DKMEANS__WORKER_TIMEOUT``): how long a pass may wait with no worker.
+WORKER_TIMEOUT_KEY = "dkmeans.worker-timeout"
+DEFAULT_WORKER_TIMEOUT = "120s"
+
+
+def worker_timeout() -> float:
+    """Seconds a pass waits while the cluster has no worker at all (Dask config ``dkmeans.worker-timeout``)."""
+    return float(parse_timedelta(dask.config.get(WORKER_TIMEOUT_KEY, DEFAULT_WORKER_TIMEOUT)))
+
+
+def gather(client, futures, inputs=()):
+    """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
+
+    * Every worker gone for longer than :func:`worker_timeout`: the futures are
+      cancelled and :class:`~dkmeans.errors.NoWorkersError` is raised. While at least
+      one worker is alive, lost chunks are being recomputed and the wait goes on.
+    * A cancelled task: :class:`~dkmeans.errors.ClusterRestartedError` after
+      ``client.restart()``, :class:`~dkmeans.errors.InputLostError` when input chunks
+      (``inputs``: their futures) were lost and cannot be recomputed.
+    """
+    timeout = worker_timeout()
+    poll = min(1.0, max(0.05, timeout / 4))
+    single = not isinstance(futures, (list, tuple))
+    futures = [futures] if single else list(futures)
+    no_workers_since = None
+    try:
+        while True:
+            try:
+                wait(futures, timeout=poll)
+                break
+            except TimeoutError:
+                pass
+            if client.nthreads():  # workers alive: lost chunks are being recomputed, keep waiting
+                no_workers_since = None
+                continue
+            no_workers_since = no_workers_since or time.monotonic()
+            if time.monotonic() - no_workers_since > timeout:
+                client.cancel(futures)
+                raise NoWorkersError(
+                    f"The Dask cluster has had no workers for {timeout:g} s, so the computation was stopped. "
+                    f"Start workers (or find out why they died: memory limits, preemption) and run again; "
+                    f"the wait is set by the Dask config {WORKER_TIMEOUT_KEY!r}."
+                )
+        results = client.gather(futures)
+    except CancelledError as exc:
+        raise _cancelled_error(exc, inputs) from exc
+    return results[0] if single else results
+
+
+def _cancelled_error(exc, inputs):
+    groups = getattr(exc, "error_groups", None)  # FuturesCancelledError: one reason per group
+    reason = " ".join(g.reason or "" for g in groups) if groups else (getattr(exc, "reason", None) or str(exc))
+    if "restart" in reason:
+        return ClusterRestartedError(
+            "The Dask cluster was restarted (client.restart()) while dkmeans was using it, which dropped the "
+            "data persisted for this job. Nothing was fitted; run it again once the cluster is up."
+        )
+    lost = [f for f in inputs if f.status in ("cancelled", "lost")]
+    if lost or "forgotten" in reason or "lost" in reason:
+        return InputLostError(
+            "Input data was lost with a worker and cannot be recomputed: it lived only in worker memory "
+            "(for example put there with client.scatter). Build the Dask array from a recomputable source "
+            "(dask.array.from_array, from_zarr, dask.dataframe.read_parquet, ...) so that lost chunks are "
+            "recomputed, or replicate scattered data (client.scatter(..., broadcast=True))."
+        )
+    return ClusterRestartedError(f"The Dask cluster cancelled this computation ({reason}); run it again.")
 
 
 def _run_on_worker(chunk_fn, combine_fn, args, chunk_ids, offsets, has_weights, planned_worker, stateful, n_blocks,
@@ -210,7 +282,8 @@ class PersistedData:
         Results are copied to host memory on the workers.
         """
         graph, keys, _ = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in)
-        return self._finish(self.client.get(graph, keys, sync=True), combine_fn)
+        futures = self.client.get(graph, keys, sync=False)
+        return self._finish(gather(self.client, futures, self._futures), combine_fn)
 
     def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
                             state: ChunkState | None = None, fan_in: int = 8):
@@ -222,13 +295,13 @@ class PersistedData:
         graph, keys, state_keys = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in, state, stateful=True)
         futures = self.client.get(graph, list(state_keys) + keys, sync=False)
         state_futures = dict(zip(state_keys, futures[: len(state_keys)]))
-        parts = self.client.gather(futures[len(state_keys):])
+        parts = gather(self.client, futures[len(state_keys):], self._futures)
         owner = {cid: key for key, cids in state_keys.items() for cid in cids}
         return self._finish(parts, combine_fn), ChunkState(state_futures, owner)
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""
-        return np.asarray(self.client.compute(self.X[np.asarray(indices)], sync=True))
+        return np.asarray(gather(self.client, self.client.compute(self.X[np.asarray(indices)]), self._futures))
 
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""

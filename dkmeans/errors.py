@@ -22,3 +22,19 @@ class InvalidDataError(DKMeansError, ValueError):
 
 class DataTypeError(DKMeansError, TypeError):
     """Input data has a type or dtype dkmeans cannot work with."""
+
+
+class ClusterError(DKMeansError, RuntimeError):
+    """The Dask cluster could not finish the work (data lost, restarted, no workers)."""
+
+
+class InputLostError(ClusterError):
+    """Input chunks were lost with a worker and cannot be recomputed (scattered data)."""
+
+
+class ClusterRestartedError(ClusterError):
+    """The cluster was restarted (``client.restart()``) while dkmeans was using it."""
+
+
+class NoWorkersError(ClusterError, TimeoutError):
+    """Every worker was gone for longer than the ``dkmeans.worker-timeout`` setting."""

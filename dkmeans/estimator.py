@@ -8,9 +8,9 @@ scikit-learn, ``cluster_centers_``, ``inertia_``, ``n_iter_``).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
-from dataclasses import dataclass
 
 import dask.array as da
 import numpy as np
@@ -46,9 +46,11 @@ from dkmeans.io.dataframe import (
     transform_frame,
 )
 from dkmeans.kernels import assign, column_moments, combine_moments, distances
+from dkmeans.checkpoint import Checkpointer, FitState, data_fingerprint, history_dicts
 from dkmeans.hartigan import MODES as HARTIGAN_MODES
-from dkmeans.hartigan import hartigan
-from dkmeans.lloyd import CentroidShift, IterationRecord, assign_dataset, lloyd, objective
+from dkmeans.io.model_file import digest
+from dkmeans.lloyd import CentroidShift, IterationRecord, assign_dataset
+from dkmeans.runs import FitPlan, fit_runs
 
 logger = logging.getLogger("dkmeans")
 
@@ -89,14 +91,6 @@ def _progress(verbose: int):
             print(line, file=sys.stdout, flush=True)
 
     return show
-
-
-@dataclass
-class _Run:
-    centroids: np.ndarray
-    n_iter: int
-    stop_reason: str
-    history: list
 
 
 class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
@@ -142,6 +136,16 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
     verbose : int, default 0
         Print one line per iteration (objective, centroid shift, time) when > 0. Every
         iteration is also logged at INFO level on the ``dkmeans`` logger.
+    checkpoint : str or path-like, optional
+        A checkpoint file (``.npz``): the fit writes its state there after the
+        initialisation, every ``checkpoint_every`` Lloyd iterations and after each run
+        (atomically: write, then rename). If the file exists when ``fit`` starts, the fit
+        resumes from it and ends with the same result as an uninterrupted fit; a
+        checkpoint of another job (other data shape, dtype, data moments or parameters)
+        is refused with :class:`dkmeans.checkpoint.CheckpointError`. The file is kept
+        after the fit. Hartigan rounds restart from the last checkpointed centroids.
+    checkpoint_every : int, default 10
+        Lloyd iterations between checkpoint writes.
 
     Attributes
     ----------
@@ -190,6 +194,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         oversampling_factor=2.0,
         init_rounds=5,
         verbose=0,
+        checkpoint=None,
+        checkpoint_every=10,
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -203,6 +209,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self.oversampling_factor = oversampling_factor
         self.init_rounds = init_rounds
         self.verbose = verbose
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     # -- parameters ---------------------------------------------------------------
     def _check_params(self):
@@ -210,6 +218,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         max_iter = check_int("max_iter", self.max_iter, 1)
         tol = check_float("tol", self.tol, 0.0)
         check_int("verbose", self.verbose, 0)
+        check_int("checkpoint_every", self.checkpoint_every, 1)
+        if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
+            raise InvalidParameterError(f"checkpoint must be a file path or None, got {type(self.checkpoint).__name__}")
         if self.algorithm not in ALGORITHMS:
             raise InvalidParameterError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.refine not in REFINEMENTS:
@@ -303,6 +314,17 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self : KMeans
         """
         k, max_iter, tol, n_init, options = self._check_params()
+        fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
+        try:
+            return self._fit(X, sample_weight, k, max_iter, tol, n_init, options)
+        except BaseException:
+            # a failed fit leaves the estimator as it was: no half-fitted state
+            for name in [n for n in vars(self) if n.endswith("_") and n not in fitted_before]:
+                delattr(self, name)
+            vars(self).update(fitted_before)
+            raise
+
+    def _fit(self, X, sample_weight, k, max_iter, tol, n_init, options):
         client = get_client()
         n_workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
         dataset = self._fit_dataset(X, client, n_workers)
@@ -326,24 +348,24 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                     "Input contains NaN or infinity (found in the first pass over the data): "
                     "remove or impute non-finite values before clustering."
                 )
-            stop_rule = CentroidShift(tol * mean_variance, inclusive=True)
-            progress = _progress(self.verbose)
-            best = None
-            for run in range(n_init):
-                start = C0 if C0 is not None else init_strategies.get_strategy(self.init)(
-                    persisted, k, derive_seed(seed, run), options
-                )
-                result = self._run_algorithm(persisted, start, max_iter, stop_rule, progress)
-                score = objective(persisted, result.centroids) if n_init > 1 else 0.0
-                if best is None or score < best[0]:
-                    best = (score, result)
-            result = best[1]
+            checkpointer, state = self._checkpointer(persisted, moments, C0, seed)
+            plan = FitPlan(
+                n_init=n_init,
+                initialise=lambda run: C0 if C0 is not None else init_strategies.get_strategy(self.init)(
+                    persisted, k, derive_seed(state.seed, run), options),
+                max_iter=max_iter,
+                stop_rule=CentroidShift(tol * mean_variance, inclusive=True),
+                lloyd=self.algorithm == "lloyd",
+                hartigan_mode=self.hartigan_mode if "hartigan" in (self.algorithm, self.refine) else None,
+                on_iteration=_progress(self.verbose),
+            )
+            result = fit_runs(persisted, plan, state, checkpointer)
             # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
             labels, inertia = assign_dataset(client, persisted.X, result.centroids, persisted.weights,
                                              keep_labels=dataset.frame is None)
         finally:
             persisted.release()
-        # attributes are set only once everything succeeded: no half-fitted estimator
+        # attributes are set only once everything succeeded (fit() restores them on failure)
         self.cluster_centers_ = result.centroids
         if dataset.frame is not None:
             labels = predict_series(dataset.frame, result.centroids)
@@ -351,23 +373,28 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self._n_features_out = result.centroids.shape[0]
         self.inertia_ = inertia
         self.n_iter_ = result.n_iter
-        self.history_ = result.history
+        self.history_ = history_dicts(result.history)
         self.stop_reason_ = result.stop_reason
         return self
 
-    def _run_algorithm(self, persisted, start, max_iter, stop_rule, progress) -> "_Run":
-        """Lloyd, Hartigan, or Lloyd then Hartigan, from ``start``."""
-        history, n_iter = [], 0
-        if self.algorithm == "lloyd":
-            run = lloyd(persisted, start, max_iter=max_iter, stop_rule=stop_rule, on_iteration=progress)
-            history += [dict(r.as_dict(), algorithm="lloyd") for r in run.history]
-            centroids, n_iter, reason = run.centroids, run.n_iter, run.stop_reason
-            if self.refine != "hartigan":
-                return _Run(centroids, n_iter, reason, history)
-            start = centroids
-        run = hartigan(persisted, start, max_iter=max_iter, mode=self.hartigan_mode, on_iteration=progress)
-        history += [dict(r.as_dict(), algorithm="hartigan") for r in run.history[1:]]  # [0]: the start
-        return _Run(run.centroids.astype(persisted.dtype), n_iter + run.n_iter, run.stop_reason, history)
+    def _checkpointer(self, persisted, moments, C0, seed):
+        """The checkpoint of this fit (or None) and the state to start from."""
+        if self.checkpoint is None:
+            return None, FitState(seed)
+        params = self.get_params()
+        for name in ("verbose", "checkpoint", "checkpoint_every"):
+            params.pop(name)
+        if C0 is not None:
+            params["init"] = "array sha256 " + digest(np.asarray(C0))
+        if not isinstance(params["random_state"], (int, np.integer)) or isinstance(params["random_state"], bool):
+            params["random_state"] = None  # a drawn seed: saved in the checkpoint and reused
+        params["random_state"] = None if params["random_state"] is None else int(params["random_state"])
+        job = {"estimator": "dkmeans.KMeans", "params": params, "n_rows": persisted.n_rows,
+               "n_features": persisted.n_features, "dtype": str(persisted.dtype),
+               "weighted": persisted.weights is not None, "data": data_fingerprint(moments)}
+        checkpointer = Checkpointer(self.checkpoint, self.checkpoint_every, job)
+        state = checkpointer.load() if checkpointer.exists() else FitState(seed)
+        return checkpointer, state
 
     # -- model files ----------------------------------------------------------------
     def save(self, path):

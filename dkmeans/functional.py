@@ -15,7 +15,9 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numbers
+import os
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -36,8 +38,11 @@ from dkmeans._validation import (
 )
 from dkmeans.cluster import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
-from dkmeans.hartigan import fit_hartigan
-from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, assign_dataset, fit_lloyd
+from dkmeans.checkpoint import Checkpointer, FitState, data_fingerprint
+from dkmeans.io.model_file import digest
+from dkmeans.kernels import column_moments, combine_moments
+from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, assign_dataset
+from dkmeans.runs import FitPlan, fit_runs
 from dkmeans.model import InferResult, Model, TrainResult
 
 STOP_RULES = ("objective-decrease", "centroid-shift")
@@ -104,12 +109,17 @@ def _check_descriptor(desc) -> Descriptor:
     return desc
 
 
+def _moments_chunk(X, w, offset):
+    return column_moments(X)
+
+
 def _n_workers(client) -> int:
     return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
-          oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None) -> TrainResult:
+          oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
+          checkpoint_every: int = 10) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Parameters
@@ -128,6 +138,12 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         Options of ``"k-means||"`` (see :class:`dkmeans.KMeans`).
     columns : list of str, optional
         For DataFrame input: the (numeric) columns to cluster on (default: all).
+    checkpoint : str or path-like, optional
+        Checkpoint file: the state is written after the initialisation and every
+        ``checkpoint_every`` iterations, and a run that finds the file resumes from it
+        (see :class:`dkmeans.KMeans`). A checkpoint of another job is refused.
+    checkpoint_every : int, default 10
+        Iterations between checkpoint writes.
 
     Returns
     -------
@@ -152,6 +168,9 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     )
     if options.oversampling_factor <= 0:
         raise InvalidParameterError(f"oversampling_factor must be > 0, got {oversampling_factor}")
+    checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise InvalidParameterError(f"checkpoint must be a file path or None, got {type(checkpoint).__name__}")
     if initial_centroids is None:
         initial_centroids = "k-means||"
     if isinstance(initial_centroids, str):
@@ -162,27 +181,41 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
                 f"initial_centroids: unknown strategy {initial_centroids!r}; "
                 f"use an array or one of {sorted(init_strategies.STRATEGIES)}"
             ) from None
-        C0 = None
+        C0, strategy_name = None, initial_centroids
         seed = resolve_seed(random_state)
     else:
         C0 = check_centroids(initial_centroids, k, dataset.n_features, desc.dtype, name="initial_centroids")
+        seed, strategy_name = 0, "array sha256 " + digest(np.asarray(C0))
     if dataset.n_rows is not None:
         check_n_clusters_vs_rows(k, dataset.n_rows, "cluster_count")
     weights = check_sample_weight(sample_weight, dataset)
     persisted = PersistedData(client, dataset.array, weights)
     try:
         check_n_clusters_vs_rows(k, persisted.n_rows, "cluster_count")
-        if C0 is None:
-            C0 = strategy(persisted, k, seed, options)
-        if desc.method == "hartigan":
-            fit = fit_hartigan(persisted, C0, max_iter=desc.max_iteration_count, mode="unsafe",
-                               tol=desc.accuracy_threshold, keep_labels=dataset.frame is None)
-            run, fit_labels, objective = fit.result, fit.labels, fit.objective
-            run.history = run.history[1:]  # [0] is the starting partition
-        else:
-            outcome = fit_lloyd(persisted, C0, max_iter=desc.max_iteration_count, stop_rule=desc._stop_rule(),
-                                keep_labels=dataset.frame is None)
-            run, fit_labels, objective = outcome.result, outcome.labels, outcome.objective
+        checkpointer, state = None, FitState(seed)
+        if checkpoint is not None:
+            job = {"function": "dkmeans.train", "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
+                   "initial_centroids": strategy_name, "oversampling_factor": options.oversampling_factor,
+                   "init_rounds": options.init_rounds,
+                   "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None,
+                   "n_rows": persisted.n_rows, "n_features": persisted.n_features,
+                   "weighted": persisted.weights is not None,
+                   "data": data_fingerprint(persisted.map_reduce(_moments_chunk, combine_moments))}
+            checkpointer = Checkpointer(checkpoint, checkpoint_every, job)
+            if checkpointer.exists():
+                state = checkpointer.load()
+        plan = FitPlan(
+            n_init=1,
+            initialise=lambda run: C0 if C0 is not None else strategy(persisted, k, state.seed, options),
+            max_iter=desc.max_iteration_count,
+            stop_rule=desc._stop_rule(),
+            lloyd=desc.method == "lloyd",
+            hartigan_mode="unsafe" if desc.method == "hartigan" else None,
+            hartigan_tol=desc.accuracy_threshold,
+        )
+        run = fit_runs(persisted, plan, state, checkpointer)
+        fit_labels, objective = assign_dataset(client, persisted.X, run.centroids, persisted.weights,
+                                               keep_labels=dataset.frame is None)
     finally:
         persisted.release()
     if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions

@@ -42,7 +42,7 @@ import numpy as np
 from dask._task_spec import Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from dkmeans._graph import PersistedData
+from dkmeans._graph import gather, PersistedData
 from dkmeans.backend import get_namespace
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.kernels import assign, cluster_sums

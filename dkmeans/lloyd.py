@@ -15,13 +15,18 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
 import dask.array as da
 import numpy as np
 
+from distributed import futures_of
+
 from dkmeans._graph import PersistedData
+from dkmeans.checkpoint import LoopState
+from dkmeans._graph import gather as gather_results
 from dkmeans.backend import get_namespace
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels import (
@@ -123,12 +128,25 @@ def fill_empty_clusters(data: PersistedData, centroids: np.ndarray, empty: np.nd
     out = centroids.copy()
     targets = np.flatnonzero(empty)
     out[targets[: len(far.index)]] = far.rows
-    if len(far.index) < m:
-        logger.warning("only %d rows can seed %d empty clusters; the rest keep their place", len(far.index), m)
+    if len(far.index) < m or not np.all(np.asarray(far.score) > 0):
+        warnings.warn(
+            f"{m} clusters are empty and the data has too few distinct points to give each its own row: "
+            "some centroids coincide (the data has fewer distinct points than n_clusters).",
+            RuntimeWarning, stacklevel=2,
+        )
     return out
 
 
 # -- the loop --------------------------------------------------------------------------
+def _stop_after_update(record: IterationRecord, stop_rule) -> str | None:
+    """The rule that ends the loop right after this update, if any."""
+    if isinstance(stop_rule, CentroidShift) and stop_rule.satisfied(record.centroid_shift):
+        return stop_rule.name
+    if record.centroid_shift == 0.0:  # C(t+1) == C(t) exactly: every later pass repeats this one
+        return "fixed-point"
+    return None
+
+
 def lloyd(
     data: PersistedData,
     initial_centroids: np.ndarray,
@@ -136,6 +154,8 @@ def lloyd(
     max_iter: int,
     stop_rule: ObjectiveDecrease | CentroidShift,
     on_iteration: Callable[[IterationRecord], None] | None = None,
+    resume: LoopState | None = None,
+    on_state: Callable[[LoopState], None] | None = None,
 ) -> LloydResult:
     """Run Lloyd iterations on persisted data.
 
@@ -143,22 +163,34 @@ def lloyd(
     ----------
     data : PersistedData
     initial_centroids : ndarray, shape (k, d)
+        Ignored when ``resume`` is given.
     max_iter : int
-        Maximum number of centroid updates (0 returns the initial centroids).
+        Maximum number of centroid updates in total (0 returns the initial centroids).
     stop_rule : ObjectiveDecrease or CentroidShift
     on_iteration : callable, optional
         Called with each :class:`IterationRecord` (progress display).
+    resume : LoopState, optional
+        Continue a loop from a checkpoint: its centroids, update count, last objective
+        and history. The result is the one the uninterrupted loop would have given.
+    on_state : callable, optional
+        Called with the :class:`LoopState` after every update (checkpointing).
 
     Returns
     -------
     LloydResult
         Centroids in the data's dtype.
     """
-    C = np.asarray(initial_centroids).astype(data.dtype, copy=True)
-    history: list[IterationRecord] = []
-    previous_objective = None
-    stop_reason, converged, n_iter = "max_iter", False, 0
-    for it in range(max_iter):
+    if resume is None:
+        resume = LoopState(np.asarray(initial_centroids))
+    C = np.asarray(resume.centroids).astype(data.dtype, copy=True)
+    history: list[IterationRecord] = list(resume.history)
+    previous_objective = resume.previous_objective
+    n_iter = resume.n_iter
+    reason = _stop_after_update(history[-1], stop_rule) if history else None
+    if reason is not None:  # the checkpoint was written just before the loop stopped
+        return LloydResult(C, n_iter, reason, True, history)
+    stop_reason, converged = "max_iter", False
+    for it in range(n_iter, max_iter):
         t0 = time.perf_counter()
         partials = data.map_reduce(_partials_chunk, combine_partials, (C,))
         if it == 0:
@@ -182,11 +214,11 @@ def lloyd(
         if on_iteration is not None:
             on_iteration(record)
         C, n_iter, previous_objective = new, it + 1, objective
-        if isinstance(stop_rule, CentroidShift) and stop_rule.satisfied(shift):
-            stop_reason, converged = stop_rule.name, True
-            break
-        if shift == 0.0 and n_empty == 0:
-            stop_reason, converged = "fixed-point", True
+        if on_state is not None:
+            on_state(LoopState(C, n_iter, previous_objective, list(history)))
+        reason = _stop_after_update(record, stop_rule)
+        if reason is not None:
+            stop_reason, converged = reason, True
             break
     return LloydResult(C, n_iter, stop_reason, converged, history)
 
@@ -230,13 +262,14 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     )
     labels = blocks[:, 0].astype(np.int32)
     objective = blocks[:, 1].sum()
+    inputs = futures_of(X)
     if not keep_labels:
-        labels, objective = None, client.compute(objective, sync=True)
+        labels, objective = None, gather_results(client, client.compute(objective), inputs)
     elif gather:
-        labels, objective = client.compute([labels, objective], sync=True)
+        labels, objective = gather_results(client, client.compute([labels, objective]), inputs)
     else:
         labels, objective = client.persist([labels, objective])
-        objective = client.compute(objective, sync=True)
+        objective = gather_results(client, client.compute(objective), inputs)
     objective = float(objective)
     if not np.isfinite(objective):
         raise InvalidDataError(

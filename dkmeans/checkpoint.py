@@ -1,0 +1,212 @@
+"""Checkpoints of a running fit, so that a killed batch job resumes where it stopped.
+
+A checkpoint is a safe ``.npz`` + JSON file (the model-file format: no pickle, SHA-256
+of every array, written to a temporary name and renamed, so a job killed mid-write
+leaves the previous checkpoint intact). It holds what the rest of the fit depends on:
+
+* the resolved random seed (so ``random_state=None`` resumes with the same draws),
+* which initialisation run (of ``n_init``) is in progress and the best finished run,
+* the current centroids, the iteration count, the last objective (the
+  objective-decrease rule compares against it) and the per-iteration history,
+* a description of the job (data shape and dtype, a fingerprint of the data, the
+  parameters), which must match on resume: a checkpoint is never applied to another job.
+
+Lloyd passes are deterministic given the centroids, so a resumed run ends with the same
+result as an uninterrupted one. Hartigan rounds are not checkpointed one by one: a fit
+that ends with Hartigan resumes from its Lloyd result (or its initial centroids).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dkmeans.errors import InvalidDataError
+from dkmeans.io.model_file import digest, read_archive, write_archive
+
+logger = logging.getLogger("dkmeans")
+
+FORMAT_NAME = "dkmeans-checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(InvalidDataError):
+    """A checkpoint file is damaged, or belongs to another job."""
+
+
+@dataclass
+class LoopState:
+    """Where a Lloyd loop stands after ``n_iter`` centroid updates."""
+
+    centroids: np.ndarray
+    n_iter: int = 0
+    previous_objective: float | None = None
+    history: list = field(default_factory=list)  # IterationRecord
+
+
+@dataclass
+class RunSummary:
+    """A finished run (one initialisation followed by the algorithm)."""
+
+    centroids: np.ndarray
+    score: float
+    n_iter: int
+    stop_reason: str
+    converged: bool
+    history: list  # IterationRecord / HartiganRecord
+
+
+@dataclass
+class FitState:
+    """Everything a fit needs to continue: see the module docstring."""
+
+    seed: int
+    run: int = 0
+    phase: str = "init"  # "init": run not started; "lloyd": loop in progress; "refine": Lloyd done
+    loop: LoopState | None = None
+    best: RunSummary | None = None
+
+
+def data_fingerprint(moments) -> list:
+    """A short description of the data from its column moments: mean and variance per column.
+
+    Rounded to 9 significant digits, so that the order in which chunks were combined
+    does not matter.
+    """
+    count = np.maximum(np.asarray(moments.count, dtype=np.float64), 1)
+    values = np.concatenate([np.asarray(moments.mean, dtype=np.float64).ravel(),
+                             (np.asarray(moments.m2, dtype=np.float64) / count).ravel()])
+    return [float(f"{v:.9g}") for v in values]
+
+
+def history_dicts(records) -> list:
+    """Iteration records as dicts tagged with their ``algorithm`` ("lloyd" or "hartigan")."""
+    from dkmeans.lloyd import IterationRecord
+
+    return [dict(r.as_dict(), algorithm="lloyd" if isinstance(r, IterationRecord) else "hartigan")
+            for r in records]
+
+
+def history_records(dicts) -> list:
+    """The inverse of :func:`history_dicts`."""
+    from dkmeans.hartigan import HartiganRecord
+    from dkmeans.lloyd import IterationRecord
+
+    out = []
+    for d in dicts:
+        d = dict(d)
+        cls = IterationRecord if d.pop("algorithm") == "lloyd" else HartiganRecord
+        out.append(cls(**d))
+    return out
+
+
+def _differences(a: dict, b: dict, prefix: str = "") -> list:
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differences(x, y, f"{prefix}{key}.")
+        elif x != y:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else str(value)
+
+
+class Checkpointer:
+    """Reads and writes one job's checkpoint file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint file (``.npz`` is appended if missing).
+    every : int
+        Write after every ``every`` Lloyd iterations (and always after an
+        initialisation and at the end of each run).
+    job : dict
+        JSON-serialisable description of the job; a checkpoint whose job differs is refused.
+    """
+
+    def __init__(self, path, every: int, job: dict):
+        path = Path(path)
+        self.path = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+        self.every = int(every)
+        # as it reads back from JSON (numpy scalars -> Python, tuples -> lists), for comparison
+        self.job = json.loads(json.dumps(job, default=_plain))
+        self.writes = 0
+
+    # -- reading --------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def load(self) -> FitState:
+        """The saved state; :class:`CheckpointError` if damaged or written by another job."""
+        arrays, meta = self._read()
+        if meta.get("format") != FORMAT_NAME or meta.get("format_version") != FORMAT_VERSION:
+            raise CheckpointError(f"{self.path}: not a dkmeans checkpoint of format version {FORMAT_VERSION}")
+        for name, value in arrays.items():
+            if digest(value) != meta["sha256"].get(name):
+                raise CheckpointError(f"{self.path}: array {name!r} was altered (checksum mismatch)")
+        saved = meta.get("job", {})
+        if saved != self.job:
+            diff = _differences(saved, self.job)
+            raise CheckpointError(
+                f"{self.path} was written by another job (differs in: {', '.join(diff)}). "
+                "Resume with the same data and parameters, or choose another checkpoint path."
+            )
+        state = FitState(seed=int(meta["seed"]), run=int(meta["run"]), phase=meta["phase"])
+        if "centroids" in arrays:
+            loop = meta["loop"]
+            state.loop = LoopState(arrays["centroids"], int(loop["n_iter"]), loop["previous_objective"],
+                                   history_records(loop["history"]))
+        if "best_centroids" in arrays:
+            best = meta["best"]
+            state.best = RunSummary(arrays["best_centroids"], best["score"], best["n_iter"], best["stop_reason"],
+                                    best["converged"], history_records(best["history"]))
+        logger.info("resuming from checkpoint %s (run %d, %s, iteration %d)", self.path, state.run, state.phase,
+                    state.loop.n_iter if state.loop else 0)
+        return state
+
+    def _read(self):
+        return read_archive(self.path, set(), "checkpoint", CheckpointError,
+                            optional=frozenset({"centroids", "best_centroids"}))
+
+    # -- writing --------------------------------------------------------------------
+    def save(self, state: FitState) -> None:
+        """Write ``state`` atomically (the previous checkpoint stays whole until the rename)."""
+        arrays, meta = {}, {
+            "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "job": self.job,
+            "seed": str(state.seed), "run": state.run, "phase": state.phase,
+        }
+        if state.loop is not None:
+            arrays["centroids"] = np.ascontiguousarray(state.loop.centroids)
+            meta["loop"] = {"n_iter": state.loop.n_iter, "previous_objective": state.loop.previous_objective,
+                            "history": history_dicts(state.loop.history)}
+        if state.best is not None:
+            arrays["best_centroids"] = np.ascontiguousarray(state.best.centroids)
+            meta["best"] = {"score": state.best.score, "n_iter": state.best.n_iter,
+                            "stop_reason": state.best.stop_reason, "converged": state.best.converged,
+                            "history": history_dicts(state.best.history)}
+        meta["sha256"] = {name: digest(a) for name, a in arrays.items()}
+        write_archive(self.path, arrays, meta)
+        self.writes += 1
+
+    def loop_hook(self, state: FitState):
+        """An ``on_state`` callback for :func:`dkmeans.lloyd.lloyd`: saves every ``every`` updates."""
+
+        def save_loop(loop: LoopState) -> None:
+            state.phase, state.loop = "lloyd", loop
+            if loop.n_iter % self.every == 0:
+                self.save(state)
+
+        return save_loop
+
+
+__all__ = ["CheckpointError", "Checkpointer", "FitState", "LoopState", "RunSummary", "data_fingerprint",
+           "history_dicts", "history_records"]

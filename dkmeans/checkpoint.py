@@ -104,6 +104,12 @@ def history_records(dicts) -> list:
     return out
 
 
+def checkpoint_path(path) -> Path:
+    """The file a checkpoint ``path`` names (``.npz`` appended if missing)."""
+    path = Path(path)
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
 def _differences(a: dict, b: dict, prefix: str = "") -> list:
     out = []
     for key in sorted(set(a) | set(b)):
@@ -134,8 +140,7 @@ class Checkpointer:
     """
 
     def __init__(self, path, every: int, job: dict):
-        path = Path(path)
-        self.path = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+        self.path = checkpoint_path(path)
         self.every = int(every)
         # as it reads back from JSON (numpy scalars -> Python, tuples -> lists), for comparison
         self.job = json.loads(json.dumps(job, default=_plain))
@@ -208,5 +213,5 @@ class Checkpointer:
         return save_loop
 
 
-__all__ = ["CheckpointError", "Checkpointer", "FitState", "LoopState", "RunSummary", "data_fingerprint",
+__all__ = ["CheckpointError", "Checkpointer", "checkpoint_path", "FitState", "LoopState", "RunSummary", "data_fingerprint",
            "history_dicts", "history_records"]

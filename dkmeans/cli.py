@@ -73,13 +73,15 @@ def _fit(args) -> int:
     from dkmeans.io.files import read_table
 
     check_int("-k", args.k, 1)
+    checkpoint = _checkpoint_option(args)
     df = read_table(args.input)  # the input and columns are checked before any cluster starts
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))
     connect(args)
     t0 = time.perf_counter()
     km = KMeans(n_clusters=args.k, init=args.init, n_init=args.n_init, max_iter=args.max_iter, tol=args.tol,
-                random_state=args.random_state, verbose=_verbose(args))
+                random_state=args.random_state, verbose=_verbose(args), checkpoint=checkpoint,
+                checkpoint_every=args.checkpoint_every)
     km.fit(X)
     seconds = time.perf_counter() - t0
     path = km.save(args.model)
@@ -89,6 +91,25 @@ def _fit(args) -> int:
     if args.plot:
         _write_plot(args.plot, km, X)
     return 0
+
+
+def _checkpoint_option(args):
+    """``--checkpoint``/``--resume``: never overwrite a checkpoint unless asked to resume from it."""
+    from dkmeans.checkpoint import checkpoint_path
+
+    if args.checkpoint is None:
+        if args.resume:
+            raise InvalidParameterError("--resume needs --checkpoint PATH (the checkpoint to resume from)")
+        return None
+    check_int("--checkpoint-every", args.checkpoint_every, 1)
+    path = checkpoint_path(args.checkpoint)
+    if path.exists() and not args.resume:
+        raise InvalidParameterError(
+            f"checkpoint {path} already exists: pass --resume to continue from it, or remove it to start over"
+        )
+    if args.resume and not path.exists():
+        print(f"no checkpoint at {path} yet: starting from the beginning")
+    return path
 
 
 def _write_plot(path, km, X):
@@ -234,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--tol", type=float, default=1e-4)
     fit.add_argument("--random-state", type=int, default=None)
     fit.add_argument("--plot", help="write the objective history and a 2-D view of the clusters (PNG)")
+    fit.add_argument("--checkpoint", metavar="PATH",
+                     help="write the fit's state to PATH (.npz) as it runs, so a killed job can --resume")
+    fit.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+                     help="iterations between checkpoint writes (default 10)")
+    fit.add_argument("--resume", action="store_true",
+                     help="continue from --checkpoint PATH if it exists (same data and options)")
     fit.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(fit)
     fit.set_defaults(handler=_fit)

@@ -78,7 +78,7 @@ def reference_lloyd(X, C0, *, max_iter: int, tol: float | None = None, tol_inclu
         C, n_iter, prev = new, it + 1, obj
         if tol is not None and (shift <= tol if tol_inclusive else shift < tol):
             break
-        if shift == 0 and not empty.any():
+        if shift == 0:  # C is unchanged (even with empty clusters refilled in place): a fixed point
             break
     D = _sq_dists(X, C)
     labels = D.argmin(axis=1)

@@ -25,9 +25,10 @@ from dkmeans.kernels import (
 )
 
 
-@pytest.fixture(autouse=True, params=["auto", "xp"])
+@pytest.fixture(autouse=True, params=["auto", "blas", "xp"])
 def engine(request, monkeypatch):
-    """Every kernel test runs with the compiled NumPy loops and with the namespace code."""
+    """Every kernel test runs with each NumPy path: compiled per shape (a direct loop for
+    small d), compiled with BLAS always, and the namespace code."""
     monkeypatch.setattr(importlib.import_module("dkmeans.kernels.assign"), "ENGINE", request.param)
     return request.param
 

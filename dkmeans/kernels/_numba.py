@@ -1,15 +1,48 @@
 """Compiled loops for the NumPy path of the assignment kernels (numba, one thread).
 
-The matrix product stays in BLAS; these loops replace what NumPy does slowly at small k:
-the argmin over a short axis, and the gather + difference + scatter-add that follow it.
-Each runs in one pass over its inputs with no temporaries. They are used by
-:mod:`dkmeans.kernels.assign` when numba is importable and the arrays are NumPy arrays.
+Two ways to find the nearest centroid, chosen per shape by :mod:`dkmeans.kernels.assign`:
+
+* **BLAS + running argmin** (large ``d``): BLAS computes ``C_block @ X_tile.T`` into a
+  small buffer, and :func:`running_argmin_t` folds it into the running minimum.
+* **Direct** (``d <= 16``): a generated loop computes ``||c||^2/2 - x.c`` for a tile of
+  rows held transposed in a ``(width, T)`` buffer and four centroids at a time, with the
+  features unrolled and the centroid coordinates in registers, so that the loop over the
+  rows is vectorised; no ``n x k`` intermediate and no BLAS call. BLAS is inefficient
+  when the inner dimension of the product is that short.
+
+Both then compute, per tile of rows while the rows are in cache, the exact squared
+distance ``||x - c_label||^2`` from the difference and either return it
+(:func:`rows_exact_sq`) or fold it into float64 per-cluster sums, counts and the objective
+(:func:`rows_partials`). Everything runs in one thread, releases the GIL, and keeps
+strict ``<`` comparisons in centroid order, so ties go to the lowest centroid index.
+
+The direct loops are generated source (the unrolling needs literal feature indices). The
+source is written once to a file in a cache directory (``NUMBA_CACHE_DIR`` when set,
+else ``$XDG_CACHE_HOME/dkmeans`` or ``~/.cache/dkmeans``, else the temporary directory)
+and imported from there, so numba caches the compiled code on disk like the functions
+of this module; where no directory is writable it is compiled in memory in each process.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+
 import numba
 import numpy as np
+
+#: Feature widths of the generated direct loops: ``d`` is padded with zeros up to the
+#: smallest width that holds it. ``d`` above the largest width uses BLAS.
+DIRECT_WIDTHS = (4, 8, 16)
+#: Centroids per pass of the direct loop (independent accumulators per row vector).
+DIRECT_CENTROIDS = 4
+
+# reassoc lets LLVM vectorise the per-row sum of squared differences.
+_REDUCE_MATH = {"reassoc", "contract"}
 
 
 @numba.njit(cache=True, nogil=True)
@@ -37,33 +70,215 @@ def running_argmin_t(Dt, c_half_sq, j0, best_val, best_idx, first):  # pragma: n
     return None
 
 
+@numba.njit(cache=True, nogil=True, fastmath=_REDUCE_MATH)
+def rows_exact_sq(X, i0, i1, C, labels, out):  # pragma: no cover - compiled
+    """``out[i] = ||X[i] - C[labels[i]]||^2`` for ``i0 <= i < i1`` (in X's dtype)."""
+    d = X.shape[1]
+    for i in range(i0, i1):
+        x = X[i]
+        c = C[labels[i]]
+        s = X.dtype.type(0)
+        for f in range(d):
+            diff = x[f] - c[f]
+            s += diff * diff
+        out[i] = s
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_REDUCE_MATH)
+def rows_partials(X, i0, i1, C, labels, weights, has_weights, sums, counts):  # pragma: no cover - compiled
+    """Fold rows ``i0 <= i < i1`` into float64 ``sums``/``counts``; return their objective.
+
+    The squared distance of a row is computed from ``x - c_label`` (in X's dtype), the
+    sums, counts and objective accumulate in float64, weighted when ``has_weights``.
+    """
+    d = X.shape[1]
+    objective = 0.0
+    for i in range(i0, i1):
+        j = labels[i]
+        x = X[i]
+        c = C[j]
+        srow = sums[j]
+        s = X.dtype.type(0)
+        for f in range(d):
+            diff = x[f] - c[f]
+            s += diff * diff
+        if has_weights:
+            w = weights[i]
+            for f in range(d):
+                srow[f] += w * np.float64(x[f])
+            counts[j] += w
+            objective += w * np.float64(s)
+        else:
+            for f in range(d):
+                srow[f] += np.float64(x[f])
+            counts[j] += 1.0
+            objective += np.float64(s)
+    return objective
+
+
 @numba.njit(cache=True, nogil=True)
 def exact_sq_dist(X, C, labels, out):  # pragma: no cover - compiled
     """``out[i] = ||X[i] - C[labels[i]]||^2`` (in X's dtype)."""
-    n, d = X.shape
-    for i in range(n):
-        j = labels[i]
-        s = X.dtype.type(0)
-        for f in range(d):
-            diff = X[i, f] - C[j, f]
-            s += diff * diff
-        out[i] = s
+    rows_exact_sq(X, 0, X.shape[0], C, labels, out)
 
 
 @numba.njit(cache=True, nogil=True)
 def fused_partials(X, C, labels, weights, has_weights, sums, counts):  # pragma: no cover - compiled
     """Exact squared distances, float64 per-cluster sums and counts, and the objective, in one pass."""
-    n, d = X.shape
-    objective = 0.0
-    for i in range(n):
-        j = labels[i]
-        w = weights[i] if has_weights else 1.0
-        s = X.dtype.type(0)
-        for f in range(d):
-            x = X[i, f]
-            diff = x - C[j, f]
-            s += diff * diff
-            sums[j, f] += w * np.float64(x)
-        counts[j] += w
-        objective += w * np.float64(s)
-    return objective
+    return rows_partials(X, 0, X.shape[0], C, labels, weights, has_weights, sums, counts)
+
+
+# -- generated direct loops ------------------------------------------------------------------
+def _centroid_pass(width: int, nc: int, indent: str) -> list[str]:
+    """Source of one pass over the rows of a tile against ``nc`` centroids starting at ``j``."""
+    lines = []
+    for b in range(nc):
+        lines.append(f"{indent}h{b} = c_half[j + {b}]")
+        lines += [f"{indent}c{b}_{q} = CP[j + {b}, {q}]" for q in range(width)]
+    lines.append(f"{indent}for r in range(m):")
+    body = indent + "    "
+    lines += [f"{body}x{q} = XT{q}[r]" for q in range(width)]
+    for b in range(nc):
+        dot = " + ".join(f"x{q} * c{b}_{q}" for q in range(width))
+        lines.append(f"{body}s{b} = h{b} - ({dot})")
+    lines.append(f"{body}bv = best[r]")
+    lines.append(f"{body}bi = lab[r]")
+    for b in range(nc):
+        lines += [f"{body}if s{b} < bv:", f"{body}    bv = s{b}", f"{body}    bi = j + {b}"]
+    lines += [f"{body}best[r] = bv", f"{body}lab[r] = bi"]
+    return lines
+
+
+def direct_source(width: int, nc: int = DIRECT_CENTROIDS) -> str:
+    """Python source of the direct kernel for ``d <= width`` (see :func:`direct_kernel`)."""
+    lines = [
+        '"""Generated by dkmeans.kernels._numba.direct_source: do not edit."""',
+        "import numba",
+        "import numpy as np",
+        "from dkmeans.kernels._numba import rows_exact_sq, rows_partials",
+        "",
+        "",
+        "@numba.njit(cache=True, nogil=True, fastmath={'contract'})",
+        f"def direct_{width}(X, C, c_half, T, labels, min_sq, weights, has_weights, sums, counts, mode):",
+        "    n, d = X.shape",
+        "    k = C.shape[0]",
+        f"    XT = np.zeros(({width}, T), X.dtype)",
+        f"    CP = np.zeros((k, {width}), X.dtype)",
+        "    CP[:, :d] = C",
+        "    best = np.empty(T, X.dtype)",
+        "    lab = np.empty(T, np.int32)",
+    ]
+    lines += [f"    XT{q} = XT[{q}]" for q in range(width)]
+    lines += [
+        "    objective = 0.0",
+        "    for i0 in range(0, n, T):",
+        "        m = min(T, n - i0)",
+        "        for r in range(m):",
+        "            for f in range(d):",
+        "                XT[f, r] = X[i0 + r, f]",
+        "            best[r] = np.inf",
+        "            lab[r] = 0",
+        "        j = 0",
+        f"        while j + {nc} <= k:",
+    ]
+    lines += _centroid_pass(width, nc, " " * 12)
+    lines += [f"            j += {nc}", "        while j < k:"]
+    lines += _centroid_pass(width, 1, " " * 12)
+    lines += [
+        "            j += 1",
+        "        for r in range(m):",
+        "            labels[i0 + r] = lab[r]",
+        "        if mode == 1:",
+        "            rows_exact_sq(X, i0, i0 + m, C, labels, min_sq)",
+        "        elif mode == 2:",
+        "            objective += rows_partials(X, i0, i0 + m, C, labels, weights, has_weights, sums, counts)",
+        "    return objective",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_direct_lock = threading.Lock()
+_direct_kernels: dict = {}
+
+
+def _cache_dirs():
+    """Directories to write generated source to, most preferred first."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        yield os.path.join(os.environ["NUMBA_CACHE_DIR"], "dkmeans-generated")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    yield os.path.join(base, "dkmeans")
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    yield os.path.join(tempfile.gettempdir(), f"dkmeans-{uid}")
+
+
+def _write_source(name: str, source: str) -> str | None:
+    """Path of a file holding ``source`` (written atomically if absent), or None."""
+    for directory in _cache_dirs():
+        path = os.path.join(directory, name + ".py")
+        try:
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as fh:
+                    if fh.read() == source:
+                        return path
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(source)
+            os.replace(tmp, path)
+            return path
+        except OSError:
+            continue
+    return None
+
+
+def _load_source(name: str, source: str):
+    """Import ``source`` as module ``dkmeans.kernels._generated_<name>`` (from a file when possible)."""
+    modname = f"dkmeans.kernels._generated_{name}"
+    if modname in sys.modules:
+        return sys.modules[modname]
+    path = _write_source(name, source)
+    if path is not None:
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        try:
+            spec.loader.exec_module(module)
+            return module
+        except Exception:  # pragma: no cover - unreadable file: compile in memory below
+            del sys.modules[modname]
+    namespace = {"__name__": modname}
+    exec(compile(source.replace("cache=True", "cache=False"), f"<{modname}>", "exec"), namespace)
+    module = type(sys)(modname)
+    module.__dict__.update(namespace)
+    sys.modules[modname] = module
+    return module
+
+
+def direct_width(d: int) -> int | None:
+    """The generated loop width for ``d`` features, or None when ``d`` is too large."""
+    for width in DIRECT_WIDTHS:
+        if d <= width:
+            return width
+    return None
+
+
+def direct_kernel(width: int):
+    """The compiled direct kernel for ``d <= width`` features.
+
+    ``kernel(X, C, c_half, T, labels, min_sq, weights, has_weights, sums, counts, mode)``
+    assigns the rows of ``X`` in tiles of ``T`` rows (``labels``, int32) using
+    ``c_half = ||c||^2 / 2`` in X's dtype; ``mode`` 1 also writes the exact squared
+    distances to ``min_sq``, ``mode`` 2 folds the rows into ``sums``/``counts`` and
+    returns the objective (0.0 otherwise).
+    """
+    kernel = _direct_kernels.get(width)
+    if kernel is None:
+        with _direct_lock:
+            kernel = _direct_kernels.get(width)
+            if kernel is None:
+                source = direct_source(width)
+                digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+                module = _load_source(f"direct_{width}_{digest}", source)
+                kernel = _direct_kernels[width] = getattr(module, f"direct_{width}")
+    return kernel

@@ -21,18 +21,35 @@ try:  # compiled loops for the NumPy path; the namespace code below is the fallb
 except ImportError:  # pragma: no cover - numba is a dependency, but stay usable without it
     _compiled = None
 
-#: "auto": compiled loops for NumPy arrays when numba is available; "xp": namespace code only.
+#: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (a direct
+#: loop for ``d <= 16``, BLAS plus a compiled argmin above); "blas" always takes the BLAS
+#: compiled path; "xp" runs the namespace code (the path CuPy arrays take).
 ENGINE = "auto"
 
-
-def _use_compiled(xp) -> bool:
-    return ENGINE == "auto" and _compiled is not None and xp is np
-
 #: Scratch memory one kernel call may use, in bytes (distance tiles, gathered
-#: centroids, float64 copies of a row tile).
+#: centroids, float64 copies of a row tile). The compiled paths use at most about
+#: ``BLAS_BLOCK_BYTES`` of it, plus a copy of the centroids.
 DEFAULT_SCRATCH_BYTES = 32 * 2**20
 #: Largest number of centroids handled in one matrix product.
 MAX_CENTROID_BLOCK = 4096
+#: Compiled BLAS path: target size in bytes of one ``C_block @ X_tile.T`` buffer (about
+#: the L2 cache: the buffer is read back by the argmin while it is still in cache).
+BLAS_BLOCK_BYTES = 2 * 2**20
+#: Compiled BLAS path: rows per tile are kept within these bounds.
+BLAS_TILE_ROWS = (64, 512)
+#: Compiled direct path: rows per tile (the transposed tile is ``width x rows``).
+DIRECT_TILE_ROWS = 256
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _compiled_engine(xp, X) -> str | None:
+    """"direct", "blas", or None (namespace code) for the rows ``X``."""
+    if ENGINE == "xp" or _compiled is None or xp is not np or X.dtype not in _FLOATS:
+        return None
+    if ENGINE == "auto" and _compiled.direct_width(X.shape[1]) is not None:
+        return "direct"
+    return "blas"
 
 
 class Partials(NamedTuple):
@@ -107,35 +124,69 @@ def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
     return best_idx
 
 
-def _nearest_compiled(X, C, c_half_sq, row_tile, block, labels):
-    """Nearest centroid per row: BLAS for ``C_block @ X_tile.T``, a compiled running argmin."""
-    n = X.shape[0]
+def _compiled_tiles(engine: str, n: int, k: int, d: int, itemsize: int, scratch_bytes: int):
+    """Row tile and centroid block of a compiled path (within ``scratch_bytes``)."""
+    budget_rows, block = plan_tiles(n, k, d, itemsize, scratch_bytes)
+    if engine == "direct":
+        return max(1, min(DIRECT_TILE_ROWS, budget_rows, n)), k
+    lo, hi = BLAS_TILE_ROWS
+    cache_rows = max(lo, min(hi, BLAS_BLOCK_BYTES // (block * itemsize)))
+    return max(1, min(cache_rows, budget_rows, n)), block
+
+
+def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
+    """Labels of the nearest centroids, with (``mode``) 1: exact distances, 2: partials.
+
+    ``X`` and ``C`` are C-contiguous NumPy arrays of one float dtype. Works tile by
+    tile: the labels of a tile, then its exact distances or its partial sums while its
+    rows are in cache. Returns ``(labels, min_sq, sums, counts, objective)``.
+    """
+    n, d = X.shape
     k = C.shape[0]
-    best = np.empty(row_tile, dtype=X.dtype)
-    buf = np.empty(block * row_tile, dtype=X.dtype)
-    for i0 in range(0, n, row_tile):
-        i1 = min(n, i0 + row_tile)
+    labels = np.empty(n, dtype=np.int32)
+    min_sq = np.empty(n if mode == 1 else 0, dtype=X.dtype)
+    sums = np.zeros((k, d) if mode == 2 else (0, 0), dtype=np.float64)
+    counts = np.zeros(k if mode == 2 else 0, dtype=np.float64)
+    has_w = weights is not None
+    w = np.ascontiguousarray(weights, dtype=np.float64) if has_w else np.empty(0, dtype=np.float64)
+    c_half = 0.5 * np.einsum("ij,ij->i", C, C)
+    tile, block = _compiled_tiles(engine, n, k, d, X.dtype.itemsize, scratch_bytes)
+    if engine == "direct":
+        kernel = _compiled.direct_kernel(_compiled.direct_width(d))
+        objective = kernel(X, C, c_half, tile, labels, min_sq, w, has_w, sums, counts, mode)
+        return labels, min_sq, sums, counts, objective
+    best = np.empty(tile, dtype=X.dtype)
+    buf = np.empty(block * tile, dtype=X.dtype)
+    objective = 0.0
+    for i0 in range(0, n, tile):
+        i1 = min(n, i0 + tile)
         m = i1 - i0
         Xt_T = X[i0:i1].T
         for j0 in range(0, k, block):
             j1 = min(k, j0 + block)
             Dt = buf[: (j1 - j0) * m].reshape(j1 - j0, m)
             np.matmul(C[j0:j1], Xt_T, out=Dt)
-            _compiled.running_argmin_t(Dt, c_half_sq[j0:j1], j0, best[:m], labels[i0:i1], j0 == 0)
-    return labels
+            _compiled.running_argmin_t(Dt, c_half[j0:j1], j0, best[:m], labels[i0:i1], j0 == 0)
+        if mode == 1:
+            _compiled.rows_exact_sq(X, i0, i1, C, labels, min_sq)
+        elif mode == 2:
+            objective += _compiled.rows_partials(X, i0, i1, C, labels, w, has_w, sums, counts)
+    return labels, min_sq, sums, counts, objective
 
 
 def _nearest_labels(xp, X, C, scratch_bytes):
-    """Labels (int32) of the nearest centroid, and whether the compiled path was used."""
+    """Labels (int32) of the nearest centroid."""
     n, d = X.shape
     k = C.shape[0]
-    labels = xp.empty(n, dtype=xp.int32)
     if n == 0:
-        return labels
+        return xp.empty(0, dtype=xp.int32)
+    engine = _compiled_engine(xp, X)
+    if engine is not None:
+        X = np.ascontiguousarray(X)
+        return _run_compiled(engine, X, np.ascontiguousarray(C, dtype=X.dtype), 0, None, scratch_bytes)[0]
+    labels = xp.empty(n, dtype=xp.int32)
     c_half_sq = 0.5 * xp.sum(C * C, axis=1)
     row_tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
-    if _use_compiled(xp):
-        return _nearest_compiled(np.ascontiguousarray(X), C, c_half_sq, row_tile, block, labels)
     dist_buf = xp.empty((row_tile, block), dtype=X.dtype)
     for i0 in range(0, n, row_tile):
         i1 = min(n, i0 + row_tile)
@@ -165,12 +216,13 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     xp = get_namespace(X, C)
     n, d = X.shape
     C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
+    engine = _compiled_engine(xp, X)
+    if engine is not None and n > 0:
+        labels, min_sq, *_ = _run_compiled(engine, np.ascontiguousarray(X), C, 1, None, scratch_bytes)
+        return labels, min_sq
     labels = _nearest_labels(xp, X, C, scratch_bytes)
     min_sq = xp.empty(n, dtype=X.dtype)
     if n == 0:
-        return labels, min_sq
-    if _use_compiled(xp):
-        _compiled.exact_sq_dist(np.ascontiguousarray(X), C, labels, min_sq)
         return labels, min_sq
     row_tile, _ = plan_tiles(n, C.shape[0], d, X.dtype.itemsize, scratch_bytes)
     for i0 in range(0, n, row_tile):
@@ -204,15 +256,11 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
         zeros = xp.zeros(k, dtype=xp.float64)
         return Partials(xp.zeros((k, d), dtype=xp.float64), zeros, xp.zeros((), dtype=xp.float64))
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
-    if _use_compiled(xp):
+    engine = _compiled_engine(xp, X)
+    if engine is not None:
         X = np.ascontiguousarray(X)
-        C = np.ascontiguousarray(np.asarray(C, dtype=X.dtype))
-        labels = _nearest_labels(xp, X, C, scratch_bytes)
-        sums = np.zeros((k, d), dtype=np.float64)
-        counts = np.zeros(k, dtype=np.float64)
-        objective = _compiled.fused_partials(
-            X, C, labels, w if w is not None else np.empty(0), w is not None, sums, counts
-        )
+        C = np.ascontiguousarray(C, dtype=X.dtype)
+        _, _, sums, counts, objective = _run_compiled(engine, X, C, 2, w, scratch_bytes)
         return Partials(sums, counts, np.asarray(objective, dtype=np.float64))
     labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
     sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)

@@ -41,7 +41,7 @@ def worker_timeout() -> float:
     return float(parse_timedelta(dask.config.get(WORKER_TIMEOUT_KEY, DEFAULT_WORKER_TIMEOUT)))
 
 
-def gather(client, futures, inputs=()):
+def gather(client, futures, inputs=(), generation=None):
     """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
 
     * Every worker gone for longer than :func:`worker_timeout`: the futures are
@@ -49,7 +49,9 @@ def gather(client, futures, inputs=()):
       one worker is alive, lost chunks are being recomputed and the wait goes on.
     * A cancelled task: :class:`~dkmeans.errors.ClusterRestartedError` after
       ``client.restart()``, :class:`~dkmeans.errors.InputLostError` when input chunks
-      (``inputs``: their futures) were lost and cannot be recomputed.
+      (``inputs``: their futures) were lost and cannot be recomputed. ``generation``:
+      the client's restart count when the inputs were persisted (a restart since then
+      also cancelled them).
     """
     timeout = worker_timeout()
     poll = min(1.0, max(0.05, timeout / 4))
@@ -59,7 +61,8 @@ def gather(client, futures, inputs=()):
     try:
         while True:
             try:
-                wait(futures, timeout=poll)
+                with client.as_current():  # wait() uses the current client
+                    wait(futures, timeout=poll)
                 break
             except TimeoutError:
                 pass
@@ -76,14 +79,15 @@ def gather(client, futures, inputs=()):
                 )
         results = client.gather(futures)
     except CancelledError as exc:
-        raise _cancelled_error(exc, inputs) from exc
+        restarted = generation is not None and getattr(client, "generation", generation) != generation
+        raise _cancelled_error(exc, inputs, restarted) from exc
     return results[0] if single else results
 
 
-def _cancelled_error(exc, inputs):
+def _cancelled_error(exc, inputs, restarted=False):
     groups = getattr(exc, "error_groups", None)  # FuturesCancelledError: one reason per group
     reason = " ".join(g.reason or "" for g in groups) if groups else (getattr(exc, "reason", None) or str(exc))
-    if "restart" in reason:
+    if restarted or "restart" in reason:
         return ClusterRestartedError(
             "The Dask cluster was restarted (client.restart()) while dkmeans was using it, which dropped the "
             "data persisted for this job. Nothing was fitted; run it again once the cluster is up."
@@ -193,6 +197,8 @@ class PersistedData:
         self._x_keys = [k[0] for k in X.__dask_keys__()]
         self._w_keys = list(weights.__dask_keys__()) if weights is not None else None
         self._futures = futures
+        #: the client's restart count now (``client.restart()`` increments it): see :func:`gather`
+        self.generation = getattr(client, "generation", None)
         self._placement: dict[str, list[int]] | None = None
 
     @property
@@ -283,7 +289,7 @@ class PersistedData:
         """
         graph, keys, _ = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in)
         futures = self.client.get(graph, keys, sync=False)
-        return self._finish(gather(self.client, futures, self._futures), combine_fn)
+        return self._finish(gather(self.client, futures, self._futures, self.generation), combine_fn)
 
     def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
                             state: ChunkState | None = None, fan_in: int = 8):
@@ -295,13 +301,14 @@ class PersistedData:
         graph, keys, state_keys = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in, state, stateful=True)
         futures = self.client.get(graph, list(state_keys) + keys, sync=False)
         state_futures = dict(zip(state_keys, futures[: len(state_keys)]))
-        parts = gather(self.client, futures[len(state_keys):], self._futures)
+        parts = gather(self.client, futures[len(state_keys):], self._futures, self.generation)
         owner = {cid: key for key, cids in state_keys.items() for cid in cids}
         return self._finish(parts, combine_fn), ChunkState(state_futures, owner)
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""
-        return np.asarray(gather(self.client, self.client.compute(self.X[np.asarray(indices)]), self._futures))
+        return np.asarray(gather(self.client, self.client.compute(self.X[np.asarray(indices)]), self._futures,
+                                 self.generation))
 
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""

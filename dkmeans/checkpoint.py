@@ -182,6 +182,14 @@ class Checkpointer:
         return read_archive(self.path, set(), "checkpoint", CheckpointError,
                             optional=frozenset({"centroids", "best_centroids"}))
 
+    def progress(self) -> dict:
+        """Where the saved fit stands (``run``, ``phase``, ``n_iter``), without checking the job.
+
+        For monitoring a running job from another process.
+        """
+        _, meta = self._read()
+        return {"run": int(meta["run"]), "phase": meta["phase"], "n_iter": int(meta.get("loop", {}).get("n_iter", 0))}
+
     # -- writing --------------------------------------------------------------------
     def save(self, state: FitState) -> None:
         """Write ``state`` atomically (the previous checkpoint stays whole until the rename)."""

@@ -362,7 +362,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             result = fit_runs(persisted, plan, state, checkpointer)
             # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
             labels, inertia = assign_dataset(client, persisted.X, result.centroids, persisted.weights,
-                                             keep_labels=dataset.frame is None)
+                                             keep_labels=dataset.frame is None, generation=persisted.generation)
         finally:
             persisted.release()
         # attributes are set only once everything succeeded (fit() restores them on failure)
@@ -416,6 +416,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             params["init"] = "array"
         if not isinstance(params["random_state"], (int, type(None))):
             params["random_state"] = None
+        params["checkpoint"] = None  # a job's scratch file, not part of the model
         meta = {
             "estimator": "dkmeans.KMeans",
             "params": params,

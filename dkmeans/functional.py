@@ -215,7 +215,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         )
         run = fit_runs(persisted, plan, state, checkpointer)
         fit_labels, objective = assign_dataset(client, persisted.X, run.centroids, persisted.weights,
-                                               keep_labels=dataset.frame is None)
+                                               keep_labels=dataset.frame is None, generation=persisted.generation)
     finally:
         persisted.release()
     if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
@@ -266,7 +266,7 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
         )
     array = dataset.array
     labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask,
-                                       keep_labels=dataset.frame is None)
+                                       keep_labels=dataset.frame is None, generation=persisted.generation)
     if dataset.frame is not None:
         labels = predict_series(dataset.frame, model.centroids.astype(array.dtype))
     return InferResult(labels=labels, objective_function_value=objective)

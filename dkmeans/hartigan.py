@@ -516,7 +516,7 @@ def fit_hartigan(data: PersistedData, init, *, keep_labels: bool = True, **optio
 
     result = hartigan(data, init, **options)
     labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
-                                       keep_labels=keep_labels)
+                                       keep_labels=keep_labels, generation=data.generation)
     return HartiganFit(result, labels, objective)
 
 

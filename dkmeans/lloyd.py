@@ -234,7 +234,7 @@ def _label_block(X, C, w=None):
 
 
 def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array | None = None, *,
-                   gather: bool = False, keep_labels: bool = True):
+                   gather: bool = False, keep_labels: bool = True, generation: int | None = None):
     """Labels and (weighted) objective of ``X`` for fixed centroids, in one pass.
 
     Parameters
@@ -247,6 +247,8 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
         Return the labels as a NumPy array instead of a persisted Dask array.
     keep_labels : bool
         False: compute only the objective (the caller labels the rows another way).
+    generation : int, optional
+        :attr:`PersistedData.generation` of a persisted ``X`` (to report a cluster restart).
 
     Returns
     -------
@@ -264,12 +266,12 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     objective = blocks[:, 1].sum()
     inputs = futures_of(X)
     if not keep_labels:
-        labels, objective = None, gather_results(client, client.compute(objective), inputs)
+        labels, objective = None, gather_results(client, client.compute(objective), inputs, generation)
     elif gather:
-        labels, objective = gather_results(client, client.compute([labels, objective]), inputs)
+        labels, objective = gather_results(client, client.compute([labels, objective]), inputs, generation)
     else:
         labels, objective = client.persist([labels, objective])
-        objective = gather_results(client, client.compute(objective), inputs)
+        objective = gather_results(client, client.compute(objective), inputs, generation)
     objective = float(objective)
     if not np.isfinite(objective):
         raise InvalidDataError(
@@ -309,7 +311,7 @@ def fit_lloyd(data: PersistedData, initial_centroids: np.ndarray, *, keep_labels
     """:func:`lloyd` followed by the final assignment pass for the returned centroids."""
     result = lloyd(data, initial_centroids, **loop_options)
     labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
-                                       keep_labels=keep_labels)
+                                       keep_labels=keep_labels, generation=data.generation)
     return FitOutcome(result, labels, objective)
 
 

@@ -1,13 +1,25 @@
-"""Worker loss during Lloyd iterations: the fit finishes with the fault-free result."""
+"""Faults on a real multi-process cluster: worker loss (Lloyd, k-means|| init), lost scattered
+input, every worker gone, a restarted cluster, and a killed CLI job resumed from its checkpoint."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 
+import dask
+import dask.array as da
 import numpy as np
+import pandas as pd
 import pytest
 
+import dkmeans
+import dkmeans.estimator
+from dkmeans._graph import PersistedData
+from dkmeans.checkpoint import Checkpointer
+from dkmeans.errors import ClusterRestartedError, InputLostError, NoWorkersError
 from dkmeans.lloyd import CentroidShift, fit_lloyd
 from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
 
@@ -40,3 +52,148 @@ def test_killed_worker_mid_fit_gives_the_same_result(own_cluster):
     np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-12)
     np.testing.assert_array_equal(c.compute(out.labels, sync=True), c.compute(reference.labels, sync=True))
     assert out.objective == pytest.approx(reference.objective, rel=1e-12)
+
+
+def _kill_worker(c, index=0):
+    worker = sorted(c.scheduler_info(n_workers=-1)["workers"])[index]
+    pid = c.run(os.getpid, workers=[worker])[worker]
+    os.kill(pid, signal.SIGKILL)
+    return worker
+
+
+def test_killed_worker_during_kmeans_parallel_init_gives_the_same_result(own_cluster, monkeypatch):
+    """The seeding state kept on the workers (distances, draws) is recomputed from its lineage."""
+    c = own_cluster
+    X, _, _ = make_blobs(100_000, 5, 20, spread=2.0, box=8.0, seed=3)
+    params = dict(n_clusters=20, init="k-means||", max_iter=50, random_state=11)
+    Xd = da.from_array(X, chunks=(12_500, 5))
+    with c.as_current():
+        reference = dkmeans.KMeans(**params).fit(Xd)
+        real = PersistedData.map_reduce_stateful
+        calls, killed = [], []
+
+        def map_reduce_stateful(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:  # the second sampling round: state of rounds 1-2 lives on the workers
+                killed.append(_kill_worker(c))
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(PersistedData, "map_reduce_stateful", map_reduce_stateful)
+        faulty = dkmeans.KMeans(**params).fit(Xd)
+    assert killed, "the worker was never killed"
+    # equal up to the order in which per-worker partial sums were added
+    np.testing.assert_allclose(faulty.cluster_centers_, reference.cluster_centers_, rtol=1e-12, atol=1e-12)
+    assert faulty.n_iter_ == reference.n_iter_
+    np.testing.assert_array_equal(c.compute(faulty.labels_, sync=True), c.compute(reference.labels_, sync=True))
+
+
+def test_lost_scattered_input_fails_fast_with_the_cause(own_cluster):
+    c = own_cluster
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(5_000, 3)) for _ in range(4)]
+    futures = c.scatter(parts)  # held only in worker memory: not recomputable
+    X = da.concatenate([da.from_delayed(f, shape=p.shape, dtype=p.dtype) for f, p in zip(futures, parts)])
+    km = dkmeans.KMeans(4, init="random", n_init=1, max_iter=300, tol=0, random_state=0)
+    killed = []
+
+    def kill_once(verbose):
+        def show(record):
+            if not killed:
+                killed.append(_kill_worker(c))
+
+        return show
+
+    started = time.monotonic()
+    with c.as_current(), dask.config.set({"dkmeans.worker-timeout": "30s"}):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(dkmeans.estimator, "_progress", kill_once)
+            with pytest.raises(InputLostError, match="cannot be recomputed.*client.scatter"):
+                km.fit(X)
+    assert killed and time.monotonic() - started < 20  # not the worker timeout: the cause is known at once
+    assert not hasattr(km, "cluster_centers_")
+
+
+def test_losing_every_worker_ends_with_a_timeout_error(monkeypatch):
+    with local_cluster(2) as c, c.as_current(), dask.config.set({"dkmeans.worker-timeout": "2s"}):
+        X = da.random.default_rng(0).normal(size=(20_000, 3), chunks=(5_000, 3))
+        km = dkmeans.KMeans(5, init="random", n_init=1, max_iter=300, tol=0, random_state=0)
+        stopped = []
+
+        def stop_all_workers(verbose):
+            def show(record):
+                if not stopped:
+                    c.cluster.scale(0)
+                    deadline = time.monotonic() + 30
+                    while c.nthreads() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    stopped.append(time.monotonic())
+
+            return show
+
+        monkeypatch.setattr(dkmeans.estimator, "_progress", stop_all_workers)
+        with pytest.raises(NoWorkersError, match="no workers for 2 s.*dkmeans.worker-timeout"):
+            km.fit(X)
+        assert 2 <= time.monotonic() - stopped[0] < 20
+        assert not hasattr(km, "cluster_centers_")
+
+
+def test_cluster_restart_mid_fit_is_a_clear_error_and_keeps_the_previous_fit(own_cluster, monkeypatch):
+    c = own_cluster
+    X, _, _ = make_blobs(20_000, 3, 6, seed=5)
+    Xd = da.from_array(X, chunks=(5_000, 3))
+    with c.as_current():
+        km = dkmeans.KMeans(6, init="random", n_init=1, tol=0, random_state=0).fit(Xd)
+        before = {k: v for k, v in vars(km).items() if k.endswith("_")}
+        restarted = []
+
+        def restart_once(verbose):
+            def show(record):
+                if not restarted:
+                    c.restart()
+                    restarted.append(1)
+
+            return show
+
+        monkeypatch.setattr(dkmeans.estimator, "_progress", restart_once)
+        km.set_params(n_clusters=5)
+        with pytest.raises(ClusterRestartedError, match="restarted"):
+            km.fit(np.asarray(X[:, :2]))  # another shape: a half-done fit would have changed n_features_in_
+    assert restarted
+    assert {k: v for k, v in vars(km).items() if k.endswith("_")}.keys() == before.keys()
+    assert km.n_features_in_ == 3
+    np.testing.assert_array_equal(km.cluster_centers_, before["cluster_centers_"])
+
+
+def test_cli_fit_killed_mid_run_resumes_to_the_same_model(own_cluster, tmp_path):
+    """Run ``dkmeans fit`` in a subprocess, SIGKILL it mid-fit, resume with --resume."""
+    c = own_cluster
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame(rng.uniform(size=(200_000, 6)).astype(np.float32), columns=[f"f{i}" for i in range(6)])
+    data = tmp_path / "data.parquet"
+    frame.to_parquet(data)
+    address = c.scheduler.address
+    base = [sys.executable, "-m", "dkmeans", "fit", str(data), "-k", "40", "--init", "random",
+            "--random-state", "1", "--tol", "0", "--max-iter", "400", "--scheduler", address, "--quiet"]
+    subprocess.run(base + ["--model", str(tmp_path / "reference.npz")], check=True, capture_output=True, timeout=300)
+    checkpoint = tmp_path / "job.npz"
+    run = base + ["--model", str(tmp_path / "resumed.npz"), "--checkpoint", str(checkpoint), "--checkpoint-every", "1"]
+    proc = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    iteration = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if checkpoint.exists():
+            iteration = Checkpointer(checkpoint, 1, {}).progress()["n_iter"]
+            if iteration >= 3:
+                break
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and iteration >= 3, "the fit ended before it could be killed"
+    again = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "--resume" in again.stderr  # an existing checkpoint is never overwritten
+    resumed = subprocess.run(run + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = dkmeans.KMeans.load(tmp_path / "reference.npz"), dkmeans.KMeans.load(tmp_path / "resumed.npz")
+    assert a.n_iter_ == b.n_iter_ > iteration
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert a.inertia_ == pytest.approx(b.inertia_, rel=1e-12)

@@ -21,6 +21,7 @@ from typing import Callable
 
 import dask.array as da
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from distributed import futures_of
 
@@ -132,7 +133,7 @@ def fill_empty_clusters(data: PersistedData, centroids: np.ndarray, empty: np.nd
         warnings.warn(
             f"{m} clusters are empty and the data has too few distinct points to give each its own row: "
             "some centroids coincide (the data has fewer distinct points than n_clusters).",
-            RuntimeWarning, stacklevel=2,
+            ConvergenceWarning, stacklevel=2,
         )
     return out
 

@@ -27,6 +27,7 @@ import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.cluster import KMeans as _LocalKMeans
 from sklearn.cluster import kmeans_plusplus
 
@@ -118,7 +119,7 @@ def _complete(data, C: np.ndarray, k: int) -> np.ndarray:
     if len(far.index) < missing or np.any(far.score <= 0):
         warnings.warn(
             f"the data has fewer than n_clusters={k} distinct points; some of the {k} centres coincide",
-            UserWarning,
+            ConvergenceWarning,
             stacklevel=4,
         )
     extra = np.asarray(far.rows)

@@ -16,6 +16,7 @@ import math
 import warnings
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans.init.options import InitOptions
 from dkmeans.init.random import first_centre
@@ -77,7 +78,7 @@ def kmeans_plusplus(data, n_clusters: int, seed: int, options: InitOptions | Non
     if len(centers) < n_clusters:
         warnings.warn(
             f"the data has fewer than n_clusters={n_clusters} distinct points; some of the centres coincide",
-            UserWarning,
+            ConvergenceWarning,
             stacklevel=3,
         )
         centers += [centers[i % len(centers)] for i in range(n_clusters - len(centers))]

@@ -266,7 +266,7 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
         )
     array = dataset.array
     labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask,
-                                       keep_labels=dataset.frame is None, generation=persisted.generation)
+                                       keep_labels=dataset.frame is None)
     if dataset.frame is not None:
         labels = predict_series(dataset.frame, model.centroids.astype(array.dtype))
     return InferResult(labels=labels, objective_function_value=objective)

@@ -307,7 +307,7 @@ class PersistedData:
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""
-        return np.asarray(gather(self.client, self.client.compute(self.X[np.asarray(indices)]), self._futures,
+        return to_host(gather(self.client, self.client.compute(self.X[np.asarray(indices)]), self._futures,
                                  self.generation))
 
     def release(self) -> None:

@@ -145,12 +145,19 @@ def chunk_local_array(X: np.ndarray, n_workers: int) -> da.Array:
     return da.from_array(X, chunks=(rows, X.shape[1]))
 
 
-def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=None) -> Dataset:
+def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=None, device=None) -> Dataset:
     """Validate any supported input and return it as a row-chunked Dask array.
 
     DataFrames are restricted to ``columns`` (default: all), which must be numeric;
     ``Dataset.frame`` keeps a Dask DataFrame (restricted) for index-aligned outputs.
+    ``device`` ("cpu", "gpu" or None: where the data is) says where the chunks go.
     """
+    from dkmeans._device import check_cupy_array, chunk_cupy_array, to_device
+    from dkmeans.backend import is_cupy_array
+
+    if is_cupy_array(data):
+        arr = to_device(chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), n_workers), device)
+        return Dataset(arr, False, int(arr.shape[1]), int(arr.shape[0]))
     frame = None
     if is_dataframe(data):
         data = select_columns(data, columns, name)
@@ -159,11 +166,11 @@ def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=Non
     elif columns is not None:
         raise InvalidParameterError(f"columns= selects DataFrame columns, but {name} is a {type(data).__name__}")
     if is_dask_collection(data):
-        arr = check_dask_array(data, dtype=dtype, name=name)
+        arr = to_device(check_dask_array(data, dtype=dtype, name=name), device)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
         return Dataset(arr, True, int(arr.shape[1]), n, frame=frame)
     X = check_local_array(data, dtype=dtype, name=name)
-    return Dataset(chunk_local_array(X, n_workers), False, X.shape[1], X.shape[0])
+    return Dataset(to_device(chunk_local_array(X, n_workers), device), False, X.shape[1], X.shape[0])
 
 
 def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_clusters") -> None:

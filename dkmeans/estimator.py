@@ -19,7 +19,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans import init as init_strategies
 from dkmeans.init import InitOptions, derive_seed
+from dkmeans._device import check_cupy_array, check_device, chunk_cupy_array, to_device
 from dkmeans._graph import PersistedData
+from dkmeans.backend import is_cupy_array
 from dkmeans._random import resolve_seed
 from dkmeans._validation import (
     FLOAT_DTYPES,
@@ -146,6 +148,12 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         after the fit. Hartigan rounds restart from the last checkpointed centroids.
     checkpoint_every : int, default 10
         Lloyd iterations between checkpoint writes.
+    device : {None, "cpu", "gpu"}, default None
+        Where the chunks are processed. None: where the data is (a CuPy array or a
+        CuPy-backed Dask array runs on the workers' GPUs, the rest on CPUs); "gpu": NumPy
+        or Dask data is moved to the GPUs once, chunk by chunk, when it is persisted
+        (needs CuPy); "cpu": CuPy data is moved to host memory. ``cluster_centers_`` is
+        always NumPy; labels follow the data (CuPy in, CuPy out).
 
     Attributes
     ----------
@@ -196,6 +204,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         verbose=0,
         checkpoint=None,
         checkpoint_every=10,
+        device=None,
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -211,6 +220,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self.verbose = verbose
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
+        self.device = device
 
     # -- parameters ---------------------------------------------------------------
     def _check_params(self):
@@ -219,6 +229,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         tol = check_float("tol", self.tol, 0.0)
         check_int("verbose", self.verbose, 0)
         check_int("checkpoint_every", self.checkpoint_every, 1)
+        check_device(self.device)
         if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
             raise InvalidParameterError(f"checkpoint must be a file path or None, got {type(self.checkpoint).__name__}")
         if self.algorithm not in ALGORITHMS:
@@ -259,6 +270,15 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
 
     # -- data ---------------------------------------------------------------------
     def _fit_dataset(self, X, client, n_workers: int) -> Dataset:
+        if is_cupy_array(X):
+            arr = to_device(chunk_cupy_array(check_cupy_array(X), n_workers), self.device)
+            self.n_features_in_ = int(arr.shape[1])
+            return Dataset(arr, False, self.n_features_in_, int(arr.shape[0]))
+        dataset = self._host_dataset(X, n_workers)
+        dataset.array = to_device(dataset.array, self.device)
+        return dataset
+
+    def _host_dataset(self, X, n_workers: int) -> Dataset:
         if is_dataframe(X):
             select_columns(X)  # every column must be numeric: say which are not
         if is_dask_collection(X):
@@ -277,6 +297,13 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
     def _check_test_data(self, X):
         """Validate predict/transform input: a NumPy array, a Dask array or a Dask DataFrame."""
         check_is_fitted(self, "cluster_centers_")
+        if is_cupy_array(X):
+            X = check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
+            if X.shape[1] != self.n_features_in_:
+                raise InvalidDataError(
+                    f"X has {X.shape[1]} features, but KMeans is expecting {self.n_features_in_} features as input."
+                )
+            return X
         if is_dask_dataframe(X):
             if hasattr(self, "feature_names_in_"):
                 check_feature_names(X, self.feature_names_in_)

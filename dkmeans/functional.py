@@ -38,6 +38,7 @@ from dkmeans._validation import (
 )
 from dkmeans.cluster import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
+from dkmeans._device import check_device
 from dkmeans.checkpoint import Checkpointer, FitState, data_fingerprint
 from dkmeans.io.model_file import digest
 from dkmeans.kernels import column_moments, combine_moments
@@ -119,7 +120,7 @@ def _n_workers(client) -> int:
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
-          checkpoint_every: int = 10) -> TrainResult:
+          checkpoint_every: int = 10, device=None) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Parameters
@@ -144,6 +145,11 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         (see :class:`dkmeans.KMeans`). A checkpoint of another job is refused.
     checkpoint_every : int, default 10
         Iterations between checkpoint writes.
+    device : {None, "cpu", "gpu"}, default None
+        Where the chunks are processed. None: where the data is (CuPy arrays and
+        CuPy-backed Dask arrays on the GPU, the rest on the CPU); "gpu": NumPy/Dask data is
+        moved to the workers' GPUs once, chunk by chunk (needs CuPy); "cpu": CuPy data is
+        moved to host memory. Centroids are always NumPy.
 
     Returns
     -------
@@ -160,7 +166,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     """
     desc = _check_descriptor(desc)
     client = get_client()
-    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns)
+    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns,
+                         device=check_device(device))
     k = desc.cluster_count
     options = InitOptions(
         oversampling_factor=check_float("oversampling_factor", oversampling_factor, 0.0),

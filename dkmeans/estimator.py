@@ -21,7 +21,7 @@ from dkmeans import init as init_strategies
 from dkmeans.init import InitOptions, derive_seed
 from dkmeans._device import check_cupy_array, check_device, chunk_cupy_array, to_device
 from dkmeans._graph import PersistedData
-from dkmeans.backend import is_cupy_array
+from dkmeans.backend import get_namespace, is_cupy_array
 from dkmeans._random import resolve_seed
 from dkmeans._validation import (
     FLOAT_DTYPES,
@@ -503,7 +503,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         if is_dask_dataframe(X):
             return predict_series(X, C)
         if isinstance(X, da.Array):
-            return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1, meta=np.empty((0,), np.int32))
+            xp = get_namespace(X._meta)  # CuPy-backed input: CuPy labels
+            return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1, meta=xp.empty((0,), np.int32))
         return assign(X, C)[0]
 
     def transform(self, X):
@@ -519,7 +520,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         if isinstance(X, da.Array):
             return X.map_blocks(
                 _distances_block, C, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
-                meta=np.empty((0, 0), X.dtype),
+                meta=get_namespace(X._meta).empty((0, 0), X.dtype),
             )
         return distances(X, C)
 

@@ -261,7 +261,7 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     args = [X, C] if weights is None else [X, C, weights.rechunk((X.chunks[0],))[:, None]]
     blocks = da.map_blocks(
         _label_block, *args, dtype=np.float64, chunks=(X.chunks[0], (2,)),
-        meta=np.empty((0, 2), dtype=np.float64),
+        meta=get_namespace(X._meta).empty((0, 2), dtype=np.float64),  # CuPy chunks give CuPy labels
     )
     labels = blocks[:, 0].astype(np.int32)
     objective = blocks[:, 1].sum()

@@ -81,7 +81,7 @@ def _fit(args) -> int:
     t0 = time.perf_counter()
     km = KMeans(n_clusters=args.k, init=args.init, n_init=args.n_init, max_iter=args.max_iter, tol=args.tol,
                 random_state=args.random_state, verbose=_verbose(args), checkpoint=checkpoint,
-                checkpoint_every=args.checkpoint_every)
+                checkpoint_every=args.checkpoint_every, device="gpu" if args.gpu else None)
     km.fit(X)
     seconds = time.perf_counter() - t0
     path = km.save(args.model)
@@ -232,7 +232,8 @@ def _cluster_options(p):
     g.add_argument("--scheduler", metavar="ADDRESS", help="connect to a running Dask scheduler")
     g.add_argument("--local", action="store_true", help="start a local cluster")
     g.add_argument("--workers", type=int, help="worker processes of the local cluster")
-    g.add_argument("--gpu", action="store_true", help="start a LocalCUDACluster (dask-cuda), one worker per GPU")
+    g.add_argument("--gpu", action="store_true",
+                   help="start a LocalCUDACluster (dask-cuda), one worker per GPU, and compute there (CuPy)")
     g.add_argument("--connect-timeout", default="10s", help="how long to wait for --scheduler")
     g.add_argument("--tls-ca-file", help="TLS: CA certificate of the scheduler")
     g.add_argument("--tls-cert", help="TLS: client certificate")

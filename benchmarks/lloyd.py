@@ -190,9 +190,10 @@ def fit_sklearnex(X, C0, max_iter):
 
     logger = logging.getLogger("sklearnex")
     handler = _Records()
-    level = logger.level
+    level, propagate = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False
     try:
         with threadpool_limits(limits=N_THREADS):
             km = sklearnex.cluster.KMeans(n_clusters=len(C0), init=C0, n_init=1, algorithm="lloyd",
@@ -200,6 +201,7 @@ def fit_sklearnex(X, C0, max_iter):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
     fit_logs = [m for m in handler.messages if ".fit:" in m or "fit" in m.split(":")[0]]
     accelerated = any("accelerated" in m or "onedal" in m.lower() for m in fit_logs) and not any(
         "fallback" in m.lower() or "original Scikit-learn" in m for m in fit_logs)

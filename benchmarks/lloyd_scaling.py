@@ -1,0 +1,392 @@
+"""dkmeans alone: float64 vs float32, 1 vs 2 workers, worker memory, fixed cost, scaling in n and k.
+
+Parts (``--parts``, default all), each on dkmeans' embedded-cluster configuration
+(``start_local_cluster``: worker processes x 1 thread, one BLAS/OpenMP thread each), data
+persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` updates:
+
+* ``dtype``: seconds per iteration in float64 and float32 on ``tall`` and ``wide``
+  (the data of ``lloyd.py``, 16 chunks); the ratio float64 / float32 (issue 4: <= 2.2).
+* ``workers``: seconds per iteration on 1 worker and on 2 workers, ``tall`` and ``wide``
+  float32; the speedup (issue 4: >= 1.7).
+* ``memory``: resident memory of each worker, sampled every 2 ms by a thread in the
+  worker during fits on ``tall``, ``wide``, ``manyk`` and ``manyk`` with k=8192 (data
+  generated on the workers, 16 chunks): the peak during the fits minus the resident
+  memory before them (data already persisted), against the worker's share of the data and
+  the scratch bound (see ``scratch_bound``). Also the seconds per iteration of those fits.
+* ``fixed``: the fixed cost per iteration: 1 chunk of 1,000 rows (d=8, k=10) and the
+  ``small`` shape (100,000 x 8, k=10, 16 chunks).
+* ``n``: seconds per iteration for n = 1e5, 1e6, 1e7 rows at d=16, k=32 (generated on the
+  workers in 16 chunks; 1e7 rows are 640 MB in float32).
+* ``k``: seconds per iteration for k = 8, 64, 512, 4096, 8192 at 200,000 x 64.
+
+Seconds per iteration are ``(T(max_iter=1+iters) - T(max_iter=1)) / iters``, median of
+``--repeats`` after a warm-up fit; the median of ``history_[i]["seconds"]`` (the loop's own
+timer) is shown too. For ``n`` and ``k`` the script reports the marginal cost per row (per
+centroid) between consecutive points and calls the growth linear when those marginal
+costs agree within 25% and the per-iteration time does not grow faster than the work.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/lloyd_scaling.py                      # everything (about 10 min)
+    .venv/bin/python benchmarks/lloyd_scaling.py --parts dtype workers
+
+Results: stdout and ``benchmarks/results/lloyd_scaling.json`` (``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import dask.array as da
+import distributed
+import numpy as np
+
+import dkmeans
+from dkmeans.cluster import start_local_cluster
+from dkmeans.kernels import assign as assign_module
+from dkmeans.testing import make_blobs_dask
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lloyd import SHAPES, dkmeans_source, fmt_load, library_versions, make_data, persist_chunks, wait_for_load  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "lloyd_scaling.json"
+PARTS = ("dtype", "workers", "memory", "fixed", "n", "k")
+N_CHUNKS = 16
+
+
+# -- helpers -------------------------------------------------------------------------------
+def cluster(n_workers: int) -> distributed.Client:
+    return start_local_cluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
+                               set_as_default=True)
+
+
+def close(client) -> None:
+    c = client.cluster
+    client.close()
+    c.close()
+
+
+def fit(X, C0, max_iter):
+    return dkmeans.KMeans(n_clusters=len(C0), init=C0, max_iter=max_iter, tol=0.0).fit(X)
+
+
+def per_iteration(X, C0, iters: int, repeats: int) -> dict:
+    """Median ``(T(1 + iters) - T(1)) / iters`` and the median of history_ seconds."""
+    fit(X, C0, 2)
+    diffs, hist = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fit(X, C0, 1)
+        t1 = time.perf_counter()
+        km = fit(X, C0, 1 + iters)
+        t2 = time.perf_counter()
+        if km.n_iter_ != 1 + iters:
+            raise RuntimeError(f"converged after {km.n_iter_} iterations; use fewer --iters")
+        diffs.append(((t2 - t1) - (t1 - t0)) / iters)
+        hist += [h["seconds"] for h in km.history_]
+    return {"seconds_per_iter": statistics.median(diffs), "history_median_s": statistics.median(hist),
+            "per_iter_s": diffs, "fit1_s": t1 - t0}
+
+
+def persist_generated(client, n, d, k, seed=0, dtype=np.float32):
+    """Blobs generated on the workers (16 chunks), persisted; ``k`` rows of them as ``C0``."""
+    X, _ = make_blobs_dask(n, d, k, chunk_rows=-(-n // N_CHUNKS), spread=6.0, box=10.0, seed=seed,
+                           dtype=dtype)
+    X = client.persist(X)
+    distributed.wait(X)
+    C0 = X[:k].compute()
+    return X, C0
+
+
+def local_data_bytes(client, X) -> dict:
+    """Bytes of ``X``'s chunks held by each worker."""
+    who = client.who_has(X)
+    sizes = client.nbytes(summary=False)
+    out = {}
+    for key, workers in who.items():
+        for w in workers:
+            out[w] = out.get(w, 0) + sizes.get(key, 0)
+    return out
+
+
+def _rss_start(dask_worker, interval=0.002):
+    import threading
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page
+
+    state = {"before": rss(), "peak": 0, "stop": False}
+
+    def loop():
+        while not state["stop"]:
+            state["peak"] = max(state["peak"], rss())
+            time.sleep(interval)
+
+    state["thread"] = threading.Thread(target=loop, daemon=True)
+    state["thread"].start()
+    dask_worker._dkmeans_rss = state
+    return state["before"]
+
+
+def _rss_stop(dask_worker):
+    state = dask_worker._dkmeans_rss
+    state["stop"] = True
+    state["thread"].join()
+    return {"before": state["before"], "peak": state["peak"]}
+
+
+def scratch_bound(k: int, d: int, itemsize: int, chunks_per_worker: int) -> dict:
+    """The stated bound on a worker's memory beyond its data during a Lloyd pass.
+
+    One kernel call at a time per worker thread uses at most ``DEFAULT_SCRATCH_BYTES``
+    of tiles (the compiled paths about ``BLAS_BLOCK_BYTES``) plus centroid-sized arrays:
+    the centroids and their copies in the data dtype and float64 (about 4 x k x d x 8
+    bytes) and one float64 ``k x d`` partial per chunk the worker holds (the per-worker
+    task keeps its chunks' partials until it combines them).
+    """
+    tiles = assign_module.DEFAULT_SCRATCH_BYTES
+    centroid_sized = (4 + chunks_per_worker) * k * d * 8
+    return {"tiles": tiles, "centroid_sized": centroid_sized, "total": tiles + centroid_sized}
+
+
+# -- parts ---------------------------------------------------------------------------------
+def part_dtype(args) -> dict:
+    out = {}
+    client = cluster(2)
+    try:
+        for name in ("tall", "wide"):
+            n, d, k = SHAPES[name]
+            row = {}
+            for dtype in ("float32", "float64"):
+                X, C0 = make_data(n, d, k, dtype=dtype)
+                Xd = persist_chunks(client, X)
+                print(f"[dtype] {name} {dtype} ...", file=sys.stderr, flush=True)
+                row[dtype] = per_iteration(Xd, C0, args.iters, args.repeats)
+                del Xd, X
+            row["ratio"] = row["float64"]["seconds_per_iter"] / row["float32"]["seconds_per_iter"]
+            row["ratio_history"] = row["float64"]["history_median_s"] / row["float32"]["history_median_s"]
+            out[name] = row
+    finally:
+        close(client)
+    return out
+
+
+def part_workers(args) -> dict:
+    out = {}
+    for name in ("tall", "wide"):
+        out[name] = {}
+    for workers in (1, 2):
+        client = cluster(workers)
+        try:
+            for name in ("tall", "wide"):
+                n, d, k = SHAPES[name]
+                X, C0 = make_data(n, d, k)
+                Xd = persist_chunks(client, X)
+                print(f"[workers] {name} {workers} worker(s) ...", file=sys.stderr, flush=True)
+                out[name][workers] = per_iteration(Xd, C0, args.iters, args.repeats)
+                del Xd, X
+        finally:
+            close(client)
+    for name, row in out.items():
+        row["speedup"] = row[1]["seconds_per_iter"] / row[2]["seconds_per_iter"]
+        row["speedup_history"] = row[1]["history_median_s"] / row[2]["history_median_s"]
+    return out
+
+
+def part_memory(args) -> dict:
+    cases = {"tall": SHAPES["tall"], "wide": SHAPES["wide"], "manyk": SHAPES["manyk"],
+             "manyk k=8192": (SHAPES["manyk"][0], SHAPES["manyk"][1], 8192)}
+    out = {}
+    client = cluster(2)
+    try:
+        for name, (n, d, k) in cases.items():
+            print(f"[memory] {name} ...", file=sys.stderr, flush=True)
+            X, C0 = persist_generated(client, n, d, k)
+            fit(X, C0, 1)  # warm-up (compilation, imports) outside the sampled window
+            data = local_data_bytes(client, X)
+            before = client.run(_rss_start)
+            t0 = time.perf_counter()
+            km = fit(X, C0, 1 + args.memory_iters)
+            seconds = time.perf_counter() - t0
+            rss = client.run(_rss_stop)
+            chunks_per_worker = -(-N_CHUNKS // len(rss))
+            bound = scratch_bound(k, d, X.dtype.itemsize, chunks_per_worker)
+            workers = {}
+            for w, r in rss.items():
+                workers[w] = {"data_bytes": data.get(w, 0), "rss_before": r["before"], "rss_peak": r["peak"],
+                              "increase": r["peak"] - r["before"],
+                              "within_bound": r["peak"] - r["before"] <= bound["total"]}
+            out[name] = {"n": n, "d": d, "k": k, "fit_s": seconds, "iterations": int(km.n_iter_),
+                         "history_median_s": statistics.median(h["seconds"] for h in km.history_),
+                         "bound": bound, "workers": workers, "labels_bytes": n * 4}
+            del km, X
+    finally:
+        close(client)
+    return out
+
+
+def part_fixed(args) -> dict:
+    out = {}
+    client = cluster(2)
+    try:
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((1000, 8)).astype(np.float32)
+        Xd = client.persist(da.from_array(X, chunks=(1000, 8)))
+        distributed.wait(Xd)
+        print("[fixed] 1 chunk of 1,000 rows ...", file=sys.stderr, flush=True)
+        out["1 chunk x 1,000 rows, d=8, k=10"] = per_iteration(Xd, X[:10].copy(), args.iters, args.repeats)
+        n, d, k = SHAPES["small"]
+        X, C0 = make_data(n, d, k)
+        Xd = persist_chunks(client, X)
+        print("[fixed] small ...", file=sys.stderr, flush=True)
+        out["small 100,000 x 8, k=10, 16 chunks"] = per_iteration(Xd, C0, args.iters, args.repeats)
+    finally:
+        close(client)
+    return out
+
+
+def linearity(points: list, key: str) -> dict:
+    """Marginal seconds per unit between consecutive points; 'linear' if they agree within 25%."""
+    marginal = []
+    for a, b in zip(points, points[1:]):
+        marginal.append((b["seconds_per_iter"] - a["seconds_per_iter"]) / (b[key] - a[key]))
+    positive = [m for m in marginal if m > 0]
+    spread = max(positive) / min(positive) if positive else None
+    return {"marginal_seconds_per_unit": marginal, "spread": spread,
+            "linear": spread is not None and len(positive) == len(marginal) and spread <= 1.25}
+
+
+def part_n(args) -> dict:
+    points = []
+    client = cluster(2)
+    try:
+        for n in args.n_values:
+            print(f"[n] {n:,} x 16, k=32 ...", file=sys.stderr, flush=True)
+            X, C0 = persist_generated(client, n, 16, 32)
+            r = per_iteration(X, C0, args.iters, args.repeats)
+            r["n"] = n
+            points.append(r)
+            del X
+    finally:
+        close(client)
+    return {"d": 16, "k": 32, "points": points, "growth": linearity(points, "n")}
+
+
+def part_k(args) -> dict:
+    points = []
+    client = cluster(2)
+    try:
+        n, d = 200_000, 64
+        for k in args.k_values:
+            print(f"[k] 200,000 x 64, k={k} ...", file=sys.stderr, flush=True)
+            X, C0 = persist_generated(client, n, d, k)
+            iters = args.iters if k <= 512 else max(2, args.iters // 2)
+            r = per_iteration(X, C0, iters, args.repeats)
+            r["k"] = k
+            points.append(r)
+            del X
+    finally:
+        close(client)
+    return {"n": 200_000, "d": 64, "points": points, "growth": linearity(points, "k")}
+
+
+# -- output --------------------------------------------------------------------------------
+def report_text(res: dict) -> str:
+    lines = []
+    if "dtype" in res:
+        lines += ["", "float64 vs float32 (s / iteration; history_ median in brackets)", "",
+                  "| shape | float32 | float64 | float64 / float32 |", "|---|---:|---:|---:|"]
+        for name, r in res["dtype"].items():
+            lines.append(f"| {name} | {r['float32']['seconds_per_iter']:.4f} ({r['float32']['history_median_s']:.4f}) | "
+                         f"{r['float64']['seconds_per_iter']:.4f} ({r['float64']['history_median_s']:.4f}) | "
+                         f"{r['ratio']:.2f} ({r['ratio_history']:.2f}) |")
+    if "workers" in res:
+        lines += ["", "1 vs 2 workers, float32 (s / iteration; history_ median in brackets)", "",
+                  "| shape | 1 worker | 2 workers | speedup |", "|---|---:|---:|---:|"]
+        for name, r in res["workers"].items():
+            lines.append(f"| {name} | {r[1]['seconds_per_iter']:.4f} ({r[1]['history_median_s']:.4f}) | "
+                         f"{r[2]['seconds_per_iter']:.4f} ({r[2]['history_median_s']:.4f}) | "
+                         f"{r['speedup']:.2f} ({r['speedup_history']:.2f}) |")
+    if "memory" in res:
+        mib = 2**20
+        lines += ["", "Worker memory during fits (MiB; 2 workers; increase = peak RSS - RSS before the fit)", "",
+                  "| case | s / iteration (history_) | worker | data held | RSS before | peak RSS | increase | bound | within |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+        for name, r in res["memory"].items():
+            for i, (w, m) in enumerate(sorted(r["workers"].items())):
+                lines.append(f"| {name} (k={r['k']}) | {r['history_median_s']:.3f} | {i} | {m['data_bytes'] / mib:.0f} | "
+                             f"{m['rss_before'] / mib:.0f} | {m['rss_peak'] / mib:.0f} | {m['increase'] / mib:.1f} | "
+                             f"{r['bound']['total'] / mib:.0f} | {'yes' if m['within_bound'] else 'NO'} |")
+    if "fixed" in res:
+        lines += ["", "Fixed cost per iteration", "", "| case | s / iteration | history_ median |", "|---|---:|---:|"]
+        for name, r in res["fixed"].items():
+            lines.append(f"| {name} | {r['seconds_per_iter']:.4f} | {r['history_median_s']:.4f} |")
+    for part, key, label in (("n", "n", "rows"), ("k", "k", "centroids")):
+        if part not in res:
+            continue
+        r = res[part]
+        g = r["growth"]
+        lines += ["", f"Scaling in {key} ({'d=16, k=32' if part == 'n' else '200,000 x 64'})", "",
+                  f"| {key} | s / iteration | history_ median | marginal s per 1,000 {label} |", "|---:|---:|---:|---:|"]
+        for i, p in enumerate(r["points"]):
+            m = "" if i == 0 else f"{g['marginal_seconds_per_unit'][i - 1] * 1000:.3g}"
+            lines.append(f"| {p[key]:,} | {p['seconds_per_iter']:.4f} | {p['history_median_s']:.4f} | {m} |")
+        spread = f"{g['spread']:.2f}" if g["spread"] else "n/a"
+        lines.append(f"\nlinear: {'yes' if g['linear'] else 'no'} (largest / smallest marginal cost: {spread})")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--iters", type=int, default=6, help="extra iterations of the long fit (default 6)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory-iters", type=int, default=3)
+    parser.add_argument("--n-values", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--k-values", type=int, nargs="+", default=[8, 64, 512, 4096, 8192])
+    parser.add_argument("--wait-load", type=float, default=None)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    source = dkmeans_source()
+    waited = wait_for_load(args.wait_load) if args.wait_load is not None else 0.0
+    load_before = os.getloadavg()
+    started = datetime.datetime.now().astimezone()
+    res = {}
+    for part in args.parts:
+        t0 = time.perf_counter()
+        res[part] = globals()[f"part_{part}"](args)
+        print(f"[{part}] done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    load_after = os.getloadavg()
+    print(report_text(res))
+    print(f"\ndkmeans commit {source['commit']}{' (modified)' if source['modified'] else ''}; "
+          f"load average before: {fmt_load(load_before)}, after: {fmt_load(load_after)}"
+          + (f" (waited {waited:.0f} s)" if waited else ""))
+    report = {"date": started.isoformat(timespec="seconds"),
+              "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+              "command": " ".join([os.path.relpath(sys.executable)] + sys.argv),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version(), "load_average_before": load_before,
+                          "load_average_after": load_after},
+              "versions": library_versions(), "dkmeans_source": source, "results": res}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -51,7 +51,7 @@ import numpy as np
 
 import dkmeans
 from dkmeans.cluster import start_local_cluster
-from dkmeans.kernels import assign as assign_module
+from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
 from dkmeans.testing import make_blobs_dask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -155,7 +155,7 @@ def scratch_bound(k: int, d: int, itemsize: int, chunks_per_worker: int) -> dict
     bytes) and one float64 ``k x d`` partial per chunk the worker holds (the per-worker
     task keeps its chunks' partials until it combines them).
     """
-    tiles = assign_module.DEFAULT_SCRATCH_BYTES
+    tiles = DEFAULT_SCRATCH_BYTES
     centroid_sized = (4 + chunks_per_worker) * k * d * 8
     return {"tiles": tiles, "centroid_sized": centroid_sized, "total": tiles + centroid_sized}
 

@@ -186,3 +186,108 @@ def test_random_top_rows_weighted_frequencies():
     counts = np.bincount(first, minlength=4)
     assert counts[2] == 0
     np.testing.assert_allclose(counts / 3000, [0.2, 0.6, 0.0, 0.2], atol=0.03)
+
+
+# -- compiled paths: direct loop (d <= 16) and BLAS, against the float64 brute force --------
+def _brute_partials(X, C, w=None):
+    D = brute_sq(X, C)
+    lab = D.argmin(1)
+    ww = np.ones(len(X)) if w is None else w
+    X64 = np.asarray(X, np.float64)
+    sums = np.zeros(C.shape)
+    np.add.at(sums, lab, X64 * ww[:, None])
+    return lab, D.min(1), sums, np.bincount(lab, weights=ww, minlength=len(C)), float((D.min(1) * ww).sum())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 3, 4, 5, 8, 9, 15, 16, 17, 40])
+@pytest.mark.parametrize("k", [1, 3, 4, 7, 33])
+def test_paths_match_brute_force_over_shapes(d, k, dtype):
+    """Every feature width (padding of the direct loop), centroid counts around the groups of 4."""
+    rng = np.random.default_rng(d * 100 + k)
+    X = rng.normal(size=(517, d)).astype(dtype)
+    C = rng.normal(size=(k, d)).astype(dtype)
+    w = rng.uniform(0, 2, size=len(X))
+    lab, dmin, sums, counts, obj = _brute_partials(X, C, w)
+    labels, d2 = assign(X, C)
+    np.testing.assert_array_equal(labels, lab)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(d2, dmin, rtol=rtol, atol=1e-6 if dtype == np.float32 else 0)
+    p = assign_partials(X, C, w)
+    np.testing.assert_allclose(p.sums, sums, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(p.counts, counts, rtol=1e-12)
+    np.testing.assert_allclose(float(p.objective), obj, rtol=rtol)
+
+
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 1000])
+@pytest.mark.parametrize("scratch", [1, 700, 32 * 2**20])
+def test_row_tiles_edges(n, scratch):
+    """Row counts around the tile sizes, and tiny scratch budgets (one row per tile)."""
+    rng = np.random.default_rng(n)
+    for d in (6, 24):
+        X = rng.normal(size=(n, d)).astype(np.float32)
+        C = rng.normal(size=(9, d)).astype(np.float32)
+        lab, dmin, sums, counts, obj = _brute_partials(X, C)
+        labels, d2 = assign(X, C, scratch_bytes=scratch)
+        np.testing.assert_array_equal(labels, lab)
+        np.testing.assert_allclose(d2, dmin, rtol=1e-5, atol=1e-6)
+        p = assign_partials(X, C, scratch_bytes=scratch)
+        np.testing.assert_allclose(p.sums, sums, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(p.counts, counts)
+
+
+@pytest.mark.parametrize("d", [2, 16, 20])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exact_ties_go_to_lowest_index_in_every_position(d, dtype):
+    """Duplicated centroids inside a group of 4, across groups and in the remainder."""
+    rng = np.random.default_rng(d)
+    base = rng.normal(size=(6, d)).astype(dtype)
+    # positions: 0..3 first group, 4..7 second, 8..9 remainder
+    C = np.stack([base[0], base[1], base[1], base[2], base[0], base[3], base[2], base[4], base[3], base[5]])
+    first = {0: 0, 1: 1, 2: 3, 3: 5, 4: 7, 5: 9}
+    X = rng.normal(size=(300, d)).astype(dtype)
+    X[:6] = base  # rows exactly on a duplicated centroid (distance 0)
+    labels, d2 = assign(X, C)
+    expected = np.array([first[j] for j in brute_sq(X, base).argmin(1)])
+    np.testing.assert_array_equal(labels, expected)
+    np.testing.assert_array_equal(d2[:6], 0)
+    p = assign_partials(X, C)
+    assert not p.counts[[2, 4, 6, 8]].any()  # the later copies never win
+
+
+def test_non_contiguous_and_mixed_dtype_input():
+    rng = np.random.default_rng(2)
+    X = np.asfortranarray(rng.normal(size=(300, 12)).astype(np.float32))
+    C = rng.normal(size=(5, 12))  # float64 centroids for float32 rows: cast to float32
+    labels, d2 = assign(X[::2], C)
+    D = brute_sq(X[::2], C.astype(np.float32))
+    np.testing.assert_array_equal(labels, D.argmin(1))
+    assert d2.dtype == np.float32
+
+
+def test_compiled_paths_agree_with_each_other(monkeypatch):
+    """The direct loop and the BLAS path give the same labels and partials."""
+    mod = importlib.import_module("dkmeans.kernels.assign")
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(3000, 16)).astype(np.float32)
+    C = X[rng.choice(3000, 70, replace=False)]
+    out = {}
+    for eng in ("auto", "blas"):
+        monkeypatch.setattr(mod, "ENGINE", eng)
+        out[eng] = (assign(X, C), assign_partials(X, C))
+    np.testing.assert_array_equal(out["auto"][0][0], out["blas"][0][0])
+    np.testing.assert_allclose(out["auto"][1].sums, out["blas"][1].sums, rtol=1e-12)
+
+
+def test_direct_kernel_without_a_cache_directory(monkeypatch):
+    """When no directory is writable the generated loop is compiled in memory."""
+    numba_mod = pytest.importorskip("dkmeans.kernels._numba")
+    monkeypatch.setattr(numba_mod, "_write_source", lambda name, source: None)
+    module = numba_mod._load_source("test_in_memory", numba_mod.direct_source(4, 2))
+    kernel = module.direct_4
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    C = X[:5].copy()
+    labels = np.empty(50, np.int32)
+    empty = np.empty(0)
+    kernel(X, C, 0.5 * (C * C).sum(1), 16, labels, empty, empty, False, np.zeros((0, 0)), empty, 0)
+    np.testing.assert_array_equal(labels, brute_sq(X, C).argmin(1))

@@ -6,6 +6,16 @@ matrix-product form ``||c||^2/2 - x.c`` (same argmin as ``||x - c||^2``); the di
 *reported* for the chosen centroid is recomputed from the difference ``x - c``, which
 does not suffer the cancellation of the expanded form. Work is tiled over rows and
 over centroids so that one call's scratch memory is bounded whatever ``k`` is.
+
+NumPy float32/float64 arrays take a compiled path (numba, :mod:`._numba`), chosen per
+shape: for ``d <= 16`` a direct loop that computes the distances of a tile of rows to
+four centroids at a time in registers (no BLAS, no ``n x k`` buffer); above, BLAS
+``C_block @ X_tile.T`` into a buffer of about ``BLAS_BLOCK_BYTES`` (cache-sized) and a
+compiled running argmin. Either way the exact distances, or the float64 sums, counts and
+objective, are computed per tile while its rows are in cache. The compiled loops are
+single-threaded and BLAS uses the threads it is given: dkmeans' workers start with one
+BLAS/OpenMP thread per worker thread (:func:`dkmeans.cluster.start_local_cluster`).
+CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ except ImportError:  # pragma: no cover - numba is a dependency, but stay usable
 ENGINE = "auto"
 
 #: Scratch memory one kernel call may use, in bytes (distance tiles, gathered
-#: centroids, float64 copies of a row tile). The compiled paths use at most about
-#: ``BLAS_BLOCK_BYTES`` of it, plus a copy of the centroids.
+#: centroids, float64 copies of a row tile), besides centroid-sized arrays (the
+#: centroids in the data dtype, padded for the direct loop, and the k x d float64
+#: sums). The compiled paths use at most about ``BLAS_BLOCK_BYTES`` of it.
 DEFAULT_SCRATCH_BYTES = 32 * 2**20
 #: Largest number of centroids handled in one matrix product.
 MAX_CENTROID_BLOCK = 4096

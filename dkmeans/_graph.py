@@ -29,7 +29,7 @@ from dask.utils import parse_timedelta
 from distributed import futures_of, get_worker, wait
 
 from dkmeans.backend import to_host
-from dkmeans.errors import ClusterRestartedError, InputLostError, NoWorkersError
+from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError
 
 #: Dask config key (env ``DASK_DKMEANS__WORKER_TIMEOUT``): how long a pass may wait with no worker.
 WORKER_TIMEOUT_KEY = "dkmeans.worker-timeout"
@@ -100,7 +100,7 @@ def _cancelled_error(exc, inputs, restarted=False):
             "(dask.array.from_array, from_zarr, dask.dataframe.read_parquet, ...) so that lost chunks are "
             "recomputed, or replicate scattered data (client.scatter(..., broadcast=True))."
         )
-    return ClusterRestartedError(f"The Dask cluster cancelled this computation ({reason}); run it again.")
+    return ClusterError(f"The Dask cluster cancelled this computation (reason: {reason}); run it again.")
 
 
 def _run_on_worker(chunk_fn, combine_fn, args, chunk_ids, offsets, has_weights, planned_worker, stateful, n_blocks,

@@ -190,8 +190,8 @@ def fit_sklearnex(X, C0, max_iter):
 
     logger = logging.getLogger("sklearnex")
     handler = _Records()
-    level, propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
+    level, propagate, handlers = logger.level, logger.propagate, logger.handlers[:]
+    logger.handlers = [handler]  # only ours: sklearnex may have its own stream handler
     logger.setLevel(logging.INFO)
     logger.propagate = False
     try:
@@ -199,7 +199,7 @@ def fit_sklearnex(X, C0, max_iter):
             km = sklearnex.cluster.KMeans(n_clusters=len(C0), init=C0, n_init=1, algorithm="lloyd",
                                           max_iter=max_iter, tol=0.0).fit(X)
     finally:
-        logger.removeHandler(handler)
+        logger.handlers = handlers
         logger.setLevel(level)
         logger.propagate = propagate
     fit_logs = [m for m in handler.messages if ".fit:" in m or "fit" in m.split(":")[0]]

@@ -30,7 +30,9 @@ than asked (a fixed point), which would void the difference.
 **Floor.** Measured in the same run, on the same data: the best time of the float matrix
 product ``X @ C0.T`` (data dtype) with 2 BLAS threads (whole, or in row tiles, whichever is
 faster), and the bytes of ``X`` over the memory read bandwidth measured with 2 threads;
-the floor is the larger of the two.
+the floor is the larger of the two. For reference the script also reports the shape's
+flops at the machine's peak rate (a 2048 x 2048 x 2048 product with 2 threads), which is
+lower where BLAS is inefficient for the shape (small ``d``).
 
 **Objectives.** Every library's returned centroids are re-scored with one float64 NumPy
 pass over the data (sum of squared distances to the nearest centroid); the script
@@ -386,11 +388,26 @@ def gemm_floor(X: np.ndarray, C: np.ndarray, threads: int = N_THREADS) -> dict:
             "gflops": 2.0 * n * k * X.shape[1] / times[best] / 1e9}
 
 
-def measure_floor(X, C0, bandwidth: float) -> dict:
-    """The matrix-product floor of one shape (see the module docstring)."""
+def peak_gflops(dtype, threads: int = N_THREADS, size: int = 2048) -> float:
+    """GFLOP/s of a large square matrix product with ``threads`` BLAS threads (the machine's rate)."""
+    a = np.random.default_rng(0).standard_normal((size, size)).astype(dtype)
+    out = np.empty_like(a)
+    with threadpool_limits(limits=threads, user_api="blas"):
+        seconds = best_of(lambda: np.matmul(a, a, out=out), repeats=3)
+    return 2.0 * size**3 / seconds / 1e9
+
+
+def measure_floor(X, C0, bandwidth: float, peak: float) -> dict:
+    """The matrix-product floor of one shape (see the module docstring).
+
+    ``rate_seconds`` is the other reading of the floor: the shape's flops at the machine's
+    peak rate ``peak`` (GFLOP/s of a large square product), for reference only.
+    """
     gemm = gemm_floor(X, C0)
     bw_seconds = X.nbytes / bandwidth
-    return {"gemm": gemm, "bandwidth_seconds": bw_seconds, "seconds": max(gemm["seconds"], bw_seconds)}
+    rate_seconds = 2.0 * X.shape[0] * X.shape[1] * C0.shape[0] / (peak * 1e9)
+    return {"gemm": gemm, "bandwidth_seconds": bw_seconds, "seconds": max(gemm["seconds"], bw_seconds),
+            "peak_gflops": peak, "rate_seconds": max(rate_seconds, bw_seconds)}
 
 
 def bench_shape(name, data, floor, client, libraries, args) -> dict:
@@ -468,6 +485,8 @@ def format_table(results: dict) -> str:
         lines.append(f"| {name} | {dims} | floor: max(GEMM {fl['gemm']['seconds']:.4f} s "
                      f"({fl['gemm']['gflops']:.0f} GFLOP/s), X bytes / bandwidth "
                      f"{fl['bandwidth_seconds']:.4f} s) | {fl['seconds']:.4f} | | 1 | | | |")
+        lines.append(f"| {name} | {dims} | (flops at the peak rate, {fl['peak_gflops']:.0f} GFLOP/s: "
+                     f"{fl['rate_seconds']:.4f} s) | | | | | | |")
         for lib, r in res["libraries"].items():
             if "error" in r:
                 lines.append(f"| {name} | {dims} | {lib} | failed: {r['error'][:60]} | | | | | |")
@@ -544,12 +563,13 @@ def main(argv=None) -> None:
     started = datetime.datetime.now().astimezone()
     # Data and floors first, before any library has started threads that may still spin.
     bandwidth = read_bandwidth()
+    peak = peak_gflops(args.dtype)
     data, floors = {}, {}
     for name in args.shapes:
         n, d, k = shapes[name]
         print(f"[{name}] data {n} x {d}, k={k}, {args.dtype}; floor ...", file=sys.stderr, flush=True)
         data[name] = make_data(n, d, k, args.seed, args.dtype)
-        floors[name] = measure_floor(*data[name], bandwidth)
+        floors[name] = measure_floor(*data[name], bandwidth, peak)
     client = start_cluster()
     try:
         worker_env = client.run(lambda: {v: os.environ.get(v) for v in
@@ -567,7 +587,8 @@ def main(argv=None) -> None:
           f"T(max_iter={SHORT})) / {args.iters}, median of {args.repeats} repeats "
           f"(dask-ml {args.dask_ml_repeats}); dkmeans and dask-ml on {N_WORKERS} workers x 1 thread, "
           f"the others on {N_THREADS} threads; {os.cpu_count()} CPUs; peer / dkmeans > 1 means dkmeans "
-          f"is faster; memory read bandwidth {bandwidth / 1e9:.1f} GB/s ({N_THREADS} threads)")
+          f"is faster; memory read bandwidth {bandwidth / 1e9:.1f} GB/s, peak matrix-product rate "
+          f"{peak:.0f} GFLOP/s ({N_THREADS} threads)")
     print(format_table(results))
     print(format_goals(results))
     print(f"dkmeans from {source['path']} (commit {source['commit'] or 'unknown'}"

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dkmeans.backend import get_namespace, sparse_namespace
+from dkmeans.kernels import _cuda  # fused CuPy kernels; imports CuPy only when called
 
 try:  # compiled loops for the NumPy path; the namespace code below is the fallback
     from dkmeans.kernels import _numba as _compiled
@@ -225,6 +226,8 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
         ``||x - c_label||^2`` computed from the difference.
     """
     xp = get_namespace(X, C)
+    if ENGINE != "xp" and _cuda.supports(X):  # 2-D CuPy float32/float64: the fused kernels
+        return _cuda.assign_cuda(X, C, scratch_bytes=scratch_bytes)
     n, d = X.shape
     C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
     engine = _compiled_engine(xp, X)
@@ -261,6 +264,8 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
         Sums and counts accumulated in float64; objective in float64.
     """
     xp = get_namespace(X, C)
+    if ENGINE != "xp" and _cuda.supports(X):
+        return Partials(*_cuda.partials_cuda(X, C, weights, scratch_bytes=scratch_bytes))
     n, d = X.shape
     k = C.shape[0]
     if n == 0:

@@ -51,8 +51,10 @@ does not import is skipped with a message)::
     .venv/bin/python benchmarks/lloyd.py --quick                   # smaller n, a smoke run
 
 The table goes to stdout and everything to ``benchmarks/results/lloyd_<dtype>.json``
-(``--output``). ``--wait-load 0.5`` waits (up to 10 minutes) until the 1-minute load
-average is below 0.5 before starting; the load before and after is recorded.
+(``--output``). ``--wait-load 0.5`` waits (up to ``--max-wait`` seconds, default 600)
+until the 1-minute load average is below 0.5 before the floors and before each library;
+the load before and after each library is recorded and printed (other processes on the
+2 cores skew the timings).
 """
 
 from __future__ import annotations
@@ -420,12 +422,15 @@ def bench_shape(name, data, floor, client, libraries, args) -> dict:
     for lib, (fit, dask_input) in libraries.items():
         print(f"[{name}] {lib} ...", file=sys.stderr, flush=True)
         reps = args.dask_ml_repeats if lib == "dask-ml" else args.repeats
+        waited = wait_for_load(args.wait_load, args.max_wait) if args.wait_load is not None else 0.0
+        load_before = os.getloadavg()
         try:
             timing = seconds_per_iteration(fit, Xd if dask_input else X, C0, reps, args.iters)
         except Exception as exc:  # noqa: BLE001 - report the failure, run the others
             print(f"[{name}] {lib} failed: {exc!r}", file=sys.stderr)
             result["libraries"][lib] = {"error": repr(exc)}
             continue
+        timing["load_before"], timing["load_after"], timing["waited_s"] = load_before, os.getloadavg(), waited
         centers = timing.pop("centers")
         timing["objective"] = objective(X, centers)
         timing["centers"] = centers
@@ -476,28 +481,29 @@ def format_table(results: dict) -> str:
     """A Markdown table: s/iteration, ratios to dkmeans and to the floor, objective agreement."""
     lines = [
         "| shape | n x d, k | library | s / iteration | peer / dkmeans | / floor | fit(max_iter=1) s | "
-        "objective (float64) | rel. diff vs dkmeans |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "objective (float64) | rel. diff vs dkmeans | load |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, res in results.items():
         dims = f"{res['n_samples']:,} x {res['n_features']}, k={res['n_clusters']}"
         fl = res["floor"]
         lines.append(f"| {name} | {dims} | floor: max(GEMM {fl['gemm']['seconds']:.4f} s "
                      f"({fl['gemm']['gflops']:.0f} GFLOP/s), X bytes / bandwidth "
-                     f"{fl['bandwidth_seconds']:.4f} s) | {fl['seconds']:.4f} | | 1 | | | |")
+                     f"{fl['bandwidth_seconds']:.4f} s) | {fl['seconds']:.4f} | | 1 | | | | |")
         lines.append(f"| {name} | {dims} | (flops at the peak rate, {fl['peak_gflops']:.0f} GFLOP/s: "
-                     f"{fl['rate_seconds']:.4f} s) | | | | | | |")
+                     f"{fl['rate_seconds']:.4f} s) | | | | | | | |")
         for lib, r in res["libraries"].items():
             if "error" in r:
-                lines.append(f"| {name} | {dims} | {lib} | failed: {r['error'][:60]} | | | | | |")
+                lines.append(f"| {name} | {dims} | {lib} | failed: {r['error'][:60]} | | | | | | |")
                 continue
             per_iter = f"{r['seconds_per_iter']:.4f}"
             if r.get("history_median_s") is not None:
                 per_iter += f" (history_ {r['history_median_s']:.4f})"
             ratio = f"{r['peer_over_dkmeans']:.2f}" if "peer_over_dkmeans" in r else "1 (ref.)"
             rel = f"{r['objective_rel_diff']:.1e}" if "objective_rel_diff" in r else "-"
+            load = f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}"
             lines.append(f"| {name} | {dims} | {lib} | {per_iter} | {ratio} | {r['ratio_to_floor']:.2f} | "
-                         f"{statistics.median(r['short_s']):.3f} | {r['objective']:.6e} | {rel} |")
+                         f"{statistics.median(r['short_s']):.3f} | {r['objective']:.6e} | {rel} | {load} |")
     return "\n".join(lines)
 
 
@@ -543,7 +549,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--objective-rtol", type=float, default=1e-4,
                         help="largest relative objective difference counted as agreement (default 1e-4)")
     parser.add_argument("--wait-load", type=float, default=None,
-                        help="wait until the 1-minute load average is below this before starting")
+                        help="before the floors and before each library, wait until the 1-minute load "
+                             "average is below this (at most --max-wait seconds each time)")
+    parser.add_argument("--max-wait", type=float, default=600.0, help="seconds (default 600)")
     parser.add_argument("--output", type=Path, default=None,
                         help="JSON file (default benchmarks/results/lloyd_<dtype>.json)")
     args = parser.parse_args(argv)
@@ -558,7 +566,7 @@ def main(argv=None) -> None:
     shapes = QUICK_SHAPES if args.quick else SHAPES
     libraries = available_libraries(args.libraries, args.dtype)
     source = dkmeans_source()  # before the run: the code being timed is already imported
-    waited = wait_for_load(args.wait_load) if args.wait_load is not None else 0.0
+    waited = wait_for_load(args.wait_load, args.max_wait) if args.wait_load is not None else 0.0
     load_before = os.getloadavg()
     started = datetime.datetime.now().astimezone()
     # Data and floors first, before any library has started threads that may still spin.

@@ -9,10 +9,12 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
 * ``workers``: seconds per iteration on 1 worker and on 2 workers, ``tall`` and ``wide``
   float32; the speedup (issue 4: >= 1.7).
 * ``memory``: resident memory of each worker, sampled every 2 ms by a thread in the
-  worker during fits on ``tall``, ``wide``, ``manyk`` and ``manyk`` with k=8192 (data
-  generated on the workers, 16 chunks): the peak during the fits minus the resident
-  memory before them (data already persisted), against the worker's share of the data and
-  the scratch bound (see ``scratch_bound``). Also the seconds per iteration of those fits.
+  worker, on ``tall``, ``wide``, ``manyk`` and ``manyk`` with k=8192 (data generated on
+  the workers, 16 chunks; a fresh cluster per case, warmed up on a tiny array): the peak
+  during ``dkmeans.train`` (Lloyd and the final labels pass) and during ``KMeans.fit``
+  (which adds a first pass for the column variances) minus the resident memory just
+  before, against the worker's share of the data and the scratch bound (see
+  ``scratch_bound``).
 * ``fixed``: the fixed cost per iteration: 1 chunk of 1,000 rows (d=8, k=10) and the
   ``small`` shape (100,000 x 8, k=10, 16 chunks).
 * ``n``: seconds per iteration for n = 1e5, 1e6, 1e7 rows at d=16, k=32 (generated on the
@@ -22,8 +24,9 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
 Seconds per iteration are ``(T(max_iter=1+iters) - T(max_iter=1)) / iters``, median of
 ``--repeats`` after a warm-up fit; the median of ``history_[i]["seconds"]`` (the loop's own
 timer) is shown too. For ``n`` and ``k`` the script reports the marginal cost per row (per
-centroid) between consecutive points and calls the growth linear when those marginal
-costs agree within 25% and the per-iteration time does not grow faster than the work.
+centroid) between consecutive points: the growth is "linear" when every marginal cost is
+within 25% of the first, "sub-linear" when some are lower (fixed costs amortised) and
+none higher, "super-linear" when some are higher.
 
 Run from the repository root::
 
@@ -204,35 +207,63 @@ def part_workers(args) -> dict:
     return out
 
 
+def _sampled(client, run):
+    """Run ``run()`` while each worker samples its resident memory; {worker: before, peak}."""
+    client.run(_rss_start)
+    try:
+        run()
+    finally:
+        rss = client.run(_rss_stop)
+    return rss
+
+
 def part_memory(args) -> dict:
+    """Per case a fresh 2-worker cluster: warm-up on a tiny array, then two sampled runs.
+
+    ``train``: ``dkmeans.train`` from ``C0`` (Lloyd iterations and the final labels pass);
+    ``fit``: ``KMeans(init=C0).fit``, which also makes a first pass for the column
+    variances (scikit-learn's ``tol`` scaling). Each increase is the peak during the run
+    minus the resident memory just before it.
+    """
     cases = {"tall": SHAPES["tall"], "wide": SHAPES["wide"], "manyk": SHAPES["manyk"],
              "manyk k=8192": (SHAPES["manyk"][0], SHAPES["manyk"][1], 8192)}
     out = {}
-    client = cluster(2)
-    try:
-        for name, (n, d, k) in cases.items():
-            print(f"[memory] {name} ...", file=sys.stderr, flush=True)
+    for name, (n, d, k) in cases.items():
+        print(f"[memory] {name} ...", file=sys.stderr, flush=True)
+        client = cluster(2)
+        try:
             X, C0 = persist_generated(client, n, d, k)
-            fit(X, C0, 1)  # warm-up (compilation, imports) outside the sampled window
+            tiny = client.persist(X[:2000])
+            distributed.wait(tiny)
+            # warm-up: imports and compiled kernels of this d and dtype, outside the sampled runs
+            dkmeans.train(dkmeans.Descriptor(cluster_count=8, max_iteration_count=2, accuracy_threshold=0.0),
+                          tiny, C0[:8])
+            fit(tiny, C0[:8], 2)
+            del tiny
             data = local_data_bytes(client, X)
-            before = client.run(_rss_start)
+            desc = dkmeans.Descriptor(cluster_count=k, max_iteration_count=1 + args.memory_iters,
+                                      accuracy_threshold=0.0, dtype=np.float32)
             t0 = time.perf_counter()
-            km = fit(X, C0, 1 + args.memory_iters)
-            seconds = time.perf_counter() - t0
-            rss = client.run(_rss_stop)
-            chunks_per_worker = -(-N_CHUNKS // len(rss))
+            runs = {"train": _sampled(client, lambda: dkmeans.train(desc, X, C0))}
+            t1 = time.perf_counter()
+            runs["fit"] = _sampled(client, lambda: fit(X, C0, 1 + args.memory_iters))
+            t2 = time.perf_counter()
+            chunks_per_worker = -(-N_CHUNKS // len(data))
             bound = scratch_bound(k, d, X.dtype.itemsize, chunks_per_worker)
             workers = {}
-            for w, r in rss.items():
-                workers[w] = {"data_bytes": data.get(w, 0), "rss_before": r["before"], "rss_peak": r["peak"],
-                              "increase": r["peak"] - r["before"],
-                              "within_bound": r["peak"] - r["before"] <= bound["total"]}
-            out[name] = {"n": n, "d": d, "k": k, "fit_s": seconds, "iterations": int(km.n_iter_),
-                         "history_median_s": statistics.median(h["seconds"] for h in km.history_),
-                         "bound": bound, "workers": workers, "labels_bytes": n * 4}
-            del km, X
-    finally:
-        close(client)
+            for w in sorted(runs["train"]):
+                row = {"data_bytes": data.get(w, 0)}
+                for run, rss in runs.items():
+                    r = rss[w]
+                    row[run] = {"rss_before": r["before"], "rss_peak": r["peak"], "increase": r["peak"] - r["before"],
+                                "within_bound": r["peak"] - r["before"] <= bound["total"]}
+                workers[w] = row
+            out[name] = {"n": n, "d": d, "k": k, "iterations": 1 + args.memory_iters,
+                         "train_s": t1 - t0, "fit_s": t2 - t1, "bound": bound, "workers": workers,
+                         "chunk_bytes": -(-n // N_CHUNKS) * d * X.dtype.itemsize, "labels_bytes": n * 4}
+            del X
+        finally:
+            close(client)
     return out
 
 
@@ -257,14 +288,24 @@ def part_fixed(args) -> dict:
 
 
 def linearity(points: list, key: str) -> dict:
-    """Marginal seconds per unit between consecutive points; 'linear' if they agree within 25%."""
-    marginal = []
-    for a, b in zip(points, points[1:]):
-        marginal.append((b["seconds_per_iter"] - a["seconds_per_iter"]) / (b[key] - a[key]))
-    positive = [m for m in marginal if m > 0]
-    spread = max(positive) / min(positive) if positive else None
-    return {"marginal_seconds_per_unit": marginal, "spread": spread,
-            "linear": spread is not None and len(positive) == len(marginal) and spread <= 1.25}
+    """Marginal seconds per unit between consecutive points, and how they change.
+
+    "linear": every marginal cost within 25% of the first; "sub-linear": none above 1.25x
+    the first but some below 0.75x (fixed costs amortised); "super-linear": some above.
+    """
+    marginal = [(b["seconds_per_iter"] - a["seconds_per_iter"]) / (b[key] - a[key])
+                for a, b in zip(points, points[1:])]
+    if not marginal or marginal[0] <= 0:
+        return {"marginal_seconds_per_unit": marginal, "growth": "undetermined", "at_most_linear": None}
+    rel = [m / marginal[0] for m in marginal]
+    if max(rel) > 1.25:
+        growth = "super-linear"
+    elif min(rel) < 0.75:
+        growth = "sub-linear"
+    else:
+        growth = "linear"
+    return {"marginal_seconds_per_unit": marginal, "relative_to_first": rel, "growth": growth,
+            "at_most_linear": growth != "super-linear"}
 
 
 def part_n(args) -> dict:
@@ -320,14 +361,18 @@ def report_text(res: dict) -> str:
                          f"{r['speedup']:.2f} ({r['speedup_history']:.2f}) |")
     if "memory" in res:
         mib = 2**20
-        lines += ["", "Worker memory during fits (MiB; 2 workers; increase = peak RSS - RSS before the fit)", "",
-                  "| case | s / iteration (history_) | worker | data held | RSS before | peak RSS | increase | bound | within |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+        lines += ["", "Worker memory (MiB, 2 workers): increase = peak resident memory during the run - resident "
+                  "memory just before it", "",
+                  "| case | chunk | worker | data held | train: before | train: increase | fit: before | "
+                  "fit: increase | bound | within |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
         for name, r in res["memory"].items():
             for i, (w, m) in enumerate(sorted(r["workers"].items())):
-                lines.append(f"| {name} (k={r['k']}) | {r['history_median_s']:.3f} | {i} | {m['data_bytes'] / mib:.0f} | "
-                             f"{m['rss_before'] / mib:.0f} | {m['rss_peak'] / mib:.0f} | {m['increase'] / mib:.1f} | "
-                             f"{r['bound']['total'] / mib:.0f} | {'yes' if m['within_bound'] else 'NO'} |")
+                ok = m["train"]["within_bound"] and m["fit"]["within_bound"]
+                lines.append(f"| {name} (k={r['k']}) | {r['chunk_bytes'] / mib:.0f} | {i} | {m['data_bytes'] / mib:.0f} | "
+                             f"{m['train']['rss_before'] / mib:.0f} | {m['train']['increase'] / mib:.1f} | "
+                             f"{m['fit']['rss_before'] / mib:.0f} | {m['fit']['increase'] / mib:.1f} | "
+                             f"{r['bound']['total'] / mib:.0f} | {'yes' if ok else 'NO'} |")
     if "fixed" in res:
         lines += ["", "Fixed cost per iteration", "", "| case | s / iteration | history_ median |", "|---|---:|---:|"]
         for name, r in res["fixed"].items():
@@ -342,8 +387,8 @@ def report_text(res: dict) -> str:
         for i, p in enumerate(r["points"]):
             m = "" if i == 0 else f"{g['marginal_seconds_per_unit'][i - 1] * 1000:.3g}"
             lines.append(f"| {p[key]:,} | {p['seconds_per_iter']:.4f} | {p['history_median_s']:.4f} | {m} |")
-        spread = f"{g['spread']:.2f}" if g["spread"] else "n/a"
-        lines.append(f"\nlinear: {'yes' if g['linear'] else 'no'} (largest / smallest marginal cost: {spread})")
+        rel = ", ".join(f"{x:.2f}" for x in g.get("relative_to_first", []))
+        lines.append(f"\ngrowth: {g['growth']} (marginal costs relative to the first: {rel})")
     return "\n".join(lines)
 
 

@@ -85,16 +85,18 @@ def rows_exact_sq(X, i0, i1, C, labels, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_REDUCE_MATH)
-def rows_partials(X, i0, i1, C, labels, weights, has_weights, sums, counts):  # pragma: no cover - compiled
+def rows_partials(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts):  # pragma: no cover
     """Fold rows ``i0 <= i < i1`` into float64 ``sums``/``counts``; return their objective.
 
-    The squared distance of a row is computed from ``x - c_label`` (in X's dtype), the
-    sums, counts and objective accumulate in float64, weighted when ``has_weights``.
+    Row ``i``'s label is ``labels[i - label_offset]`` (a tile's labels, or a whole
+    chunk's with offset 0). The squared distance of a row is computed from
+    ``x - c_label`` (in X's dtype), the sums, counts and objective accumulate in float64,
+    weighted when ``has_weights``.
     """
     d = X.shape[1]
     objective = 0.0
     for i in range(i0, i1):
-        j = labels[i]
+        j = labels[i - label_offset]
         x = X[i]
         c = C[j]
         srow = sums[j]
@@ -125,7 +127,7 @@ def exact_sq_dist(X, C, labels, out):  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def fused_partials(X, C, labels, weights, has_weights, sums, counts):  # pragma: no cover - compiled
     """Exact squared distances, float64 per-cluster sums and counts, and the objective, in one pass."""
-    return rows_partials(X, 0, X.shape[0], C, labels, weights, has_weights, sums, counts)
+    return rows_partials(X, 0, X.shape[0], C, labels, 0, weights, has_weights, sums, counts)
 
 
 # -- generated direct loops ------------------------------------------------------------------
@@ -186,12 +188,13 @@ def direct_source(width: int, nc: int = DIRECT_CENTROIDS) -> str:
     lines += _centroid_pass(width, 1, " " * 12)
     lines += [
         "            j += 1",
+        "        if mode == 2:  # the tile's labels are all the partials need",
+        "            objective += rows_partials(X, i0, i0 + m, C, lab, i0, weights, has_weights, sums, counts)",
+        "            continue",
         "        for r in range(m):",
         "            labels[i0 + r] = lab[r]",
         "        if mode == 1:",
         "            rows_exact_sq(X, i0, i0 + m, C, labels, min_sq)",
-        "        elif mode == 2:",
-        "            objective += rows_partials(X, i0, i0 + m, C, labels, weights, has_weights, sums, counts)",
         "    return objective",
         "",
     ]
@@ -267,10 +270,11 @@ def direct_kernel(width: int):
     """The compiled direct kernel for ``d <= width`` features.
 
     ``kernel(X, C, c_half, T, labels, min_sq, weights, has_weights, sums, counts, mode)``
-    assigns the rows of ``X`` in tiles of ``T`` rows (``labels``, int32) using
-    ``c_half = ||c||^2 / 2`` in X's dtype; ``mode`` 1 also writes the exact squared
-    distances to ``min_sq``, ``mode`` 2 folds the rows into ``sums``/``counts`` and
-    returns the objective (0.0 otherwise).
+    assigns the rows of ``X`` in tiles of ``T`` rows using ``c_half = ||c||^2 / 2`` in
+    X's dtype: ``mode`` 0 writes the labels (int32) to ``labels``, ``mode`` 1 also the
+    exact squared distances to ``min_sq``; ``mode`` 2 writes neither (``labels`` may be
+    empty) but folds each tile into ``sums``/``counts`` and returns the objective (0.0
+    otherwise).
     """
     kernel = _direct_kernels.get(width)
     if kernel is None:

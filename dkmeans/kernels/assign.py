@@ -155,7 +155,7 @@ def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
     """
     n, d = X.shape
     k = C.shape[0]
-    labels = np.empty(n, dtype=np.int32)
+    labels = np.empty(n if mode != 2 else 0, dtype=np.int32)  # partials need a tile's labels only
     min_sq = np.empty(n if mode == 1 else 0, dtype=X.dtype)
     sums = np.zeros((k, d) if mode == 2 else (0, 0), dtype=np.float64)
     counts = np.zeros(k if mode == 2 else 0, dtype=np.float64)
@@ -169,20 +169,22 @@ def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
         return labels, min_sq, sums, counts, objective
     best = np.empty(tile, dtype=X.dtype)
     buf = np.empty(block * tile, dtype=X.dtype)
+    tile_labels = np.empty(tile if mode == 2 else 0, dtype=np.int32)
     objective = 0.0
     for i0 in range(0, n, tile):
         i1 = min(n, i0 + tile)
         m = i1 - i0
         Xt_T = X[i0:i1].T
+        lab = tile_labels[:m] if mode == 2 else labels[i0:i1]
         for j0 in range(0, k, block):
             j1 = min(k, j0 + block)
             Dt = buf[: (j1 - j0) * m].reshape(j1 - j0, m)
             np.matmul(C[j0:j1], Xt_T, out=Dt)
-            _compiled.running_argmin_t(Dt, c_half[j0:j1], j0, best[:m], labels[i0:i1], j0 == 0)
+            _compiled.running_argmin_t(Dt, c_half[j0:j1], j0, best[:m], lab, j0 == 0)
         if mode == 1:
             _compiled.rows_exact_sq(X, i0, i1, C, labels, min_sq)
         elif mode == 2:
-            objective += _compiled.rows_partials(X, i0, i1, C, labels, w, has_w, sums, counts)
+            objective += _compiled.rows_partials(X, i0, i1, C, lab, i0, w, has_w, sums, counts)
     return labels, min_sq, sums, counts, objective
 
 

@@ -440,7 +440,9 @@ def parse_args(argv=None):
     parser.add_argument("--memory-iters", type=int, default=3)
     parser.add_argument("--n-values", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--k-values", type=int, nargs="+", default=[8, 64, 512, 4096, 8192])
-    parser.add_argument("--wait-load", type=float, default=None)
+    parser.add_argument("--wait-load", type=float, default=None,
+                        help="before each part, wait until the 1-minute load average is below this")
+    parser.add_argument("--max-wait", type=float, default=600.0, help="seconds per wait (default 600)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     return parser.parse_args(argv)
 
@@ -448,16 +450,23 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     source = dkmeans_source()
-    waited = wait_for_load(args.wait_load) if args.wait_load is not None else 0.0
+    waited = wait_for_load(args.wait_load, args.max_wait) if args.wait_load is not None else 0.0
     load_before = os.getloadavg()
     started = datetime.datetime.now().astimezone()
     res = {}
+    loads = {}
     for part in args.parts:
+        if args.wait_load is not None and part != args.parts[0]:
+            wait_for_load(args.wait_load, args.max_wait)
         t0 = time.perf_counter()
+        before = os.getloadavg()
         res[part] = globals()[f"part_{part}"](args)
+        loads[part] = {"before": before, "after": os.getloadavg()}
         print(f"[{part}] done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
     print(report_text(res))
+    print("\n1-minute load before / after each part: " + ", ".join(
+        f"{p} {v['before'][0]:.2f} / {v['after'][0]:.2f}" for p, v in loads.items()))
     print(f"\ndkmeans commit {source['commit']}{' (modified)' if source['modified'] else ''}; "
           f"load average before: {fmt_load(load_before)}, after: {fmt_load(load_after)}"
           + (f" (waited {waited:.0f} s)" if waited else ""))
@@ -467,7 +476,7 @@ def main(argv=None):
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version(), "load_average_before": load_before,
                           "load_average_after": load_after},
-              "versions": library_versions(), "dkmeans_source": source, "results": res}
+              "versions": library_versions(), "dkmeans_source": source, "results": res, "load_per_part": loads}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {args.output}")

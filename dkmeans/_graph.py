@@ -7,6 +7,10 @@ chunks that worker holds and combines their results, then a tree of combine task
 (fan-in ``fan_in``) and a last combine on the client. Tasks per pass are therefore
 O(workers), not O(chunks); only the small per-worker results cross the network.
 
+A worker with several threads gets one task per thread (its chunks split into
+contiguous groups), so every thread of the cluster works in a pass; each task combines
+its chunks' results, and the tree combines the tasks of one worker first.
+
 Worker tasks are placed with ``workers=[addr], allow_other_workers=True``: if a worker
 has died, the task runs elsewhere and Dask recomputes the chunks it needs from the
 persisted graph. The chunk-to-worker map is refreshed after a pass in which a task did
@@ -199,31 +203,36 @@ class PersistedData:
         self._futures = futures
         #: the client's restart count now (``client.restart()`` increments it): see :func:`gather`
         self.generation = getattr(client, "generation", None)
-        self._placement: dict[str, list[int]] | None = None
+        self._placement: list[tuple[str, list[int]]] | None = None
 
     @property
     def n_chunks(self) -> int:
         return len(self._x_keys)
 
     # -- placement -----------------------------------------------------------------
-    def _current_workers(self) -> frozenset:
-        return frozenset(self.client.scheduler_info(n_workers=-1)["workers"])
+    def placement(self) -> list[tuple[str, list[int]]]:
+        """Task groups of one pass: ``(worker address, chunk indices)``, one per worker thread.
 
-    def placement(self) -> dict[str, list[int]]:
-        """Map worker address -> indices of the chunks it holds.
-
-        Looked up once, and again after a pass in which a task ran away from its planned
-        worker (see :meth:`map_reduce`), so steady-state iterations make no extra calls.
+        Each worker's chunks (in chunk order) are split into as many contiguous groups as
+        it has threads. Looked up once, and again after a pass in which a task ran away
+        from its planned worker (see :meth:`map_reduce`), so steady-state iterations make
+        no extra calls.
         """
         if self._placement is None:
-            workers = self._current_workers()
+            info = self.client.scheduler_info(n_workers=-1)["workers"]
+            workers = sorted(info)
             who_has = self.client.who_has(self._futures)
-            groups: dict[str, list[int]] = {}
+            held: dict[str, list[int]] = {}
             for i, key in enumerate(self._x_keys):
                 holders = sorted(who_has.get(key, ()) or ())
                 # a chunk not in memory anywhere goes to any worker; Dask recomputes it
-                addr = holders[0] if holders else (sorted(workers)[i % len(workers)] if workers else "")
-                groups.setdefault(addr, []).append(i)
+                addr = holders[0] if holders else (workers[i % len(workers)] if workers else "")
+                held.setdefault(addr, []).append(i)
+            groups = []
+            for addr, chunk_ids in sorted(held.items()):
+                threads = max(1, int(info.get(addr, {}).get("nthreads", 1)))
+                groups += [(addr, [int(i) for i in part])
+                           for part in np.array_split(np.asarray(chunk_ids), min(threads, len(chunk_ids)))]
             self._placement = groups
         return self._placement
 
@@ -237,7 +246,7 @@ class PersistedData:
         current: list[str] = []
         state_keys: dict[str, list[int]] = {}
         has_w = self._w_keys is not None
-        for wi, (addr, chunk_ids) in enumerate(sorted(self.placement().items())):
+        for wi, (addr, chunk_ids) in enumerate(self.placement()):
             key = f"dkmeans-pass-{token}-w{wi}"
             refs = []
             for i in chunk_ids:

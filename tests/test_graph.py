@@ -35,8 +35,8 @@ def test_map_reduce_equals_single_process(client, X):
 def test_chunks_are_spread_over_workers(client, X):
     data = PersistedData(client, da.from_array(X, chunks=(250, 3)))
     placement = data.placement()
-    assert sorted(i for ids in placement.values() for i in ids) == list(range(16))
-    assert len(placement) == 2
+    assert sorted(i for _, ids in placement for i in ids) == list(range(16))
+    assert len({addr for addr, _ in placement}) == len(placement) == 2  # 2 workers x 1 thread
 
 
 def count_pass_tasks(client, data, C):
@@ -59,7 +59,7 @@ def test_tree_reduction_with_many_workers(client, X):
     data = PersistedData(client, da.from_array(X, chunks=(400, 3)))
     # Pretend the 10 chunks live on 10 workers (unknown addresses: placement is a hint,
     # allow_other_workers lets the scheduler run them anywhere).
-    data._placement = {f"tcp://127.0.0.1:{1000 + i}": [i] for i in range(10)}
+    data._placement = [(f"tcp://127.0.0.1:{1000 + i}", [i]) for i in range(10)]
     graph, keys, _ = data.build_pass_graph(partials_chunk, combine_partials, (X[:4],), fan_in=2)
     layer_names = list(graph.layers)
     assert sum(n.startswith("dkmeans-pass") for n in layer_names) == 10
@@ -70,7 +70,25 @@ def test_tree_reduction_with_many_workers(client, X):
     np.testing.assert_allclose(got.sums, assign_partials(X, X[:4]).sums, rtol=1e-12)
     # the tasks ran away from their (fictional) workers: placement is looked up again
     assert data._placement is None
-    assert set(data.placement()) <= data._current_workers()
+    assert {addr for addr, _ in data.placement()} <= set(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def test_one_task_per_worker_thread():
+    """A worker with 3 threads gets 3 tasks, each over a contiguous run of its chunks, all used."""
+    from distributed import Client, LocalCluster
+
+    X = np.random.default_rng(2).normal(size=(3000, 4))
+    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        data = PersistedData(client, da.from_array(X, chunks=(300, 4)))
+        groups = data.placement()
+        assert [ids for _, ids in groups] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+        assert count_pass_tasks(client, data, X[:5]) == 3
+        got = data.map_reduce(partials_chunk, combine_partials, (X[:5],))
+        np.testing.assert_allclose(got.sums, assign_partials(X, X[:5]).sums, rtol=1e-12)
+        # fewer chunks than threads: one task per chunk
+        small = PersistedData(client, da.from_array(X, chunks=(1500, 4)))
+        assert [ids for _, ids in small.placement()] == [[0], [1]]
 
 
 def test_placement_is_stable_when_tasks_run_where_planned(client, X):
@@ -109,7 +127,6 @@ def test_stateful_pass_keeps_state_on_workers(client, X):
     # each chunk saw three passes; its running total is (1 + 2 - 0.5) * x
     np.testing.assert_allclose(result, [3 * n_chunks, 2.5 * X[:, 0].sum()])
     # the state moves with its chunks if placement changes
-    data._placement = {addr: ids for addr, ids in zip(sorted(data.placement()), [list(range(n_chunks)), []])}
-    data._placement = {k: v for k, v in data._placement.items() if v}
+    data._placement = [(data.placement()[0][0], list(range(n_chunks)))]
     result, state = data.map_reduce_stateful(count_and_sum, sum_arrays, (0.0,), state)
     np.testing.assert_allclose(result, [4 * n_chunks, 2.5 * X[:, 0].sum()])

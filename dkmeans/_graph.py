@@ -15,12 +15,18 @@ Worker tasks are placed with ``workers=[addr], allow_other_workers=True``: if a 
 has died, the task runs elsewhere and Dask recomputes the chunks it needs from the
 persisted graph. The chunk-to-worker map is refreshed after a pass in which a task did
 not run where it was planned.
+
+A loop whose passes are too small to gain from spreading (less work than the cluster
+round trip, see :meth:`PersistedData.fits_one_task`) can instead run whole inside one
+task with :meth:`PersistedData.run_in_one_task`, which hands the driver a
+:class:`LocalChunks` with the same ``map_reduce``.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from concurrent.futures import CancelledError
 from typing import Any, Callable, Sequence
 
@@ -32,7 +38,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.utils import parse_timedelta
 from distributed import futures_of, get_worker, wait
 
-from dkmeans.backend import to_host
+from dkmeans.backend import get_namespace, to_host
 from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError
 
 #: Dask config key (env ``DASK_DKMEANS__WORKER_TIMEOUT``): how long a pass may wait with no worker.
@@ -43,6 +49,21 @@ DEFAULT_WORKER_TIMEOUT = "120s"
 def worker_timeout() -> float:
     """Seconds a pass waits while the cluster has no worker at all (Dask config ``dkmeans.worker-timeout``)."""
     return float(parse_timedelta(dask.config.get(WORKER_TIMEOUT_KEY, DEFAULT_WORKER_TIMEOUT)))
+
+
+#: Dask config key (env ``DASK_DKMEANS__SINGLE_TASK_WORK``): a loop whose passes each cost
+#: at most this many multiply-adds (rows x centroids x features) runs inside one task.
+SINGLE_TASK_WORK_KEY = "dkmeans.single-task-work"
+#: About 10 ms of one thread's work: below it a pass costs less than the cluster round trip
+#: that spreading it over workers adds (see :meth:`PersistedData.fits_one_task`).
+DEFAULT_SINGLE_TASK_WORK = 2e8
+#: Data larger than this is never gathered onto one worker for a single-task loop.
+SINGLE_TASK_MAX_BYTES = 128 * 2**20
+
+
+def single_task_work() -> float:
+    """The per-pass work below which a loop runs in one task (Dask config ``dkmeans.single-task-work``)."""
+    return float(dask.config.get(SINGLE_TASK_WORK_KEY, DEFAULT_SINGLE_TASK_WORK))
 
 
 def gather(client, futures, inputs=(), generation=None):
@@ -138,6 +159,44 @@ def _run_on_worker(chunk_fn, combine_fn, args, chunk_ids, offsets, has_weights, 
         moved = True
     reduced = (to_host(combine_fn(results)), moved)
     return (new_states, reduced) if stateful else reduced
+
+
+class LocalChunks:
+    """All chunks of a :class:`PersistedData`, in one process: the same passes, run in a loop.
+
+    A driver given this object instead of the persisted data runs unchanged inside one
+    task (see :meth:`PersistedData.run_in_one_task`). The chunks are concatenated once
+    (a copy of at most ``SINGLE_TASK_MAX_BYTES``), so a pass is one kernel call.
+    """
+
+    def __init__(self, blocks, weights, offsets, dtype, n_features):
+        if len(blocks) > 1:  # one contiguous array: one kernel call per pass instead of one per chunk
+            xp = get_namespace(blocks[0])
+            blocks = [xp.concatenate(blocks)]
+            weights = [None if weights[0] is None else xp.concatenate(weights)]
+            offsets = (0,)
+        self.blocks = blocks
+        self.weights = weights
+        self.offsets = offsets
+        self.dtype = dtype
+        self.n_features = n_features
+        self.n_rows = int(blocks[0].shape[0])
+
+    def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), fan_in: int = 8):
+        """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over the chunks (host memory)."""
+        results = [chunk_fn(X, w, offset, *args) for X, w, offset in zip(self.blocks, self.weights, self.offsets)]
+        return to_host(combine_fn(results))
+
+
+def _run_in_one_task(fn, args, offsets, has_weights, dtype, n_features, *refs):
+    """``fn(LocalChunks, *args)`` on a worker, with the warnings it raised: ``(result, warnings)``."""
+    step = 2 if has_weights else 1
+    blocks = list(refs[::step])
+    weights = list(refs[1::step]) if has_weights else [None] * len(blocks)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(LocalChunks(blocks, weights, offsets, dtype, n_features), *args)
+    return result, [(str(w.message), w.category) for w in caught]
 
 
 def _second(pair):
@@ -313,6 +372,53 @@ class PersistedData:
         parts = gather(self.client, futures[len(state_keys):], self._futures, self.generation)
         owner = {cid: key for key, cids in state_keys.items() for cid in cids}
         return self._finish(parts, combine_fn), ChunkState(state_futures, owner)
+
+    # -- a whole loop in one task --------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the persisted rows (and weights)."""
+        per_row = self.n_features * self.dtype.itemsize + (8 if self._w_keys is not None else 0)
+        return int(self.n_rows * per_row)
+
+    def fits_one_task(self, work_per_row: int) -> bool:
+        """Whether a loop whose passes cost ``work_per_row`` multiply-adds per row should run in one task.
+
+        A pass spread over the workers costs one cluster round trip (about 10 ms with
+        distributed) on top of its share of the work. When the whole pass takes one
+        thread less than that (``n_rows * work_per_row`` at most Dask config
+        ``dkmeans.single-task-work``, default 2e8 multiply-adds, about 10 ms) and the
+        data is small (at most 128 MiB), running every pass inside one task on one
+        worker is faster, whatever the number of workers. Set the config to 0 to
+        always spread passes.
+        """
+        return self.n_rows * work_per_row <= single_task_work() and self.nbytes <= SINGLE_TASK_MAX_BYTES
+
+    def run_in_one_task(self, fn: Callable, *args):
+        """``fn(chunks, *args)`` in one task, where ``chunks`` is a :class:`LocalChunks`.
+
+        The task runs on the worker holding the most rows (the other chunks are copied
+        to it once, and Dask keeps the copies while the data is persisted). Warnings
+        raised in the task are raised again here.
+        """
+        rows: dict[str, int] = {}
+        for addr, chunk_ids in self.placement():
+            rows[addr] = rows.get(addr, 0) + sum(self.chunk_rows[i] for i in chunk_ids)
+        addr = max(sorted(rows), key=rows.get) if rows else ""
+        has_w = self._w_keys is not None
+        refs = []
+        for i, key in enumerate(self._x_keys):
+            refs.append(TaskRef(key))
+            if has_w:
+                refs.append(TaskRef(self._w_keys[i]))
+        key = f"dkmeans-loop-{uuid.uuid4().hex[:12]}"
+        task = Task(key, _run_in_one_task, fn, tuple(args), self.offsets, has_w, self.dtype, self.n_features, *refs)
+        annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
+        graph = HighLevelGraph({key: MaterializedLayer({key: task}, annotations=annotations)}, {key: set()})
+        future = self.client.get(graph, [key], sync=False)[0]
+        result, caught = gather(self.client, future, self._futures, self.generation)
+        for message, category in caught:
+            warnings.warn(message, category, stacklevel=2)
+        return result
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""

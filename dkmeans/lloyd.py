@@ -157,8 +157,15 @@ def lloyd(
     on_iteration: Callable[[IterationRecord], None] | None = None,
     resume: LoopState | None = None,
     on_state: Callable[[LoopState], None] | None = None,
+    state_every: int | None = None,
 ) -> LloydResult:
     """Run Lloyd iterations on persisted data.
+
+    Small problems (a pass of at most about 10 ms of one thread's work, see
+    :meth:`~dkmeans._graph.PersistedData.fits_one_task`) run their iterations inside one
+    task on one worker, in blocks that end every ``state_every`` updates, instead of one
+    cluster round trip per iteration; the result is the same up to float rounding of the
+    combined sums.
 
     Parameters
     ----------
@@ -174,7 +181,11 @@ def lloyd(
         Continue a loop from a checkpoint: its centroids, update count, last objective
         and history. The result is the one the uninterrupted loop would have given.
     on_state : callable, optional
-        Called with the :class:`LoopState` after every update (checkpointing).
+        Called with the :class:`LoopState` after every update (checkpointing); in the
+        single-task mode, at the end of every block.
+    state_every : int, optional
+        ``on_state`` is only interested in updates that are multiples of this (the
+        single-task mode's block length); None: only the final state.
 
     Returns
     -------
@@ -183,6 +194,9 @@ def lloyd(
     """
     if resume is None:
         resume = LoopState(np.asarray(initial_centroids))
+    fits_one_task = getattr(data, "fits_one_task", None)  # absent inside the task itself
+    if fits_one_task is not None and fits_one_task(len(resume.centroids) * data.n_features):
+        return _lloyd_in_one_task(data, resume, max_iter, stop_rule, on_iteration, on_state, state_every)
     C = np.asarray(resume.centroids).astype(data.dtype, copy=True)
     history: list[IterationRecord] = list(resume.history)
     previous_objective = resume.previous_objective
@@ -222,6 +236,29 @@ def lloyd(
             stop_reason, converged = reason, True
             break
     return LloydResult(C, n_iter, stop_reason, converged, history)
+
+
+def _lloyd_block(chunks, state: LoopState, end: int, stop_rule) -> LloydResult:
+    """Lloyd on the chunks of one task, from ``state`` up to ``end`` updates (runs on a worker)."""
+    return lloyd(chunks, None, max_iter=end, stop_rule=stop_rule, resume=state)
+
+
+def _lloyd_in_one_task(data, state: LoopState, max_iter, stop_rule, on_iteration, on_state, state_every):
+    """:func:`lloyd` with its iterations run in one task per block (callbacks run between blocks)."""
+    while True:
+        end = max_iter
+        if on_state is not None and state_every:
+            end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
+        result = data.run_in_one_task(_lloyd_block, state, end, stop_rule)
+        if on_iteration is not None:
+            for record in result.history[len(state.history):]:
+                on_iteration(record)
+        if result.n_iter > state.n_iter:
+            state = LoopState(result.centroids, result.n_iter, result.history[-1].objective, list(result.history))
+            if on_state is not None:
+                on_state(state)
+        if result.stop_reason != "max_iter" or result.n_iter >= max_iter:
+            return result
 
 
 # -- final assignment ------------------------------------------------------------------

@@ -71,7 +71,8 @@ def fit_runs(data: PersistedData, plan: FitPlan, state: FitState, checkpoint: Ch
             if plan.lloyd:
                 result = lloyd(data, loop.centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
                                on_iteration=plan.on_iteration, resume=loop,
-                               on_state=checkpoint.loop_hook(state) if checkpoint else None)
+                               on_state=checkpoint.loop_hook(state) if checkpoint else None,
+                               state_every=checkpoint.every if checkpoint else None)
                 loop = LoopState(result.centroids, result.n_iter, None, result.history)
                 summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                      list(result.history))

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import os
+
+import dask
 import numpy as np
 import pytest
 
+from dkmeans._graph import SINGLE_TASK_WORK_KEY
 from dkmeans.testing import local_cluster, make_blobs
+
+# The test data are small, so every Lloyd loop would run inside one task
+# (PersistedData.fits_one_task). The suite exercises the per-iteration distributed loop by
+# default, and the single-task loop where a test asks for it (the ``single_task`` fixture);
+# the environment variable reaches CLI subprocesses.
+os.environ["DASK_DKMEANS__SINGLE_TASK_WORK"] = "0"
+dask.config.set({SINGLE_TASK_WORK_KEY: 0})
+
+
+@pytest.fixture
+def single_task(monkeypatch):
+    """Let small Lloyd loops run inside one task (the default outside the test suite); yields the calls."""
+    from dkmeans._graph import DEFAULT_SINGLE_TASK_WORK, PersistedData
+
+    calls = []
+    original = PersistedData.run_in_one_task
+
+    def spy(self, fn, *args):
+        calls.append(fn.__name__)
+        return original(self, fn, *args)
+
+    monkeypatch.setattr(PersistedData, "run_in_one_task", spy)
+    monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", str(DEFAULT_SINGLE_TASK_WORK))
+    with dask.config.set({SINGLE_TASK_WORK_KEY: DEFAULT_SINGLE_TASK_WORK}):
+        yield calls
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,18 @@ def _assert_same_fit(a, b):
 
 @pytest.mark.parametrize("n_records", [3, 20])  # in the first run; in the second
 def test_estimator_resumes_to_the_uninterrupted_result(client, data, tmp_path, monkeypatch, n_records):
+    _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
+
+
+@pytest.mark.parametrize("n_records", [3, 20])
+def test_single_task_loop_resumes_to_the_uninterrupted_result(client, data, tmp_path, monkeypatch, single_task,
+                                                             n_records):
+    """The loop runs in one task per block of ``checkpoint_every`` updates; a checkpoint ends each block."""
+    _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
+    assert "_lloyd_block" in single_task
+
+
+def _interrupt_and_resume(data, tmp_path, monkeypatch, n_records):
     params = dict(n_clusters=14, init="k-means++", n_init=2, tol=0, random_state=3)
     reference = dkmeans.KMeans(**params).fit(data)
     assert len(reference.history_) > 20, "the reference must run long enough to be interrupted in run 2"

@@ -54,6 +54,26 @@ def test_killed_worker_mid_fit_gives_the_same_result(own_cluster):
     assert out.objective == pytest.approx(reference.objective, rel=1e-12)
 
 
+def test_killed_worker_between_single_task_blocks_gives_the_same_result(own_cluster, single_task):
+    """A small loop runs in one task per block; the worker running it is killed between blocks."""
+    c = own_cluster
+    X, _, _ = make_blobs(20_000, 4, 9, spread=3.0, box=5.0, seed=5)
+    C0 = pick_rows(X, 9, seed=6)
+    options = dict(max_iter=30, stop_rule=CentroidShift(0.0), state_every=3)
+    reference = fit_lloyd(persist_rows(c, X, 6), C0, on_state=lambda s: None, **options)
+    killed = []
+
+    def kill_after_block(state):
+        if state.n_iter >= 6 and not killed:
+            killed.append(_kill_worker(c, 0))
+
+    out = fit_lloyd(persist_rows(c, X, 6), C0, on_state=kill_after_block, **options)
+    assert killed and single_task.count("_lloyd_block") >= 3
+    assert out.result.n_iter == reference.result.n_iter > 6
+    np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-12)
+    assert out.objective == pytest.approx(reference.objective, rel=1e-12)
+
+
 def _kill_worker(c, index=0):
     worker = sorted(c.scheduler_info(n_workers=-1)["workers"])[index]
     pid = c.run(os.getpid, workers=[worker])[worker]

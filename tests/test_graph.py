@@ -130,3 +130,34 @@ def test_stateful_pass_keeps_state_on_workers(client, X):
     data._placement = [(data.placement()[0][0], list(range(n_chunks)))]
     result, state = data.map_reduce_stateful(count_and_sum, sum_arrays, (0.0,), state)
     np.testing.assert_allclose(result, [4 * n_chunks, 2.5 * X[:, 0].sum()])
+
+
+def test_single_task_decision_follows_work_and_size(client, monkeypatch):
+    import dask
+
+    from dkmeans import _graph
+
+    data = PersistedData(client, da.from_array(np.zeros((1000, 4)), chunks=(250, 4)))
+    assert data.nbytes == 1000 * 4 * 8
+    with dask.config.set({_graph.SINGLE_TASK_WORK_KEY: 1000 * 4 * 10}):
+        assert data.fits_one_task(4 * 10) and not data.fits_one_task(4 * 11)
+        monkeypatch.setattr(_graph, "SINGLE_TASK_MAX_BYTES", data.nbytes - 1)
+        assert not data.fits_one_task(4)
+    with dask.config.set({_graph.SINGLE_TASK_WORK_KEY: 0}):
+        assert not data.fits_one_task(1)
+
+
+def test_run_in_one_task_sees_every_row_once_and_reraises_warnings(client, X):
+    import warnings
+
+    w = np.arange(len(X), dtype=float)
+    data = PersistedData(client, da.from_array(X, chunks=(700, 3)), da.from_array(w, chunks=1000))
+
+    def summarise(chunks, scale):
+        warnings.warn("from the task", UserWarning)
+        assert len(chunks.blocks) == 1 and chunks.offsets == (0,)
+        return chunks.map_reduce(lambda X, w, offset, s: np.array([s * (w @ X[:, 0]), offset]), sum_arrays, (scale,))
+
+    with pytest.warns(UserWarning, match="from the task"):
+        got = data.run_in_one_task(summarise, 2.0)
+    np.testing.assert_allclose(got, [2.0 * (w @ X[:, 0]), 0.0])

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, fit_lloyd, lloyd
 from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs, reference_lloyd
 from dkmeans.testing import pick_rows as initial_rows
 
+
+@pytest.fixture(autouse=True, params=["per-iteration", "single-task"])
+def loop_mode(request):
+    """Every test runs with one graph per iteration, then with the whole loop in one task."""
+    if request.param == "per-iteration":
+        yield
+        return
+    calls = request.getfixturevalue("single_task")
+    yield
+    assert "_lloyd_block" in calls, "the loop did not run in one task"
 
 
 @pytest.fixture
@@ -154,3 +165,13 @@ def test_float32_data_gives_float32_centroids(client, overlapping):
     assert out.result.n_iter == ref.n_iter
     np.testing.assert_allclose(out.result.centroids, ref.centroids, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(out.objective, ref.objective, rtol=1e-4)
+
+
+def test_too_few_distinct_points_warns_and_terminates(client):
+    """Three distinct points, five centroids: the empty clusters can only get coinciding rows."""
+    X = np.repeat([[0.0], [1.0], [5.0]], 4, axis=0)
+    C0 = np.array([[0.0], [0.0], [1.0], [5.0], [5.0]])  # ties go to the lowest index: 1 and 4 stay empty
+    with pytest.warns(ConvergenceWarning, match="fewer distinct points"):
+        res = lloyd(persist_rows(client, X, 3), C0, max_iter=20, stop_rule=CentroidShift(0.0))
+    assert res.converged and res.n_iter < 20
+    assert set(res.centroids.ravel()) == {0.0, 1.0, 5.0}

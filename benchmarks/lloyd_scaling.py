@@ -16,7 +16,9 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
   before, against the worker's share of the data and the scratch bound (see
   ``scratch_bound``).
 * ``fixed``: the fixed cost per iteration: 1 chunk of 1,000 rows (d=8, k=10) and the
-  ``small`` shape (100,000 x 8, k=10, 16 chunks).
+  ``small`` shape (100,000 x 8, k=10, 16 chunks), each with the default loop (these small
+  loops run inside one task) and with one graph per iteration (Dask config
+  ``dkmeans.single-task-work`` = 0: the cluster round trip).
 * ``n``: seconds per iteration for n = 1e5, 1e6, 1e7 rows at d=16, k=32 (generated on the
   workers in 16 chunks; 1e7 rows are 640 MB in float32).
 * ``k``: seconds per iteration for k = 8, 64, 512, 4096, 8192 at 200,000 x 64.
@@ -48,11 +50,13 @@ import sys
 import time
 from pathlib import Path
 
+import dask
 import dask.array as da
 import distributed
 import numpy as np
 
 import dkmeans
+from dkmeans._graph import SINGLE_TASK_WORK_KEY
 from dkmeans.cluster import start_local_cluster
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
 from dkmeans.testing import make_blobs_dask
@@ -307,20 +311,25 @@ def part_memory(args) -> dict:
 
 
 def part_fixed(args) -> dict:
+    """Both loop modes: the default (small loops in one task) and one graph per iteration."""
     out = {}
     client = cluster(2)
     try:
         rng = np.random.default_rng(0)
         X = rng.standard_normal((1000, 8)).astype(np.float32)
-        Xd = client.persist(da.from_array(X, chunks=(1000, 8)))
-        distributed.wait(Xd)
-        print("[fixed] 1 chunk of 1,000 rows ...", file=sys.stderr, flush=True)
-        out["1 chunk x 1,000 rows, d=8, k=10"] = per_iteration(Xd, X[:10].copy(), args.iters, args.repeats)
+        one = client.persist(da.from_array(X, chunks=(1000, 8)))
+        distributed.wait(one)
         n, d, k = SHAPES["small"]
-        X, C0 = make_data(n, d, k)
-        Xd = persist_chunks(client, X)
-        print("[fixed] small ...", file=sys.stderr, flush=True)
-        out["small 100,000 x 8, k=10, 16 chunks"] = per_iteration(Xd, C0, args.iters, args.repeats)
+        Xs, C0 = make_data(n, d, k)
+        small = persist_chunks(client, Xs)
+        for mode, work in (("one task", None), ("graph per iteration", 0)):
+            with dask.config.set({SINGLE_TASK_WORK_KEY: work} if work is not None else {}):
+                print(f"[fixed] 1 chunk of 1,000 rows, {mode} ...", file=sys.stderr, flush=True)
+                out[f"1 chunk x 1,000 rows, d=8, k=10, {mode}"] = per_iteration(one, X[:10].copy(), args.iters,
+                                                                               args.repeats)
+                print(f"[fixed] small, {mode} ...", file=sys.stderr, flush=True)
+                out[f"small 100,000 x 8, k=10, 16 chunks, {mode}"] = per_iteration(small, C0, args.iters,
+                                                                                  args.repeats)
     finally:
         close(client)
     return out

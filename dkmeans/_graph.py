@@ -19,7 +19,8 @@ not run where it was planned.
 A loop whose passes are too small to gain from spreading (less work than the cluster
 round trip, see :meth:`PersistedData.fits_one_task`) can instead run whole inside one
 task with :meth:`PersistedData.run_in_one_task`, which hands the driver a
-:class:`LocalChunks` with the same ``map_reduce``.
+:class:`LocalChunks` with the same ``map_reduce``. A larger loop can run SPMD, one task
+per worker thread for many passes (:meth:`PersistedData.run_spmd`, :mod:`dkmeans._spmd`).
 """
 
 from __future__ import annotations
@@ -419,6 +420,12 @@ class PersistedData:
         for message, category in caught:
             warnings.warn(message, category, stacklevel=2)
         return result
+
+    def run_spmd(self, fn: Callable, *args, on_progress: Callable[[dict], None] | None = None):
+        """``fn(chunks, *args)`` on every worker thread at once (see :func:`dkmeans._spmd.run_spmd`)."""
+        from dkmeans._spmd import run_spmd
+
+        return run_spmd(self, fn, args, on_progress)
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""

@@ -26,6 +26,7 @@ from sklearn.exceptions import ConvergenceWarning
 from distributed import futures_of
 
 from dkmeans._graph import PersistedData
+from dkmeans._spmd import SpmdUnavailable, spmd_enabled
 from dkmeans.checkpoint import LoopState
 from dkmeans._graph import gather as gather_results
 from dkmeans.backend import get_namespace
@@ -158,14 +159,18 @@ def lloyd(
     resume: LoopState | None = None,
     on_state: Callable[[LoopState], None] | None = None,
     state_every: int | None = None,
+    loop: str = "auto",
 ) -> LloydResult:
     """Run Lloyd iterations on persisted data.
 
-    Small problems (a pass of at most about 10 ms of one thread's work, see
-    :meth:`~dkmeans._graph.PersistedData.fits_one_task`) run their iterations inside one
-    task on one worker, in blocks that end every ``state_every`` updates, instead of one
-    cluster round trip per iteration; the result is the same up to float rounding of the
-    combined sums.
+    How the iterations run (``loop="auto"``), in blocks that end every ``state_every``
+    updates: small problems (a pass of at most about 10 ms of one thread's work, see
+    :meth:`~dkmeans._graph.PersistedData.fits_one_task`) inside one task on one worker;
+    larger ones SPMD, one task per worker thread exchanging only the partials
+    (:mod:`dkmeans._spmd`, Dask config ``dkmeans.spmd``), falling back to one graph per
+    iteration if the ranks cannot run together. Both avoid a cluster round trip per
+    iteration; the result is the same up to float rounding of the combined sums.
+    ``loop="graph"`` always runs one graph per iteration.
 
     Parameters
     ----------
@@ -194,9 +199,13 @@ def lloyd(
     """
     if resume is None:
         resume = LoopState(np.asarray(initial_centroids))
-    fits_one_task = getattr(data, "fits_one_task", None)  # absent inside the task itself
-    if fits_one_task is not None and fits_one_task(len(resume.centroids) * data.n_features):
-        return _lloyd_in_one_task(data, resume, max_iter, stop_rule, on_iteration, on_state, state_every)
+    if loop == "auto" and isinstance(data, PersistedData):  # not inside a task running the loop
+        if data.fits_one_task(len(resume.centroids) * data.n_features):
+            loop = "one-task"
+        elif spmd_enabled(len(data.placement())):
+            loop = "spmd"
+    if loop in ("one-task", "spmd"):
+        return _lloyd_in_blocks(data, resume, max_iter, stop_rule, on_iteration, on_state, state_every, loop)
     C = np.asarray(resume.centroids).astype(data.dtype, copy=True)
     history: list[IterationRecord] = list(resume.history)
     previous_objective = resume.previous_objective
@@ -243,16 +252,45 @@ def _lloyd_block(chunks, state: LoopState, end: int, stop_rule) -> LloydResult:
     return lloyd(chunks, None, max_iter=end, stop_rule=stop_rule, resume=state)
 
 
-def _lloyd_in_one_task(data, state: LoopState, max_iter, stop_rule, on_iteration, on_state, state_every):
-    """:func:`lloyd` with its iterations run in one task per block (callbacks run between blocks)."""
+def _lloyd_rank_block(chunks, state: LoopState, end: int, stop_rule) -> LloydResult:
+    """:func:`_lloyd_block` as one SPMD rank; rank 0 reports each iteration to the client."""
+    report = (lambda record: chunks.comm.report(record.as_dict())) if chunks.rank == 0 else None
+    return lloyd(chunks, None, max_iter=end, stop_rule=stop_rule, resume=state, on_iteration=report)
+
+
+def _lloyd_in_blocks(data, state: LoopState, max_iter, stop_rule, on_iteration, on_state, state_every, loop):
+    """:func:`lloyd` run in blocks of iterations, each in one task or SPMD (callbacks run between blocks).
+
+    SPMD blocks report their iterations while they run. A block whose ranks cannot run
+    together is run again from its start one graph per iteration, and so are the blocks
+    after it; iterations already reported are not reported twice.
+    """
+    reported = state.n_iter
+
+    def report(record: IterationRecord):
+        nonlocal reported
+        if on_iteration is not None and record.iteration > reported:
+            on_iteration(record)
+        reported = max(reported, record.iteration)
+
     while True:
         end = max_iter
         if on_state is not None and state_every:
             end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
-        result = data.run_in_one_task(_lloyd_block, state, end, stop_rule)
-        if on_iteration is not None:
-            for record in result.history[len(state.history):]:
-                on_iteration(record)
+        if loop == "spmd":
+            try:
+                result = data.run_spmd(_lloyd_rank_block, state, end, stop_rule,
+                                       on_progress=lambda record: report(IterationRecord(**record)))
+            except SpmdUnavailable as exc:
+                logger.info("SPMD Lloyd block failed (%s); running it one graph per iteration", exc)
+                loop = "graph"
+        if loop == "graph":
+            result = lloyd(data, None, max_iter=end, stop_rule=stop_rule, resume=state, on_iteration=report,
+                           loop="graph")
+        elif loop == "one-task":
+            result = data.run_in_one_task(_lloyd_block, state, end, stop_rule)
+        for record in result.history[len(state.history):]:
+            report(record)
         if result.n_iter > state.n_iter:
             state = LoopState(result.centroids, result.n_iter, result.history[-1].objective, list(result.history))
             if on_state is not None:

@@ -9,14 +9,17 @@ import numpy as np
 import pytest
 
 from dkmeans._graph import SINGLE_TASK_WORK_KEY
+from dkmeans._spmd import SPMD_KEY
 from dkmeans.testing import local_cluster, make_blobs
 
 # The test data are small, so every Lloyd loop would run inside one task
-# (PersistedData.fits_one_task). The suite exercises the per-iteration distributed loop by
-# default, and the single-task loop where a test asks for it (the ``single_task`` fixture);
-# the environment variable reaches CLI subprocesses.
+# (PersistedData.fits_one_task), and larger ones SPMD. The suite exercises the
+# per-iteration distributed loop by default, and the single-task and SPMD loops where a
+# test asks for them (the ``single_task`` and ``spmd`` fixtures); the environment
+# variables reach CLI subprocesses.
 os.environ["DASK_DKMEANS__SINGLE_TASK_WORK"] = "0"
-dask.config.set({SINGLE_TASK_WORK_KEY: 0})
+os.environ["DASK_DKMEANS__SPMD"] = "False"
+dask.config.set({SINGLE_TASK_WORK_KEY: 0, SPMD_KEY: False})
 
 
 @pytest.fixture
@@ -34,6 +37,24 @@ def single_task(monkeypatch):
     monkeypatch.setattr(PersistedData, "run_in_one_task", spy)
     monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", str(DEFAULT_SINGLE_TASK_WORK))
     with dask.config.set({SINGLE_TASK_WORK_KEY: DEFAULT_SINGLE_TASK_WORK}):
+        yield calls
+
+
+@pytest.fixture
+def spmd(monkeypatch):
+    """Let Lloyd loops run SPMD (the default for loops too large for one task); yields the ranks' calls."""
+    import dkmeans._spmd
+
+    calls = []
+    original = dkmeans._spmd.run_spmd
+
+    def spy(data, fn, args=(), on_progress=None):
+        calls.append(fn.__name__)
+        return original(data, fn, args, on_progress)
+
+    monkeypatch.setattr(dkmeans._spmd, "run_spmd", spy)
+    monkeypatch.setenv("DASK_DKMEANS__SPMD", "True")
+    with dask.config.set({SPMD_KEY: True}):
         yield calls
 
 

@@ -12,11 +12,16 @@ from dkmeans.testing import make_blobs, reference_lloyd
 from dkmeans.testing import pick_rows as initial_rows
 
 
-@pytest.fixture(autouse=True, params=["per-iteration", "single-task"])
+@pytest.fixture(autouse=True, params=["per-iteration", "single-task", "spmd"])
 def loop_mode(request):
-    """Every test runs with one graph per iteration, then with the whole loop in one task."""
+    """Every test runs with one graph per iteration, with the whole loop in one task, and SPMD."""
     if request.param == "per-iteration":
         yield
+        return
+    if request.param == "spmd":
+        calls = request.getfixturevalue("spmd")
+        yield
+        assert "_lloyd_rank_block" in calls, "the loop did not run SPMD"
         return
     calls = request.getfixturevalue("single_task")
     yield

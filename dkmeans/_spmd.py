@@ -23,6 +23,7 @@ they are.
 
 from __future__ import annotations
 
+import pickle
 import time
 import uuid
 import warnings
@@ -103,21 +104,23 @@ class QueueComm:
             return message
 
     def allreduce(self, value, combine_fn: Callable):
-        """``combine_fn`` of every rank's ``value`` (in rank order), returned on every rank."""
+        """``combine_fn`` of every rank's ``value`` (in rank order), returned on every rank.
+
+        Values travel pickled (bytes), so the scheduler relays them without decoding and
+        they arrive as they were sent (lists stay lists, NamedTuples stay NamedTuples).
+        """
         seq, self.seq = self.seq, self.seq + 1
         if self.size == 1:
             return value
-        rebuild = getattr(type(value), "_make", None)  # NamedTuples travel as plain tuples
         if self.rank != 0:
-            self.root.put((seq, self.rank, tuple(value) if rebuild else value))
-            combined = self._receive(seq)[2]
-            return rebuild(combined) if rebuild else combined
+            self.root.put((seq, self.rank, pickle.dumps(value, protocol=5)))
+            return pickle.loads(self._receive(seq)[2])
         parts = {0: value}
         while len(parts) < self.size:
-            _, rank, part = self._receive(seq)
-            parts[rank] = rebuild(part) if rebuild else part
+            _, rank, payload = self._receive(seq)
+            parts[rank] = pickle.loads(payload)
         combined = to_host(combine_fn([parts[r] for r in range(self.size)]))
-        message = (seq, 0, tuple(combined) if rebuild else combined)
+        message = (seq, 0, pickle.dumps(combined, protocol=5))
         for peer in self.peers:
             peer.put(message)
         return combined
@@ -125,7 +128,16 @@ class QueueComm:
     def report(self, record: dict) -> None:
         """Send a progress record to the client (rank 0 only)."""
         if self.progress is not None:
-            self.progress.put(record)
+            self.progress.put(("record", record))
+
+    def send_result(self, result) -> None:
+        """Send the program's result to the client (rank 0 only), through the scheduler.
+
+        Not as the task's result: a worker dying after the task ended would lose it, and
+        Dask would run the task again on that (pinned, gone) worker.
+        """
+        if self.progress is not None:
+            self.progress.put(("result", pickle.dumps(result, protocol=5)))
 
     def close(self) -> None:
         for queue in [self.inbox, self.root, self.progress, *self.peers]:
@@ -160,7 +172,7 @@ class RankChunks:
 
 
 def _run_rank(fn, args, token, rank, size, wait_s, offsets, has_weights, dtype, n_features, n_rows, *refs):
-    """``fn(RankChunks, *args)`` as rank ``rank``: rank 0 returns ``(result, warnings)``, others None."""
+    """``fn(RankChunks, *args)`` as rank ``rank``; rank 0 sends ``(result, warnings)`` to the client."""
     step = 2 if has_weights else 1
     blocks = list(refs[::step])
     weights = list(refs[1::step]) if has_weights else [None] * len(blocks)
@@ -169,9 +181,9 @@ def _run_rank(fn, args, token, rank, size, wait_s, offsets, has_weights, dtype, 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = fn(RankChunks(blocks, weights, offsets, dtype, n_features, n_rows, comm), *args)
+        comm.send_result((result, [(str(w.message), w.category) for w in caught]))
     finally:
         comm.close()
-    return (result, [(str(w.message), w.category) for w in caught]) if rank == 0 else None
 
 
 def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable[[dict], None] | None = None):
@@ -180,7 +192,8 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     ``data`` is a :class:`~dkmeans._graph.PersistedData`; ``chunks`` is a
     :class:`RankChunks`. ``on_progress`` receives, on the client and while the ranks run,
     each record rank 0 passed to ``chunks.comm.report``. Warnings raised on rank 0 are
-    raised again here.
+    raised again here. Rank 0's result comes back through the scheduler (see
+    :meth:`QueueComm.send_result`); the other ranks' return values are dropped.
 
     Raises
     ------
@@ -220,38 +233,42 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
         for inbox in inboxes:
             inbox.put(_STOP)
 
+    outcome = None
     try:
-        while True:
+        while outcome is None:
             try:
                 with client.as_current():  # wake on each rank's end (an error is looked at at once)
                     wait([f for f in futures if not f.done()], timeout=POLL_S, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 pass
-            if on_progress is not None:
-                for record in progress.get(batch=True):
-                    on_progress(record)
+            for kind, value in progress.get(batch=True):
+                if kind == "result":
+                    outcome = pickle.loads(value)
+                elif on_progress is not None:
+                    on_progress(value)
+            if outcome is not None:
+                break
             failed = [f.exception() for f in futures if f.status == "error"]
             if failed:
-                stop_ranks()
                 own = [exc for exc in failed if not isinstance(exc, SpmdUnavailable)]
                 if own:  # an error of the driver itself (bad data): the same one every rank would raise
                     raise own[0]
                 raise SpmdUnavailable(str(failed[0]))
-            if all(f.status == "finished" for f in futures):
-                break
             if any(f.status == "cancelled" for f in futures):
-                break  # gather() below names the cause (restart, lost input)
+                gather(client, futures, data._futures, data.generation)  # names the cause (restart, lost input)
+                raise SpmdUnavailable("the ranks' tasks were cancelled")
             if not workers <= set(client.nthreads()):  # a rank's worker died: its task cannot run
-                stop_ranks()
                 raise SpmdUnavailable("a worker running a rank left the cluster")
-        result, caught = gather(client, futures[0], data._futures, data.generation)
-        if on_progress is not None:
-            for record in progress.get(batch=True):
-                on_progress(record)
     finally:
+        if outcome is None:  # an error here, or in on_progress: the ranks stop at their next exchange
+            try:
+                stop_ranks()
+            except Exception:  # pragma: no cover - the scheduler is gone; the ranks time out
+                pass
         client.cancel(futures)
         for queue in [*inboxes, progress]:
             queue.close()
+    result, caught = outcome
     for message, category in caught:
         warnings.warn(message, category, stacklevel=2)
     return result

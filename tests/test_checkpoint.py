@@ -61,6 +61,13 @@ def test_single_task_loop_resumes_to_the_uninterrupted_result(client, data, tmp_
     assert "_lloyd_block" in single_task
 
 
+@pytest.mark.parametrize("n_records", [3, 20])
+def test_spmd_loop_resumes_to_the_uninterrupted_result(client, data, tmp_path, monkeypatch, spmd, n_records):
+    """The loop runs SPMD in blocks of ``checkpoint_every`` updates, reporting each iteration as it ends."""
+    _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
+    assert "_lloyd_rank_block" in spmd
+
+
 def _interrupt_and_resume(data, tmp_path, monkeypatch, n_records):
     params = dict(n_clusters=14, init="k-means++", n_init=2, tol=0, random_state=3)
     reference = dkmeans.KMeans(**params).fit(data)

@@ -1,0 +1,157 @@
+"""The SPMD loop (dkmeans._spmd): the allreduce, live progress, and what happens when the ranks cannot meet."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import dkmeans
+from dkmeans._graph import PersistedData
+from dkmeans._spmd import SPMD_WAIT_KEY, run_spmd
+from dkmeans.errors import ClusterRestartedError, InvalidDataError
+from dkmeans.lloyd import CentroidShift, fit_lloyd
+from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
+
+
+@pytest.fixture
+def own_cluster():
+    """A separate 2-worker cluster with nannies (a killed worker is restarted)."""
+    with local_cluster(2) as c:
+        yield c
+
+
+def _offsets_chunk(X, w, offset):
+    return [int(offset)]
+
+
+def _concat(parts):
+    return [x for part in parts for x in part]
+
+
+def test_allreduce_gives_every_rank_every_chunk_in_rank_order(client):
+    X = np.arange(3000 * 2, dtype=np.float64).reshape(3000, 2)
+    data = PersistedData(client, da.from_array(X, chunks=(250, 2)))
+    groups = data.placement()
+    assert len(groups) == 2, "one rank per worker thread"
+
+    def program(chunks):
+        warnings.warn(f"rank {chunks.rank}", UserWarning)
+        seen = chunks.map_reduce(_offsets_chunk, _concat)
+        # a second exchange: what each rank received, gathered on rank 0
+        views = chunks.comm.allreduce([(chunks.rank, seen)], _concat)
+        total = chunks.map_reduce(lambda X, w, offset: X.sum(axis=0), lambda parts: sum(parts))
+        return views, total
+
+    with pytest.warns(UserWarning, match="rank 0") as caught:
+        views, total = run_spmd(data, program)
+    assert not any("rank 1" in str(w.message) for w in caught)  # rank 0's warnings only
+    expected = [data.offsets[i] for _, chunk_ids in groups for i in chunk_ids]
+    assert [rank for rank, _ in views] == [0, 1]
+    assert all(seen == expected for _, seen in views), (views, expected)
+    np.testing.assert_allclose(total, X.sum(axis=0))
+
+
+def test_progress_reaches_the_client_once_per_iteration_in_order(client, spmd):
+    X, _, _ = make_blobs(4000, 3, 6, spread=3.0, box=5.0, seed=3)
+    C0 = pick_rows(X, 6, seed=1)
+    seen = []
+    out = fit_lloyd(persist_rows(client, X, 6), C0, max_iter=12, stop_rule=CentroidShift(0.0),
+                    on_iteration=seen.append, on_state=lambda state: None, state_every=5)
+    assert spmd.count("_lloyd_rank_block") == 3  # blocks ending at 5, 10, 12 updates
+    assert [r.iteration for r in seen] == list(range(1, out.result.n_iter + 1)) == list(range(1, 13))
+    assert seen == out.result.history
+
+
+def test_bad_data_error_is_raised_as_it_is(client, spmd):
+    X = np.ones((2000, 3))
+    X[1500, 1] = np.nan
+    with pytest.raises(InvalidDataError, match="NaN or infinity"):
+        fit_lloyd(persist_rows(client, X, 4), X[:3] + np.arange(3)[:, None], max_iter=5,
+                  stop_rule=CentroidShift(0.0))
+    assert "_lloyd_rank_block" in spmd
+
+
+def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_cluster, spmd, caplog):
+    """One worker's only thread is busy: the other rank gives up after ``dkmeans.spmd-wait``."""
+    c = own_cluster
+    X, _, _ = make_blobs(6000, 3, 5, spread=2.0, box=5.0, seed=8)
+    C0 = pick_rows(X, 5, seed=2)
+    data = persist_rows(c, X, 6)
+    with dask.config.set({"dkmeans.spmd": False}):
+        reference = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
+    busy_worker = data.placement()[1][0]
+    blocker = c.submit(time.sleep, 4, workers=[busy_worker], pure=False)  # longer than the wait below
+    started = time.monotonic()
+    with dask.config.set({SPMD_WAIT_KEY: "1s"}), caplog.at_level(logging.INFO, logger="dkmeans"):
+        out = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
+    blocker.result()
+    assert "SPMD Lloyd block failed" in caplog.text and "_lloyd_rank_block" in spmd
+    assert time.monotonic() - started < 30
+    assert out.result.n_iter == reference.result.n_iter
+    np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-12)
+
+
+def test_killed_worker_mid_spmd_fit_gives_the_same_result(own_cluster, spmd, caplog):
+    c = own_cluster
+    X, _, _ = make_blobs(300_000, 6, 12, spread=3.0, box=6.0, seed=1)
+    C0 = pick_rows(X, 12, seed=2)
+    options = dict(max_iter=60, stop_rule=CentroidShift(0.0))
+    reference = fit_lloyd(persist_rows(c, X, 8), C0, **options)
+    killed = []
+
+    def kill_one_worker(record):  # at the first progress report, well before the end
+        if not killed:
+            worker = sorted(c.scheduler_info(n_workers=-1)["workers"])[0]
+            os.kill(c.run(os.getpid, workers=[worker])[worker], signal.SIGKILL)
+            killed.append(record.iteration)
+
+    with caplog.at_level(logging.INFO, logger="dkmeans"):
+        out = fit_lloyd(persist_rows(c, X, 8), C0, on_iteration=kill_one_worker, **options)
+    assert killed and killed[0] < reference.result.n_iter - 5, (killed, reference.result.n_iter)
+    assert "SPMD Lloyd block failed" in caplog.text and "_lloyd_rank_block" in spmd
+    assert out.result.n_iter == reference.result.n_iter
+    assert [r.iteration for r in out.result.history] == list(range(1, out.result.n_iter + 1))
+    np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-10)
+    np.testing.assert_array_equal(c.compute(out.labels, sync=True), c.compute(reference.labels, sync=True))
+
+
+def test_cluster_restart_mid_spmd_fit_is_a_clear_error(own_cluster, spmd):
+    c = own_cluster
+    X, _, _ = make_blobs(20_000, 3, 6, seed=5)
+    restarted = []
+
+    def restart_once(record):
+        if not restarted:
+            c.restart()
+            restarted.append(1)
+
+    with pytest.raises(ClusterRestartedError, match="restarted"):
+        fit_lloyd(persist_rows(c, X, 4), pick_rows(X, 6, seed=1), max_iter=200, stop_rule=CentroidShift(0.0),
+                  on_iteration=restart_once)
+    assert restarted
+
+
+def test_spmd_is_the_default_for_loops_too_large_for_one_task(client, monkeypatch):
+    """Without the suite's setting, the estimator runs a large loop SPMD and matches the graph loop."""
+    import dkmeans._spmd
+
+    calls = []
+    original = dkmeans._spmd.run_spmd
+    monkeypatch.setattr(dkmeans._spmd, "run_spmd", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    X, _, _ = make_blobs(3000, 3, 4, seed=2)
+    Xd = da.from_array(X, chunks=(500, 3))
+    params = dict(n_clusters=4, init=pick_rows(X, 4, seed=0), tol=0)
+    graph = dkmeans.KMeans(**params).fit(Xd)
+    assert not calls
+    monkeypatch.delitem(dask.config.config["dkmeans"], "spmd")  # the default, as outside the suite
+    default = dkmeans.KMeans(**params).fit(Xd)
+    assert calls
+    np.testing.assert_allclose(default.cluster_centers_, graph.cluster_centers_, rtol=1e-12)
+    assert default.n_iter_ == graph.n_iter_

@@ -17,8 +17,9 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
   ``scratch_bound``).
 * ``fixed``: the fixed cost per iteration: 1 chunk of 1,000 rows (d=8, k=10) and the
   ``small`` shape (100,000 x 8, k=10, 16 chunks), each with the default loop (these small
-  loops run inside one task) and with one graph per iteration (Dask config
-  ``dkmeans.single-task-work`` = 0: the cluster round trip).
+  loops run inside one task), SPMD (``small`` only; Dask config ``dkmeans.single-task-work``
+  = 0) and with one graph per iteration (also ``dkmeans.spmd`` = False: the cluster round
+  trip).
 * ``n``: seconds per iteration for n = 1e5, 1e6, 1e7 rows at d=16, k=32 (generated on the
   workers in 16 chunks; 1e7 rows are 640 MB in float32).
 * ``k``: seconds per iteration for k = 8, 64, 512, 4096, 8192 at 200,000 x 64.
@@ -57,6 +58,7 @@ import numpy as np
 
 import dkmeans
 from dkmeans._graph import SINGLE_TASK_WORK_KEY
+from dkmeans._spmd import SPMD_KEY
 from dkmeans.cluster import start_local_cluster
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
 from dkmeans.testing import make_blobs_dask
@@ -311,7 +313,7 @@ def part_memory(args) -> dict:
 
 
 def part_fixed(args) -> dict:
-    """Both loop modes: the default (small loops in one task) and one graph per iteration."""
+    """The three loop modes: the default (small loops in one task), SPMD, one graph per iteration."""
     out = {}
     client = cluster(2)
     try:
@@ -322,11 +324,14 @@ def part_fixed(args) -> dict:
         n, d, k = SHAPES["small"]
         Xs, C0 = make_data(n, d, k)
         small = persist_chunks(client, Xs)
-        for mode, work in (("one task", None), ("graph per iteration", 0)):
-            with dask.config.set({SINGLE_TASK_WORK_KEY: work} if work is not None else {}):
-                print(f"[fixed] 1 chunk of 1,000 rows, {mode} ...", file=sys.stderr, flush=True)
-                out[f"1 chunk x 1,000 rows, d=8, k=10, {mode}"] = per_iteration(one, X[:10].copy(), args.iters,
-                                                                               args.repeats)
+        modes = (("one task", {}), ("SPMD", {SINGLE_TASK_WORK_KEY: 0}),
+                 ("graph per iteration", {SINGLE_TASK_WORK_KEY: 0, SPMD_KEY: False}))
+        for mode, config in modes:
+            with dask.config.set(config):
+                if mode != "SPMD":  # one chunk is one rank: the same as one task
+                    print(f"[fixed] 1 chunk of 1,000 rows, {mode} ...", file=sys.stderr, flush=True)
+                    out[f"1 chunk x 1,000 rows, d=8, k=10, {mode}"] = per_iteration(one, X[:10].copy(), args.iters,
+                                                                                   args.repeats)
                 print(f"[fixed] small, {mode} ...", file=sys.stderr, flush=True)
                 out[f"small 100,000 x 8, k=10, 16 chunks, {mode}"] = per_iteration(small, C0, args.iters,
                                                                                   args.repeats)

@@ -82,19 +82,25 @@ class QueueComm:
         self.root = Queue(names[0]) if rank != 0 else None
         self.progress = Queue(progress) if rank == 0 else None
         self.seq = 0
+        #: seconds of this rank's last local pass, and the longest of any rank's last passes
         self.last_pass_s = 0.0
+        self.slowest_pass_s = 0.0
 
     def _receive(self, seq: int):
-        """The next message of pass ``seq`` in this rank's inbox (polling for a stop message)."""
-        deadline = time.monotonic() + self.wait_s + 4 * self.last_pass_s
+        """The next message of pass ``seq`` in this rank's inbox (polling for a stop message).
+
+        A peer is given ``dkmeans.spmd-wait`` plus four times the longest pass seen so far
+        (its own or, from the previous exchange, any rank's) before this rank gives up.
+        """
+        patience = self.wait_s + 4 * max(self.last_pass_s, self.slowest_pass_s)
+        deadline = time.monotonic() + patience
         while True:
             try:
                 message = self.inbox.get(timeout=POLL_S)
             except TimeoutError:
                 if time.monotonic() > deadline:
                     raise SpmdUnavailable(
-                        f"rank {self.rank} waited {self.wait_s + 4 * self.last_pass_s:.1f} s for its peers "
-                        f"(Dask config {SPMD_WAIT_KEY!r})"
+                        f"rank {self.rank} waited {patience:.1f} s for its peers (Dask config {SPMD_WAIT_KEY!r})"
                     ) from None
                 continue
             if message == _STOP:
@@ -113,14 +119,18 @@ class QueueComm:
         if self.size == 1:
             return value
         if self.rank != 0:
-            self.root.put((seq, self.rank, pickle.dumps(value, protocol=5)))
-            return pickle.loads(self._receive(seq)[2])
+            self.root.put((seq, self.rank, self.last_pass_s, pickle.dumps(value, protocol=5)))
+            _, _, self.slowest_pass_s, payload = self._receive(seq)
+            return pickle.loads(payload)
         parts = {0: value}
+        slowest = self.last_pass_s
         while len(parts) < self.size:
-            _, rank, payload = self._receive(seq)
+            _, rank, seconds, payload = self._receive(seq)
             parts[rank] = pickle.loads(payload)
+            slowest = max(slowest, seconds)
+        self.slowest_pass_s = slowest
         combined = to_host(combine_fn([parts[r] for r in range(self.size)]))
-        message = (seq, 0, pickle.dumps(combined, protocol=5))
+        message = (seq, 0, slowest, pickle.dumps(combined, protocol=5))
         for peer in self.peers:
             peer.put(message)
         return combined

@@ -1,8 +1,10 @@
-"""The Lloyd loop over persisted data: one graph per iteration, stop rules, empty clusters.
+"""The Lloyd loop over persisted data: stop rules, empty clusters, and where the loop runs.
 
-Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk (one task per
-worker, see :mod:`dkmeans._graph`), reduces the partials, and computes the new centroids
-on the client. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
+Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk, reduces the
+partials, and computes the new centroids: one graph per iteration (one task per worker
+thread, see :mod:`dkmeans._graph`) with the update on the client, or the same loop inside
+one task for small problems, or SPMD on every worker thread (:mod:`dkmeans._spmd`); see
+:func:`lloyd`. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
 becomes the row farthest from the new (non-empty) centroids, found with a distributed
 top-m, distinct rows for several empty clusters. The loop ends on the stop rule, at a
 fixed point (no centroid moved: further iterations cannot change anything), or after

@@ -13,10 +13,10 @@ the same driver code on the same combined values and takes the same decisions; r
 return value is the result. Queues are Dask's own messaging through the scheduler: no
 transport of our own, and about 1.5 ms per allreduce on two local workers.
 
-Anything that stops the ranks from meeting (a rank that cannot start because its
-worker is busy, a worker that dies, a peer that stops answering for longer than
-``dkmeans.spmd-wait``) raises :class:`SpmdUnavailable` on the client after the other
-ranks were told to stop; the caller then runs the same block one graph per pass, which
+Anything that stops the ranks from meeting (a worker already busy with other tasks when
+the block starts, a rank that cannot start because its worker became busy, a worker that
+dies, a peer that stops answering for longer than ``dkmeans.spmd-wait``) raises
+:class:`SpmdUnavailable` on the client after the other ranks were told to stop; the caller then runs the same block one graph per pass, which
 Dask makes fault tolerant. Errors raised by the driver itself (bad data) are raised as
 they are.
 """
@@ -44,7 +44,7 @@ SPMD_MAX_RANKS_KEY = "dkmeans.spmd-max-ranks"
 DEFAULT_SPMD_MAX_RANKS = 16
 #: Dask config key: how long a rank waits for its peers (beyond four times its own pass) before giving up.
 SPMD_WAIT_KEY = "dkmeans.spmd-wait"
-DEFAULT_SPMD_WAIT = "30s"
+DEFAULT_SPMD_WAIT = "10s"
 #: How often a waiting rank, or the client, looks for a stop message or a lost worker (seconds).
 POLL_S = 0.25
 
@@ -215,6 +215,10 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     client = data.client
     groups = data.placement()
     size = len(groups)
+    workers = {addr for addr, _ in groups}
+    busy = {addr: tasks for addr, tasks in client.processing(sorted(workers)).items() if tasks}
+    if busy:  # ranks queued behind other work would hold their peers' threads while they wait
+        raise SpmdUnavailable(f"workers are busy with other tasks: {sorted(busy)}")
     token = f"dkmeans-spmd-{uuid.uuid4().hex[:12]}"
     names, progress_name = _queue_names(token, size)
     inboxes = [Queue(name, client=client) for name in names]  # the client holds them until the end
@@ -237,7 +241,6 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
         keys.append(key)
     graph = HighLevelGraph(layers, {key: set() for key in keys})
     futures = client.get(graph, keys, sync=False)
-    workers = {addr for addr, _ in groups}
 
     def stop_ranks():
         for inbox in inboxes:

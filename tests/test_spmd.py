@@ -12,6 +12,8 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from distributed import Client
+
 import dkmeans
 from dkmeans._graph import PersistedData
 from dkmeans._spmd import SPMD_WAIT_KEY, run_spmd
@@ -78,9 +80,14 @@ def test_bad_data_error_is_raised_as_it_is(client, spmd):
     assert "_lloyd_rank_block" in spmd
 
 
-def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_cluster, spmd, caplog):
-    """One worker's only thread is busy: the other rank gives up after ``dkmeans.spmd-wait``."""
+@pytest.mark.parametrize("seen_busy", [True, False])
+def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_cluster, spmd, caplog, monkeypatch,
+                                                                        seen_busy):
+    """One worker's only thread is busy: SPMD is not tried (``seen_busy``), or, when the task
+    on it starts just after the check, the other rank gives up after ``dkmeans.spmd-wait``."""
     c = own_cluster
+    if not seen_busy:
+        monkeypatch.setattr(c, "processing", lambda workers=None: {})
     X, _, _ = make_blobs(6000, 3, 5, spread=2.0, box=5.0, seed=8)
     C0 = pick_rows(X, 5, seed=2)
     data = persist_rows(c, X, 6)
@@ -88,11 +95,15 @@ def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_clus
         reference = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
     busy_worker = data.placement()[1][0]
     blocker = c.submit(time.sleep, 4, workers=[busy_worker], pure=False)  # longer than the wait below
+    while not Client.processing(c, [busy_worker]).get(busy_worker):  # running there before the fit starts
+        time.sleep(0.01)
     started = time.monotonic()
     with dask.config.set({SPMD_WAIT_KEY: "1s"}), caplog.at_level(logging.INFO, logger="dkmeans"):
         out = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
     blocker.result()
     assert "SPMD Lloyd block failed" in caplog.text and "_lloyd_rank_block" in spmd
+    assert ("busy with other tasks" in caplog.text) == seen_busy
+    assert ("waited" in caplog.text) != seen_busy
     assert time.monotonic() - started < 30
     assert out.result.n_iter == reference.result.n_iter
     np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-12)
@@ -155,3 +166,23 @@ def test_spmd_is_the_default_for_loops_too_large_for_one_task(client, monkeypatc
     assert calls
     np.testing.assert_allclose(default.cluster_centers_, graph.cluster_centers_, rtol=1e-12)
     assert default.n_iter_ == graph.n_iter_
+
+
+def test_two_fits_at_once_on_one_cluster_both_finish_with_their_own_result(client, spmd):
+    """Two SPMD loops competing for the same worker threads: neither hangs, both are right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    problems = []
+    for seed in (1, 2):
+        X, _, _ = make_blobs(20_000, 4, 7, spread=2.5, box=5.0, seed=seed)
+        problems.append((persist_rows(client, X, 6), pick_rows(X, 7, seed=seed)))
+    options = dict(max_iter=40, stop_rule=CentroidShift(0.0))
+    with dask.config.set({"dkmeans.spmd": False}):
+        expected = [fit_lloyd(data, C0, **options).result for data, C0 in problems]
+    started = time.monotonic()
+    with dask.config.set({SPMD_WAIT_KEY: "2s"}), ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda p: fit_lloyd(p[0], p[1], **options).result, problems))
+    assert time.monotonic() - started < 60
+    for got, want in zip(results, expected):
+        assert got.n_iter == want.n_iter
+        np.testing.assert_allclose(got.centroids, want.centroids, rtol=1e-10)

@@ -12,6 +12,9 @@ initial centroids ``C0``. Every library starts from the same ``C0`` on the same 
   ``start_local_cluster`` (2 worker processes x 1 thread, one BLAS/OpenMP thread each,
   loopback only), so shipping the data is not timed; its client is the default one, so
   dask-ml's ``compute()`` calls run there too;
+* ``dkmeans-graph``: dkmeans again with one graph per iteration (Dask config
+  ``dkmeans.spmd`` False and ``dkmeans.single-task-work`` 0), which shows what the default
+  loop modes (one task for small loops, SPMD for large ones) gain, side by side;
 * scikit-learn ``KMeans(init=C0, n_init=1, algorithm="lloyd", tol=0)`` and
   scikit-learn-intelex (``sklearnex.cluster.KMeans``, same parameters; the script
   records whether oneDAL ran it) run in this process on the NumPy array, limited to 2
@@ -75,6 +78,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import dask
 import dask.array as da
 import distributed
 import numpy as np
@@ -169,6 +173,12 @@ def fit_dkmeans(X, C0, max_iter):
                {"empty_clusters_fixed": sum(h["empty_clusters_fixed"] for h in km.history_)})
 
 
+def fit_dkmeans_graph(X, C0, max_iter):
+    """dkmeans with one graph per iteration (no SPMD, no single-task loop): the loop modes' gain."""
+    with dask.config.set({"dkmeans.spmd": False, "dkmeans.single-task-work": 0}):
+        return fit_dkmeans(X, C0, max_iter)
+
+
 def fit_sklearn(X, C0, max_iter):
     """scikit-learn's Lloyd on the NumPy array ``X``, on 2 threads."""
     import sklearn.cluster
@@ -237,6 +247,7 @@ def fit_dask_ml(X, C0, max_iter):
 #: name -> (importable module, fit function, takes the Dask array, float32 only)
 LIBRARIES = {
     "dkmeans": ("dkmeans", fit_dkmeans, True, False),
+    "dkmeans-graph": ("dkmeans", fit_dkmeans_graph, True, False),
     "scikit-learn": ("sklearn.cluster", fit_sklearn, False, False),
     "scikit-learn-intelex": ("sklearnex.cluster", fit_sklearnex, False, False),
     "faiss": ("faiss", fit_faiss, False, True),

@@ -45,7 +45,7 @@ DEFAULT_SPMD_MAX_RANKS = 16
 #: Dask config key: how long a rank waits for its peers (beyond four times its own pass) before giving up.
 SPMD_WAIT_KEY = "dkmeans.spmd-wait"
 DEFAULT_SPMD_WAIT = "10s"
-#: How often a waiting rank, or the client, looks for a stop message or a lost worker (seconds).
+#: How often the client looks for progress, a failed rank or a lost worker (seconds).
 POLL_S = 0.25
 
 
@@ -87,27 +87,24 @@ class QueueComm:
         self.slowest_pass_s = 0.0
 
     def _receive(self, seq: int):
-        """The next message of pass ``seq`` in this rank's inbox (polling for a stop message).
+        """The next message of pass ``seq`` in this rank's inbox (or the driver's stop message).
 
         A peer is given ``dkmeans.spmd-wait`` plus four times the longest pass seen so far
-        (its own or, from the previous exchange, any rank's) before this rank gives up.
+        (its own or, from the previous exchange, any rank's) before this rank gives up. One
+        blocking get: the scheduler logs an error for every get that times out.
         """
         patience = self.wait_s + 4 * max(self.last_pass_s, self.slowest_pass_s)
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                message = self.inbox.get(timeout=POLL_S)
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise SpmdUnavailable(
-                        f"rank {self.rank} waited {patience:.1f} s for its peers (Dask config {SPMD_WAIT_KEY!r})"
-                    ) from None
-                continue
-            if message == _STOP:
-                raise SpmdUnavailable(f"rank {self.rank} was told to stop")
-            if message[0] != seq:
-                raise SpmdUnavailable(f"rank {self.rank} got pass {message[0]} while in pass {seq}")
-            return message
+        try:
+            message = self.inbox.get(timeout=patience)
+        except TimeoutError:
+            raise SpmdUnavailable(
+                f"rank {self.rank} waited {patience:.1f} s for its peers (Dask config {SPMD_WAIT_KEY!r})"
+            ) from None
+        if message == _STOP:
+            raise SpmdUnavailable(f"rank {self.rank} was told to stop")
+        if message[0] != seq:
+            raise SpmdUnavailable(f"rank {self.rank} got pass {message[0]} while in pass {seq}")
+        return message
 
     def allreduce(self, value, combine_fn: Callable):
         """``combine_fn`` of every rank's ``value`` (in rank order), returned on every rank.

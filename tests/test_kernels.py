@@ -291,3 +291,17 @@ def test_direct_kernel_without_a_cache_directory(monkeypatch):
     empty = np.empty(0)
     kernel(X, C, 0.5 * (C * C).sum(1), 16, labels, empty, empty, False, np.zeros((0, 0)), empty, 0)
     np.testing.assert_array_equal(labels, brute_sq(X, C).argmin(1))
+
+
+def test_moments_of_a_chunk_in_many_tiles_match_numpy(monkeypatch):
+    """The chunk is read in row tiles (bounded scratch); far-from-zero columns keep their accuracy."""
+    import dkmeans.kernels.stats as stats
+
+    rng = np.random.default_rng(3)
+    X = (rng.standard_normal((1001, 5)) * [1, 10, 1e-3, 5, 2] + [0, 1e4, -3, 7e5, 1]).astype(np.float32)
+    monkeypatch.setattr(stats, "MOMENTS_TILE_BYTES", 16 * 5 * 64)  # 64 rows per tile: 16 tiles
+    m = column_moments(X)
+    X64 = X.astype(np.float64)
+    assert float(m.count) == 1001
+    np.testing.assert_allclose(m.mean, X64.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(m.m2 / m.count, X64.var(0), rtol=1e-10)

@@ -15,17 +15,27 @@ class Moments(NamedTuple):
     m2: Any  # (d,) float64
 
 
+#: A tile's float64 copy and its deviations take about this many bytes: the scratch of
+#: :func:`column_moments` does not grow with the chunk.
+MOMENTS_TILE_BYTES = 4 * 2**20
+
+
 def column_moments(X) -> Moments:
-    """Moments of one chunk (unweighted), accumulated in float64."""
+    """Moments of one chunk (unweighted), accumulated in float64 tile by tile."""
     xp = get_namespace(X)
-    n = X.shape[0]
+    n, d = X.shape
     if n == 0:
-        zeros = xp.zeros(X.shape[1], dtype=xp.float64)
+        zeros = xp.zeros(d, dtype=xp.float64)
         return Moments(xp.zeros((), dtype=xp.float64), zeros, zeros.copy())
+    rows = max(1, MOMENTS_TILE_BYTES // (2 * 8 * max(d, 1)))  # the float64 tile and its deviations
+    return combine_moments([_tile_moments(xp, X[i : i + rows]) for i in range(0, n, rows)])
+
+
+def _tile_moments(xp, X) -> Moments:
     X64 = X.astype(xp.float64)
     mean = X64.mean(axis=0)
-    dev = X64 - mean
-    return Moments(xp.asarray(float(n)), mean, xp.sum(dev * dev, axis=0))
+    X64 -= mean  # deviations, in place
+    return Moments(xp.asarray(float(X.shape[0])), mean, xp.einsum("ij,ij->j", X64, X64))
 
 
 def combine_moments(parts: Sequence[Moments]) -> Moments:

@@ -67,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lloyd import SHAPES, dkmeans_source, fmt_load, library_versions, make_data, persist_chunks, wait_for_load  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lloyd_scaling.json"
-PARTS = ("dtype", "workers", "memory", "fixed", "n", "k")
+PARTS = ("dtype", "workers", "contention", "memory", "fixed", "n", "k")
 N_CHUNKS = 16
 
 
@@ -128,6 +128,8 @@ def local_data_bytes(client, X) -> dict:
 
 def _rss_start(dask_worker, interval=0.002):
     import threading
+
+    from threadpoolctl import threadpool_limits
 
     page = os.sysconf("SC_PAGE_SIZE")
 
@@ -257,6 +259,46 @@ def _sampled(client, run):
     finally:
         rss = client.run(_rss_stop)
     return rss
+
+
+def part_contention(args, repeats: int = 15) -> dict:
+    """The tall kernel on one worker's share (1,000,000 x 16, k=32, float32), alone and two at once.
+
+    No Dask: one thread, then two threads of this process, each on its own copy of the rows
+    (the kernel releases the GIL). A slowdown with two threads caps what two workers can gain
+    on this machine, whatever the driver does.
+    """
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from dkmeans.kernels import assign_partials
+
+    rng = np.random.default_rng(0)
+    rows = [rng.standard_normal((1_000_000, 16)).astype(np.float32) for _ in range(2)]
+    C = rows[0][:32].copy()
+
+    def run(X, out):
+        assign_partials(X, C)  # warm-up (compiles once)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            assign_partials(X, C)
+            times.append(time.perf_counter() - t0)
+        out.append(statistics.median(times))
+
+    print("[contention] one thread, then two ...", file=sys.stderr, flush=True)
+    with threadpool_limits(1):
+        alone = []
+        run(rows[0], alone)
+        both = []
+        threads = [threading.Thread(target=run, args=(X, both)) for X in rows]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return {"alone_s": alone[0], "two_at_once_s": sorted(both), "slowdown": max(both) / alone[0],
+            "speedup_cap": 2 * alone[0] / max(both)}
 
 
 def part_memory(args) -> dict:
@@ -412,6 +454,12 @@ def report_text(res: dict) -> str:
             lines.append(f"| {name} | {r[1]['seconds_per_iter']:.4f} ({r[1]['history_median_s']:.4f}) | "
                          f"{r[2]['seconds_per_iter']:.4f} ({r[2]['history_median_s']:.4f}) | "
                          f"{r['speedup']:.2f} ({r['speedup_history']:.2f}) |")
+    if "contention" in res:
+        r = res["contention"]
+        lines += ["", "The tall kernel on 1,000,000 x 16, k=32 (one thread, no Dask): alone "
+                  f"{r['alone_s'] * 1e3:.1f} ms; two threads at once {r['two_at_once_s'][0] * 1e3:.1f} and "
+                  f"{r['two_at_once_s'][1] * 1e3:.1f} ms: slowdown {r['slowdown']:.2f}, so two workers can be at "
+                  f"most {r['speedup_cap']:.2f}x faster than one here"]
     if "memory" in res:
         mib = 2**20
         lines += ["", "Worker memory (MiB, 2 workers): increase = peak resident memory during the run - resident "

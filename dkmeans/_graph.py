@@ -200,6 +200,61 @@ def _run_in_one_task(fn, args, offsets, has_weights, dtype, n_features, *refs):
     return result, [(str(w.message), w.category) for w in caught]
 
 
+#: Input with fewer row chunks than the cluster has worker threads is split into pieces of
+#: at least this many rows, one per thread, placed thread by thread (:func:`_spread_rows`).
+SPREAD_MIN_ROWS = 8192
+
+
+def _row_piece(block, start, stop):
+    return block[start:stop].copy()  # a copy: a view would keep the whole parent chunk alive
+
+
+def _spread_rows(client, X: da.Array, weights: da.Array | None):
+    """``X`` (and ``weights``) persisted in about one row piece per worker thread, each on its own worker.
+
+    Dask computes the pieces of a chunk where the chunk is, so a one-chunk input (a Parquet
+    file read as one partition) would keep every pass on one worker. The pieces are placed
+    round-robin over the worker threads (a preference: Dask may move them) and keep their
+    lineage, so lost pieces are recomputed. Input that already has a chunk per thread, or
+    too few rows, is returned as it is.
+    """
+    nthreads = client.nthreads()
+    slots = [addr for addr in sorted(nthreads) for _ in range(int(nthreads[addr]))]
+    rows = [int(r) for r in X.chunks[0]]
+    n_rows = sum(rows)
+    n_pieces = min(len(slots), n_rows // SPREAD_MIN_ROWS)
+    if n_pieces <= len(rows):
+        return X, weights
+    token = uuid.uuid4().hex[:12]
+    x_name, w_name = f"dkmeans-rows-{token}", f"dkmeans-weights-{token}"
+    x_keys = [k[0] for k in X.__dask_keys__()]
+    w_keys = list(weights.__dask_keys__()) if weights is not None else None
+    layers = dict(X.dask.layers) | (dict(weights.dask.layers) if weights is not None else {})
+    deps = dict(X.dask.dependencies) | (dict(weights.dask.dependencies) if weights is not None else {})
+    parents = set(X.__dask_layers__()) | (set(weights.__dask_layers__()) if weights is not None else set())
+    piece_rows, j = [], 0
+    for c, r in enumerate(rows):
+        for part in np.array_split(np.arange(r), max(1, round(r * n_pieces / n_rows))):
+            if not len(part):
+                continue
+            start, stop = int(part[0]), int(part[-1]) + 1
+            annotations = {"workers": [slots[j % len(slots)]], "allow_other_workers": True}
+            tasks = {(x_name, j, 0): Task((x_name, j, 0), _row_piece, TaskRef(x_keys[c]), start, stop)}
+            if w_keys is not None:
+                tasks[(w_name, j)] = Task((w_name, j), _row_piece, TaskRef(w_keys[c]), start, stop)
+            layers[f"{x_name}-{j}"] = MaterializedLayer(tasks, annotations=annotations)
+            deps[f"{x_name}-{j}"] = parents
+            piece_rows.append(stop - start)
+            j += 1
+    graph = HighLevelGraph(layers, deps)
+    X = da.Array(graph, x_name, (tuple(piece_rows), X.chunks[1]), meta=X._meta)
+    if weights is None:
+        return client.persist(X, optimize_graph=False), None
+    weights = da.Array(graph, w_name, (tuple(piece_rows),), meta=weights._meta)
+    X, weights = client.persist([X, weights], optimize_graph=False)  # optimisation drops the annotations
+    return X, weights
+
+
 def _second(pair):
     return pair[1]
 
@@ -248,6 +303,7 @@ class PersistedData:
                 X = X.compute_chunk_sizes()
                 if weights is not None:
                     weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
+            X, weights = _spread_rows(client, X, weights)
             futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
             # Placement is read from where the chunks are, so wait until they are there.
             wait(futures)

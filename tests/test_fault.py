@@ -54,6 +54,27 @@ def test_killed_worker_mid_fit_gives_the_same_result(own_cluster):
     assert out.objective == pytest.approx(reference.objective, rel=1e-12)
 
 
+def test_killed_worker_with_a_spread_one_chunk_input_gives_the_same_result(own_cluster):
+    """The pieces a one-chunk input is split into keep their lineage: lost ones are recomputed."""
+    c = own_cluster
+    X, _, _ = make_blobs(120_000, 5, 8, spread=3.0, box=6.0, seed=3)
+    C0 = pick_rows(X, 8, seed=4)
+    reference = fit_lloyd(persist_rows(c, X, 8), C0, max_iter=25, stop_rule=CentroidShift(0.0))
+    data = PersistedData(c, da.from_array(X, chunks=X.shape))
+    assert len({addr for addr, _ in data.placement()}) == 2
+    killed = []
+
+    def kill_one_worker(record):
+        if record.iteration == 3 and not killed:
+            killed.append(_kill_worker(c, 0))
+
+    out = fit_lloyd(data, C0, max_iter=25, stop_rule=CentroidShift(0.0), on_iteration=kill_one_worker)
+    assert killed
+    assert out.result.n_iter == reference.result.n_iter
+    np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-12)
+    assert out.objective == pytest.approx(reference.objective, rel=1e-12)
+
+
 def test_killed_worker_between_single_task_blocks_gives_the_same_result(own_cluster, single_task):
     """A small loop runs in one task per block; the worker running it is killed between blocks."""
     c = own_cluster

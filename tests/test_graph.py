@@ -161,3 +161,39 @@ def test_run_in_one_task_sees_every_row_once_and_reraises_warnings(client, X):
     with pytest.warns(UserWarning, match="from the task"):
         got = data.run_in_one_task(summarise, 2.0)
     np.testing.assert_allclose(got, [2.0 * (w @ X[:, 0]), 0.0])
+
+
+def _sums_chunk(X, w, offset):
+    return np.array([X.sum(), (w * X[:, 0]).sum(), len(X)])
+
+
+def _add_arrays(parts):
+    return np.sum(parts, axis=0)
+
+
+def test_one_chunk_input_is_spread_over_every_worker_thread(client):
+    """A one-chunk input (a one-partition Parquet file) would keep every pass on one worker."""
+    from dkmeans._graph import SPREAD_MIN_ROWS
+
+    rng = np.random.default_rng(4)
+    n = 3 * SPREAD_MIN_ROWS + 17
+    X = rng.standard_normal((n, 3))
+    w = rng.uniform(0.5, 2.0, n)
+    data = PersistedData(client, da.from_array(X, chunks=(n, 3)), da.from_array(w, chunks=n))
+    assert data.n_chunks == 2 and sum(data.chunk_rows) == n
+    assert len({addr for addr, _ in data.placement()}) == 2, "both workers hold rows"
+    total, weighted, rows = data.map_reduce(_sums_chunk, _add_arrays)
+    assert rows == n and data.offsets == (0, data.chunk_rows[0])
+    np.testing.assert_allclose([total, weighted], [X.sum(), (w * X[:, 0]).sum()], rtol=1e-12)
+    np.testing.assert_array_equal(data.rows([0, n - 1, data.chunk_rows[0]]), X[[0, n - 1, data.chunk_rows[0]]])
+
+
+def test_input_with_a_chunk_per_thread_or_few_rows_is_kept_as_it_is(client):
+    from dkmeans._graph import SPREAD_MIN_ROWS
+
+    X = np.arange(2 * SPREAD_MIN_ROWS * 2, dtype=float).reshape(-1, 2)
+    many = PersistedData(client, da.from_array(X, chunks=(len(X) // 2, 2)))
+    assert many.chunk_rows == (len(X) // 2, len(X) // 2)
+    assert many._x_keys[0][0] == many.X.name and "dkmeans-rows" not in many.X.name
+    few = PersistedData(client, da.from_array(X[: 2 * SPREAD_MIN_ROWS - 1], chunks=(10**9, 2)))
+    assert few.n_chunks == 1

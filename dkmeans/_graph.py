@@ -140,15 +140,14 @@ def _run_on_worker(chunk_fn, combine_fn, args, chunk_ids, offsets, has_weights, 
     ``moved`` is True when the task ran on another worker than planned (a worker was
     lost, or data moved), so the driver refreshes placement.
     """
-    step = 2 if has_weights else 1
-    blocks, state_dicts = refs[:n_blocks], refs[n_blocks:]
+    blocks, weights = split_blocks(refs[:n_blocks], has_weights)
+    state_dicts = refs[n_blocks:]
     previous = {}
     for states, _ in state_dicts:  # outputs of the previous stateful pass
         previous.update(states)
     results, new_states = [], {}
     for j, (cid, offset) in enumerate(zip(chunk_ids, offsets)):
-        X = blocks[j * step]
-        w = blocks[j * step + 1] if has_weights else None
+        X, w = blocks[j], weights[j]
         if stateful:
             new_states[cid], out = chunk_fn(X, w, offset, previous.get(cid), *args)
         else:
@@ -189,11 +188,16 @@ class LocalChunks:
         return to_host(combine_fn(results))
 
 
-def _run_in_one_task(fn, args, offsets, has_weights, dtype, n_features, *refs):
-    """``fn(LocalChunks, *args)`` on a worker, with the warnings it raised: ``(result, warnings)``."""
+def split_blocks(refs, has_weights: bool) -> tuple[list, list]:
+    """The chunk blocks and their weights (None without weights) from :meth:`PersistedData.chunk_refs`' order."""
     step = 2 if has_weights else 1
     blocks = list(refs[::step])
-    weights = list(refs[1::step]) if has_weights else [None] * len(blocks)
+    return blocks, (list(refs[1::step]) if has_weights else [None] * len(blocks))
+
+
+def _run_in_one_task(fn, args, offsets, has_weights, dtype, n_features, *refs):
+    """``fn(LocalChunks, *args)`` on a worker, with the warnings it raised: ``(result, warnings)``."""
+    blocks, weights = split_blocks(refs, has_weights)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fn(LocalChunks(blocks, weights, offsets, dtype, n_features), *args)
@@ -325,6 +329,19 @@ class PersistedData:
     def n_chunks(self) -> int:
         return len(self._x_keys)
 
+    @property
+    def has_weights(self) -> bool:
+        return self._w_keys is not None
+
+    def chunk_refs(self, chunk_ids) -> list:
+        """Task references to these chunks: ``X_i``, or ``X_i, w_i`` pairs (see :func:`split_blocks`)."""
+        refs = []
+        for i in chunk_ids:
+            refs.append(TaskRef(self._x_keys[i]))
+            if self._w_keys is not None:
+                refs.append(TaskRef(self._w_keys[i]))
+        return refs
+
     # -- placement -----------------------------------------------------------------
     def placement(self) -> list[tuple[str, list[int]]]:
         """Task groups of one pass: ``(worker address, chunk indices)``, one per worker thread.
@@ -361,20 +378,15 @@ class PersistedData:
         deps: dict[str, set] = {}
         current: list[str] = []
         state_keys: dict[str, list[int]] = {}
-        has_w = self._w_keys is not None
         for wi, (addr, chunk_ids) in enumerate(self.placement()):
             key = f"dkmeans-pass-{token}-w{wi}"
-            refs = []
-            for i in chunk_ids:
-                refs.append(TaskRef(self._x_keys[i]))
-                if has_w:
-                    refs.append(TaskRef(self._w_keys[i]))
+            refs = self.chunk_refs(chunk_ids)
             n_blocks = len(refs)
             if state is not None:
                 refs.extend(TaskRef(k) for k in state.keys_for(chunk_ids))
             offsets = tuple(self.offsets[i] for i in chunk_ids)
             task = Task(key, _run_on_worker, chunk_fn, combine_fn, tuple(args), tuple(chunk_ids), offsets,
-                        has_w, addr, stateful, n_blocks, *refs)
+                        self.has_weights, addr, stateful, n_blocks, *refs)
             annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
             layers[key] = MaterializedLayer({key: task}, annotations=annotations)
             deps[key] = set()
@@ -461,14 +473,9 @@ class PersistedData:
         for addr, chunk_ids in self.placement():
             rows[addr] = rows.get(addr, 0) + sum(self.chunk_rows[i] for i in chunk_ids)
         addr = max(sorted(rows), key=rows.get) if rows else ""
-        has_w = self._w_keys is not None
-        refs = []
-        for i, key in enumerate(self._x_keys):
-            refs.append(TaskRef(key))
-            if has_w:
-                refs.append(TaskRef(self._w_keys[i]))
+        refs = self.chunk_refs(range(self.n_chunks))
         key = f"dkmeans-loop-{uuid.uuid4().hex[:12]}"
-        task = Task(key, _run_in_one_task, fn, tuple(args), self.offsets, has_w, self.dtype, self.n_features, *refs)
+        task = Task(key, _run_in_one_task, fn, tuple(args), self.offsets, self.has_weights, self.dtype, self.n_features, *refs)
         annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
         graph = HighLevelGraph({key: MaterializedLayer({key: task}, annotations=annotations)}, {key: set()})
         future = self.client.get(graph, [key], sync=False)[0]

@@ -30,7 +30,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import dask
-from dask._task_spec import Task, TaskRef
+from dask._task_spec import Task
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.utils import parse_timedelta
 from distributed import Queue, wait
@@ -180,9 +180,9 @@ class RankChunks:
 
 def _run_rank(fn, args, token, rank, size, wait_s, offsets, has_weights, dtype, n_features, n_rows, *refs):
     """``fn(RankChunks, *args)`` as rank ``rank``; rank 0 sends ``(result, warnings)`` to the client."""
-    step = 2 if has_weights else 1
-    blocks = list(refs[::step])
-    weights = list(refs[1::step]) if has_weights else [None] * len(blocks)
+    from dkmeans._graph import split_blocks
+
+    blocks, weights = split_blocks(refs, has_weights)
     comm = QueueComm(token, rank, size, wait_s)
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -220,17 +220,12 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     names, progress_name = _queue_names(token, size)
     inboxes = [Queue(name, client=client) for name in names]  # the client holds them until the end
     progress = Queue(progress_name, client=client)
-    has_w = data._w_keys is not None
     layers, keys = {}, []
     for rank, (addr, chunk_ids) in enumerate(groups):
-        refs = []
-        for i in chunk_ids:
-            refs.append(TaskRef(data._x_keys[i]))
-            if has_w:
-                refs.append(TaskRef(data._w_keys[i]))
+        refs = data.chunk_refs(chunk_ids)
         key = f"{token}-rank{rank}"
         offsets = tuple(data.offsets[i] for i in chunk_ids)
-        task = Task(key, _run_rank, fn, tuple(args), token, rank, size, _spmd_wait_s(), offsets, has_w,
+        task = Task(key, _run_rank, fn, tuple(args), token, rank, size, _spmd_wait_s(), offsets, data.has_weights,
                     data.dtype, data.n_features, data.n_rows, *refs)
         # pinned: two ranks sharing one thread would wait for each other
         annotations = {"workers": [addr], "allow_other_workers": False} if addr else None

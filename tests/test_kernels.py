@@ -200,7 +200,7 @@ def _brute_partials(X, C, w=None):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("d", [1, 3, 4, 5, 8, 9, 15, 16, 17, 40])
+@pytest.mark.parametrize("d", [1, 3, 4, 5, 8, 9, 12, 15, 16, 17, 32, 40])
 @pytest.mark.parametrize("k", [1, 3, 4, 7, 33])
 def test_paths_match_brute_force_over_shapes(d, k, dtype):
     """Every feature width (padding of the direct loop), centroid counts around the groups of 4."""
@@ -305,3 +305,17 @@ def test_moments_of_a_chunk_in_many_tiles_match_numpy(monkeypatch):
     assert float(m.count) == 1001
     np.testing.assert_allclose(m.mean, X64.mean(0), rtol=1e-12)
     np.testing.assert_allclose(m.m2 / m.count, X64.var(0), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 3, 4, 5, 8, 12, 16, 17, 24])
+def test_tile_transpose_copies_exactly_and_only_the_tile(d, dtype):
+    """The shuffled blocks (8 or 4 wide) and the element-by-element rest give ``X[i0:i0+m].T``."""
+    simd = pytest.importorskip("dkmeans.kernels._simd")
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(203, d)).astype(dtype)
+    for i0, m in [(0, 203), (5, 64), (17, 13), (200, 3), (9, 1)]:
+        XT = np.full((d + 2, 70 if m < 70 else 210), -7.0, dtype=dtype)
+        simd.transpose_tile(X, i0, m, XT)
+        np.testing.assert_array_equal(XT[:d, :m], X[i0:i0 + m].T)
+        assert (XT[d:] == -7).all() and (XT[:, m:] == -7).all()  # nothing written outside the tile

@@ -5,7 +5,8 @@ Two ways to find the nearest centroid, chosen per shape by :mod:`dkmeans.kernels
 * **BLAS + running argmin** (large ``d``): BLAS computes ``C_block @ X_tile.T`` into a
   small buffer, and :func:`running_argmin_t` folds it into the running minimum.
 * **Direct** (``d <= 16``): a generated loop computes ``||c||^2/2 - x.c`` for a tile of
-  rows held transposed in a ``(width, T)`` buffer and four centroids at a time, with the
+  rows held transposed in a ``(width, T)`` buffer (copied with vector shuffles,
+  :mod:`._simd`) and four centroids at a time, with the
   features unrolled and the centroid coordinates in registers, so that the loop over the
   rows is vectorised; no ``n x k`` intermediate and no BLAS call. BLAS is inefficient
   when the inner dimension of the product is that short.
@@ -13,7 +14,8 @@ Two ways to find the nearest centroid, chosen per shape by :mod:`dkmeans.kernels
 Both then compute, per tile of rows while the rows are in cache, the exact squared
 distance ``||x - c_label||^2`` from the difference and either return it
 (:func:`rows_exact_sq`) or fold it into float64 per-cluster sums, counts and the objective
-(:func:`rows_partials`). Everything runs in one thread, releases the GIL, and keeps
+(:func:`rows_partials`); when ``d`` is a multiple of 4 a row is handled in vector blocks
+of its features (:mod:`._simd`). Everything runs in one thread, releases the GIL, and keeps
 strict ``<`` comparisons in centroid order, so ties go to the lowest centroid index.
 
 The direct loops are generated source (the unrolling needs literal feature indices). The
@@ -34,6 +36,9 @@ import threading
 
 import numba
 import numpy as np
+
+from dkmeans.kernels import _simd
+from dkmeans.kernels._simd import rows_exact_sq_blocked, rows_partials_blocked
 
 #: Feature widths of the generated direct loops: ``d`` is padded with zeros up to the
 #: smallest width that holds it. ``d`` above the largest width uses BLAS.
@@ -74,6 +79,9 @@ def running_argmin_t(Dt, c_half_sq, j0, best_val, best_idx, first):  # pragma: n
 def rows_exact_sq(X, i0, i1, C, labels, out):  # pragma: no cover - compiled
     """``out[i] = ||X[i] - C[labels[i]]||^2`` for ``i0 <= i < i1`` (in X's dtype)."""
     d = X.shape[1]
+    if d % 4 == 0:  # vector blocks of the features (see dkmeans.kernels._simd)
+        rows_exact_sq_blocked(X, i0, i1, C, labels, out)
+        return
     for i in range(i0, i1):
         x = X[i]
         c = C[labels[i]]
@@ -95,6 +103,8 @@ def rows_partials(X, i0, i1, C, labels, label_offset, weights, has_weights, sums
     """
     d = X.shape[1]
     objective = 0.0
+    if d % 4 == 0:  # vector blocks of the features (see dkmeans.kernels._simd)
+        return rows_partials_blocked(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts)
     for i in range(i0, i1):
         j = labels[i - label_offset]
         x = X[i]
@@ -158,6 +168,7 @@ def direct_source(width: int, nc: int = DIRECT_CENTROIDS) -> str:
         "import numba",
         "import numpy as np",
         "from dkmeans.kernels._numba import rows_exact_sq, rows_partials",
+        "from dkmeans.kernels._simd import transpose_tile",
         "",
         "",
         "@numba.njit(cache=True, nogil=True, fastmath={'contract'})",
@@ -175,9 +186,8 @@ def direct_source(width: int, nc: int = DIRECT_CENTROIDS) -> str:
         "    objective = 0.0",
         "    for i0 in range(0, n, T):",
         "        m = min(T, n - i0)",
+        "        transpose_tile(X, i0, m, XT)",
         "        for r in range(m):",
-        "            for f in range(d):",
-        "                XT[f, r] = X[i0 + r, f]",
         "            best[r] = np.inf",
         "            lab[r] = 0",
         "        j = 0",
@@ -258,6 +268,23 @@ def _load_source(name: str, source: str):
     return module
 
 
+def _source_digest(source: str) -> str:
+    """Hash of the generated source and of the modules its compiled code inlines.
+
+    numba's disk cache checks the timestamp of a function's own file only; naming the
+    generated file after this hash makes a change to the inlined helpers
+    (``rows_partials``, ``transpose_tile``) recompile the generated loops too.
+    """
+    h = hashlib.sha256(source.encode())
+    for module_file in (__file__, _simd.__file__):
+        try:
+            with open(module_file, "rb") as fh:
+                h.update(fh.read())
+        except OSError:  # pragma: no cover - running from a zip: the source hash alone
+            pass
+    return h.hexdigest()[:12]
+
+
 def direct_width(d: int) -> int | None:
     """The generated loop width for ``d`` features, or None when ``d`` is too large."""
     for width in DIRECT_WIDTHS:
@@ -282,7 +309,7 @@ def direct_kernel(width: int):
             kernel = _direct_kernels.get(width)
             if kernel is None:
                 source = direct_source(width)
-                digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+                digest = _source_digest(source)
                 module = _load_source(f"direct_{width}_{digest}", source)
                 kernel = _direct_kernels[width] = getattr(module, f"direct_{width}")
     return kernel

@@ -1,0 +1,252 @@
+"""Transposing a tile of rows with vector shuffles, for the direct assignment loops.
+
+The direct loops of :mod:`dkmeans.kernels._numba` read a tile of rows transposed, one
+feature per row of a ``(width, T)`` buffer, so that their loop over the rows vectorises.
+Written as a scalar double loop the copy runs at about one element per cycle and took a
+fifth of the whole kernel (small ``d``, few centroids); LLVM does not vectorise it, since
+every element of a row goes to a different output row.
+
+:func:`transpose_tile` copies square blocks instead: ``B`` rows of ``B`` features are
+loaded as ``B`` vectors, transposed in registers by ``log2(B)`` rounds of interleaving
+(``shufflevector``, which LLVM lowers to the target's unpack and permute instructions,
+on any CPU) and stored as ``B`` vectors. Blocks are 8 wide when ``d`` is a multiple of
+8, 4 wide when it is a multiple of 4; other widths, and the rows left over, are copied
+element by element.
+
+:func:`rows_partials_blocked` and :func:`rows_exact_sq_blocked` do the per-row work that follows the
+assignment (the exact squared distance ``||x - c||^2`` from the difference, and adding
+the row to its cluster's float64 sums) on blocks of 16, 8 or 4 features loaded as
+vectors. LLVM vectorises the plain loop over the features only when ``d`` is at least
+its vector length, so ``d = 8`` ran element by element; the sums come out bit for bit as
+the element-by-element loop's (the same additions in the same order), the distance is
+summed pairwise within a block.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+def _interleave_masks(width: int) -> tuple[list[int], list[int]]:
+    """Shuffle masks taking the low and the high halves of two vectors, interleaved."""
+    lo = [v for i in range(width // 2) for v in (i, width + i)]
+    hi = [v for i in range(width // 2, width) for v in (i, width + i)]
+    return lo, hi
+
+
+def _block_intrinsic(width: int):
+    """An intrinsic ``(X, r, q, XT, c)`` doing ``XT[q + j, c + i] = X[r + i, q + j]`` for ``i, j < width``.
+
+    Both arrays are 2-D, C-contiguous and of one float dtype; the caller keeps every
+    index in bounds (nothing is checked).
+    """
+    rounds = width.bit_length() - 1
+
+    def typer(typingctx, X, r, q, XT, c):
+        ok = (
+            isinstance(X, types.Array)
+            and isinstance(XT, types.Array)
+            and X.ndim == XT.ndim == 2
+            and X.layout == XT.layout == "C"
+            and X.dtype == XT.dtype
+            and X.dtype in (types.float32, types.float64)
+        )
+        if not ok:
+            return None
+
+        def codegen(context, builder, signature, args):
+            xty, rty, qty, tty, cty = signature.args
+            x_arr = context.make_array(xty)(context, builder, args[0])
+            t_arr = context.make_array(tty)(context, builder, args[3])
+            r, q, c = (context.cast(builder, v, ty, types.intp) for v, ty in
+                       ((args[1], rty), (args[2], qty), (args[4], cty)))
+            intp = context.get_value_type(types.intp)
+            vec = ir.VectorType(context.get_data_type(xty.dtype), width)
+            align = xty.dtype.bitwidth // 8
+
+            def pointer(arr, ty, row, col):
+                shape = cgutils.unpack_tuple(builder, arr.shape, 2)
+                strides = cgutils.unpack_tuple(builder, arr.strides, 2)
+                ptr = cgutils.get_item_pointer2(context, builder, arr.data, shape, strides, ty.layout, [row, col])
+                return builder.bitcast(ptr, vec.as_pointer())
+
+            rows = [builder.load(pointer(x_arr, xty, builder.add(r, ir.Constant(intp, i)), q), align=align)
+                    for i in range(width)]
+            lo, hi = (ir.Constant(ir.VectorType(ir.IntType(32), width), m) for m in _interleave_masks(width))
+            half = width // 2
+            for _ in range(rounds):  # after log2(width) rounds, vector j holds column j
+                rows = [v for i in range(half)
+                        for v in (builder.shuffle_vector(rows[i], rows[i + half], lo),
+                                  builder.shuffle_vector(rows[i], rows[i + half], hi))]
+            for j, v in enumerate(rows):
+                builder.store(v, pointer(t_arr, tty, builder.add(q, ir.Constant(intp, j)), c), align=align)
+            return context.get_dummy_value()
+
+        return types.none(X, r, q, XT, c), codegen
+
+    typer.__name__ = f"transpose_block{width}"
+    return intrinsic(typer)
+
+
+transpose_block8 = _block_intrinsic(8)
+transpose_block4 = _block_intrinsic(4)
+
+
+@numba.njit(cache=True, nogil=True)
+def transpose_tile(X, i0, m, XT):  # pragma: no cover - compiled
+    """``XT[:d, :m] = X[i0:i0 + m].T`` for C-contiguous ``X`` (n, d) and ``XT`` (>= d, >= m)."""
+    d = X.shape[1]
+    r = 0
+    if d % 8 == 0:
+        while r + 8 <= m:
+            for q in range(0, d, 8):
+                transpose_block8(X, i0 + r, q, XT, r)
+            r += 8
+    elif d % 4 == 0:
+        while r + 4 <= m:
+            for q in range(0, d, 4):
+                transpose_block4(X, i0 + r, q, XT, r)
+            r += 4
+    for rr in range(r, m):
+        for f in range(d):
+            XT[f, rr] = X[i0 + rr, f]
+
+
+def _row_block_intrinsic(width: int, add_to_sums: bool):
+    """An intrinsic returning ``sum((X[i, q:q+width] - C[j, q:q+width])**2)``.
+
+    The squares are summed pairwise, in X's dtype. Arguments ``(X, i, C, j, q)``; with
+    ``add_to_sums`` also ``(sums, w)``, and it does ``sums[j, q:q+width] += w *
+    X[i, q:q+width]`` in float64. ``X`` and ``C`` are 2-D, C-contiguous, of one float
+    dtype, ``sums`` 2-D C-contiguous float64; the caller keeps every index in bounds
+    (nothing is checked).
+    """
+
+    def typed(X, C, sums=None):
+        arrays = (X, C) if sums is None else (X, C, sums)
+        return (
+            all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in arrays)
+            and X.dtype == C.dtype
+            and X.dtype in (types.float32, types.float64)
+            and (sums is None or sums.dtype == types.float64)
+        )
+
+    def codegen(context, builder, signature, args):
+        xty, ity, cty, jty, qty = signature.args[:5]
+        i, j, q = (context.cast(builder, v, ty, types.intp) for v, ty in
+                   ((args[1], ity), (args[3], jty), (args[4], qty)))
+        vec = ir.VectorType(context.get_data_type(xty.dtype), width)
+        dvec = ir.VectorType(ir.DoubleType(), width)
+        int32 = ir.IntType(32)
+
+        def pointer(ty, value, row, col, vty):
+            arr = context.make_array(ty)(context, builder, value)
+            shape = cgutils.unpack_tuple(builder, arr.shape, 2)
+            strides = cgutils.unpack_tuple(builder, arr.strides, 2)
+            ptr = cgutils.get_item_pointer2(context, builder, arr.data, shape, strides, ty.layout, [row, col])
+            return builder.bitcast(ptr, vty.as_pointer())
+
+        align = xty.dtype.bitwidth // 8
+        x = builder.load(pointer(xty, args[0], i, q, vec), align=align)
+        c = builder.load(pointer(cty, args[2], j, q, vec), align=align)
+        diff = builder.fsub(x, c)
+        sq = builder.fmul(diff, diff)
+        n = width
+        while n > 1:  # pairwise: add the upper half onto the lower half
+            n //= 2
+            lo = builder.shuffle_vector(sq, sq, ir.Constant(ir.VectorType(int32, n), list(range(n))))
+            hi = builder.shuffle_vector(sq, sq, ir.Constant(ir.VectorType(int32, n), list(range(n, 2 * n))))
+            sq = builder.fadd(lo, hi)
+        if add_to_sums:
+            sty, wty = signature.args[5:]
+            w = context.cast(builder, args[6], wty, types.float64)
+            xd = builder.fpext(x, dvec) if xty.dtype == types.float32 else x
+            wv = builder.insert_element(ir.Constant(dvec, ir.Undefined), w, ir.Constant(int32, 0))
+            wv = builder.shuffle_vector(wv, wv, ir.Constant(ir.VectorType(int32, width), [0] * width))
+            target = pointer(sty, args[5], j, q, dvec)
+            builder.store(builder.fadd(builder.load(target, align=8), builder.fmul(xd, wv)), target, align=8)
+        return builder.extract_element(sq, ir.Constant(int32, 0))
+
+    if add_to_sums:
+        def typer(typingctx, X, i, C, j, q, sums, w):
+            return (X.dtype(X, i, C, j, q, sums, w), codegen) if typed(X, C, sums) else None
+    else:
+        def typer(typingctx, X, i, C, j, q):
+            return (X.dtype(X, i, C, j, q), codegen) if typed(X, C) else None
+
+    typer.__name__ = f"row_block{width}{'_sums' if add_to_sums else ''}"
+    return intrinsic(typer)
+
+
+row_block16_sums = _row_block_intrinsic(16, True)
+row_block8_sums = _row_block_intrinsic(8, True)
+row_block4_sums = _row_block_intrinsic(4, True)
+row_block16 = _row_block_intrinsic(16, False)
+row_block8 = _row_block_intrinsic(8, False)
+row_block4 = _row_block_intrinsic(4, False)
+
+
+# One loop per block width: a width chosen inside the loop over the rows (a function
+# called per row) ran 5x slower, as LLVM then kept the per-row call and branch.
+@numba.njit(cache=True, nogil=True)
+def rows_partials_blocked(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts):  # pragma: no cover
+    """:func:`dkmeans.kernels._numba.rows_partials` by vector blocks of the features (``d % 4 == 0``)."""
+    d = X.shape[1]
+    objective = 0.0
+    if d % 16 == 0:
+        for i in range(i0, i1):
+            j = labels[i - label_offset]
+            w = weights[i] if has_weights else 1.0
+            s = X.dtype.type(0)
+            for q in range(0, d, 16):
+                s += row_block16_sums(X, i, C, j, q, sums, w)
+            counts[j] += w
+            objective += w * np.float64(s)
+    elif d % 8 == 0:
+        for i in range(i0, i1):
+            j = labels[i - label_offset]
+            w = weights[i] if has_weights else 1.0
+            s = X.dtype.type(0)
+            for q in range(0, d, 8):
+                s += row_block8_sums(X, i, C, j, q, sums, w)
+            counts[j] += w
+            objective += w * np.float64(s)
+    else:
+        for i in range(i0, i1):
+            j = labels[i - label_offset]
+            w = weights[i] if has_weights else 1.0
+            s = X.dtype.type(0)
+            for q in range(0, d, 4):
+                s += row_block4_sums(X, i, C, j, q, sums, w)
+            counts[j] += w
+            objective += w * np.float64(s)
+    return objective
+
+
+@numba.njit(cache=True, nogil=True)
+def rows_exact_sq_blocked(X, i0, i1, C, labels, out):  # pragma: no cover - compiled
+    """:func:`dkmeans.kernels._numba.rows_exact_sq` by vector blocks of the features (``d % 4 == 0``)."""
+    d = X.shape[1]
+    if d % 16 == 0:
+        for i in range(i0, i1):
+            s = X.dtype.type(0)
+            for q in range(0, d, 16):
+                s += row_block16(X, i, C, labels[i], q)
+            out[i] = s
+    elif d % 8 == 0:
+        for i in range(i0, i1):
+            s = X.dtype.type(0)
+            for q in range(0, d, 8):
+                s += row_block8(X, i, C, labels[i], q)
+            out[i] = s
+    else:
+        for i in range(i0, i1):
+            s = X.dtype.type(0)
+            for q in range(0, d, 4):
+                s += row_block4(X, i, C, labels[i], q)
+            out[i] = s

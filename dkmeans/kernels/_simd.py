@@ -1,25 +1,25 @@
-"""Transposing a tile of rows with vector shuffles, for the direct assignment loops.
+"""Vector code for the compiled loops that LLVM does not generate from plain loops.
 
-The direct loops of :mod:`dkmeans.kernels._numba` read a tile of rows transposed, one
-feature per row of a ``(width, T)`` buffer, so that their loop over the rows vectorises.
-Written as a scalar double loop the copy runs at about one element per cycle and took a
-fifth of the whole kernel (small ``d``, few centroids); LLVM does not vectorise it, since
-every element of a row goes to a different output row.
+Written with numba intrinsics (LLVM IR: vector loads and stores, ``shufflevector``, which
+LLVM lowers to each CPU's own instructions), called from :mod:`dkmeans.kernels._numba`.
 
-:func:`transpose_tile` copies square blocks instead: ``B`` rows of ``B`` features are
-loaded as ``B`` vectors, transposed in registers by ``log2(B)`` rounds of interleaving
-(``shufflevector``, which LLVM lowers to the target's unpack and permute instructions,
-on any CPU) and stored as ``B`` vectors. Blocks are 8 wide when ``d`` is a multiple of
-8, 4 wide when it is a multiple of 4; other widths, and the rows left over, are copied
-element by element.
+**Tile transpose.** The direct loops read a tile of rows transposed, one feature per row
+of a ``(width, T)`` buffer, so that their loop over the rows vectorises. Written as a
+scalar double loop the copy runs at about one element per cycle and took a fifth of the
+kernel (small ``d``, few centroids): LLVM does not vectorise it, since every element of a
+row goes to a different output row. :func:`transpose_tile` copies square blocks instead:
+``B`` rows of ``B`` features are loaded as ``B`` vectors, transposed in registers by
+``log2(B)`` rounds of interleaving and stored as ``B`` vectors. Blocks are 8 wide when
+``d`` is a multiple of 8, 4 wide when it is a multiple of 4; other widths, and the rows
+left over, are copied element by element.
 
-:func:`rows_partials_blocked` and :func:`rows_exact_sq_blocked` do the per-row work that follows the
-assignment (the exact squared distance ``||x - c||^2`` from the difference, and adding
-the row to its cluster's float64 sums) on blocks of 16, 8 or 4 features loaded as
-vectors. LLVM vectorises the plain loop over the features only when ``d`` is at least
-its vector length, so ``d = 8`` ran element by element; the sums come out bit for bit as
-the element-by-element loop's (the same additions in the same order), the distance is
-summed pairwise within a block.
+**Per-row partials.** :func:`rows_partials_blocked` and :func:`rows_exact_sq_blocked` do
+the per-row work that follows the assignment (the exact squared distance ``||x - c||^2``
+from the difference, and adding the row to its cluster's float64 sums) on blocks of 16, 8
+or 4 features loaded as vectors. LLVM vectorises the plain loop over the features only
+when ``d`` is at least its vector length, so ``d = 8`` ran element by element. The sums
+come out bit for bit as the element-by-element loop's (the same additions in the same
+order); the distance is summed pairwise within a block.
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ SPMD_WAIT_KEY = "dkmeans.spmd-wait"
 DEFAULT_SPMD_WAIT = "10s"
 #: How often the client looks for progress, a failed rank or a lost worker (seconds).
 POLL_S = 0.25
+#: Rank 0 sends its progress records at most this often (seconds), the first at once: a
+#: queue put is a round trip to the scheduler that would delay every iteration (~1 ms).
+REPORT_EVERY_S = 0.2
 
 
 class SpmdUnavailable(RuntimeError):
@@ -82,6 +85,8 @@ class QueueComm:
         self.root = Queue(names[0]) if rank != 0 else None
         self.progress = Queue(progress) if rank == 0 else None
         self.seq = 0
+        self._pending: list[dict] = []
+        self._last_sent = -float("inf")
         #: seconds of this rank's last local pass, and the longest of any rank's last passes
         self.last_pass_s = 0.0
         self.slowest_pass_s = 0.0
@@ -133,9 +138,22 @@ class QueueComm:
         return combined
 
     def report(self, record: dict) -> None:
-        """Send a progress record to the client (rank 0 only)."""
-        if self.progress is not None:
-            self.progress.put(("record", record))
+        """Send a progress record to the client (rank 0 only).
+
+        Records go in batches, at most every :data:`REPORT_EVERY_S` (the first at once),
+        in order; :meth:`send_result` sends what is left first.
+        """
+        if self.progress is None:
+            return
+        self._pending.append(record)
+        if time.monotonic() - self._last_sent >= REPORT_EVERY_S:
+            self._send_pending()
+
+    def _send_pending(self) -> None:
+        if self._pending:
+            self.progress.put(("records", self._pending))
+            self._pending = []
+        self._last_sent = time.monotonic()
 
     def send_result(self, result) -> None:
         """Send the program's result to the client (rank 0 only), through the scheduler.
@@ -144,6 +162,7 @@ class QueueComm:
         Dask would run the task again on that (pinned, gone) worker.
         """
         if self.progress is not None:
+            self._send_pending()
             self.progress.put(("result", pickle.dumps(result, protocol=5)))
 
     def close(self) -> None:
@@ -198,7 +217,7 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
 
     ``data`` is a :class:`~dkmeans._graph.PersistedData`; ``chunks`` is a
     :class:`RankChunks`. ``on_progress`` receives, on the client and while the ranks run,
-    each record rank 0 passed to ``chunks.comm.report``. Warnings raised on rank 0 are
+    each record rank 0 passed to ``chunks.comm.report`` (in batches, see :meth:`QueueComm.report`). Warnings raised on rank 0 are
     raised again here. Rank 0's result comes back through the scheduler (see
     :meth:`QueueComm.send_result`); the other ranks' return values are dropped.
 
@@ -250,7 +269,8 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                 if kind == "result":
                     outcome = pickle.loads(value)
                 elif on_progress is not None:
-                    on_progress(value)
+                    for record in value:
+                        on_progress(record)
             if outcome is not None:
                 break
             failed = [f.exception() for f in futures if f.status == "error"]

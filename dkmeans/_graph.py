@@ -25,6 +25,7 @@ per worker thread for many passes (:meth:`PersistedData.run_spmd`, :mod:`dkmeans
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 import warnings
@@ -34,13 +35,15 @@ from typing import Any, Callable, Sequence
 import dask
 import dask.array as da
 import numpy as np
-from dask._task_spec import Task, TaskRef
+from dask._task_spec import Alias, Task, TaskRef
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.utils import parse_timedelta
 from distributed import futures_of, get_worker, wait
 
 from dkmeans.backend import get_namespace, to_host
 from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError
+
+logger = logging.getLogger("dkmeans")
 
 #: Dask config key (env ``DASK_DKMEANS__WORKER_TIMEOUT``): how long a pass may wait with no worker.
 WORKER_TIMEOUT_KEY = "dkmeans.worker-timeout"
@@ -259,6 +262,93 @@ def _spread_rows(client, X: da.Array, weights: da.Array | None):
     return X, weights
 
 
+#: Input whose rows per worker thread exceed the even share by more than this fraction is
+#: rebalanced by moving whole chunks (:func:`_balance_rows`).
+BALANCE_TOLERANCE = 0.04
+
+
+def plan_chunk_moves(rows: Sequence[int], holders: Sequence[str], nthreads: dict[str, int]) -> dict[int, str]:
+    """Chunks to move, ``{chunk index: worker}``, so that each worker holds about its share of the rows.
+
+    A worker's share is proportional to its threads. Greedy: while the most loaded worker
+    (rows per thread) is above its share by more than :data:`BALANCE_TOLERANCE`, move to
+    the least loaded worker the chunk that most lowers the larger of the two loads; stop
+    when no move lowers it. Chunks on workers that are gone count as on no worker.
+    """
+    workers = sorted(nthreads)
+    total_threads = sum(int(nthreads[w]) for w in workers)
+    n_rows = sum(rows)
+    if len(workers) < 2 or not n_rows:
+        return {}
+    share = {w: n_rows * int(nthreads[w]) / total_threads for w in workers}
+    load = dict.fromkeys(workers, 0)
+    owner = {}
+    for c, (r, w) in enumerate(zip(rows, holders)):
+        if w in load:
+            load[w] += r
+            owner[c] = w
+    moves: dict[int, str] = {}
+    for _ in range(len(rows)):
+        ratio = {w: load[w] / share[w] for w in workers}
+        src, dst = max(workers, key=ratio.get), min(workers, key=ratio.get)
+        if ratio[src] <= 1 + BALANCE_TOLERANCE:
+            break
+        best, best_peak = None, ratio[src]
+        for c, w in owner.items():
+            if w == src:
+                peak = max((load[src] - rows[c]) / share[src], (load[dst] + rows[c]) / share[dst])
+                if peak < best_peak:
+                    best, best_peak = c, peak
+        if best is None:
+            break
+        load[src] -= rows[best]
+        load[dst] += rows[best]
+        owner[best] = moves[best] = dst
+    return moves
+
+
+def _balance_rows(client, X: da.Array, weights: da.Array | None):
+    """Persisted ``X`` (and ``weights``) with whole chunks moved so that rows per worker thread are even.
+
+    Dask places persisted chunks without regard to their rows; a worker with 9 of 16
+    equal chunks makes every pass 12% slower than an even split, 11 of 16 37% slower. A
+    moved chunk is copied once to its new worker under a new key (pinned there, with its
+    lineage); the others keep their data under new keys that alias the old ones (no
+    copy). Returns the arrays unchanged when they are balanced already.
+    """
+    x_keys = [k[0] for k in X.__dask_keys__()]
+    who_has = client.who_has(futures_of(X))
+    holders = [min(who_has.get(key, ()) or [""]) for key in x_keys]
+    rows = [int(r) for r in X.chunks[0]]
+    moves = plan_chunk_moves(rows, holders, client.nthreads())
+    if not moves:
+        return X, weights
+    logger.info("moving %d of %d chunks (%d rows) so that each worker holds its share of the rows",
+                len(moves), len(rows), sum(rows[c] for c in moves))
+    token = uuid.uuid4().hex[:12]
+    x_name, w_name = f"dkmeans-balanced-{token}", f"dkmeans-balanced-weights-{token}"
+    w_keys = list(weights.__dask_keys__()) if weights is not None else None
+    layers = dict(X.dask.layers) | (dict(weights.dask.layers) if weights is not None else {})
+    deps = dict(X.dask.dependencies) | (dict(weights.dask.dependencies) if weights is not None else {})
+    parents = set(X.__dask_layers__()) | (set(weights.__dask_layers__()) if weights is not None else set())
+    for c, r in enumerate(rows):
+        keys = [((x_name, c, 0), x_keys[c])] + ([((w_name, c), w_keys[c])] if w_keys is not None else [])
+        if c in moves:
+            tasks = {new: Task(new, _row_piece, TaskRef(old), 0, r) for new, old in keys}
+        else:
+            tasks = {new: Alias(new, old) for new, old in keys}
+        where = moves.get(c, holders[c])
+        annotations = {"workers": [where], "allow_other_workers": True} if where else None
+        layers[f"{x_name}-{c}"] = MaterializedLayer(tasks, annotations=annotations)
+        deps[f"{x_name}-{c}"] = parents
+    graph = HighLevelGraph(layers, deps)
+    X = da.Array(graph, x_name, X.chunks, meta=X._meta)
+    if weights is None:
+        return client.persist(X, optimize_graph=False), None
+    weights = da.Array(graph, w_name, weights.chunks, meta=weights._meta)
+    return tuple(client.persist([X, weights], optimize_graph=False))
+
+
 def _second(pair):
     return pair[1]
 
@@ -308,8 +398,10 @@ class PersistedData:
                 if weights is not None:
                     weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
             X, weights = _spread_rows(client, X, weights)
-            futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
             # Placement is read from where the chunks are, so wait until they are there.
+            wait(futures_of(X) + (futures_of(weights) if weights is not None else []))
+            X, weights = _balance_rows(client, X, weights)
+            futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
             wait(futures)
         self.X = X
         self.weights = weights

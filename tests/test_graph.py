@@ -194,6 +194,58 @@ def test_input_with_a_chunk_per_thread_or_few_rows_is_kept_as_it_is(client):
     X = np.arange(2 * SPREAD_MIN_ROWS * 2, dtype=float).reshape(-1, 2)
     many = PersistedData(client, da.from_array(X, chunks=(len(X) // 2, 2)))
     assert many.chunk_rows == (len(X) // 2, len(X) // 2)
-    assert many._x_keys[0][0] == many.X.name and "dkmeans-rows" not in many.X.name
+    assert "dkmeans-rows" not in many.X.name
     few = PersistedData(client, da.from_array(X[: 2 * SPREAD_MIN_ROWS - 1], chunks=(10**9, 2)))
     assert few.n_chunks == 1
+
+
+# -- rows per worker evened out by moving whole chunks -------------------------------------
+def test_chunk_moves_even_out_rows_per_thread():
+    from dkmeans._graph import plan_chunk_moves
+
+    two = {"a": 1, "b": 1}
+    assert plan_chunk_moves([10] * 16, ["a", "b"] * 8, two) == {}
+    moves = plan_chunk_moves([10] * 16, ["a"] * 11 + ["b"] * 5, two)
+    assert len(moves) == 3 and set(moves.values()) == {"b"} and all(c < 11 for c in moves)
+    # shares follow threads: "a" has 2 of 3 threads, so 2/3 of the rows
+    moves = plan_chunk_moves([10] * 12, ["b"] * 12, {"a": 2, "b": 1})
+    assert len(moves) == 8 and set(moves.values()) == {"a"}
+    # uneven chunks: the one move that evens out 100+40 / 20 is the 40-row chunk
+    assert plan_chunk_moves([100, 40, 20], ["a", "a", "b"], two) == {1: "b"}
+    # no move helps a single chunk larger than the share; a lone worker has nothing to even out
+    assert plan_chunk_moves([100, 5], ["a", "b"], two) == {}
+    assert plan_chunk_moves([10, 10], ["a", "a"], {"a": 1}) == {}
+    # chunks on a worker that left count as on no worker (Dask recomputes them anywhere)
+    assert plan_chunk_moves([10, 10, 10], ["gone", "a", "b"], two) == {}
+    # within the tolerance nothing moves
+    assert plan_chunk_moves([51, 49], ["a", "b"], two) == {}
+
+
+def _worker_data_is_shared(keys, dask_worker=None):
+    return all(dask_worker.data[new] is dask_worker.data[old] for new, old in keys if new in dask_worker.data)
+
+
+def test_input_held_by_one_worker_is_balanced_without_copying_what_stays(client):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((16_000, 3))
+    w = rng.uniform(0.5, 2.0, len(X))
+    first = sorted(client.nthreads())[0]
+    Xd = client.persist(da.from_array(X, chunks=(1000, 3)), workers=[first])
+    wd = client.persist(da.from_array(w, chunks=1000), workers=[first])
+    old_keys = [k[0] for k in Xd.__dask_keys__()]
+    data = PersistedData(client, Xd, wd)
+    who_has = client.who_has(data._futures)
+    rows = {}
+    for i, key in enumerate(data._x_keys):
+        (holder,) = who_has[key]
+        rows[holder] = rows.get(holder, 0) + data.chunk_rows[i]
+        (w_holder,) = who_has[data._w_keys[i]]
+        assert w_holder == holder, "weights move with their rows"
+    assert sorted(rows.values()) == [8000, 8000]
+    assert len({addr for addr, _ in data.placement()}) == 2
+    total, weighted, n = data.map_reduce(_sums_chunk, _add_arrays)
+    assert n == len(X)
+    np.testing.assert_allclose([total, weighted], [X.sum(), (w * X[:, 0]).sum()], rtol=1e-12)
+    np.testing.assert_array_equal(data.rows([0, 7999, 8000, 15999]), X[[0, 7999, 8000, 15999]])
+    stayed = [(new, old) for new, old in zip(data._x_keys, old_keys) if first in who_has[new]]
+    assert stayed and all(client.run(_worker_data_is_shared, stayed, workers=[first]).values())

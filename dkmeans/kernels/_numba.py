@@ -147,6 +147,8 @@ def _centroid_pass(width: int, nc: int, indent: str) -> list[str]:
     for b in range(nc):
         lines.append(f"{indent}h{b} = c_half[j + {b}]")
         lines += [f"{indent}c{b}_{q} = CP[j + {b}, {q}]" for q in range(width)]
+        # int32 like the labels: an int64 index made every select work on two halves
+        lines.append(f"{indent}idx{b} = np.int32(j + {b})")
     lines.append(f"{indent}for r in range(m):")
     body = indent + "    "
     lines += [f"{body}x{q} = XT{q}[r]" for q in range(width)]
@@ -156,7 +158,7 @@ def _centroid_pass(width: int, nc: int, indent: str) -> list[str]:
     lines.append(f"{body}bv = best[r]")
     lines.append(f"{body}bi = lab[r]")
     for b in range(nc):
-        lines += [f"{body}if s{b} < bv:", f"{body}    bv = s{b}", f"{body}    bi = j + {b}"]
+        lines += [f"{body}if s{b} < bv:", f"{body}    bv = s{b}", f"{body}    bi = idx{b}"]
     lines += [f"{body}best[r] = bv", f"{body}lab[r] = bi"]
     return lines
 

@@ -469,6 +469,10 @@ def shape_goals(name: str, result: dict, rtol: float) -> dict:
     goals = {}
     if dk is None:
         return goals
+    if dk <= 0:  # the difference of two fit times is below their jitter: no figure to compare
+        goals["measured"] = {"met": False, "why": "dkmeans' difference of fits is not positive (noise): "
+                                                  "rerun with more --repeats and --iters"}
+        return goals
     fast = {p: libs[p]["seconds_per_iter"] for p in FAST_PEERS if "seconds_per_iter" in libs.get(p, {})}
     if fast:
         best = min(fast, key=fast.get)

@@ -17,9 +17,9 @@ left over, are copied element by element.
 the per-row work that follows the assignment (the exact squared distance ``||x - c||^2``
 from the difference, and adding the row to its cluster's float64 sums) on blocks of 16, 8
 or 4 features loaded as vectors. LLVM vectorises the plain loop over the features only
-when ``d`` is at least its vector length, so ``d = 8`` ran element by element. The sums
-come out bit for bit as the element-by-element loop's (the same additions in the same
-order); the distance is summed pairwise within a block.
+when ``d`` is at least its vector length, so ``d = 8`` ran element by element. Unweighted
+sums come out bit for bit as the element-by-element loop's (the same additions in the
+same order); the distance is summed pairwise within a block.
 """
 
 from __future__ import annotations
@@ -117,20 +117,22 @@ def transpose_tile(X, i0, m, XT):  # pragma: no cover - compiled
             XT[f, rr] = X[i0 + rr, f]
 
 
-def _row_block_intrinsic(width: int, add_to_sums: bool):
-    """An intrinsic returning ``sum((X[i, q:q+width] - C[j, q:q+width])**2)``.
+def _row_block_intrinsic(add_to_sums: bool):
+    """An intrinsic returning ``sum((X[i, q:q+B] - C[j, q:q+B])**2)``, ``B`` a literal width (4, 8, 16).
 
-    The squares are summed pairwise, in X's dtype. Arguments ``(X, i, C, j, q)``; with
-    ``add_to_sums`` also ``(sums, w)``, and it does ``sums[j, q:q+width] += w *
-    X[i, q:q+width]`` in float64. ``X`` and ``C`` are 2-D, C-contiguous, of one float
+    The squares are summed pairwise, in X's dtype. Arguments ``(X, i, C, j, q, B)``; with
+    ``add_to_sums`` ``(X, i, C, j, q, sums, w, B)``, and it also does ``sums[j, q:q+B] +=
+    w * X[i, q:q+B]`` in float64. ``X`` and ``C`` are 2-D, C-contiguous, of one float
     dtype, ``sums`` 2-D C-contiguous float64; the caller keeps every index in bounds
     (nothing is checked).
     """
 
-    def typed(X, C, sums=None):
+    def typed(X, C, sums, width):
         arrays = (X, C) if sums is None else (X, C, sums)
         return (
-            all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in arrays)
+            isinstance(width, types.IntegerLiteral)
+            and width.literal_value in (4, 8, 16)
+            and all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in arrays)
             and X.dtype == C.dtype
             and X.dtype in (types.float32, types.float64)
             and (sums is None or sums.dtype == types.float64)
@@ -138,6 +140,7 @@ def _row_block_intrinsic(width: int, add_to_sums: bool):
 
     def codegen(context, builder, signature, args):
         xty, ity, cty, jty, qty = signature.args[:5]
+        width = signature.args[-1].literal_value
         i, j, q = (context.cast(builder, v, ty, types.intp) for v, ty in
                    ((args[1], ity), (args[3], jty), (args[4], qty)))
         vec = ir.VectorType(context.get_data_type(xty.dtype), width)
@@ -163,7 +166,7 @@ def _row_block_intrinsic(width: int, add_to_sums: bool):
             hi = builder.shuffle_vector(sq, sq, ir.Constant(ir.VectorType(int32, n), list(range(n, 2 * n))))
             sq = builder.fadd(lo, hi)
         if add_to_sums:
-            sty, wty = signature.args[5:]
+            sty, wty = signature.args[5:7]
             w = context.cast(builder, args[6], wty, types.float64)
             xd = builder.fpext(x, dvec) if xty.dtype == types.float32 else x
             wv = builder.insert_element(ir.Constant(dvec, ir.Undefined), w, ir.Constant(int32, 0))
@@ -173,59 +176,56 @@ def _row_block_intrinsic(width: int, add_to_sums: bool):
         return builder.extract_element(sq, ir.Constant(int32, 0))
 
     if add_to_sums:
-        def typer(typingctx, X, i, C, j, q, sums, w):
-            return (X.dtype(X, i, C, j, q, sums, w), codegen) if typed(X, C, sums) else None
+        def typer(typingctx, X, i, C, j, q, sums, w, width):
+            return (X.dtype(X, i, C, j, q, sums, w, width), codegen) if typed(X, C, sums, width) else None
     else:
-        def typer(typingctx, X, i, C, j, q):
-            return (X.dtype(X, i, C, j, q), codegen) if typed(X, C) else None
+        def typer(typingctx, X, i, C, j, q, width):
+            return (X.dtype(X, i, C, j, q, width), codegen) if typed(X, C, None, width) else None
 
-    typer.__name__ = f"row_block{width}{'_sums' if add_to_sums else ''}"
+    typer.__name__ = "row_block_sums" if add_to_sums else "row_block"
     return intrinsic(typer)
 
 
-row_block16_sums = _row_block_intrinsic(16, True)
-row_block8_sums = _row_block_intrinsic(8, True)
-row_block4_sums = _row_block_intrinsic(4, True)
-row_block16 = _row_block_intrinsic(16, False)
-row_block8 = _row_block_intrinsic(8, False)
-row_block4 = _row_block_intrinsic(4, False)
+row_block_sums = _row_block_intrinsic(True)
+row_block = _row_block_intrinsic(False)
 
 
-# One loop per block width: a width chosen inside the loop over the rows (a function
-# called per row) ran 5x slower, as LLVM then kept the per-row call and branch.
+# The block width is a compile-time constant of each loop (``numba.literally``): chosen
+# inside the loop over the rows, per row, it ran 5x slower.
+@numba.njit(cache=True, nogil=True)
+def _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width):  # pragma: no cover
+    numba.literally(width)
+    objective = 0.0
+    for i in range(i0, i1):
+        j = labels[i - label_offset]
+        w = weights[i] if has_weights else 1.0
+        s = X.dtype.type(0)
+        for q in range(0, X.shape[1], width):
+            s += row_block_sums(X, i, C, j, q, sums, w, width)
+        counts[j] += w
+        objective += w * np.float64(s)
+    return objective
+
+
+@numba.njit(cache=True, nogil=True)
+def _exact_sq_loop(X, i0, i1, C, labels, out, width):  # pragma: no cover - compiled
+    numba.literally(width)
+    for i in range(i0, i1):
+        s = X.dtype.type(0)
+        for q in range(0, X.shape[1], width):
+            s += row_block(X, i, C, labels[i], q, width)
+        out[i] = s
+
+
 @numba.njit(cache=True, nogil=True)
 def rows_partials_blocked(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts):  # pragma: no cover
     """:func:`dkmeans.kernels._numba.rows_partials` by vector blocks of the features (``d % 4 == 0``)."""
     d = X.shape[1]
-    objective = 0.0
     if d % 16 == 0:
-        for i in range(i0, i1):
-            j = labels[i - label_offset]
-            w = weights[i] if has_weights else 1.0
-            s = X.dtype.type(0)
-            for q in range(0, d, 16):
-                s += row_block16_sums(X, i, C, j, q, sums, w)
-            counts[j] += w
-            objective += w * np.float64(s)
-    elif d % 8 == 0:
-        for i in range(i0, i1):
-            j = labels[i - label_offset]
-            w = weights[i] if has_weights else 1.0
-            s = X.dtype.type(0)
-            for q in range(0, d, 8):
-                s += row_block8_sums(X, i, C, j, q, sums, w)
-            counts[j] += w
-            objective += w * np.float64(s)
-    else:
-        for i in range(i0, i1):
-            j = labels[i - label_offset]
-            w = weights[i] if has_weights else 1.0
-            s = X.dtype.type(0)
-            for q in range(0, d, 4):
-                s += row_block4_sums(X, i, C, j, q, sums, w)
-            counts[j] += w
-            objective += w * np.float64(s)
-    return objective
+        return _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 16)
+    if d % 8 == 0:
+        return _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 8)
+    return _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 4)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -233,20 +233,8 @@ def rows_exact_sq_blocked(X, i0, i1, C, labels, out):  # pragma: no cover - comp
     """:func:`dkmeans.kernels._numba.rows_exact_sq` by vector blocks of the features (``d % 4 == 0``)."""
     d = X.shape[1]
     if d % 16 == 0:
-        for i in range(i0, i1):
-            s = X.dtype.type(0)
-            for q in range(0, d, 16):
-                s += row_block16(X, i, C, labels[i], q)
-            out[i] = s
+        _exact_sq_loop(X, i0, i1, C, labels, out, 16)
     elif d % 8 == 0:
-        for i in range(i0, i1):
-            s = X.dtype.type(0)
-            for q in range(0, d, 8):
-                s += row_block8(X, i, C, labels[i], q)
-            out[i] = s
+        _exact_sq_loop(X, i0, i1, C, labels, out, 8)
     else:
-        for i in range(i0, i1):
-            s = X.dtype.type(0)
-            for q in range(0, d, 4):
-                s += row_block4(X, i, C, labels[i], q)
-            out[i] = s
+        _exact_sq_loop(X, i0, i1, C, labels, out, 4)

@@ -16,8 +16,8 @@ transport of our own, and about 1.5 ms per allreduce on two local workers.
 Anything that stops the ranks from meeting (a worker already busy with other tasks when
 the block starts, a rank that cannot start because its worker became busy, a worker that
 dies, a peer that stops answering for longer than ``dkmeans.spmd-wait``) raises
-:class:`SpmdUnavailable` on the client after the other ranks were told to stop; the caller then runs the same block one graph per pass, which
-Dask makes fault tolerant. Errors raised by the driver itself (bad data) are raised as
+:class:`SpmdUnavailable` on the client after the other ranks were told to stop; the
+caller then runs the same block one graph per pass, which Dask makes fault tolerant. Errors raised by the driver itself (bad data) are raised as
 they are.
 """
 
@@ -217,9 +217,10 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
 
     ``data`` is a :class:`~dkmeans._graph.PersistedData`; ``chunks`` is a
     :class:`RankChunks`. ``on_progress`` receives, on the client and while the ranks run,
-    each record rank 0 passed to ``chunks.comm.report`` (in batches, see :meth:`QueueComm.report`). Warnings raised on rank 0 are
-    raised again here. Rank 0's result comes back through the scheduler (see
-    :meth:`QueueComm.send_result`); the other ranks' return values are dropped.
+    each record rank 0 passed to ``chunks.comm.report`` (they travel in batches, see
+    :meth:`QueueComm.report`). Warnings raised on rank 0 are raised again here. Rank 0's
+    result comes back through the scheduler (see :meth:`QueueComm.send_result`); the other
+    ranks' return values are dropped.
 
     Raises
     ------

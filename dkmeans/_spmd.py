@@ -17,8 +17,8 @@ Anything that stops the ranks from meeting (a worker already busy with other tas
 the block starts, a rank that cannot start because its worker became busy, a worker that
 dies, a peer that stops answering for longer than ``dkmeans.spmd-wait``) raises
 :class:`SpmdUnavailable` on the client after the other ranks were told to stop; the
-caller then runs the same block one graph per pass, which Dask makes fault tolerant. Errors raised by the driver itself (bad data) are raised as
-they are.
+caller then runs the same block one graph per pass, which Dask makes fault tolerant.
+Errors raised by the driver itself (bad data) are raised as they are.
 """
 
 from __future__ import annotations

@@ -236,10 +236,7 @@ def _spread_rows(client, X: da.Array, weights: da.Array | None):
     x_name, w_name = f"dkmeans-rows-{token}", f"dkmeans-weights-{token}"
     x_keys = [k[0] for k in X.__dask_keys__()]
     w_keys = list(weights.__dask_keys__()) if weights is not None else None
-    layers = dict(X.dask.layers) | (dict(weights.dask.layers) if weights is not None else {})
-    deps = dict(X.dask.dependencies) | (dict(weights.dask.dependencies) if weights is not None else {})
-    parents = set(X.__dask_layers__()) | (set(weights.__dask_layers__()) if weights is not None else set())
-    piece_rows, j = [], 0
+    layers, piece_rows, j = {}, [], 0
     for c, r in enumerate(rows):
         for part in np.array_split(np.arange(r), max(1, round(r * n_pieces / n_rows))):
             if not len(part):
@@ -250,16 +247,29 @@ def _spread_rows(client, X: da.Array, weights: da.Array | None):
             if w_keys is not None:
                 tasks[(w_name, j)] = Task((w_name, j), _row_piece, TaskRef(w_keys[c]), start, stop)
             layers[f"{x_name}-{j}"] = MaterializedLayer(tasks, annotations=annotations)
-            deps[f"{x_name}-{j}"] = parents
             piece_rows.append(stop - start)
             j += 1
-    graph = HighLevelGraph(layers, deps)
-    X = da.Array(graph, x_name, (tuple(piece_rows), X.chunks[1]), meta=X._meta)
+    return _persist_layers(client, X, weights, layers, x_name, w_name, tuple(piece_rows))
+
+
+def _persist_layers(client, X: da.Array, weights: da.Array | None, layers: dict, x_name: str, w_name: str,
+                    row_chunks: tuple):
+    """Persist the arrays named ``x_name`` (and ``w_name``) made by ``layers`` from ``X`` (and ``weights``).
+
+    ``layers`` are the new chunks' layers (their worker annotations are the placement);
+    they depend on the layers of ``X`` and ``weights``, so the new chunks keep their lineage.
+    Graph optimisation would drop the annotations, so there is none.
+    """
+    inputs = [X] if weights is None else [X, weights]
+    parents = set().union(*(a.__dask_layers__() for a in inputs))
+    all_layers = {name: layer for a in inputs for name, layer in a.dask.layers.items()} | layers
+    deps = {name: d for a in inputs for name, d in a.dask.dependencies.items()} | dict.fromkeys(layers, parents)
+    graph = HighLevelGraph(all_layers, deps)
+    X = da.Array(graph, x_name, (row_chunks, X.chunks[1]), meta=X._meta)
     if weights is None:
         return client.persist(X, optimize_graph=False), None
-    weights = da.Array(graph, w_name, (tuple(piece_rows),), meta=weights._meta)
-    X, weights = client.persist([X, weights], optimize_graph=False)  # optimisation drops the annotations
-    return X, weights
+    weights = da.Array(graph, w_name, (row_chunks,), meta=weights._meta)
+    return tuple(client.persist([X, weights], optimize_graph=False))
 
 
 #: Input whose rows per worker thread exceed the even share by more than this fraction is
@@ -328,9 +338,7 @@ def _balance_rows(client, X: da.Array, weights: da.Array | None):
     token = uuid.uuid4().hex[:12]
     x_name, w_name = f"dkmeans-balanced-{token}", f"dkmeans-balanced-weights-{token}"
     w_keys = list(weights.__dask_keys__()) if weights is not None else None
-    layers = dict(X.dask.layers) | (dict(weights.dask.layers) if weights is not None else {})
-    deps = dict(X.dask.dependencies) | (dict(weights.dask.dependencies) if weights is not None else {})
-    parents = set(X.__dask_layers__()) | (set(weights.__dask_layers__()) if weights is not None else set())
+    layers = {}
     for c, r in enumerate(rows):
         keys = [((x_name, c, 0), x_keys[c])] + ([((w_name, c), w_keys[c])] if w_keys is not None else [])
         if c in moves:
@@ -340,13 +348,7 @@ def _balance_rows(client, X: da.Array, weights: da.Array | None):
         where = moves.get(c, holders[c])
         annotations = {"workers": [where], "allow_other_workers": True} if where else None
         layers[f"{x_name}-{c}"] = MaterializedLayer(tasks, annotations=annotations)
-        deps[f"{x_name}-{c}"] = parents
-    graph = HighLevelGraph(layers, deps)
-    X = da.Array(graph, x_name, X.chunks, meta=X._meta)
-    if weights is None:
-        return client.persist(X, optimize_graph=False), None
-    weights = da.Array(graph, w_name, weights.chunks, meta=weights._meta)
-    return tuple(client.persist([X, weights], optimize_graph=False))
+    return _persist_layers(client, X, weights, layers, x_name, w_name, tuple(rows))
 
 
 def _second(pair):

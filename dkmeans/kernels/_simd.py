@@ -39,6 +39,15 @@ def _interleave_masks(width: int) -> tuple[list[int], list[int]]:
     return lo, hi
 
 
+def _vector_pointer(context, builder, ty, value, row, col, vty):
+    """Pointer to ``value[row, col]`` (a 2-D array of numba type ``ty``) as a pointer to ``vty``."""
+    arr = context.make_array(ty)(context, builder, value)
+    shape = cgutils.unpack_tuple(builder, arr.shape, 2)
+    strides = cgutils.unpack_tuple(builder, arr.strides, 2)
+    ptr = cgutils.get_item_pointer2(context, builder, arr.data, shape, strides, ty.layout, [row, col])
+    return builder.bitcast(ptr, vty.as_pointer())
+
+
 def _block_intrinsic(width: int):
     """An intrinsic ``(X, r, q, XT, c)`` doing ``XT[q + j, c + i] = X[r + i, q + j]`` for ``i, j < width``.
 
@@ -61,22 +70,17 @@ def _block_intrinsic(width: int):
 
         def codegen(context, builder, signature, args):
             xty, rty, qty, tty, cty = signature.args
-            x_arr = context.make_array(xty)(context, builder, args[0])
-            t_arr = context.make_array(tty)(context, builder, args[3])
             r, q, c = (context.cast(builder, v, ty, types.intp) for v, ty in
                        ((args[1], rty), (args[2], qty), (args[4], cty)))
             intp = context.get_value_type(types.intp)
             vec = ir.VectorType(context.get_data_type(xty.dtype), width)
             align = xty.dtype.bitwidth // 8
 
-            def pointer(arr, ty, row, col):
-                shape = cgutils.unpack_tuple(builder, arr.shape, 2)
-                strides = cgutils.unpack_tuple(builder, arr.strides, 2)
-                ptr = cgutils.get_item_pointer2(context, builder, arr.data, shape, strides, ty.layout, [row, col])
-                return builder.bitcast(ptr, vec.as_pointer())
+            def at(ty, value, row, offset, col):  # a vector at value[row + offset, col:]
+                row = builder.add(row, ir.Constant(intp, offset))
+                return _vector_pointer(context, builder, ty, value, row, col, vec)
 
-            rows = [builder.load(pointer(x_arr, xty, builder.add(r, ir.Constant(intp, i)), q), align=align)
-                    for i in range(width)]
+            rows = [builder.load(at(xty, args[0], r, i, q), align=align) for i in range(width)]
             lo, hi = (ir.Constant(ir.VectorType(ir.IntType(32), width), m) for m in _interleave_masks(width))
             half = width // 2
             for _ in range(rounds):  # after log2(width) rounds, vector j holds column j
@@ -84,7 +88,7 @@ def _block_intrinsic(width: int):
                         for v in (builder.shuffle_vector(rows[i], rows[i + half], lo),
                                   builder.shuffle_vector(rows[i], rows[i + half], hi))]
             for j, v in enumerate(rows):
-                builder.store(v, pointer(t_arr, tty, builder.add(q, ir.Constant(intp, j)), c), align=align)
+                builder.store(v, at(tty, args[3], q, j, c), align=align)
             return context.get_dummy_value()
 
         return types.none(X, r, q, XT, c), codegen
@@ -148,11 +152,7 @@ def _row_block_intrinsic(add_to_sums: bool):
         int32 = ir.IntType(32)
 
         def pointer(ty, value, row, col, vty):
-            arr = context.make_array(ty)(context, builder, value)
-            shape = cgutils.unpack_tuple(builder, arr.shape, 2)
-            strides = cgutils.unpack_tuple(builder, arr.strides, 2)
-            ptr = cgutils.get_item_pointer2(context, builder, arr.data, shape, strides, ty.layout, [row, col])
-            return builder.bitcast(ptr, vty.as_pointer())
+            return _vector_pointer(context, builder, ty, value, row, col, vty)
 
         align = xty.dtype.bitwidth // 8
         x = builder.load(pointer(xty, args[0], i, q, vec), align=align)

@@ -283,7 +283,7 @@ def test_direct_kernel_without_a_cache_directory(monkeypatch):
     """When no directory is writable the generated loop is compiled in memory."""
     numba_mod = pytest.importorskip("dkmeans.kernels._numba")
     monkeypatch.setattr(numba_mod, "_write_source", lambda name, source: None)
-    module = numba_mod._load_source("test_in_memory", numba_mod.direct_source(4, 2))
+    module = numba_mod._load_source("test_in_memory", numba_mod.direct_source(4))
     kernel = module.direct_4
     X = np.random.default_rng(0).normal(size=(50, 3))
     C = X[:5].copy()

@@ -125,18 +125,6 @@ def rows_partials(X, i0, i1, C, labels, label_offset, weights, has_weights, sums
     return objective
 
 
-@numba.njit(cache=True, nogil=True)
-def exact_sq_dist(X, C, labels, out):  # pragma: no cover - compiled
-    """``out[i] = ||X[i] - C[labels[i]]||^2`` (in X's dtype)."""
-    rows_exact_sq(X, 0, X.shape[0], C, labels, out)
-
-
-@numba.njit(cache=True, nogil=True)
-def fused_partials(X, C, labels, weights, has_weights, sums, counts):  # pragma: no cover - compiled
-    """Exact squared distances, float64 per-cluster sums and counts, and the objective, in one pass."""
-    return rows_partials(X, 0, X.shape[0], C, labels, 0, weights, has_weights, sums, counts)
-
-
 # -- generated direct loops ------------------------------------------------------------------
 def direct_source(width: int) -> str:
     """Python source of the direct kernel for ``d <= width`` (see :func:`direct_kernel`)."""

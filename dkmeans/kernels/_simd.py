@@ -147,92 +147,150 @@ def transpose_tile(X, i0, m, XT):  # pragma: no cover - compiled
             XT[f, rr] = X[i0 + rr, f]
 
 
-def _row_block_intrinsic(add_to_sums: bool):
-    """An intrinsic returning ``sum((X[i, q:q+B] - C[j, q:q+B])**2)``, ``B`` a literal width (4, 8, 16).
+@intrinsic
+def row_block(typingctx, X, i, C, j, q, width):
+    """``sum((X[i, q:q+B] - C[j, q:q+B])**2)`` in X's dtype, summed pairwise; ``B`` a literal (4, 8, 16).
 
-    The squares are summed pairwise, in X's dtype. Arguments ``(X, i, C, j, q, B)``; with
-    ``add_to_sums`` ``(X, i, C, j, q, sums, w, B)``, and it also does ``sums[j, q:q+B] +=
-    w * X[i, q:q+B]`` in float64. ``X`` and ``C`` are 2-D, C-contiguous, of one float
-    dtype, ``sums`` 2-D C-contiguous float64; the caller keeps every index in bounds
-    (nothing is checked).
+    ``X`` and ``C`` are 2-D, C-contiguous, of one float dtype; the caller keeps every
+    index in bounds (nothing is checked).
     """
-
-    def typed(X, C, sums, width):
-        arrays = (X, C) if sums is None else (X, C, sums)
-        return (
-            isinstance(width, types.IntegerLiteral)
-            and width.literal_value in (4, 8, 16)
-            and all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in arrays)
-            and X.dtype == C.dtype
-            and X.dtype in (types.float32, types.float64)
-            and (sums is None or sums.dtype == types.float64)
-        )
+    ok = (
+        isinstance(width, types.IntegerLiteral)
+        and width.literal_value in (4, 8, 16)
+        and all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in (X, C))
+        and X.dtype == C.dtype
+        and X.dtype in (types.float32, types.float64)
+    )
+    if not ok:
+        return None
 
     def codegen(context, builder, signature, args):
-        xty, ity, cty, jty, qty = signature.args[:5]
-        width = signature.args[-1].literal_value
+        xty, ity, cty, jty, qty, wty = signature.args
         i, j, q = (context.cast(builder, v, ty, types.intp) for v, ty in
                    ((args[1], ity), (args[3], jty), (args[4], qty)))
-        vec = ir.VectorType(context.get_data_type(xty.dtype), width)
-        dvec = ir.VectorType(ir.DoubleType(), width)
-        int32 = ir.IntType(32)
-
-        def pointer(ty, value, row, col, vty):
-            return _vector_pointer(context, builder, ty, value, row, col, vty)
-
+        vec = ir.VectorType(context.get_data_type(xty.dtype), wty.literal_value)
         align = xty.dtype.bitwidth // 8
-        x = builder.load(pointer(xty, args[0], i, q, vec), align=align)
-        c = builder.load(pointer(cty, args[2], j, q, vec), align=align)
+        x = builder.load(_vector_pointer(context, builder, xty, args[0], i, q, vec), align=align)
+        c = builder.load(_vector_pointer(context, builder, cty, args[2], j, q, vec), align=align)
         diff = builder.fsub(x, c)
-        sq = builder.fmul(diff, diff)
-        n = width
-        while n > 1:  # pairwise: add the upper half onto the lower half
-            n //= 2
-            lo = builder.shuffle_vector(sq, sq, ir.Constant(ir.VectorType(int32, n), list(range(n))))
-            hi = builder.shuffle_vector(sq, sq, ir.Constant(ir.VectorType(int32, n), list(range(n, 2 * n))))
-            sq = builder.fadd(lo, hi)
-        if add_to_sums:
-            sty, wty = signature.args[5:7]
-            w = context.cast(builder, args[6], wty, types.float64)
-            xd = builder.fpext(x, dvec) if xty.dtype == types.float32 else x
-            wv = builder.insert_element(ir.Constant(dvec, ir.Undefined), w, ir.Constant(int32, 0))
-            wv = builder.shuffle_vector(wv, wv, ir.Constant(ir.VectorType(int32, width), [0] * width))
-            target = pointer(sty, args[5], j, q, dvec)
-            builder.store(builder.fadd(builder.load(target, align=8), builder.fmul(xd, wv)), target, align=8)
-        return builder.extract_element(sq, ir.Constant(int32, 0))
+        return _pairwise_sum(builder, builder.fmul(diff, diff))
 
-    if add_to_sums:
-        def typer(typingctx, X, i, C, j, q, sums, w, width):
-            return (X.dtype(X, i, C, j, q, sums, w, width), codegen) if typed(X, C, sums, width) else None
-    else:
-        def typer(typingctx, X, i, C, j, q, width):
-            return (X.dtype(X, i, C, j, q, width), codegen) if typed(X, C, None, width) else None
-
-    typer.__name__ = "row_block_sums" if add_to_sums else "row_block"
-    return intrinsic(typer)
+    return X.dtype(X, i, C, j, q, width), codegen
 
 
-row_block_sums = _row_block_intrinsic(True)
-row_block = _row_block_intrinsic(False)
+def _pairwise_sum(builder, v):
+    """Sum of the lanes of vector ``v``: the upper half added onto the lower half, repeatedly."""
+    int32 = ir.IntType(32)
+    n = v.type.count
+    while n > 1:
+        n //= 2
+        lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(int32, n), list(range(n))))
+        hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(int32, n), list(range(n, 2 * n))))
+        v = builder.fadd(lo, hi)
+    return builder.extract_element(v, ir.Constant(int32, 0))
+
+
+def _fold_half(builder, v):
+    """The upper half of the lanes of ``v`` added onto the lower half."""
+    int32 = ir.IntType(32)
+    n = v.type.count // 2
+    lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(int32, n), list(range(n))))
+    hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(int32, n), list(range(n, 2 * n))))
+    return builder.fadd(lo, hi)
+
+
+def _item_pointer(context, builder, ty, value, index):
+    """Pointer to ``value[index]`` of a 1-D array of numba type ``ty``."""
+    arr = context.make_array(ty)(context, builder, value)
+    shape = cgutils.unpack_tuple(builder, arr.shape, 1)
+    strides = cgutils.unpack_tuple(builder, arr.strides, 1)
+    return cgutils.get_item_pointer2(context, builder, arr.data, shape, strides, ty.layout, [index])
+
+
+@intrinsic
+def partials_rows(typingctx, X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width):
+    """Fold rows ``i0 <= i < i1`` into ``sums`` and ``counts``; return their objective (float64).
+
+    Row ``i`` (label ``j = labels[i - label_offset]``, weight ``w = weights[i]`` when
+    ``has_weights`` else 1) adds ``w * X[i]`` to ``sums[j]`` (float64) and ``w`` to
+    ``counts[j]``. Its squared distance takes ``X[i] - C[j]`` and its squares in X's
+    dtype and sums them in float64. Features go by vector blocks of ``width`` (a literal
+    dividing ``d``). The squares accumulate lane by lane over the rows and are summed
+    across the lanes once at the end: no per-row horizontal sum and no chain of scalar
+    additions. ``X``, ``C`` and ``sums`` are 2-D C-contiguous; nothing is bounds-checked.
+    """
+    ok = (
+        isinstance(width, types.IntegerLiteral)
+        and width.literal_value in (4, 8, 16)
+        and all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in (X, C, sums))
+        and all(isinstance(a, types.Array) and a.ndim == 1 for a in (labels, weights, counts))
+        and X.dtype == C.dtype
+        and X.dtype in (types.float32, types.float64)
+        and isinstance(labels.dtype, types.Integer)
+        and weights.dtype == sums.dtype == counts.dtype == types.float64
+        and isinstance(has_weights, types.Boolean)
+    )
+    if not ok:
+        return None
+
+    def codegen(context, builder, signature, args):
+        xty, i0ty, i1ty, cty, lty, oty, wty, _, sty, nty, bty = signature.args
+        X, i0, i1, C, labels, offset, weights, has_weights, sums, counts, _ = args
+        intp = context.get_value_type(types.intp)
+        f64 = ir.DoubleType()
+        vec = ir.VectorType(context.get_data_type(xty.dtype), bty.literal_value)
+        dvec = ir.VectorType(f64, vec.count)
+        align = xty.dtype.bitwidth // 8
+        i0, i1, offset = (context.cast(builder, v, ty, types.intp) for v, ty in
+                          ((i0, i0ty), (i1, i1ty), (offset, oty)))
+        d = cgutils.unpack_tuple(builder, context.make_array(xty)(context, builder, X).shape, 2)[1]
+        hvec = ir.VectorType(f64, vec.count // 2) if xty.dtype == types.float32 else dvec
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(hvec, 0.0)) for _ in range(2)]
+
+        def row(i, acc, w):  # fold row i in, its squared distance into the lane-wise ``acc``
+            j = builder.load(_item_pointer(context, builder, lty, labels, builder.sub(i, offset)))
+            j = context.cast(builder, j, lty.dtype, types.intp)
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), d, ir.Constant(intp, vec.count)) as (q, _):
+                x = builder.load(_vector_pointer(context, builder, xty, X, i, q, vec), align=align)
+                c = builder.load(_vector_pointer(context, builder, cty, C, j, q, vec), align=align)
+                diff = builder.fsub(x, c)
+                sq = builder.fmul(diff, diff)
+                if xty.dtype == types.float32:  # one addition in float32 halves the conversions
+                    sq, x = builder.fpext(_fold_half(builder, sq), hvec), builder.fpext(x, dvec)
+                builder.store(builder.fadd(builder.load(acc), builder.fmul(_splat(builder, w, hvec), sq)), acc)
+                target = _vector_pointer(context, builder, sty, sums, j, q, dvec)
+                added = builder.fmul(x, _splat(builder, w, dvec))  # folded away when w is the constant 1
+                builder.store(builder.fadd(builder.load(target, align=8), added), target, align=8)
+            count = _item_pointer(context, builder, nty, counts, j)
+            builder.store(builder.fadd(builder.load(count), w), count)
+
+        def rows(weighted):  # two rows per step, into two accumulators: two independent chains
+            def weight(i):
+                if not weighted:
+                    return ir.Constant(f64, 1.0)
+                return builder.load(_item_pointer(context, builder, wty, weights, i))
+
+            odd = builder.srem(builder.sub(i1, i0), ir.Constant(intp, 2))
+            pairs_end = builder.sub(i1, odd)
+            with cgutils.for_range_slice(builder, i0, pairs_end, ir.Constant(intp, 2)) as (i, _):
+                row(i, accs[0], weight(i))
+                i_next = builder.add(i, ir.Constant(intp, 1))
+                row(i_next, accs[1], weight(i_next))
+            with cgutils.for_range_slice(builder, pairs_end, i1, ir.Constant(intp, 1)) as (i, _):
+                row(i, accs[0], weight(i))
+
+        with builder.if_else(has_weights) as (weighted, plain):
+            with weighted:
+                rows(True)
+            with plain:
+                rows(False)
+        return _pairwise_sum(builder, builder.fadd(builder.load(accs[0]), builder.load(accs[1])))
+
+    return types.float64(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width), codegen
 
 
 # The block width is a compile-time constant of each loop (``numba.literally``): chosen
 # inside the loop over the rows, per row, it ran 5x slower.
-@numba.njit(cache=True, nogil=True)
-def _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width):  # pragma: no cover
-    numba.literally(width)
-    objective = 0.0
-    for i in range(i0, i1):
-        j = labels[i - label_offset]
-        w = weights[i] if has_weights else 1.0
-        s = X.dtype.type(0)
-        for q in range(0, X.shape[1], width):
-            s += row_block_sums(X, i, C, j, q, sums, w, width)
-        counts[j] += w
-        objective += w * np.float64(s)
-    return objective
-
-
 @numba.njit(cache=True, nogil=True)
 def _exact_sq_loop(X, i0, i1, C, labels, out, width):  # pragma: no cover - compiled
     numba.literally(width)
@@ -248,10 +306,10 @@ def rows_partials_blocked(X, i0, i1, C, labels, label_offset, weights, has_weigh
     """:func:`dkmeans.kernels._numba.rows_partials` by vector blocks of the features (``d % 4 == 0``)."""
     d = X.shape[1]
     if d % 16 == 0:
-        return _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 16)
+        return partials_rows(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 16)
     if d % 8 == 0:
-        return _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 8)
-    return _partials_loop(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 4)
+        return partials_rows(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 8)
+    return partials_rows(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 4)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -132,7 +132,7 @@ def direct_source(width: int) -> str:
 import numba
 import numpy as np
 from dkmeans.kernels._numba import rows_exact_sq, rows_partials
-from dkmeans.kernels._simd import VECTOR_BYTES, nearest_block, transpose_tile
+from dkmeans.kernels._simd import VECTOR_BYTES, nearest_block, prefetch, transpose_tile
 
 
 @numba.njit(cache=True, nogil=True)
@@ -146,10 +146,17 @@ def direct_{width}(X, C, c_half, T, labels, min_sq, weights, has_weights, sums, 
     CP[:, :d] = C
     lab = np.empty(XT.shape[1], np.int32)
     objective = 0.0
+    blocks = (T + L - 1) // L
+    share = (T * d + blocks - 1) // blocks  # elements of the next tile to prefetch per block
     for i0 in range(0, n, T):
         m = min(T, n - i0)
         transpose_tile(X, i0, m, XT)
+        # the next tile comes from memory while this one is computed
+        ahead = (i0 + T) * d
+        ahead_end = min(n, i0 + 2 * T) * d
         for r in range(0, m, L):
+            prefetch(X, ahead, min(ahead + share, ahead_end))
+            ahead += share
             nearest_block(XT, r, CP, c_half, lab, {width})
         if mode == 2:  # the tile's labels are all the partials need
             objective += rows_partials(X, i0, i0 + m, C, lab, i0, weights, has_weights, sums, counts)

@@ -407,3 +407,39 @@ def nearest_block(typingctx, XT, r, CP, c_half, lab, width):
         return context.get_dummy_value()
 
     return types.none(XT, r, CP, c_half, lab, width), codegen
+
+
+#: Locality hint of :func:`prefetch` (``llvm.prefetch``: 3 keeps the lines in every cache
+#: level, 2 in L2 and beyond).
+PREFETCH_LOCALITY = 3
+
+
+@intrinsic
+def prefetch(typingctx, X, start, stop):
+    """Ask the CPU to fetch the cache lines of flat elements ``start <= i < stop`` of ``X``.
+
+    ``X`` is C-contiguous. A hint only: nothing is read into a register, and addresses
+    are not checked (``stop <= start`` does nothing). The direct loops fetch the next tile
+    while they compute the current one, which no hardware prefetcher does across a gap
+    that long without loads.
+    """
+    if not (isinstance(X, types.Array) and X.layout == "C"):
+        return None
+
+    def codegen(context, builder, signature, args):
+        xty, sty, ety = signature.args
+        intp = context.get_value_type(types.intp)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        itemsize = ir.Constant(intp, xty.dtype.bitwidth // 8)
+        data = builder.bitcast(context.make_array(xty)(context, builder, args[0]).data, i8p)
+        start = builder.mul(context.cast(builder, args[1], sty, types.intp), itemsize)
+        stop = builder.mul(context.cast(builder, args[2], ety, types.intp), itemsize)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        hint = [ir.Constant(i32, 0), ir.Constant(i32, PREFETCH_LOCALITY), ir.Constant(i32, 1)]  # read, data
+        with cgutils.for_range_slice(builder, start, stop, ir.Constant(intp, 64)) as (offset, _):
+            builder.call(fn, [builder.gep(data, [offset])] + hint)
+        return context.get_dummy_value()
+
+    return types.none(X, start, stop), codegen

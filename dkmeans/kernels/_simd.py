@@ -19,7 +19,16 @@ from the difference, and adding the row to its cluster's float64 sums) on blocks
 or 4 features loaded as vectors. LLVM vectorises the plain loop over the features only
 when ``d`` is at least its vector length, so ``d = 8`` ran element by element. Unweighted
 sums come out bit for bit as the element-by-element loop's (the same additions in the
-same order); the distance is summed pairwise within a block.
+same order). :func:`partials_rows` runs the whole loop over the rows: the squares are
+summed lane by lane in float64 over the rows, in two alternating accumulators, and across
+the lanes once per call. (A per-row horizontal sum and one chain of scalar additions cost
+a quarter of its time. Sorting a tile's rows by cluster first, so that the sums gather in
+registers, was slower.) :func:`rows_exact_sq_blocked` sums each row's squares pairwise
+within a block.
+
+**On AVX2** (16 vector registers) the rows of :func:`nearest_block` for ``d`` of 13 to 16
+no longer all fit in registers; compiled for that target on this machine, it measured
+about 5% slower than the earlier plain loop there, and faster for smaller ``d``.
 
 **Nearest centroid of a block of rows.** :func:`nearest_block` keeps one vector register of
 rows per feature (a block of ``VECTOR_BYTES`` worth of rows of the transposed tile) for

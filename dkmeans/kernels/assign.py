@@ -8,8 +8,8 @@ does not suffer the cancellation of the expanded form. Work is tiled over rows a
 over centroids so that one call's scratch memory is bounded whatever ``k`` is.
 
 NumPy float32/float64 arrays take a compiled path (numba, :mod:`._numba`), chosen per
-shape: for ``d <= 16`` a direct loop that computes the distances of a tile of rows to
-four centroids at a time in registers (no BLAS, no ``n x k`` buffer); above, BLAS
+shape: for ``d <= 16`` a direct loop that keeps a vector of rows per feature in registers
+and streams every centroid past them (no BLAS, no ``n x k`` buffer); above, BLAS
 ``C_block @ X_tile.T`` into a buffer of about ``BLAS_BLOCK_BYTES`` (cache-sized) and a
 compiled running argmin. Either way the exact distances, or the float64 sums, counts and
 objective, are computed per tile while its rows are in cache. The compiled loops are

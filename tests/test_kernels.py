@@ -255,6 +255,32 @@ def test_exact_ties_go_to_lowest_index_in_every_position(d, dtype):
     assert not p.counts[[2, 4, 6, 8]].any()  # the later copies never win
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block_bytes", [1, 2**30])
+def test_streamed_kernel_over_centroid_blocks(monkeypatch, dtype, block_bytes):
+    """d > 16: centroids packed in groups of 8 and, with a 1-byte budget, taken one group at a
+    time, the running minimum carried from block to block; a tie across blocks goes to the
+    lowest index and the padding of the last group is never chosen."""
+    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.assign"), "STREAM_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(700, 20)).astype(dtype)
+    C = rng.normal(size=(37, 20)).astype(dtype)
+    C[30] = C[3]  # groups 0 and 3
+    X[:5] = C[3]
+    X[5:9] = 0  # nearer to the zero padding (centroids 37..39) than to any centroid
+    C += 3 * np.sign(C)
+    X[:5] = C[3]
+    D = brute_sq(X, C)
+    labels, d2 = assign(X, C)
+    np.testing.assert_array_equal(labels, D.argmin(1))
+    assert (labels[:5] == 3).all() and (labels < 37).all()
+    lab, dmin, sums, counts, obj = _brute_partials(X, C)
+    p = assign_partials(X, C)
+    np.testing.assert_allclose(p.sums, sums, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(p.counts, counts)
+    np.testing.assert_allclose(float(p.objective), obj, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
 def test_non_contiguous_and_mixed_dtype_input():
     rng = np.random.default_rng(2)
     X = np.asfortranarray(rng.normal(size=(300, 12)).astype(np.float32))

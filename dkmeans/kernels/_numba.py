@@ -40,7 +40,16 @@ import numba
 import numpy as np
 
 from dkmeans.kernels import _simd
-from dkmeans.kernels._simd import rows_exact_sq_blocked, rows_partials_blocked
+from dkmeans.kernels._simd import (
+    STREAM_GROUP,
+    STREAM_ROW_VECTORS,
+    VECTOR_BYTES,
+    nearest_block_streamed,
+    prefetch,
+    rows_exact_sq_blocked,
+    rows_partials_blocked,
+    transpose_tile,
+)
 
 #: Feature widths of the generated direct loops: ``d`` is padded with zeros up to the
 #: smallest width that holds it. ``d`` above the largest width uses BLAS.
@@ -124,6 +133,56 @@ def rows_partials(X, i0, i1, C, labels, label_offset, weights, has_weights, sums
                 srow[f] += np.float64(x[f])
             counts[j] += 1.0
             objective += np.float64(s)
+    return objective
+
+
+@numba.njit(cache=True, nogil=True)
+def streamed_kernel(X, C, c_half, T, block_groups, labels, min_sq, weights, has_weights, sums, counts, mode):  # pragma: no cover
+    """The direct kernel for any ``d`` (see :func:`direct_kernel` for the other arguments).
+
+    The centroids are packed by groups of ``STREAM_GROUP`` (:func:`._simd.nearest_block_streamed`),
+    padded with halved norms of ``+inf``, and taken ``block_groups`` groups at a time; each
+    tile of rows is transposed once and every block of rows goes past each block of
+    centroids, the running minimum kept per row between blocks.
+    """
+    n, d = X.shape
+    k = C.shape[0]
+    G = STREAM_GROUP
+    groups = (k + G - 1) // G
+    CG = np.zeros((groups, d, G), X.dtype)
+    h = np.full(groups * G, np.inf, X.dtype)
+    for j in range(k):
+        h[j] = c_half[j]
+        for q in range(d):
+            CG[j // G, q, j % G] = C[j, q]
+    B = STREAM_ROW_VECTORS * (VECTOR_BYTES // X.itemsize)
+    width = (T + B - 1) // B * B  # whole blocks of rows: the columns past a short last tile hold finite leftovers
+    XT = np.zeros((d, width), X.dtype)
+    best = np.empty(width, X.dtype)
+    lab = np.empty(width, np.int32)
+    blocks = width // B
+    share = (T * d + blocks - 1) // blocks  # elements of the next tile to prefetch per block of rows
+    objective = 0.0
+    for i0 in range(0, n, T):
+        m = min(T, n - i0)
+        transpose_tile(X, i0, m, XT)
+        best[:] = np.inf
+        lab[:] = 0
+        ahead = (i0 + T) * d
+        ahead_end = min(n, i0 + 2 * T) * d
+        for g0 in range(0, groups, block_groups):
+            g1 = min(groups, g0 + block_groups)
+            for r in range(0, m, B):
+                if g0 == 0:
+                    prefetch(X, ahead, min(ahead + share, ahead_end))
+                    ahead += share
+                nearest_block_streamed(XT, r, CG, h, g0, g1, best, lab)
+        if mode == 2:  # the tile's labels are all the partials need
+            objective += rows_partials(X, i0, i0 + m, C, lab, i0, weights, has_weights, sums, counts)
+            continue
+        labels[i0:i0 + m] = lab[:m]
+        if mode == 1:
+            rows_exact_sq(X, i0, i0 + m, C, labels, min_sq)
     return objective
 
 

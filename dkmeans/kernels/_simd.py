@@ -452,3 +452,91 @@ def prefetch(typingctx, X, start, stop):
         return context.get_dummy_value()
 
     return types.none(X, start, stop), codegen
+
+
+#: Centroids per group of :func:`nearest_block_streamed` (``CG``'s last axis).
+STREAM_GROUP = 8
+#: Vectors of rows per call of :func:`nearest_block_streamed`: with 32 vector registers
+#: (AVX-512) two, so that each broadcast centroid coordinate feeds two multiply-adds.
+STREAM_ROW_VECTORS = 2 if VECTOR_BYTES == 64 else 1
+
+
+@intrinsic
+def nearest_block_streamed(typingctx, XT, r, CG, h_pad, g0, g1, best, lab):
+    """:func:`nearest_block` for any ``d``, the rows streamed from ``XT`` feature by feature.
+
+    Handles ``R = STREAM_ROW_VECTORS`` vectors of ``L`` rows from column ``r`` of ``XT``
+    (d, >= r + R L) against the centroid groups ``g0 <= g < g1``. ``CG`` (groups, d,
+    STREAM_GROUP) holds the centroids by groups, one group's coordinates of a feature side
+    by side; ``h_pad`` (groups * STREAM_GROUP,) their halved squared norms, ``+inf`` for
+    the padding past ``k`` (never chosen). For each group the ``R x STREAM_GROUP`` dot
+    products accumulate in registers over the features (each a chain of multiply-adds in
+    feature order), then are compared in centroid order with the running minimum
+    ``best[r:r + R L]`` and its label ``lab[r:r + R L]`` (read first, written back; strict
+    ``<``, so ties go to the lowest index). All C-contiguous, one float dtype, ``lab``
+    int32; nothing is bounds-checked.
+    """
+    arrays = (XT, CG, h_pad, best, lab)
+    ok = (
+        all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
+        and XT.ndim == 2 and CG.ndim == 3 and h_pad.ndim == best.ndim == lab.ndim == 1
+        and XT.dtype == CG.dtype == h_pad.dtype == best.dtype
+        and XT.dtype in (types.float32, types.float64)
+        and lab.dtype == types.int32
+    )
+    if not ok:
+        return None
+
+    def codegen(context, builder, signature, args):
+        tty, rty, gty, hty, g0ty, g1ty, bty, lty = signature.args
+        itemsize = tty.dtype.bitwidth // 8
+        vec = ir.VectorType(context.get_data_type(tty.dtype), VECTOR_BYTES // itemsize)
+        ivec = ir.VectorType(ir.IntType(32), vec.count)
+        intp = context.get_value_type(types.intp)
+        G, R = STREAM_GROUP, STREAM_ROW_VECTORS
+        r, g0, g1 = (context.cast(builder, v, ty, types.intp) for v, ty in
+                     ((args[1], rty), (args[4], g0ty), (args[5], g1ty)))
+        d = cgutils.unpack_tuple(builder, context.make_array(tty)(context, builder, args[0]).shape, 2)[0]
+        cdata = context.make_array(gty)(context, builder, args[2]).data
+        hdata = context.make_array(hty)(context, builder, args[3]).data
+        columns = [builder.add(r, ir.Constant(intp, rho * vec.count)) for rho in range(R)]
+        bdata = context.make_array(bty)(context, builder, args[6]).data
+        ldata = context.make_array(lty)(context, builder, args[7]).data
+        best_ptrs = [builder.bitcast(builder.gep(bdata, [col]), vec.as_pointer()) for col in columns]
+        label_ptrs = [builder.bitcast(builder.gep(ldata, [col]), ivec.as_pointer()) for col in columns]
+        best = [cgutils.alloca_once(builder, vec) for _ in range(R)]
+        label = [cgutils.alloca_once(builder, ivec) for _ in range(R)]
+        for rho in range(R):
+            builder.store(builder.load(best_ptrs[rho], align=itemsize), best[rho])
+            builder.store(builder.load(label_ptrs[rho], align=4), label[rho])
+        accs = [[cgutils.alloca_once(builder, vec) for _ in range(G)] for _ in range(R)]
+        with cgutils.for_range_slice(builder, g0, g1, ir.Constant(intp, 1)) as (g, _):
+            for row_accs in accs:
+                for acc in row_accs:
+                    builder.store(ir.Constant(vec, 0.0), acc)
+            group_base = builder.mul(g, builder.mul(d, ir.Constant(intp, G)))
+            with cgutils.for_range(builder, d) as feature_loop:
+                q = feature_loop.index
+                xs = [builder.load(_vector_pointer(context, builder, tty, args[0], q, col, vec), align=itemsize)
+                      for col in columns]
+                base = builder.add(group_base, builder.mul(q, ir.Constant(intp, G)))
+                for b in range(G):
+                    c = _splat(builder, builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))])), vec)
+                    for rho in range(R):
+                        builder.store(_fma(builder, xs[rho], c, builder.load(accs[rho][b])), accs[rho][b])
+            for b in range(G):
+                j = builder.add(builder.mul(g, ir.Constant(intp, G)), ir.Constant(intp, b))
+                h = _splat(builder, builder.load(builder.gep(hdata, [j])), vec)
+                jv = _splat(builder, builder.trunc(j, ir.IntType(32)), ivec)
+                for rho in range(R):
+                    s = builder.fsub(h, builder.load(accs[rho][b]))
+                    bv = builder.load(best[rho])
+                    less = builder.fcmp_ordered("<", s, bv)
+                    builder.store(builder.select(less, s, bv), best[rho])
+                    builder.store(builder.select(less, jv, builder.load(label[rho])), label[rho])
+        for rho in range(R):
+            builder.store(builder.load(best[rho]), best_ptrs[rho], align=itemsize)
+            builder.store(builder.load(label[rho]), label_ptrs[rho], align=4)
+        return context.get_dummy_value()
+
+    return types.none(XT, r, CG, h_pad, g0, g1, best, lab), codegen

@@ -51,15 +51,25 @@ BLAS_BLOCK_BYTES = 2 * 2**20
 BLAS_TILE_ROWS = (64, 512)
 #: Compiled direct path: rows per tile (the transposed tile is ``width x rows``).
 DIRECT_TILE_ROWS = 256
+#: Compiled direct path for ``d > 16`` (the streamed kernel): the transposed tile is kept
+#: to about this many bytes, within these row bounds.
+STREAM_TILE_BYTES = 128 * 2**10
+STREAM_TILE_ROWS = (32, 256)
+#: ``d > 16``: the streamed kernel from this many centroids on (it computes whole groups
+#: of 8), BLAS below (faster for 1 or 2 centroids).
+STREAM_MIN_CENTROIDS = 3
+#: Streamed kernel: bytes of packed centroids one pass over a tile's rows takes (they stay
+#: in the L2 cache while every block of rows goes past them).
+STREAM_BLOCK_BYTES = 256 * 2**10
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _compiled_engine(xp, X) -> str | None:
+def _compiled_engine(xp, X, k: int) -> str | None:
     """"direct", "blas", or None (namespace code) for the rows ``X``."""
     if ENGINE == "xp" or _compiled is None or xp is not np or X.dtype not in _FLOATS:
         return None
-    if ENGINE == "auto" and _compiled.direct_width(X.shape[1]) is not None:
+    if ENGINE == "auto" and (_compiled.direct_width(X.shape[1]) is not None or k >= STREAM_MIN_CENTROIDS):
         return "direct"
     return "blas"
 
@@ -140,7 +150,8 @@ def _compiled_tiles(engine: str, n: int, k: int, d: int, itemsize: int, scratch_
     """Row tile and centroid block of a compiled path (within ``scratch_bytes``)."""
     budget_rows, block = plan_tiles(n, k, d, itemsize, scratch_bytes)
     if engine == "direct":
-        return max(1, min(DIRECT_TILE_ROWS, budget_rows, n)), k
+        rows = DIRECT_TILE_ROWS if d <= 16 else max(STREAM_TILE_ROWS[0], min(STREAM_TILE_ROWS[1], STREAM_TILE_BYTES // (d * itemsize)))
+        return max(1, min(rows, budget_rows, n)), k
     lo, hi = BLAS_TILE_ROWS
     cache_rows = max(lo, min(hi, BLAS_BLOCK_BYTES // (block * itemsize)))
     return max(1, min(cache_rows, budget_rows, n)), block
@@ -164,8 +175,14 @@ def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
     c_half = 0.5 * np.einsum("ij,ij->i", C, C)
     tile, block = _compiled_tiles(engine, n, k, d, X.dtype.itemsize, scratch_bytes)
     if engine == "direct":
-        kernel = _compiled.direct_kernel(_compiled.direct_width(d))
-        objective = kernel(X, C, c_half, tile, labels, min_sq, w, has_w, sums, counts, mode)
+        width = _compiled.direct_width(d)
+        if width is None:
+            group_bytes = d * _compiled.STREAM_GROUP * X.dtype.itemsize
+            groups = max(1, STREAM_BLOCK_BYTES // group_bytes)
+            objective = _compiled.streamed_kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, mode)
+        else:
+            kernel = _compiled.direct_kernel(width)
+            objective = kernel(X, C, c_half, tile, labels, min_sq, w, has_w, sums, counts, mode)
         return labels, min_sq, sums, counts, objective
     best = np.empty(tile, dtype=X.dtype)
     buf = np.empty(block * tile, dtype=X.dtype)
@@ -194,7 +211,7 @@ def _nearest_labels(xp, X, C, scratch_bytes):
     k = C.shape[0]
     if n == 0:
         return xp.empty(0, dtype=xp.int32)
-    engine = _compiled_engine(xp, X)
+    engine = _compiled_engine(xp, X, C.shape[0])
     if engine is not None:
         X = np.ascontiguousarray(X)
         return _run_compiled(engine, X, np.ascontiguousarray(C, dtype=X.dtype), 0, None, scratch_bytes)[0]
@@ -232,7 +249,7 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
         return _cuda.assign_cuda(X, C, scratch_bytes=scratch_bytes)
     n, d = X.shape
     C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
-    engine = _compiled_engine(xp, X)
+    engine = _compiled_engine(xp, X, C.shape[0])
     if engine is not None and n > 0:
         labels, min_sq, *_ = _run_compiled(engine, np.ascontiguousarray(X), C, 1, None, scratch_bytes)
         return labels, min_sq
@@ -274,7 +291,7 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
         zeros = xp.zeros(k, dtype=xp.float64)
         return Partials(xp.zeros((k, d), dtype=xp.float64), zeros, xp.zeros((), dtype=xp.float64))
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
-    engine = _compiled_engine(xp, X)
+    engine = _compiled_engine(xp, X, C.shape[0])
     if engine is not None:
         X = np.ascontiguousarray(X)
         C = np.ascontiguousarray(C, dtype=X.dtype)

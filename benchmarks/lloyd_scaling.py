@@ -8,6 +8,9 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
   (the data of ``lloyd.py``, 16 chunks); the ratio float64 / float32 (issue 4: <= 2.2).
 * ``workers``: seconds per iteration on 1 worker and on 2 workers, ``tall`` and ``wide``
   float32; the speedup (issue 4: >= 1.7).
+* ``kernels``: ``assign_partials`` alone (no Dask, one thread) on one worker's share of
+  ``tall``, ``wide`` and ``manyk`` (half the rows), with the kernel chosen per shape and with
+  BLAS plus the compiled argmin (``dkmeans.kernels.assign.ENGINE = "blas"``).
 * ``memory``: resident memory of each worker, sampled every 2 ms by a thread in the
   worker, on ``tall``, ``wide``, ``manyk`` and ``manyk`` with k=8192 (data generated on
   the workers, 16 chunks; a fresh cluster per case, warmed up on a tiny array): the peak
@@ -67,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lloyd import SHAPES, dkmeans_source, fmt_load, library_versions, make_data, persist_chunks, wait_for_load  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lloyd_scaling.json"
-PARTS = ("dtype", "workers", "contention", "memory", "fixed", "n", "k")
+PARTS = ("dtype", "workers", "contention", "kernels", "memory", "fixed", "n", "k")
 N_CHUNKS = 16
 
 
@@ -301,6 +304,42 @@ def part_contention(args, repeats: int = 15) -> dict:
             "speedup_cap": 2 * alone[0] / max(both)}
 
 
+def part_kernels(args, repeats: int = 7) -> dict:
+    """One worker's share of tall, wide and manyk, one thread, no Dask: ``assign_partials``
+    with the kernel chosen per shape against BLAS plus the compiled argmin (``ENGINE``)."""
+    import importlib
+
+    from threadpoolctl import threadpool_limits
+
+    from dkmeans.kernels import assign_partials
+
+    assign_mod = importlib.import_module("dkmeans.kernels.assign")
+    rng = np.random.default_rng(0)
+    out = {}
+    with threadpool_limits(1):
+        for name in ("tall", "wide", "manyk"):
+            n, d, k = SHAPES[name]
+            X = rng.standard_normal((n // 2, d)).astype(np.float32)
+            C = X[rng.choice(len(X), k, replace=False)].copy()
+            print(f"[kernels] {name} ...", file=sys.stderr, flush=True)
+            times = {}
+            for engine in ("auto", "blas"):
+                assign_mod.ENGINE = engine
+                try:
+                    assign_partials(X, C)  # warm-up (compiles once)
+                    runs = []
+                    for _ in range(repeats):
+                        t0 = time.perf_counter()
+                        assign_partials(X, C)
+                        runs.append(time.perf_counter() - t0)
+                finally:
+                    assign_mod.ENGINE = "auto"
+                times[engine] = statistics.median(runs)
+            out[name] = {"rows": n // 2, "d": d, "k": k, "auto_s": times["auto"], "blas_s": times["blas"],
+                         "blas_over_auto": times["blas"] / times["auto"]}
+    return out
+
+
 def part_memory(args) -> dict:
     """Per case a fresh 2-worker cluster: warm-up on a tiny array, then two sampled runs.
 
@@ -460,6 +499,12 @@ def report_text(res: dict) -> str:
                   f"{r['alone_s'] * 1e3:.1f} ms; two threads at once {r['two_at_once_s'][0] * 1e3:.1f} and "
                   f"{r['two_at_once_s'][1] * 1e3:.1f} ms: slowdown {r['slowdown']:.2f}, so two workers can be at "
                   f"most {r['speedup_cap']:.2f}x faster than one here"]
+    if "kernels" in res:
+        lines += ["", "One worker's share, one thread, no Dask: assign_partials (ms)", "",
+                  "| shape | rows x d, k | kernel chosen | BLAS + argmin | BLAS / chosen |", "|---|---|---:|---:|---:|"]
+        for name, r in res["kernels"].items():
+            lines.append(f"| {name} | {r['rows']:,} x {r['d']}, k={r['k']} | {r['auto_s'] * 1e3:.1f} | "
+                         f"{r['blas_s'] * 1e3:.1f} | {r['blas_over_auto']:.2f} |")
     if "memory" in res:
         mib = 2**20
         lines += ["", "Worker memory (MiB, 2 workers): increase = peak resident memory during the run - resident "

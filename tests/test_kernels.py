@@ -305,17 +305,18 @@ def test_compiled_paths_agree_with_each_other(monkeypatch):
     np.testing.assert_allclose(out["auto"][1].sums, out["blas"][1].sums, rtol=1e-12)
 
 
-def test_direct_kernel_without_a_cache_directory(monkeypatch):
+@pytest.mark.parametrize("width, d", [(4, 3), (None, 21)])
+def test_direct_kernel_without_a_cache_directory(monkeypatch, width, d):
     """When no directory is writable the generated loop is compiled in memory."""
     numba_mod = pytest.importorskip("dkmeans.kernels._numba")
     monkeypatch.setattr(numba_mod, "_write_source", lambda name, source: None)
-    module = numba_mod._load_source("test_in_memory", numba_mod.direct_source(4))
-    kernel = module.direct_4
-    X = np.random.default_rng(0).normal(size=(50, 3))
+    module = numba_mod._load_source(f"test_in_memory_{width}", numba_mod.direct_source(width))
+    kernel = getattr(module, f"direct_{width or 'streamed'}")
+    X = np.random.default_rng(0).normal(size=(50, d))
     C = X[:5].copy()
     labels = np.empty(50, np.int32)
     empty = np.empty(0)
-    kernel(X, C, 0.5 * (C * C).sum(1), 16, labels, empty, empty, False, np.zeros((0, 0)), empty, 0)
+    kernel(X, C, 0.5 * (C * C).sum(1), 16, 1, labels, empty, empty, False, np.zeros((0, 0)), empty, 0)
     np.testing.assert_array_equal(labels, brute_sq(X, C).argmin(1))
 
 

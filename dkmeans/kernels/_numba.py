@@ -2,16 +2,21 @@
 
 Two ways to find the nearest centroid, chosen per shape by :mod:`dkmeans.kernels.assign`:
 
-* **BLAS + running argmin** (large ``d``): BLAS computes ``C_block @ X_tile.T`` into a
-  small buffer, and :func:`running_argmin_t` folds it into the running minimum.
-* **Direct** (``d <= 16``): a tile of rows is held transposed in a ``(width, T)`` buffer
-  (copied with vector shuffles), and :func:`._simd.nearest_block` computes
-  ``||c||^2/2 - x.c`` for one vector register of rows per feature against every
-  centroid, keeping the rows and the running minimum in registers; no ``n x k``
-  intermediate and no BLAS call. BLAS is inefficient when the inner dimension of the
-  product is that short. While a tile is computed, the next one is prefetched
-  (:func:`._simd.prefetch`): the loop computes long enough between reads that the
-  hardware prefetchers fell behind, and a quarter of its time went to waiting for memory.
+* **Direct**: a tile of rows is held transposed in a ``(features, T)`` buffer (copied with
+  vector shuffles), and the distances ``||c||^2/2 - x.c`` of a block of rows to every
+  centroid are computed in registers, the running minimum with them: no ``n x k``
+  intermediate and no BLAS call, which is inefficient when the products are this short.
+  For ``d <= 16`` the block's rows stay in registers, one vector per feature, and the
+  centroid coordinates go past as broadcasts (:func:`._simd.nearest_block`); for larger
+  ``d`` the rows are streamed from the tile feature by feature against groups of 8
+  centroids packed side by side, taken in blocks that stay in the L2 cache
+  (:func:`._simd.nearest_block_streamed`). While a tile is computed, the next one is
+  prefetched (:func:`._simd.prefetch`): the loop computes long enough between reads that
+  the hardware prefetchers fell behind, and a quarter of its time went to waiting for
+  memory.
+* **BLAS + running argmin** (``d > 16`` and 1 or 2 centroids, where the groups of 8 would be
+  mostly padding): BLAS computes ``C_block @ X_tile.T`` into a small buffer, and
+  :func:`running_argmin_t` folds it into the running minimum.
 
 Both then compute, per tile of rows while the rows are in cache, the exact squared
 distance ``||x - c_label||^2`` from the difference and either return it
@@ -20,7 +25,7 @@ distance ``||x - c_label||^2`` from the difference and either return it
 of its features (:mod:`._simd`). Everything runs in one thread, releases the GIL, and keeps
 strict ``<`` comparisons in centroid order, so ties go to the lowest centroid index.
 
-The direct loops are generated source, one per feature width (a literal). The
+The direct loops are generated source, one per feature width (a literal) and one streamed. The
 source is written once to a file in a cache directory (``NUMBA_CACHE_DIR`` when set,
 else ``$XDG_CACHE_HOME/dkmeans`` or ``~/.cache/dkmeans``, else the temporary directory)
 and imported from there, so numba caches the compiled code on disk like the functions
@@ -40,19 +45,11 @@ import numba
 import numpy as np
 
 from dkmeans.kernels import _simd
-from dkmeans.kernels._simd import (
-    STREAM_GROUP,
-    STREAM_ROW_VECTORS,
-    VECTOR_BYTES,
-    nearest_block_streamed,
-    prefetch,
-    rows_exact_sq_blocked,
-    rows_partials_blocked,
-    transpose_tile,
-)
+from dkmeans.kernels._simd import STREAM_GROUP, rows_exact_sq_blocked, rows_partials_blocked
 
-#: Feature widths of the generated direct loops: ``d`` is padded with zeros up to the
-#: smallest width that holds it. ``d`` above the largest width uses BLAS.
+#: Feature widths of the generated direct loops that hold a block of rows in registers:
+#: ``d`` is padded with zeros up to the smallest width that holds it. Above the largest
+#: width the rows are streamed (:func:`direct_kernel` with ``width=None``).
 DIRECT_WIDTHS = (4, 8, 16)
 # reassoc lets LLVM vectorise the per-row sum of squared differences.
 _REDUCE_MATH = {"reassoc", "contract"}
@@ -136,89 +133,70 @@ def rows_partials(X, i0, i1, C, labels, label_offset, weights, has_weights, sums
     return objective
 
 
-@numba.njit(cache=True, nogil=True)
-def streamed_kernel(X, C, c_half, T, block_groups, labels, min_sq, weights, has_weights, sums, counts, mode):  # pragma: no cover
-    """The direct kernel for any ``d`` (see :func:`direct_kernel` for the other arguments).
+# -- generated direct loops ------------------------------------------------------------------
+def direct_source(width: int | None) -> str:
+    """Python source of a direct kernel (see :func:`direct_kernel`).
 
-    The centroids are packed by groups of ``STREAM_GROUP`` (:func:`._simd.nearest_block_streamed`),
-    padded with halved norms of ``+inf``, and taken ``block_groups`` groups at a time; each
-    tile of rows is transposed once and every block of rows goes past each block of
-    centroids, the running minimum kept per row between blocks.
+    ``width``: the rows of a block stay in registers, ``d <= width`` features
+    (:func:`._simd.nearest_block`); None: they are streamed from the tile, any ``d``
+    (:func:`._simd.nearest_block_streamed`).
     """
-    n, d = X.shape
-    k = C.shape[0]
+    if width is not None:
+        name, features = f"direct_{width}", width
+        setup = f"""
+    B = VECTOR_BYTES // X.itemsize  # rows per call of nearest_block
+    CP = np.zeros((k, {width}), X.dtype)
+    CP[:, :d] = C"""
+        nearest = f"""
+        for r in range(0, m, B):
+            prefetch(X, ahead, min(ahead + share, ahead_end))
+            ahead += share
+            nearest_block(XT, r, CP, c_half, lab, {width})"""
+    else:
+        name, features = "direct_streamed", "d"
+        setup = """
+    B = STREAM_ROW_VECTORS * (VECTOR_BYTES // X.itemsize)  # rows per call of nearest_block_streamed
     G = STREAM_GROUP
     groups = (k + G - 1) // G
-    CG = np.zeros((groups, d, G), X.dtype)
-    h = np.full(groups * G, np.inf, X.dtype)
+    CG = np.zeros((groups, d, G), X.dtype)  # by groups of G centroids, one feature's side by side
+    h = np.full(groups * G, np.inf, X.dtype)  # +inf: the padding past k is never the nearest
     for j in range(k):
         h[j] = c_half[j]
-        for q in range(d):
-            CG[j // G, q, j % G] = C[j, q]
-    B = STREAM_ROW_VECTORS * (VECTOR_BYTES // X.itemsize)
-    width = (T + B - 1) // B * B  # whole blocks of rows: the columns past a short last tile hold finite leftovers
-    XT = np.zeros((d, width), X.dtype)
-    best = np.empty(width, X.dtype)
-    lab = np.empty(width, np.int32)
-    blocks = width // B
+        CG[j // G, :, j % G] = C[j]"""
+        nearest = """
+        best[:] = np.inf
+        lab[:] = 0
+        for g0 in range(0, groups, block_groups):  # a block of centroids stays in L2 meanwhile
+            for r in range(0, m, B):
+                if g0 == 0:
+                    prefetch(X, ahead, min(ahead + share, ahead_end))
+                    ahead += share
+                nearest_block_streamed(XT, r, CG, h, g0, min(groups, g0 + block_groups), best, lab)"""
+    return f'''"""Generated by dkmeans.kernels._numba.direct_source: do not edit."""
+import numba
+import numpy as np
+from dkmeans.kernels._numba import rows_exact_sq, rows_partials
+from dkmeans.kernels._simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VECTOR_BYTES, nearest_block,
+                                   nearest_block_streamed, prefetch, transpose_tile)
+
+
+@numba.njit(cache=True, nogil=True)
+def {name}(X, C, c_half, T, block_groups, labels, min_sq, weights, has_weights, sums, counts, mode):
+    n, d = X.shape
+    k = C.shape[0]{setup}
+    # whole blocks of rows: the columns past a short last tile hold finite leftovers
+    XT = np.zeros(({features}, (T + B - 1) // B * B), X.dtype)
+    best = np.empty(XT.shape[1], X.dtype)
+    lab = np.empty(XT.shape[1], np.int32)
+    blocks = XT.shape[1] // B
     share = (T * d + blocks - 1) // blocks  # elements of the next tile to prefetch per block of rows
     objective = 0.0
     for i0 in range(0, n, T):
         m = min(T, n - i0)
         transpose_tile(X, i0, m, XT)
-        best[:] = np.inf
-        lab[:] = 0
-        ahead = (i0 + T) * d
-        ahead_end = min(n, i0 + 2 * T) * d
-        for g0 in range(0, groups, block_groups):
-            g1 = min(groups, g0 + block_groups)
-            for r in range(0, m, B):
-                if g0 == 0:
-                    prefetch(X, ahead, min(ahead + share, ahead_end))
-                    ahead += share
-                nearest_block_streamed(XT, r, CG, h, g0, g1, best, lab)
-        if mode == 2:  # the tile's labels are all the partials need
-            objective += rows_partials(X, i0, i0 + m, C, lab, i0, weights, has_weights, sums, counts)
-            continue
-        labels[i0:i0 + m] = lab[:m]
-        if mode == 1:
-            rows_exact_sq(X, i0, i0 + m, C, labels, min_sq)
-    return objective
-
-
-# -- generated direct loops ------------------------------------------------------------------
-def direct_source(width: int) -> str:
-    """Python source of the direct kernel for ``d <= width`` (see :func:`direct_kernel`)."""
-    return f'''"""Generated by dkmeans.kernels._numba.direct_source: do not edit."""
-import numba
-import numpy as np
-from dkmeans.kernels._numba import rows_exact_sq, rows_partials
-from dkmeans.kernels._simd import VECTOR_BYTES, nearest_block, prefetch, transpose_tile
-
-
-@numba.njit(cache=True, nogil=True)
-def direct_{width}(X, C, c_half, T, labels, min_sq, weights, has_weights, sums, counts, mode):
-    n, d = X.shape
-    k = C.shape[0]
-    L = VECTOR_BYTES // X.itemsize
-    # whole vectors of rows: the columns past a short last tile hold finite leftovers
-    XT = np.zeros(({width}, (T + L - 1) // L * L), X.dtype)
-    CP = np.zeros((k, {width}), X.dtype)
-    CP[:, :d] = C
-    lab = np.empty(XT.shape[1], np.int32)
-    objective = 0.0
-    blocks = (T + L - 1) // L
-    share = (T * d + blocks - 1) // blocks  # elements of the next tile to prefetch per block
-    for i0 in range(0, n, T):
-        m = min(T, n - i0)
-        transpose_tile(X, i0, m, XT)
         # the next tile comes from memory while this one is computed
         ahead = (i0 + T) * d
-        ahead_end = min(n, i0 + 2 * T) * d
-        for r in range(0, m, L):
-            prefetch(X, ahead, min(ahead + share, ahead_end))
-            ahead += share
-            nearest_block(XT, r, CP, c_half, lab, {width})
+        ahead_end = min(n, i0 + 2 * T) * d{nearest}
         if mode == 2:  # the tile's labels are all the partials need
             objective += rows_partials(X, i0, i0 + m, C, lab, i0, weights, has_weights, sums, counts)
             continue
@@ -311,15 +289,16 @@ def direct_width(d: int) -> int | None:
     return None
 
 
-def direct_kernel(width: int):
-    """The compiled direct kernel for ``d <= width`` features.
+def direct_kernel(width: int | None):
+    """The compiled direct kernel for ``d <= width`` features (any ``d`` when ``width`` is None).
 
-    ``kernel(X, C, c_half, T, labels, min_sq, weights, has_weights, sums, counts, mode)``
-    assigns the rows of ``X`` in tiles of ``T`` rows using ``c_half = ||c||^2 / 2`` in
-    X's dtype: ``mode`` 0 writes the labels (int32) to ``labels``, ``mode`` 1 also the
-    exact squared distances to ``min_sq``; ``mode`` 2 writes neither (``labels`` may be
-    empty) but folds each tile into ``sums``/``counts`` and returns the objective (0.0
-    otherwise).
+    ``kernel(X, C, c_half, T, block_groups, labels, min_sq, weights, has_weights, sums,
+    counts, mode)`` assigns the rows of ``X`` in tiles of ``T`` rows using ``c_half =
+    ||c||^2 / 2`` in X's dtype: ``mode`` 0 writes the labels (int32) to ``labels``,
+    ``mode`` 1 also the exact squared distances to ``min_sq``; ``mode`` 2 writes neither
+    (``labels`` may be empty) but folds each tile into ``sums``/``counts`` and returns the
+    objective (0.0 otherwise). The streamed kernel takes ``block_groups`` groups of
+    ``STREAM_GROUP`` centroids per pass over a tile; the others ignore it.
     """
     kernel = _direct_kernels.get(width)
     if kernel is None:
@@ -327,7 +306,7 @@ def direct_kernel(width: int):
             kernel = _direct_kernels.get(width)
             if kernel is None:
                 source = direct_source(width)
-                digest = _source_digest(source)
-                module = _load_source(f"direct_{width}_{digest}", source)
-                kernel = _direct_kernels[width] = getattr(module, f"direct_{width}")
+                name = "streamed" if width is None else width
+                module = _load_source(f"direct_{name}_{_source_digest(source)}", source)
+                kernel = _direct_kernels[width] = getattr(module, f"direct_{name}")
     return kernel

@@ -38,7 +38,11 @@ rows, LLVM hoisted every centroid coordinate out of that loop as a broadcast vec
 could not keep ``4 x d`` of them in registers and reloaded them from the stack: one
 full-width load per multiply-add, about 30% slower. Four centroids go per step, each
 dot product a chain of multiply-adds in feature order; the running minimum and its label
-stay in registers.
+stay in registers. :func:`nearest_block_streamed` does the same for any ``d``: the rows
+(two vectors of them with AVX-512) are loaded feature by feature from the tile and meet 8
+centroids per group, whose coordinates of one feature lie side by side, so that every
+load feeds 8 or 16 multiply-adds. On one thread it ran 1.2-2.0x faster than BLAS plus the
+argmin pass over its output, for ``d`` from 24 to 1024 and 3 to 8192 centroids.
 """
 
 from __future__ import annotations

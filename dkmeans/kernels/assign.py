@@ -8,11 +8,13 @@ does not suffer the cancellation of the expanded form. Work is tiled over rows a
 over centroids so that one call's scratch memory is bounded whatever ``k`` is.
 
 NumPy float32/float64 arrays take a compiled path (numba, :mod:`._numba`), chosen per
-shape: for ``d <= 16`` a direct loop that keeps a vector of rows per feature in registers
-and streams every centroid past them (no BLAS, no ``n x k`` buffer); above, BLAS
-``C_block @ X_tile.T`` into a buffer of about ``BLAS_BLOCK_BYTES`` (cache-sized) and a
-compiled running argmin. Either way the exact distances, or the float64 sums, counts and
-objective, are computed per tile while its rows are in cache. The compiled loops are
+shape: a direct loop that computes the distances of a block of rows to every centroid in
+registers (no BLAS, no ``n x k`` buffer), holding the rows in registers for ``d <= 16`` and
+streaming them against groups of 8 centroids above; for ``d > 16`` with fewer than
+``STREAM_MIN_CENTROIDS`` centroids, BLAS ``C_block @ X_tile.T`` into a buffer of about
+``BLAS_BLOCK_BYTES`` (cache-sized) and a compiled running argmin. Either way the exact
+distances, or the float64 sums, counts and objective, are computed per tile while its rows
+are in cache. The compiled loops are
 single-threaded and BLAS uses the threads it is given: dkmeans' workers start with one
 BLAS/OpenMP thread per worker thread (:func:`dkmeans.cluster.start_local_cluster`).
 CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
@@ -32,9 +34,10 @@ try:  # compiled loops for the NumPy path; the namespace code below is the fallb
 except ImportError:  # pragma: no cover - numba is a dependency, but stay usable without it
     _compiled = None
 
-#: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (a direct
-#: loop for ``d <= 16``, BLAS plus a compiled argmin above); "blas" always takes the BLAS
-#: compiled path; "xp" runs the namespace code (the path CuPy arrays take).
+#: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (the direct
+#: loops, or BLAS plus a compiled argmin for ``d > 16`` and very few centroids); "blas"
+#: always takes the BLAS compiled path; "xp" runs the namespace code (the path CuPy arrays
+#: take).
 ENGINE = "auto"
 
 #: Scratch memory one kernel call may use, in bytes (distance tiles, gathered
@@ -175,14 +178,9 @@ def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
     c_half = 0.5 * np.einsum("ij,ij->i", C, C)
     tile, block = _compiled_tiles(engine, n, k, d, X.dtype.itemsize, scratch_bytes)
     if engine == "direct":
-        width = _compiled.direct_width(d)
-        if width is None:
-            group_bytes = d * _compiled.STREAM_GROUP * X.dtype.itemsize
-            groups = max(1, STREAM_BLOCK_BYTES // group_bytes)
-            objective = _compiled.streamed_kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, mode)
-        else:
-            kernel = _compiled.direct_kernel(width)
-            objective = kernel(X, C, c_half, tile, labels, min_sq, w, has_w, sums, counts, mode)
+        kernel = _compiled.direct_kernel(_compiled.direct_width(d))
+        groups = max(1, STREAM_BLOCK_BYTES // (d * _compiled.STREAM_GROUP * X.dtype.itemsize))
+        objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, mode)
         return labels, min_sq, sums, counts, objective
     best = np.empty(tile, dtype=X.dtype)
     buf = np.empty(block * tile, dtype=X.dtype)

@@ -264,6 +264,17 @@ def _sampled(client, run):
     return rss
 
 
+def _median_call_s(fn, fn_args, repeats: int) -> float:
+    """Median seconds of ``fn(*fn_args)`` over ``repeats`` calls, after one warm-up call (compiles)."""
+    fn(*fn_args)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(*fn_args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def part_contention(args, repeats: int = 15) -> dict:
     """The tall kernel on one worker's share (1,000,000 x 16, k=32, float32), alone and two at once.
 
@@ -282,13 +293,7 @@ def part_contention(args, repeats: int = 15) -> dict:
     C = rows[0][:32].copy()
 
     def run(X, out):
-        assign_partials(X, C)  # warm-up (compiles once)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            assign_partials(X, C)
-            times.append(time.perf_counter() - t0)
-        out.append(statistics.median(times))
+        out.append(_median_call_s(assign_partials, (X, C), repeats))
 
     print("[contention] one thread, then two ...", file=sys.stderr, flush=True)
     with threadpool_limits(1):
@@ -326,15 +331,9 @@ def part_kernels(args, repeats: int = 7) -> dict:
             for engine in ("auto", "blas"):
                 assign_mod.ENGINE = engine
                 try:
-                    assign_partials(X, C)  # warm-up (compiles once)
-                    runs = []
-                    for _ in range(repeats):
-                        t0 = time.perf_counter()
-                        assign_partials(X, C)
-                        runs.append(time.perf_counter() - t0)
+                    times[engine] = _median_call_s(assign_partials, (X, C), repeats)
                 finally:
                     assign_mod.ENGINE = "auto"
-                times[engine] = statistics.median(runs)
             out[name] = {"rows": n // 2, "d": d, "k": k, "auto_s": times["auto"], "blas_s": times["blas"],
                          "blas_over_auto": times["blas"] / times["auto"]}
     return out

@@ -11,7 +11,7 @@ rank sends its result to rank 0's :class:`distributed.Queue`, rank 0 combines th
 rank order and sends the combined value back to each rank. Every rank therefore runs
 the same driver code on the same combined values and takes the same decisions; rank 0's
 return value is the result. Queues are Dask's own messaging through the scheduler: no
-transport of our own, and about 1.5 ms per allreduce on two local workers.
+transport of our own, and 1.4-2.1 ms per allreduce on two local workers.
 
 Anything that stops the ranks from meeting (a worker already busy with other tasks when
 the block starts, a rank that cannot start because its worker became busy, a worker that

@@ -45,7 +45,8 @@ import numba
 import numpy as np
 
 from dkmeans.kernels import _simd
-from dkmeans.kernels._simd import STREAM_GROUP, rows_exact_sq_blocked, rows_partials_blocked
+from dkmeans.kernels._simd import STREAM_GROUP  # noqa: F401 - assign sizes the streamed blocks with it
+from dkmeans.kernels._simd import rows_exact_sq_blocked, rows_partials_blocked
 
 #: Feature widths of the generated direct loops that hold a block of rows in registers:
 #: ``d`` is padded with zeros up to the smallest width that holds it. Above the largest

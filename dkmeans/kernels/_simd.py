@@ -47,10 +47,9 @@ argmin pass over its output, for ``d`` from 24 to 1024 and 3 to 8192 centroids.
 
 from __future__ import annotations
 
-import numba
-import numpy as np
-from llvmlite import ir
 import llvmlite.binding as llvm
+import numba
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils, config
 from numba.extending import intrinsic

@@ -14,9 +14,9 @@ streaming them against groups of 8 centroids above; for ``d > 16`` with fewer th
 ``STREAM_MIN_CENTROIDS`` centroids, BLAS ``C_block @ X_tile.T`` into a buffer of about
 ``BLAS_BLOCK_BYTES`` (cache-sized) and a compiled running argmin. Either way the exact
 distances, or the float64 sums, counts and objective, are computed per tile while its rows
-are in cache. The compiled loops are
-single-threaded and BLAS uses the threads it is given: dkmeans' workers start with one
-BLAS/OpenMP thread per worker thread (:func:`dkmeans.cluster.start_local_cluster`).
+are in cache. The compiled loops are single-threaded and BLAS uses the threads it is given:
+dkmeans' workers start with one BLAS/OpenMP thread per worker thread
+(:func:`dkmeans.cluster.start_local_cluster`).
 CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
 """
 
@@ -153,7 +153,10 @@ def _compiled_tiles(engine: str, n: int, k: int, d: int, itemsize: int, scratch_
     """Row tile and centroid block of a compiled path (within ``scratch_bytes``)."""
     budget_rows, block = plan_tiles(n, k, d, itemsize, scratch_bytes)
     if engine == "direct":
-        rows = DIRECT_TILE_ROWS if d <= 16 else max(STREAM_TILE_ROWS[0], min(STREAM_TILE_ROWS[1], STREAM_TILE_BYTES // (d * itemsize)))
+        rows = DIRECT_TILE_ROWS
+        if d > 16:  # the streamed kernel: a transposed tile of about STREAM_TILE_BYTES
+            lo, hi = STREAM_TILE_ROWS
+            rows = max(lo, min(hi, STREAM_TILE_BYTES // (d * itemsize)))
         return max(1, min(rows, budget_rows, n)), k
     lo, hi = BLAS_TILE_ROWS
     cache_rows = max(lo, min(hi, BLAS_BLOCK_BYTES // (block * itemsize)))

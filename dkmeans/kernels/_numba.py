@@ -143,7 +143,7 @@ def direct_source(width: int | None) -> str:
     (:func:`._simd.nearest_block_streamed`).
     """
     if width is not None:
-        name, features = f"direct_{width}", width
+        name, features, buffers = f"direct_{width}", width, ""
         setup = f"""
     B = VECTOR_BYTES // X.itemsize  # rows per call of nearest_block
     CP = np.zeros((k, {width}), X.dtype)
@@ -155,6 +155,8 @@ def direct_source(width: int | None) -> str:
             nearest_block(XT, r, CP, c_half, lab, {width})"""
     else:
         name, features = "direct_streamed", "d"
+        buffers = """
+    best = np.empty(XT.shape[1], X.dtype)  # the running minimum, kept between blocks of centroids"""
         setup = """
     B = STREAM_ROW_VECTORS * (VECTOR_BYTES // X.itemsize)  # rows per call of nearest_block_streamed
     G = STREAM_GROUP
@@ -187,8 +189,7 @@ def {name}(X, C, c_half, T, block_groups, labels, min_sq, weights, has_weights, 
     k = C.shape[0]{setup}
     # whole blocks of rows: the columns past a short last tile hold finite leftovers
     XT = np.zeros(({features}, (T + B - 1) // B * B), X.dtype)
-    best = np.empty(XT.shape[1], X.dtype)
-    lab = np.empty(XT.shape[1], np.int32)
+    lab = np.empty(XT.shape[1], np.int32){buffers}
     blocks = XT.shape[1] // B
     share = (T * d + blocks - 1) // blocks  # elements of the next tile to prefetch per block of rows
     objective = 0.0

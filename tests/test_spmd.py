@@ -49,15 +49,19 @@ def test_allreduce_gives_every_rank_every_chunk_in_rank_order(client):
         # a second exchange: what each rank received, gathered on rank 0
         views = chunks.comm.allreduce([(chunks.rank, seen)], _concat)
         total = chunks.map_reduce(lambda X, w, offset: X.sum(axis=0), lambda parts: sum(parts))
-        return views, total
+        # 4 MB from each rank: large messages between workers arrive whole
+        big = chunks.comm.allreduce(np.full(1_000_000, chunks.rank + 1, np.float32), np.stack)
+        return views, total, big
 
     with pytest.warns(UserWarning, match="rank 0") as caught:
-        views, total = run_spmd(data, program)
+        views, total, big = run_spmd(data, program)
     assert not any("rank 1" in str(w.message) for w in caught)  # rank 0's warnings only
     expected = [data.offsets[i] for _, chunk_ids in groups for i in chunk_ids]
     assert [rank for rank, _ in views] == [0, 1]
     assert all(seen == expected for _, seen in views), (views, expected)
     np.testing.assert_allclose(total, X.sum(axis=0))
+    assert big.shape == (2, 1_000_000) and big.dtype == np.float32
+    np.testing.assert_array_equal(big, np.repeat([[1.0], [2.0]], 1_000_000, axis=1))
 
 
 def test_progress_reaches_the_client_once_per_iteration_in_order(client, spmd):
@@ -111,9 +115,11 @@ def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_clus
 
 def test_killed_worker_mid_spmd_fit_gives_the_same_result(own_cluster, spmd, caplog):
     c = own_cluster
-    X, _, _ = make_blobs(300_000, 6, 12, spread=3.0, box=6.0, seed=1)
+    # overlapping clusters: all 150 iterations run, well over a second, so the kill at the
+    # first progress report (within half a second) lands mid-fit
+    X, _, _ = make_blobs(300_000, 6, 12, spread=6.0, box=6.0, seed=1)
     C0 = pick_rows(X, 12, seed=2)
-    options = dict(max_iter=60, stop_rule=CentroidShift(0.0))
+    options = dict(max_iter=150, stop_rule=CentroidShift(0.0))
     reference = fit_lloyd(persist_rows(c, X, 8), C0, **options)
     killed = []
 

@@ -8,6 +8,11 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
   (the data of ``lloyd.py``, 16 chunks); the ratio float64 / float32 (issue 4: <= 2.2).
 * ``workers``: seconds per iteration on 1 worker and on 2 workers, ``tall`` and ``wide``
   float32; the speedup (issue 4: >= 1.7).
+* ``spmd``: the SPMD loop's exchange between 2 workers: ``RankComm.allreduce`` alone (a
+  32 x 17 float64 array, 400 times), then 300 passes of the tall shape split into the
+  kernel time of each rank, the gap between the ranks finishing, and the exchange after
+  the later one (medians and 90th percentiles; ``CLOCK_MONOTONIC`` is shared by the
+  worker processes).
 * ``kernels``: ``assign_partials`` alone (no Dask, one thread) on one worker's share of
   ``tall``, ``wide`` and ``manyk`` (half the rows), with the kernel chosen per shape and with
   BLAS plus the compiled argmin (``dkmeans.kernels.assign.ENGINE = "blas"``).
@@ -38,6 +43,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/lloyd_scaling.py                      # everything (about 10 min)
     .venv/bin/python benchmarks/lloyd_scaling.py --parts dtype workers
+    .venv/bin/python benchmarks/lloyd_scaling.py --parts workers spmd --repeats 7 --iters 20
 
 Results: stdout and ``benchmarks/results/lloyd_scaling.json`` (``--output``).
 """
@@ -70,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lloyd import SHAPES, dkmeans_source, fmt_load, library_versions, make_data, persist_chunks, wait_for_load  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lloyd_scaling.json"
-PARTS = ("dtype", "workers", "contention", "kernels", "memory", "fixed", "n", "k")
+PARTS = ("dtype", "workers", "spmd", "contention", "kernels", "memory", "fixed", "n", "k")
 N_CHUNKS = 16
 
 
@@ -215,6 +221,60 @@ def part_workers(args) -> dict:
     for name, row in out.items():
         row["speedup"] = row[1]["seconds_per_iter"] / row[2]["seconds_per_iter"]
         row["speedup_history"] = row[1]["history_median_s"] / row[2]["history_median_s"]
+    return out
+
+
+def _allreduce_times(chunks, value, passes):
+    """Seconds of each of ``passes`` allreduces of ``value`` (an SPMD program; every rank's)."""
+    times = []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        chunks.comm.allreduce(value, lambda parts: sum(parts))
+        times.append(time.perf_counter() - t0)
+    return chunks.comm.allreduce([times], lambda parts: [t for part in parts for t in part])
+
+
+def _pass_stamps(chunks, C, passes):
+    """(start, local kernels done, exchange done) of each Lloyd pass (an SPMD program; every rank's)."""
+    from dkmeans.kernels.reduce import combine_partials
+    from dkmeans.lloyd import _partials_chunk
+
+    stamps = []
+    for _ in range(passes):
+        t0 = time.monotonic()
+        chunks.map_reduce(_partials_chunk, combine_partials, (C,))
+        stamps.append((t0, t0 + chunks.comm.last_pass_s, time.monotonic()))
+    return chunks.comm.allreduce([stamps], lambda parts: [s for part in parts for s in part])
+
+
+def _med_p90_ms(values) -> dict:
+    return {"median_ms": float(np.median(values)) * 1e3, "p90_ms": float(np.percentile(values, 90)) * 1e3}
+
+
+def part_spmd(args, exchanges: int = 400, passes: int = 300, skip: int = 50) -> dict:
+    """The exchange alone, then the tall pass split into kernel, gap and exchange (2 workers)."""
+    from dkmeans._graph import PersistedData
+    from dkmeans._spmd import run_spmd
+
+    client = cluster(2)
+    try:
+        n, d, k = SHAPES["tall"]
+        X, C0 = make_data(n, d, k)
+        data = PersistedData(client, persist_chunks(client, X))
+        if len(data.placement()) != 2:
+            raise RuntimeError("the chunks are not spread over both workers")
+        print("[spmd] the exchange alone ...", file=sys.stderr, flush=True)
+        value = np.random.default_rng(0).standard_normal((k, d + 1))
+        times = run_spmd(data, _allreduce_times, (value, exchanges))
+        out = {"exchange": {f"rank {r}": _med_p90_ms(t[skip:]) for r, t in enumerate(times)}}
+        print("[spmd] tall passes ...", file=sys.stderr, flush=True)
+        a, b = run_spmd(data, _pass_stamps, (C0, passes))
+        rows = np.array([((a1 - a0), (b1 - b0), abs(a1 - b1), max(a2, b2) - max(a1, b1), max(a2, b2) - min(a0, b0))
+                         for (a0, a1, a2), (b0, b1, b2) in list(zip(a, b))[skip:]])
+        names = ("kernel rank 0", "kernel rank 1", "gap between ranks", "exchange after the later rank", "pass")
+        out["tall pass"] = {name: _med_p90_ms(rows[:, i]) for i, name in enumerate(names)}
+    finally:
+        close(client)
     return out
 
 
@@ -492,6 +552,14 @@ def report_text(res: dict) -> str:
             lines.append(f"| {name} | {r[1]['seconds_per_iter']:.4f} ({r[1]['history_median_s']:.4f}) | "
                          f"{r[2]['seconds_per_iter']:.4f} ({r[2]['history_median_s']:.4f}) | "
                          f"{r['speedup']:.2f} ({r['speedup_history']:.2f}) |")
+    if "spmd" in res:
+        r = res["spmd"]
+        lines += ["", "SPMD exchange, 2 workers (ms: median, 90th percentile)", "", "| what | median | p90 |",
+                  "|---|---:|---:|"]
+        for name, v in r["exchange"].items():
+            lines.append(f"| allreduce of 32 x 17 float64, {name} | {v['median_ms']:.2f} | {v['p90_ms']:.2f} |")
+        for name, v in r["tall pass"].items():
+            lines.append(f"| tall pass: {name} | {v['median_ms']:.2f} | {v['p90_ms']:.2f} |")
     if "contention" in res:
         r = res["contention"]
         lines += ["", "The tall kernel on 1,000,000 x 16, k=32 (one thread, no Dask): alone "

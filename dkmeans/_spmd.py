@@ -81,6 +81,8 @@ class RankComm:
     all of them in rank order, so all ranks get the same combined value without a second
     hop through a root rank. Rank 0 also reports progress and the result to the client
     through :class:`distributed.Queue` (the scheduler keeps them if rank 0's worker dies).
+    ``worker`` is the worker the rank runs on (default: the task's own), which sends its
+    messages; a message to a rank on the same worker goes straight to that rank's mailbox.
     """
 
     def __init__(self, token: str, rank: int, addresses: Sequence[str], wait_s: float, worker=None):

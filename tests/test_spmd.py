@@ -192,3 +192,29 @@ def test_two_fits_at_once_on_one_cluster_both_finish_with_their_own_result(clien
     for got, want in zip(results, expected):
         assert got.n_iter == want.n_iter
         np.testing.assert_allclose(got.centroids, want.centroids, rtol=1e-10)
+
+
+def test_ranks_sharing_a_worker_exchange_in_process_and_match_the_graph_loop(spmd):
+    """One worker with three threads: three ranks on one worker, messages to the same address."""
+    from dkmeans.cluster import start_local_cluster
+
+    c = start_local_cluster(n_workers=1, threads_per_worker=3, dashboard_address=None, set_as_default=False)
+    try:
+        X, _, _ = make_blobs(9000, 3, 5, spread=2.5, box=5.0, seed=4)
+        C0 = pick_rows(X, 5, seed=3)
+        data = persist_rows(c, X, 6)
+        groups = data.placement()
+        assert len(groups) == 3 and len({addr for addr, _ in groups}) == 1
+        views = run_spmd(data, lambda chunks: chunks.comm.allreduce([chunks.rank], _concat))
+        assert views == [0, 1, 2]
+        options = dict(max_iter=25, stop_rule=CentroidShift(0.0))
+        with dask.config.set({"dkmeans.spmd": False}):
+            reference = fit_lloyd(data, C0, **options)
+        out = fit_lloyd(data, C0, **options)
+        assert spmd.count("_lloyd_rank_block") == 1
+        assert out.result.n_iter == reference.result.n_iter
+        np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-12)
+    finally:
+        cluster = c.cluster
+        c.close()
+        cluster.close()

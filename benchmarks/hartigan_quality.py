@@ -26,7 +26,7 @@ import dask.array as da
 import numpy as np
 
 from dkmeans import metrics
-from dkmeans._graph import PersistedData
+from dkmeans.engine.persisted import PersistedData
 from dkmeans.cluster import start_local_cluster
 from dkmeans.hartigan import hartigan, standard_hartigan
 from dkmeans.lloyd import CentroidShift, lloyd

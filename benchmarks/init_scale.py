@@ -31,7 +31,7 @@ from sklearn.cluster import kmeans_plusplus
 from threadpoolctl import threadpool_limits
 
 import dkmeans
-from dkmeans._graph import PersistedData
+from dkmeans.engine.persisted import PersistedData
 from dkmeans.cluster import start_local_cluster
 from dkmeans.init import kmeans_parallel
 from dkmeans.metrics import objective

@@ -66,8 +66,8 @@ import distributed
 import numpy as np
 
 import dkmeans
-from dkmeans._graph import SINGLE_TASK_WORK_KEY
-from dkmeans._spmd import SPMD_KEY
+from dkmeans.engine.persisted import SINGLE_TASK_WORK_KEY
+from dkmeans.engine.spmd import SPMD_KEY
 from dkmeans.cluster import start_local_cluster
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
 from dkmeans.testing import make_blobs_dask
@@ -253,8 +253,8 @@ def _med_p90_ms(values) -> dict:
 
 def part_spmd(args, exchanges: int = 400, passes: int = 300, skip: int = 50) -> dict:
     """The exchange alone, then the tall pass split into kernel, gap and exchange (2 workers)."""
-    from dkmeans._graph import PersistedData
-    from dkmeans._spmd import run_spmd
+    from dkmeans.engine.persisted import PersistedData
+    from dkmeans.engine.spmd import run_spmd
 
     client = cluster(2)
     try:
@@ -265,10 +265,10 @@ def part_spmd(args, exchanges: int = 400, passes: int = 300, skip: int = 50) -> 
             raise RuntimeError("the chunks are not spread over both workers")
         print("[spmd] the exchange alone ...", file=sys.stderr, flush=True)
         value = np.random.default_rng(0).standard_normal((k, d + 1))
-        times = run_spmd(data, _allreduce_times, (value, exchanges))
+        times, _ = run_spmd(data, _allreduce_times, (value, exchanges))
         out = {"exchange": {f"rank {r}": _med_p90_ms(t[skip:]) for r, t in enumerate(times)}}
         print("[spmd] tall passes ...", file=sys.stderr, flush=True)
-        a, b = run_spmd(data, _pass_stamps, (C0, passes))
+        (a, b), _ = run_spmd(data, _pass_stamps, (C0, passes))
         rows = np.array([((a1 - a0), (b1 - b0), abs(a1 - b1), max(a2, b2) - max(a1, b1), max(a2, b2) - min(a0, b0))
                          for (a0, a1, a2), (b0, b1, b2) in list(zip(a, b))[skip:]])
         names = ("kernel rank 0", "kernel rank 1", "gap between ranks", "exchange after the later rank", "pass")

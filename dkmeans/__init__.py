@@ -10,7 +10,7 @@ from dkmeans.estimator import KMeans
 from dkmeans.functional import Descriptor, infer, train
 from dkmeans.model import InferResult, Model, TrainResult
 
-__version__ = "0.1.0"
+from dkmeans._version import __version__
 
 __all__ = [
     "Descriptor",

@@ -174,9 +174,11 @@ def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=Non
 
 
 def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_clusters") -> None:
+    """scikit-learn's wording first (users match it), then ours."""
     if n_clusters > n_rows:
         raise InvalidParameterError(
-            f"{name}={n_clusters} is larger than the number of samples ({n_rows}); use at most {n_rows} clusters"
+            f"n_samples={n_rows} should be >= {name}={n_clusters}: the data has fewer samples than clusters; "
+            f"use at most {n_rows} clusters"
         )
 
 
@@ -186,9 +188,16 @@ def check_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "ini
         C = C.compute()
     with data_errors(name):
         C = check_array(C, dtype=dtype, ensure_2d=True, ensure_all_finite=True, copy=True, input_name=name)
-    if C.shape != (n_clusters, n_features):
+    # scikit-learn's wording first (users match it), then ours
+    if C.shape[0] != n_clusters:
         raise InvalidDataError(
-            f"{name} must have shape (n_clusters, n_features) = ({n_clusters}, {n_features}), got {C.shape}"
+            f"The shape of the initial centers {C.shape} does not match the number of clusters {n_clusters}: "
+            f"{name} must have shape (n_clusters, n_features) = ({n_clusters}, {n_features})"
+        )
+    if C.shape[1] != n_features:
+        raise InvalidDataError(
+            f"The shape of the initial centers {C.shape} does not match the number of features of the data "
+            f"{n_features}: {name} must have shape (n_clusters, n_features) = ({n_clusters}, {n_features})"
         )
     return C
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dkmeans._validation import check_int, check_n_clusters_vs_rows
+from dkmeans import _params
 from dkmeans.cluster import close_embedded_cluster
 from dkmeans.errors import DKMeansError, InvalidParameterError
 from dkmeans.io.dataframe import select_columns
@@ -68,25 +68,38 @@ def _numeric_columns(df, columns):
 
 
 # -- commands ----------------------------------------------------------------------
+#: The fit options taken from the parameter table, by their service names (see :func:`_add_fit_options`).
+FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "out_of_core",
+               "checkpoint_every")
+
+
+def _fit_params(args) -> dict:
+    """The fit options as ``KMeans`` keywords, checked against the table under their CLI names."""
+    names = _params.face_names("cli")
+    checked = _params.check("cli", {names[p]: getattr(args, "k" if p == "n_clusters" else _dest(names[p]))
+                                    for p in FIT_OPTIONS})
+    estimator = _params.face_names("estimator")
+    return {estimator[p]: value for p, value in checked.items()}
+
+
 def _fit(args) -> int:
     from dkmeans import KMeans
     from dkmeans.io.files import read_table
 
-    check_int("-k", args.k, 1)
+    params = _fit_params(args)  # checked before the input is read or a cluster starts
     checkpoint = _checkpoint_option(args)
-    df = read_table(args.input)  # the input and columns are checked before any cluster starts
+    df = read_table(args.input)
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
-    X = select_columns(df, columns, name=str(args.input))
+    X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
     connect(args)
     t0 = time.perf_counter()
-    km = KMeans(n_clusters=args.k, init=args.init, n_init=args.n_init, max_iter=args.max_iter, tol=args.tol,
-                random_state=args.random_state, verbose=_verbose(args), checkpoint=checkpoint,
-                checkpoint_every=args.checkpoint_every, device="gpu" if args.gpu else None)
+    km = KMeans(**params, verbose=_verbose(args), checkpoint=checkpoint, device="gpu" if args.gpu else None)
     km.fit(X)
     seconds = time.perf_counter() - t0
     path = km.save(args.model)
-    print(f"fitted k={args.k} on {len(columns)} columns in {seconds:.2f} s: {km.n_iter_} iterations "
-          f"(stopped by {km.stop_reason_}), objective {km.inertia_:.6e}")
+    print(f"fitted k={km.n_clusters} on {len(columns)} columns in {seconds:.2f} s: {km.n_iter_} iterations "
+          f"(stopped by {km.stop_reason_}), objective {km.inertia_:.6e}; data {km.data_mode_}, "
+          f"{km.n_passes_} passes over it")
     print(f"model written to {path}")
     if args.plot:
         _write_plot(args.plot, km, X)
@@ -95,13 +108,12 @@ def _fit(args) -> int:
 
 def _checkpoint_option(args):
     """``--checkpoint``/``--resume``: never overwrite a checkpoint unless asked to resume from it."""
-    from dkmeans.checkpoint import checkpoint_path
+    from dkmeans.io.checkpoint import checkpoint_path
 
     if args.checkpoint is None:
         if args.resume:
             raise InvalidParameterError("--resume needs --checkpoint PATH (the checkpoint to resume from)")
         return None
-    check_int("--checkpoint-every", args.checkpoint_every, 1)
     path = checkpoint_path(args.checkpoint)
     if path.exists() and not args.resume:
         raise InvalidParameterError(
@@ -170,12 +182,13 @@ def _demo(args) -> int:
     from sklearn.metrics import adjusted_rand_score
 
     from dkmeans import KMeans
-    from dkmeans.lloyd import assign_dataset
     from dkmeans.testing import make_blobs_dask
 
-    check_int("n_clusters", args.k, 1)
-    check_int("n_features", args.n_features, 1)
-    check_n_clusters_vs_rows(args.k, check_int("n_samples", args.n_samples, 1))
+    for option, value in (("--n-samples", args.n_samples), ("--n-features", args.n_features)):
+        _params.Int(1)(option, value)
+    _params.Int(1)("-k", args.k)
+    if args.k > args.n_samples:
+        raise InvalidParameterError(f"-k={args.k} is larger than --n-samples={args.n_samples}")
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -196,8 +209,8 @@ def _demo(args) -> int:
     per_iter = [h["seconds"] for h in km.history_]
 
     # Quality against the generating centres (known here because the data is synthetic).
-    truth_labels, truth_objective = assign_dataset(client, X, true_centers.astype(np.float32))
-    ari = adjusted_rand_score(truth_labels.compute(), km.labels_.compute())
+    truth_objective = -_centres_model(true_centers, km).score(X)
+    ari = adjusted_rand_score(_centres_model(true_centers, km).predict(X).compute(), km.labels_.compute())
 
     model_path = km.save(out_dir / "model.npz")
     labels_path = out_dir / "labels.parquet"
@@ -226,6 +239,17 @@ def _demo(args) -> int:
     return 0
 
 
+def _centres_model(centres, like):
+    """A fitted ``KMeans`` whose centres are ``centres`` (to score the generating centres as inference would)."""
+    from dkmeans import KMeans
+
+    model = KMeans(n_clusters=len(centres))
+    model.cluster_centers_ = np.asarray(centres, dtype=like.cluster_centers_.dtype)
+    model.n_features_in_ = like.n_features_in_
+    model._n_features_out = len(centres)
+    return model
+
+
 # -- parser ------------------------------------------------------------------------
 def _cluster_options(p):
     g = p.add_argument_group("cluster (default: an embedded local cluster, one worker per core)")
@@ -240,26 +264,60 @@ def _cluster_options(p):
     g.add_argument("--tls-key", help="TLS: client key")
 
 
+def _dest(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+def _int_or_auto(text: str):
+    return text if text == "auto" else int(text)
+
+
+def _out_of_core(text: str):
+    value = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected auto, true or false, got {text!r}")
+    return value
+
+
+def _add_fit_options(parser) -> None:
+    """The fit options of :data:`FIT_OPTIONS`: names and help from the parameter table, defaults from ``KMeans``."""
+    import inspect
+
+    from dkmeans import KMeans
+
+    defaults = {name: p.default for name, p in inspect.signature(KMeans).parameters.items()}
+    estimator = _params.face_names("estimator")
+    types = {"n_init": _int_or_auto, "out_of_core": _out_of_core, "tol": float, "random_state": int}
+    for name in FIT_OPTIONS:
+        param = _params.PARAMS[name]
+        default = defaults.get(estimator[name])
+        kwargs = {"help": f"{param.doc} (default {default})" if name != "n_clusters" else param.doc}
+        if isinstance(param.constraint, _params.OneOf) and all(isinstance(o, str) for o in param.constraint.options):
+            kwargs["choices"] = list(param.constraint.options)
+        elif name == "init":
+            kwargs["choices"] = list(_params.INIT_STRATEGIES)
+        else:
+            kwargs["type"] = types.get(name, int)
+        if name == "n_clusters":
+            kwargs.update(required=True, dest="k")
+        else:
+            kwargs["default"] = default
+        parser.add_argument(param.cli, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dkmeans", description="Distributed k-means clustering on Dask.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     fit = sub.add_parser("fit", help="fit k-means on Parquet/CSV and write a model file")
     fit.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
-    fit.add_argument("-k", type=int, required=True, help="number of clusters")
-    fit.add_argument("--model", required=True, help="model file to write (.npz)")
+    fit.add_argument("--model", required=True, help="model file to write (exactly this path)")
     fit.add_argument("--columns", nargs="+", help="columns to cluster on (default: all numeric columns)")
     fit.add_argument("--exclude", nargs="+", help="columns to leave out (e.g. known labels or ids)")
-    fit.add_argument("--init", default="k-means||", choices=["k-means||", "k-means++", "random", "random-partition"])
-    fit.add_argument("--n-init", type=int, default=1)
-    fit.add_argument("--max-iter", type=int, default=300)
-    fit.add_argument("--tol", type=float, default=1e-4)
-    fit.add_argument("--random-state", type=int, default=None)
+    _add_fit_options(fit)
     fit.add_argument("--plot", help="write the objective history and a 2-D view of the clusters (PNG)")
     fit.add_argument("--checkpoint", metavar="PATH",
-                     help="write the fit's state to PATH (.npz) as it runs, so a killed job can --resume")
-    fit.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
-                     help="iterations between checkpoint writes (default 10)")
+                     help="write the fit's state to PATH as it runs, so a killed job can --resume")
     fit.add_argument("--resume", action="store_true",
                      help="continue from --checkpoint PATH if it exists (same data and options)")
     fit.add_argument("--quiet", action="store_true", help="no per-iteration progress")

@@ -12,8 +12,12 @@ class DKMeansError(Exception):
     """Base class of every error dkmeans raises on purpose."""
 
 
-class InvalidParameterError(DKMeansError, ValueError):
-    """A parameter has a value outside its documented domain."""
+class InvalidParameterError(DKMeansError, ValueError, TypeError):
+    """A parameter has a value or type outside its documented domain.
+
+    Both a ``ValueError`` and a ``TypeError``, like scikit-learn's ``InvalidParameterError``,
+    so code written against either library catches it.
+    """
 
 
 class InvalidDataError(DKMeansError, ValueError):
@@ -38,3 +42,7 @@ class ClusterRestartedError(ClusterError):
 
 class NoWorkersError(ClusterError, TimeoutError):
     """Every worker was gone for longer than the ``dkmeans.worker-timeout`` setting."""
+
+
+class ChunkTooLargeError(DKMeansError, MemoryError):
+    """One chunk of the input alone exceeds a worker's memory budget for a task (nothing was run)."""

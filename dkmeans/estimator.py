@@ -17,27 +17,21 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from dkmeans import init as init_strategies
-from dkmeans.init import InitOptions, derive_seed
-from dkmeans._device import check_cupy_array, check_device, chunk_cupy_array, to_device
-from dkmeans._graph import PersistedData
-from dkmeans.backend import get_namespace, is_cupy_array
-from dkmeans._random import resolve_seed
+from dkmeans import _params
+from dkmeans._device import check_cupy_array, chunk_cupy_array, to_device
 from dkmeans._validation import (
     FLOAT_DTYPES,
     Dataset,
-    check_centroids,
     check_dask_array,
-    check_float,
-    check_int,
-    check_n_clusters_vs_rows,
-    check_sample_weight,
     chunk_local_array,
     data_errors,
     is_dask_collection,
 )
+from dkmeans.backend import get_namespace, is_cupy_array
 from dkmeans.cluster import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans.fit import FitSpec, run_fit
+from dkmeans.init import CHEAP_RANDOM, InitOptions
 from dkmeans.io.dataframe import (
     check_feature_names,
     feature_names,
@@ -47,22 +41,10 @@ from dkmeans.io.dataframe import (
     select_columns,
     transform_frame,
 )
-from dkmeans.kernels import assign, column_moments, combine_moments, distances
-from dkmeans.checkpoint import Checkpointer, FitState, data_fingerprint, history_dicts
-from dkmeans.hartigan import MODES as HARTIGAN_MODES
-from dkmeans.io.model_file import digest
-from dkmeans.lloyd import CentroidShift, IterationRecord, assign_dataset
-from dkmeans.runs import FitPlan, fit_runs
+from dkmeans.kernels import assign, distances
+from dkmeans.state import IterationRecord, history_dicts
 
 logger = logging.getLogger("dkmeans")
-
-ALGORITHMS = ("lloyd", "hartigan")
-REFINEMENTS = (None, "hartigan")
-
-
-def _moments_chunk(X, w, offset):
-    return column_moments(X)
-
 
 def _labels_block(X, C):
     return assign(X, C)[0]
@@ -102,13 +84,15 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
     ----------
     n_clusters : int, default 8
         Number of clusters.
-    init : {"k-means||", "k-means++", "random", "random-partition"} or array-like, default "k-means||"
+    init : {"k-means||", "k-means++", "random", "random-partition"}, callable or array-like, default "k-means||"
         ``"k-means||"``: scalable k-means++ (a fixed ``init_rounds`` passes, about
         ``oversampling_factor * n_clusters`` candidates per round, then a weighted
         recluster). ``"k-means++"``: exact greedy k-means++ (``n_clusters + 1`` passes).
         ``"random"``: distinct rows drawn uniformly (proportionally to ``sample_weight``).
         ``"random-partition"``: means of a uniformly random partition. An array of shape
-        (n_clusters, n_features) gives the initial centroids. Every strategy gives the same
+        (n_clusters, n_features) gives the initial centroids; a callable
+        ``init(X, n_clusters, random_state)`` returns them from the rows (all rows, or a
+        uniform sample of ``max(100 * n_clusters, 10000)`` of larger data). Every strategy gives the same
         centres for the same ``random_state`` whatever the chunking and worker count.
     n_init : "auto" or int, default "auto"
         Number of initialisations (each followed by Lloyd); the run with the lowest
@@ -144,7 +128,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         (atomically: write, then rename). If the file exists when ``fit`` starts, the fit
         resumes from it and ends with the same result as an uninterrupted fit; a
         checkpoint of another job (other data shape, dtype, data moments or parameters)
-        is refused with :class:`dkmeans.checkpoint.CheckpointError`. The file is kept
+        is refused with :class:`dkmeans.io.checkpoint.CheckpointError`. The file is kept
         after the fit. Hartigan rounds restart from the last checkpointed centroids.
     checkpoint_every : int, default 10
         Lloyd iterations between checkpoint writes.
@@ -154,6 +138,14 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         or Dask data is moved to the GPUs once, chunk by chunk, when it is persisted
         (needs CuPy); "cpu": CuPy data is moved to host memory. ``cluster_centers_`` is
         always NumPy; labels follow the data (CuPy in, CuPy out).
+    out_of_core : {"auto", True, False}, default "auto"
+        Where the data lives during the fit. "auto": persisted on the workers when it fits
+        the cluster's memory budget (Dask config ``dkmeans.memory.persist-fraction`` of the
+        workers' memory limits), else read from its source in every pass (a Parquet/CSV
+        read of the feature columns, a Zarr array, any recomputable Dask collection), so
+        no worker ever holds more than a few chunks; the Dask config ``dkmeans.out-of-core``
+        can force either way. True: always stream; False: always persist. The results are
+        the same either way (up to float rounding of the combined sums).
 
     Attributes
     ----------
@@ -177,6 +169,10 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
     stop_reason_ : str
         ``"centroid-shift"``, ``"fixed-point"``, ``"no-improving-move"`` (Hartigan) or
         ``"max_iter"``.
+    data_mode_ : {"in-memory", "out-of-core"}
+        Whether the data was persisted for the fit or read from its source in every pass.
+    n_passes_ : int
+        Passes over the data the fit made (moments, seeding, iterations, final assignment).
 
     Examples
     --------
@@ -205,6 +201,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         checkpoint=None,
         checkpoint_every=10,
         device=None,
+        out_of_core="auto",
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -221,52 +218,54 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
         self.device = device
+        self.out_of_core = out_of_core
 
     # -- parameters ---------------------------------------------------------------
-    def _check_params(self):
-        k = check_int("n_clusters", self.n_clusters, 1)
-        max_iter = check_int("max_iter", self.max_iter, 1)
-        tol = check_float("tol", self.tol, 0.0)
-        check_int("verbose", self.verbose, 0)
-        check_int("checkpoint_every", self.checkpoint_every, 1)
-        check_device(self.device)
-        if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
-            raise InvalidParameterError(f"checkpoint must be a file path or None, got {type(self.checkpoint).__name__}")
-        if self.algorithm not in ALGORITHMS:
-            raise InvalidParameterError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-        if self.refine not in REFINEMENTS:
-            raise InvalidParameterError(f"refine must be one of {REFINEMENTS}, got {self.refine!r}")
-        if self.refine is not None and self.algorithm != "lloyd":
+    def _fit_spec(self) -> FitSpec:
+        """The parameters checked against the shared table (:mod:`dkmeans._params`) and resolved."""
+        params = {name: value for name, value in self.get_params().items()}
+        p = _params.check("estimator", params)
+        if p["max_iter"] < 1:
+            raise InvalidParameterError(f"max_iter must be an integer >= 1, got {self.max_iter}")
+        init = self.init
+        is_array = hasattr(init, "__array__") or isinstance(init, (list, tuple))
+        if (isinstance(init, str) and init not in _params.INIT_STRATEGIES) or not (
+                isinstance(init, str) or callable(init) or is_array):
+            # scikit-learn's wording; an InvalidParameterError is also a TypeError, as scikit-learn's is
+            raise InvalidParameterError(
+                f"The 'init' parameter of {type(self).__name__} must be a str among "
+                f"{{{', '.join(repr(s) for s in _params.INIT_STRATEGIES)}}}, a callable or an array-like. "
+                f"Got {init!r} instead."
+            )
+        if p["refine"] is not None and p["algorithm"] != "lloyd":
             raise InvalidParameterError("refine='hartigan' applies to algorithm='lloyd' only")
-        if self.hartigan_mode not in HARTIGAN_MODES:
-            raise InvalidParameterError(f"hartigan_mode must be one of {HARTIGAN_MODES}, got {self.hartigan_mode!r}")
-        if isinstance(self.init, str):
-            if self.init not in init_strategies.STRATEGIES:
-                raise InvalidParameterError(
-                    f"init must be an array of centroids or one of {sorted(init_strategies.STRATEGIES)}, got {self.init!r}"
-                )
-        elif callable(self.init):
-            raise InvalidParameterError("init must be an array of centroids or a strategy name, not a callable")
-        if isinstance(self.n_init, str):
-            if self.n_init != "auto":
-                raise InvalidParameterError(f"n_init must be 'auto' or an integer >= 1, got {self.n_init!r}")
-            n_init = 10 if (isinstance(self.init, str) and self.init in init_strategies.CHEAP_RANDOM) else 1
-        else:
-            n_init = check_int("n_init", self.n_init, 1)
-        if not isinstance(self.init, str) and n_init > 1:
+        n_init = p["n_init"]
+        if n_init == "auto":
+            n_init = 10 if (isinstance(init, str) and init in CHEAP_RANDOM) else 1
+        if not isinstance(init, str) and not callable(init) and n_init > 1:
             warnings.warn(
-                f"Explicit initial centres passed: performing only one init instead of n_init={n_init}.",
+                "Explicit initial center position passed: performing only one init in "
+                f"{type(self).__name__} instead of n_init={n_init}.",
                 RuntimeWarning,
                 stacklevel=3,
             )
             n_init = 1
-        options = InitOptions(
-            oversampling_factor=check_float("oversampling_factor", self.oversampling_factor, 0.0),
-            init_rounds=check_int("init_rounds", self.init_rounds, 1),
+        job_params = dict(params)
+        for name in ("verbose", "checkpoint", "checkpoint_every"):
+            job_params.pop(name)
+        if not isinstance(init, str):
+            job_params["init"] = "callable" if callable(init) else "array"
+        rs = job_params["random_state"]
+        job_params["random_state"] = int(rs) if isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) else None
+        return FitSpec(
+            n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
+            stop_rule="centroid-shift", tol_relative=True, tol_inclusive=True,
+            algorithm=p["algorithm"], refine=p["refine"], hartigan_mode=p["hartigan_mode"],
+            init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
+            random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
+            out_of_core=p["out_of_core"], on_iteration=_progress(p["verbose"]),
+            job={"estimator": "dkmeans.KMeans", "params": job_params},
         )
-        if options.oversampling_factor <= 0:
-            raise InvalidParameterError(f"oversampling_factor must be > 0, got {self.oversampling_factor}")
-        return k, max_iter, tol, n_init, options
 
     # -- data ---------------------------------------------------------------------
     def _fit_dataset(self, X, client, n_workers: int) -> Dataset:
@@ -340,10 +339,10 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         -------
         self : KMeans
         """
-        k, max_iter, tol, n_init, options = self._check_params()
+        spec = self._fit_spec()
         fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
         try:
-            return self._fit(X, sample_weight, k, max_iter, tol, n_init, options)
+            return self._fit(X, sample_weight, spec)
         except BaseException:
             # a failed fit leaves the estimator as it was: no half-fitted state
             for name in [n for n in vars(self) if n.endswith("_") and n not in fitted_before]:
@@ -351,77 +350,21 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             vars(self).update(fitted_before)
             raise
 
-    def _fit(self, X, sample_weight, k, max_iter, tol, n_init, options):
+    def _fit(self, X, sample_weight, spec: FitSpec):
         client = get_client()
         n_workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-        dataset = self._fit_dataset(X, client, n_workers)
-        dtype = dataset.array.dtype
-        C0 = None
-        if not isinstance(self.init, str):
-            C0 = check_centroids(self.init, k, dataset.n_features, dtype, name="init")
-        if dataset.n_rows is not None:
-            check_n_clusters_vs_rows(k, dataset.n_rows)
-        weights = check_sample_weight(sample_weight, dataset)
-        seed = resolve_seed(self.random_state)
-
-        persisted = PersistedData(client, dataset.array, weights)
-        try:
-            check_n_clusters_vs_rows(k, persisted.n_rows)
-            with np.errstate(invalid="ignore", over="ignore"):  # non-finite data: reported below
-                moments = persisted.map_reduce(_moments_chunk, combine_moments)
-                mean_variance = float(np.mean(moments.m2 / moments.count))
-            if not np.isfinite(mean_variance):
-                raise InvalidDataError(
-                    "Input contains NaN or infinity (found in the first pass over the data): "
-                    "remove or impute non-finite values before clustering."
-                )
-            checkpointer, state = self._checkpointer(persisted, moments, C0, seed)
-            plan = FitPlan(
-                n_init=n_init,
-                initialise=lambda run: C0 if C0 is not None else init_strategies.get_strategy(self.init)(
-                    persisted, k, derive_seed(state.seed, run), options),
-                max_iter=max_iter,
-                stop_rule=CentroidShift(tol * mean_variance, inclusive=True),
-                lloyd=self.algorithm == "lloyd",
-                hartigan_mode=self.hartigan_mode if "hartigan" in (self.algorithm, self.refine) else None,
-                on_iteration=_progress(self.verbose),
-            )
-            result = fit_runs(persisted, plan, state, checkpointer)
-            # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
-            labels, inertia = assign_dataset(client, persisted.X, result.centroids, persisted.weights,
-                                             keep_labels=dataset.frame is None, generation=persisted.generation)
-        finally:
-            persisted.release()
+        result = run_fit(spec, self._fit_dataset(X, client, n_workers), sample_weight)
         # attributes are set only once everything succeeded (fit() restores them on failure)
         self.cluster_centers_ = result.centroids
-        if dataset.frame is not None:
-            labels = predict_series(dataset.frame, result.centroids)
-        self.labels_ = labels if dataset.is_dask else labels.compute()
+        self.labels_ = result.labels
         self._n_features_out = result.centroids.shape[0]
-        self.inertia_ = inertia
+        self.inertia_ = result.objective
         self.n_iter_ = result.n_iter
         self.history_ = history_dicts(result.history)
         self.stop_reason_ = result.stop_reason
+        self.data_mode_ = result.data_mode
+        self.n_passes_ = result.n_passes
         return self
-
-    def _checkpointer(self, persisted, moments, C0, seed):
-        """The checkpoint of this fit (or None) and the state to start from."""
-        if self.checkpoint is None:
-            return None, FitState(seed)
-        params = self.get_params()
-        for name in ("verbose", "checkpoint", "checkpoint_every"):
-            params.pop(name)
-        if C0 is not None:
-            params["init"] = "array sha256 " + digest(np.asarray(C0))
-        if not isinstance(params["random_state"], (int, np.integer)) or isinstance(params["random_state"], bool):
-            params["random_state"] = None  # a drawn seed: saved in the checkpoint and reused
-        params["random_state"] = None if params["random_state"] is None else int(params["random_state"])
-        job = {"estimator": "dkmeans.KMeans", "params": params, "n_rows": persisted.n_rows,
-               "n_features": persisted.n_features, "dtype": str(persisted.dtype),
-               "weighted": persisted.weights is not None, "data": data_fingerprint(moments)}
-        checkpointer = Checkpointer(self.checkpoint, self.checkpoint_every, job)
-        state = checkpointer.load() if checkpointer.exists() else FitState(seed)
-        return checkpointer, state
 
     # -- model files ----------------------------------------------------------------
     def save(self, path):

@@ -16,38 +16,20 @@ Examples
 from __future__ import annotations
 
 import numbers
-import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from dkmeans import init as init_strategies
-from dkmeans._graph import PersistedData
-from dkmeans.init import InitOptions
-from dkmeans.io.dataframe import predict_series
-from dkmeans._random import resolve_seed
-from dkmeans._validation import (
-    as_dataset,
-    check_centroids,
-    check_float,
-    check_float_dtype,
-    check_int,
-    check_n_clusters_vs_rows,
-    check_sample_weight,
-)
+from dkmeans import _params
+from dkmeans._validation import as_dataset, check_float_dtype
+from dkmeans.assignment import assign_dataset
 from dkmeans.cluster import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
-from dkmeans._device import check_device
-from dkmeans.checkpoint import Checkpointer, FitState, data_fingerprint
-from dkmeans.io.model_file import digest
-from dkmeans.kernels import column_moments, combine_moments
-from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, assign_dataset
-from dkmeans.runs import FitPlan, fit_runs
+from dkmeans.fit import FitSpec, run_fit
+from dkmeans.init import InitOptions
+from dkmeans.io.dataframe import predict_series
 from dkmeans.model import InferResult, Model, TrainResult
-
-STOP_RULES = ("objective-decrease", "centroid-shift")
-METHODS = ("lloyd", "hartigan")
 
 
 @dataclass(frozen=True)
@@ -85,23 +67,14 @@ class Descriptor:
     method: str = "lloyd"
 
     def __post_init__(self):
-        object.__setattr__(self, "cluster_count", check_int("cluster_count", self.cluster_count, 1))
-        object.__setattr__(
-            self, "max_iteration_count", check_int("max_iteration_count", self.max_iteration_count, 0)
-        )
-        object.__setattr__(
-            self, "accuracy_threshold", check_float("accuracy_threshold", self.accuracy_threshold, 0.0)
-        )
+        checked = _params.check("functional", {
+            "cluster_count": self.cluster_count, "max_iteration_count": self.max_iteration_count,
+            "accuracy_threshold": self.accuracy_threshold, "stop_rule": self.stop_rule, "method": self.method,
+        })
+        object.__setattr__(self, "cluster_count", checked["n_clusters"])
+        object.__setattr__(self, "max_iteration_count", checked["max_iter"])
+        object.__setattr__(self, "accuracy_threshold", checked["tol"])
         object.__setattr__(self, "dtype", check_float_dtype(self.dtype).type)
-        if self.stop_rule not in STOP_RULES:
-            raise InvalidParameterError(f"stop_rule must be one of {STOP_RULES}, got {self.stop_rule!r}")
-        if self.method not in METHODS:
-            raise InvalidParameterError(f"method must be one of {METHODS}, got {self.method!r}")
-
-    def _stop_rule(self):
-        if self.stop_rule == "centroid-shift":
-            return CentroidShift(self.accuracy_threshold, inclusive=False)
-        return ObjectiveDecrease(self.accuracy_threshold)
 
 
 def _check_descriptor(desc) -> Descriptor:
@@ -110,17 +83,13 @@ def _check_descriptor(desc) -> Descriptor:
     return desc
 
 
-def _moments_chunk(X, w, offset):
-    return column_moments(X)
-
-
 def _n_workers(client) -> int:
     return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
-          checkpoint_every: int = 10, device=None) -> TrainResult:
+          checkpoint_every: int = 10, device=None, out_of_core="auto") -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Parameters
@@ -150,12 +119,15 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         CuPy-backed Dask arrays on the GPU, the rest on the CPU); "gpu": NumPy/Dask data is
         moved to the workers' GPUs once, chunk by chunk (needs CuPy); "cpu": CuPy data is
         moved to host memory. Centroids are always NumPy.
+    out_of_core : {"auto", True, False}, default "auto"
+        Persist the data for the fit, or read it from its source in every pass (see
+        :class:`dkmeans.KMeans`); the mode taken is ``TrainResult.data_mode``.
 
     Returns
     -------
     TrainResult
-        ``labels`` is NumPy for in-memory data, a persisted Dask array for a Dask array,
-        and a lazy Dask Series on the input's index and partitions for a Dask DataFrame;
+        ``labels`` is NumPy for in-memory data, a Dask array for a Dask array, and a lazy
+        Dask Series on the input's index and partitions for a Dask DataFrame;
         ``objective_function_value`` and ``labels`` are what :func:`infer` returns for
         ``model`` on the same data.
 
@@ -165,78 +137,44 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         When a precondition of the specification does not hold (before any work runs).
     """
     desc = _check_descriptor(desc)
-    client = get_client()
-    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns,
-                         device=check_device(device))
-    k = desc.cluster_count
-    options = InitOptions(
-        oversampling_factor=check_float("oversampling_factor", oversampling_factor, 0.0),
-        init_rounds=check_int("init_rounds", init_rounds, 1),
-    )
-    if options.oversampling_factor <= 0:
-        raise InvalidParameterError(f"oversampling_factor must be > 0, got {oversampling_factor}")
-    checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
-    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
-        raise InvalidParameterError(f"checkpoint must be a file path or None, got {type(checkpoint).__name__}")
+    p = _params.check("functional", {
+        "oversampling_factor": oversampling_factor, "init_rounds": init_rounds, "checkpoint": checkpoint,
+        "checkpoint_every": checkpoint_every, "device": device, "out_of_core": out_of_core,
+    })
     if initial_centroids is None:
         initial_centroids = "k-means||"
-    if isinstance(initial_centroids, str):
-        try:
-            strategy = init_strategies.get_strategy(initial_centroids)
-        except KeyError:
-            raise InvalidParameterError(
-                f"initial_centroids: unknown strategy {initial_centroids!r}; "
-                f"use an array or one of {sorted(init_strategies.STRATEGIES)}"
-            ) from None
-        C0, strategy_name = None, initial_centroids
-        seed = resolve_seed(random_state)
-    else:
-        C0 = check_centroids(initial_centroids, k, dataset.n_features, desc.dtype, name="initial_centroids")
-        seed, strategy_name = 0, "array sha256 " + digest(np.asarray(C0))
-    if dataset.n_rows is not None:
-        check_n_clusters_vs_rows(k, dataset.n_rows, "cluster_count")
-    weights = check_sample_weight(sample_weight, dataset)
-    persisted = PersistedData(client, dataset.array, weights)
-    try:
-        check_n_clusters_vs_rows(k, persisted.n_rows, "cluster_count")
-        checkpointer, state = None, FitState(seed)
-        if checkpoint is not None:
-            job = {"function": "dkmeans.train", "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
-                   "initial_centroids": strategy_name, "oversampling_factor": options.oversampling_factor,
-                   "init_rounds": options.init_rounds,
-                   "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None,
-                   "n_rows": persisted.n_rows, "n_features": persisted.n_features,
-                   "weighted": persisted.weights is not None,
-                   "data": data_fingerprint(persisted.map_reduce(_moments_chunk, combine_moments))}
-            checkpointer = Checkpointer(checkpoint, checkpoint_every, job)
-            if checkpointer.exists():
-                state = checkpointer.load()
-        plan = FitPlan(
-            n_init=1,
-            initialise=lambda run: C0 if C0 is not None else strategy(persisted, k, state.seed, options),
-            max_iter=desc.max_iteration_count,
-            stop_rule=desc._stop_rule(),
-            lloyd=desc.method == "lloyd",
-            hartigan_mode="unsafe" if desc.method == "hartigan" else None,
-            hartigan_tol=desc.accuracy_threshold,
+    if isinstance(initial_centroids, str) and initial_centroids not in _params.INIT_STRATEGIES:
+        raise InvalidParameterError(
+            f"initial_centroids: unknown strategy {initial_centroids!r}; "
+            f"use an array or one of {sorted(_params.INIT_STRATEGIES)}"
         )
-        run = fit_runs(persisted, plan, state, checkpointer)
-        fit_labels, objective = assign_dataset(client, persisted.X, run.centroids, persisted.weights,
-                                               keep_labels=dataset.frame is None, generation=persisted.generation)
-    finally:
-        persisted.release()
-    if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
-        labels = predict_series(dataset.frame, run.centroids)
-    else:
-        labels = fit_labels if dataset.is_dask else fit_labels.compute()
+    client = get_client()
+    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns,
+                         device=p["device"])
+    job = {"function": "dkmeans.train", "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
+           "initial_centroids": initial_centroids if isinstance(initial_centroids, str) else "array",
+           "oversampling_factor": p["oversampling_factor"], "init_rounds": p["init_rounds"],
+           "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None}
+    spec = FitSpec(
+        n_clusters=desc.cluster_count, init=initial_centroids, n_init=1, max_iter=desc.max_iteration_count,
+        tol=desc.accuracy_threshold, stop_rule=desc.stop_rule, tol_relative=False, tol_inclusive=False,
+        algorithm=desc.method, hartigan_mode="unsafe", hartigan_tol=desc.accuracy_threshold,
+        init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
+        random_state=random_state if isinstance(initial_centroids, str) else 0,
+        checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,
+        names={"n_clusters": "cluster_count", "init": "initial_centroids"},
+    )
+    result = run_fit(spec, dataset, sample_weight)
     return TrainResult(
-        model=Model(np.asarray(run.centroids).astype(desc.dtype)),
-        labels=labels,
-        iteration_count=run.n_iter,
-        objective_function_value=objective,
-        history=run.history,
-        stop_reason=run.stop_reason,
-        converged=run.converged,
+        model=Model(np.asarray(result.centroids).astype(desc.dtype)),
+        labels=result.labels,
+        iteration_count=result.n_iter,
+        objective_function_value=result.objective,
+        history=result.history,
+        stop_reason=result.stop_reason,
+        converged=result.converged,
+        data_mode=result.data_mode,
+        pass_count=result.n_passes,
     )
 
 

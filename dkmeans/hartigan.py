@@ -8,7 +8,7 @@ elsewhere, because removing it moves its own centroid towards the rest.
 
 :func:`standard_hartigan` sweeps in-memory NumPy rows in order with a compiled loop.
 
-:func:`hartigan` is the batch variant on :class:`~dkmeans._graph.PersistedData`. Labels
+:func:`hartigan` is the batch variant over the data protocol (:mod:`dkmeans.engine.protocol`). Labels
 stay on the workers as per-chunk state. One pass per round: each chunk applies the
 moves the client accepted in the previous round, reports its cluster sums, weights and
 objective for the new partition, and proposes each row's best move against the new
@@ -32,17 +32,13 @@ from __future__ import annotations
 
 import functools
 import time
-import uuid
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-import dask.array as da
 import numpy as np
-from dask._task_spec import Task, TaskRef
-from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from dkmeans._graph import gather, PersistedData
+from dkmeans.state import HartiganRecord
 from dkmeans.backend import get_namespace
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.kernels import assign, cluster_sums
@@ -65,49 +61,6 @@ MODES = ("safe", "unsafe")
 
 
 # -- results -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class HartiganRecord:
-    """One Hartigan round (batch) or sweep (standard), and the partition it left.
-
-    Attributes
-    ----------
-    iteration : int
-        0 for the initial partition, then 1, 2, ...
-    objective : float
-        Weighted objective of the partition after the round (rows to their own cluster mean).
-    moves : int
-        Rows moved in the round.
-    proposals : int
-        Rows that had an improving move at the start of the round (batch); moves (standard).
-    mode : str
-        ``"initial"``, ``"sweep"`` (standard), ``"safe"``, ``"unsafe"`` (accept-all kept)
-        or ``"safe-fallback"`` (accept-all did not lower the objective and was undone).
-    predicted_change : float
-        Sum of the cost changes of the moves; equals the objective change in safe mode
-        and in a sweep (up to rounding).
-    seconds : float
-    """
-
-    iteration: int
-    objective: float
-    moves: int
-    proposals: int
-    mode: str
-    predicted_change: float
-    seconds: float
-
-    def as_dict(self) -> dict:
-        return {
-            "iteration": self.iteration,
-            "objective": self.objective,
-            "moves": self.moves,
-            "proposals": self.proposals,
-            "mode": self.mode,
-            "predicted_change": self.predicted_change,
-            "seconds": self.seconds,
-        }
-
-
 @dataclass
 class StandardHartiganResult:
     """Result of :func:`standard_hartigan`.
@@ -342,20 +295,6 @@ def _combine_round(parts, k, m):
                         cands, deltas)
 
 
-def _pick_labels(task_output, cid):
-    return task_output[0][cid]["labels"]
-
-
-def _state_labels(data: PersistedData, state) -> da.Array:
-    """The labels held in the chunk state, as a persisted Dask array with the data's row chunks."""
-    token = f"dkmeans-hartigan-labels-{uuid.uuid4().hex[:12]}"
-    keys = [f"{token}-{cid}" for cid in range(data.n_chunks)]
-    graph = {key: Task(key, _pick_labels, TaskRef(state.keys_for([cid])[0]), cid) for cid, key in enumerate(keys)}
-    futures = data.client.get(HighLevelGraph({token: MaterializedLayer(graph)}, {token: set()}), keys, sync=False)
-    blocks = [da.from_delayed(f, shape=(n,), dtype=np.int32) for f, n in zip(futures, data.chunk_rows)]
-    return data.client.persist(da.concatenate(blocks)) if blocks else da.zeros((0,), dtype=np.int32)
-
-
 def _safe_step(cands: Candidates, k, S, W, npos):
     """Accept disjoint candidates; returns (rows, targets, new S, W, npos, n, predicted)."""
     sel = select_disjoint(cands, k)
@@ -381,14 +320,14 @@ def _accept_all_ok(d: MoveDeltas, W, npos, n_safe: int) -> bool:
 
 
 # -- batch Hartigan: driver ------------------------------------------------------------------------
-def hartigan(data: PersistedData, init, *, n_clusters: int | None = None, max_iter: int = 300, mode: str = "safe",
+def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, mode: str = "safe",
              tol: float = 0.0, max_candidates: int | None = None,
              on_iteration: Callable[[HartiganRecord], None] | None = None) -> HartiganResult:
     """Batch Hartigan k-means on persisted data (labels kept on the workers).
 
     Parameters
     ----------
-    data : PersistedData
+    data : ChunkedData
     init : ndarray (k, d) of centroids, or integer ndarray (n,) of labels
         Centroids start from the nearest-centroid partition (computed on the workers).
         Labels are sent to every worker once (O(n) per worker): prefer centroids at scale.
@@ -490,43 +429,16 @@ def hartigan(data: PersistedData, init, *, n_clusters: int | None = None, max_it
             round_info = ("safe", n_safe, part.n_proposals, pred_safe)
         C = _means(S, W, npos, C_now)
     centroids = _means(S, W, npos, C).astype(data.dtype)
-    labels = _state_labels(data, state)
+    labels = data.state_column(state, "labels")
     del state
     return HartiganResult(centroids, labels, objective, rounds, stop_reason, converged, history, n_passes)
 
 
-@dataclass
-class HartiganFit:
-    """A finished batch Hartigan run plus the final assignment (what ``infer`` gives)."""
-
-    result: HartiganResult
-    labels: da.Array
-    objective: float
-
-
-def fit_hartigan(data: PersistedData, init, *, keep_labels: bool = True, **options) -> HartiganFit:
-    """:func:`hartigan` followed by the nearest-centroid assignment pass for its centroids.
-
-    At a converged Hartigan partition every row of positive weight is strictly nearest
-    its own centroid, so these labels are the partition's (up to exact ties and
-    zero-weight rows); after ``max_iter`` they are one Lloyd assignment further on and
-    the objective can only be lower.
-    """
-    from dkmeans.lloyd import assign_dataset
-
-    result = hartigan(data, init, **options)
-    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
-                                       keep_labels=keep_labels, generation=data.generation)
-    return HartiganFit(result, labels, objective)
-
-
 __all__ = [
-    "HartiganFit",
     "HartiganRecord",
     "HartiganResult",
     "MODES",
     "StandardHartiganResult",
-    "fit_hartigan",
     "hartigan",
     "standard_hartigan",
 ]

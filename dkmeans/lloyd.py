@@ -1,15 +1,14 @@
-"""The Lloyd loop over persisted data: stop rules, empty clusters, and where the loop runs.
+"""The Lloyd loop over the data protocol: stop rules, empty clusters, blocks of iterations.
 
 Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk, reduces the
-partials, and computes the new centroids: one graph per iteration (one task per worker
-thread, see :mod:`dkmeans._graph`) with the update on the client, or the same loop inside
-one task for small problems, or SPMD on every worker thread (:mod:`dkmeans._spmd`); see
+partials, and computes the new centroids. Where the iterations run (one graph per
+iteration, inside one task, SPMD on every worker thread, or streamed from the source) is
+the engine's choice (:meth:`dkmeans.engine.protocol.ChunkedData.run_loop`); see
 :func:`lloyd`. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
 becomes the row farthest from the new (non-empty) centroids, found with a distributed
 top-m, distinct rows for several empty clusters. The loop ends on the stop rule, at a
 fixed point (no centroid moved: further iterations cannot change anything), or after
-``max_iter`` updates. :func:`assign_dataset` then gives the labels and objective of the
-final centroids, exactly what inference returns for them.
+``max_iter`` updates.
 """
 
 from __future__ import annotations
@@ -21,20 +20,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-import dask.array as da
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from distributed import futures_of
-
-from dkmeans._graph import PersistedData
-from dkmeans._spmd import SpmdUnavailable, spmd_enabled
-from dkmeans.checkpoint import LoopState
-from dkmeans._graph import gather as gather_results
-from dkmeans.backend import get_namespace
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels import (
-    assign,
     assign_partials,
     combine_top,
     combine_partials,
@@ -42,6 +32,7 @@ from dkmeans.kernels import (
     objectives,
     update_centroids,
 )
+from dkmeans.state import IterationRecord, LoopState
 
 logger = logging.getLogger("dkmeans")
 
@@ -76,26 +67,6 @@ class CentroidShift:
 
 
 # -- results ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class IterationRecord:
-    """One Lloyd iteration: the objective of its assignment step and what its update did."""
-
-    iteration: int
-    objective: float
-    centroid_shift: float
-    empty_clusters_fixed: int
-    seconds: float
-
-    def as_dict(self) -> dict:
-        return {
-            "iteration": self.iteration,
-            "objective": self.objective,
-            "centroid_shift": self.centroid_shift,
-            "empty_clusters_fixed": self.empty_clusters_fixed,
-            "seconds": self.seconds,
-        }
-
-
 @dataclass
 class LloydResult:
     """Centroids after the loop, how many updates ran, why it stopped, and the history."""
@@ -124,7 +95,7 @@ def _check_finite(partials) -> None:
         )
 
 
-def fill_empty_clusters(data: PersistedData, centroids: np.ndarray, empty: np.ndarray) -> np.ndarray:
+def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray) -> np.ndarray:
     """Move each empty cluster's centroid to a distinct row farthest from the live centroids."""
     m = int(empty.sum())
     live = centroids[~empty].astype(data.dtype)
@@ -152,7 +123,7 @@ def _stop_after_update(record: IterationRecord, stop_rule) -> str | None:
 
 
 def lloyd(
-    data: PersistedData,
+    data,
     initial_centroids: np.ndarray,
     *,
     max_iter: int,
@@ -161,22 +132,18 @@ def lloyd(
     resume: LoopState | None = None,
     on_state: Callable[[LoopState], None] | None = None,
     state_every: int | None = None,
-    loop: str = "auto",
 ) -> LloydResult:
-    """Run Lloyd iterations on persisted data.
+    """Run Lloyd iterations over the data protocol.
 
-    How the iterations run (``loop="auto"``), in blocks that end every ``state_every``
-    updates: small problems (a pass of at most about 10 ms of one thread's work, see
-    :meth:`~dkmeans._graph.PersistedData.fits_one_task`) inside one task on one worker;
-    larger ones SPMD, one task per worker thread exchanging only the partials
-    (:mod:`dkmeans._spmd`, Dask config ``dkmeans.spmd``), falling back to one graph per
-    iteration if the ranks cannot run together. Both avoid a cluster round trip per
-    iteration; the result is the same up to float rounding of the combined sums.
-    ``loop="graph"`` always runs one graph per iteration.
+    The iterations run in blocks that end every ``state_every`` updates (for
+    ``on_state``), each block where the engine chooses
+    (:meth:`~dkmeans.engine.protocol.ChunkedData.run_loop`): inside one task for small
+    problems, SPMD on every worker thread, one graph per iteration, or streamed from the
+    source. The result is the same up to float rounding of the combined sums.
 
     Parameters
     ----------
-    data : PersistedData
+    data : ChunkedData
     initial_centroids : ndarray, shape (k, d)
         Ignored when ``resume`` is given.
     max_iter : int
@@ -188,30 +155,52 @@ def lloyd(
         Continue a loop from a checkpoint: its centroids, update count, last objective
         and history. The result is the one the uninterrupted loop would have given.
     on_state : callable, optional
-        Called with the :class:`LoopState` after every update (checkpointing); in the
-        single-task mode, at the end of every block.
+        Called with the :class:`LoopState` at the end of every block (checkpointing).
     state_every : int, optional
-        ``on_state`` is only interested in updates that are multiples of this (the
-        single-task mode's block length); None: only the final state.
+        Block length: ``on_state`` is interested in updates that are multiples of this;
+        None: only the final state.
 
     Returns
     -------
     LloydResult
         Centroids in the data's dtype.
     """
-    if resume is None:
-        resume = LoopState(np.asarray(initial_centroids))
-    if loop == "auto" and isinstance(data, PersistedData):  # not inside a task running the loop
-        if data.fits_one_task(len(resume.centroids) * data.n_features):
-            loop = "one-task"
-        elif spmd_enabled(len(data.placement())):
-            loop = "spmd"
-    if loop in ("one-task", "spmd"):
-        return _lloyd_in_blocks(data, resume, max_iter, stop_rule, on_iteration, on_state, state_every, loop)
-    C = np.asarray(resume.centroids).astype(data.dtype, copy=True)
-    history: list[IterationRecord] = list(resume.history)
-    previous_objective = resume.previous_objective
-    n_iter = resume.n_iter
+    state = resume if resume is not None else LoopState(np.asarray(initial_centroids))
+    reported = state.n_iter
+
+    def report(record: dict) -> None:
+        nonlocal reported
+        if on_iteration is not None and record["iteration"] > reported:
+            on_iteration(IterationRecord(**record))
+        reported = max(reported, record["iteration"])
+
+    work_per_row = len(state.centroids) * data.n_features
+    while True:
+        end = max_iter
+        if on_state is not None and state_every:
+            end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
+        result = data.run_loop(lloyd_iterations, (state, end, stop_rule), work_per_row=work_per_row,
+                               on_progress=report)
+        for record in result.history[len(state.history):]:  # what a one-task block could not report live
+            report(record.as_dict())
+        if result.n_iter > state.n_iter:
+            state = LoopState(result.centroids, result.n_iter, result.history[-1].objective, list(result.history))
+            if on_state is not None:
+                on_state(state)
+        if result.stop_reason != "max_iter" or result.n_iter >= max_iter:
+            return result
+
+
+def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule) -> LloydResult:
+    """Lloyd from ``state`` up to ``max_iter`` updates, one pass per iteration over ``data``.
+
+    The body of :func:`lloyd`'s blocks: runs wherever ``data`` lives (in the caller, in one
+    task, on every SPMD rank), reporting each iteration through ``data.report``.
+    """
+    C = np.asarray(state.centroids).astype(data.dtype, copy=True)
+    history: list[IterationRecord] = list(state.history)
+    previous_objective = state.previous_objective
+    n_iter = state.n_iter
     reason = _stop_after_update(history[-1], stop_rule) if history else None
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
@@ -237,11 +226,8 @@ def lloyd(
         shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
         record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0)
         history.append(record)
-        if on_iteration is not None:
-            on_iteration(record)
+        data.report(record.as_dict())
         C, n_iter, previous_objective = new, it + 1, objective
-        if on_state is not None:
-            on_state(LoopState(C, n_iter, previous_objective, list(history)))
         reason = _stop_after_update(record, stop_rule)
         if reason is not None:
             stop_reason, converged = reason, True
@@ -249,121 +235,13 @@ def lloyd(
     return LloydResult(C, n_iter, stop_reason, converged, history)
 
 
-def _lloyd_block(chunks, state: LoopState, end: int, stop_rule) -> LloydResult:
-    """Lloyd on the chunks of one task, from ``state`` up to ``end`` updates (runs on a worker)."""
-    return lloyd(chunks, None, max_iter=end, stop_rule=stop_rule, resume=state)
-
-
-def _lloyd_rank_block(chunks, state: LoopState, end: int, stop_rule) -> LloydResult:
-    """:func:`_lloyd_block` as one SPMD rank; rank 0 reports each iteration to the client."""
-    report = (lambda record: chunks.comm.report(record.as_dict())) if chunks.rank == 0 else None
-    return lloyd(chunks, None, max_iter=end, stop_rule=stop_rule, resume=state, on_iteration=report)
-
-
-def _lloyd_in_blocks(data, state: LoopState, max_iter, stop_rule, on_iteration, on_state, state_every, loop):
-    """:func:`lloyd` run in blocks of iterations, each in one task or SPMD (callbacks run between blocks).
-
-    SPMD blocks report their iterations while they run. A block whose ranks cannot run
-    together is run again from its start one graph per iteration, and so are the blocks
-    after it; iterations already reported are not reported twice.
-    """
-    reported = state.n_iter
-
-    def report(record: IterationRecord):
-        nonlocal reported
-        if on_iteration is not None and record.iteration > reported:
-            on_iteration(record)
-        reported = max(reported, record.iteration)
-
-    while True:
-        end = max_iter
-        if on_state is not None and state_every:
-            end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
-        if loop == "spmd":
-            try:
-                result = data.run_spmd(_lloyd_rank_block, state, end, stop_rule,
-                                       on_progress=lambda record: report(IterationRecord(**record)))
-            except SpmdUnavailable as exc:
-                logger.info("SPMD Lloyd block failed (%s); running it one graph per iteration", exc)
-                loop = "graph"
-        if loop == "graph":
-            result = lloyd(data, None, max_iter=end, stop_rule=stop_rule, resume=state, on_iteration=report,
-                           loop="graph")
-        elif loop == "one-task":
-            result = data.run_in_one_task(_lloyd_block, state, end, stop_rule)
-        for record in result.history[len(state.history):]:
-            report(record)
-        if result.n_iter > state.n_iter:
-            state = LoopState(result.centroids, result.n_iter, result.history[-1].objective, list(result.history))
-            if on_state is not None:
-                on_state(state)
-        if result.stop_reason != "max_iter" or result.n_iter >= max_iter:
-            return result
-
-
-# -- final assignment ------------------------------------------------------------------
-def _label_block(X, C, w=None):
-    labels, min_sq = assign(X, C)
-    d2 = min_sq.astype(np.float64)
-    if w is not None:
-        d2 = d2 * w.reshape(-1)
-    xp = get_namespace(labels)
-    return xp.stack([labels.astype(xp.float64), d2], axis=1)
-
-
-def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array | None = None, *,
-                   gather: bool = False, keep_labels: bool = True, generation: int | None = None):
-    """Labels and (weighted) objective of ``X`` for fixed centroids, in one pass.
-
-    Parameters
-    ----------
-    client : distributed.Client
-    X : dask.array.Array, shape (n, d)
-    centroids : ndarray, shape (k, d)
-    weights : dask.array.Array, shape (n,), optional
-    gather : bool
-        Return the labels as a NumPy array instead of a persisted Dask array.
-    keep_labels : bool
-        False: compute only the objective (the caller labels the rows another way).
-    generation : int, optional
-        :attr:`PersistedData.generation` of a persisted ``X`` (to report a cluster restart).
-
-    Returns
-    -------
-    labels : dask.array.Array (persisted), ndarray (int32), or None without ``keep_labels``
-    objective : float
-    """
-    C = np.asarray(centroids).astype(X.dtype)
-    # weights as an (n, 1) column so blockwise aligns them with X's rows
-    args = [X, C] if weights is None else [X, C, weights.rechunk((X.chunks[0],))[:, None]]
-    blocks = da.map_blocks(
-        _label_block, *args, dtype=np.float64, chunks=(X.chunks[0], (2,)),
-        meta=get_namespace(X._meta).empty((0, 2), dtype=np.float64),  # CuPy chunks give CuPy labels
-    )
-    labels = blocks[:, 0].astype(np.int32)
-    objective = blocks[:, 1].sum()
-    inputs = futures_of(X)
-    if not keep_labels:
-        labels, objective = None, gather_results(client, client.compute(objective), inputs, generation)
-    elif gather:
-        labels, objective = gather_results(client, client.compute([labels, objective]), inputs, generation)
-    else:
-        labels, objective = client.persist([labels, objective])
-        objective = gather_results(client, client.compute(objective), inputs, generation)
-    objective = float(objective)
-    if not np.isfinite(objective):
-        raise InvalidDataError(
-            "Input contains NaN or infinity: remove or impute non-finite values before assigning."
-        )
-    return labels, objective
-
-
+# -- objective ---------------------------------------------------------------------
 def _objectives_chunk(X, w, offset, center_sets):
     return objectives(X, w, center_sets)
 
 
-def objective(data: PersistedData, centroids: np.ndarray) -> float:
-    """Weighted objective of the persisted data for ``centroids`` (one pass, O(workers) tasks)."""
+def objective(data, centroids: np.ndarray) -> float:
+    """Weighted objective of the data for ``centroids`` (one pass, O(workers) tasks)."""
     values = data.map_reduce(_objectives_chunk, _sum_arrays, ([np.asarray(centroids).astype(data.dtype)],))
     return float(values[0])
 
@@ -375,32 +253,12 @@ def _sum_arrays(parts):
     return total
 
 
-@dataclass
-class FitOutcome:
-    """A finished Lloyd run: the loop's result plus the final assignment."""
-
-    result: LloydResult
-    labels: da.Array
-    objective: float
-
-
-def fit_lloyd(data: PersistedData, initial_centroids: np.ndarray, *, keep_labels: bool = True,
-              **loop_options) -> FitOutcome:
-    """:func:`lloyd` followed by the final assignment pass for the returned centroids."""
-    result = lloyd(data, initial_centroids, **loop_options)
-    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
-                                       keep_labels=keep_labels, generation=data.generation)
-    return FitOutcome(result, labels, objective)
-
-
 __all__ = [
     "CentroidShift",
     "IterationRecord",
     "LloydResult",
     "ObjectiveDecrease",
-    "FitOutcome",
-    "assign_dataset",
-    "fit_lloyd",
     "lloyd",
+    "lloyd_iterations",
     "objective",
 ]

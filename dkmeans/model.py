@@ -58,6 +58,10 @@ class TrainResult:
         ``"no-improving-move"`` (Hartigan) or ``"max_iter"``.
     converged : bool
         False only when the run stopped at ``max_iteration_count``.
+    data_mode : {"in-memory", "out-of-core"}
+        Whether the data was persisted for the training or read from its source in every pass.
+    pass_count : int
+        Passes over the data (moments, seeding, iterations, final assignment).
     """
 
     model: Model
@@ -67,6 +71,8 @@ class TrainResult:
     history: list = field(default_factory=list)
     stop_reason: str = "max_iter"
     converged: bool = False
+    data_mode: str = "in-memory"
+    pass_count: int = 0
 
 
 @dataclass(frozen=True)

@@ -91,18 +91,30 @@ def pick_rows(X, k: int, seed: int = 0):
     return np.asarray(X)[idx].copy()
 
 
-def _blob_block(block_info=None, *, centers, spread, seed, out_dtype):
+def blob_block(index: int, n_rows: int, *, centers, spread, seed, out_dtype, noise="normal"):
+    """Block ``index`` (of ``n_rows`` rows) of :func:`make_blobs_dask`'s data, computed anywhere."""
+    rng = np.random.default_rng([seed, index])
+    labels = rng.integers(0, centers.shape[0], size=n_rows)
+    shape = (n_rows, centers.shape[1])
+    if noise == "uniform":  # about 3 times cheaper to draw: for data sets larger than memory
+        X = centers[labels] + spread * np.sqrt(3.0) * (2 * rng.random(shape) - 1)
+    else:
+        X = centers[labels] + spread * rng.standard_normal(shape)
+    return X.astype(out_dtype, copy=False)
+
+
+def _blob_block(block_info=None, **options):
     info = block_info[None]
     (r0, r1), _ = info["array-location"]
-    rng = np.random.default_rng([seed, info["chunk-location"][0]])
-    labels = rng.integers(0, centers.shape[0], size=r1 - r0)
-    X = centers[labels] + spread * rng.standard_normal((r1 - r0, centers.shape[1]))
-    return X.astype(out_dtype)
+    return blob_block(info["chunk-location"][0], r1 - r0, **options)
 
 
 def make_blobs_dask(n_samples: int, n_features: int, n_centers: int, *, chunk_rows: int = 250_000,
-                    spread: float = 1.0, box: float = 10.0, seed: int = 0, dtype=np.float32):
-    """Gaussian blobs generated on the workers, block by block (nothing shipped from the client).
+                    spread: float = 1.0, box: float = 10.0, seed: int = 0, dtype=np.float32, noise: str = "normal"):
+    """Gaussian (or uniform: ``noise="uniform"``) blobs generated on the workers, block by block.
+
+    Nothing is shipped from the client, and every block is recomputed from its index
+    (:func:`blob_block`), so the array is a recomputable source larger than memory if need be.
 
     Returns
     -------
@@ -116,7 +128,7 @@ def make_blobs_dask(n_samples: int, n_features: int, n_centers: int, *, chunk_ro
     chunks = (tuple(min(chunk_rows, n_samples - i) for i in range(0, n_samples, chunk_rows)), (n_features,))
     X = da.map_blocks(
         _blob_block, dtype=dtype, chunks=chunks, meta=np.empty((0, 0), dtype),
-        centers=centers, spread=spread, seed=seed, out_dtype=dtype,
+        centers=centers, spread=spread, seed=seed, out_dtype=dtype, noise=noise,
     )
     return X, centers
 
@@ -125,7 +137,7 @@ def persist_rows(client, X, n_chunks: int = 4, weights=None):
     """``X`` (and ``weights``) split into ``n_chunks`` row chunks and persisted: a ``PersistedData``."""
     import dask.array as da
 
-    from dkmeans._graph import PersistedData
+    from dkmeans.engine import PersistedData
 
     rows = -(-len(X) // n_chunks)
     wd = None if weights is None else da.from_array(np.asarray(weights), chunks=rows)
@@ -144,3 +156,40 @@ def local_cluster(n_workers: int = 2, *, set_as_default: bool = False):
         cluster = client.cluster
         client.close()
         cluster.close()
+
+
+@dataclass
+class FitOutcome:
+    """A finished run of a driver plus the final assignment (labels and objective of its centroids)."""
+
+    result: object
+    labels: object
+    objective: float
+
+
+def _with_assignment(data, result, keep_labels: bool) -> FitOutcome:
+    from dkmeans.assignment import assign_dataset
+
+    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
+                                       keep_labels=keep_labels, persist=data.kind == "persisted",
+                                       generation=data.generation)
+    return FitOutcome(result, labels, objective)
+
+
+def fit_lloyd(data, initial_centroids, *, keep_labels: bool = True, **loop_options) -> FitOutcome:
+    """:func:`dkmeans.lloyd.lloyd` on ``data`` (persisted or streamed) followed by the final assignment."""
+    from dkmeans.lloyd import lloyd
+
+    return _with_assignment(data, lloyd(data, initial_centroids, **loop_options), keep_labels)
+
+
+def fit_hartigan(data, init, *, keep_labels: bool = True, **options) -> FitOutcome:
+    """:func:`dkmeans.hartigan.hartigan` followed by the nearest-centroid assignment pass for its centroids.
+
+    At a converged Hartigan partition every row of positive weight is strictly nearest
+    its own centroid, so these labels are the partition's (up to exact ties and
+    zero-weight rows).
+    """
+    from dkmeans.hartigan import hartigan
+
+    return _with_assignment(data, hartigan(data, init, **options), keep_labels)

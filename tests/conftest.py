@@ -8,8 +8,8 @@ import dask
 import numpy as np
 import pytest
 
-from dkmeans._graph import SINGLE_TASK_WORK_KEY
-from dkmeans._spmd import SPMD_KEY
+from dkmeans.engine.persisted import SINGLE_TASK_WORK_KEY
+from dkmeans.engine.spmd import SPMD_KEY
 from dkmeans.testing import local_cluster, make_blobs
 
 # The test data are small, so every Lloyd loop would run inside one task
@@ -25,16 +25,16 @@ dask.config.set({SINGLE_TASK_WORK_KEY: 0, SPMD_KEY: False})
 @pytest.fixture
 def single_task(monkeypatch):
     """Let small Lloyd loops run inside one task (the default outside the test suite); yields the calls."""
-    from dkmeans._graph import DEFAULT_SINGLE_TASK_WORK, PersistedData
+    from dkmeans.engine.persisted import DEFAULT_SINGLE_TASK_WORK, PersistedData
 
     calls = []
-    original = PersistedData.run_in_one_task
+    original = PersistedData._run_in_one_task
 
-    def spy(self, fn, *args):
+    def spy(self, fn, args):
         calls.append(fn.__name__)
-        return original(self, fn, *args)
+        return original(self, fn, args)
 
-    monkeypatch.setattr(PersistedData, "run_in_one_task", spy)
+    monkeypatch.setattr(PersistedData, "_run_in_one_task", spy)
     monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", str(DEFAULT_SINGLE_TASK_WORK))
     with dask.config.set({SINGLE_TASK_WORK_KEY: DEFAULT_SINGLE_TASK_WORK}):
         yield calls
@@ -43,16 +43,16 @@ def single_task(monkeypatch):
 @pytest.fixture
 def spmd(monkeypatch):
     """Let Lloyd loops run SPMD (the default for loops too large for one task); yields the ranks' calls."""
-    import dkmeans._spmd
+    import dkmeans.engine.spmd
 
     calls = []
-    original = dkmeans._spmd.run_spmd
+    original = dkmeans.engine.spmd.run_spmd
 
     def spy(data, fn, args=(), on_progress=None):
         calls.append(fn.__name__)
         return original(data, fn, args, on_progress)
 
-    monkeypatch.setattr(dkmeans._spmd, "run_spmd", spy)
+    monkeypatch.setattr(dkmeans.engine.spmd, "run_spmd", spy)
     monkeypatch.setenv("DASK_DKMEANS__SPMD", "True")
     with dask.config.set({SPMD_KEY: True}):
         yield calls

@@ -48,14 +48,14 @@ ESTIMATOR_CASES = [
     ("k < 0", GOOD, {"n_clusters": -2}, {}, InvalidParameterError, "n_clusters"),
     ("k not integer", GOOD, {"n_clusters": 2.5}, {}, InvalidParameterError, "n_clusters must be an integer"),
     ("k as string", GOOD, {"n_clusters": "3"}, {}, InvalidParameterError, "n_clusters must be an integer"),
-    ("k > n", GOOD, {"n_clusters": 41}, {}, InvalidParameterError, "n_clusters=41 is larger than the number of samples"),
+    ("k > n", GOOD, {"n_clusters": 41}, {}, InvalidParameterError, "n_samples=40 should be >= n_clusters=41"),
     ("complex", GOOD + 1j, {}, {}, (DataTypeError, InvalidDataError), "omplex"),
     ("strings", np.array([["a", "b"], ["c", "d"]]), {"n_clusters": 1}, {}, (DataTypeError, InvalidDataError), "string"),
     ("sparse", sp.random(40, 3, density=0.5, format="csr", random_state=0), {}, {}, (DataTypeError, InvalidDataError), "(?i)sparse data.*dense"),
     ("init wrong shape", GOOD, {"init": np.zeros((3, 2))}, {}, InvalidDataError, "init"),
     ("init wrong k", GOOD, {"init": np.zeros((4, 3))}, {}, InvalidDataError, "init"),
     ("init nan", GOOD, {"init": np.full((3, 3), np.nan)}, {}, InvalidDataError, "init"),
-    ("init unknown name", GOOD, {"init": "kmeans++"}, {}, InvalidParameterError, "init must be"),
+    ("init unknown name", GOOD, {"init": "kmeans++"}, {}, InvalidParameterError, "'init' parameter of KMeans must be"),
     ("weights length", GOOD, {}, {"sample_weight": np.ones(39)}, InvalidDataError, "sample_weight"),
     ("weights negative", GOOD, {}, {"sample_weight": -np.ones(40)}, InvalidDataError, "negative"),
     ("weights all zero", GOOD, {}, {"sample_weight": np.zeros(40)}, InvalidDataError, "sample_weight"),
@@ -120,7 +120,7 @@ def test_k_larger_than_rows_is_global_for_dask_with_unknown_chunks(client):
     X = ddf.to_dask_array()
     assert np.isnan(X.shape[0])
     assert dkmeans.KMeans(7, random_state=0).fit(X).cluster_centers_.shape == (7, 3)
-    with pytest.raises(InvalidParameterError, match="n_clusters=41 is larger than the number of samples"):
+    with pytest.raises(InvalidParameterError, match="n_samples=40 should be >= n_clusters=41"):
         dkmeans.KMeans(41, random_state=0).fit(X)
 
 
@@ -190,7 +190,7 @@ FUNCTIONAL_CASES = [
     ("nan", _with_nan_in_last_chunk(), {}, InvalidDataError, "NaN"),
     ("1-d", GOOD[:, 0], {}, InvalidDataError, "2D"),
     ("zero rows", GOOD[:0], {}, InvalidDataError, "0 sample"),
-    ("k > n", GOOD, {"cluster_count": 41}, InvalidParameterError, "cluster_count=41 is larger"),
+    ("k > n", GOOD, {"cluster_count": 41}, InvalidParameterError, "n_samples=40 should be >= cluster_count=41"),
     ("k = 0", GOOD, {"cluster_count": 0}, InvalidParameterError, "cluster_count"),
     ("k not integer", GOOD, {"cluster_count": 2.0}, InvalidParameterError, "cluster_count"),
     ("unknown parameter", GOOD, {"clusters": 3}, TypeError, "clusters"),

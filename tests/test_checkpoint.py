@@ -7,9 +7,11 @@ import pytest
 
 import dkmeans
 import dkmeans.estimator
-import dkmeans.runs
-from dkmeans.checkpoint import CheckpointError, Checkpointer, FitState, LoopState, checkpoint_path
-from dkmeans.lloyd import CentroidShift, IterationRecord, lloyd
+import dkmeans.fit
+from dkmeans.io.checkpoint import CheckpointError, Checkpointer, checkpoint_path
+from dkmeans.state import FitState, LoopState
+from dkmeans.lloyd import CentroidShift, lloyd
+from dkmeans.state import IterationRecord
 from dkmeans.testing import make_blobs, persist_rows
 
 
@@ -58,14 +60,14 @@ def test_single_task_loop_resumes_to_the_uninterrupted_result(client, data, tmp_
                                                              n_records):
     """The loop runs in one task per block of ``checkpoint_every`` updates; a checkpoint ends each block."""
     _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
-    assert "_lloyd_block" in single_task
+    assert "lloyd_iterations" in single_task
 
 
 @pytest.mark.parametrize("n_records", [3, 20])
 def test_spmd_loop_resumes_to_the_uninterrupted_result(client, data, tmp_path, monkeypatch, spmd, n_records):
     """The loop runs SPMD in blocks of ``checkpoint_every`` updates, reporting each iteration as it ends."""
     _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
-    assert "_lloyd_rank_block" in spmd
+    assert "lloyd_iterations" in spmd
 
 
 def _interrupt_and_resume(data, tmp_path, monkeypatch, n_records):
@@ -124,7 +126,7 @@ def test_functional_train_resumes_with_the_objective_rule(client, data, tmp_path
     job = dict(initial_centroids="random", random_state=2)
     reference = dkmeans.train(desc, data, **job)
     assert reference.iteration_count > 5
-    real_lloyd = dkmeans.runs.lloyd
+    real_lloyd = dkmeans.fit.lloyd
 
     def lloyd_killed_after_5(*args, on_state=None, **kwargs):
         def state(loop):
@@ -135,7 +137,7 @@ def test_functional_train_resumes_with_the_objective_rule(client, data, tmp_path
         return real_lloyd(*args, on_state=state, **kwargs)
 
     path = tmp_path / "train.npz"
-    monkeypatch.setattr(dkmeans.runs, "lloyd", lloyd_killed_after_5)
+    monkeypatch.setattr(dkmeans.fit, "lloyd", lloyd_killed_after_5)
     with pytest.raises(Interrupted):
         dkmeans.train(desc, data, **job, checkpoint=path, checkpoint_every=1)
     monkeypatch.undo()

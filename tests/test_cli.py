@@ -33,7 +33,7 @@ def test_cli_user_error_is_one_line(tmp_path):
     res = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "-k", "0", "--n-samples", "100",
                           "--output", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
-    assert res.stderr.strip().count("\n") == 0 and "n_clusters" in res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "-k must be" in res.stderr
 
 
 def test_model_file_round_trip_and_damage(tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from distributed import get_task_stream
 
-from dkmeans._graph import PersistedData
+from dkmeans.engine.persisted import PersistedData
 from dkmeans.kernels import assign_partials, combine_partials
 
 
@@ -135,7 +135,7 @@ def test_stateful_pass_keeps_state_on_workers(client, X):
 def test_single_task_decision_follows_work_and_size(client, monkeypatch):
     import dask
 
-    from dkmeans import _graph
+    from dkmeans.engine import persisted as _graph
 
     data = PersistedData(client, da.from_array(np.zeros((1000, 4)), chunks=(250, 4)))
     assert data.nbytes == 1000 * 4 * 8
@@ -159,8 +159,9 @@ def test_run_in_one_task_sees_every_row_once_and_reraises_warnings(client, X):
         return chunks.map_reduce(lambda X, w, offset, s: np.array([s * (w @ X[:, 0]), offset]), sum_arrays, (scale,))
 
     with pytest.warns(UserWarning, match="from the task"):
-        got = data.run_in_one_task(summarise, 2.0)
+        got, passes = data._run_in_one_task(summarise, (2.0,))
     np.testing.assert_allclose(got, [2.0 * (w @ X[:, 0]), 0.0])
+    assert passes == 1
 
 
 def _sums_chunk(X, w, offset):
@@ -173,7 +174,7 @@ def _add_arrays(parts):
 
 def test_one_chunk_input_is_spread_over_every_worker_thread(client):
     """A one-chunk input (a one-partition Parquet file) would keep every pass on one worker."""
-    from dkmeans._graph import SPREAD_MIN_ROWS
+    from dkmeans.engine.placement import SPREAD_MIN_ROWS
 
     rng = np.random.default_rng(4)
     n = 3 * SPREAD_MIN_ROWS + 17
@@ -189,7 +190,7 @@ def test_one_chunk_input_is_spread_over_every_worker_thread(client):
 
 
 def test_input_with_a_chunk_per_thread_or_few_rows_is_kept_as_it_is(client):
-    from dkmeans._graph import SPREAD_MIN_ROWS
+    from dkmeans.engine.placement import SPREAD_MIN_ROWS
 
     X = np.arange(2 * SPREAD_MIN_ROWS * 2, dtype=float).reshape(-1, 2)
     many = PersistedData(client, da.from_array(X, chunks=(len(X) // 2, 2)))
@@ -201,7 +202,7 @@ def test_input_with_a_chunk_per_thread_or_few_rows_is_kept_as_it_is(client):
 
 # -- rows per worker evened out by moving whole chunks -------------------------------------
 def test_chunk_moves_even_out_rows_per_thread():
-    from dkmeans._graph import plan_chunk_moves
+    from dkmeans.engine.placement import plan_chunk_moves
 
     two = {"a": 1, "b": 1}
     assert plan_chunk_moves([10] * 16, ["a", "b"] * 8, two) == {}

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from dkmeans.errors import InvalidParameterError
-from dkmeans.hartigan import fit_hartigan, hartigan, standard_hartigan
+from dkmeans.hartigan import hartigan, standard_hartigan
+from dkmeans.testing import fit_hartigan
 from dkmeans.kernels.hartigan import best_moves, move_costs, positive_counts
 from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs, pick_rows, reference_lloyd

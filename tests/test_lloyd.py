@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, fit_lloyd, lloyd
+from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd
+from dkmeans.testing import fit_lloyd
 from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs, reference_lloyd
 from dkmeans.testing import pick_rows as initial_rows
@@ -21,11 +22,11 @@ def loop_mode(request):
     if request.param == "spmd":
         calls = request.getfixturevalue("spmd")
         yield
-        assert "_lloyd_rank_block" in calls, "the loop did not run SPMD"
+        assert "lloyd_iterations" in calls, "the loop did not run SPMD"
         return
     calls = request.getfixturevalue("single_task")
     yield
-    assert "_lloyd_block" in calls, "the loop did not run in one task"
+    assert "lloyd_iterations" in calls, "the loop did not run in one task"
 
 
 @pytest.fixture

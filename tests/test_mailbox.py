@@ -1,4 +1,4 @@
-"""The worker-to-worker messages of SPMD loops (dkmeans._mailbox) and the allreduce on them."""
+"""The worker-to-worker messages of SPMD loops (dkmeans.engine.mailbox) and the allreduce on them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dkmeans import _mailbox as mailbox
-from dkmeans._spmd import RankComm, SpmdUnavailable
+from dkmeans.engine import mailbox
+from dkmeans.engine.spmd import RankComm, SpmdUnavailable
 
 
 def _token() -> str:

@@ -1,4 +1,4 @@
-"""The SPMD loop (dkmeans._spmd): the allreduce, live progress, and what happens when the ranks cannot meet."""
+"""The SPMD loop (dkmeans.engine.spmd): the allreduce, live progress, and what happens when the ranks cannot meet."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import pytest
 from distributed import Client
 
 import dkmeans
-from dkmeans._graph import PersistedData
-from dkmeans._spmd import SPMD_WAIT_KEY, run_spmd
+from dkmeans.engine.persisted import PersistedData
+from dkmeans.engine.spmd import SPMD_WAIT_KEY, run_spmd
 from dkmeans.errors import ClusterRestartedError, InvalidDataError
-from dkmeans.lloyd import CentroidShift, fit_lloyd
+from dkmeans.lloyd import CentroidShift
+from dkmeans.testing import fit_lloyd
 from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
 
 
@@ -54,7 +55,7 @@ def test_allreduce_gives_every_rank_every_chunk_in_rank_order(client):
         return views, total, big
 
     with pytest.warns(UserWarning, match="rank 0") as caught:
-        views, total, big = run_spmd(data, program)
+        (views, total, big), _ = run_spmd(data, program)
     assert not any("rank 1" in str(w.message) for w in caught)  # rank 0's warnings only
     expected = [data.offsets[i] for _, chunk_ids in groups for i in chunk_ids]
     assert [rank for rank, _ in views] == [0, 1]
@@ -70,7 +71,7 @@ def test_progress_reaches_the_client_once_per_iteration_in_order(client, spmd):
     seen = []
     out = fit_lloyd(persist_rows(client, X, 6), C0, max_iter=12, stop_rule=CentroidShift(0.0),
                     on_iteration=seen.append, on_state=lambda state: None, state_every=5)
-    assert spmd.count("_lloyd_rank_block") == 3  # blocks ending at 5, 10, 12 updates
+    assert spmd.count("lloyd_iterations") == 3  # blocks ending at 5, 10, 12 updates
     assert [r.iteration for r in seen] == list(range(1, out.result.n_iter + 1)) == list(range(1, 13))
     assert seen == out.result.history
 
@@ -81,7 +82,7 @@ def test_bad_data_error_is_raised_as_it_is(client, spmd):
     with pytest.raises(InvalidDataError, match="NaN or infinity"):
         fit_lloyd(persist_rows(client, X, 4), X[:3] + np.arange(3)[:, None], max_iter=5,
                   stop_rule=CentroidShift(0.0))
-    assert "_lloyd_rank_block" in spmd
+    assert "lloyd_iterations" in spmd
 
 
 @pytest.mark.parametrize("seen_busy", [True, False])
@@ -105,7 +106,7 @@ def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_clus
     with dask.config.set({SPMD_WAIT_KEY: "1s"}), caplog.at_level(logging.INFO, logger="dkmeans"):
         out = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
     blocker.result()
-    assert "SPMD Lloyd block failed" in caplog.text and "_lloyd_rank_block" in spmd
+    assert "SPMD loop failed" in caplog.text and "lloyd_iterations" in spmd
     assert ("busy with other tasks" in caplog.text) == seen_busy
     assert ("waited" in caplog.text) != seen_busy
     assert time.monotonic() - started < 30
@@ -132,7 +133,7 @@ def test_killed_worker_mid_spmd_fit_gives_the_same_result(own_cluster, spmd, cap
     with caplog.at_level(logging.INFO, logger="dkmeans"):
         out = fit_lloyd(persist_rows(c, X, 8), C0, on_iteration=kill_one_worker, **options)
     assert killed and killed[0] < reference.result.n_iter - 5, (killed, reference.result.n_iter)
-    assert "SPMD Lloyd block failed" in caplog.text and "_lloyd_rank_block" in spmd
+    assert "SPMD loop failed" in caplog.text and "lloyd_iterations" in spmd
     assert out.result.n_iter == reference.result.n_iter
     assert [r.iteration for r in out.result.history] == list(range(1, out.result.n_iter + 1))
     np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-10)
@@ -157,11 +158,11 @@ def test_cluster_restart_mid_spmd_fit_is_a_clear_error(own_cluster, spmd):
 
 def test_spmd_is_the_default_for_loops_too_large_for_one_task(client, monkeypatch):
     """Without the suite's setting, the estimator runs a large loop SPMD and matches the graph loop."""
-    import dkmeans._spmd
+    import dkmeans.engine.spmd
 
     calls = []
-    original = dkmeans._spmd.run_spmd
-    monkeypatch.setattr(dkmeans._spmd, "run_spmd", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    original = dkmeans.engine.spmd.run_spmd
+    monkeypatch.setattr(dkmeans.engine.spmd, "run_spmd", lambda *a, **kw: calls.append(1) or original(*a, **kw))
     X, _, _ = make_blobs(3000, 3, 4, seed=2)
     Xd = da.from_array(X, chunks=(500, 3))
     params = dict(n_clusters=4, init=pick_rows(X, 4, seed=0), tol=0)
@@ -205,13 +206,13 @@ def test_ranks_sharing_a_worker_exchange_in_process_and_match_the_graph_loop(spm
         data = persist_rows(c, X, 6)
         groups = data.placement()
         assert len(groups) == 3 and len({addr for addr, _ in groups}) == 1
-        views = run_spmd(data, lambda chunks: chunks.comm.allreduce([chunks.rank], _concat))
+        views, _ = run_spmd(data, lambda chunks: chunks.comm.allreduce([chunks.rank], _concat))
         assert views == [0, 1, 2]
         options = dict(max_iter=25, stop_rule=CentroidShift(0.0))
         with dask.config.set({"dkmeans.spmd": False}):
             reference = fit_lloyd(data, C0, **options)
         out = fit_lloyd(data, C0, **options)
-        assert spmd.count("_lloyd_rank_block") == 1
+        assert spmd.count("lloyd_iterations") == 1
         assert out.result.n_iter == reference.result.n_iter
         np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-12)
     finally:

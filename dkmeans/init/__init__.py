@@ -1,7 +1,7 @@
 """Initial centroids: a name -> strategy registry.
 
 A strategy is ``strategy(data, n_clusters, seed, options) -> ndarray (k, d)`` where
-``data`` is a :class:`dkmeans._graph.PersistedData`, ``seed`` a resolved 64-bit seed and
+``data`` follows the data protocol (:mod:`dkmeans.engine.protocol`), ``seed`` a resolved 64-bit seed and
 ``options`` an :class:`InitOptions`. Every random draw that touches rows is keyed by the
 global row index, so the result does not depend on the chunking or the number of workers.
 """

@@ -113,7 +113,7 @@ def save_model(path, model: Model, metadata: dict | None = None) -> Path:
     Path
         The file written.
     """
-    from dkmeans import __version__
+    from dkmeans._version import __version__
 
     path = Path(path)
     if path.suffix != ".npz":

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from dkmeans.errors import InvalidDataError
 from dkmeans.io.model_file import digest, read_archive, write_archive
+from dkmeans.state import FitState, LoopState, RunSummary, history_dicts, history_records
 
 logger = logging.getLogger("dkmeans")
 
@@ -36,39 +36,6 @@ FORMAT_VERSION = 1
 
 class CheckpointError(InvalidDataError):
     """A checkpoint file is damaged, or belongs to another job."""
-
-
-@dataclass
-class LoopState:
-    """Where a Lloyd loop stands after ``n_iter`` centroid updates."""
-
-    centroids: np.ndarray
-    n_iter: int = 0
-    previous_objective: float | None = None
-    history: list = field(default_factory=list)  # IterationRecord
-
-
-@dataclass
-class RunSummary:
-    """A finished run (one initialisation followed by the algorithm)."""
-
-    centroids: np.ndarray
-    score: float
-    n_iter: int
-    stop_reason: str
-    converged: bool
-    history: list  # IterationRecord / HartiganRecord
-
-
-@dataclass
-class FitState:
-    """Everything a fit needs to continue: see the module docstring."""
-
-    seed: int
-    run: int = 0
-    phase: str = "init"  # "init": run not started; "lloyd": loop in progress; "refine": Lloyd done
-    loop: LoopState | None = None
-    best: RunSummary | None = None
 
 
 def data_fingerprint(moments) -> list:
@@ -81,27 +48,6 @@ def data_fingerprint(moments) -> list:
     values = np.concatenate([np.asarray(moments.mean, dtype=np.float64).ravel(),
                              (np.asarray(moments.m2, dtype=np.float64) / count).ravel()])
     return [float(f"{v:.9g}") for v in values]
-
-
-def history_dicts(records) -> list:
-    """Iteration records as dicts tagged with their ``algorithm`` ("lloyd" or "hartigan")."""
-    from dkmeans.lloyd import IterationRecord
-
-    return [dict(r.as_dict(), algorithm="lloyd" if isinstance(r, IterationRecord) else "hartigan")
-            for r in records]
-
-
-def history_records(dicts) -> list:
-    """The inverse of :func:`history_dicts`."""
-    from dkmeans.hartigan import HartiganRecord
-    from dkmeans.lloyd import IterationRecord
-
-    out = []
-    for d in dicts:
-        d = dict(d)
-        cls = IterationRecord if d.pop("algorithm") == "lloyd" else HartiganRecord
-        out.append(cls(**d))
-    return out
 
 
 def checkpoint_path(path) -> Path:
@@ -221,5 +167,4 @@ class Checkpointer:
         return save_loop
 
 
-__all__ = ["CheckpointError", "Checkpointer", "checkpoint_path", "FitState", "LoopState", "RunSummary", "data_fingerprint",
-           "history_dicts", "history_records"]
+__all__ = ["CheckpointError", "Checkpointer", "checkpoint_path", "data_fingerprint"]

@@ -1,13 +1,13 @@
 """A loop run SPMD: one long task per worker thread, partials exchanged worker to worker.
 
-A pass spread as one graph (:meth:`dkmeans._graph.PersistedData.map_reduce`) costs a
+A pass spread as one graph (:meth:`dkmeans.engine.persisted.PersistedData.map_reduce`) costs a
 full cluster round trip: client to scheduler to workers and back, about 10 ms with
 distributed, much of it batching delays. oneDAL's SPMD mode avoids that: every rank runs
 the same loop on its own rows and only the small partials travel, once per pass (an
 allreduce). :func:`run_spmd` does the same on Dask: one task per worker thread (pinned
 to the worker that holds its chunks) runs the driver function on a :class:`RankChunks`,
 whose ``map_reduce`` combines its chunks' results and then the ranks' results: every
-rank sends its result straight to every other rank's worker (:mod:`dkmeans._mailbox`,
+rank sends its result straight to every other rank's worker (:mod:`dkmeans.engine.mailbox`,
 a worker handler reached over Dask's comms) and combines all of them in rank order.
 Every rank therefore runs the same driver code on the same combined values and takes
 the same decisions; rank 0's return value is the result, sent to the client through a
@@ -32,13 +32,15 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import dask
-from dask._task_spec import Task
+from dask.task_spec import Task
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.utils import parse_timedelta
 from distributed import Queue, wait
 
-from dkmeans import _mailbox as mailbox
+from dkmeans.engine import mailbox
+from dkmeans.engine.futures import gather
 from dkmeans.backend import to_host
+from dkmeans.engine.local import ChunkList, reraise_warnings, split_blocks
 
 #: Dask config key (env ``DASK_DKMEANS__SPMD``): run large Lloyd loops SPMD (True) or one graph per pass.
 SPMD_KEY = "dkmeans.spmd"
@@ -77,7 +79,7 @@ def _progress_name(token: str) -> str:
 class RankComm:
     """Rank ``rank`` of the ranks on ``addresses``: an allreduce by direct messages (runs in a task).
 
-    Every rank sends its value to every other rank (:mod:`dkmeans._mailbox`) and combines
+    Every rank sends its value to every other rank (:mod:`dkmeans.engine.mailbox`) and combines
     all of them in rank order, so all ranks get the same combined value without a second
     hop through a root rank. Rank 0 also reports progress and the result to the client
     through :class:`distributed.Queue` (the scheduler keeps them if rank 0's worker dies).
@@ -194,51 +196,53 @@ class RankComm:
             self._progress.close()
 
 
-class RankChunks:
-    """One rank's chunks with a ``map_reduce`` over all ranks (see :class:`RankComm`).
+class RankChunks(ChunkList):
+    """One rank's chunks; every pass ends in an allreduce with the other ranks (see :class:`RankComm`).
 
-    Has what the Lloyd driver needs of :class:`~dkmeans._graph.PersistedData`:
-    ``n_rows`` (of all ranks), ``n_features``, ``dtype``, ``map_reduce``. The chunks are
-    not copied: a pass runs the chunk function on each of them.
+    ``n_rows`` is the rows of all ranks. The chunks are not copied: a pass runs the chunk
+    function on each of them. Only rank 0's reports reach the client.
     """
 
     def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows, comm: RankComm):
-        self.blocks, self.weights, self.offsets = blocks, weights, offsets
-        self.dtype, self.n_features, self.n_rows = dtype, n_features, n_rows
+        super().__init__(blocks, weights, offsets, dtype, n_features, n_rows)
         self.comm = comm
 
     @property
     def rank(self) -> int:
         return self.comm.rank
 
-    def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), fan_in: int = 8):
-        """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over the chunks of every rank."""
+    def _local(self, chunk_fn, combine_fn, args):
         t0 = time.perf_counter()
-        local = to_host(combine_fn([chunk_fn(X, w, o, *args) for X, w, o in zip(self.blocks, self.weights,
-                                                                                 self.offsets)]))
+        value = super()._local(chunk_fn, combine_fn, args)
         self.comm.last_pass_s = time.perf_counter() - t0
-        return self.comm.allreduce(local, combine_fn)
+        return value
+
+    def _combine(self, value, combine_fn):
+        return self.comm.allreduce(value, combine_fn)
+
+    def report(self, record: dict) -> None:
+        if self.comm.rank == 0:
+            self.comm.report(record)
 
 
 def _run_rank(fn, args, token, rank, addresses, wait_s, offsets, has_weights, dtype, n_features, n_rows, *refs):
-    """``fn(RankChunks, *args)`` as rank ``rank``; rank 0 sends ``(result, warnings)`` to the client."""
-    from dkmeans._graph import split_blocks
-
+    """``fn(RankChunks, *args)`` as rank ``rank``; rank 0 sends ``(result, passes, warnings)`` to the client."""
     blocks, weights = split_blocks(refs, has_weights)
     comm = RankComm(token, rank, addresses, wait_s)
     try:
+        chunks = RankChunks(blocks, weights, offsets, dtype, n_features, n_rows, comm)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = fn(RankChunks(blocks, weights, offsets, dtype, n_features, n_rows, comm), *args)
-        comm.send_result((result, [(str(w.message), w.category) for w in caught]))
+            result = fn(chunks, *args)
+        comm.send_result((result, chunks.passes, [(str(w.message), w.category) for w in caught]))
     finally:
         comm.close()
 
 
 def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable[[dict], None] | None = None):
-    """``fn(chunks, *args)`` on every worker thread of ``data``'s cluster at once; rank 0's result.
+    """``fn(chunks, *args)`` on every worker thread of ``data``'s cluster at once; ``(rank 0's result, its passes)``.
 
-    ``data`` is a :class:`~dkmeans._graph.PersistedData`; ``chunks`` is a
+    ``data`` is a :class:`~dkmeans.engine.persisted.PersistedData`; ``chunks`` is a
     :class:`RankChunks`. ``on_progress`` receives, on the client and while the ranks run,
     each record rank 0 passed to ``chunks.comm.report`` (they travel in batches, see
     :meth:`RankComm.report`). Warnings raised on rank 0 are raised again here. Rank 0's
@@ -250,8 +254,6 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     SpmdUnavailable
         The ranks could not run together (see the module docstring); nothing was returned.
     """
-    from dkmeans._graph import gather  # the cluster-failure errors of a pass
-
     client = data.client
     groups = data.placement()
     workers = {addr for addr, _ in groups}
@@ -319,10 +321,9 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                 pass
         client.cancel(futures)
         progress.close()
-    result, caught = outcome
-    for message, category in caught:
-        warnings.warn(message, category, stacklevel=2)
-    return result
+    result, passes, caught = outcome
+    reraise_warnings(caught)
+    return result, passes
 
 
 __all__ = ["RankChunks", "RankComm", "SpmdUnavailable", "run_spmd", "spmd_enabled"]

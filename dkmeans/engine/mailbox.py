@@ -1,6 +1,6 @@
 """Direct messages between the ranks of an SPMD loop, from worker to worker.
 
-The ranks of :mod:`dkmeans._spmd` exchange their partials once per pass, so the
+The ranks of :mod:`dkmeans.engine.spmd` exchange their partials once per pass, so the
 exchange's latency is paid every iteration. A :class:`distributed.Queue` goes through
 the scheduler: two hops and the scheduler's event loop, about 1.5 ms per exchange on
 two local workers. Here each worker has a handler, installed by :class:`MailboxPlugin`

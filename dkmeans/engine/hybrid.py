@@ -1,0 +1,99 @@
+"""Data that mostly fits: the head persisted on the workers, the tail read from its source in every pass.
+
+When the data is larger than the cluster's persist budget but not by much, streaming all
+of it would read from the source what memory could have held. :class:`HybridData` keeps
+the leading chunks that fit the budget persisted (:class:`~dkmeans.engine.persisted.PersistedData`)
+and streams the rest (:class:`~dkmeans.engine.streamed.StreamedData`); each pass runs on
+both at once and combines the two results, head first, so draws and results are those of
+either mode (rows keep their global indices).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import dask.array as da
+import numpy as np
+
+from dkmeans.engine.persisted import PersistedData
+from dkmeans.engine.streamed import StreamedData
+
+
+class HybridData:
+    """The data protocol over a persisted head and a streamed tail (see the module docstring)."""
+
+    kind = "hybrid"
+
+    def __init__(self, head: PersistedData, tail: StreamedData):
+        if head.first_row != 0 or tail.first_row != head.n_rows:
+            raise ValueError("the tail must start where the head ends")
+        self.head, self.tail = head, tail
+        self.n_rows = head.n_rows + tail.n_rows
+        self.n_features = head.n_features
+        self.dtype = head.dtype
+        self.generation = head.generation
+        self.client = head.client
+        self.loop_modes: list[str] = []
+        self._on_progress = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="dkmeans-hybrid")
+
+    @property
+    def has_weights(self) -> bool:
+        return self.head.has_weights
+
+    @property
+    def passes(self) -> int:
+        return self.tail.passes
+
+    @property
+    def nbytes(self) -> int:
+        return self.head.nbytes + self.tail.nbytes
+
+    def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
+        """Both parts at once (the head's pass in a thread); their results combined head first."""
+        head = self._pool.submit(self.head.map_reduce, chunk_fn, combine_fn, args)
+        tail = self.tail.map_reduce(chunk_fn, combine_fn, args)
+        return combine_fn([head.result(), tail])
+
+    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), state=None):
+        head_state, tail_state = state if state is not None else (None, None)
+        head = self._pool.submit(self.head.map_reduce_stateful, chunk_fn, combine_fn, args, head_state)
+        tail, tail_state = self.tail.map_reduce_stateful(chunk_fn, combine_fn, args, tail_state)
+        head, head_state = head.result()
+        return combine_fn([head, tail]), (head_state, tail_state)
+
+    def state_column(self, state, name: str) -> da.Array:
+        return da.concatenate([self.head.state_column(state[0], name), self.tail.state_column(state[1], name)])
+
+    def rows(self, indices) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64)
+        in_head = idx < self.head.n_rows
+        out = np.empty((len(idx), self.n_features), dtype=self.dtype)
+        if in_head.any():
+            out[in_head] = self.head.rows(idx[in_head])
+        if (~in_head).any():
+            out[~in_head] = self.tail.rows(idx[~in_head])
+        return out
+
+    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
+                 on_progress: Callable[[dict], None] | None = None):
+        """``fn(self, *args)`` here: every pass reads the tail from its source."""
+        self._on_progress = on_progress
+        try:
+            return fn(self, *args)
+        finally:
+            self._on_progress = None
+            self.loop_modes.append("hybrid")
+
+    def report(self, record: dict) -> None:
+        if self._on_progress is not None:
+            self._on_progress(record)
+
+    def release(self) -> None:
+        self.head.release()
+        self.tail.release()
+        self._pool.shutdown(wait=False)
+
+
+__all__ = ["HybridData"]

@@ -1,0 +1,126 @@
+"""Chunks held in one process: the data protocol run as a plain loop (the one-task mode).
+
+A driver given a :class:`LocalChunks` runs unchanged inside one task (see
+:meth:`dkmeans.engine.persisted.PersistedData.run_loop`), or in the caller's process for
+in-memory data and tests.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence
+
+from dkmeans.backend import get_namespace, to_host
+
+
+class ChunkList:
+    """Chunks held in this process, with the data protocol's passes run as plain loops.
+
+    The base of :class:`LocalChunks` (every chunk) and of an SPMD rank's chunks, which
+    combine their passes with the other ranks' (:class:`dkmeans.engine.spmd.RankChunks`).
+    ``passes`` counts the passes made.
+    """
+
+    def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None):
+        self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(offsets)
+        self.dtype, self.n_features = dtype, n_features
+        self.n_rows = int(sum(int(b.shape[0]) for b in self.blocks)) if n_rows is None else int(n_rows)
+        self.passes = 0
+        self._on_progress = None
+
+    @property
+    def has_weights(self) -> bool:
+        return any(w is not None for w in self.weights)
+
+    def _local(self, chunk_fn, combine_fn, args):
+        self.passes += 1
+        return to_host(combine_fn([chunk_fn(X, w, o, *args) for X, w, o in zip(self.blocks, self.weights,
+                                                                                 self.offsets)]))
+
+    def _combine(self, value, combine_fn):
+        """The combined value of every holder of chunks (here: this one)."""
+        return value
+
+    def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
+        """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over the chunks (host memory)."""
+        return self._combine(self._local(chunk_fn, combine_fn, args), combine_fn)
+
+    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), state=None):
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.map_reduce_stateful`; the state is a list per chunk."""
+        self.passes += 1
+        previous = state if state is not None else [None] * len(self.blocks)
+        outputs = [chunk_fn(X, w, o, s, *args)
+                   for X, w, o, s in zip(self.blocks, self.weights, self.offsets, previous)]
+        value = to_host(combine_fn([out for _, out in outputs]))
+        return self._combine(value, combine_fn), [new for new, _ in outputs]
+
+    def state_column(self, state, name: str):
+        """The per-row array ``name`` of the chunks' states, concatenated in row order."""
+        xp = get_namespace(state[0][name])
+        return xp.concatenate([s[name] for s in state])
+
+    def rows(self, indices):
+        """The rows at these global indices (host memory)."""
+        import numpy as np
+
+        out = []
+        for i in np.asarray(indices, dtype=np.int64).ravel():
+            for X, o in zip(self.blocks, self.offsets):
+                if o <= i < o + X.shape[0]:
+                    out.append(to_host(X[int(i - o)]))
+                    break
+            else:
+                raise IndexError(f"row {int(i)} is not held here")
+        return np.stack(out) if out else np.empty((0, self.n_features), self.dtype)
+
+    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0, on_progress=None):
+        """``fn(self, *args)`` right here; its reports go to ``on_progress``."""
+        self._on_progress = on_progress
+        try:
+            return fn(self, *args)
+        finally:
+            self._on_progress = None
+
+    def report(self, record: dict) -> None:
+        if self._on_progress is not None:
+            self._on_progress(record)
+
+
+class LocalChunks(ChunkList):
+    """Every chunk of the data, in one process (inside one task, or in the caller).
+
+    The chunks are concatenated once (a copy, so only for data that fits one task), so
+    a pass is one kernel call.
+    """
+
+    def __init__(self, blocks, weights, offsets, dtype, n_features):
+        blocks, weights = list(blocks), list(weights)
+        if len(blocks) > 1:  # one contiguous array: one kernel call per pass instead of one per chunk
+            xp = get_namespace(blocks[0])
+            blocks = [xp.concatenate(blocks)]
+            weights = [None if weights[0] is None else xp.concatenate(weights)]
+            offsets = (0,)
+        super().__init__(blocks, weights, offsets, dtype, n_features)
+
+
+def split_blocks(refs, has_weights: bool) -> tuple[list, list]:
+    """The chunk blocks and their weights (None without weights) from :meth:`PersistedData.chunk_refs`' order."""
+    step = 2 if has_weights else 1
+    blocks = list(refs[::step])
+    return blocks, (list(refs[1::step]) if has_weights else [None] * len(blocks))
+
+
+def run_in_one_task(fn, args, offsets, has_weights, dtype, n_features, *refs):
+    """``fn(LocalChunks, *args)`` on a worker: ``(result, passes, warnings)`` (runs in a task)."""
+    blocks, weights = split_blocks(refs, has_weights)
+    chunks = LocalChunks(blocks, weights, offsets, dtype, n_features)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(chunks, *args)
+    return result, chunks.passes, [(str(w.message), w.category) for w in caught]
+
+
+def reraise_warnings(caught) -> None:
+    """Raise again, in the caller, the ``(message, category)`` warnings a task recorded."""
+    for message, category in caught:
+        warnings.warn(message, category, stacklevel=3)

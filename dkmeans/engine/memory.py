@@ -1,0 +1,128 @@
+"""Memory budgets: how much of a worker's memory one task, and the persisted data, may take.
+
+Each worker's memory limit is read from the scheduler (a worker without a limit counts
+with its host's memory, as distributed does). Two fractions of it, both Dask config
+keys (documented in the README):
+
+* ``dkmeans.memory.task-fraction`` (default 0.25): a task's input chunks plus the kernel
+  scratch may take at most this share of its worker's limit. A pass over persisted data
+  takes a worker's chunks in groups of that size (one task per group, run one after the
+  other), so chunks that Dask spilled to disk come back one group at a time; a streamed
+  pass reads one chunk per task. distributed starts spilling at 60% of the limit
+  (``distributed.worker.memory.target``), pauses at 80% and restarts at 95%: a quarter
+  leaves room for a second task's inputs while the first one's are released, and for
+  the worker's own memory.
+* ``dkmeans.memory.persist-fraction`` (default 0.5): data is persisted when its bytes are
+  at most this share of the cluster's total memory limit; larger data is read from its
+  source in every pass (out-of-core), except what fits, which stays persisted.
+
+A chunk that alone exceeds its task budget cannot be processed without overloading a
+worker: :func:`check_chunks_fit` raises :class:`~dkmeans.errors.ChunkTooLargeError` before
+any work is submitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask
+from distributed.system import MEMORY_LIMIT as HOST_MEMORY
+
+from dkmeans.errors import ChunkTooLargeError
+
+TASK_FRACTION_KEY = "dkmeans.memory.task-fraction"
+DEFAULT_TASK_FRACTION = 0.25
+PERSIST_FRACTION_KEY = "dkmeans.memory.persist-fraction"
+DEFAULT_PERSIST_FRACTION = 0.5
+
+
+def _fraction(key: str, default: float) -> float:
+    value = float(dask.config.get(key, default))
+    if not 0 < value <= 1:
+        raise ValueError(f"Dask config {key!r} must be in (0, 1], got {value}")
+    return value
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB"
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Memory limits of a cluster's workers and the budgets dkmeans plans with.
+
+    Parameters
+    ----------
+    limits : dict of str to int
+        Memory limit in bytes per worker address.
+    scratch_bytes : int
+        Memory a kernel call may use besides its inputs (subtracted from each task budget).
+    """
+
+    limits: dict
+    scratch_bytes: int = 0
+
+    @classmethod
+    def of(cls, client, scratch_bytes: int = 0) -> "MemoryBudget":
+        """The budget of ``client``'s cluster as the scheduler reports it now."""
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        limits = {addr: int(w.get("memory_limit") or 0) or HOST_MEMORY for addr, w in info.items()}
+        return cls(limits, int(scratch_bytes))
+
+    def task_bytes(self, address: str | None = None) -> float:
+        """Bytes of input one task may take on this worker (the smallest worker's without an address)."""
+        limits = [self.limits[address]] if address in self.limits else list(self.limits.values()) or [HOST_MEMORY]
+        fraction = _fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION)
+        return max(0.0, fraction * min(limits) - self.scratch_bytes)
+
+    def persist_bytes(self) -> float:
+        """Bytes of data the cluster keeps persisted at most."""
+        total = sum(self.limits.values()) or HOST_MEMORY
+        return _fraction(PERSIST_FRACTION_KEY, DEFAULT_PERSIST_FRACTION) * total
+
+    def per_worker(self) -> dict:
+        """:meth:`task_bytes` of every worker, by address."""
+        return {addr: self.task_bytes(addr) for addr in self.limits}
+
+
+def group_by_bytes(chunk_ids, chunk_bytes, budget: float) -> list[list[int]]:
+    """Consecutive groups of ``chunk_ids`` whose bytes add up to at most ``budget`` (at least one chunk each)."""
+    groups: list[list[int]] = []
+    size = 0.0
+    for i in chunk_ids:
+        if groups and size + chunk_bytes[i] <= budget:
+            groups[-1].append(i)
+            size += chunk_bytes[i]
+        else:
+            groups.append([i])
+            size = chunk_bytes[i]
+    return groups
+
+
+def check_chunks_fit(chunk_bytes, budget: MemoryBudget, what: str = "input") -> None:
+    """Raise :class:`ChunkTooLargeError` when one chunk alone exceeds the smallest worker's task budget."""
+    if not len(chunk_bytes):
+        return
+    largest = max(chunk_bytes)
+    allowed = budget.task_bytes()
+    if largest > allowed:
+        smallest_limit = min(budget.limits.values())
+        raise ChunkTooLargeError(
+            f"One chunk of the {what} takes {_mib(largest)} in memory, more than a worker's budget for one task: "
+            f"{_mib(allowed)} ({_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION):g} of the smallest worker's "
+            f"memory limit {_mib(smallest_limit)}, less {_mib(budget.scratch_bytes)} of kernel scratch). Nothing was "
+            f"run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
+            f"df.repartition(partition_size='{max(1, int(allowed / 2 / 2**20))}MiB'); Parquet: smaller row groups "
+            f"or files), give the workers more memory, or raise the Dask config {TASK_FRACTION_KEY!r}."
+        )
+
+
+__all__ = [
+    "DEFAULT_PERSIST_FRACTION",
+    "DEFAULT_TASK_FRACTION",
+    "MemoryBudget",
+    "PERSIST_FRACTION_KEY",
+    "TASK_FRACTION_KEY",
+    "check_chunks_fit",
+    "group_by_bytes",
+]

@@ -1,0 +1,76 @@
+"""The data protocol: chunked data you can map-reduce over.
+
+Drivers (Lloyd, Hartigan, the seedings) see only this. The engine implements it four
+ways, and chooses which one a fit gets:
+
+* :class:`~dkmeans.engine.persisted.PersistedData`: chunks persisted on the workers,
+  one graph per pass with O(workers) tasks;
+* :class:`~dkmeans.engine.local.LocalChunks`: all chunks in one process (inside one task,
+  or in the caller for tests);
+* :class:`~dkmeans.engine.spmd.RankChunks`: one SPMD rank's chunks, whose passes end in
+  an allreduce with the other ranks;
+* :class:`~dkmeans.engine.streamed.StreamedData`: chunks read from their source in every
+  pass and dropped after the kernel ran (data larger than the cluster's memory).
+
+A chunk function is ``chunk_fn(X_i, w_i, row_offset_i, *args)``: ``X_i`` a 2-D NumPy or
+CuPy block of rows, ``w_i`` its weights (None without weights), ``row_offset_i`` the global
+index of its first row (every random draw touching rows is keyed by the global row index,
+so results do not depend on the chunking). ``combine_fn(list_of_results)`` must be
+associative: it runs per worker, across workers and on the caller, in chunk order.
+Results must be small (centroid-sized), never per-row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+
+class ChunkedData(Protocol):
+    """Row-chunked data (and optional weights) a driver can make passes over."""
+
+    #: total rows, features, and the dtype of the rows (float32 or float64)
+    n_rows: int
+    n_features: int
+    dtype: np.dtype
+
+    @property
+    def has_weights(self) -> bool:
+        """Whether rows carry a ``sample_weight``."""
+
+    def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()) -> Any:
+        """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk (host memory)."""
+
+    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
+                            state: Any = None) -> tuple[Any, Any]:
+        """A pass that keeps small per-chunk state between passes.
+
+        ``chunk_fn(X_i, w_i, row_offset_i, state_i, *args) -> (new_state_i, result_i)``,
+        ``state_i`` None in the first pass; returns ``(combined result, new state)``.
+        Dropping the returned state frees it.
+        """
+
+    def state_column(self, state: Any, name: str) -> Any:
+        """The per-row array ``name`` of every chunk's state dict, in row order (a lazy handle)."""
+
+    def rows(self, indices) -> np.ndarray:
+        """The rows at these global indices, as a host array."""
+
+    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float,
+                 on_progress: Callable[[dict], None] | None = None) -> Any:
+        """``fn(data, *args)`` where the engine finds it fastest; returns its result.
+
+        ``fn`` runs a loop of passes over the ``data`` it is given (this object or
+        another implementation of the protocol holding the same rows: one task's chunks,
+        one SPMD rank's). ``work_per_row`` (multiply-adds per row and pass) lets the
+        engine choose; the result must not depend on the choice beyond float rounding of
+        combined sums. Records ``fn`` passes to ``data.report`` reach ``on_progress``
+        (at the latest when ``fn`` returns).
+        """
+
+    def report(self, record: dict) -> None:
+        """Progress from inside :meth:`run_loop` (a plain dict); sent on to its ``on_progress``."""
+
+
+__all__ = ["ChunkedData"]

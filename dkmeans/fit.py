@@ -1,0 +1,377 @@
+"""The fit service: one whole fit on a cluster, behind every face.
+
+:class:`KMeans.fit <dkmeans.KMeans>`, :func:`dkmeans.train` and ``dkmeans fit`` map their
+users' words onto a :class:`FitSpec` and call :func:`run_fit`, which owns the rest:
+
+1. the checks that need the validated data (initial centroids, ``n_clusters`` against
+   the rows, weights, the seed);
+2. where the data lives for the fit (:func:`place_data`): persisted on the workers when it
+   fits the cluster's memory budget, read from its source in every pass when it does not
+   (out-of-core), as forced by ``out_of_core`` or the Dask config ``dkmeans.out-of-core``;
+3. the first pass (column moments: finiteness, the scale of scikit-learn's ``tol``, the
+   checkpoint's fingerprint of the data);
+4. the checkpoint job and its state;
+5. ``n_init`` runs, each: initialisation, Lloyd and/or Hartigan (:func:`fit_runs`);
+6. the final assignment (labels and objective of the kept centroids, what inference
+   gives for them), then the release of the persisted data.
+
+The drivers see only the data protocol; the data's kind, the passes made and the loop
+modes used are reported in the :class:`FitResult`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import dask
+import numpy as np
+
+from dkmeans import init as init_strategies
+from dkmeans._random import resolve_seed
+from dkmeans._validation import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
+from dkmeans.assignment import assign_dataset, lazy_labels
+from dkmeans.cluster import get_client
+from dkmeans.engine import MemoryBudget, PersistedData, StreamedData
+from dkmeans.engine.hybrid import HybridData
+from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans.hartigan import hartigan
+from dkmeans.init import InitOptions, derive_seed
+from dkmeans.io.checkpoint import Checkpointer, data_fingerprint
+from dkmeans.io.dataframe import predict_series
+from dkmeans.io.model_file import digest
+from dkmeans.kernels import DEFAULT_SCRATCH_BYTES, column_moments, combine_moments
+from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective
+from dkmeans.state import FitState, LoopState, RunSummary
+
+logger = logging.getLogger("dkmeans")
+
+#: Dask config key (env ``DASK_DKMEANS__OUT_OF_CORE``): "auto", True or False; a fit's
+#: ``out_of_core`` parameter other than "auto" wins.
+OUT_OF_CORE_KEY = "dkmeans.out-of-core"
+
+NON_FINITE_AT_FIT = (
+    "Input contains NaN or infinity (found in the first pass over the data): "
+    "remove or impute non-finite values before clustering."
+)
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """Everything a fit needs besides the data, in the fit service's names (already validated).
+
+    Attributes
+    ----------
+    n_clusters : int
+    init : str, ndarray or callable
+        A strategy name (:data:`dkmeans.init.STRATEGIES`), initial centroids, or
+        ``init(X, n_clusters, random_state) -> centroids`` (called on a sample of rows).
+    n_init : int
+    max_iter : int
+    tol : float
+    stop_rule : {"centroid-shift", "objective-decrease"}
+    tol_relative : bool
+        ``tol`` is relative to the data's mean feature variance (scikit-learn's rule).
+    tol_inclusive : bool
+        Centroid shift: stop at ``<= tol`` (scikit-learn) rather than ``< tol`` (oneDAL).
+    algorithm : {"lloyd", "hartigan"}
+    refine : {None, "hartigan"}
+    hartigan_mode : {"safe", "unsafe"}
+    hartigan_tol : float
+        Hartigan also stops when a round lowers the objective by less than this.
+    init_options : InitOptions
+    random_state : None, int, Generator or RandomState
+    checkpoint : path or None
+    checkpoint_every : int
+    out_of_core : {"auto", True, False}
+    on_iteration : callable, optional
+        Progress callback for each Lloyd or Hartigan record.
+    job : dict
+        The face's description of the job for the checkpoint (its name and parameters).
+    names : dict
+        What the face calls ``n_clusters`` and ``init`` (in error messages), where it differs.
+    """
+
+    n_clusters: int
+    init: Any = "k-means||"
+    n_init: int = 1
+    max_iter: int = 300
+    tol: float = 1e-4
+    stop_rule: str = "centroid-shift"
+    tol_relative: bool = True
+    tol_inclusive: bool = True
+    algorithm: str = "lloyd"
+    refine: str | None = None
+    hartigan_mode: str = "unsafe"
+    hartigan_tol: float = 0.0
+    init_options: InitOptions = field(default_factory=InitOptions)
+    random_state: Any = None
+    checkpoint: Any = None
+    checkpoint_every: int = 10
+    out_of_core: Any = "auto"
+    on_iteration: Callable | None = None
+    job: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+
+
+@dataclass
+class FitResult:
+    """A finished fit.
+
+    Attributes
+    ----------
+    centroids : ndarray (k, d), the data's dtype
+    labels : ndarray, dask.array.Array, dask Series, or None
+        NumPy for in-memory input, a Dask array for a Dask array (persisted, or lazy for
+        out-of-core data), a Dask Series on a Dask DataFrame's index.
+    objective : float
+        Of ``centroids`` on the data (what inference gives).
+    n_iter : int
+    stop_reason : str
+    converged : bool
+    history : list of IterationRecord / HartiganRecord
+    data_mode : {"in-memory", "out-of-core"}
+    n_passes : int
+        Passes over the data, the final assignment included.
+    loop_modes : list of str
+        How each loop ran ("one-task", "spmd", "graph", "streamed").
+    """
+
+    centroids: np.ndarray
+    labels: Any
+    objective: float
+    n_iter: int
+    stop_reason: str
+    converged: bool
+    history: list
+    data_mode: str
+    n_passes: int
+    loop_modes: list
+
+
+# -- where the data lives ---------------------------------------------------------------
+#: Out-of-core data keeps its leading chunks persisted when they hold at least this share
+#: of the rows (and fit the persist budget); below it, streaming all of it is as fast.
+HYBRID_MIN_SHARE = 0.2
+
+def _moments_chunk(X, w, offset):
+    return column_moments(X)
+
+
+def resolve_out_of_core(requested) -> Any:
+    """``requested`` unless it is "auto", else the Dask config ``dkmeans.out-of-core`` (default "auto")."""
+    if requested != "auto":
+        return requested
+    value = dask.config.get(OUT_OF_CORE_KEY, "auto")
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    if value not in ("auto", True, False):
+        raise InvalidParameterError(f"Dask config {OUT_OF_CORE_KEY!r} must be 'auto', True or False, got {value!r}")
+    return value
+
+
+def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
+    """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
+
+    Data whose size is not known from its metadata (a Dask DataFrame of unknown
+    partition lengths) is counted in one streamed pass first, which never holds more
+    than a chunk per worker thread.
+    """
+    mode = resolve_out_of_core(out_of_core)
+    budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES)
+    overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
+    if mode is False:
+        return PersistedData(client, dataset.array, weights, budget)
+    if mode == "auto" and dataset.n_rows is not None:
+        per_row = dataset.n_features * dataset.array.dtype.itemsize + (8 if weights is not None else 0)
+        if dataset.n_rows * per_row <= budget.persist_bytes():
+            return PersistedData(client, dataset.array, weights, budget)
+    streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead)
+    if mode == "auto" and streamed.nbytes <= budget.persist_bytes():
+        return PersistedData(client, streamed.X, streamed.weights, budget)
+    logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
+                "in every pass (out-of-core)", streamed.nbytes / 2**20, budget.persist_bytes() / 2**20)
+    if mode == "auto":
+        # keep the leading chunks that fit persisted when they are a fair share of the data
+        per_row = streamed.nbytes / max(1, streamed.n_rows)
+        fits = np.cumsum(streamed.chunk_rows) * per_row <= budget.persist_bytes()
+        n_head = int(np.sum(fits))
+        head_rows = int(np.sum(streamed.chunk_rows[:n_head]))
+        if n_head and head_rows >= HYBRID_MIN_SHARE * streamed.n_rows:
+            X, w = streamed.X, streamed.weights
+            head = PersistedData(client, X[:head_rows], None if w is None else w[:head_rows], budget)
+            tail = StreamedData(client, X[head_rows:], None if w is None else w[head_rows:], budget,
+                                read_overhead=overhead, first_row=head_rows)
+            return HybridData(head, tail)
+    return streamed
+
+
+# -- the runs ---------------------------------------------------------------------------
+@dataclass
+class FitPlan:
+    """What each run does (see :func:`fit_runs`)."""
+
+    n_init: int
+    initialise: Callable[[int], np.ndarray]
+    max_iter: int
+    stop_rule: object
+    lloyd: bool = True
+    hartigan_mode: str | None = None
+    hartigan_tol: float = 0.0
+    on_iteration: Callable | None = None
+
+
+def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | None = None) -> RunSummary:
+    """Run (or continue, from ``state``) every run of ``plan``; return the best run.
+
+    Each run goes through three phases: ``init`` (initial centroids), ``lloyd`` (the
+    Lloyd loop) and ``refine`` (Hartigan, from Lloyd's result or from the initial
+    centroids). With a checkpoint the state is saved after each initialisation, every
+    ``checkpoint.every`` Lloyd updates and after each run.
+    """
+
+    def save():
+        if checkpoint is not None:
+            checkpoint.save(state)
+
+    while state.run < plan.n_init:
+        if state.phase == "init":
+            state.phase, state.loop = "lloyd", LoopState(np.asarray(plan.initialise(state.run)))
+            save()
+        loop = state.loop
+        if state.phase == "lloyd":
+            if plan.lloyd:
+                result = lloyd(data, loop.centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
+                               on_iteration=plan.on_iteration, resume=loop,
+                               on_state=checkpoint.loop_hook(state) if checkpoint else None,
+                               state_every=checkpoint.every if checkpoint else None)
+                loop = LoopState(result.centroids, result.n_iter, None, result.history)
+                summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
+                                     list(result.history))
+            if plan.hartigan_mode is not None:
+                state.phase, state.loop = "refine", loop
+                if plan.lloyd:
+                    save()
+        if state.phase == "refine":
+            result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
+                              mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
+            history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start
+            summary = RunSummary(result.centroids.astype(data.dtype), 0.0, loop.n_iter + result.n_iter,
+                                 result.stop_reason, result.converged, history)
+        if plan.n_init > 1:
+            summary.score = objective(data, summary.centroids)
+        if state.best is None or summary.score < state.best.score:
+            state.best = summary
+        state.run, state.phase, state.loop = state.run + 1, "init", None
+        save()
+    return state.best
+
+
+# -- the whole fit ----------------------------------------------------------------------
+def _callable_init(spec: FitSpec, data, seed: int, run: int) -> np.ndarray:
+    """Centroids from a user callable ``init(X, n_clusters, random_state)``, given the data's rows.
+
+    Like scikit-learn, the callable sees the data: here all rows when they fit one task's
+    budget, else a uniform sample of ``max(100 k, 10,000)`` rows (keyed by row index).
+    """
+    n = data.n_rows
+    size = min(n, max(100 * spec.n_clusters, 10_000))
+    rng = np.random.default_rng(derive_seed(seed, run) % 2**63)
+    idx = np.arange(n) if size == n else np.sort(rng.choice(n, size=size, replace=False))
+    X = data.rows(idx)
+    C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
+    return check_centroids(C, spec.n_clusters, data.n_features, data.dtype, name="init (the callable's result)")
+
+
+def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
+    """Fit k-means on validated data (see the module docstring).
+
+    Parameters
+    ----------
+    spec : FitSpec
+    dataset : Dataset
+        From :func:`dkmeans._validation.as_dataset` (or the estimator's equivalent).
+    sample_weight : array-like or Dask array, optional
+        Checked here against the data.
+
+    Returns
+    -------
+    FitResult
+    """
+    client = get_client()
+    k = spec.n_clusters
+    dtype = dataset.array.dtype
+    C0 = None
+    if not isinstance(spec.init, str) and not callable(spec.init):
+        C0 = check_centroids(spec.init, k, dataset.n_features, dtype, name=spec.names.get("init", "init"))
+    if dataset.n_rows is not None:
+        check_n_clusters_vs_rows(k, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
+    weights = check_sample_weight(sample_weight, dataset)
+    seed = resolve_seed(spec.random_state)
+    data = place_data(client, dataset, weights, spec.out_of_core)
+    try:
+        check_n_clusters_vs_rows(k, data.n_rows, spec.names.get("n_clusters", "n_clusters"))
+        with np.errstate(invalid="ignore", over="ignore"):  # non-finite data: reported below
+            moments = data.map_reduce(_moments_chunk, combine_moments)
+            mean_variance = float(np.mean(moments.m2 / moments.count))
+        if not math.isfinite(mean_variance):
+            raise InvalidDataError(NON_FINITE_AT_FIT)
+        checkpointer, state = _checkpoint(spec, data, moments, C0, seed)
+        if spec.stop_rule == "objective-decrease":
+            stop_rule = ObjectiveDecrease(spec.tol)
+        else:
+            stop_rule = CentroidShift(spec.tol * (mean_variance if spec.tol_relative else 1.0),
+                                      inclusive=spec.tol_inclusive)
+
+        def initialise(run: int) -> np.ndarray:
+            if C0 is not None:
+                return C0
+            if callable(spec.init):
+                return _callable_init(spec, data, state.seed, run)
+            strategy = init_strategies.get_strategy(spec.init)
+            return strategy(data, k, derive_seed(state.seed, run), spec.init_options)
+
+        plan = FitPlan(
+            n_init=spec.n_init, initialise=initialise, max_iter=spec.max_iter, stop_rule=stop_rule,
+            lloyd=spec.algorithm == "lloyd",
+            hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
+            hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration,
+        )
+        best = fit_runs(data, plan, state, checkpointer)
+        in_memory = data.kind == "persisted"
+        if in_memory:
+            # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
+            labels, inertia = assign_dataset(client, data.X, best.centroids, data.weights,
+                                             keep_labels=dataset.frame is None, generation=data.generation)
+        else:  # labels stay lazy, computed from the source when used; the objective takes one pass
+            inertia = objective(data, best.centroids)
+            labels = lazy_labels(dataset.array, best.centroids)
+        n_passes = data.passes + 1
+    finally:
+        data.release()
+    if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
+        labels = predict_series(dataset.frame, best.centroids)
+    elif not dataset.is_dask:
+        labels = labels.compute()
+    return FitResult(best.centroids, labels, inertia, best.n_iter, best.stop_reason, best.converged,
+                     list(best.history), "in-memory" if in_memory else "out-of-core", n_passes,
+                     list(data.loop_modes))
+
+
+def _checkpoint(spec: FitSpec, data, moments, C0, seed):
+    """The checkpoint of this fit (or None) and the state to start from."""
+    if spec.checkpoint is None:
+        return None, FitState(seed)
+    job = dict(spec.job)
+    if C0 is not None:
+        job["init"] = "array sha256 " + digest(np.asarray(C0))
+    job.update(n_rows=data.n_rows, n_features=data.n_features, dtype=str(data.dtype),
+               weighted=data.has_weights, data=data_fingerprint(moments))
+    checkpointer = Checkpointer(spec.checkpoint, spec.checkpoint_every, job)
+    state = checkpointer.load() if checkpointer.exists() else FitState(seed)
+    return checkpointer, state
+
+
+__all__ = ["FitPlan", "FitResult", "FitSpec", "OUT_OF_CORE_KEY", "fit_runs", "place_data", "run_fit"]

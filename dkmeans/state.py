@@ -1,0 +1,129 @@
+"""Plain data every layer may hold: iteration records, loop and fit state, run summaries.
+
+A Lloyd or Hartigan driver produces the records, the fit service keeps the state, the
+checkpoint file (:mod:`dkmeans.io.checkpoint`) writes and reads it, and the faces turn
+the records into ``history_`` dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """One Lloyd iteration: the objective of its assignment step and what its update did."""
+
+    iteration: int
+    objective: float
+    centroid_shift: float
+    empty_clusters_fixed: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "objective": self.objective,
+            "centroid_shift": self.centroid_shift,
+            "empty_clusters_fixed": self.empty_clusters_fixed,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class HartiganRecord:
+    """One Hartigan round (batch) or sweep (standard), and the partition it left.
+
+    Attributes
+    ----------
+    iteration : int
+        0 for the initial partition, then 1, 2, ...
+    objective : float
+        Weighted objective of the partition after the round (rows to their own cluster mean).
+    moves : int
+        Rows moved in the round.
+    proposals : int
+        Rows that had an improving move at the start of the round (batch); moves (standard).
+    mode : str
+        ``"initial"``, ``"sweep"`` (standard), ``"safe"``, ``"unsafe"`` (accept-all kept)
+        or ``"safe-fallback"`` (accept-all did not lower the objective and was undone).
+    predicted_change : float
+        Sum of the cost changes of the moves; equals the objective change in safe mode
+        and in a sweep (up to rounding).
+    seconds : float
+    """
+
+    iteration: int
+    objective: float
+    moves: int
+    proposals: int
+    mode: str
+    predicted_change: float
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {
+            "iteration": self.iteration,
+            "objective": self.objective,
+            "moves": self.moves,
+            "proposals": self.proposals,
+            "mode": self.mode,
+            "predicted_change": self.predicted_change,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass
+class LoopState:
+    """Where a Lloyd loop stands after ``n_iter`` centroid updates."""
+
+    centroids: np.ndarray
+    n_iter: int = 0
+    previous_objective: float | None = None
+    history: list = field(default_factory=list)  # IterationRecord
+
+
+@dataclass
+class RunSummary:
+    """A finished run (one initialisation followed by the algorithm)."""
+
+    centroids: np.ndarray
+    score: float
+    n_iter: int
+    stop_reason: str
+    converged: bool
+    history: list  # IterationRecord / HartiganRecord
+
+
+@dataclass
+class FitState:
+    """Everything a fit needs to continue: see the module docstring."""
+
+    seed: int
+    run: int = 0
+    phase: str = "init"  # "init": run not started; "lloyd": loop in progress; "refine": Lloyd done
+    loop: LoopState | None = None
+    best: RunSummary | None = None
+
+
+def history_dicts(records) -> list:
+    """Iteration records as dicts tagged with their ``algorithm`` ("lloyd" or "hartigan")."""
+    return [dict(r.as_dict(), algorithm="lloyd" if isinstance(r, IterationRecord) else "hartigan")
+            for r in records]
+
+
+def history_records(dicts) -> list:
+    """The inverse of :func:`history_dicts`."""
+    from dkmeans.hartigan import HartiganRecord
+    out = []
+    for d in dicts:
+        d = dict(d)
+        cls = IterationRecord if d.pop("algorithm") == "lloyd" else HartiganRecord
+        out.append(cls(**d))
+    return out
+
+
+__all__ = ["FitState", "HartiganRecord", "IterationRecord", "LoopState", "RunSummary", "history_dicts",
+           "history_records"]

@@ -232,6 +232,7 @@ def check_sample_weight(sample_weight, dataset: Dataset):
         raise InvalidDataError("sample_weight must be non-negative")
     if w_sum <= 0:
         raise InvalidDataError("sample_weight sums to zero: at least one sample needs a positive weight")
-    if not dataset.is_dask:
-        w = da.from_array(w, chunks=(dataset.array.chunks[0],))
+    if isinstance(w, np.ndarray):  # rechunked to the rows' chunks once their lengths are known
+        known = not any(math.isnan(c) for c in dataset.array.chunks[0])
+        w = da.from_array(w, chunks=(dataset.array.chunks[0],) if known else -1)
     return w

@@ -348,7 +348,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
         else:  # labels stay lazy, computed from the source when used; the objective takes one pass
             inertia = objective(data, best.centroids)
             labels = lazy_labels(dataset.array, best.centroids)
-        n_passes = data.passes + 1
+        n_passes = data.passes + in_memory  # the objective pass over streamed data counted itself
     finally:
         data.release()
     if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions

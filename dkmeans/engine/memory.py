@@ -1,11 +1,15 @@
 """Memory budgets: how much of a worker's memory one task, and the persisted data, may take.
 
-Each worker's memory limit is read from the scheduler (a worker without a limit counts
-with its host's memory, as distributed does). Two fractions of it, both Dask config
-keys (documented in the README):
+Each worker's memory limit and the memory its process already uses beyond Dask's data
+(imports, compiled kernels: about 300 MiB for a worker that has run a fit) are read from
+the scheduler; a worker without a limit counts with its host's memory, as distributed
+does. Two fractions of the limit, both Dask config keys (documented in the README):
 
 * ``dkmeans.memory.task-fraction`` (default 0.25): a task's input chunks plus the kernel
-  scratch may take at most this share of its worker's limit. A pass over persisted data
+  scratch may take at most this share of its worker's limit, and at most half of what
+  is left below distributed's pause threshold once the process's own memory is counted
+  (two tasks' inputs may be in memory at once: one being released while the next one's
+  chunks arrive). A pass over persisted data
   takes a worker's chunks in groups of that size (one task per group, run one after the
   other), so chunks that Dask spilled to disk come back one group at a time; a streamed
   pass reads one chunk per task. distributed starts spilling at 60% of the limit
@@ -13,8 +17,9 @@ keys (documented in the README):
   leaves room for a second task's inputs while the first one's are released, and for
   the worker's own memory.
 * ``dkmeans.memory.persist-fraction`` (default 0.5): data is persisted when its bytes are
-  at most this share of the cluster's total memory limit; larger data is read from its
-  source in every pass (out-of-core), except what fits, which stays persisted.
+  at most this share of the workers' memory limits less their processes' own memory,
+  summed over the workers (below distributed's spill target of 60%); larger data is read
+  from its source in every pass (out-of-core), except what fits, which stays persisted.
 
 A chunk that alone exceeds its task budget cannot be processed without overloading a
 worker: :func:`check_chunks_fit` raises :class:`~dkmeans.errors.ChunkTooLargeError` before
@@ -23,7 +28,7 @@ any work is submitted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dask
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
@@ -57,28 +62,43 @@ class MemoryBudget:
         Memory limit in bytes per worker address.
     scratch_bytes : int
         Memory a kernel call may use besides its inputs (subtracted from each task budget).
+    unmanaged : dict of str to int, optional
+        Memory each worker process uses beyond Dask's data (0 where not known).
     """
 
     limits: dict
     scratch_bytes: int = 0
+    unmanaged: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, client, scratch_bytes: int = 0) -> "MemoryBudget":
         """The budget of ``client``'s cluster as the scheduler reports it now."""
         info = client.scheduler_info(n_workers=-1)["workers"]
         limits = {addr: int(w.get("memory_limit") or 0) or HOST_MEMORY for addr, w in info.items()}
-        return cls(limits, int(scratch_bytes))
+        unmanaged = {}
+        for addr, w in info.items():
+            metrics = w.get("metrics", {})
+            unmanaged[addr] = max(0, int(metrics.get("memory", 0)) - int(metrics.get("managed_bytes", 0)))
+        return cls(limits, int(scratch_bytes), unmanaged)
+
+    def _one_task(self, address: str) -> float:
+        limit = self.limits[address]
+        pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
+        below_pause = (float(pause) * limit - self.unmanaged.get(address, 0)) / 2
+        return max(0.0, min(_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * limit, below_pause)
+                   - self.scratch_bytes)
 
     def task_bytes(self, address: str | None = None) -> float:
-        """Bytes of input one task may take on this worker (the smallest worker's without an address)."""
-        limits = [self.limits[address]] if address in self.limits else list(self.limits.values()) or [HOST_MEMORY]
-        fraction = _fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION)
-        return max(0.0, fraction * min(limits) - self.scratch_bytes)
+        """Bytes of input one task may take on this worker (the smallest budget of all without an address)."""
+        if address in self.limits:
+            return self._one_task(address)
+        return min((self._one_task(a) for a in self.limits), default=0.0)
 
     def persist_bytes(self) -> float:
         """Bytes of data the cluster keeps persisted at most."""
-        total = sum(self.limits.values()) or HOST_MEMORY
-        return _fraction(PERSIST_FRACTION_KEY, DEFAULT_PERSIST_FRACTION) * total
+        fraction = _fraction(PERSIST_FRACTION_KEY, DEFAULT_PERSIST_FRACTION)
+        return float(sum(max(0.0, fraction * limit - self.unmanaged.get(addr, 0))
+                         for addr, limit in self.limits.items()))
 
     def per_worker(self) -> dict:
         """:meth:`task_bytes` of every worker, by address."""
@@ -109,9 +129,9 @@ def check_chunks_fit(chunk_bytes, budget: MemoryBudget, what: str = "input") -> 
         smallest_limit = min(budget.limits.values())
         raise ChunkTooLargeError(
             f"One chunk of the {what} takes {_mib(largest)} in memory, more than a worker's budget for one task: "
-            f"{_mib(allowed)} ({_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION):g} of the smallest worker's "
-            f"memory limit {_mib(smallest_limit)}, less {_mib(budget.scratch_bytes)} of kernel scratch). Nothing was "
-            f"run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
+            f"{_mib(allowed)} (at most {_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION):g} of the smallest "
+            f"worker's memory limit {_mib(smallest_limit)} and half of its room below the pause threshold, less "
+            f"{_mib(budget.scratch_bytes)} of kernel scratch). Nothing was run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
             f"df.repartition(partition_size='{max(1, int(allowed / 2 / 2**20))}MiB'); Parquet: smaller row groups "
             f"or files), give the workers more memory, or raise the Dask config {TASK_FRACTION_KEY!r}."
         )

@@ -45,7 +45,7 @@ from distributed import futures_of, get_worker, wait
 from dkmeans.backend import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
-from dkmeans.engine.memory import MemoryBudget, group_by_bytes
+from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
 from dkmeans.engine.passes import add_reduction_tree
 from dkmeans.engine.placement import _balance_rows, _spread_rows
 from dkmeans.engine import spmd
@@ -153,6 +153,10 @@ class PersistedData:
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
         self.client = client
+        budget = budget if budget is not None else MemoryBudget.of(client)
+        if not any(np.isnan(c) for c in X.chunks[0]):  # else checked by the caller's counting pass
+            per_row = X.shape[1] * X.dtype.itemsize + (8 if weights is not None else 0)
+            check_chunks_fit([r * per_row for r in X.chunks[0]], budget)
         if weights is not None:
             weights = weights.rechunk((X.chunks[0],))
             with warnings.catch_warnings():
@@ -189,7 +193,7 @@ class PersistedData:
         #: the client's restart count now (``client.restart()`` increments it): see :func:`gather`
         self.generation = getattr(client, "generation", None)
         self._placement: list[tuple[str, list[int]]] | None = None
-        self.budget = budget if budget is not None else MemoryBudget.of(client)
+        self.budget = budget
         self.passes = 0
         self.loop_modes: list[str] = []
         self._spmd_failed = False

@@ -34,8 +34,9 @@ from dkmeans._random import resolve_seed
 from dkmeans._validation import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
 from dkmeans.assignment import assign_dataset, lazy_labels
 from dkmeans.cluster import get_client
-from dkmeans.engine import MemoryBudget, PersistedData, StreamedData
+from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
 from dkmeans.engine.hybrid import HybridData
+from dkmeans.engine.streamed import rows_in_block
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.hartigan import hartigan
 from dkmeans.init import InitOptions, derive_seed
@@ -155,6 +156,9 @@ class FitResult:
 #: Out-of-core data keeps its leading chunks persisted when they hold at least this share
 #: of the rows (and fit the persist budget); below it, streaming all of it is as fast.
 HYBRID_MIN_SHARE = 0.2
+#: Data of unknown length is estimated from its first partition times the partition count;
+#: it is persisted only if this multiple of the estimate fits (partitions differ in size).
+SIZE_ESTIMATE_MARGIN = 1.5
 
 def _moments_chunk(X, w, offset):
     return column_moments(X)
@@ -172,23 +176,38 @@ def resolve_out_of_core(requested) -> Any:
     return value
 
 
+def _estimated_rows(client, X) -> int:
+    """Rows of ``X`` estimated from its first chunk (read once) when its chunk lengths are unknown."""
+    if not any(math.isnan(c) for c in X.chunks[0]):
+        return int(sum(X.chunks[0]))
+    first = X.blocks[0].map_blocks(rows_in_block, dtype=np.int64, chunks=((1,),), drop_axis=1)
+    return int(gather(client, client.compute(first))[0]) * X.numblocks[0]
+
+
 def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
-    Data whose size is not known from its metadata (a Dask DataFrame of unknown
-    partition lengths) is counted in one streamed pass first, which never holds more
-    than a chunk per worker thread.
+    Where the size is not in the metadata (a Dask DataFrame of unknown partition
+    lengths, read from Parquet or CSV), it is estimated from the first partition (read
+    once) with a margin of :data:`SIZE_ESTIMATE_MARGIN`; streamed data then counts its rows
+    exactly in its first pass.
     """
     mode = resolve_out_of_core(out_of_core)
     budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES)
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     if mode is False:
         return PersistedData(client, dataset.array, weights, budget)
-    if mode == "auto" and dataset.n_rows is not None:
-        per_row = dataset.n_features * dataset.array.dtype.itemsize + (8 if weights is not None else 0)
-        if dataset.n_rows * per_row <= budget.persist_bytes():
+    per_row = dataset.n_features * dataset.array.dtype.itemsize + (8 if weights is not None else 0)
+    if mode == "auto":
+        known = dataset.n_rows is not None
+        rows = dataset.n_rows if known else _estimated_rows(client, dataset.array) * SIZE_ESTIMATE_MARGIN
+        if rows * per_row <= budget.persist_bytes():
             return PersistedData(client, dataset.array, weights, budget)
     streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead)
+    if streamed.chunk_rows is None:
+        if mode is True or _estimated_rows(client, dataset.array) * per_row * SIZE_ESTIMATE_MARGIN > \
+                HYBRID_MIN_SHARE ** -1 * budget.persist_bytes():
+            return streamed  # rows counted in the first pass: no pass of its own
     if mode == "auto" and streamed.nbytes <= budget.persist_bytes():
         return PersistedData(client, streamed.X, streamed.weights, budget)
     logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "

@@ -52,6 +52,24 @@ def _stream_chunk(chunk_fn, args, offset, X, w=None):
     return to_host(chunk_fn(X, w, offset, *args)), False
 
 
+def _stream_chunk_counting(chunk_fn, args, index, X, w=None):
+    """A first pass over chunks of unknown length: the result, and the chunk's row count."""
+    return (to_host(chunk_fn(X, w, None, *args)), {index: int(X.shape[0])}), False
+
+
+class _CountingCombine:
+    """``combine_fn`` over ``(value, {chunk: rows})`` parts: the combined value and every chunk's rows."""
+
+    def __init__(self, combine_fn):
+        self.combine_fn = combine_fn
+
+    def __call__(self, parts):
+        rows = {}
+        for _, r in parts:
+            rows.update(r)
+        return self.combine_fn([value for value, _ in parts]), rows
+
+
 def _stream_chunk_stateful(steps, offset, X, w=None):
     return to_host(_replay(X, w, offset, steps)[1]), False
 
@@ -60,7 +78,7 @@ def _state_block(steps, name, offset, X, w=None):
     return _replay(X, w, offset, steps)[0][name]
 
 
-def _rows_in_block(X):
+def rows_in_block(X):
     return np.array([X.shape[0]], dtype=np.int64)
 
 
@@ -72,7 +90,10 @@ class StreamedData:
     client : distributed.Client
     X : dask.array.Array, shape (n, d)
         A recomputable collection (not persisted): each pass computes its chunks again.
-        Chunks of unknown length are counted in one streamed pass here.
+        Chunks of unknown length (a Dask DataFrame's partitions) are counted in the first
+        pass, which must be a plain :meth:`map_reduce` whose chunk function does not use
+        its row offset (the fit service's column-moments pass); another first pass counts
+        them in a pass of its own.
     weights : dask.array.Array, shape (n,), optional
         With the same row chunks as ``X`` (or rechunked to them).
     budget : MemoryBudget, optional
@@ -92,44 +113,66 @@ class StreamedData:
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
         self.client = client
-        if any(np.isnan(c) for c in X.chunks[0]):
-            X = self._with_chunk_sizes(X)
+        self.passes = 0
+        self.generation = getattr(client, "generation", None)
+        if weights is not None and any(np.isnan(c) for c in X.chunks[0]):
+            X = self._with_chunk_sizes(X)  # weights need the rows' chunks now
         if weights is not None:
             weights = weights.rechunk((X.chunks[0],))
         (X,) = dask.optimize(X)
         if weights is not None:
             (weights,) = dask.optimize(weights)
         self.X, self.weights = X, weights
-        self.n_rows = int(sum(X.chunks[0]))
         self.n_features = int(X.shape[1])
         self.dtype = X.dtype
-        self.chunk_rows = tuple(int(c) for c in X.chunks[0])
-        self.offsets = tuple(int(first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]]))
         self.first_row = int(first_row)
         self.budget = budget if budget is not None else MemoryBudget.of(client)
-        per_row = self.n_features * self.dtype.itemsize + (8 if weights is not None else 0)
-        check_chunks_fit([r * per_row * read_overhead for r in self.chunk_rows], self.budget)
-        self.passes = 0
+        self.read_overhead = float(read_overhead)
+        self.chunk_rows = None
+        if not any(np.isnan(c) for c in X.chunks[0]):
+            self._set_chunk_rows(X.chunks[0])
         self.loop_modes: list[str] = []
         self._on_progress = None
-        self.generation = getattr(client, "generation", None)
+
+    def _set_chunk_rows(self, rows) -> None:
+        """Row counts known (from metadata or the first pass): offsets, and every chunk checked against the budget."""
+        self.chunk_rows = tuple(int(r) for r in rows)
+        self.offsets = tuple(int(self.first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]]))
+        self._n_rows = int(sum(self.chunk_rows))
+        if any(np.isnan(c) for c in self.X.chunks[0]):
+            self.X = da.Array(self.X.dask, self.X.name, (self.chunk_rows, self.X.chunks[1]), meta=self.X._meta)
+        per_row = self.n_features * self.dtype.itemsize + (8 if self.weights is not None else 0)
+        check_chunks_fit([r * per_row * self.read_overhead for r in self.chunk_rows], self.budget)
 
     def _with_chunk_sizes(self, X: da.Array) -> da.Array:
         """``X`` with its row counts known, counted in one streamed pass (nothing is kept)."""
-        counts = X.map_blocks(_rows_in_block, dtype=np.int64, chunks=((1,) * X.numblocks[0],), drop_axis=1)
+        counts = X.map_blocks(rows_in_block, dtype=np.int64, chunks=((1,) * X.numblocks[0],), drop_axis=1)
         rows = tuple(int(r) for r in gather(self.client, self.client.compute(counts)))
+        self.passes += 1
         return da.Array(X.dask, X.name, (rows, X.chunks[1]), meta=X._meta)
+
+    def _ensure_chunk_rows(self) -> None:
+        if self.chunk_rows is None:
+            self.X = self._with_chunk_sizes(self.X)
+            self._set_chunk_rows(self.X.chunks[0])
 
     @property
     def has_weights(self) -> bool:
         return self.weights is not None
 
     @property
+    def n_rows(self) -> int:
+        """Rows of all chunks (counted in a pass of their own if no pass has counted them yet)."""
+        self._ensure_chunk_rows()
+        return self._n_rows
+
+    @property
     def n_chunks(self) -> int:
-        return len(self.chunk_rows)
+        return self.X.numblocks[0]
 
     @property
     def nbytes(self) -> int:
+        self._ensure_chunk_rows()
         per_row = self.n_features * self.dtype.itemsize + (8 if self.weights is not None else 0)
         return int(self.n_rows * per_row)
 
@@ -159,12 +202,18 @@ class StreamedData:
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
         args = tuple(args)
+        if self.chunk_rows is None:  # the first pass also counts the rows of each chunk
+            value, rows = self._pass(lambda key, i, refs: Task(key, _stream_chunk_counting, chunk_fn, args, i, *refs),
+                                     _CountingCombine(combine_fn))
+            self._set_chunk_rows([rows[i] for i in range(self.n_chunks)])
+            return value
         return self._pass(lambda key, i, refs: Task(key, _stream_chunk, chunk_fn, args, self.offsets[i], *refs),
                           combine_fn)
 
     def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
                             state: ReplayState | None = None):
         """A stateful pass whose state is rebuilt on each chunk by replaying the passes that made it."""
+        self._ensure_chunk_rows()
         steps = (state.steps if state is not None else ()) + ((chunk_fn, tuple(args)),)
         value = self._pass(lambda key, i, refs: Task(key, _stream_chunk_stateful, steps, self.offsets[i], *refs),
                            combine_fn)
@@ -172,6 +221,7 @@ class StreamedData:
 
     def state_column(self, state: ReplayState, name: str) -> da.Array:
         """The per-row array ``name`` of the replayed states: a lazy Dask array (computed from the source)."""
+        self._ensure_chunk_rows()
         x_blocks = self.X.to_delayed().ravel()
         w_blocks = self.weights.to_delayed().ravel() if self.weights is not None else [None] * len(x_blocks)
         pieces = []
@@ -182,6 +232,7 @@ class StreamedData:
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""
+        self._ensure_chunk_rows()
         idx = np.asarray(indices, dtype=np.int64) - self.first_row
         order = np.argsort(idx, kind="stable")
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))

@@ -1,0 +1,193 @@
+"""Out of core: a Lloyd pass over a Parquet folder larger than the cluster's memory, side by side with a plain read.
+
+Writes (once, into ``--folder``) float32 Gaussian blobs, ``--features`` columns, in Parquet files
+of about 64 MiB of data each, ``--times`` times the memory of the cluster it then starts: a
+LocalCluster of ``--workers`` worker processes x 1 thread with ``memory_limit=--memory``. Then,
+in one run and alternating:
+
+* **read pass**: ``dd.read_parquet(folder, columns=cols).sum().compute()``, the plain Dask pass
+  that reads the same columns (median of ``--repeats``);
+* **dkmeans**: ``KMeans(k, init=C0, max_iter=1+iters, tol=0).fit(df[cols])`` from fixed initial
+  centroids (k rows of the first file); seconds per Lloyd pass = (T(1+iters) - T(1)) / iters,
+  median of ``--repeats``, and dkmeans' own per-iteration timer (``history_``);
+* **peak memory** of every worker during each, polled from the scheduler every 0.1 s, against
+  its limit, and whether any worker was restarted or lost;
+* **dask-ml** ``KMeans(n_clusters=k, init=C0, max_iter=2)`` on the same columns as a Dask array,
+  in a subprocess with ``--dask-ml-timeout``: it finishes, fails, or times out (reported as such).
+
+Goal (the larger-than-memory issue): a dkmeans pass costs at most 1.3x the read pass; no
+worker exceeds its limit. JSON goes to ``benchmarks/results/out_of_core.json``.
+
+Run:  .venv/bin/python benchmarks/out_of_core.py [--memory 1GiB --times 3 --k 32 --iters 3 --repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, write_json  # noqa: E402
+
+FILE_ROWS = 1_048_576  # 64 MiB of float32 x 16 per file
+
+
+class PeakMemory:
+    """Largest process memory of each worker (scheduler metrics, polled) and the set of workers seen."""
+
+    def __init__(self, client):
+        self.client, self.peak, self.seen = client, {}, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        while not self._stop.wait(0.1):
+            for addr, w in self.client.scheduler_info(n_workers=-1)["workers"].items():
+                self.seen.add(addr)
+                self.peak[addr] = max(self.peak.get(addr, 0), int(w["metrics"]["memory"]))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def write_folder(folder: Path, n_files: int, n_features: int, k: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dkmeans.testing import blob_block
+
+    folder.mkdir(parents=True, exist_ok=True)
+    centers = np.random.default_rng(0).uniform(-10, 10, size=(k, n_features))
+    names = [f"x{j}" for j in range(n_features)]
+    for i in range(n_files):
+        path = folder / f"part-{i:05d}.parquet"
+        if path.exists():
+            continue
+        X = blob_block(i, FILE_ROWS, centers=centers, spread=2.0, seed=1, out_dtype=np.float32)
+        table = pa.table({name: X[:, j] for j, name in enumerate(names)} | {"id": np.arange(len(X)) + i * FILE_ROWS})
+        pq.write_table(table, path, row_group_size=FILE_ROWS // 4)
+    (folder / "_done").write_text(str(n_files))
+
+
+def run_dask_ml(folder: Path, cols, C0, timeout: float, scheduler: str) -> dict:
+    """dask-ml's KMeans in a subprocess (it may exhaust memory or hang): finished, failed or timed out."""
+    script = f"""
+import numpy as np, dask.dataframe as dd, distributed
+from dask_ml.cluster import KMeans
+client = distributed.Client({scheduler!r})
+X = dd.read_parquet({str(folder)!r}, columns={list(cols)!r}).to_dask_array(lengths=True)
+C0 = np.asarray({C0.tolist()!r}, dtype=np.float32)
+km = KMeans(n_clusters={len(C0)}, init=C0, max_iter=2, tol=0).fit(X)
+print("inertia", km.inertia_)
+"""
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"outcome": f"timed out after {timeout:.0f} s"}
+    seconds = time.perf_counter() - t0
+    if out.returncode == 0:
+        return {"outcome": "finished", "seconds": seconds}
+    last = [line for line in out.stderr.strip().splitlines() if line.strip()][-1:] or ["(no message)"]
+    return {"outcome": f"failed after {seconds:.0f} s: {last[0][:300]}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "dkmeans-out-of-core"))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--memory", default="1GiB", help="memory_limit of each worker")
+    parser.add_argument("--times", type=float, default=3.0, help="data size, in multiples of the cluster's memory")
+    parser.add_argument("--features", type=int, default=16)
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dask-ml-timeout", type=float, default=600.0)
+    parser.add_argument("--skip-dask-ml", action="store_true")
+    args = parser.parse_args()
+
+    import dask.dataframe as dd
+    from dask.utils import parse_bytes
+
+    import dkmeans
+    from dkmeans.cluster import start_local_cluster
+
+    limit = parse_bytes(args.memory)
+    file_bytes = FILE_ROWS * args.features * 4
+    n_files = int(np.ceil(args.times * args.workers * limit / file_bytes))
+    folder = Path(args.folder) / f"{args.features}x{n_files}"
+    t0 = time.perf_counter()
+    write_folder(folder, n_files, args.features, args.k)
+    print(f"data: {n_files} Parquet files, {n_files * file_bytes / 2**30:.2f} GiB of float32 features "
+          f"({args.times:g}x the cluster's {args.workers} x {args.memory}), in {folder} "
+          f"(written in {time.perf_counter() - t0:.0f} s if new)")
+    cols = [f"x{j}" for j in range(args.features)]
+    first = dd.read_parquet(folder / "part-00000.parquet", columns=cols).head(args.k * 10)
+    C0 = first.to_numpy()[:: 10][: args.k].astype(np.float32)
+
+    client = start_local_cluster(args.workers, memory_limit=limit, dashboard_address=None)
+    results = {"machine": machine(), "args": vars(args), "data_gib": n_files * file_bytes / 2**30,
+               "read": [], "fit_short": [], "fit_long": [], "history": []}
+    workers_before = set(client.scheduler_info(n_workers=-1)["workers"])
+    with PeakMemory(client) as memory:
+        for r in range(args.repeats):
+            t = time.perf_counter()
+            dd.read_parquet(folder, columns=cols).sum().compute()
+            results["read"].append(time.perf_counter() - t)
+            for key, max_iter in (("fit_short", 1), ("fit_long", 1 + args.iters)):
+                t = time.perf_counter()
+                km = dkmeans.KMeans(args.k, init=C0, n_init=1, max_iter=max_iter, tol=0).fit(
+                    dd.read_parquet(folder, columns=cols))
+                results[key].append(time.perf_counter() - t)
+                assert km.n_iter_ == max_iter and km.data_mode_ == "out-of-core", (km.n_iter_, km.data_mode_)
+            results["history"].append([h["seconds"] for h in km.history_])
+            print(f"repeat {r}: read {results['read'][-1]:.2f} s, fit(1) {results['fit_short'][-1]:.2f} s, "
+                  f"fit({1 + args.iters}) {results['fit_long'][-1]:.2f} s, {km.n_passes_} passes")
+    lost = workers_before ^ memory.seen
+    per_pass = [(b - a) / args.iters for a, b in zip(results["fit_short"], results["fit_long"])]
+    read = float(np.median(results["read"]))
+    results.update(
+        read_pass_s=read, lloyd_pass_s=float(np.median(per_pass)),
+        history_pass_s=float(np.median([s for h in results["history"] for s in h[1:]])),
+        ratio=float(np.median(per_pass)) / read,
+        peak_memory={a: m / 2**20 for a, m in memory.peak.items()}, limit_mib=limit / 2**20,
+        workers_restarted_or_lost=sorted(lost),
+    )
+    if not args.skip_dask_ml:
+        results["dask_ml"] = run_dask_ml(folder, cols, C0, args.dask_ml_timeout, client.scheduler.address)
+    client.close()
+    print()
+    print("| what | seconds per pass | / read pass |")
+    print("|---|---:|---:|")
+    print(f"| plain Dask read pass (`dd.read_parquet(...)[cols].sum()`) | {read:.2f} | 1.00 |")
+    print(f"| dkmeans Lloyd pass, (T({1 + args.iters}) - T(1)) / {args.iters} | {results['lloyd_pass_s']:.2f} | "
+          f"{results['ratio']:.2f} |")
+    print(f"| dkmeans Lloyd pass, history_ | {results['history_pass_s']:.2f} | "
+          f"{results['history_pass_s'] / read:.2f} |")
+    peaks = ", ".join(f"{m:.0f}" for m in results["peak_memory"].values())
+    print(f"\npeak worker memory (MiB): {peaks} against a limit of {limit / 2**20:.0f} MiB; "
+          f"workers restarted or lost: {len(lost)}")
+    if "dask_ml" in results:
+        print(f"dask-ml KMeans (max_iter=2): {json.dumps(results['dask_ml'])}")
+    print(f"goal (pass <= 1.3x read, no worker over its limit, none lost): "
+          f"{'met' if results['ratio'] <= 1.3 and not lost and max(memory.peak.values()) <= limit else 'NOT met'}")
+    print("results:", write_json("out_of_core.json", results))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    main()

@@ -13,16 +13,18 @@ one pass scores many swaps, and lets Lloyd settle each accepted swap. A round:
    pass);
 2. one pass computes the exact objective under every (candidate, centroid) swap
    (:func:`~dkmeans.kernels.swap.swap_costs`: ``m x k`` numbers per chunk, summed);
-3. one pass runs Lloyd's first step for ``trials`` swaps at once: the best single swaps
-   by their exact cost and, with ``max_swaps > 1``, a set of several improving swaps
-   that barely interact (:func:`~dkmeans.kernels.swap.select_swaps`). It returns each
-   trial's partials (:func:`~dkmeans.kernels.swap.swap_partials`), hence its exact
-   objective ``f(swapped)`` and its Lloyd update; ``f(swapped) - sum_j W_j ||c_j - mu_j||^2``
-   (the recentring gain) is an exact upper bound on the objective after that update;
-4. the trial with the lowest bound is taken if that bound is below the current
-   objective, and Lloyd runs ``lloyd_iters - 1`` more updates from it
-   (:func:`dkmeans.lloyd.lloyd`); the next round's sampling pass measures the result,
-   which is kept only if the objective fell, so the objective never increases.
+3. one pass runs Lloyd's first update for several trials at once: the ``trials`` best
+   single swaps by their exact cost, with ``max_swaps > 1`` a set of several improving
+   swaps that barely interact (:func:`~dkmeans.kernels.swap.select_swaps`), and no swap
+   at all (what Lloyd alone would do). It returns each trial's partials
+   (:func:`~dkmeans.kernels.swap.swap_partials`), hence its exact objective
+   ``f(swapped)`` and its update ``mu``; ``f(swapped) - sum_j W_j ||c_j - mu_j||^2`` (the
+   recentring gain) is an exact upper bound on the objective after that update;
+4. the swap trial with the lowest bound is taken if that bound is below both the current
+   objective and Lloyd's own bound by ``min_gain`` of the objective; Lloyd runs
+   ``lloyd_iters - 1`` more updates from it (:func:`dkmeans.lloyd.lloyd`), and the next
+   round's sampling pass measures the result, which is kept only if the objective fell:
+   the objective never increases.
 
 Why the choice stays exact: nothing is accepted on an estimate. A swap that raises the
 objective by itself can still pay off once its neighbours move (a centroid removed from
@@ -34,8 +36,8 @@ the same rows), so a set of them is one more trial, measured exactly like the ot
 With ``lloyd_iters=0`` (the plain swap search) step 3 is skipped and the best swap is
 made when its exact cost is lower.
 
-A round costs ``lloyd_iters + 2`` passes when it moves centroids (plus one per cluster
-that Lloyd finds empty), 3 when no trial improves (scoring, trials, a fresh sample; 2 in
+A round costs ``lloyd_iters + 2`` passes when it moves centroids (plus one whenever
+Lloyd's empty-cluster rule runs), 3 when no trial improves (scoring, trials, a fresh sample; 2 in
 the last round); ``patience`` ends the search after that many rounds in a row without
 improvement. Each round draws from its own random stream, so results do not depend on
 chunking or worker count.
@@ -199,14 +201,15 @@ def _check_int(name: str, value, low: int) -> int:
 
 @dataclass
 class _Step:
-    """The trial chosen in a round: its Lloyd update, its bound, and plain Lloyd's bound."""
+    """The best swap trial of a round: its Lloyd update (float64; ``empty``: clusters it left
+    empty), its bound, and plain Lloyd's bound."""
 
     centroids: np.ndarray
     swaps: int
     bound: float
     lloyd_bound: float
     n_trials: int
-    passes: int
+    empty: np.ndarray
     converged: bool
 
 
@@ -240,13 +243,8 @@ def _trial_step(data, C, P, delta, index, n_trials, max_swaps, threshold, resolu
                       float(np.sum(moved))))
     # bounds equal but for rounding (trials reaching the same centroids) are told apart by trial order
     bound, t, updated, empty, shift = min(steps[1:], key=lambda s: (np.floor(s[0] / resolution), s[1]))
-    passes = 1
-    if np.any(empty):  # Lloyd's empty-cluster rule, as its own update would apply it
-        updated = fill_empty_clusters(data, updated, empty)
-        passes += 1
     converged = isinstance(stop_rule, CentroidShift) and stop_rule.satisfied(shift)
-    return _Step(np.asarray(updated).astype(data.dtype), len(trials[t][1]), bound, steps[0][0], len(trials) - 1,
-                 passes, converged)
+    return _Step(updated, len(trials[t][1]), bound, steps[0][0], len(trials) - 1, empty, converged)
 
 
 def local_search(
@@ -361,11 +359,15 @@ def local_search(
                 new[best_j[0]] = P[best_pos[0]]
         else:
             step = _trial_step(data, C, P, delta, index, n_trials, max_swaps, threshold, resolution, stop_rule)
-            round_passes += step.passes
+            round_passes += 1
             step_change, lloyd_change, n_tried = step.bound - base, step.lloyd_bound - base, step.n_trials
             # the swap must beat Lloyd alone by a useful margin
             if step.bound < min(step.lloyd_bound, base) - max(min_gain, REL_TOL) * base:
                 new, swaps, updates = step.centroids, step.swaps, 1
+                if np.any(step.empty):  # Lloyd's empty-cluster rule, as its own update would apply it
+                    new = fill_empty_clusters(data, new, step.empty)
+                    round_passes += 1
+                new = np.asarray(new).astype(data.dtype)
                 if lloyd_iters > 1 and not step.converged:
                     result = lloyd(data, new, max_iter=lloyd_iters - 1, stop_rule=stop_rule, loop=loop)
                     round_passes += _lloyd_passes(result, stop_rule)

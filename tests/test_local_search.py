@@ -216,6 +216,43 @@ def test_one_swap_fixes_two_centroids_in_one_blob():
     assert result.passes == data.passes
 
 
+def test_several_swaps_fix_independent_errors_in_one_round():
+    """Two far-apart copies of the stuck case: one trial makes both swaps, measured exactly."""
+    rng = np.random.default_rng(0)
+    base = np.array([[-10.0, 0.0], [10.0, 0.0], [10.0, 6.0]])
+    centres = np.concatenate([base, base + 100.0])
+    X = np.concatenate([c + 0.5 * rng.normal(size=(150, 2)) for c in centres])
+    start = np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]])
+    C = lloyd(Chunks(X), np.concatenate([start, start + 100.0]), max_iter=100, stop_rule=CentroidShift(0.0),
+              loop="graph").centroids
+    best = objective(X, metrics.class_means(X, np.repeat(np.arange(6), 150)))
+    options = dict(rounds=4, candidates_per_round=12, seed=1, lloyd_iters=3, stop_rule=CentroidShift(0.0), loop="graph")
+    together = local_search(Chunks(X, n_chunks=3), C, max_swaps=8, **options)
+    one_by_one = local_search(Chunks(X, n_chunks=3), C, max_swaps=1, **options)
+    assert together.history[0].swaps_accepted == 2
+    assert [h.swaps_accepted for h in one_by_one.history][:2] == [1, 1]
+    for result in (together, one_by_one):
+        np.testing.assert_allclose(result.objective, best, rtol=1e-10)
+    assert together.passes < one_by_one.passes
+
+
+def test_swap_that_leaves_a_cluster_empty_gets_lloyds_rule():
+    """Three coinciding centroids: the best swap replaces one, the trial leaves another empty,
+    and Lloyd's empty-cluster rule (one more pass) gives it a row."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    X = np.concatenate([c + 0.5 * rng.normal(size=(100, 2)) for c in centres])
+    C = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [10.0, 0.0]])
+    data = Chunks(X, n_chunks=2)
+    result = local_search(data, C, rounds=3, candidates_per_round=6, seed=0, lloyd_iters=2,
+                          stop_rule=CentroidShift(0.0), loop="graph")
+    first = result.history[0]
+    assert first.kept and first.passes == 2 + first.lloyd_iterations + 1  # the refill's pass
+    assert len(np.unique(result.centroids, axis=0)) == 4
+    assert result.objective < objective(X, C) and result.passes == data.passes
+    np.testing.assert_allclose(result.objective, objective(X, result.centroids), rtol=1e-10)
+
+
 @pytest.mark.parametrize("lloyd_iters", [0, 2])
 def test_objective_never_increases(lloyd_iters):
     X, _, _ = make_blobs(1200, 3, 10, spread=2.5, box=8.0, seed=4)

@@ -59,3 +59,35 @@ __all__ += [
     "sq_distances",
     "update_nearest",
 ]
+
+from dkmeans.kernels.swap import (  # noqa: E402
+    CandidateSample,
+    NearestTwo,
+    SwapCosts,
+    TrialPartials,
+    best_swaps,
+    combine_samples,
+    combine_swap_costs,
+    combine_trial_partials,
+    nearest_two,
+    sample_by_cost,
+    select_swaps,
+    swap_costs,
+    swap_partials,
+)
+
+__all__ += [
+    "CandidateSample",
+    "NearestTwo",
+    "SwapCosts",
+    "TrialPartials",
+    "best_swaps",
+    "combine_samples",
+    "combine_swap_costs",
+    "combine_trial_partials",
+    "nearest_two",
+    "sample_by_cost",
+    "select_swaps",
+    "swap_costs",
+    "swap_partials",
+]

@@ -1,0 +1,520 @@
+"""Kernels of k-means++ local search: every (candidate, centroid) swap scored in one pass.
+
+A swap replaces centroid ``j`` by a candidate ``p`` (a data row). With ``a(x)``, ``d1(x)``
+and ``d2(x)`` the nearest centroid of row ``x`` and its squared distances to the nearest
+and second-nearest centroids, the row's cost after the swap is
+``min(d2(x) if a(x) == j else d1(x), ||x - p||^2)``, so :func:`swap_costs` gets the exact
+objective under every swap from the distances to the ``k`` centroids and the ``m``
+candidates. Split as
+
+``cost[p, j] = sum_x w min(d1, dp) + sum_{x: a(x) = j} w (min(d2, dp) - min(d1, dp))``
+
+the first term is one vector over candidates and the second a per-cluster sum (a one-hot
+product, :func:`~dkmeans.kernels.assign.cluster_sums`): a chunk costs ``O(n (k + m) d)``
+and returns ``m x k`` numbers. :func:`swap_partials` goes one step further for a few
+chosen swaps (or sets of swaps): each one's Lloyd partials, from the same nearest-two
+distances, at about the cost of one Lloyd assignment.
+
+Rows are processed in tiles whose scratch (float64 distances to centroids and
+candidates) stays under ``scratch_bytes``. Distances are computed in float64 with the
+data translated to the centroids' mean (the expanded form ``||x||^2 - 2 x.c + ||c||^2``
+then loses little to cancellation even for data far from the origin); ``d1`` and ``d2``
+are recomputed from the differences.
+
+:func:`sample_by_cost` draws the candidates: rows with probability proportional to
+``w d1`` (the k-means++ "D^2" distribution), without replacement, keyed by global row
+index (exponential clocks, :func:`~dkmeans.kernels.seeding.weighted_sample_keys`, top
+``m`` by :func:`~dkmeans.kernels.assign.select_top`), so the sample does not depend on
+the chunking. :func:`best_swaps` and :func:`select_swaps` choose swaps from the reduced
+costs, on the client.
+
+Every function takes arrays of one namespace ``xp`` (NumPy or CuPy).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from dkmeans.backend import get_namespace
+from dkmeans.kernels.assign import TopRows, assign, cluster_sums, select_top
+from dkmeans.kernels.reduce import combine_top
+from dkmeans.kernels.sampling import uniform_by_index
+from dkmeans.kernels.seeding import weighted_sample_keys
+
+#: Scratch memory of one :func:`swap_costs` or :func:`nearest_two` call, in bytes: the
+#: row tile's float64 distances to the centroids and candidates and their temporaries.
+SWAP_SCRATCH_BYTES = 4 * 2**20
+
+
+class NearestTwo(NamedTuple):
+    """Nearest and second-nearest centroid distances of each row.
+
+    Attributes
+    ----------
+    labels : array, shape (n,), int32
+        Index of the nearest centroid.
+    second : array, shape (n,), int32
+        Index of the second-nearest centroid (``labels`` when ``k == 1``).
+    d1 : array, shape (n,), float64
+        Squared distance to it.
+    d2 : array, shape (n,), float64
+        Squared distance to the second-nearest centroid (``inf`` when ``k == 1``).
+    """
+
+    labels: Any
+    second: Any
+    d1: Any
+    d2: Any
+
+
+class SwapCosts(NamedTuple):
+    """One chunk's objective under every swap, and its current objective.
+
+    Attributes
+    ----------
+    cost : array, shape (m, k), float64
+        ``cost[p, j]``: weighted sum of squared distances of the chunk's rows to the
+        centroids with centroid ``j`` replaced by candidate ``p``.
+    objective : array, shape (), float64
+        Weighted sum of squared distances to the current centroids.
+    """
+
+    cost: Any
+    objective: Any
+
+
+class TrialPartials(NamedTuple):
+    """Lloyd partials of the centroids after each trial's swaps (one chunk, or reduced).
+
+    Attributes
+    ----------
+    sums : array, shape (t, k, d), float64
+        Per trial, per-cluster (weighted) sums of the rows nearest to each centroid.
+    counts : array, shape (t, k), float64
+        Per trial, per-cluster (weighted) counts.
+    objective : array, shape (t,), float64
+        Per trial, the (weighted) objective of the swapped centroids.
+    """
+
+    sums: Any
+    counts: Any
+    objective: Any
+
+
+class CandidateSample(NamedTuple):
+    """Rows drawn proportionally to ``w d1`` (top keys) and the chunk's objective.
+
+    Attributes
+    ----------
+    top : TopRows
+        Scores are the sampling keys (larger first); ties by global row index.
+    objective : array, shape (), float64
+        ``sum(w d1)``: the objective of the centroids the rows were drawn for.
+    """
+
+    top: TopRows
+    objective: Any
+
+
+def _tile_rows(k: int, m: int, d: int, scratch_bytes: int) -> int:
+    """Rows per tile: float64 distances to the centroids (one array) and candidates (about
+    three, and a copy in the per-cluster sum), and a few float64 copies of the row."""
+    per_row = 8 * (k + 4 * m + 3 * d) + 64
+    return max(1, int(scratch_bytes // per_row))
+
+
+def _sq_from_dot(xp, x_sq, dots, c_sq):
+    """``||x||^2 - 2 x.c + ||c||^2`` clipped at 0, from the products ``dots`` (in place)."""
+    dots *= -2.0
+    dots += x_sq[:, None]
+    dots += c_sq[None, :]
+    return xp.maximum(dots, 0.0, out=dots)
+
+
+def _nearest_two_tile(xp, Xt, C64, c_sq):
+    """:class:`NearestTwo` of one tile of translated float64 rows ``Xt``."""
+    t = Xt.shape[0]
+    k = C64.shape[0]
+    D = Xt @ C64.T
+    D *= -2.0
+    D += c_sq[None, :]  # ||x||^2 omitted: the same for every centroid of a row
+    rows = xp.arange(t)
+    first = xp.argmin(D, axis=1)
+    diff = Xt - C64[first]
+    d1 = xp.sum(diff * diff, axis=1)
+    if k == 1:
+        first = first.astype(xp.int32)
+        return NearestTwo(first, first, d1, xp.full(t, xp.inf, dtype=xp.float64))
+    D[rows, first] = xp.inf
+    second = xp.argmin(D, axis=1)
+    diff = Xt - C64[second]
+    d2 = xp.sum(diff * diff, axis=1)
+    # the expanded form can misorder near-ties; the exact distances decide
+    flip = d2 < d1
+    return NearestTwo(xp.where(flip, second, first).astype(xp.int32), xp.where(flip, first, second).astype(xp.int32),
+                      xp.where(flip, d2, d1), xp.where(flip, d1, d2))
+
+
+def _translated(xp, C):
+    """Centroids in float64 translated to their mean, the mean, and their squared norms."""
+    C64 = xp.asarray(C, dtype=xp.float64)
+    origin = xp.mean(C64, axis=0)
+    C64 = C64 - origin
+    return C64, origin, xp.sum(C64 * C64, axis=1)
+
+
+def nearest_two(X, C, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> NearestTwo:
+    """Nearest centroid of each row and the squared distances to the nearest two.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+        Centroids, same namespace, ``k >= 1``.
+    scratch_bytes : int
+        Bound on the temporary memory of the call (about ``8 (k + 3 d)`` bytes per row
+        of a tile).
+
+    Returns
+    -------
+    NearestTwo
+        Distances in float64, computed from the differences. On exact ties the lower
+        centroid index is the nearest; ``d1 == d2`` then.
+    """
+    xp = get_namespace(X, C)
+    n, d = X.shape
+    C64, origin, c_sq = _translated(xp, C)
+    k = C64.shape[0]
+    out = NearestTwo(xp.empty(n, dtype=xp.int32), xp.empty(n, dtype=xp.int32),
+                     xp.empty(n, dtype=xp.float64), xp.empty(n, dtype=xp.float64))
+    rows = _tile_rows(k, 0, d, scratch_bytes)
+    for i0 in range(0, n, rows):
+        i1 = min(n, i0 + rows)
+        Xt = xp.asarray(X[i0:i1], dtype=xp.float64) - origin
+        for full, part in zip(out, _nearest_two_tile(xp, Xt, C64, c_sq)):
+            full[i0:i1] = part
+    return out
+
+
+def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> SwapCosts:
+    """The chunk's objective if centroid ``j`` were replaced by candidate ``p``, for every pair.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+        Current centroids.
+    P : array, shape (m, d)
+        Candidate centres (rows of the data, in practice).
+    weights : array, shape (n,), optional
+        Non-negative sample weights (default: all ones).
+    scratch_bytes : int
+        Bound on the temporary memory of the call, besides the ``m x k`` result: about
+        ``8 (k + 4 m + 3 d)`` bytes per row of a tile.
+
+    Returns
+    -------
+    SwapCosts
+        ``cost`` (m, k) and ``objective``, float64; sum them over chunks with
+        :func:`combine_swap_costs`. The change of the objective under swap ``(p, j)`` is
+        ``cost[p, j] - objective``.
+    """
+    xp = get_namespace(X, C, P)
+    n, d = X.shape
+    C64, origin, c_sq = _translated(xp, C)
+    P64 = xp.asarray(P, dtype=xp.float64) - origin
+    p_sq = xp.sum(P64 * P64, axis=1)
+    k, m = C64.shape[0], P64.shape[0]
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    per_candidate = xp.zeros(m, dtype=xp.float64)  # sum_x w min(d1, dp)
+    per_cluster = xp.zeros((k, m), dtype=xp.float64)  # sum_{a(x) = j} w (min(d2, dp) - min(d1, dp))
+    objective = xp.zeros((), dtype=xp.float64)
+    rows = _tile_rows(k, m, d, scratch_bytes)
+    for i0 in range(0, n, rows):
+        i1 = min(n, i0 + rows)
+        Xt = xp.asarray(X[i0:i1], dtype=xp.float64) - origin
+        wt = None if w is None else w[i0:i1]
+        labels, _, d1, d2 = _nearest_two_tile(xp, Xt, C64, c_sq)
+        objective = objective + (xp.sum(d1) if wt is None else d1 @ wt)
+        if m == 0:
+            continue
+        dp = _sq_from_dot(xp, xp.sum(Xt * Xt, axis=1), Xt @ P64.T, p_sq)
+        keep = xp.minimum(dp, d1[:, None])  # the row's cost when its own centroid stays
+        per_candidate += xp.sum(keep, axis=0) if wt is None else wt @ keep
+        # when its own centroid goes, the row moves to the second-nearest or to p
+        moved = xp.minimum(dp, d2[:, None], out=dp)
+        moved -= keep
+        per_cluster += cluster_sums(moved, labels, k, wt, scratch_bytes=scratch_bytes)[0]
+    cost = per_candidate[:, None] + per_cluster.T
+    return SwapCosts(xp.ascontiguousarray(cost), xp.asarray(objective, dtype=xp.float64))
+
+
+def combine_swap_costs(parts: Sequence[SwapCosts]) -> SwapCosts:
+    """Sum per-chunk :class:`SwapCosts` (associative, float64)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        raise ValueError("combine_swap_costs needs at least one SwapCosts")
+    cost = parts[0].cost.copy()
+    objective = parts[0].objective.copy()
+    for p in parts[1:]:
+        cost += p.cost
+        objective = objective + p.objective
+    return SwapCosts(cost, objective)
+
+
+def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> TrialPartials:
+    """Lloyd partials (sums, counts, objective) of the centroids after each trial's swaps.
+
+    Trial ``t`` replaces centroids ``trials[t][1]`` by the candidates ``P[trials[t][0]]``
+    (each candidate takes the index of the centroid it replaces). Each row's nearest
+    centroid after the swaps follows from its nearest two before them and its distances
+    to the trial's candidates; only rows whose nearest two are both removed are assigned
+    afresh. One call is one Lloyd assignment step for every trial, at about the cost of
+    one for the current centroids.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+        Current centroids.
+    P : array, shape (q, d)
+        Candidate centres the trials use.
+    trials : sequence of (positions, centroids)
+        Integer arrays of equal length: positions in ``P`` and the distinct centroids they
+        replace.
+    weights : array, shape (n,), optional
+    scratch_bytes : int
+        Bound on the temporary memory of the call, besides the ``t x k x d`` result.
+
+    Returns
+    -------
+    TrialPartials
+        Sum them over chunks with :func:`combine_trial_partials`.
+    """
+    xp = get_namespace(X, C, P)
+    n, d = X.shape
+    C64, origin, c_sq = _translated(xp, C)
+    P64 = xp.asarray(P, dtype=xp.float64) - origin
+    p_sq = xp.sum(P64 * P64, axis=1)
+    k, q, T = C64.shape[0], P64.shape[0], len(trials)
+    trials = [(xp.asarray(pos, dtype=xp.int64), xp.asarray(js, dtype=xp.int64)) for pos, js in trials]
+    removed = xp.zeros((T, k), dtype=bool)
+    swapped = []  # each trial's centroids, translated, for rows that lose both nearest centroids
+    for t, (pos, js) in enumerate(trials):
+        removed[t, js] = True
+        Ct = C64.copy()
+        Ct[js] = P64[pos]
+        swapped.append((Ct, xp.sum(Ct * Ct, axis=1)))
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    sums = xp.zeros((T, k, d), dtype=xp.float64)
+    counts = xp.zeros((T, k), dtype=xp.float64)
+    objective = xp.zeros(T, dtype=xp.float64)
+    rows = _tile_rows(k, q, d, scratch_bytes)
+    for i0 in range(0, n, rows):
+        i1 = min(n, i0 + rows)
+        Xt = xp.asarray(X[i0:i1], dtype=xp.float64) - origin
+        wt = None if w is None else w[i0:i1]
+        near = _nearest_two_tile(xp, Xt, C64, c_sq)
+        dp = _sq_from_dot(xp, xp.sum(Xt * Xt, axis=1), Xt @ P64.T, p_sq) if q else None
+        for t, (pos, js) in enumerate(trials):
+            lost = removed[t][near.labels]
+            labels = xp.where(lost, near.second, near.labels)
+            dist = xp.where(lost, near.d2, near.d1)
+            both = xp.nonzero(lost & removed[t][near.second])[0]
+            if both.shape[0]:  # nearest two both removed (rare): assign these rows afresh
+                again = _nearest_two_tile(xp, Xt[both], *swapped[t])
+                labels[both] = again.labels
+                dist[both] = again.d1
+            if pos.shape[0]:
+                dpt = dp[:, pos]
+                best = xp.argmin(dpt, axis=1)
+                to_new = xp.min(dpt, axis=1)
+                closer = to_new < dist
+                labels = xp.where(closer, js[best], labels)
+                dist = xp.where(closer, to_new, dist)
+            s, c = cluster_sums(X[i0:i1], labels.astype(xp.int32), k, wt, scratch_bytes=scratch_bytes)
+            sums[t] += s
+            counts[t] += c
+            objective[t] += xp.sum(dist) if wt is None else dist @ wt
+    return TrialPartials(sums, counts, objective)
+
+
+def combine_trial_partials(parts: Sequence[TrialPartials]) -> TrialPartials:
+    """Sum per-chunk :class:`TrialPartials` (associative, float64)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        raise ValueError("combine_trial_partials needs at least one TrialPartials")
+    sums, counts, objective = (a.copy() for a in parts[0])
+    for p in parts[1:]:
+        sums += p.sums
+        counts += p.counts
+        objective += p.objective
+    return TrialPartials(sums, counts, objective)
+
+
+def sample_by_cost(X, C, m: int, row_offset: int, seed: int, stream: int, weights=None) -> CandidateSample:
+    """The chunk's ``m`` rows with the largest D^2 sampling keys, and its objective.
+
+    The global top ``m`` keys (:func:`combine_samples`) are ``m`` distinct rows drawn
+    without replacement with probabilities proportional to ``w d1`` (``d1``: squared
+    distance to the nearest centroid), keyed by global row index. Rows with ``w d1 == 0``
+    (on a centroid, or weightless) are never drawn.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+    m : int
+        Number of candidates wanted.
+    row_offset : int
+        Global index of the chunk's first row.
+    seed : int
+        Resolved random seed.
+    stream : int
+        Random stream of this draw (one per round).
+    weights : array, shape (n,), optional
+
+    Returns
+    -------
+    CandidateSample
+    """
+    xp = get_namespace(X, C)
+    index = xp.arange(row_offset, row_offset + X.shape[0], dtype=xp.int64)
+    d1 = assign(X, xp.asarray(C, dtype=X.dtype))[1].astype(xp.float64)
+    wd1 = d1 if weights is None else d1 * xp.asarray(weights, dtype=xp.float64)
+    keys, eligible = weighted_sample_keys(xp, wd1, uniform_by_index(index, seed, stream))
+    keep = select_top(xp, keys, index, m, eligible=eligible)
+    return CandidateSample(TopRows(keys[keep], index[keep], X[keep]), xp.sum(wd1))
+
+
+def combine_samples(parts: Sequence[CandidateSample], m: int) -> CandidateSample:
+    """Merge per-chunk :class:`CandidateSample` into the global top ``m`` and the total objective."""
+    parts = [p for p in parts if p is not None]
+    objective = parts[0].objective
+    for p in parts[1:]:
+        objective = objective + p.objective
+    return CandidateSample(combine_top([p.top for p in parts], m), objective)
+
+
+def best_swaps(delta, candidate_index, n: int, resolution: float = 0.0):
+    """The ``n`` swaps with the lowest ``delta``, best first (ties: lower candidate row index, then
+    lower centroid index).
+
+    Parameters
+    ----------
+    delta : ndarray, shape (m, k), float64
+        Change of the objective under each swap (``cost - objective``), on the host.
+    candidate_index : ndarray, shape (m,), int64
+        Global row index of each candidate.
+    n : int
+    resolution : float
+        Changes are compared rounded down to multiples of this (0: exactly), so that sums
+        rounded differently (another chunking) order the swaps alike: swaps that are
+        equally good but for rounding (removing either of two centroids sharing a group)
+        are told apart by index.
+
+    Returns
+    -------
+    candidates, centroids : ndarray of int64
+        Positions of the candidates and the indices of the centroids they replace.
+    """
+    delta = np.asarray(delta, dtype=np.float64)
+    k = delta.shape[1] if delta.ndim == 2 else 0
+    flat = delta.ravel()
+    n = min(max(n, 0), flat.size)
+    if n == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    key = np.floor(flat / resolution) if resolution > 0 else flat
+    # every entry tied with the n-th smallest, so the tie-break sees them all
+    sel = np.flatnonzero(key <= np.partition(key, n - 1)[n - 1]) if n < flat.size else np.arange(flat.size)
+    cand, cent = np.divmod(sel, k)
+    order = np.lexsort((cent, np.asarray(candidate_index)[cand], key[sel]))[:n]
+    return cand[order].astype(np.int64), cent[order].astype(np.int64)
+
+
+def _nearest_other(C64, j: int) -> int:
+    """Index of the centroid nearest to centroid ``j`` (another one; ``-1`` when ``k == 1``)."""
+    d = np.sum((C64 - C64[j]) ** 2, axis=1)
+    d[j] = np.inf
+    return int(np.argmin(d)) if len(d) > 1 else -1
+
+
+def select_swaps(delta, candidate_index, P, C, max_swaps: int, threshold: float, resolution: float = 0.0):
+    """Improving swaps to make at once, best first, chosen greedily among those that barely interact.
+
+    The first is the best swap (as :func:`best_swaps`). Further swaps, in the same order,
+    are taken while their individual changes can be expected to add up: each removes a
+    different centroid and adds a different candidate, no candidate lies nearer to another
+    chosen candidate than to its own nearest centroid, no removed centroid is the nearest
+    centroid of a chosen candidate, and no two removed centroids are each other's nearest.
+    The sum of the changes is an estimate only: measure the result
+    (:func:`swap_partials`) before relying on it.
+
+    Parameters
+    ----------
+    delta : ndarray, shape (m, k), float64
+        Change of the objective under each swap (``cost - objective``), on the host.
+    candidate_index : ndarray, shape (m,), int64
+        Global row index of each candidate (tie-breaking).
+    P : ndarray, shape (m, d)
+    C : ndarray, shape (k, d)
+    max_swaps : int
+        At most this many swaps.
+    threshold : float
+        Only swaps with ``delta < threshold`` (negative: real improvements).
+    resolution : float
+        As in :func:`best_swaps`.
+
+    Returns
+    -------
+    candidates, centroids : ndarray of int64
+        Positions in ``P`` and the indices of the centroids they replace, in order.
+    """
+    delta = np.asarray(delta, dtype=np.float64)
+    cand, cent = best_swaps(delta, candidate_index, int(np.count_nonzero(delta < threshold)), resolution)
+    if cand.size == 0 or max_swaps <= 1:
+        return cand[: max(0, min(1, max_swaps))], cent[: max(0, min(1, max_swaps))]
+    P64 = np.asarray(P, dtype=np.float64)
+    C64 = np.asarray(C, dtype=np.float64)
+    home, home_sq = assign(P64, C64)  # each candidate's nearest centroid and squared distance to it
+    chosen_p: list[int] = []
+    chosen_j: list[int] = []
+    removed: set[int] = set()
+    guarded: set[int] = set()  # centroids that must stay: nearest to a chosen candidate or removed one
+    for p, j in zip(cand.tolist(), cent.tolist()):
+        if len(chosen_p) >= max_swaps:
+            break
+        if p in chosen_p or j in removed or j in guarded or int(home[p]) in removed:
+            continue
+        near = _nearest_other(C64, j)
+        if near in removed:
+            continue
+        if chosen_p:
+            sep = np.sum((P64[chosen_p] - P64[p]) ** 2, axis=1)
+            if np.any(sep < np.maximum(home_sq[p], home_sq[chosen_p])):
+                continue
+        chosen_p.append(p)
+        chosen_j.append(j)
+        removed.add(j)
+        guarded.update((int(home[p]), near))
+    return np.asarray(chosen_p, dtype=np.int64), np.asarray(chosen_j, dtype=np.int64)
+
+
+__all__ = [
+    "CandidateSample",
+    "NearestTwo",
+    "SWAP_SCRATCH_BYTES",
+    "SwapCosts",
+    "TrialPartials",
+    "best_swaps",
+    "combine_samples",
+    "combine_swap_costs",
+    "combine_trial_partials",
+    "nearest_two",
+    "sample_by_cost",
+    "select_swaps",
+    "swap_costs",
+    "swap_partials",
+]

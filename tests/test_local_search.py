@@ -1,0 +1,345 @@
+"""k-means++ local search: the swap kernels against float64 brute force, and the driver's properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dkmeans import metrics
+from dkmeans.backend import to_host
+from dkmeans.errors import InvalidParameterError
+from dkmeans.kernels.swap import (
+    best_swaps,
+    combine_samples,
+    nearest_two,
+    sample_by_cost,
+    select_swaps,
+    swap_costs,
+    swap_partials,
+)
+from dkmeans.lloyd import CentroidShift, lloyd
+from dkmeans.local_search import local_search
+from dkmeans.testing import make_blobs
+
+
+class Chunks:
+    """The data protocol over row chunks in this process.
+
+    Chunk results are combined in pairs (a "worker"), then across pairs, so a combine
+    that is not associative shows up as a dependence on the chunking. Counts passes.
+    """
+
+    def __init__(self, X, weights=None, n_chunks: int = 1):
+        bounds = np.linspace(0, len(X), n_chunks + 1).astype(int)
+        self.chunks = [(X[a:b], None if weights is None else weights[a:b], int(a)) for a, b in zip(bounds, bounds[1:])]
+        self.n_rows, self.n_features = X.shape
+        self.dtype = X.dtype
+        self.has_weights = weights is not None
+        self.passes = 0
+
+    def map_reduce(self, chunk_fn, combine_fn, args=()):
+        self.passes += 1
+        results = [chunk_fn(X, w, offset, *args) for X, w, offset in self.chunks]
+        return combine_fn([combine_fn(results[i : i + 2]) for i in range(0, len(results), 2)])
+
+
+def sq(X, C):
+    X = np.asarray(X, np.float64)
+    C = np.asarray(C, np.float64)
+    return ((X[:, None, :] - C[None, :, :]) ** 2).sum(-1)
+
+
+def objective(X, C, w=None):
+    d = sq(X, C).min(1)
+    return float(d.sum() if w is None else d @ w)
+
+
+@pytest.fixture
+def rows():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(700, 3)) * 4 + 1000.0  # far from the origin: the translation must hold up
+    C = X[rng.choice(700, 9, replace=False)] + rng.normal(size=(9, 3))
+    P = X[rng.choice(700, 6, replace=False)]
+    w = rng.uniform(0, 2, size=700)
+    w[:20] = 0
+    return X, C, P, w
+
+
+@pytest.fixture
+def stuck():
+    """Eight blobs and centroids where Lloyd left some blobs doubled and others shared."""
+    X, y, _ = make_blobs(1600, 2, 8, spread=0.6, box=12.0, seed=11)
+    rng = np.random.default_rng(0)
+    C0 = X[rng.choice(len(X), 8, replace=False)]
+    C = lloyd(Chunks(X), C0, max_iter=100, stop_rule=CentroidShift(0.0), loop="graph").centroids
+    assert metrics.centroid_index(C, metrics.class_means(X, y)) > 0, "the fixture should start in a poor optimum"
+    w = rng.uniform(0.5, 2.0, size=len(X))
+    w[::50] = 0
+    return X, y, C, w
+
+
+SEARCH = dict(rounds=4, candidates_per_round=16, seed=7, lloyd_iters=3, stop_rule=CentroidShift(0.0))
+
+
+# -- kernels ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scratch", [600, 4 * 2**20])
+def test_swap_costs_match_brute_force(xp, rows, dtype, weighted, scratch):
+    """cost[p, j] is the objective with centroid j replaced by candidate p, recomputed from scratch."""
+    X, C, P, w = rows
+    X, C, P = X.astype(dtype), C.astype(dtype), P.astype(dtype)
+    w = w if weighted else None
+    out = to_host(swap_costs(xp.asarray(X), xp.asarray(C), xp.asarray(P), None if w is None else xp.asarray(w),
+                             scratch_bytes=scratch))
+    ref = np.empty((len(P), len(C)))
+    for p in range(len(P)):
+        for j in range(len(C)):
+            swapped = C.astype(np.float64)
+            swapped[j] = P[p]
+            ref[p, j] = objective(X, swapped, w)
+    assert out.cost.dtype == np.float64 and out.cost.shape == (len(P), len(C))
+    np.testing.assert_allclose(out.cost, ref, rtol=1e-9)
+    np.testing.assert_allclose(float(out.objective), objective(X, C, w), rtol=1e-9)
+
+
+@pytest.mark.parametrize("k", [1, 2, 9])
+def test_nearest_two_matches_brute_force(xp, rows, k):
+    X, C, _, _ = rows
+    C = C[:k]
+    out = to_host(nearest_two(xp.asarray(X), xp.asarray(C), scratch_bytes=500))
+    D = sq(X, C)
+    order = np.argsort(D, axis=1, kind="stable")
+    np.testing.assert_array_equal(out.labels, order[:, 0])
+    np.testing.assert_allclose(out.d1, D[np.arange(len(X)), order[:, 0]], rtol=1e-9)
+    if k == 1:
+        assert np.all(np.isinf(out.d2)) and np.all(out.second == out.labels)
+    else:
+        np.testing.assert_array_equal(out.second, order[:, 1])
+        np.testing.assert_allclose(out.d2, D[np.arange(len(X)), order[:, 1]], rtol=1e-9)
+
+
+def test_swap_partials_are_lloyd_partials_of_the_swapped_centroids(xp, rows):
+    """Each trial's sums, counts and objective equal a float64 assignment to its swapped centroids,
+    including a trial that removes a centroid and its neighbour (rows losing both nearest)."""
+    X, C, P, w = rows
+    D = sq(C, C)
+    np.fill_diagonal(D, np.inf)
+    j, near = 0, int(D[0].argmin())
+    trials = [([], []), ([0], [3]), ([1, 2], [j, near]), ([0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5])]
+    trials = [(np.asarray(p, dtype=np.int64), np.asarray(c, dtype=np.int64)) for p, c in trials]
+    out = to_host(swap_partials(xp.asarray(X), xp.asarray(C), xp.asarray(P), trials, xp.asarray(w), scratch_bytes=800))
+    for t, (p, c) in enumerate(trials):
+        swapped = C.copy()
+        swapped[c] = P[p]
+        labels = sq(X, swapped).argmin(1)
+        counts = np.bincount(labels, weights=w, minlength=len(C))
+        sums = np.stack([(X[labels == i] * w[labels == i, None]).sum(0) for i in range(len(C))])
+        np.testing.assert_allclose(out.counts[t], counts, rtol=1e-12)
+        np.testing.assert_allclose(out.sums[t], sums, rtol=1e-9, atol=1e-6)
+        np.testing.assert_allclose(out.objective[t], objective(X, swapped, w), rtol=1e-9)
+
+
+def test_sample_by_cost_draws_proportionally_to_weighted_cost():
+    """One draw picks row i with probability w_i d1_i / sum(w d1); rows on a centroid never."""
+    X = np.array([[1.0, 0.0], [np.sqrt(2.0), 0.0], [np.sqrt(7.0), 0.0], [0.0, 0.0], [0.0, 0.0]])
+    C = np.zeros((1, 2))
+    for w, expected in [(None, [0.1, 0.2, 0.7]), (np.array([7.0, 1.0, 1.0, 3.0, 0.0]), [7 / 16, 2 / 16, 7 / 16])]:
+        draws = np.array([int(sample_by_cost(X, C, 1, 0, seed, 3, w).top.index[0]) for seed in range(2000)])
+        assert set(draws) <= {0, 1, 2}
+        np.testing.assert_allclose(np.bincount(draws, minlength=3) / len(draws), expected, atol=0.035)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sample_by_cost_does_not_depend_on_chunking(rows, weighted):
+    X, C, _, w = rows
+    w = w if weighted else None
+    samples = []
+    for n_chunks in (1, 3, 7):
+        data = Chunks(X, w, n_chunks)
+        samples.append(data.map_reduce(lambda X, w, o: sample_by_cost(X, C, 25, o, 11, 2, w),
+                                       lambda parts: combine_samples(parts, 25)))
+    for s in samples[1:]:
+        np.testing.assert_array_equal(s.top.index, samples[0].top.index)
+        np.testing.assert_array_equal(s.top.rows, X[s.top.index])
+        np.testing.assert_allclose(s.objective, samples[0].objective, rtol=1e-12)
+    if weighted:
+        assert not np.any(w[samples[0].top.index] == 0)
+
+
+def test_best_swaps_order_and_ties():
+    delta = np.array([[3.0, -1.0, 0.5], [-1.0, 2.0, -1.0], [0.0, -2.0, 4.0]])
+    index = np.array([30, 10, 20])  # candidate 1 has the lowest row index
+    pos, js = best_swaps(delta, index, 4)
+    # -2 first; then the -1 ties: candidate row 10 (both centroids, lower first), then row 30
+    assert list(zip(pos, js)) == [(2, 1), (1, 0), (1, 2), (0, 1)]
+    assert len(best_swaps(delta, index, 100)[0]) == 9
+
+
+def test_select_swaps_takes_swaps_that_do_not_interact():
+    # centroids 0 and 1 share one blob (each other's nearest); 2 and 3 are far apart
+    C = np.array([[0.0, 0.0], [1.0, 0.0], [50.0, 0.0], [0.0, 50.0]])
+    # candidates 0 and 1 sit together in one empty region, candidate 2 in another
+    P = np.array([[30.0, 30.0], [30.5, 30.0], [-40.0, -40.0]])
+    delta = np.array([[-10.0, -9.0, -1.0, -1.0],
+                      [-8.0, -7.0, -1.0, -1.0],
+                      [-6.0, -5.0, -1.0, -1.0]])
+    pos, js = select_swaps(delta, np.arange(3), P, C, 8, -0.5)
+    assert (pos[0], js[0]) == (0, 0)  # the best swap first
+    assert 1 not in pos  # too close to candidate 0
+    assert 1 not in js  # centroid 0's nearest: removing both would strand their rows
+    assert len(set(pos)) == len(pos) and len(set(js)) == len(js)
+    assert np.all(delta[pos, js] < -0.5)
+    assert list(zip(*select_swaps(delta, np.arange(3), P, C, 1, -0.5))) == [(0, 0)]
+    assert len(select_swaps(delta, np.arange(3), P, C, 8, -100.0)[0]) == 0
+
+
+# -- the driver ------------------------------------------------------------------------
+def test_one_swap_fixes_two_centroids_in_one_blob():
+    """Lloyd is stuck with two centroids in one blob and one between two others; a swap fixes it."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[-10.0, 0.0], [10.0, 0.0], [10.0, 6.0]])
+    X = np.concatenate([c + 0.5 * rng.normal(size=(200, 2)) for c in centres])
+    truth = np.repeat([0, 1, 2], 200)
+    data = Chunks(X, n_chunks=3)
+    stuck = lloyd(data, np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]]), max_iter=100,
+                  stop_rule=CentroidShift(0.0), loop="graph")
+    assert stuck.stop_reason in ("centroid-shift", "fixed-point")
+    assert np.sum(stuck.centroids[:, 0] < 0) == 2  # Lloyd cannot cross the empty space
+    data.passes = 0
+    result = local_search(data, stuck.centroids, rounds=3, candidates_per_round=6, seed=1, lloyd_iters=20,
+                          stop_rule=CentroidShift(0.0), loop="graph")
+    best = objective(X, metrics.class_means(X, truth))
+    np.testing.assert_allclose(result.objective, best, rtol=1e-10)
+    np.testing.assert_array_equal(np.sort(sq(result.centroids, centres).argmin(1)), [0, 1, 2])
+    assert result.swaps_accepted == 1 and result.history[0].kept
+    assert result.passes == data.passes
+
+
+def test_several_swaps_fix_independent_errors_in_one_round():
+    """Two far-apart copies of the stuck case: one trial makes both swaps, measured exactly."""
+    rng = np.random.default_rng(0)
+    base = np.array([[-10.0, 0.0], [10.0, 0.0], [10.0, 6.0]])
+    centres = np.concatenate([base, base + 100.0])
+    X = np.concatenate([c + 0.5 * rng.normal(size=(150, 2)) for c in centres])
+    start = np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]])
+    C = lloyd(Chunks(X), np.concatenate([start, start + 100.0]), max_iter=100, stop_rule=CentroidShift(0.0),
+              loop="graph").centroids
+    best = objective(X, metrics.class_means(X, np.repeat(np.arange(6), 150)))
+    options = dict(rounds=4, candidates_per_round=12, seed=1, lloyd_iters=3, stop_rule=CentroidShift(0.0), loop="graph")
+    together = local_search(Chunks(X, n_chunks=3), C, max_swaps=8, **options)
+    one_by_one = local_search(Chunks(X, n_chunks=3), C, max_swaps=1, **options)
+    assert together.history[0].swaps_accepted == 2
+    assert [h.swaps_accepted for h in one_by_one.history][:2] == [1, 1]
+    for result in (together, one_by_one):
+        np.testing.assert_allclose(result.objective, best, rtol=1e-10)
+    assert together.passes < one_by_one.passes
+
+
+def test_swap_that_leaves_a_cluster_empty_gets_lloyds_rule():
+    """Three coinciding centroids: the best swap replaces one, the trial leaves another empty,
+    and Lloyd's empty-cluster rule (one more pass) gives it a row."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    X = np.concatenate([c + 0.5 * rng.normal(size=(100, 2)) for c in centres])
+    C = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [10.0, 0.0]])
+    data = Chunks(X, n_chunks=2)
+    result = local_search(data, C, rounds=3, candidates_per_round=6, seed=0, lloyd_iters=2,
+                          stop_rule=CentroidShift(0.0), loop="graph")
+    first = result.history[0]
+    assert first.kept and first.passes == 2 + first.lloyd_iterations + 1  # the refill's pass
+    assert len(np.unique(result.centroids, axis=0)) == 4
+    assert result.objective < objective(X, C) and result.passes == data.passes
+    np.testing.assert_allclose(result.objective, objective(X, result.centroids), rtol=1e-10)
+
+
+@pytest.mark.parametrize("lloyd_iters", [0, 2])
+def test_objective_never_increases(lloyd_iters):
+    X, _, _ = make_blobs(1200, 3, 10, spread=2.5, box=8.0, seed=4)
+    C0 = X[:10]  # a poor start: rounds keep finding improvements
+    data = Chunks(X, n_chunks=2)
+    start = objective(X, C0)
+    result = local_search(data, C0, rounds=6, candidates_per_round=20, seed=3, lloyd_iters=lloyd_iters,
+                          stop_rule=CentroidShift(0.0), min_gain=0.0, patience=None, loop="graph")
+    assert result.swaps_accepted > 0
+    objectives = [start] + [r.objective for r in result.history]
+    assert all(b <= a for a, b in zip(objectives, objectives[1:]))
+    assert all(r.objective <= r.objective_before for r in result.history)
+    np.testing.assert_allclose(result.objective, objective(X, result.centroids), rtol=1e-10)
+    assert result.passes == data.passes == 1 + sum(r.passes for r in result.history)
+    if lloyd_iters == 0:  # the plain swap search: each kept round lowers it by exactly the best swap's change
+        for r in result.history:
+            if r.kept:
+                assert r.swaps_accepted == 1 and r.lloyd_iterations == 0
+                np.testing.assert_allclose(r.objective, r.objective_before + r.best_swap_change, rtol=1e-10)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_same_result_for_any_chunking(stuck, weighted):
+    X, _, C, w = stuck
+    w = w if weighted else None
+    results = [local_search(Chunks(X, w, n), C, **SEARCH, loop="graph") for n in (1, 3, 7)]
+    assert results[0].swaps_accepted > 0
+    for r in results[1:]:
+        np.testing.assert_allclose(r.centroids, results[0].centroids, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(r.objective, results[0].objective, rtol=1e-10)
+        assert [h.swaps_accepted for h in r.history] == [h.swaps_accepted for h in results[0].history]
+        assert r.passes == results[0].passes
+
+
+def test_unit_weights_equal_no_weights(stuck):
+    X, _, C, _ = stuck
+    plain = local_search(Chunks(X, None, 3), C, **SEARCH, loop="graph")
+    unit = local_search(Chunks(X, np.ones(len(X)), 3), C, **SEARCH, loop="graph")
+    np.testing.assert_allclose(unit.centroids, plain.centroids, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(unit.objective, plain.objective, rtol=1e-10)
+    assert [h.swaps_accepted for h in unit.history] == [h.swaps_accepted for h in plain.history]
+
+
+def test_records_and_stop_reasons(stuck):
+    X, y, C, _ = stuck
+    seen = []
+    data = Chunks(X, n_chunks=2)
+    result = local_search(data, C, **{**SEARCH, "rounds": 10}, on_iteration=seen.append, loop="graph")
+    assert seen == result.history and result.rounds == len(seen)
+    assert result.stop_reason == "no-improvement" and not seen[-1].kept  # patience=1 by default
+    assert result.swaps_tried == sum(r.swaps_tried for r in seen) == len(seen) * 16 * len(C)
+    assert result.swaps_accepted == sum(r.swaps_accepted for r in seen)
+    assert metrics.centroid_index(result.centroids, metrics.class_means(X, y)) == 0
+    assert {"round", "objective", "swaps_tried", "swaps_accepted", "passes", "kept"} <= set(seen[0].as_dict())
+    measured = local_search(Chunks(X), C, **{**SEARCH, "rounds": 0})
+    assert measured.passes == 1 and measured.rounds == 0 and measured.stop_reason == "rounds"
+    np.testing.assert_array_equal(measured.centroids, C)
+    on_centroids = local_search(Chunks(X[:5]), X[:5], **SEARCH)
+    assert on_centroids.stop_reason == "no-candidates" and on_centroids.objective == 0.0
+
+
+@pytest.mark.parametrize("bad", [{"rounds": -1}, {"candidates_per_round": 0}, {"lloyd_iters": 1.5},
+                                 {"trials": 0}, {"max_swaps": 0}, {"patience": 0}, {"min_gain": -1.0}])
+def test_rejects_bad_parameters(stuck, bad):
+    X, _, C, _ = stuck
+    with pytest.raises(InvalidParameterError):
+        local_search(Chunks(X), C, **{**SEARCH, **bad})
+
+
+def test_rejects_centroids_of_the_wrong_shape(stuck):
+    X, _, C, _ = stuck
+    with pytest.raises(InvalidParameterError, match="centroids"):
+        local_search(Chunks(X), C[:, :1], **SEARCH)
+
+
+def test_persisted_data_matches_in_process(client, stuck):
+    """The driver on a Dask cluster (one graph per pass) gives the in-process result."""
+    from dkmeans.testing import persist_rows
+
+    X, _, C, w = stuck
+    persisted = persist_rows(client, X, n_chunks=4, weights=w)
+    try:
+        distributed = local_search(persisted, C, **{**SEARCH, "rounds": 2})
+    finally:
+        persisted.release()
+    local = local_search(Chunks(X, w, 5), C, **{**SEARCH, "rounds": 2}, loop="graph")
+    assert local.swaps_accepted > 0
+    np.testing.assert_allclose(distributed.centroids, local.centroids, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(distributed.objective, local.objective, rtol=1e-10)
+    assert distributed.passes == local.passes

@@ -34,6 +34,7 @@ import numpy as np
 from sklearn.cluster import KMeans as SKKMeans
 
 from dkmeans import metrics
+from dkmeans.engine.local import ChunkList
 from dkmeans.init import kmeans_parallel
 from dkmeans.lloyd import CentroidShift, lloyd
 from dkmeans.local_search import RECOMMENDED as LS_RECOMMENDED
@@ -63,35 +64,9 @@ SETTINGS = [
 OBJECTIVE_SLACK = 1.001
 
 
-class InMemoryData:
-    """The data protocol over NumPy row chunks in this process; counts its passes.
-
-    Also offers what k-means|| needs beyond ``map_reduce``: ``weights``, ``rows`` and
-    ``map_reduce_stateful`` (per-chunk state kept in a list).
-    """
-
-    def __init__(self, X: np.ndarray, weights: np.ndarray | None = None, n_chunks: int = 1):
-        self.X = X
-        self.weights = weights
-        bounds = np.linspace(0, len(X), n_chunks + 1).astype(int)
-        self.chunks = [(X[a:b], None if weights is None else weights[a:b], int(a)) for a, b in zip(bounds, bounds[1:])]
-        self.n_rows, self.n_features = X.shape
-        self.dtype = X.dtype
-        self.has_weights = weights is not None
-        self.passes = 0
-
-    def map_reduce(self, chunk_fn, combine_fn, args=()):
-        self.passes += 1
-        return combine_fn([chunk_fn(X, w, offset, *args) for X, w, offset in self.chunks])
-
-    def map_reduce_stateful(self, chunk_fn, combine_fn, args=(), state=None):
-        self.passes += 1
-        state = state or [None] * len(self.chunks)
-        outs = [chunk_fn(X, w, offset, s, *args) for (X, w, offset), s in zip(self.chunks, state)]
-        return combine_fn([o for _, o in outs]), [s for s, _ in outs]
-
-    def rows(self, indices) -> np.ndarray:
-        return self.X[np.asarray(indices)]
+def InMemoryData(X: np.ndarray, weights: np.ndarray | None = None, n_chunks: int = 1) -> ChunkList:
+    """The data protocol over NumPy row chunks in this process (counts its passes)."""
+    return ChunkList.from_array(X, weights, n_chunks)
 
 
 def default_fit(X: np.ndarray, k: int, seed: int):
@@ -100,7 +75,7 @@ def default_fit(X: np.ndarray, k: int, seed: int):
     data = InMemoryData(X)
     C0 = kmeans_parallel(data, k, seed)
     stop = CentroidShift(1e-4 * float(X.var(axis=0).mean()), inclusive=True)
-    result = lloyd(data, C0, max_iter=300, stop_rule=stop, loop="graph")
+    result = lloyd(data, C0, max_iter=300, stop_rule=stop)
     return result.centroids, data.passes + 1, time.perf_counter() - t, stop
 
 
@@ -150,7 +125,7 @@ def run_set(X, truth, k, seeds):
             data = InMemoryData(X)
             t = time.perf_counter()
             res = local_search(data, C, candidates_per_round=max(1, round(mult * k)), seed=seed, stop_rule=stop,
-                               loop="graph", **options)
+                               **options)
             # `passes` already counts the final assignment pass; the search's own passes are added
             runs.setdefault(setting_name(setting), []).append(
                 score(res.centroids, passes + data.passes, seconds + time.perf_counter() - t))

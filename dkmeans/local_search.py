@@ -261,7 +261,6 @@ def local_search(
     max_swaps: int = 8,
     min_gain: float = 1e-4,
     patience: int | None = 1,
-    loop: str = "auto",
 ) -> LocalSearchResult:
     """Improve centroids by batched k-means++ local search (see the module docstring).
 
@@ -300,8 +299,6 @@ def local_search(
     Recommended (benchmarks/quality.py): ``rounds=10`` (a cap: with ``patience=1`` the
     search ends at the first round that improves nothing), ``candidates_per_round=2 k``,
     ``lloyd_iters=3`` and the defaults above; see :data:`RECOMMENDED`.
-    loop : str
-        How Lloyd's iterations run (:func:`dkmeans.lloyd.lloyd`'s ``loop``).
 
     Returns
     -------
@@ -369,7 +366,7 @@ def local_search(
                     round_passes += 1
                 new = np.asarray(new).astype(data.dtype)
                 if lloyd_iters > 1 and not step.converged:
-                    result = lloyd(data, new, max_iter=lloyd_iters - 1, stop_rule=stop_rule, loop=loop)
+                    result = lloyd(data, new, max_iter=lloyd_iters - 1, stop_rule=stop_rule)
                     round_passes += _lloyd_passes(result, stop_rule)
                     new, updates = np.asarray(result.centroids).astype(data.dtype), 1 + result.n_iter
         kept = False

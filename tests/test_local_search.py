@@ -7,6 +7,7 @@ import pytest
 
 from dkmeans import metrics
 from dkmeans.backend import to_host
+from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
 from dkmeans.kernels.swap import (
     best_swaps,
@@ -22,24 +23,20 @@ from dkmeans.local_search import local_search
 from dkmeans.testing import make_blobs
 
 
-class Chunks:
-    """The data protocol over row chunks in this process.
+class Chunks(ChunkList):
+    """The data protocol over row chunks in this process (passes counted by :class:`ChunkList`).
 
     Chunk results are combined in pairs (a "worker"), then across pairs, so a combine
-    that is not associative shows up as a dependence on the chunking. Counts passes.
+    that is not associative shows up as a dependence on the chunking.
     """
 
     def __init__(self, X, weights=None, n_chunks: int = 1):
-        bounds = np.linspace(0, len(X), n_chunks + 1).astype(int)
-        self.chunks = [(X[a:b], None if weights is None else weights[a:b], int(a)) for a, b in zip(bounds, bounds[1:])]
-        self.n_rows, self.n_features = X.shape
-        self.dtype = X.dtype
-        self.has_weights = weights is not None
-        self.passes = 0
+        base = ChunkList.from_array(X, weights, n_chunks)
+        super().__init__(base.blocks, base.weights, base.offsets, X.dtype, X.shape[1])
 
-    def map_reduce(self, chunk_fn, combine_fn, args=()):
+    def _local(self, chunk_fn, combine_fn, args):
         self.passes += 1
-        results = [chunk_fn(X, w, offset, *args) for X, w, offset in self.chunks]
+        results = [chunk_fn(X, w, o, *args) for X, w, o in zip(self.blocks, self.weights, self.offsets)]
         return combine_fn([combine_fn(results[i : i + 2]) for i in range(0, len(results), 2)])
 
 
@@ -71,7 +68,7 @@ def stuck():
     X, y, _ = make_blobs(1600, 2, 8, spread=0.6, box=12.0, seed=11)
     rng = np.random.default_rng(0)
     C0 = X[rng.choice(len(X), 8, replace=False)]
-    C = lloyd(Chunks(X), C0, max_iter=100, stop_rule=CentroidShift(0.0), loop="graph").centroids
+    C = lloyd(Chunks(X), C0, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
     assert metrics.centroid_index(C, metrics.class_means(X, y)) > 0, "the fixture should start in a poor optimum"
     w = rng.uniform(0.5, 2.0, size=len(X))
     w[::50] = 0
@@ -203,12 +200,12 @@ def test_one_swap_fixes_two_centroids_in_one_blob():
     truth = np.repeat([0, 1, 2], 200)
     data = Chunks(X, n_chunks=3)
     stuck = lloyd(data, np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]]), max_iter=100,
-                  stop_rule=CentroidShift(0.0), loop="graph")
+                  stop_rule=CentroidShift(0.0))
     assert stuck.stop_reason in ("centroid-shift", "fixed-point")
     assert np.sum(stuck.centroids[:, 0] < 0) == 2  # Lloyd cannot cross the empty space
     data.passes = 0
     result = local_search(data, stuck.centroids, rounds=3, candidates_per_round=6, seed=1, lloyd_iters=20,
-                          stop_rule=CentroidShift(0.0), loop="graph")
+                          stop_rule=CentroidShift(0.0))
     best = objective(X, metrics.class_means(X, truth))
     np.testing.assert_allclose(result.objective, best, rtol=1e-10)
     np.testing.assert_array_equal(np.sort(sq(result.centroids, centres).argmin(1)), [0, 1, 2])
@@ -224,9 +221,9 @@ def test_several_swaps_fix_independent_errors_in_one_round():
     X = np.concatenate([c + 0.5 * rng.normal(size=(150, 2)) for c in centres])
     start = np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]])
     C = lloyd(Chunks(X), np.concatenate([start, start + 100.0]), max_iter=100, stop_rule=CentroidShift(0.0),
-              loop="graph").centroids
+              ).centroids
     best = objective(X, metrics.class_means(X, np.repeat(np.arange(6), 150)))
-    options = dict(rounds=4, candidates_per_round=12, seed=1, lloyd_iters=3, stop_rule=CentroidShift(0.0), loop="graph")
+    options = dict(rounds=4, candidates_per_round=12, seed=1, lloyd_iters=3, stop_rule=CentroidShift(0.0))
     together = local_search(Chunks(X, n_chunks=3), C, max_swaps=8, **options)
     one_by_one = local_search(Chunks(X, n_chunks=3), C, max_swaps=1, **options)
     assert together.history[0].swaps_accepted == 2
@@ -245,7 +242,7 @@ def test_swap_that_leaves_a_cluster_empty_gets_lloyds_rule():
     C = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [10.0, 0.0]])
     data = Chunks(X, n_chunks=2)
     result = local_search(data, C, rounds=3, candidates_per_round=6, seed=0, lloyd_iters=2,
-                          stop_rule=CentroidShift(0.0), loop="graph")
+                          stop_rule=CentroidShift(0.0))
     first = result.history[0]
     assert first.kept and first.passes == 2 + first.lloyd_iterations + 1  # the refill's pass
     assert len(np.unique(result.centroids, axis=0)) == 4
@@ -260,7 +257,7 @@ def test_objective_never_increases(lloyd_iters):
     data = Chunks(X, n_chunks=2)
     start = objective(X, C0)
     result = local_search(data, C0, rounds=6, candidates_per_round=20, seed=3, lloyd_iters=lloyd_iters,
-                          stop_rule=CentroidShift(0.0), min_gain=0.0, patience=None, loop="graph")
+                          stop_rule=CentroidShift(0.0), min_gain=0.0, patience=None)
     assert result.swaps_accepted > 0
     objectives = [start] + [r.objective for r in result.history]
     assert all(b <= a for a, b in zip(objectives, objectives[1:]))
@@ -278,7 +275,7 @@ def test_objective_never_increases(lloyd_iters):
 def test_same_result_for_any_chunking(stuck, weighted):
     X, _, C, w = stuck
     w = w if weighted else None
-    results = [local_search(Chunks(X, w, n), C, **SEARCH, loop="graph") for n in (1, 3, 7)]
+    results = [local_search(Chunks(X, w, n), C, **SEARCH) for n in (1, 3, 7)]
     assert results[0].swaps_accepted > 0
     for r in results[1:]:
         np.testing.assert_allclose(r.centroids, results[0].centroids, rtol=1e-10, atol=1e-10)
@@ -289,8 +286,8 @@ def test_same_result_for_any_chunking(stuck, weighted):
 
 def test_unit_weights_equal_no_weights(stuck):
     X, _, C, _ = stuck
-    plain = local_search(Chunks(X, None, 3), C, **SEARCH, loop="graph")
-    unit = local_search(Chunks(X, np.ones(len(X)), 3), C, **SEARCH, loop="graph")
+    plain = local_search(Chunks(X, None, 3), C, **SEARCH)
+    unit = local_search(Chunks(X, np.ones(len(X)), 3), C, **SEARCH)
     np.testing.assert_allclose(unit.centroids, plain.centroids, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(unit.objective, plain.objective, rtol=1e-10)
     assert [h.swaps_accepted for h in unit.history] == [h.swaps_accepted for h in plain.history]
@@ -300,7 +297,7 @@ def test_records_and_stop_reasons(stuck):
     X, y, C, _ = stuck
     seen = []
     data = Chunks(X, n_chunks=2)
-    result = local_search(data, C, **{**SEARCH, "rounds": 10}, on_iteration=seen.append, loop="graph")
+    result = local_search(data, C, **{**SEARCH, "rounds": 10}, on_iteration=seen.append)
     assert seen == result.history and result.rounds == len(seen)
     assert result.stop_reason == "no-improvement" and not seen[-1].kept  # patience=1 by default
     assert result.swaps_tried == sum(r.swaps_tried for r in seen) == len(seen) * 16 * len(C)
@@ -338,7 +335,7 @@ def test_persisted_data_matches_in_process(client, stuck):
         distributed = local_search(persisted, C, **{**SEARCH, "rounds": 2})
     finally:
         persisted.release()
-    local = local_search(Chunks(X, w, 5), C, **{**SEARCH, "rounds": 2}, loop="graph")
+    local = local_search(Chunks(X, w, 5), C, **{**SEARCH, "rounds": 2})
     assert local.swaps_accepted > 0
     np.testing.assert_allclose(distributed.centroids, local.centroids, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(distributed.objective, local.objective, rtol=1e-10)

@@ -22,11 +22,21 @@ class ChunkList:
     """
 
     def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None):
-        self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(offsets)
+        self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(int(o) for o in offsets)
         self.dtype, self.n_features = dtype, n_features
         self.n_rows = int(sum(int(b.shape[0]) for b in self.blocks)) if n_rows is None else int(n_rows)
         self.passes = 0
         self._on_progress = None
+
+    @classmethod
+    def from_array(cls, X, weights=None, n_chunks: int = 1) -> "ChunkList":
+        """An in-memory array (and weights) as ``n_chunks`` row chunks of about equal size (views, no copy)."""
+        import numpy as np
+
+        bounds = np.linspace(0, X.shape[0], n_chunks + 1).astype(int)
+        blocks = [X[a:b] for a, b in zip(bounds, bounds[1:])]
+        w = [None if weights is None else weights[a:b] for a, b in zip(bounds, bounds[1:])]
+        return cls(blocks, w, bounds[:-1], X.dtype, X.shape[1])
 
     @property
     def has_weights(self) -> bool:

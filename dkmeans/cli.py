@@ -69,8 +69,8 @@ def _numeric_columns(df, columns):
 
 # -- commands ----------------------------------------------------------------------
 #: The fit options taken from the parameter table, by their service names (see :func:`_add_fit_options`).
-FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "out_of_core",
-               "checkpoint_every")
+FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "local_search",
+               "out_of_core", "checkpoint_every")
 
 
 def _fit_params(args) -> dict:
@@ -272,7 +272,7 @@ def _int_or_auto(text: str):
     return text if text == "auto" else int(text)
 
 
-def _out_of_core(text: str):
+def _auto_or_bool(text: str):
     value = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}.get(text.lower())
     if value is None:
         raise argparse.ArgumentTypeError(f"expected auto, true or false, got {text!r}")
@@ -287,7 +287,8 @@ def _add_fit_options(parser) -> None:
 
     defaults = {name: p.default for name, p in inspect.signature(KMeans).parameters.items()}
     estimator = _params.face_names("estimator")
-    types = {"n_init": _int_or_auto, "out_of_core": _out_of_core, "tol": float, "random_state": int}
+    types = {"n_init": _int_or_auto, "out_of_core": _auto_or_bool, "local_search": _auto_or_bool, "tol": float,
+             "random_state": int}
     for name in FIT_OPTIONS:
         param = _params.PARAMS[name]
         default = defaults.get(estimator[name])

@@ -44,7 +44,9 @@ from dkmeans.io.checkpoint import Checkpointer, data_fingerprint
 from dkmeans.io.dataframe import predict_series
 from dkmeans.io.model_file import digest
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES, column_moments, combine_moments
-from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective
+from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
+from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
+from dkmeans.local_search import local_search
 from dkmeans.state import FitState, LoopState, RunSummary
 
 logger = logging.getLogger("dkmeans")
@@ -82,6 +84,9 @@ class FitSpec:
     hartigan_mode : {"safe", "unsafe"}
     hartigan_tol : float
         Hartigan also stops when a round lowers the objective by less than this.
+    local_search : {"auto", True, False}
+        Swap-based local search after Lloyd (:mod:`dkmeans.local_search`), then Lloyd
+        again; "auto": when the initial centroids come from a seeding strategy.
     init_options : InitOptions
     random_state : None, int, Generator or RandomState
     checkpoint : path or None
@@ -107,6 +112,7 @@ class FitSpec:
     refine: str | None = None
     hartigan_mode: str = "unsafe"
     hartigan_tol: float = 0.0
+    local_search: Any = False
     init_options: InitOptions = field(default_factory=InitOptions)
     random_state: Any = None
     checkpoint: Any = None
@@ -237,29 +243,63 @@ class FitPlan:
     max_iter: int
     stop_rule: object
     lloyd: bool = True
+    local_search: bool = False
     hartigan_mode: str | None = None
     hartigan_tol: float = 0.0
     on_iteration: Callable | None = None
+    seed_of_run: Callable[[int], int] = lambda run: run
+
+
+def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSummary:
+    """Swaps (:func:`dkmeans.local_search.local_search`, the measured defaults), then Lloyd to the stop rule."""
+    k = len(loop.centroids)
+    search = local_search(data, loop.centroids, rounds=LOCAL_SEARCH["rounds"],
+                          candidates_per_round=LOCAL_SEARCH["candidates_per_cluster"] * k,
+                          seed=plan.seed_of_run(run), lloyd_iters=LOCAL_SEARCH["lloyd_iters"],
+                          stop_rule=plan.stop_rule, on_iteration=plan.on_iteration)
+    history = list(loop.history) + list(search.history)
+    n_iter = loop.n_iter + sum(r.lloyd_iterations for r in search.history)
+    centroids = search.centroids.astype(data.dtype)
+    if plan.lloyd and search.swaps_accepted:  # the swaps' Lloyd steps stop short of the stop rule
+        settled = lloyd(data, centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
+                        on_iteration=plan.on_iteration)
+        history += list(settled.history)
+        return RunSummary(settled.centroids, 0.0, n_iter + settled.n_iter, settled.stop_reason, settled.converged,
+                          history)
+    # no swap kept: Lloyd's result stands, and so does the rule that stopped it
+    lloyd_stop = stop_after_update(loop.history[-1], plan.stop_rule) if loop.history else None
+    if lloyd_stop is None and plan.lloyd:
+        lloyd_stop = "max_iter" if loop.n_iter >= plan.max_iter else None
+    return RunSummary(centroids, 0.0, n_iter, lloyd_stop or "local-search", lloyd_stop != "max_iter", history)
 
 
 def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | None = None) -> RunSummary:
     """Run (or continue, from ``state``) every run of ``plan``; return the best run.
 
-    Each run goes through three phases: ``init`` (initial centroids), ``lloyd`` (the
-    Lloyd loop) and ``refine`` (Hartigan, from Lloyd's result or from the initial
-    centroids). With a checkpoint the state is saved after each initialisation, every
-    ``checkpoint.every`` Lloyd updates and after each run.
+    Each run goes through its phases: ``init`` (initial centroids), ``lloyd`` (the Lloyd
+    loop), ``local-search`` (swaps, then Lloyd again) and ``refine`` (Hartigan), each
+    where the plan asks for it. With a checkpoint the state is saved after each
+    initialisation, every ``checkpoint.every`` Lloyd updates, at the start of every later
+    phase and after each run; a run resumed within a phase redoes that phase from its
+    start (every phase is deterministic given its starting centroids), so the result is
+    the uninterrupted one.
     """
 
     def save():
         if checkpoint is not None:
             checkpoint.save(state)
 
+    def enter(phase: str, loop: LoopState) -> None:
+        state.phase, state.loop = phase, loop
+        save()
+
     while state.run < plan.n_init:
         if state.phase == "init":
             state.phase, state.loop = "lloyd", LoopState(np.asarray(plan.initialise(state.run)))
             save()
         loop = state.loop
+        summary = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, "max_iter", False,
+                             list(loop.history))
         if state.phase == "lloyd":
             if plan.lloyd:
                 result = lloyd(data, loop.centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
@@ -269,10 +309,15 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                 loop = LoopState(result.centroids, result.n_iter, None, result.history)
                 summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                      list(result.history))
+            if plan.local_search:
+                enter("local-search", loop)
+            elif plan.hartigan_mode is not None:
+                enter("refine", loop)
+        if state.phase == "local-search":
+            summary = _local_search_phase(data, plan, loop, state.run)
+            loop = LoopState(summary.centroids, summary.n_iter, None, summary.history)
             if plan.hartigan_mode is not None:
-                state.phase, state.loop = "refine", loop
-                if plan.lloyd:
-                    save()
+                enter("refine", loop)
         if state.phase == "refine":
             result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
                               mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
@@ -302,6 +347,13 @@ def _callable_init(spec: FitSpec, data, seed: int, run: int) -> np.ndarray:
     X = data.rows(idx)
     C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
     return check_centroids(C, spec.n_clusters, data.n_features, data.dtype, name="init (the callable's result)")
+
+
+def _wants_local_search(spec: FitSpec) -> bool:
+    """``local_search="auto"``: after Lloyd from a seeding strategy (not from given centroids)."""
+    if spec.local_search == "auto":
+        return spec.algorithm == "lloyd" and isinstance(spec.init, str)
+    return bool(spec.local_search)
 
 
 def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
@@ -354,7 +406,8 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
 
         plan = FitPlan(
             n_init=spec.n_init, initialise=initialise, max_iter=spec.max_iter, stop_rule=stop_rule,
-            lloyd=spec.algorithm == "lloyd",
+            lloyd=spec.algorithm == "lloyd", local_search=_wants_local_search(spec),
+            seed_of_run=lambda run: derive_seed(state.seed, run),
             hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
             hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration,
         )

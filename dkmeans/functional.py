@@ -89,7 +89,7 @@ def _n_workers(client) -> int:
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
-          checkpoint_every: int = 10, device=None, out_of_core="auto") -> TrainResult:
+          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Parameters
@@ -122,6 +122,9 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     out_of_core : {"auto", True, False}, default "auto"
         Persist the data for the fit, or read it from its source in every pass (see
         :class:`dkmeans.KMeans`); the mode taken is ``TrainResult.data_mode``.
+    local_search : {"auto", True, False}, default False
+        Swap-based local search after Lloyd, then Lloyd again (see :class:`dkmeans.KMeans`);
+        off by default, so that ``train`` is oneDAL's Lloyd.
 
     Returns
     -------
@@ -140,6 +143,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     p = _params.check("functional", {
         "oversampling_factor": oversampling_factor, "init_rounds": init_rounds, "checkpoint": checkpoint,
         "checkpoint_every": checkpoint_every, "device": device, "out_of_core": out_of_core,
+        "local_search": local_search,
     })
     if initial_centroids is None:
         initial_centroids = "k-means||"
@@ -154,11 +158,13 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     job = {"function": "dkmeans.train", "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
            "initial_centroids": initial_centroids if isinstance(initial_centroids, str) else "array",
            "oversampling_factor": p["oversampling_factor"], "init_rounds": p["init_rounds"],
+           "local_search": p["local_search"],
            "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None}
     spec = FitSpec(
         n_clusters=desc.cluster_count, init=initial_centroids, n_init=1, max_iter=desc.max_iteration_count,
         tol=desc.accuracy_threshold, stop_rule=desc.stop_rule, tol_relative=False, tol_inclusive=False,
         algorithm=desc.method, hartigan_mode="unsafe", hartigan_tol=desc.accuracy_threshold,
+        local_search=p["local_search"],
         init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
         random_state=random_state if isinstance(initial_centroids, str) else 0,
         checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,

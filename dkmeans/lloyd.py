@@ -113,7 +113,7 @@ def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray) -> np.nd
 
 
 # -- the loop --------------------------------------------------------------------------
-def _stop_after_update(record: IterationRecord, stop_rule) -> str | None:
+def stop_after_update(record: IterationRecord, stop_rule) -> str | None:
     """The rule that ends the loop right after this update, if any."""
     if isinstance(stop_rule, CentroidShift) and stop_rule.satisfied(record.centroid_shift):
         return stop_rule.name
@@ -201,7 +201,7 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule) -> LloydR
     history: list[IterationRecord] = list(state.history)
     previous_objective = state.previous_objective
     n_iter = state.n_iter
-    reason = _stop_after_update(history[-1], stop_rule) if history else None
+    reason = stop_after_update(history[-1], stop_rule) if history else None
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
     stop_reason, converged = "max_iter", False
@@ -228,7 +228,7 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule) -> LloydR
         history.append(record)
         data.report(record.as_dict())
         C, n_iter, previous_objective = new, it + 1, objective
-        reason = _stop_after_update(record, stop_rule)
+        reason = stop_after_update(record, stop_rule)
         if reason is not None:
             stop_reason, converged = reason, True
             break

@@ -66,6 +66,7 @@ from dkmeans.kernels import (
     swap_partials,
     update_centroids,
 )
+from dkmeans.state import LocalSearchRecord
 from dkmeans.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, fill_empty_clusters, lloyd
 
 #: Random stream of round ``r``'s candidate draw: ``STREAM + r`` (clear of the
@@ -77,59 +78,6 @@ RECOMMENDED = {"rounds": 10, "candidates_per_cluster": 2, "lloyd_iters": 3}
 #: A change counts as an improvement only if it lowers the objective by more than this
 #: fraction of it (float64 sums over different chunkings differ by far less).
 REL_TOL = 1e-9
-
-
-@dataclass(frozen=True)
-class LocalSearchRecord:
-    """One round of local search.
-
-    Attributes
-    ----------
-    round : int
-        1-based round number.
-    objective : float
-        Objective after the round (of the centroids kept).
-    objective_before : float
-        Objective at the start of the round.
-    best_swap_change : float
-        Exact change of the objective under the best single swap scored (may be positive).
-    best_step_change : float
-        Bound on the change after the best trial's Lloyd update, relative to
-        ``objective_before`` (0.0 without trials).
-    lloyd_step_change : float
-        The same bound for a Lloyd update without any swap (0.0 without trials).
-    swaps_tried : int
-        (candidate, centroid) swaps scored.
-    trials : int
-        Swap sets given a Lloyd step.
-    swaps_accepted : int
-        Swaps in the kept result (0 if nothing was kept).
-    lloyd_iterations : int
-        Lloyd updates run from the swapped centroids (the trial step included).
-    passes : int
-        Passes over the data in this round.
-    kept : bool
-        Whether the round's result replaced the centroids (the objective fell).
-    seconds : float
-    """
-
-    round: int
-    objective: float
-    objective_before: float
-    best_swap_change: float
-    best_step_change: float
-    lloyd_step_change: float
-    swaps_tried: int
-    trials: int
-    swaps_accepted: int
-    lloyd_iterations: int
-    passes: int
-    kept: bool
-    seconds: float
-
-    def as_dict(self) -> dict:
-        """The record as a plain dict (JSON-serialisable)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
 @dataclass

@@ -75,6 +75,59 @@ class HartiganRecord:
         }
 
 
+@dataclass(frozen=True)
+class LocalSearchRecord:
+    """One round of local search.
+
+    Attributes
+    ----------
+    round : int
+        1-based round number.
+    objective : float
+        Objective after the round (of the centroids kept).
+    objective_before : float
+        Objective at the start of the round.
+    best_swap_change : float
+        Exact change of the objective under the best single swap scored (may be positive).
+    best_step_change : float
+        Bound on the change after the best trial's Lloyd update, relative to
+        ``objective_before`` (0.0 without trials).
+    lloyd_step_change : float
+        The same bound for a Lloyd update without any swap (0.0 without trials).
+    swaps_tried : int
+        (candidate, centroid) swaps scored.
+    trials : int
+        Swap sets given a Lloyd step.
+    swaps_accepted : int
+        Swaps in the kept result (0 if nothing was kept).
+    lloyd_iterations : int
+        Lloyd updates run from the swapped centroids (the trial step included).
+    passes : int
+        Passes over the data in this round.
+    kept : bool
+        Whether the round's result replaced the centroids (the objective fell).
+    seconds : float
+    """
+
+    round: int
+    objective: float
+    objective_before: float
+    best_swap_change: float
+    best_step_change: float
+    lloyd_step_change: float
+    swaps_tried: int
+    trials: int
+    swaps_accepted: int
+    lloyd_iterations: int
+    passes: int
+    kept: bool
+    seconds: float
+
+    def as_dict(self) -> dict:
+        """The record as a plain dict (JSON-serialisable)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
 @dataclass
 class LoopState:
     """Where a Lloyd loop stands after ``n_iter`` centroid updates."""
@@ -103,15 +156,16 @@ class FitState:
 
     seed: int
     run: int = 0
-    phase: str = "init"  # "init": run not started; "lloyd": loop in progress; "refine": Lloyd done
+    # "init": run not started; "lloyd": loop in progress; "local-search": Lloyd done, swaps next;
+    # "settle": Lloyd again after the swaps; "refine": Hartigan next
+    phase: str = "init"
     loop: LoopState | None = None
     best: RunSummary | None = None
 
 
 def history_dicts(records) -> list:
     """Iteration records as dicts tagged with their ``algorithm`` ("lloyd" or "hartigan")."""
-    return [dict(r.as_dict(), algorithm="lloyd" if isinstance(r, IterationRecord) else "hartigan")
-            for r in records]
+    return [dict(r.as_dict(), algorithm=_ALGORITHM_OF[type(r)]) for r in records]
 
 
 def history_records(dicts) -> list:
@@ -120,10 +174,13 @@ def history_records(dicts) -> list:
     out = []
     for d in dicts:
         d = dict(d)
-        cls = IterationRecord if d.pop("algorithm") == "lloyd" else HartiganRecord
-        out.append(cls(**d))
+        out.append(_RECORD_OF[d.pop("algorithm")](**d))
     return out
 
 
-__all__ = ["FitState", "HartiganRecord", "IterationRecord", "LoopState", "RunSummary", "history_dicts",
+_ALGORITHM_OF = {IterationRecord: "lloyd", HartiganRecord: "hartigan", LocalSearchRecord: "local-search"}
+_RECORD_OF = {name: cls for cls, name in _ALGORITHM_OF.items()}
+
+
+__all__ = ["FitState", "LocalSearchRecord", "HartiganRecord", "IterationRecord", "LoopState", "RunSummary", "history_dicts",
            "history_records"]

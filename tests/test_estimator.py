@@ -162,9 +162,9 @@ def test_bad_data(client, data):
         KMeans(n_clusters=3).fit(X[:, 0])
     with pytest.raises(InvalidDataError, match="0 sample"):
         KMeans(n_clusters=3).fit(X[:0])
-    with pytest.raises(InvalidParameterError, match="larger than the number of samples"):
+    with pytest.raises(InvalidParameterError, match="should be >= n_clusters"):
         KMeans(n_clusters=30).fit(X[:10])
-    with pytest.raises(InvalidParameterError, match="larger than the number of samples"):
+    with pytest.raises(InvalidParameterError, match="should be >= n_clusters"):
         KMeans(n_clusters=30).fit(da.from_array(X[:10], chunks=(3, 5)))
     with pytest.raises(InvalidDataError, match="shape"):
         KMeans(n_clusters=7, init=C0[:, :3]).fit(X)

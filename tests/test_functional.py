@@ -131,7 +131,7 @@ def test_named_initialisation_is_reproducible(client, problem):
         (lambda X, C: (X, C[:, :2]), InvalidDataError, "shape"),
         (lambda X, C: (X[:0], C), InvalidDataError, "0 sample"),
         (lambda X, C: (X[:, :0], C[:, :0]), InvalidDataError, "0 feature"),
-        (lambda X, C: (X[:3], C), InvalidParameterError, "larger than the number of samples"),
+        (lambda X, C: (X[:3], C), InvalidParameterError, "should be >= cluster_count"),
         (lambda X, C: (np.where(np.arange(len(X))[:, None] == 5, np.nan, X), C), InvalidDataError, "NaN"),
         (lambda X, C: (np.where(np.arange(len(X))[:, None] == 5, np.inf, X), C), InvalidDataError, "infinity"),
         (lambda X, C: (X, np.where(np.arange(4)[:, None] == 0, np.nan, C)), InvalidDataError, "NaN"),

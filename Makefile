@@ -23,9 +23,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=10
 
+# A smoke run by default (fewer rows); `make bench BENCH_ARGS=` runs the full sizes.
+BENCH_ARGS ?= --quick
+
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
-	$(BIN)/python benchmarks/lloyd_core.py
+	$(BIN)/python benchmarks/lloyd.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) dkmeans-demo-output .pytest_cache

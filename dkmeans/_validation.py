@@ -17,6 +17,7 @@ import dask.array as da
 import numpy as np
 from sklearn.utils import check_array
 
+from dkmeans.backend import get_namespace
 from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
 
@@ -236,3 +237,27 @@ def check_sample_weight(sample_weight, dataset: Dataset):
         known = not any(math.isnan(c) for c in dataset.array.chunks[0])
         w = da.from_array(w, chunks=(dataset.array.chunks[0],) if known else -1)
     return w
+
+
+#: What a chunk with NaN or infinity raises when it is computed (predict, transform, score).
+NON_FINITE_MESSAGE = (
+    "Input contains NaN or infinity (found when a chunk was computed): "
+    "remove or impute non-finite values before clustering or predicting."
+)
+
+
+def check_finite_block(result, X) -> None:
+    """Raise :class:`InvalidDataError` if the chunk ``X`` holds NaN or infinity, judged from ``result``.
+
+    ``result`` is what a kernel returned for ``X`` (squared distances to the nearest
+    centroid, or distances to every centroid): a non-finite row gives non-finite entries,
+    so one ``isfinite`` pass over the result finds it, with no second pass over ``X``.
+    ``X`` is read only when the result is not finite, to tell bad data from distances
+    that overflowed on finite data (left as they are). Called where the chunk is, so a
+    lazy result raises when it is computed, with the same error as at fit.
+    """
+    xp = get_namespace(result)
+    if bool(xp.isfinite(result).all()):
+        return
+    if not bool(xp.isfinite(X).all()):
+        raise InvalidDataError(NON_FINITE_MESSAGE)

@@ -1,8 +1,9 @@
 """Command line: ``dkmeans fit | predict | evaluate | demo`` (also ``python -m dkmeans``).
 
 Every user error ends with exit status 2 and one line on stderr. Progress is one line per
-iteration: printed on a terminal, logged to stderr (logger ``dkmeans``) otherwise, and
-neither with ``--quiet``.
+iteration: printed on a terminal, otherwise logged (logger ``dkmeans``, INFO, timestamped)
+to stdout too, and neither with ``--quiet``. Progress and results share stdout so that a
+captured log reads in the order things happened; stderr carries warnings and errors.
 """
 
 from __future__ import annotations
@@ -48,8 +49,52 @@ def connect(args):
 
 
 def _verbose(args) -> int:
-    """Print progress only on a terminal; elsewhere the INFO log carries it."""
+    """Print progress only on a terminal; elsewhere the INFO log (on stdout, see :func:`_log_to`) carries it."""
     return int(not args.quiet and sys.stdout.isatty())
+
+
+_LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
+
+
+class _Below:
+    """A logging filter passing records below ``level``."""
+
+    def __init__(self, level: int):
+        self.level = level
+
+    def filter(self, record) -> bool:
+        return record.levelno < self.level
+
+
+def _log_to(quiet: bool):
+    """Set up the ``dkmeans`` logger for one command; returns a function that restores it.
+
+    On a terminal, or with ``--quiet``: warnings only (progress is printed, or silenced).
+    Otherwise INFO records (progress, the embedded cluster's address) go to stdout, the
+    stream that carries the results, so a log captured from stdout (or from both streams)
+    has them in order; warnings and errors go to stderr.
+    """
+    logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT)  # other libraries: warnings on stderr
+    saved = logger.level, logger.propagate, list(logger.handlers)
+    if quiet or sys.stdout.isatty():
+        logger.setLevel(logging.WARNING)
+    else:
+        info = logging.StreamHandler(sys.stdout)
+        info.addFilter(_Below(logging.WARNING))
+        problems = logging.StreamHandler(sys.stderr)
+        problems.setLevel(logging.WARNING)
+        for handler in (info, problems):
+            handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+            logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # not also to the root handler on stderr
+
+    def restore() -> None:
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+        logger.handlers[:] = saved[2]
+
+    return restore
 
 
 def _numeric_columns(df, columns):
@@ -360,9 +405,7 @@ def main(argv=None) -> int:
     """Entry point of the ``dkmeans`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    quiet = getattr(args, "quiet", False)
-    logger.setLevel(logging.WARNING if quiet or sys.stdout.isatty() else logging.INFO)
+    restore_logging = _log_to(getattr(args, "quiet", False))
     try:
         return args.handler(args)
     except (DKMeansError, OSError) as exc:
@@ -372,7 +415,10 @@ def main(argv=None) -> int:
         print("dkmeans: interrupted", file=sys.stderr)
         return 130
     finally:
-        close_embedded_cluster()  # before interpreter shutdown, so it closes quietly
+        try:
+            close_embedded_cluster()  # before interpreter shutdown, so it closes quietly
+        finally:
+            restore_logging()
 
 
 if __name__ == "__main__":

@@ -47,15 +47,27 @@ from dkmeans.state import IterationRecord, LocalSearchRecord, history_dicts
 logger = logging.getLogger("dkmeans")
 
 def _labels_block(X, C):
-    return assign(X, C)[0]
+    from dkmeans._validation import check_finite_block
+
+    labels, min_sq = assign(X, C)
+    check_finite_block(min_sq, X)  # a NaN row has a NaN distance: raises when a lazy result is computed
+    return labels
 
 
 def _sq_dist_block(X, C):
-    return assign(X, C)[1].astype(np.float64)
+    from dkmeans._validation import check_finite_block
+
+    min_sq = assign(X, C)[1]
+    check_finite_block(min_sq, X)
+    return min_sq.astype(np.float64)
 
 
 def _distances_block(X, C):
-    return distances(X, C)
+    from dkmeans._validation import check_finite_block
+
+    out = distances(X, C)
+    check_finite_block(out, X)
+    return out
 
 
 def _progress(verbose: int):
@@ -463,7 +475,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         if isinstance(X, da.Array):
             xp = get_namespace(X._meta)  # CuPy-backed input: CuPy labels
             return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1, meta=xp.empty((0,), np.int32))
-        return assign(X, C)[0]
+        return _labels_block(X, C)  # NumPy was checked above; CuPy only here
 
     def transform(self, X):
         """Euclidean distances to every cluster centre, shape (n_samples, n_clusters).
@@ -480,7 +492,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                 _distances_block, C, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
                 meta=get_namespace(X._meta).empty((0, 0), X.dtype),
             )
-        return distances(X, C)
+        return _distances_block(X, C)
 
     def fit_transform(self, X, y=None, sample_weight=None):
         """Fit, then return the distances of ``X`` to the cluster centres."""
@@ -497,7 +509,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             if sample_weight is not None:
                 d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
             return -float(get_client().compute(d2.sum(), sync=True))
-        d2 = assign(X, C)[1].astype(np.float64)
+        d2 = _sq_dist_block(X, C)
         if sample_weight is not None:
             w = np.asarray(sample_weight, dtype=np.float64)
             if w.shape != d2.shape:

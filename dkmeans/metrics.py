@@ -10,12 +10,15 @@ import dask.array as da
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from dkmeans._validation import check_finite_block
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels import assign, cluster_sums
 
 
 def _sq_dist_block(X, C):
-    return assign(X, C)[1].astype(np.float64)
+    min_sq = assign(X, C)[1]
+    check_finite_block(min_sq, X)  # NaN or infinity in X: the error fit gives, not a NaN objective
+    return min_sq.astype(np.float64)
 
 
 def objective(X, centroids, sample_weight=None) -> float:
@@ -37,7 +40,7 @@ def objective(X, centroids, sample_weight=None) -> float:
     X = np.asarray(X)
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
-    d2 = assign(X, C.astype(X.dtype))[1].astype(np.float64)
+    d2 = _sq_dist_block(X, C.astype(X.dtype))
     if sample_weight is not None:
         d2 = d2 * np.asarray(sample_weight, dtype=np.float64)
     return float(d2.sum())

@@ -263,3 +263,95 @@ def test_model_loading(tmp_path, content, fragment):
         dkmeans.KMeans.load(path)
     with pytest.raises(ModelFileError, match="does not exist"):
         dkmeans.KMeans.load(tmp_path / "missing.npz")
+
+
+# -- bad values found lazily: raised when computed, as at fit ----------------------------------
+LAZY_MESSAGE = r"Input contains NaN or infinity"
+
+
+def _bad(kind):
+    return _with_nan_in_last_chunk() if kind == "nan" else _with_inf()
+
+
+def _frame(X):
+    return pd.DataFrame(X, columns=list("abc"))
+
+
+@pytest.fixture(scope="module")
+def fitted(client):
+    return dkmeans.KMeans(3, random_state=0).fit(GOOD)
+
+
+@pytest.fixture(scope="module")
+def fitted_frame(client):
+    """Fitted on named columns, for DataFrame input."""
+    return dkmeans.KMeans(3, random_state=0).fit(_frame(GOOD))
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+@pytest.mark.parametrize("method", ["predict", "transform"])
+def test_bad_values_in_a_dask_chunk_raise_when_computed(fitted, method, kind):
+    """NaN in the last chunk (infinity in the first): the lazy result raises when computed, not before."""
+    X = da.from_array(_bad(kind), chunks=(10, 3))
+    lazy = getattr(fitted, method)(X)  # metadata only: nothing computed yet
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        lazy.compute()
+    # the check is the bad chunk's: the other chunks compute, and as NumPy input gives
+    good = slice(10, 30)
+    np.testing.assert_allclose(lazy[good].compute(), getattr(fitted, method)(GOOD[good]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+@pytest.mark.parametrize("method", ["predict", "transform"])
+def test_bad_values_in_a_dask_dataframe_partition_raise_when_computed(fitted_frame, method, kind):
+    import dask.dataframe as dd
+
+    lazy = getattr(fitted_frame, method)(dd.from_pandas(_frame(_bad(kind)), npartitions=4))
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        lazy.compute()
+    good = dd.from_pandas(_frame(GOOD), npartitions=4)
+    np.testing.assert_allclose(np.asarray(getattr(fitted_frame, method)(good).compute()),
+                               np.asarray(getattr(fitted_frame, method)(_frame(GOOD))), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+def test_score_of_bad_dask_data_raises(fitted, fitted_frame, kind):
+    """score computes the objective, so it raises at the call; so does metrics.objective."""
+    import dask.dataframe as dd
+
+    from dkmeans.metrics import objective
+
+    X = _bad(kind)
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        fitted.score(da.from_array(X, chunks=(10, 3)))
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        fitted_frame.score(dd.from_pandas(_frame(X), npartitions=4))
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        objective(da.from_array(X, chunks=(10, 3)), fitted.cluster_centers_)
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        objective(X, fitted.cluster_centers_)
+    assert fitted.score(da.from_array(GOOD, chunks=(10, 3))) == pytest.approx(fitted.score(GOOD), rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+@pytest.mark.parametrize("method", ["predict", "transform", "score"])
+def test_bad_values_in_local_input_raise_at_call(fitted, fitted_frame, method, kind):
+    X = _bad(kind)
+    fragment = "NaN" if kind == "nan" else "infinity"
+    with pytest.raises(InvalidDataError, match=fragment):
+        getattr(fitted, method)(X)
+    with pytest.raises(InvalidDataError, match=fragment):
+        getattr(fitted_frame, method)(_frame(X))
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+def test_infer_on_bad_dask_data_raises(client, kind):
+    import dask.dataframe as dd
+
+    desc = dkmeans.Descriptor(cluster_count=3)
+    model = dkmeans.train(desc, GOOD, GOOD[:3]).model
+    X = _bad(kind)
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        dkmeans.infer(desc, model, da.from_array(X, chunks=(10, 3)))
+    with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
+        dkmeans.infer(desc, model, dd.from_pandas(_frame(X), npartitions=4))

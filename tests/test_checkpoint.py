@@ -92,6 +92,7 @@ def test_random_state_none_resumes_with_the_saved_seed(client, data, tmp_path, m
     with pytest.raises(Interrupted):
         dkmeans.KMeans(14, tol=0, checkpoint=path, checkpoint_every=1).fit(data)
     monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seedless"]  # the file named, no suffix added
     saved_seed = Checkpointer(path, 1, {})._read()[1]["seed"]
     resumed = dkmeans.KMeans(14, tol=0, checkpoint=path).fit(data)
     # the same job with the saved seed as an explicit random_state, from scratch
@@ -177,7 +178,7 @@ def test_damaged_checkpoint_is_refused(client, data, tmp_path):
 
 def test_writes_are_atomic(tmp_path, monkeypatch):
     cp = Checkpointer(tmp_path / "a", 1, {"job": 1})
-    assert cp.path == checkpoint_path(tmp_path / "a") == tmp_path / "a.npz"
+    assert cp.path == checkpoint_path(tmp_path / "a") == tmp_path / "a"  # the file named, no suffix added
     first = FitState(seed=7, run=0, phase="lloyd", loop=LoopState(np.eye(3, dtype=np.float32), 4, 1.5, []))
     cp.save(first)
 
@@ -192,7 +193,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     loaded = cp.load()
     assert loaded.loop.n_iter == 4 and loaded.loop.previous_objective == 1.5 and loaded.seed == 7
     np.testing.assert_array_equal(loaded.loop.centroids, np.eye(3))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # no temporary file left
 
 
 def test_lloyd_resumed_at_its_stopping_point_stops(client):

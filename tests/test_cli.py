@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -20,7 +21,8 @@ def test_demo_small(tmp_path):
            "--chunk-rows", "10000", "--output", str(out_dir)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "iteration    1" in res.stderr and "summary" in res.stdout  # not a terminal: logged
+    assert "iteration    1" in res.stdout and "summary" in res.stdout  # not a terminal: logged, to stdout
+    assert "iteration " not in res.stderr
     assert (out_dir / "fit.png").exists()
     model, meta = load_model(out_dir / "model.npz")
     assert model.centroids.shape == (5, 8) and meta["iteration_count"] >= 1
@@ -39,6 +41,7 @@ def test_cli_user_error_is_one_line(tmp_path):
 def test_model_file_round_trip_and_damage(tmp_path):
     C = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     path = save_model(tmp_path / "m", Model(C), {"objective": 1.5})
+    assert path == tmp_path / "m" and sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no suffix added
     model, meta = load_model(path)
     np.testing.assert_array_equal(model.centroids, C)
     assert model.centroids.dtype == np.float32 and meta["objective"] == 1.5
@@ -51,6 +54,18 @@ def test_model_file_round_trip_and_damage(tmp_path):
         load_model(tmp_path / "pickled.npz")
     with pytest.raises(ModelFileError, match="does not exist"):
         load_model(tmp_path / "missing.npz")
+
+
+def test_estimator_save_writes_the_file_named(client, tmp_path):
+    X = np.random.default_rng(1).normal(size=(200, 3))
+    km = KMeans(3, random_state=0).fit(X)
+    assert km.save(tmp_path / "m.model") == tmp_path / "m.model"
+    assert km.save(str(tmp_path / "plain")) == tmp_path / "plain"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.model", "plain"]
+    for name in ("m.model", "plain"):
+        loaded = KMeans.load(tmp_path / name)
+        np.testing.assert_array_equal(loaded.cluster_centers_, km.cluster_centers_)
+        np.testing.assert_array_equal(loaded.predict(X), km.labels_)
 
 
 def run_cli(*args, cwd=None, timeout=180):
@@ -76,20 +91,26 @@ def parquet_dir(tmp_path_factory):
 
 def test_fit_predict_evaluate(parquet_dir):
     root, df = parquet_dir
-    res = run_cli("fit", root / "data", "-k", 4, "--exclude", "truth", "--model", root / "m.npz",
+    model = root / "m.dkm"  # no .npz: the file named is the file written, and read back
+    res = run_cli("fit", root / "data", "-k", 4, "--exclude", "truth", "--model", model,
                   "--random-state", 0, "--workers", 1, "--plot", root / "fit.png")
     assert res.returncode == 0, res.stderr
-    assert "leaving out ['id']" in res.stdout and "iteration    1" in res.stderr
+    assert f"model written to {model}\n" in res.stdout
+    assert model.is_file() and not list(root.glob("m.dkm?*"))
+    # progress shares stdout with the results, in order (a log captured from stdout alone reads right)
+    out = res.stdout
+    assert out.index("leaving out ['id']") < out.index("iteration    1") < out.index("fitted k=4")
+    assert "iteration " not in res.stderr
     assert (root / "fit.png").stat().st_size > 10_000
-    km = KMeans.load(root / "m.npz")
+    km = KMeans.load(model)
     assert list(km.feature_names_in_) == ["a", "b"]
-    res = run_cli("predict", root / "m.npz", root / "data", "--output", root / "out", "--workers", 1)
+    res = run_cli("predict", model, root / "data", "--output", root / "out", "--workers", 1)
     assert res.returncode == 0, res.stderr
     out = pd.read_parquet(root / "out")
     assert len(list((root / "out").glob("*.parquet"))) == 2
     np.testing.assert_array_equal(out["cluster"].to_numpy(), km.predict(df[["a", "b"]]))
     assert (out["id"].to_numpy() == df["id"].to_numpy()).all()
-    res = run_cli("evaluate", root / "m.npz", root / "data.csv", "--truth-column", "truth", "--workers", 1)
+    res = run_cli("evaluate", model, root / "data.csv", "--truth-column", "truth", "--workers", 1)
     assert res.returncode == 0, res.stderr
     from sklearn.metrics import adjusted_rand_score
 
@@ -135,3 +156,27 @@ def test_quiet_silences_progress(parquet_dir):
                   "--workers", 1, "--quiet")
     assert res.returncode == 0, res.stderr
     assert "iteration " not in res.stdout + res.stderr and "model written" in res.stdout
+
+
+def test_progress_and_summary_come_out_in_order(client, parquet_dir):
+    """stdout and stderr merged, as in a batch job's log: the lines read in the order they happened.
+
+    Block-buffered stdout (no PYTHONUNBUFFERED, not a terminal) and a running cluster (no
+    worker processes started, which would flush stdout) are where the order broke.
+    """
+    root, _ = parquet_dir
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    res = subprocess.run([sys.executable, "-m", "dkmeans", "fit", str(root / "data.csv"), "-k", "4", "--exclude",
+                          "truth", "--model", str(root / "ordered.dkm"), "--random-state", "0",
+                          "--scheduler", client.scheduler.address],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180, env=env)
+    assert res.returncode == 0, res.stdout
+    lines = res.stdout.splitlines()
+    iterations = [i for i, line in enumerate(lines) if "dkmeans: iteration " in line]
+    km = KMeans.load(root / "ordered.dkm")
+    assert len(iterations) == km.n_iter_ >= 1
+    first = [i for i, line in enumerate(lines) if "leaving out ['id']" in line]
+    summary = [i for i, line in enumerate(lines) if line.startswith("fitted k=4")]
+    written = [i for i, line in enumerate(lines) if line == f"model written to {root / 'ordered.dkm'}"]
+    assert len(first) == len(summary) == len(written) == 1, res.stdout
+    assert first[0] < iterations[0] and iterations[-1] < summary[0] < written[0], res.stdout

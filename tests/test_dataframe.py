@@ -116,9 +116,10 @@ def test_estimator_save_load_round_trip(client, frame, tmp_path):
     assert list(loaded.feature_names_in_) == ["x", "y", "z"]
     assert (loaded.inertia_, loaded.n_iter_, loaded.history_) == (km.inertia_, km.n_iter_, km.history_)
     np.testing.assert_array_equal(loaded.predict(frame[["x", "y", "z"]]), km.predict(frame[["x", "y", "z"]]))
+    bare = dkmeans.io.save_model(tmp_path / "bare", dkmeans.Model(km.cluster_centers_))
+    assert bare == tmp_path / "bare"  # the file named, no suffix added
     with pytest.raises(ModelFileError, match="not a saved dkmeans.KMeans"):
-        dkmeans.io.save_model(tmp_path / "bare", dkmeans.Model(km.cluster_centers_))
-        KMeans.load(tmp_path / "bare.npz")
+        KMeans.load(bare)
 
 
 def test_model_file_rejects_tampering_and_versions(tmp_path):

@@ -173,3 +173,59 @@ def test_init_options_are_validated(client):
         KMeans(3, init=X[:3], n_init=4).fit(X)
     assert any("only one init" in str(c.message) for c in caught)
     assert math.isfinite(KMeans(3, init="k-means++").fit(X).inertia_)
+
+
+# -- weights that change nothing: no weights, unit weights and equal weights give the same fit ------
+@pytest.mark.parametrize("init", ["k-means||", "k-means++", "random", "random-partition"])
+def test_unit_weights_give_the_unweighted_fit(client, init):
+    """scikit-learn's test_unit_weights_vs_no_weights, exactly; weights of 2 everywhere too."""
+    X, _, _ = make_blobs(1200, 4, 8, spread=2.0, box=6.0, seed=12)  # overlapping: the start matters
+    n = len(X)
+    plain = KMeans(8, init=init, random_state=0).fit(X)
+    ones = KMeans(8, init=init, random_state=0).fit(X, sample_weight=np.ones(n))
+    twos = KMeans(8, init=init, random_state=0).fit(X, sample_weight=np.full(n, 2.0))
+    for weighted in (ones, twos):
+        np.testing.assert_array_equal(weighted.cluster_centers_, plain.cluster_centers_)
+        np.testing.assert_array_equal(np.asarray(weighted.labels_), np.asarray(plain.labels_))
+    assert ones.inertia_ == pytest.approx(plain.inertia_, rel=1e-12)
+    assert twos.inertia_ == pytest.approx(2 * plain.inertia_, rel=1e-12)
+
+
+class _Chunks:
+    """The data protocol over in-memory row chunks (enough for first_centre), no cluster."""
+
+    def __init__(self, X, weights, rows_per_chunk):
+        self.X, self.w, self.step = X, weights, rows_per_chunk
+        self.n_rows, self.has_weights = len(X), weights is not None
+
+    def map_reduce(self, chunk_fn, combine_fn, args=()):
+        return combine_fn([chunk_fn(self.X[i:i + self.step], None if self.w is None else self.w[i:i + self.step], i,
+                                    *args) for i in range(0, self.n_rows, self.step)])
+
+    def rows(self, indices):
+        return self.X[np.asarray(indices)]
+
+
+def test_first_centre_draws_in_proportion_to_the_weights():
+    """w_i / sum(w) for every row, zero weights never; the same draws for any chunking."""
+    from dkmeans.init.random import first_centre
+
+    X = np.arange(6, dtype=np.float64)[:, None]  # row i holds the value i
+    w = np.array([0.0, 1.0, 3.0, 0.5, 2.5, 1.0])
+    seeds = range(4000)
+    draws = np.array([int(first_centre(_Chunks(X, w, 2), s, 7)[0, 0]) for s in seeds])
+    np.testing.assert_allclose(np.bincount(draws, minlength=6) / len(draws), w / w.sum(), atol=0.025)
+    assert not np.any(draws == 0)
+    for step in (1, 4, 6):
+        np.testing.assert_array_equal([int(first_centre(_Chunks(X, w, step), s, 7)[0, 0]) for s in seeds[:300]],
+                                      draws[:300])
+
+
+def test_first_centre_with_equal_weights_is_the_unweighted_draw():
+    from dkmeans.init.random import first_centre
+
+    X = np.random.default_rng(3).normal(size=(97, 2))
+    for seed in range(300):
+        plain = first_centre(_Chunks(X, None, 10), seed, 2)
+        for w in (np.ones(97), np.full(97, 2.0), np.full(97, 0.3)):
+            np.testing.assert_array_equal(first_centre(_Chunks(X, w, 13), seed, 2), plain)

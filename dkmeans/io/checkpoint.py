@@ -51,9 +51,8 @@ def data_fingerprint(moments) -> list:
 
 
 def checkpoint_path(path) -> Path:
-    """The file a checkpoint ``path`` names (``.npz`` appended if missing)."""
-    path = Path(path)
-    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+    """The file a checkpoint ``path`` names: that file, exactly (no suffix is added)."""
+    return Path(path)
 
 
 def _differences(a: dict, b: dict, prefix: str = "") -> list:
@@ -77,7 +76,7 @@ class Checkpointer:
     Parameters
     ----------
     path : str or Path
-        The checkpoint file (``.npz`` is appended if missing).
+        The checkpoint file, exactly as named (no suffix is added).
     every : int
         Write after every ``every`` Lloyd iterations (and always after an
         initialisation and at the end of each run).

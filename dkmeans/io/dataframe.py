@@ -80,17 +80,23 @@ def check_feature_names(df, expected, name: str = "X") -> None:
 
 
 def _predict_partition(part, centroids, name):
+    from dkmeans._validation import check_finite_block
     from dkmeans.kernels import assign
 
     X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))
-    return pd.Series(assign(X, centroids)[0], index=part.index, name=name)
+    labels, min_sq = assign(X, centroids)
+    check_finite_block(min_sq, X)  # NaN in a partition raises when the labels are computed
+    return pd.Series(labels, index=part.index, name=name)
 
 
 def _transform_partition(part, centroids, names):
+    from dkmeans._validation import check_finite_block
     from dkmeans.kernels import distances
 
     X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))
-    return pd.DataFrame(distances(X, centroids), index=part.index, columns=names)
+    out = distances(X, centroids)
+    check_finite_block(out, X)
+    return pd.DataFrame(out, index=part.index, columns=names)
 
 
 def predict_series(df, centroids: np.ndarray, name: str = "cluster"):

@@ -35,9 +35,10 @@ def digest(centroids: np.ndarray) -> str:
 
 
 def write_archive(path: Path, arrays: dict, metadata: dict) -> Path:
-    """Write plain arrays plus a JSON ``metadata`` blob to an ``.npz`` file, atomically.
+    """Write plain arrays plus a JSON ``metadata`` blob to an ``.npz`` archive at ``path``, atomically.
 
-    The file is written under a temporary name in the same folder and renamed over
+    ``path`` is the file written, whatever its suffix (``numpy.savez`` writes to an open
+    file, so it adds none). The file is written under a temporary name in the same folder and renamed over
     ``path``, so a reader (or a job killed mid-write) never sees half a file.
     """
     blob = np.frombuffer(json.dumps(metadata, sort_keys=True).encode("utf-8"), dtype=np.uint8)
@@ -103,7 +104,7 @@ def save_model(path, model: Model, metadata: dict | None = None) -> Path:
     Parameters
     ----------
     path : str or Path
-        Destination; ``.npz`` is appended if missing.
+        The file to write, exactly as named (no suffix is added; ``.npz`` is the usual one).
     model : Model
     metadata : dict, optional
         Extra JSON-serialisable fields (parameters, objective, history, ...).
@@ -116,8 +117,6 @@ def save_model(path, model: Model, metadata: dict | None = None) -> Path:
     from dkmeans._version import __version__
 
     path = Path(path)
-    if path.suffix != ".npz":
-        path = path.with_name(path.name + ".npz")
     C = np.ascontiguousarray(model.centroids)
     meta = dict(metadata or {})
     meta.update(

@@ -40,21 +40,30 @@ def uniform_by_index(index, seed: int, stream: int = 0):
     return ((z >> xp.uint64(11)).astype(xp.float64) + 0.5) * (1.0 / 2**53)
 
 
+def weighted_sample_keys(xp, w, u):
+    """Keys whose top ``m`` is a sample without replacement with probability ~ ``w``.
+
+    ``log(u) / w``: Efraimidis and Spirakis's ``u ** (1 / w)`` in log space, so tiny
+    weights do not underflow; rows with ``w == 0`` are ineligible. Dividing by 1 is
+    exact and by a power of two too, so unit weights give exactly the keys ``log(u)``
+    and weights all equal to 2 the same order.
+    """
+    positive = w > 0
+    return xp.where(positive, xp.log(u) / xp.where(positive, w, 1.0), -xp.inf), positive
+
+
 def random_top_rows(X, weights, row_offset: int, k: int, seed: int, stream: int = 0) -> TopRows:
-    """The chunk's ``k`` rows with the largest keys ``u ** (1 / w)`` (weighted sampling without replacement).
+    """The chunk's ``k`` rows with the largest keys ``log(u) / w`` (weighted sampling without replacement).
 
     Taking the global top ``k`` of these keys draws ``k`` distinct rows with
     probabilities proportional to their weights (Efraimidis and Spirakis, 2006);
-    zero-weight rows are never drawn.
+    zero-weight rows are never drawn. Without weights every row weighs 1: one code
+    path, so ``weights=ones`` draws exactly the rows ``weights=None`` draws.
     """
     xp = get_namespace(X)
     index = xp.arange(row_offset, row_offset + X.shape[0], dtype=xp.int64)
     u = uniform_by_index(index, seed, stream)
-    if weights is None:
-        score = u
-    else:
-        w = xp.asarray(weights, dtype=xp.float64)
-        positive = w > 0
-        score = xp.where(positive, u ** (1.0 / xp.where(positive, w, 1.0)), -1.0)
-    keep = select_top(xp, score, index, k)
+    w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)
+    score, eligible = weighted_sample_keys(xp, w, u)
+    keep = select_top(xp, score, index, k, eligible=eligible)
     return TopRows(score[keep], index[keep], X[keep])

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from dkmeans.backend import get_namespace
 from dkmeans.kernels.assign import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
-from dkmeans.kernels.sampling import uniform_by_index
+from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
 
 
 class Nearest(NamedTuple):
@@ -81,16 +81,6 @@ def sq_distances(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
         block = xp.sum(Xt * Xt, axis=1)[:, None] - 2.0 * (Xt @ C64.T) + c_sq[None, :]
         out[i0 : i0 + rows] = xp.maximum(block, 0.0)
     return out
-
-
-def weighted_sample_keys(xp, wd2, u):
-    """Keys whose top ``m`` is a sample without replacement with probability ~ ``wd2``.
-
-    ``log(u) / wd2`` (Efraimidis and Spirakis) in log space, so tiny weights do not
-    underflow; rows with ``wd2 == 0`` are ineligible.
-    """
-    positive = wd2 > 0
-    return xp.where(positive, xp.log(u) / xp.where(positive, wd2, 1.0), -xp.inf), positive
 
 
 class TrialPartial(NamedTuple):

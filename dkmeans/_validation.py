@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils import check_array
 
 from dkmeans.backend import get_namespace
-from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
+from dkmeans.errors import NON_FINITE_INPUT, DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -239,11 +239,6 @@ def check_sample_weight(sample_weight, dataset: Dataset):
     return w
 
 
-#: What a chunk with NaN or infinity raises when it is computed (predict, transform, score).
-NON_FINITE_MESSAGE = (
-    "Input contains NaN or infinity (found when a chunk was computed): "
-    "remove or impute non-finite values before clustering or predicting."
-)
 
 
 def check_finite_block(result, X) -> None:
@@ -260,4 +255,4 @@ def check_finite_block(result, X) -> None:
     if bool(xp.isfinite(result).all()):
         return
     if not bool(xp.isfinite(X).all()):
-        raise InvalidDataError(NON_FINITE_MESSAGE)
+        raise InvalidDataError(NON_FINITE_INPUT)

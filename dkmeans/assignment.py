@@ -13,22 +13,17 @@ import dask.array as da
 import numpy as np
 from distributed import futures_of
 
+from dkmeans._validation import check_finite_block
 from dkmeans.backend import get_namespace
 from dkmeans.engine import gather as gather_results
-from dkmeans.errors import InvalidDataError
 from dkmeans.kernels import assign
-
-NON_FINITE_MESSAGE = (
-    "Input contains NaN or infinity: remove or impute non-finite values before clustering or predicting."
-)
 
 
 def _label_block(X, C, w=None):
     labels, min_sq = assign(X, C)
+    check_finite_block(min_sq, X)
     d2 = min_sq.astype(np.float64)
     xp = get_namespace(labels)
-    if not bool(xp.all(xp.isfinite(d2))):  # a NaN/inf row has a non-finite distance to every centroid
-        raise InvalidDataError(NON_FINITE_MESSAGE)
     if w is not None:
         d2 = d2 * w.reshape(-1)
     return xp.stack([labels.astype(xp.float64), d2], axis=1)
@@ -95,4 +90,4 @@ def lazy_labels(X: da.Array, centroids: np.ndarray) -> da.Array:
                         meta=get_namespace(X._meta).empty((0,), np.int32))
 
 
-__all__ = ["NON_FINITE_MESSAGE", "assign_dataset", "lazy_labels"]
+__all__ = ["assign_dataset", "lazy_labels"]

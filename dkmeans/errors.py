@@ -46,3 +46,8 @@ class NoWorkersError(ClusterError, TimeoutError):
 
 class ChunkTooLargeError(DKMeansError, MemoryError):
     """One chunk of the input alone exceeds a worker's memory budget for a task (nothing was run)."""
+
+
+#: The one message of every error about NaN or infinity in the data, whether found in a fit's
+#: first pass or when a lazy result (labels, distances) is computed.
+NON_FINITE_INPUT = "Input contains NaN or infinity: remove or impute non-finite values before clustering or predicting."

@@ -37,7 +37,7 @@ from dkmeans.cluster import get_client
 from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
 from dkmeans.engine.hybrid import HybridData
 from dkmeans.engine.streamed import rows_in_block
-from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.hartigan import hartigan
 from dkmeans.init import InitOptions, derive_seed
 from dkmeans.io.checkpoint import Checkpointer, data_fingerprint
@@ -54,11 +54,6 @@ logger = logging.getLogger("dkmeans")
 #: Dask config key (env ``DASK_DKMEANS__OUT_OF_CORE``): "auto", True or False; a fit's
 #: ``out_of_core`` parameter other than "auto" wins.
 OUT_OF_CORE_KEY = "dkmeans.out-of-core"
-
-NON_FINITE_AT_FIT = (
-    "Input contains NaN or infinity (found in the first pass over the data): "
-    "remove or impute non-finite values before clustering."
-)
 
 
 @dataclass(frozen=True)
@@ -388,7 +383,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
             moments = data.map_reduce(_moments_chunk, combine_moments)
             mean_variance = float(np.mean(moments.m2 / moments.count))
         if not math.isfinite(mean_variance):
-            raise InvalidDataError(NON_FINITE_AT_FIT)
+            raise InvalidDataError(NON_FINITE_INPUT)
         checkpointer, state = _checkpoint(spec, data, moments, C0, seed)
         if spec.stop_rule == "objective-decrease":
             stop_rule = ObjectiveDecrease(spec.tol)

@@ -40,7 +40,7 @@ import numpy as np
 
 from dkmeans.state import HartiganRecord
 from dkmeans.backend import get_namespace
-from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.kernels import assign, cluster_sums
 from dkmeans.kernels.hartigan import (
     REL_TOL,
@@ -371,10 +371,7 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
     action = ("init-centroids", value.astype(data.dtype)) if kind == "centroids" else ("init-labels", value)
     part, state = data.map_reduce_stateful(_round_chunk, combine, (action, None, None, None, k, m, False), None)
     if not (np.all(np.isfinite(part.sums)) and np.all(np.isfinite(part.weights))):
-        raise InvalidDataError(
-            "Input contains NaN or infinity (found in the first pass over the data): "
-            "remove or impute non-finite values before clustering."
-        )
+        raise InvalidDataError(NON_FINITE_INPUT)
     if kind == "centroids":
         fallback = value
     else:

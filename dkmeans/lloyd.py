@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.errors import InvalidDataError
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 from dkmeans.kernels import (
     assign_partials,
     combine_top,
@@ -89,10 +89,7 @@ def _farthest_chunk(X, w, offset, C, m):
 
 def _check_finite(partials) -> None:
     if not (np.isfinite(partials.objective) and np.all(np.isfinite(partials.sums))):
-        raise InvalidDataError(
-            "Input contains NaN or infinity (found in the first pass over the data): "
-            "remove or impute non-finite values before clustering."
-        )
+        raise InvalidDataError(NON_FINITE_INPUT)
 
 
 def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray) -> np.ndarray:

@@ -52,7 +52,7 @@ from typing import Callable
 
 import numpy as np
 
-from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.kernels import (
     CandidateSample,
     Partials,
@@ -272,10 +272,7 @@ def local_search(
     passes = 1
     objective = float(sample.objective)
     if not np.isfinite(objective):
-        raise InvalidDataError(
-            "Input contains NaN or infinity (found in the first pass over the data): "
-            "remove or impute non-finite values before clustering."
-        )
+        raise InvalidDataError(NON_FINITE_INPUT)
     history: list[LocalSearchRecord] = []
     tried = accepted = idle = 0
     stop_reason = "rounds"

@@ -66,6 +66,7 @@ class Dataset:
     n_features: int
     n_rows: int | None  # None while a Dask input's row count is unknown
     frame: object = None  # the Dask DataFrame (selected columns) the array was taken from, if any
+    local: object = None  # the validated in-memory NumPy array ``array`` was made from, if any
 
 
 def _result_dtype(dtype: np.dtype, wanted) -> np.dtype:
@@ -138,15 +139,34 @@ def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
     return data
 
 
-def chunk_local_array(X: np.ndarray, n_workers: int) -> da.Array:
-    """Split an in-memory array into row chunks: at least one per worker, about 64 MiB each."""
+def chunk_local_array(X: np.ndarray, n_workers: int = 1) -> da.Array:
+    """Split an in-memory array into row chunks of about 64 MiB (at least ``n_workers``).
+
+    Fewer chunks than the cluster has threads are split further where they are persisted
+    (:mod:`dkmeans.engine.placement`), so the cluster need not be known here.
+    """
     n = X.shape[0]
     n_chunks = max(n_workers, math.ceil(X.nbytes / CHUNK_BYTES))
     rows = max(1, math.ceil(n / max(1, min(n, n_chunks))))
     return da.from_array(X, chunks=(rows, X.shape[1]))
 
 
-def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=None, device=None) -> Dataset:
+def cluster_workers() -> int:
+    """Workers of the cluster dkmeans runs on (starting the embedded one if need be)."""
+    from dkmeans.cluster import get_client
+
+    return max(1, len(get_client().scheduler_info(n_workers=-1)["workers"]))
+
+
+def local_dataset(X: np.ndarray, device=None) -> Dataset:
+    """A validated in-memory array as a :class:`Dataset` (the Dask array is lazy: nothing is sent)."""
+    from dkmeans._device import to_device
+
+    return Dataset(to_device(chunk_local_array(X), device), False, X.shape[1], X.shape[0],
+                   local=X if device != "gpu" else None)
+
+
+def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None) -> Dataset:
     """Validate any supported input and return it as a row-chunked Dask array.
 
     DataFrames are restricted to ``columns`` (default: all), which must be numeric;
@@ -157,7 +177,7 @@ def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=Non
     from dkmeans.backend import is_cupy_array
 
     if is_cupy_array(data):
-        arr = to_device(chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), n_workers), device)
+        arr = to_device(chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), cluster_workers()), device)
         return Dataset(arr, False, int(arr.shape[1]), int(arr.shape[0]))
     frame = None
     if is_dataframe(data):
@@ -170,8 +190,7 @@ def as_dataset(data, *, n_workers: int, dtype=None, name: str = "X", columns=Non
         arr = to_device(check_dask_array(data, dtype=dtype, name=name), device)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
         return Dataset(arr, True, int(arr.shape[1]), n, frame=frame)
-    X = check_local_array(data, dtype=dtype, name=name)
-    return Dataset(to_device(chunk_local_array(X, n_workers), device), False, X.shape[1], X.shape[0])
+    return local_dataset(check_local_array(data, dtype=dtype, name=name), device)
 
 
 def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_clusters") -> None:
@@ -233,10 +252,7 @@ def check_sample_weight(sample_weight, dataset: Dataset):
         raise InvalidDataError("sample_weight must be non-negative")
     if w_sum <= 0:
         raise InvalidDataError("sample_weight sums to zero: at least one sample needs a positive weight")
-    if isinstance(w, np.ndarray):  # rechunked to the rows' chunks once their lengths are known
-        known = not any(math.isnan(c) for c in dataset.array.chunks[0])
-        w = da.from_array(w, chunks=(dataset.array.chunks[0],) if known else -1)
-    return w
+    return w  # NumPy weights stay NumPy: the fit service sends them with the rows
 
 
 

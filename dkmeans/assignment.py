@@ -76,6 +76,12 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     return labels, float(objective)
 
 
+def assign_local(X, centroids, weights=None):
+    """Labels (int32) and (weighted) objective of an in-memory array, in this process."""
+    out = _label_block(X, np.asarray(centroids).astype(X.dtype), weights)
+    return out[:, 0].astype(np.int32), float(out[:, 1].sum())
+
+
 def _labels_block(X, C):
     return _label_block(X, C)[:, 0].astype(np.int32)
 
@@ -90,4 +96,4 @@ def lazy_labels(X: da.Array, centroids: np.ndarray) -> da.Array:
                         meta=get_namespace(X._meta).empty((0,), np.int32))
 
 
-__all__ = ["assign_dataset", "lazy_labels"]
+__all__ = ["assign_dataset", "assign_local", "lazy_labels"]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing
 import os
 import threading
+from contextlib import contextmanager
 
 import dask
 import distributed
@@ -32,11 +34,41 @@ def _cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _current_client():
+def current_client():
+    """The current ``distributed`` client, or None (nothing is started)."""
     try:
         return distributed.get_client()
     except ValueError:
         return None
+
+
+def in_daemon_process() -> bool:
+    """Whether this process may not start child processes (a joblib/loky or multiprocessing worker)."""
+    return bool(multiprocessing.current_process().daemon)
+
+
+def _in_worker_task() -> bool:
+    try:
+        distributed.get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+@contextmanager
+def fit_client():
+    """The client a fit runs on, for the duration of the fit.
+
+    Inside a task of a Dask worker (``joblib.parallel_backend("dask")``, or a user's own
+    task) this is :func:`distributed.worker_client`: the task leaves its worker thread
+    (secedes) while the fit waits on the cluster, so the tasks it waits for can run on
+    that thread, and takes it back (rejoins) afterwards. Elsewhere it is :func:`get_client`.
+    """
+    if _in_worker_task():
+        with distributed.worker_client() as client:
+            yield client
+    else:
+        yield get_client()
 
 
 def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, *,
@@ -112,12 +144,15 @@ def get_client(*, gpu: bool = False, **kwargs):
     -------
     distributed.Client
     """
-    client = _current_client()
+    client = current_client()
     if client is not None:
         return client
     with _lock:
         client = _embedded.get("client")
         if client is None or client.status in ("closed", "closing"):
+            if in_daemon_process() and not gpu:
+                # a daemonic process (a joblib/loky worker) cannot start worker processes: threads instead
+                kwargs = {"processes": False, "n_workers": 1, "threads_per_worker": _cpu_count(), **kwargs}
             client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
             _embedded["client"] = client
             logger.info("started a local Dask cluster: %s", client.dashboard_link)

@@ -48,6 +48,12 @@ class ChunkTooLargeError(DKMeansError, MemoryError):
     """One chunk of the input alone exceeds a worker's memory budget for a task (nothing was run)."""
 
 
+def distinct_clusters_message(found: int, n_clusters: int) -> str:
+    """scikit-learn's warning text (users filter it), then what dkmeans did."""
+    return (f"Number of distinct clusters ({found}) found smaller than n_clusters ({n_clusters}). Possibly due to "
+            f"duplicate points in X. The data has fewer distinct points than n_clusters: some centres coincide.")
+
+
 #: The one message of every error about NaN or infinity in the data, whether found in a fit's
 #: first pass or when a lazy result (labels, distances) is computed.
 NON_FINITE_INPUT = "Input contains NaN or infinity: remove or impute non-finite values before clustering or predicting."

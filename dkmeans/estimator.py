@@ -23,7 +23,8 @@ from dkmeans._validation import (
     FLOAT_DTYPES,
     Dataset,
     check_dask_array,
-    chunk_local_array,
+    cluster_workers,
+    local_dataset,
     data_errors,
     is_dask_collection,
 )
@@ -295,16 +296,18 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         )
 
     # -- data ---------------------------------------------------------------------
-    def _fit_dataset(self, X, client, n_workers: int) -> Dataset:
+    def _fit_dataset(self, X) -> Dataset:
         if is_cupy_array(X):
-            arr = to_device(chunk_cupy_array(check_cupy_array(X), n_workers), self.device)
+            arr = to_device(chunk_cupy_array(check_cupy_array(X), cluster_workers()), self.device)
             self.n_features_in_ = int(arr.shape[1])
             return Dataset(arr, False, self.n_features_in_, int(arr.shape[0]))
-        dataset = self._host_dataset(X, n_workers)
+        dataset = self._host_dataset(X)
         dataset.array = to_device(dataset.array, self.device)
+        if self.device == "gpu":
+            dataset.local = None  # the rows go to the GPUs: no fit in this process
         return dataset
 
-    def _host_dataset(self, X, n_workers: int) -> Dataset:
+    def _host_dataset(self, X) -> Dataset:
         if is_dataframe(X):
             select_columns(X)  # every column must be numeric: say which are not
         if is_dask_collection(X):
@@ -318,7 +321,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             return Dataset(arr, True, self.n_features_in_, n, frame=X if is_dask_dataframe(X) else None)
         with data_errors("X"):
             X = validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=True, ensure_min_samples=1)
-        return Dataset(chunk_local_array(X, n_workers), False, X.shape[1], X.shape[0])
+        return local_dataset(X)
 
     def _check_test_data(self, X):
         """Validate predict/transform input: a NumPy array, a Dask array or a Dask DataFrame."""
@@ -378,9 +381,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             raise
 
     def _fit(self, X, sample_weight, spec: FitSpec):
-        client = get_client()
-        n_workers = max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-        result = run_fit(spec, self._fit_dataset(X, client, n_workers), sample_weight)
+        result = run_fit(spec, self._fit_dataset(X), sample_weight)
         # attributes are set only once everything succeeded (fit() restores them on failure)
         self.cluster_centers_ = result.centroids
         self.labels_ = result.labels

@@ -27,14 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import dask
+import dask.array as da
 import numpy as np
+from dask.utils import parse_bytes
 
 from dkmeans import init as init_strategies
 from dkmeans._random import resolve_seed
 from dkmeans._validation import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
-from dkmeans.assignment import assign_dataset, lazy_labels
-from dkmeans.cluster import get_client
+from dkmeans.assignment import assign_dataset, assign_local, lazy_labels
+from dkmeans.cluster import current_client, fit_client, in_daemon_process
 from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
+from dkmeans.engine.local import ChunkList
 from dkmeans.engine.hybrid import HybridData
 from dkmeans.engine.streamed import rows_in_block
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
@@ -54,6 +57,12 @@ logger = logging.getLogger("dkmeans")
 #: Dask config key (env ``DASK_DKMEANS__OUT_OF_CORE``): "auto", True or False; a fit's
 #: ``out_of_core`` parameter other than "auto" wins.
 OUT_OF_CORE_KEY = "dkmeans.out-of-core"
+#: Dask config key (env ``DASK_DKMEANS__IN_PROCESS_BYTES``): in-memory (NumPy, pandas) data
+#: of at most this size is fitted in the calling process (see :func:`_in_process`); 0 sends
+#: all data to the cluster.
+IN_PROCESS_BYTES_KEY = "dkmeans.in-process-bytes"
+#: 100,000 x 8 float32 is 3 MiB; a cluster round trip per pass costs more than such a pass.
+DEFAULT_IN_PROCESS_BYTES = "32MiB"
 
 
 @dataclass(frozen=True)
@@ -351,6 +360,20 @@ def _wants_local_search(spec: FitSpec) -> bool:
     return bool(spec.local_search)
 
 
+def _in_process(dataset: Dataset, weights) -> bool:
+    """Whether to fit in this process, without a cluster (see :data:`IN_PROCESS_BYTES_KEY`).
+
+    In-memory data (NumPy or pandas) of at most ``dkmeans.in-process-bytes`` is fitted
+    where it is: a cluster round trip per pass would cost more than the passes. So is any
+    in-memory data when no cluster is current and none can be started here (a daemonic
+    process, such as a joblib/loky worker of ``GridSearchCV(n_jobs=2)``).
+    """
+    if dataset.local is None or (weights is not None and not isinstance(weights, np.ndarray)):
+        return False
+    limit = float(parse_bytes(str(dask.config.get(IN_PROCESS_BYTES_KEY, DEFAULT_IN_PROCESS_BYTES))))
+    return dataset.local.nbytes <= limit or (current_client() is None and in_daemon_process())
+
+
 def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     """Fit k-means on validated data (see the module docstring).
 
@@ -366,7 +389,6 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     -------
     FitResult
     """
-    client = get_client()
     k = spec.n_clusters
     dtype = dataset.array.dtype
     C0 = None
@@ -376,7 +398,17 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
         check_n_clusters_vs_rows(k, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
     weights = check_sample_weight(sample_weight, dataset)
     seed = resolve_seed(spec.random_state)
-    data = place_data(client, dataset, weights, spec.out_of_core)
+    if _in_process(dataset, weights) and resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - True, not "auto"
+        return _fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None)
+    with fit_client() as client:
+        if isinstance(weights, np.ndarray):
+            weights = da.from_array(weights, chunks=dataset.array.chunks[0] if dataset.n_rows is not None else -1)
+        return _fit(spec, dataset, place_data(client, dataset, weights, spec.out_of_core), C0, seed, client)
+
+
+def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client) -> FitResult:
+    """The fit on placed data (in this process when ``client`` is None)."""
+    k = spec.n_clusters
     try:
         check_n_clusters_vs_rows(k, data.n_rows, spec.names.get("n_clusters", "n_clusters"))
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite data: reported below
@@ -407,20 +439,23 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
             hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration,
         )
         best = fit_runs(data, plan, state, checkpointer)
-        in_memory = data.kind == "persisted"
-        if in_memory:
+        in_memory = data.kind in ("persisted", "local")
+        if data.kind == "local":
+            labels, inertia = assign_local(dataset.local, best.centroids,
+                                           data.weights[0] if data.has_weights else None)
+        elif in_memory:
             # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
             labels, inertia = assign_dataset(client, data.X, best.centroids, data.weights,
                                              keep_labels=dataset.frame is None, generation=data.generation)
         else:  # labels stay lazy, computed from the source when used; the objective takes one pass
             inertia = objective(data, best.centroids)
             labels = lazy_labels(dataset.array, best.centroids)
-        n_passes = data.passes + in_memory  # the objective pass over streamed data counted itself
+        n_passes = data.passes + 1 - (data.kind == "streamed" or data.kind == "hybrid")  # streamed: counted
     finally:
         data.release()
     if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
         labels = predict_series(dataset.frame, best.centroids)
-    elif not dataset.is_dask:
+    elif not dataset.is_dask and data.kind != "local":
         labels = labels.compute()
     return FitResult(best.centroids, labels, inertia, best.n_iter, best.stop_reason, best.converged,
                      list(best.history), "in-memory" if in_memory else "out-of-core", n_passes,

@@ -23,7 +23,7 @@ import numpy as np
 
 from dkmeans import _params
 from dkmeans._validation import as_dataset, check_float_dtype
-from dkmeans.assignment import assign_dataset
+from dkmeans.assignment import assign_dataset, assign_local
 from dkmeans.cluster import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
 from dkmeans.fit import FitSpec, run_fit
@@ -81,10 +81,6 @@ def _check_descriptor(desc) -> Descriptor:
     if not isinstance(desc, Descriptor):
         raise DataTypeError(f"desc must be a dkmeans.Descriptor, got {type(desc).__name__}")
     return desc
-
-
-def _n_workers(client) -> int:
-    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
@@ -152,9 +148,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
             f"initial_centroids: unknown strategy {initial_centroids!r}; "
             f"use an array or one of {sorted(_params.INIT_STRATEGIES)}"
         )
-    client = get_client()
-    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns,
-                         device=p["device"])
+    dataset = as_dataset(data, dtype=desc.dtype, name="data", columns=columns, device=p["device"])
     job = {"function": "dkmeans.train", "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
            "initial_centroids": initial_centroids if isinstance(initial_centroids, str) else "array",
            "oversampling_factor": p["oversampling_factor"], "init_rounds": p["init_rounds"],
@@ -209,12 +203,15 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
         raise InvalidDataError(
             f"model has {model.cluster_count} centroids but desc.cluster_count is {desc.cluster_count}"
         )
-    client = get_client()
-    dataset = as_dataset(data, n_workers=_n_workers(client), dtype=desc.dtype, name="data", columns=columns)
+    dataset = as_dataset(data, dtype=desc.dtype, name="data", columns=columns)
     if model.centroids.shape[1] != dataset.n_features:
         raise InvalidDataError(
             f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
         )
+    if dataset.local is not None:  # in-memory data: assigned right here, as the estimator's predict does
+        labels, objective = assign_local(dataset.local, model.centroids)
+        return InferResult(labels=labels, objective_function_value=objective)
+    client = get_client()
     array = dataset.array
     labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask,
                                        keep_labels=dataset.frame is None)

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, distinct_clusters_message
 from dkmeans.kernels import (
     assign_partials,
     combine_top,
@@ -100,12 +100,10 @@ def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray) -> np.nd
     out = centroids.copy()
     targets = np.flatnonzero(empty)
     out[targets[: len(far.index)]] = far.rows
-    if len(far.index) < m or not np.all(np.asarray(far.score) > 0):
-        warnings.warn(
-            f"{m} clusters are empty and the data has too few distinct points to give each its own row: "
-            "some centroids coincide (the data has fewer distinct points than n_clusters).",
-            ConvergenceWarning, stacklevel=2,
-        )
+    found = int(np.sum(np.asarray(far.score) > 0))
+    if found < m:
+        warnings.warn(distinct_clusters_message(len(centroids) - m + found, len(centroids)), ConvergenceWarning,
+                      stacklevel=2)
     return out
 
 

@@ -37,14 +37,18 @@ def _projection(X, centroids):
 
 
 def plot_history(history, ax=None):
-    """Objective per iteration (log scale) from ``KMeans.history_`` or ``TrainResult.history``."""
+    """Objective per step (log scale) from ``KMeans.history_`` or ``TrainResult.history``.
+
+    Steps are Lloyd iterations, local-search rounds and Hartigan rounds in the order they ran
+    (each phase numbers its own records, so the position is the step).
+    """
     plt = _pyplot()
     ax = ax or plt.gca()
     rows = [h if isinstance(h, dict) else h.as_dict() for h in history]
-    ax.plot([r["iteration"] for r in rows], [r["objective"] for r in rows], marker="o")
+    ax.plot(np.arange(1, len(rows) + 1), [r["objective"] for r in rows], marker="o")
     ax.set_yscale("log")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel("iteration")
+    ax.set_xlabel("step (Lloyd iterations, then swap rounds and Hartigan rounds if any)")
     ax.set_ylabel("objective (sum of squared distances)")
     ax.set_title("objective per iteration")
     return ax

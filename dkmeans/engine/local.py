@@ -18,14 +18,18 @@ class ChunkList:
 
     The base of :class:`LocalChunks` (every chunk) and of an SPMD rank's chunks, which
     combine their passes with the other ranks' (:class:`dkmeans.engine.spmd.RankChunks`).
-    ``passes`` counts the passes made.
+    ``passes`` counts the passes made. Built with :meth:`from_array`, it is also the data of
+    a fit run in the caller's process (small in-memory data, see :mod:`dkmeans.fit`).
     """
+
+    kind = "local"
 
     def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None):
         self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(int(o) for o in offsets)
         self.dtype, self.n_features = dtype, n_features
         self.n_rows = int(sum(int(b.shape[0]) for b in self.blocks)) if n_rows is None else int(n_rows)
         self.passes = 0
+        self.loop_modes: list[str] = []
         self._on_progress = None
 
     @classmethod
@@ -90,10 +94,14 @@ class ChunkList:
             return fn(self, *args)
         finally:
             self._on_progress = None
+            self.loop_modes.append("in-process")
 
     def report(self, record: dict) -> None:
         if self._on_progress is not None:
             self._on_progress(record)
+
+    def release(self) -> None:
+        """Nothing to release: the chunks are the caller's arrays."""
 
 
 class LocalChunks(ChunkList):

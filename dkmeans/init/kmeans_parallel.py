@@ -31,6 +31,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.cluster import KMeans as _LocalKMeans
 from sklearn.cluster import kmeans_plusplus
 
+from dkmeans.errors import distinct_clusters_message
 from dkmeans.init.options import InitOptions, derive_seed
 from dkmeans.init.random import first_centre
 from dkmeans.kernels import (
@@ -116,12 +117,9 @@ def _complete(data, C: np.ndarray, k: int) -> np.ndarray:
     """Add the rows farthest from ``C`` until there are k centres (deterministic)."""
     missing = k - len(C)
     far = farthest_points_all(data, C, missing)
-    if len(far.index) < missing or np.any(far.score <= 0):
-        warnings.warn(
-            f"the data has fewer than n_clusters={k} distinct points; some of the {k} centres coincide",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
+    found = int(np.sum(np.asarray(far.score) > 0))
+    if found < missing:
+        warnings.warn(distinct_clusters_message(len(C) + found, k), ConvergenceWarning, stacklevel=4)
     extra = np.asarray(far.rows)
     while len(C) + len(extra) < k:  # not even k rows with positive weight: repeat centres
         extra = np.concatenate([extra, C[: k - len(C) - len(extra)]])

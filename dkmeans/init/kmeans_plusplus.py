@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from dkmeans.errors import distinct_clusters_message
 from dkmeans.init.options import InitOptions
 from dkmeans.init.random import first_centre
 from dkmeans.kernels import TrialPartial, combine_top, kpp_trials, update_nearest
@@ -76,10 +77,6 @@ def kmeans_plusplus(data, n_clusters: int, seed: int, options: InitOptions | Non
         trials = np.asarray(res.samples[best].rows) if n_next else trials[:0]
     del state
     if len(centers) < n_clusters:
-        warnings.warn(
-            f"the data has fewer than n_clusters={n_clusters} distinct points; some of the centres coincide",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+        warnings.warn(distinct_clusters_message(len(centers), n_clusters), ConvergenceWarning, stacklevel=3)
         centers += [centers[i % len(centers)] for i in range(n_clusters - len(centers))]
     return np.asarray(centers, dtype=data.dtype)

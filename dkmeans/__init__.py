@@ -13,6 +13,7 @@ from dkmeans.model import InferResult, Model, TrainResult
 from dkmeans._version import __version__
 
 __all__ = [
+    "__version__",
     "Descriptor",
     "InferResult",
     "KMeans",

@@ -17,8 +17,7 @@ import dask.array as da
 import numpy as np
 from sklearn.utils import check_array
 
-from dkmeans.backend import get_namespace
-from dkmeans.errors import NON_FINITE_INPUT, DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
+from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -253,22 +252,3 @@ def check_sample_weight(sample_weight, dataset: Dataset):
     if w_sum <= 0:
         raise InvalidDataError("sample_weight sums to zero: at least one sample needs a positive weight")
     return w  # NumPy weights stay NumPy: the fit service sends them with the rows
-
-
-
-
-def check_finite_block(result, X) -> None:
-    """Raise :class:`InvalidDataError` if the chunk ``X`` holds NaN or infinity, judged from ``result``.
-
-    ``result`` is what a kernel returned for ``X`` (squared distances to the nearest
-    centroid, or distances to every centroid): a non-finite row gives non-finite entries,
-    so one ``isfinite`` pass over the result finds it, with no second pass over ``X``.
-    ``X`` is read only when the result is not finite, to tell bad data from distances
-    that overflowed on finite data (left as they are). Called where the chunk is, so a
-    lazy result raises when it is computed, with the same error as at fit.
-    """
-    xp = get_namespace(result)
-    if bool(xp.isfinite(result).all()):
-        return
-    if not bool(xp.isfinite(X).all()):
-        raise InvalidDataError(NON_FINITE_INPUT)

@@ -10,10 +10,11 @@ when it is computed, also lazily.
 from __future__ import annotations
 
 import dask.array as da
+from dask.array.utils import meta_from_array
 import numpy as np
 from distributed import futures_of
 
-from dkmeans._validation import check_finite_block
+from dkmeans.kernels.stats import check_finite_block
 from dkmeans.backend import get_namespace
 from dkmeans.engine import gather as gather_results
 from dkmeans.kernels import assign
@@ -60,7 +61,7 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     args = [X, C] if weights is None else [X, C, weights.rechunk((X.chunks[0],))[:, None]]
     blocks = da.map_blocks(
         _label_block, *args, dtype=np.float64, chunks=(X.chunks[0], (2,)),
-        meta=get_namespace(X._meta).empty((0, 2), dtype=np.float64),  # CuPy chunks give CuPy labels
+        meta=get_namespace(meta_from_array(X)).empty((0, 2), dtype=np.float64),  # CuPy chunks give CuPy labels
     )
     labels = blocks[:, 0].astype(np.int32)
     objective = blocks[:, 1].sum()
@@ -93,7 +94,7 @@ def lazy_labels(X: da.Array, centroids: np.ndarray) -> da.Array:
     """
     C = np.asarray(centroids).astype(X.dtype)
     return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1,
-                        meta=get_namespace(X._meta).empty((0,), np.int32))
+                        meta=get_namespace(meta_from_array(X)).empty((0,), np.int32))
 
 
 __all__ = ["assign_dataset", "assign_local", "lazy_labels"]

@@ -8,11 +8,11 @@ scikit-learn, ``cluster_centers_``, ``inertia_``, ``n_iter_``).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import warnings
 
 import dask.array as da
+from dask.array.utils import meta_from_array
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -48,7 +48,7 @@ from dkmeans.state import IterationRecord, LocalSearchRecord, history_dicts
 logger = logging.getLogger("dkmeans")
 
 def _labels_block(X, C):
-    from dkmeans._validation import check_finite_block
+    from dkmeans.kernels.stats import check_finite_block
 
     labels, min_sq = assign(X, C)
     check_finite_block(min_sq, X)  # a NaN row has a NaN distance: raises when a lazy result is computed
@@ -56,7 +56,7 @@ def _labels_block(X, C):
 
 
 def _sq_dist_block(X, C):
-    from dkmeans._validation import check_finite_block
+    from dkmeans.kernels.stats import check_finite_block
 
     min_sq = assign(X, C)[1]
     check_finite_block(min_sq, X)
@@ -64,7 +64,7 @@ def _sq_dist_block(X, C):
 
 
 def _distances_block(X, C):
-    from dkmeans._validation import check_finite_block
+    from dkmeans.kernels.stats import check_finite_block
 
     out = distances(X, C)
     check_finite_block(out, X)
@@ -474,7 +474,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         if is_dask_dataframe(X):
             return predict_series(X, C)
         if isinstance(X, da.Array):
-            xp = get_namespace(X._meta)  # CuPy-backed input: CuPy labels
+            xp = get_namespace(meta_from_array(X))  # CuPy-backed input: CuPy labels
             return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1, meta=xp.empty((0,), np.int32))
         return _labels_block(X, C)  # NumPy was checked above; CuPy only here
 
@@ -491,7 +491,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         if isinstance(X, da.Array):
             return X.map_blocks(
                 _distances_block, C, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
-                meta=get_namespace(X._meta).empty((0, 0), X.dtype),
+                meta=get_namespace(meta_from_array(X)).empty((0, 0), X.dtype),
             )
         return _distances_block(X, C)
 

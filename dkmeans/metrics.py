@@ -10,7 +10,7 @@ import dask.array as da
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from dkmeans._validation import check_finite_block
+from dkmeans.kernels.stats import check_finite_block
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels import assign, cluster_sums
 

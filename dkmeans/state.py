@@ -164,13 +164,12 @@ class FitState:
 
 
 def history_dicts(records) -> list:
-    """Iteration records as dicts tagged with their ``algorithm`` ("lloyd" or "hartigan")."""
+    """Iteration records as dicts tagged with their ``algorithm`` ("lloyd", "hartigan" or "local-search")."""
     return [dict(r.as_dict(), algorithm=_ALGORITHM_OF[type(r)]) for r in records]
 
 
 def history_records(dicts) -> list:
     """The inverse of :func:`history_dicts`."""
-    from dkmeans.hartigan import HartiganRecord
     out = []
     for d in dicts:
         d = dict(d)

@@ -12,19 +12,36 @@ from dkmeans.engine.persisted import SINGLE_TASK_WORK_KEY
 from dkmeans.engine.spmd import SPMD_KEY
 from dkmeans.testing import local_cluster, make_blobs
 
-# The test data are small, so every Lloyd loop would run inside one task
-# (PersistedData.fits_one_task), and larger ones SPMD. The suite exercises the
-# per-iteration distributed loop by default, and the single-task and SPMD loops where a
-# test asks for them (the ``single_task`` and ``spmd`` fixtures); the environment
-# variables reach CLI subprocesses.
-os.environ["DASK_DKMEANS__SINGLE_TASK_WORK"] = "0"
-os.environ["DASK_DKMEANS__SPMD"] = "False"
-dask.config.set({SINGLE_TASK_WORK_KEY: 0, SPMD_KEY: False})
+# The suite runs with the settings a user's fit gets: small in-memory data is fitted in
+# the calling process, small Dask loops inside one task, larger ones SPMD. The other
+# modes run where a test asks for them: ``graph_loop`` (one graph per Lloyd iteration),
+# ``single_task`` and ``spmd`` (which also check the mode was taken), ``on_cluster``
+# (in-memory data sent to the cluster); test_lloyd.py runs every Lloyd test in each mode.
+# Kernels compile eagerly in the tests, so that a fit never mixes the NumPy and compiled
+# paths (which agree to rounding only) and results compare exactly.
+os.environ["DASK_DKMEANS__COMPILE"] = "eager"
 
 
 @pytest.fixture
-def single_task(monkeypatch):
-    """Let small Lloyd loops run inside one task (the default outside the test suite); yields the calls."""
+def graph_loop(monkeypatch):
+    """Lloyd loops run one graph per iteration (also in CLI subprocesses)."""
+    monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", "0")
+    monkeypatch.setenv("DASK_DKMEANS__SPMD", "False")
+    with dask.config.set({SINGLE_TASK_WORK_KEY: 0, SPMD_KEY: False}):
+        yield
+
+
+@pytest.fixture
+def on_cluster(monkeypatch):
+    """In-memory (NumPy, pandas) data is sent to the cluster instead of being fitted in-process."""
+    monkeypatch.setenv("DASK_DKMEANS__IN_PROCESS_BYTES", "0")
+    with dask.config.set({"dkmeans.in-process-bytes": 0}):
+        yield
+
+
+@pytest.fixture
+def single_task(monkeypatch, on_cluster):
+    """Small Lloyd loops run inside one task (the default for Dask data); yields the calls."""
     from dkmeans.engine.persisted import DEFAULT_SINGLE_TASK_WORK, PersistedData
 
     calls = []
@@ -36,13 +53,14 @@ def single_task(monkeypatch):
 
     monkeypatch.setattr(PersistedData, "_run_in_one_task", spy)
     monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", str(DEFAULT_SINGLE_TASK_WORK))
-    with dask.config.set({SINGLE_TASK_WORK_KEY: DEFAULT_SINGLE_TASK_WORK}):
+    monkeypatch.setenv("DASK_DKMEANS__SPMD", "False")
+    with dask.config.set({SINGLE_TASK_WORK_KEY: DEFAULT_SINGLE_TASK_WORK, SPMD_KEY: False}):
         yield calls
 
 
 @pytest.fixture
-def spmd(monkeypatch):
-    """Let Lloyd loops run SPMD (the default for loops too large for one task); yields the ranks' calls."""
+def spmd(monkeypatch, on_cluster):
+    """Lloyd loops run SPMD (the default for loops too large for one task, forced here); yields the ranks' calls."""
     import dkmeans.engine.spmd
 
     calls = []
@@ -54,7 +72,8 @@ def spmd(monkeypatch):
 
     monkeypatch.setattr(dkmeans.engine.spmd, "run_spmd", spy)
     monkeypatch.setenv("DASK_DKMEANS__SPMD", "True")
-    with dask.config.set({SPMD_KEY: True}):
+    monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", "0")
+    with dask.config.set({SPMD_KEY: True, SINGLE_TASK_WORK_KEY: 0}):
         yield calls
 
 

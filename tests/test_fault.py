@@ -24,6 +24,9 @@ from dkmeans.lloyd import CentroidShift
 from dkmeans.testing import fit_lloyd
 from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
 
+# Failures of the cluster: in-memory input goes to the cluster too (not fitted in-process).
+pytestmark = pytest.mark.usefixtures("on_cluster")
+
 
 @pytest.fixture
 def own_cluster():

@@ -17,6 +17,7 @@ from dkmeans.testing import pick_rows as initial_rows
 def loop_mode(request):
     """Every test runs with one graph per iteration, with the whole loop in one task, and SPMD."""
     if request.param == "per-iteration":
+        request.getfixturevalue("graph_loop")
         yield
         return
     if request.param == "spmd":

@@ -13,6 +13,7 @@ import uuid
 from typing import Sequence
 
 import dask.array as da
+from dask.array.utils import meta_from_array
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Alias, Task, TaskRef
@@ -79,10 +80,10 @@ def _persist_layers(client, X: da.Array, weights: da.Array | None, layers: dict,
     all_layers = {name: layer for a in inputs for name, layer in a.dask.layers.items()} | layers
     deps = {name: d for a in inputs for name, d in a.dask.dependencies.items()} | dict.fromkeys(layers, parents)
     graph = HighLevelGraph(all_layers, deps)
-    X = da.Array(graph, x_name, (row_chunks, X.chunks[1]), meta=X._meta)
+    X = da.Array(graph, x_name, (row_chunks, X.chunks[1]), meta=meta_from_array(X))
     if weights is None:
         return client.persist(X, optimize_graph=False), None
-    weights = da.Array(graph, w_name, (row_chunks,), meta=weights._meta)
+    weights = da.Array(graph, w_name, (row_chunks,), meta=meta_from_array(weights))
     return tuple(client.persist([X, weights], optimize_graph=False))
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import dask
 import dask.array as da
+from dask.array.utils import meta_from_array
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
@@ -140,7 +141,7 @@ class StreamedData:
         self.offsets = tuple(int(self.first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]]))
         self._n_rows = int(sum(self.chunk_rows))
         if any(np.isnan(c) for c in self.X.chunks[0]):
-            self.X = da.Array(self.X.dask, self.X.name, (self.chunk_rows, self.X.chunks[1]), meta=self.X._meta)
+            self.X = da.Array(self.X.dask, self.X.name, (self.chunk_rows, self.X.chunks[1]), meta=meta_from_array(self.X))
         per_row = self.n_features * self.dtype.itemsize + (8 if self.weights is not None else 0)
         check_chunks_fit([r * per_row * self.read_overhead for r in self.chunk_rows], self.budget)
 
@@ -149,7 +150,7 @@ class StreamedData:
         counts = X.map_blocks(rows_in_block, dtype=np.int64, chunks=((1,) * X.numblocks[0],), drop_axis=1)
         rows = tuple(int(r) for r in gather(self.client, self.client.compute(counts)))
         self.passes += 1
-        return da.Array(X.dask, X.name, (rows, X.chunks[1]), meta=X._meta)
+        return da.Array(X.dask, X.name, (rows, X.chunks[1]), meta=meta_from_array(X))
 
     def _ensure_chunk_rows(self) -> None:
         if self.chunk_rows is None:

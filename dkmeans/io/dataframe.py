@@ -80,7 +80,7 @@ def check_feature_names(df, expected, name: str = "X") -> None:
 
 
 def _predict_partition(part, centroids, name):
-    from dkmeans._validation import check_finite_block
+    from dkmeans.kernels.stats import check_finite_block
     from dkmeans.kernels import assign
 
     X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))
@@ -90,7 +90,7 @@ def _predict_partition(part, centroids, name):
 
 
 def _transform_partition(part, centroids, names):
-    from dkmeans._validation import check_finite_block
+    from dkmeans.kernels.stats import check_finite_block
     from dkmeans.kernels import distances
 
     X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))

@@ -22,6 +22,7 @@ CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,10 +30,8 @@ import numpy as np
 from dkmeans.backend import get_namespace, sparse_namespace
 from dkmeans.kernels import _cuda  # fused CuPy kernels; imports CuPy only when called
 
-try:  # compiled loops for the NumPy path; the namespace code below is the fallback
-    from dkmeans.kernels import _numba as _compiled
-except ImportError:  # pragma: no cover - numba is a dependency, but stay usable without it
-    _compiled = None
+from dkmeans.kernels import _numba as _compiled  # compiled loops of the NumPy path
+from dkmeans.kernels.compile import compiled_ready
 
 #: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (the direct
 #: loops, or BLAS plus a compiled argmin for ``d > 16`` and very few centroids); "blas"
@@ -69,12 +68,30 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _compiled_engine(xp, X, k: int) -> str | None:
-    """"direct", "blas", or None (namespace code) for the rows ``X``."""
-    if ENGINE == "xp" or _compiled is None or xp is not np or X.dtype not in _FLOATS:
+    """"direct", "blas", or None (namespace code) for the rows ``X``.
+
+    None also while the compiled loops of this kind are compiling in the background
+    (:mod:`dkmeans.kernels.compile`).
+    """
+    if ENGINE == "xp" or xp is not np or X.dtype not in _FLOATS:
         return None
-    if ENGINE == "auto" and (_compiled.direct_width(X.shape[1]) is not None or k >= STREAM_MIN_CENTROIDS):
-        return "direct"
-    return "blas"
+    d = X.shape[1]
+    if ENGINE == "auto" and (_compiled.direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS):
+        engine, kind = "direct", ("direct", X.dtype.str, _compiled.direct_width(d))
+    else:
+        engine, kind = "blas", ("blas", X.dtype.str)
+    return engine if compiled_ready(kind, functools.partial(_warm_up, X.dtype, d, k)) else None
+
+
+def _warm_up(dtype, d: int, k: int) -> None:
+    """Run every compiled path a fit takes for this dtype, width and number of centroids, on a few rows."""
+    rng = np.random.default_rng(0)
+    X = rng.random((300, d)).astype(dtype)
+    C = X[: min(k, 300)].copy()
+    for w in (None, np.ones(len(X))):
+        assign_partials(X, C, w)
+        farthest_points(X, C, 1, 0, w)
+    assign(X, C)
 
 
 class Partials(NamedTuple):

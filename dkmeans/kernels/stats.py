@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Sequence
 
 from dkmeans.backend import get_namespace
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 
 
 class Moments(NamedTuple):
@@ -50,3 +51,20 @@ def combine_moments(parts: Sequence[Moments]) -> Moments:
         m2 = m2 + p.m2 + delta * delta * (count * p.count / total)
         count = total
     return Moments(count, mean, m2)
+
+
+def check_finite_block(result, X) -> None:
+    """Raise :class:`InvalidDataError` if the chunk ``X`` holds NaN or infinity, judged from ``result``.
+
+    ``result`` is what a kernel returned for ``X`` (squared distances to the nearest
+    centroid, or distances to every centroid): a non-finite row gives non-finite entries,
+    so one ``isfinite`` pass over the result finds it, with no second pass over ``X``.
+    ``X`` is read only when the result is not finite, to tell bad data from distances
+    that overflowed on finite data (left as they are). Called where the chunk is, so a
+    lazy result raises when it is computed, with the same error as at fit.
+    """
+    xp = get_namespace(result)
+    if bool(xp.isfinite(result).all()):
+        return
+    if not bool(xp.isfinite(X).all()):
+        raise InvalidDataError(NON_FINITE_INPUT)

@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lloyd.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) dkmeans-demo-output .pytest_cache
+	rm -rf $(VENV) .venv-oldest dkmeans-demo-output .pytest_cache
 
 # `make test-oldest`: the tests again in a separate .venv-oldest holding exactly the oldest
 # versions pyproject.toml allows (the pins of .ci/oldest-constraints.txt, wheels only), on a

@@ -166,10 +166,11 @@ def test_spmd_is_the_default_for_loops_too_large_for_one_task(client, monkeypatc
     X, _, _ = make_blobs(3000, 3, 4, seed=2)
     Xd = da.from_array(X, chunks=(500, 3))
     params = dict(n_clusters=4, init=pick_rows(X, 4, seed=0), tol=0)
-    graph = dkmeans.KMeans(**params).fit(Xd)
+    with dask.config.set({"dkmeans.spmd": False, "dkmeans.single-task-work": 0}):
+        graph = dkmeans.KMeans(**params).fit(Xd)
     assert not calls
-    monkeypatch.delitem(dask.config.config["dkmeans"], "spmd")  # the default, as outside the suite
-    default = dkmeans.KMeans(**params).fit(Xd)
+    with dask.config.set({"dkmeans.single-task-work": 0}):  # too large for one task; SPMD as by default
+        default = dkmeans.KMeans(**params).fit(Xd)
     assert calls
     np.testing.assert_allclose(default.cluster_centers_, graph.cluster_centers_, rtol=1e-12)
     assert default.n_iter_ == graph.n_iter_

@@ -33,12 +33,15 @@ Every function takes arrays of one namespace ``xp`` (NumPy or CuPy).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Sequence
 
+import numba
 import numpy as np
 
 from dkmeans.backend import get_namespace
 from dkmeans.kernels.assign import TopRows, assign, cluster_sums, select_top
+from dkmeans.kernels.compile import compiled_ready
 from dkmeans.kernels.reduce import combine_top
 from dkmeans.kernels.sampling import uniform_by_index
 from dkmeans.kernels.seeding import weighted_sample_keys
@@ -133,10 +136,19 @@ def _sq_from_dot(xp, x_sq, dots, c_sq):
     return xp.maximum(dots, 0.0, out=dots)
 
 
+def _compiled_ready(xp, X) -> bool:
+    return xp is np and X.dtype in (np.float32, np.float64) and compiled_ready(
+        ("nearest_two", X.dtype.str), functools.partial(_warm_up_nearest_two, X.dtype))
+
+
 def _nearest_two_tile(xp, Xt, C64, c_sq):
     """:class:`NearestTwo` of one tile of translated float64 rows ``Xt``."""
     t = Xt.shape[0]
     k = C64.shape[0]
+    if _compiled_ready(xp, Xt):
+        out = NearestTwo(np.empty(t, np.int32), np.empty(t, np.int32), np.empty(t), np.empty(t))
+        _nearest_two_rows(np.ascontiguousarray(Xt), np.zeros(Xt.shape[1]), C64, *out)
+        return out
     D = Xt @ C64.T
     D *= -2.0
     D += c_sq[None, :]  # ||x||^2 omitted: the same for every centroid of a row
@@ -155,6 +167,34 @@ def _nearest_two_tile(xp, Xt, C64, c_sq):
     flip = d2 < d1
     return NearestTwo(xp.where(flip, second, first).astype(xp.int32), xp.where(flip, first, second).astype(xp.int32),
                       xp.where(flip, d2, d1), xp.where(flip, d1, d2))
+
+
+@numba.njit(cache=True, nogil=True)
+def _nearest_two_rows(X, origin, C64, first, second, d1, d2):  # pragma: no cover - compiled
+    """Compiled :func:`_nearest_two_tile` for host rows: exact translated float64 distances, row by row."""
+    n, d = X.shape
+    k = C64.shape[0]
+    row = np.empty(d, dtype=np.float64)
+    for i in range(n):
+        for f in range(d):
+            row[f] = X[i, f] - origin[f]
+        b1, b2, j1, j2 = np.inf, np.inf, 0, 0
+        for j in range(k):
+            s = 0.0
+            for f in range(d):
+                t = row[f] - C64[j, f]
+                s += t * t
+            if s < b1:  # strict: ties keep the lower index nearest
+                b2, j2, b1, j1 = b1, j1, s, j
+            elif s < b2:
+                b2, j2 = s, j
+        first[i], d1[i] = j1, b1
+        second[i], d2[i] = (j2, b2) if k > 1 else (j1, np.inf)
+
+
+def _warm_up_nearest_two(dtype) -> None:
+    X = np.random.default_rng(0).random((64, 3)).astype(dtype)
+    nearest_two(X, X[:4])
 
 
 def _translated(xp, C):
@@ -189,6 +229,9 @@ def nearest_two(X, C, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> NearestTwo:
     k = C64.shape[0]
     out = NearestTwo(xp.empty(n, dtype=xp.int32), xp.empty(n, dtype=xp.int32),
                      xp.empty(n, dtype=xp.float64), xp.empty(n, dtype=xp.float64))
+    if _compiled_ready(xp, X):
+        _nearest_two_rows(np.ascontiguousarray(X), origin, C64, *out)  # no n x k buffer: no tiles
+        return out
     rows = _tile_rows(k, 0, d, scratch_bytes)
     for i0 in range(0, n, rows):
         i1 = min(n, i0 + rows)

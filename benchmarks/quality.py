@@ -20,7 +20,11 @@ passes and seconds per run. The goal: a setting that reaches scikit-learn n_init
 mean CI (no higher) and mean objective (within 0.1%) on every set, with at most twice the
 passes of our default fit.
 
-Run:  PYTHONPATH=. .venv/bin/python benchmarks/quality.py [--seeds 10] [--sets a1 s1 ...]
+The estimator's own default fit (``dkmeans.KMeans(k, random_state=seed)``: k-means||, Lloyd,
+local search, Lloyd; passes as it reports them in ``n_passes_``) is compared the same way
+against scikit-learn n_init=10 and against ``local_search=False`` (the previous default).
+
+Run:  .venv/bin/python benchmarks/quality.py [--seeds 10] [--sets a1 s1 ...]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import time
 import numpy as np
 from sklearn.cluster import KMeans as SKKMeans
 
+import dkmeans
 from dkmeans import metrics
 from dkmeans.engine.local import ChunkList
 from dkmeans.init import kmeans_parallel
@@ -116,6 +121,12 @@ def run_set(X, truth, k, seeds):
         sk = SKKMeans(k, n_init=10, random_state=seed).fit(X)
         runs.setdefault("scikit-learn n_init=10", []).append(
             score(sk.cluster_centers_, 10 * sk1_passes, time.perf_counter() - t))
+    for seed in seeds:  # the estimator itself: its default fit (local search included) and without the search
+        for name, options in (("dkmeans.KMeans() default", {}), ("dkmeans.KMeans(local_search=False)",
+                                                                  {"local_search": False})):
+            t = time.perf_counter()
+            km = dkmeans.KMeans(k, random_state=seed, **options).fit(X)
+            runs.setdefault(name, []).append(score(km.cluster_centers_, km.n_passes_, time.perf_counter() - t))
     for seed in seeds:
         C, passes, seconds, stop = default_fit(X, k, seed)
         runs.setdefault("default (k-means|| + Lloyd)", []).append(score(C, passes, seconds))
@@ -158,11 +169,12 @@ def main(argv=None) -> int:
     print("\ngoal per setting: mean CI <= scikit-learn n_init=10's, objective within "
           f"{(OBJECTIVE_SLACK - 1):.1%} of it, passes <= 2 x default's, on every set")
     verdicts = {}
-    for setting in SETTINGS:
-        name = setting_name(setting)
+    for name in ["dkmeans.KMeans() default"] + [setting_name(s) for s in SETTINGS]:
         misses, ratios = [], []
         for set_name, rows in results.items():
-            ours, ref, base = rows[name], rows["scikit-learn n_init=10"], rows["default (k-means|| + Lloyd)"]
+            base_name = "dkmeans.KMeans(local_search=False)" if name.startswith("dkmeans.") else \
+                "default (k-means|| + Lloyd)"
+            ours, ref, base = rows[name], rows["scikit-learn n_init=10"], rows[base_name]
             ratios.append(ours["passes"] / base["passes"])
             if ours["mean_ci"] > ref["mean_ci"]:
                 misses.append(f"{set_name} CI")

@@ -21,6 +21,7 @@ modes used are reported in the :class:`FitResult`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ from dkmeans.kernels import DEFAULT_SCRATCH_BYTES, column_moments, combine_momen
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
 from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
 from dkmeans.local_search import local_search
+from dkmeans.kernels.cosine import objective_scale
+from dkmeans.metric import is_sparse_array, prepare_centroids, prepare_dataset, supports_local_search
 from dkmeans.state import FitState, LoopState, RunSummary
 
 logger = logging.getLogger("dkmeans")
@@ -93,6 +96,10 @@ class FitSpec:
         The face's description of the job for the checkpoint (its name and parameters).
     names : dict
         What the face calls ``n_clusters`` and ``init`` (in error messages), where it differs.
+    metric : {"euclidean", "cosine"}
+        "cosine": spherical k-means (:mod:`dkmeans.metric`): rows normalised where they are
+        read, unit centroids, objective ``sum w (1 - cos)``; ``tol_relative`` is then relative
+        to the mean feature variance of the normalised rows.
     """
 
     n_clusters: int
@@ -116,6 +123,7 @@ class FitSpec:
     on_iteration: Callable | None = None
     job: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
+    metric: str = "euclidean"
 
 
 @dataclass
@@ -243,6 +251,7 @@ class FitPlan:
     hartigan_tol: float = 0.0
     on_iteration: Callable | None = None
     seed_of_run: Callable[[int], int] = lambda run: run
+    metric: str = "euclidean"
 
 
 def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSummary:
@@ -300,7 +309,7 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                 result = lloyd(data, loop.centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
                                on_iteration=plan.on_iteration, resume=loop,
                                on_state=checkpoint.loop_hook(state) if checkpoint else None,
-                               state_every=checkpoint.every if checkpoint else None)
+                               state_every=checkpoint.every if checkpoint else None, metric=plan.metric)
                 loop = LoopState(result.centroids, result.n_iter, None, result.history)
                 summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                      list(result.history))
@@ -372,10 +381,14 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     C0 = None
     if not isinstance(spec.init, str) and not callable(spec.init):
         C0 = check_centroids(spec.init, k, dataset.n_features, dtype, name=spec.names.get("init", "init"))
+        C0 = prepare_centroids(C0, spec.metric, name=spec.names.get("init", "init"))
     if dataset.n_rows is not None:
         check_n_clusters_vs_rows(k, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
     weights = check_sample_weight(sample_weight, dataset)
     seed = resolve_seed(spec.random_state)
+    searches = supports_local_search(spec.metric, is_sparse_array(dataset.array), algorithm=spec.algorithm,
+                                     refine=spec.refine, local_search=spec.local_search)
+    dataset = prepare_dataset(dataset, spec.metric)  # cosine: unit rows, normalised chunk by chunk where read
     data = place_data(client, dataset, weights, spec.out_of_core)
     try:
         check_n_clusters_vs_rows(k, data.n_rows, spec.names.get("n_clusters", "n_clusters"))
@@ -395,16 +408,17 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
             if C0 is not None:
                 return C0
             if callable(spec.init):
-                return _callable_init(spec, data, state.seed, run)
+                return prepare_centroids(_callable_init(spec, data, state.seed, run), spec.metric)
             strategy = init_strategies.get_strategy(spec.init)
-            return strategy(data, k, derive_seed(state.seed, run), spec.init_options)
+            options = dataclasses.replace(spec.init_options, metric=spec.metric)
+            return prepare_centroids(strategy(data, k, derive_seed(state.seed, run), options), spec.metric)
 
         plan = FitPlan(
             n_init=spec.n_init, initialise=initialise, max_iter=spec.max_iter, stop_rule=stop_rule,
-            lloyd=spec.algorithm == "lloyd", local_search=_wants_local_search(spec),
+            lloyd=spec.algorithm == "lloyd", local_search=searches and _wants_local_search(spec),
             seed_of_run=lambda run: derive_seed(state.seed, run),
             hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
-            hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration,
+            hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         )
         best = fit_runs(data, plan, state, checkpointer)
         in_memory = data.kind == "persisted"
@@ -415,11 +429,12 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
         else:  # labels stay lazy, computed from the source when used; the objective takes one pass
             inertia = objective(data, best.centroids)
             labels = lazy_labels(dataset.array, best.centroids)
+        inertia *= objective_scale(spec.metric)  # cosine: 1 - cos is half the squared distance of unit vectors
         n_passes = data.passes + in_memory  # the objective pass over streamed data counted itself
     finally:
         data.release()
     if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
-        labels = predict_series(dataset.frame, best.centroids)
+        labels = predict_series(dataset.frame, best.centroids, metric=spec.metric)
     elif not dataset.is_dask:
         labels = labels.compute()
     return FitResult(best.centroids, labels, inertia, best.n_iter, best.stop_reason, best.converged,

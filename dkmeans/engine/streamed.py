@@ -236,9 +236,7 @@ class StreamedData:
         idx = np.asarray(indices, dtype=np.int64) - self.first_row
         order = np.argsort(idx, kind="stable")
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
-        out = np.empty_like(picked)
-        out[order] = picked
-        return out
+        return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)
 
     def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
                  on_progress: Callable[[dict], None] | None = None):

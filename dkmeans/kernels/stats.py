@@ -21,7 +21,11 @@ MOMENTS_TILE_BYTES = 4 * 2**20
 
 
 def column_moments(X) -> Moments:
-    """Moments of one chunk (unweighted), accumulated in float64 tile by tile."""
+    """Moments of one chunk (unweighted), accumulated in float64 tile by tile (sparse rows: from the stored values)."""
+    from dkmeans.kernels import sparse
+
+    if sparse.is_sparse(X):
+        return sparse.column_moments(X)
     xp = get_namespace(X)
     n, d = X.shape
     if n == 0:

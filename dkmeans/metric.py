@@ -1,0 +1,129 @@
+"""The metric of a fit (``"euclidean"`` or ``"cosine"``) where the data is read, and what sparse input allows.
+
+The fit service and the faces call these; the drivers see only unit rows and get the
+metric's centroid update and objective scale from :mod:`dkmeans.kernels.cosine`.
+
+Cosine (spherical k-means) is Euclidean k-means on unit rows with unit centroids (see
+:mod:`dkmeans.kernels.cosine` for why every Euclidean kernel then gives the cosine answer):
+
+* :func:`prepare_array` normalises the rows of a validated Dask array chunk by chunk,
+  where the chunks are read (persisted once, or on every pass of out-of-core data), before
+  the fit service places it; the fit's first pass (column moments) then sees unit rows, so
+  the estimator's relative ``tol`` is relative to the mean feature variance of the
+  *normalised* rows (and bounds the squared shift of unit centroids);
+* :func:`prepare_centroids` normalises given or seeded initial centroids;
+* the block functions (:func:`labels_block`, :func:`objective_block`,
+  :func:`distances_block`) are what ``predict``, ``score`` and ``transform`` run on each
+  chunk: the same normalisation and kernels as the fit, so training labels are what
+  ``predict`` gives.
+
+:func:`supports_local_search` says which fit phases a metric and sparse input support:
+Hartigan's method and the swap-based local search compute Euclidean cost changes on dense
+rows, so they are refused for cosine and sparse input (an explicit request raises; the
+default ``local_search="auto"`` turns local search off).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dkmeans.backend import is_sparse
+from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans.kernels import assign, distances
+from dkmeans.kernels.cosine import cosine_distances, normalize_rows, objective_scale
+
+
+def is_sparse_array(X) -> bool:
+    """Whether a Dask array's chunks are ``scipy.sparse`` matrices (from its ``_meta``)."""
+    return is_sparse(getattr(X, "_meta", None))
+
+
+def prepare_array(X, metric: str):
+    """The Dask array whose chunks the kernels see: rows normalised per chunk for cosine, else ``X``.
+
+    Lazy: a chunk with a row of norm zero raises :class:`~dkmeans.errors.InvalidDataError`
+    when it is computed (persisted or streamed), with the same message as ``predict``.
+    """
+    if metric != "cosine":
+        return X
+    return X.map_blocks(normalize_rows, dtype=X.dtype, meta=X._meta)
+
+
+def prepare_dataset(dataset, metric: str):
+    """A copy of a :class:`~dkmeans._validation.Dataset` whose array is :func:`prepare_array`'s."""
+    from dataclasses import replace
+
+    return dataset if metric != "cosine" else replace(dataset, array=prepare_array(dataset.array, metric))
+
+
+def prepare_centroids(C, metric: str, name: str = "init"):
+    """Initial centroids for ``metric``: unit rows for cosine (a zero centroid has no direction and is refused)."""
+    if metric != "cosine":
+        return C
+    C = np.asarray(C)
+    norms = np.linalg.norm(C.astype(np.float64), axis=1)
+    if np.any(norms == 0):
+        raise InvalidDataError(f"{name}: a centroid of norm zero has no direction; metric='cosine' needs non-zero "
+                               "centroids")
+    return (C / norms[:, None]).astype(C.dtype)
+
+
+def supports_local_search(metric: str, sparse: bool, *, algorithm: str, refine, local_search) -> bool:
+    """Whether local search may run for this metric and input; raises for phases that cannot.
+
+    Hartigan's method (``algorithm``/``method`` or ``refine`` "hartigan") and an explicit
+    ``local_search=True`` raise :class:`~dkmeans.errors.InvalidParameterError` with cosine or
+    sparse input; ``local_search="auto"`` (or False) gives False there.
+    """
+    reason = "metric='cosine'" if metric == "cosine" else "sparse input" if sparse else None
+    if reason is None:
+        return True
+    if "hartigan" in (algorithm, refine):
+        raise InvalidParameterError(f"Hartigan's method is not available with {reason}: it moves dense rows by "
+                                    "their Euclidean cost change; use algorithm='lloyd' without refine")
+    if local_search is True:
+        raise InvalidParameterError(f"local_search=True is not available with {reason}: the swap search scores "
+                                    "Euclidean swaps on dense rows; use local_search='auto' or False")
+    return False
+
+
+# -- per-chunk inference (predict, score, transform) ------------------------------------------
+def labels_block(X, C, metric: str = "euclidean"):
+    """Labels (int32) of a chunk for centroids ``C``; raises on NaN/infinity (and zero rows for cosine)."""
+    from dkmeans._validation import check_finite_block
+
+    Xm = normalize_rows(X) if metric == "cosine" else X
+    labels, min_sq = assign(Xm, C)
+    check_finite_block(min_sq, X)
+    return labels
+
+
+def objective_block(X, C, metric: str = "euclidean"):
+    """Each row's contribution to the objective, float64: squared distance, or ``1 - cos`` for cosine."""
+    from dkmeans._validation import check_finite_block
+
+    Xm = normalize_rows(X) if metric == "cosine" else X
+    min_sq = assign(Xm, C)[1]
+    check_finite_block(min_sq, X)
+    return min_sq.astype(np.float64) * objective_scale(metric)
+
+
+def distances_block(X, C, metric: str = "euclidean"):
+    """Distances (n, k) of a chunk to every centroid: Euclidean, or ``1 - cos`` for cosine."""
+    from dkmeans._validation import check_finite_block
+
+    out = cosine_distances(X, C) if metric == "cosine" else distances(X, C)
+    check_finite_block(out, X)
+    return out
+
+
+__all__ = [
+    "distances_block",
+    "is_sparse_array",
+    "labels_block",
+    "objective_block",
+    "prepare_array",
+    "prepare_centroids",
+    "prepare_dataset",
+    "supports_local_search",
+]

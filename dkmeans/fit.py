@@ -49,7 +49,8 @@ from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, st
 from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
 from dkmeans.local_search import local_search
 from dkmeans.kernels.cosine import objective_scale
-from dkmeans.metric import is_sparse_array, prepare_centroids, prepare_dataset, supports_local_search
+from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset, sparse_row_bytes,
+                            supports_local_search)
 from dkmeans.state import FitState, LoopState, RunSummary
 
 logger = logging.getLogger("dkmeans")
@@ -204,21 +205,22 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
     mode = resolve_out_of_core(out_of_core)
     budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES)
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
+    row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     if mode is False:
-        return PersistedData(client, dataset.array, weights, budget)
-    per_row = dataset.n_features * dataset.array.dtype.itemsize + (8 if weights is not None else 0)
+        return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
+    per_row = (row_bytes or dataset.n_features * dataset.array.dtype.itemsize) + (8 if weights is not None else 0)
     if mode == "auto":
         known = dataset.n_rows is not None
         rows = dataset.n_rows if known else _estimated_rows(client, dataset.array) * SIZE_ESTIMATE_MARGIN
         if rows * per_row <= budget.persist_bytes():
-            return PersistedData(client, dataset.array, weights, budget)
-    streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead)
+            return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
+    streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead, row_bytes=row_bytes)
     if streamed.chunk_rows is None:
         if mode is True or _estimated_rows(client, dataset.array) * per_row * SIZE_ESTIMATE_MARGIN > \
                 HYBRID_MIN_SHARE ** -1 * budget.persist_bytes():
             return streamed  # rows counted in the first pass: no pass of its own
     if mode == "auto" and streamed.nbytes <= budget.persist_bytes():
-        return PersistedData(client, streamed.X, streamed.weights, budget)
+        return PersistedData(client, streamed.X, streamed.weights, budget, row_bytes=row_bytes)
     logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
                 "in every pass (out-of-core)", streamed.nbytes / 2**20, budget.persist_bytes() / 2**20)
     if mode == "auto":
@@ -229,9 +231,10 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
         head_rows = int(np.sum(streamed.chunk_rows[:n_head]))
         if n_head and head_rows >= HYBRID_MIN_SHARE * streamed.n_rows:
             X, w = streamed.X, streamed.weights
-            head = PersistedData(client, X[:head_rows], None if w is None else w[:head_rows], budget)
+            head = PersistedData(client, X[:head_rows], None if w is None else w[:head_rows], budget,
+                                 row_bytes=row_bytes)
             tail = StreamedData(client, X[head_rows:], None if w is None else w[head_rows:], budget,
-                                read_overhead=overhead, first_row=head_rows)
+                                read_overhead=overhead, first_row=head_rows, row_bytes=row_bytes)
             return HybridData(head, tail)
     return streamed
 

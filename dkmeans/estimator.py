@@ -475,6 +475,11 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                                 meta=xp.empty((0,), np.int32))
         return _labels_block(X, C, metric)  # NumPy was checked above; CuPy only here
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # scipy.sparse input is taken as CSR and never densified
+        return tags
+
     def _fitted_metric(self) -> str:
         """The metric the centroids were fitted in (``metric`` for a loaded or unfitted estimator)."""
         return getattr(self, "_metric", self.metric)

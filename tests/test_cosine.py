@@ -58,7 +58,8 @@ TOY_C0 = np.array([[1.0, 0.0], [0.0, 1.0]])
 
 
 def _toy_expected(w):
-    """By hand: p1, p2 -> cluster 0 and p3, p4 -> cluster 1, so c0 ~ w1 e1 + w2 (2, 1)/sqrt(5), c1 ~ w3 e2 + w4 (1, 3)/sqrt(10)."""
+    """By hand: p1, p2 -> cluster 0 and p3, p4 -> cluster 1, so
+    c0 ~ w1 e1 + w2 (2, 1)/sqrt(5) and c1 ~ w3 e2 + w4 (1, 3)/sqrt(10)."""
     s5, s10 = np.sqrt(5.0), np.sqrt(10.0)
     c0 = np.array([w[0] + w[1] * 2 / s5, w[1] * 1 / s5])
     c1 = np.array([w[3] * 1 / s10, w[2] + w[3] * 3 / s10])

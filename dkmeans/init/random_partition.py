@@ -20,7 +20,7 @@ def _chunk(X, w, offset, k, seed):
 
 
 def random_partition(data, n_clusters: int, seed: int, options=None) -> np.ndarray:
-    """Centroids of a uniformly random partition of the rows (one pass); spherical means for ``options.metric="cosine"``.
+    """Centroids of a uniformly random partition of the rows (one pass); normalised means for cosine.
 
     Returns
     -------

@@ -232,7 +232,7 @@ def take_rows(X, index):
 
 def farthest_points(X, C, m: int, row_offset: int, weights=None, *,
                     scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> TopRows:
-    """The ``m`` sparse rows farthest from their nearest centroid (dense rows; see :func:`dkmeans.kernels.farthest_points`)."""
+    """The ``m`` sparse rows farthest from their nearest centroid, as dense rows (see the dense kernel)."""
     _, d2 = _assign64(X, C, scratch_bytes)
     if weights is not None:
         d2 = np.where(np.asarray(weights) > 0, d2, -1.0)

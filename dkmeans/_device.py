@@ -13,7 +13,7 @@ import math
 import dask.array as da
 import numpy as np
 
-from dkmeans.backend import is_cupy_array
+from dkmeans.backend import is_cupy_array, is_sparse
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
 
 DEVICES = (None, "cpu", "gpu")
@@ -43,6 +43,9 @@ def is_cupy_backed(arr: da.Array) -> bool:
 def to_device(arr: da.Array, device) -> da.Array:
     """``arr`` with its chunks on ``device`` (None: leave them where they are)."""
     if device == "gpu" and not is_cupy_backed(arr):
+        if is_sparse(arr._meta):
+            raise InvalidParameterError("device='gpu' does not take scipy.sparse input (sparse kernels run on CPUs); "
+                                        "use device=None or 'cpu'")
         cupy = import_cupy()
         return arr.map_blocks(cupy.asarray, dtype=arr.dtype, meta=cupy.empty((0,) * arr.ndim, dtype=arr.dtype))
     if device == "cpu" and is_cupy_backed(arr):

@@ -133,6 +133,7 @@ ALGORITHMS = ("lloyd", "hartigan")
 HARTIGAN_MODES = ("safe", "unsafe")
 STOP_RULES = ("objective-decrease", "centroid-shift")
 OUT_OF_CORE = ("auto", True, False)
+METRICS = ("euclidean", "cosine")
 
 PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("n_clusters", Int(1), "number of clusters k",
@@ -173,6 +174,8 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           "in every pass; True: always stream; False: always persist",
           estimator="out_of_core", functional="out_of_core", cli="--out-of-core"),
     Param("verbose", Int(0), "print one line per iteration when > 0", estimator="verbose"),
+    Param("metric", OneOf(METRICS), "euclidean, or cosine (spherical k-means: unit rows and centroids, "
+          "objective sum of w (1 - cos))", estimator="metric", functional="metric", cli="--metric"),
 )}
 
 
@@ -194,5 +197,5 @@ def check(face: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "OUT_OF_CORE", "PARAMS", "Param", "STOP_RULES",
+__all__ = ["ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "Param", "STOP_RULES",
            "check", "face_names"]

@@ -17,6 +17,7 @@ import dask.array as da
 import numpy as np
 from sklearn.utils import check_array
 
+from dkmeans.backend import is_sparse
 from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
 
@@ -96,10 +97,14 @@ def data_errors(name: str):
 
 
 def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
-    """An in-memory 2-D float array (scikit-learn's checks: finite, non-empty, numeric)."""
+    """An in-memory 2-D float array (scikit-learn's checks: finite, non-empty, numeric).
+
+    ``scipy.sparse`` input of any format comes back as a CSR matrix (never densified).
+    """
     with data_errors(name):
         return check_array(
             data,
+            accept_sparse="csr",
             dtype=FLOAT_DTYPES if dtype is None else dtype,
             ensure_2d=True,
             ensure_all_finite=True,
@@ -142,11 +147,16 @@ def chunk_local_array(X: np.ndarray, n_workers: int = 1) -> da.Array:
     """Split an in-memory array into row chunks of about 64 MiB (at least ``n_workers``).
 
     Fewer chunks than the cluster has threads are split further where they are persisted
-    (:mod:`dkmeans.engine.placement`), so the cluster need not be known here.
+    (:mod:`dkmeans.engine.placement`), so the cluster need not be known here. A
+    ``scipy.sparse`` CSR matrix gives CSR chunks (sized by their stored bytes).
     """
     n = X.shape[0]
-    n_chunks = max(n_workers, math.ceil(X.nbytes / CHUNK_BYTES))
+    sparse = is_sparse(X)
+    nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if sparse else X.nbytes
+    n_chunks = max(n_workers, math.ceil(nbytes / CHUNK_BYTES))
     rows = max(1, math.ceil(n / max(1, min(n, n_chunks))))
+    if sparse:  # from_array would otherwise call np.asarray on every chunk
+        return da.from_array(X, chunks=(rows, X.shape[1]), asarray=False, meta=X[:0])
     return da.from_array(X, chunks=(rows, X.shape[1]))
 
 

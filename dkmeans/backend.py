@@ -24,6 +24,24 @@ def get_namespace(*arrays):
     return np
 
 
+def is_sparse(x) -> bool:
+    """True if ``x`` is a ``scipy.sparse`` matrix or array (host memory)."""
+    if type(x).__module__.split(".", 1)[0] != "scipy":
+        return False
+    import scipy.sparse
+
+    return scipy.sparse.issparse(x)
+
+
+def concatenate_rows(blocks):
+    """Blocks of rows stacked in order: NumPy, CuPy or ``scipy.sparse`` (stays CSR, never densified)."""
+    if blocks and is_sparse(blocks[0]):
+        import scipy.sparse
+
+        return scipy.sparse.vstack(blocks, format="csr")
+    return get_namespace(*blocks).concatenate(blocks)
+
+
 def sparse_namespace(xp):
     """The sparse-matrix module matching ``xp`` (``scipy.sparse`` or ``cupyx.scipy.sparse``)."""
     if xp is np:

@@ -115,7 +115,7 @@ def _numeric_columns(df, columns):
 # -- commands ----------------------------------------------------------------------
 #: The fit options taken from the parameter table, by their service names (see :func:`_add_fit_options`).
 FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "local_search",
-               "out_of_core", "checkpoint_every")
+               "out_of_core", "checkpoint_every", "metric")
 
 
 def _fit_params(args) -> dict:

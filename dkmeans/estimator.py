@@ -42,33 +42,12 @@ from dkmeans.io.dataframe import (
     select_columns,
     transform_frame,
 )
-from dkmeans.kernels import assign, distances
+from dkmeans.metric import distances_block as _distances_block
+from dkmeans.metric import labels_block as _labels_block
+from dkmeans.metric import objective_block as _sq_dist_block
 from dkmeans.state import IterationRecord, LocalSearchRecord, history_dicts
 
 logger = logging.getLogger("dkmeans")
-
-def _labels_block(X, C):
-    from dkmeans.kernels.stats import check_finite_block
-
-    labels, min_sq = assign(X, C)
-    check_finite_block(min_sq, X)  # a NaN row has a NaN distance: raises when a lazy result is computed
-    return labels
-
-
-def _sq_dist_block(X, C):
-    from dkmeans.kernels.stats import check_finite_block
-
-    min_sq = assign(X, C)[1]
-    check_finite_block(min_sq, X)
-    return min_sq.astype(np.float64)
-
-
-def _distances_block(X, C):
-    from dkmeans.kernels.stats import check_finite_block
-
-    out = distances(X, C)
-    check_finite_block(out, X)
-    return out
 
 
 def _progress(verbose: int):
@@ -163,6 +142,18 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         or Dask data is moved to the GPUs once, chunk by chunk, when it is persisted
         (needs CuPy); "cpu": CuPy data is moved to host memory. ``cluster_centers_`` is
         always NumPy; labels follow the data (CuPy in, CuPy out).
+    metric : {"euclidean", "cosine"}, default "euclidean"
+        ``"cosine"``: spherical k-means (Dhillon and Modha, 2001) for embeddings and text.
+        Rows are normalised to unit length once (a row of all zeros raises
+        :class:`~dkmeans.errors.InvalidDataError`), rows are assigned to the centroid of
+        largest cosine similarity, centroids are the normalised weighted means of their
+        rows (a cluster whose rows cancel to a zero mean is treated as empty), empty
+        clusters take the rows of smallest cosine to their centroids, and the seedings
+        draw by ``1 - cos``. ``cluster_centers_`` are unit vectors, ``inertia_`` and
+        ``score`` use ``sum w (1 - cos)``, ``transform`` returns ``1 - cos``, and ``tol``
+        is relative to the mean feature variance of the normalised rows. Hartigan
+        (``algorithm``, ``refine``) and ``local_search=True`` are Euclidean only
+        (``local_search="auto"`` is then off).
     out_of_core : {"auto", True, False}, default "auto"
         Where the data lives during the fit. "auto": persisted on the workers when it fits
         the cluster's memory budget (Dask config ``dkmeans.memory.persist-fraction`` of the
@@ -181,7 +172,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         on the input's index (same partitions) for a Dask DataFrame, computed lazily
         from the input's partitions.
     inertia_ : float
-        Weighted sum of squared distances to the closest centroid (of ``cluster_centers_``).
+        Weighted sum of squared distances to the closest centroid (of ``cluster_centers_``);
+        of ``1 - cos`` with ``metric="cosine"``.
     n_iter_ : int
         Lloyd iterations (centroid updates) plus Hartigan rounds run.
     n_features_in_ : int
@@ -228,6 +220,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         checkpoint_every=10,
         device=None,
         out_of_core="auto",
+        metric="euclidean",
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -246,6 +239,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self.checkpoint_every = checkpoint_every
         self.device = device
         self.out_of_core = out_of_core
+        self.metric = metric
 
     # -- parameters ---------------------------------------------------------------
     def _fit_spec(self) -> FitSpec:
@@ -291,7 +285,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             local_search=p["local_search"],
             init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
             random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
-            out_of_core=p["out_of_core"], on_iteration=_progress(p["verbose"]),
+            out_of_core=p["out_of_core"], on_iteration=_progress(p["verbose"]), metric=p["metric"],
             job={"estimator": "dkmeans.KMeans", "params": job_params},
         )
 
@@ -320,7 +314,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             n = None if np.isnan(arr.shape[0]) else int(arr.shape[0])
             return Dataset(arr, True, self.n_features_in_, n, frame=X if is_dask_dataframe(X) else None)
         with data_errors("X"):
-            X = validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=True, ensure_min_samples=1)
+            X = validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=True,
+                              ensure_min_samples=1)
         return local_dataset(X)
 
     def _check_test_data(self, X):
@@ -352,7 +347,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                 )
             return arr
         with data_errors("X"):
-            return validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=False)
+            return validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=False)
 
     # -- fit ----------------------------------------------------------------------
     def fit(self, X, y=None, sample_weight=None):
@@ -392,6 +387,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         self.stop_reason_ = result.stop_reason
         self.data_mode_ = result.data_mode
         self.n_passes_ = result.n_passes
+        self._metric = spec.metric  # predict, transform and score use the fitted metric
         return self
 
     # -- model files ----------------------------------------------------------------
@@ -459,6 +455,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         est.history_ = list(meta.get("history") or [])
         est.stop_reason_ = meta.get("stop_reason")
         est._n_features_out = model.centroids.shape[0]
+        est._metric = est.metric
         return est
 
     # -- inference ----------------------------------------------------------------
@@ -470,47 +467,58 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
         labels : ndarray of int32, or a lazy Dask array for Dask input
         """
         X = self._check_test_data(X)
-        C = self.cluster_centers_
+        C, metric = self.cluster_centers_, self._fitted_metric()
         if is_dask_dataframe(X):
-            return predict_series(X, C)
+            return predict_series(X, C, metric=metric)
         if isinstance(X, da.Array):
             xp = get_namespace(meta_from_array(X))  # CuPy-backed input: CuPy labels
-            return X.map_blocks(_labels_block, C, dtype=np.int32, drop_axis=1, meta=xp.empty((0,), np.int32))
-        return _labels_block(X, C)  # NumPy was checked above; CuPy only here
+            return X.map_blocks(_labels_block, C, metric, dtype=np.int32, drop_axis=1,
+                                meta=xp.empty((0,), np.int32))
+        return _labels_block(X, C, metric)  # NumPy was checked above; CuPy only here
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # scipy.sparse input is taken as CSR and never densified
+        return tags
+
+    def _fitted_metric(self) -> str:
+        """The metric the centroids were fitted in (``metric`` for a loaded or unfitted estimator)."""
+        return getattr(self, "_metric", self.metric)
 
     def transform(self, X):
         """Euclidean distances to every cluster centre, shape (n_samples, n_clusters).
 
-        A Dask DataFrame in gives a Dask DataFrame out, with columns
-        ``get_feature_names_out()`` and the input's index.
+        With ``metric="cosine"``: cosine distances ``1 - cos(x, c)``, in [0, 2]. A Dask
+        DataFrame in gives a Dask DataFrame out, with columns ``get_feature_names_out()``
+        and the input's index.
         """
         X = self._check_test_data(X)
-        C = self.cluster_centers_
+        C, metric = self.cluster_centers_, self._fitted_metric()
         if is_dask_dataframe(X):
-            return transform_frame(X, C, self.get_feature_names_out())
+            return transform_frame(X, C, self.get_feature_names_out(), metric=metric)
         if isinstance(X, da.Array):
             return X.map_blocks(
-                _distances_block, C, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
+                _distances_block, C, metric, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
                 meta=get_namespace(meta_from_array(X)).empty((0, 0), X.dtype),
             )
-        return _distances_block(X, C)
+        return _distances_block(X, C, metric)
 
     def fit_transform(self, X, y=None, sample_weight=None):
         """Fit, then return the distances of ``X`` to the cluster centres."""
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) objective of ``X`` for the fitted centres."""
+        """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric)."""
         X = self._check_test_data(X)
-        C = self.cluster_centers_
+        C, metric = self.cluster_centers_, self._fitted_metric()
         if is_dask_dataframe(X):
             X = X.to_dask_array(lengths=True if sample_weight is not None else None)
         if isinstance(X, da.Array):
-            d2 = X.map_blocks(_sq_dist_block, C, dtype=np.float64, drop_axis=1)
+            d2 = X.map_blocks(_sq_dist_block, C, metric, dtype=np.float64, drop_axis=1)
             if sample_weight is not None:
                 d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
             return -float(get_client().compute(d2.sum(), sync=True))
-        d2 = _sq_dist_block(X, C)
+        d2 = _sq_dist_block(X, C, metric)
         if sample_weight is not None:
             w = np.asarray(sample_weight, dtype=np.float64)
             if w.shape != d2.shape:

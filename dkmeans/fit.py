@@ -21,6 +21,7 @@ modes used are reported in the :class:`FitResult`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from dask.utils import parse_bytes
 from dkmeans import init as init_strategies
 from dkmeans._random import resolve_seed
 from dkmeans._validation import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
+from dkmeans.backend import is_sparse
 from dkmeans.assignment import assign_dataset, assign_local, lazy_labels
 from dkmeans.cluster import current_client, fit_client, in_daemon_process
 from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
@@ -50,6 +52,9 @@ from dkmeans.kernels import DEFAULT_SCRATCH_BYTES, column_moments, combine_momen
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
 from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
 from dkmeans.local_search import local_search
+from dkmeans.kernels.cosine import objective_scale
+from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset, sparse_row_bytes,
+                            supports_local_search)
 from dkmeans.state import FitState, LoopState, RunSummary
 
 logger = logging.getLogger("dkmeans")
@@ -102,6 +107,10 @@ class FitSpec:
         The face's description of the job for the checkpoint (its name and parameters).
     names : dict
         What the face calls ``n_clusters`` and ``init`` (in error messages), where it differs.
+    metric : {"euclidean", "cosine"}
+        "cosine": spherical k-means (:mod:`dkmeans.metric`): rows normalised where they are
+        read, unit centroids, objective ``sum w (1 - cos)``; ``tol_relative`` is then relative
+        to the mean feature variance of the normalised rows.
     """
 
     n_clusters: int
@@ -125,6 +134,7 @@ class FitSpec:
     on_iteration: Callable | None = None
     job: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
+    metric: str = "euclidean"
 
 
 @dataclass
@@ -205,21 +215,22 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
     mode = resolve_out_of_core(out_of_core)
     budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES)
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
+    row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     if mode is False:
-        return PersistedData(client, dataset.array, weights, budget)
-    per_row = dataset.n_features * dataset.array.dtype.itemsize + (8 if weights is not None else 0)
+        return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
+    per_row = (row_bytes or dataset.n_features * dataset.array.dtype.itemsize) + (8 if weights is not None else 0)
     if mode == "auto":
         known = dataset.n_rows is not None
         rows = dataset.n_rows if known else _estimated_rows(client, dataset.array) * SIZE_ESTIMATE_MARGIN
         if rows * per_row <= budget.persist_bytes():
-            return PersistedData(client, dataset.array, weights, budget)
-    streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead)
+            return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
+    streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead, row_bytes=row_bytes)
     if streamed.chunk_rows is None:
         if mode is True or _estimated_rows(client, dataset.array) * per_row * SIZE_ESTIMATE_MARGIN > \
                 HYBRID_MIN_SHARE ** -1 * budget.persist_bytes():
             return streamed  # rows counted in the first pass: no pass of its own
     if mode == "auto" and streamed.nbytes <= budget.persist_bytes():
-        return PersistedData(client, streamed.X, streamed.weights, budget)
+        return PersistedData(client, streamed.X, streamed.weights, budget, row_bytes=row_bytes)
     logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
                 "in every pass (out-of-core)", streamed.nbytes / 2**20, budget.persist_bytes() / 2**20)
     if mode == "auto":
@@ -230,9 +241,10 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
         head_rows = int(np.sum(streamed.chunk_rows[:n_head]))
         if n_head and head_rows >= HYBRID_MIN_SHARE * streamed.n_rows:
             X, w = streamed.X, streamed.weights
-            head = PersistedData(client, X[:head_rows], None if w is None else w[:head_rows], budget)
+            head = PersistedData(client, X[:head_rows], None if w is None else w[:head_rows], budget,
+                                 row_bytes=row_bytes)
             tail = StreamedData(client, X[head_rows:], None if w is None else w[head_rows:], budget,
-                                read_overhead=overhead, first_row=head_rows)
+                                read_overhead=overhead, first_row=head_rows, row_bytes=row_bytes)
             return HybridData(head, tail)
     return streamed
 
@@ -252,6 +264,7 @@ class FitPlan:
     hartigan_tol: float = 0.0
     on_iteration: Callable | None = None
     seed_of_run: Callable[[int], int] = lambda run: run
+    metric: str = "euclidean"
 
 
 def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSummary:
@@ -309,7 +322,7 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                 result = lloyd(data, loop.centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
                                on_iteration=plan.on_iteration, resume=loop,
                                on_state=checkpoint.loop_hook(state) if checkpoint else None,
-                               state_every=checkpoint.every if checkpoint else None)
+                               state_every=checkpoint.every if checkpoint else None, metric=plan.metric)
                 loop = LoopState(result.centroids, result.n_iter, None, result.history)
                 summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                      list(result.history))
@@ -371,7 +384,9 @@ def _in_process(dataset: Dataset, weights) -> bool:
     if dataset.local is None or (weights is not None and not isinstance(weights, np.ndarray)):
         return False
     limit = float(parse_bytes(str(dask.config.get(IN_PROCESS_BYTES_KEY, DEFAULT_IN_PROCESS_BYTES))))
-    return dataset.local.nbytes <= limit or (current_client() is None and in_daemon_process())
+    X = dataset.local
+    nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if is_sparse(X) else X.nbytes
+    return nbytes <= limit or (current_client() is None and in_daemon_process())
 
 
 def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
@@ -394,19 +409,24 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     C0 = None
     if not isinstance(spec.init, str) and not callable(spec.init):
         C0 = check_centroids(spec.init, k, dataset.n_features, dtype, name=spec.names.get("init", "init"))
+        C0 = prepare_centroids(C0, spec.metric, name=spec.names.get("init", "init"))
     if dataset.n_rows is not None:
         check_n_clusters_vs_rows(k, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
     weights = check_sample_weight(sample_weight, dataset)
     seed = resolve_seed(spec.random_state)
+    searches = supports_local_search(spec.metric, is_sparse_array(dataset.array), algorithm=spec.algorithm,
+                                     refine=spec.refine, local_search=spec.local_search)
+    dataset = prepare_dataset(dataset, spec.metric)  # cosine: unit rows, normalised chunk by chunk where read
     if _in_process(dataset, weights) and resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - True, not "auto"
-        return _fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None)
+        return _fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None, searches)
     with fit_client() as client:
         if isinstance(weights, np.ndarray):
             weights = da.from_array(weights, chunks=dataset.array.chunks[0] if dataset.n_rows is not None else -1)
-        return _fit(spec, dataset, place_data(client, dataset, weights, spec.out_of_core), C0, seed, client)
+        return _fit(spec, dataset, place_data(client, dataset, weights, spec.out_of_core), C0, seed, client,
+                    searches)
 
 
-def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client) -> FitResult:
+def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:
     """The fit on placed data (in this process when ``client`` is None)."""
     k = spec.n_clusters
     try:
@@ -427,16 +447,17 @@ def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client) -> FitRes
             if C0 is not None:
                 return C0
             if callable(spec.init):
-                return _callable_init(spec, data, state.seed, run)
+                return prepare_centroids(_callable_init(spec, data, state.seed, run), spec.metric)
             strategy = init_strategies.get_strategy(spec.init)
-            return strategy(data, k, derive_seed(state.seed, run), spec.init_options)
+            options = dataclasses.replace(spec.init_options, metric=spec.metric)
+            return prepare_centroids(strategy(data, k, derive_seed(state.seed, run), options), spec.metric)
 
         plan = FitPlan(
             n_init=spec.n_init, initialise=initialise, max_iter=spec.max_iter, stop_rule=stop_rule,
-            lloyd=spec.algorithm == "lloyd", local_search=_wants_local_search(spec),
+            lloyd=spec.algorithm == "lloyd", local_search=searches and _wants_local_search(spec),
             seed_of_run=lambda run: derive_seed(state.seed, run),
             hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
-            hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration,
+            hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         )
         best = fit_runs(data, plan, state, checkpointer)
         in_memory = data.kind in ("persisted", "local")
@@ -450,11 +471,12 @@ def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client) -> FitRes
         else:  # labels stay lazy, computed from the source when used; the objective takes one pass
             inertia = objective(data, best.centroids)
             labels = lazy_labels(dataset.array, best.centroids)
+        inertia *= objective_scale(spec.metric)  # cosine: 1 - cos is half the squared distance of unit vectors
         n_passes = data.passes + 1 - (data.kind == "streamed" or data.kind == "hybrid")  # streamed: counted
     finally:
         data.release()
     if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
-        labels = predict_series(dataset.frame, best.centroids)
+        labels = predict_series(dataset.frame, best.centroids, metric=spec.metric)
     elif not dataset.is_dask and data.kind != "local":
         labels = labels.compute()
     return FitResult(best.centroids, labels, inertia, best.n_iter, best.stop_reason, best.converged,

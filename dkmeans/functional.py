@@ -29,6 +29,8 @@ from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterErro
 from dkmeans.fit import FitSpec, run_fit
 from dkmeans.init import InitOptions
 from dkmeans.io.dataframe import predict_series
+from dkmeans.kernels.cosine import normalize_rows, objective_scale
+from dkmeans.metric import prepare_array
 from dkmeans.model import InferResult, Model, TrainResult
 
 
@@ -57,6 +59,11 @@ class Descriptor:
         initial centroids, stopping when no single move improves, when a round lowers the
         objective by less than ``accuracy_threshold``, or after ``max_iteration_count``
         rounds.
+    metric : {"euclidean", "cosine"}, default "euclidean"
+        ``"cosine"``: spherical k-means (see :class:`dkmeans.KMeans`): rows normalised to
+        unit length (a row of zeros is an error), unit centroids, objective
+        ``sum w (1 - cos)`` (also the objective ``accuracy_threshold`` bounds with
+        ``stop_rule="objective-decrease"``); :func:`infer` uses the same metric.
     """
 
     cluster_count: int = 2
@@ -65,11 +72,13 @@ class Descriptor:
     dtype: Any = np.float32
     stop_rule: str = "objective-decrease"
     method: str = "lloyd"
+    metric: str = "euclidean"
 
     def __post_init__(self):
         checked = _params.check("functional", {
             "cluster_count": self.cluster_count, "max_iteration_count": self.max_iteration_count,
             "accuracy_threshold": self.accuracy_threshold, "stop_rule": self.stop_rule, "method": self.method,
+            "metric": self.metric,
         })
         object.__setattr__(self, "cluster_count", checked["n_clusters"])
         object.__setattr__(self, "max_iteration_count", checked["max_iter"])
@@ -162,7 +171,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
         random_state=random_state if isinstance(initial_centroids, str) else 0,
         checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,
-        names={"n_clusters": "cluster_count", "init": "initial_centroids"},
+        names={"n_clusters": "cluster_count", "init": "initial_centroids"}, metric=desc.metric,
     )
     result = run_fit(spec, dataset, sample_weight)
     return TrainResult(
@@ -209,12 +218,14 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
             f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
         )
     if dataset.local is not None:  # in-memory data: assigned right here, as the estimator's predict does
-        labels, objective = assign_local(dataset.local, model.centroids)
-        return InferResult(labels=labels, objective_function_value=objective)
+        local = normalize_rows(dataset.local) if desc.metric == "cosine" else dataset.local
+        labels, objective = assign_local(local, model.centroids)
+        return InferResult(labels=labels, objective_function_value=objective * objective_scale(desc.metric))
     client = get_client()
-    array = dataset.array
+    array = prepare_array(dataset.array, desc.metric)  # cosine: unit rows, as in train
     labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask,
                                        keep_labels=dataset.frame is None)
+    objective *= objective_scale(desc.metric)
     if dataset.frame is not None:
-        labels = predict_series(dataset.frame, model.centroids.astype(array.dtype))
+        labels = predict_series(dataset.frame, model.centroids.astype(array.dtype), metric=desc.metric)
     return InferResult(labels=labels, objective_function_value=objective)

@@ -32,6 +32,7 @@ from dkmeans.kernels import (
     objectives,
     update_centroids,
 )
+from dkmeans.kernels.cosine import objective_scale, unit_centroids
 from dkmeans.state import IterationRecord, LoopState
 
 logger = logging.getLogger("dkmeans")
@@ -127,6 +128,7 @@ def lloyd(
     resume: LoopState | None = None,
     on_state: Callable[[LoopState], None] | None = None,
     state_every: int | None = None,
+    metric: str = "euclidean",
 ) -> LloydResult:
     """Run Lloyd iterations over the data protocol.
 
@@ -154,6 +156,10 @@ def lloyd(
     state_every : int, optional
         Block length: ``on_state`` is interested in updates that are multiples of this;
         None: only the final state.
+    metric : {"euclidean", "cosine"}
+        "cosine": spherical k-means on unit rows (:mod:`dkmeans.kernels.cosine`): the
+        centroids are normalised after each update (a cluster whose rows cancel is treated
+        as empty) and the objective is ``sum w (1 - cos)``, half the squared distance.
 
     Returns
     -------
@@ -174,7 +180,7 @@ def lloyd(
         end = max_iter
         if on_state is not None and state_every:
             end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
-        result = data.run_loop(lloyd_iterations, (state, end, stop_rule), work_per_row=work_per_row,
+        result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric), work_per_row=work_per_row,
                                on_progress=report)
         for record in result.history[len(state.history):]:  # what a one-task block could not report live
             report(record.as_dict())
@@ -186,7 +192,7 @@ def lloyd(
             return result
 
 
-def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule) -> LloydResult:
+def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: str = "euclidean") -> LloydResult:
     """Lloyd from ``state`` up to ``max_iter`` updates, one pass per iteration over ``data``.
 
     The body of :func:`lloyd`'s blocks: runs wherever ``data`` lives (in the caller, in one
@@ -200,12 +206,13 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule) -> LloydR
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
     stop_reason, converged = "max_iter", False
+    update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
     for it in range(n_iter, max_iter):
         t0 = time.perf_counter()
         partials = data.map_reduce(_partials_chunk, combine_partials, (C,))
         if it == 0:
             _check_finite(partials)
-        objective = float(partials.objective)
+        objective = float(partials.objective) * scale
         if (
             isinstance(stop_rule, ObjectiveDecrease)
             and previous_objective is not None
@@ -213,7 +220,7 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule) -> LloydR
         ):
             stop_reason, converged = stop_rule.name, True
             break
-        new, empty = update_centroids(partials, C)
+        new, empty = update(partials, C)
         n_empty = int(empty.sum())
         if n_empty:
             new = fill_empty_clusters(data, new, empty)

@@ -51,7 +51,6 @@ ESTIMATOR_CASES = [
     ("k > n", GOOD, {"n_clusters": 41}, {}, InvalidParameterError, "n_samples=40 should be >= n_clusters=41"),
     ("complex", GOOD + 1j, {}, {}, (DataTypeError, InvalidDataError), "omplex"),
     ("strings", np.array([["a", "b"], ["c", "d"]]), {"n_clusters": 1}, {}, (DataTypeError, InvalidDataError), "string"),
-    ("sparse", sp.random(40, 3, density=0.5, format="csr", random_state=0), {}, {}, (DataTypeError, InvalidDataError), "(?i)sparse data.*dense"),
     ("init wrong shape", GOOD, {"init": np.zeros((3, 2))}, {}, InvalidDataError, "init"),
     ("init wrong k", GOOD, {"init": np.zeros((4, 3))}, {}, InvalidDataError, "init"),
     ("init nan", GOOD, {"init": np.full((3, 3), np.nan)}, {}, InvalidDataError, "init"),

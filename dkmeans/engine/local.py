@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Sequence
 
-from dkmeans.backend import get_namespace, to_host
+from dkmeans.backend import concatenate_rows, get_namespace, to_host
 
 
 class ChunkList:
@@ -81,11 +81,11 @@ class ChunkList:
         for i in np.asarray(indices, dtype=np.int64).ravel():
             for X, o in zip(self.blocks, self.offsets):
                 if o <= i < o + X.shape[0]:
-                    out.append(to_host(X[int(i - o)]))
+                    out.append(to_host(X[int(i - o):int(i - o) + 1]))
                     break
             else:
                 raise IndexError(f"row {int(i)} is not held here")
-        return np.stack(out) if out else np.empty((0, self.n_features), self.dtype)
+        return concatenate_rows(out) if out else np.empty((0, self.n_features), self.dtype)
 
     def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0, on_progress=None):
         """``fn(self, *args)`` right here; its reports go to ``on_progress``."""
@@ -115,7 +115,7 @@ class LocalChunks(ChunkList):
         blocks, weights = list(blocks), list(weights)
         if len(blocks) > 1:  # one contiguous array: one kernel call per pass instead of one per chunk
             xp = get_namespace(blocks[0])
-            blocks = [xp.concatenate(blocks)]
+            blocks = [concatenate_rows(blocks)]
             weights = [None if weights[0] is None else xp.concatenate(weights)]
             offsets = (0,)
         super().__init__(blocks, weights, offsets, dtype, n_features)

@@ -137,6 +137,9 @@ class PersistedData:
         worker's chunks in groups that fit its task budget.
     first_row : int
         Global index of the first row (when these rows are the head of larger data).
+    row_bytes : float, optional
+        Bytes one row takes in memory (default ``n_features * itemsize``: dense rows); for
+        ``scipy.sparse`` chunks, the caller's estimate of their stored bytes per row.
 
     Attributes
     ----------
@@ -149,13 +152,14 @@ class PersistedData:
     kind = "persisted"
 
     def __init__(self, client, X: da.Array, weights: da.Array | None = None, budget: MemoryBudget | None = None,
-                 first_row: int = 0):
+                 first_row: int = 0, row_bytes: float | None = None):
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
         self.client = client
         budget = budget if budget is not None else MemoryBudget.of(client)
+        self.row_bytes = float(row_bytes or X.shape[1] * X.dtype.itemsize)
         if not any(np.isnan(c) for c in X.chunks[0]):  # else checked by the caller's counting pass
-            per_row = X.shape[1] * X.dtype.itemsize + (8 if weights is not None else 0)
+            per_row = self.row_bytes + (8 if weights is not None else 0)
             check_chunks_fit([r * per_row for r in X.chunks[0]], budget)
         if weights is not None:
             weights = weights.rechunk((X.chunks[0],))
@@ -318,7 +322,7 @@ class PersistedData:
     @property
     def nbytes(self) -> int:
         """Bytes of the persisted rows (and weights)."""
-        per_row = self.n_features * self.dtype.itemsize + (8 if self._w_keys is not None else 0)
+        per_row = self.row_bytes + (8 if self._w_keys is not None else 0)
         return int(self.n_rows * per_row)
 
     def fits_one_task(self, work_per_row: int) -> bool:

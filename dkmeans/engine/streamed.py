@@ -105,15 +105,19 @@ class StreamedData:
         partition is read as Arrow, converted to pandas, then to an array: about 3).
     first_row : int
         Global index of the first row (when these rows are the tail of larger data).
+    row_bytes : float, optional
+        Bytes one row takes in memory (default ``n_features * itemsize``: dense rows); for
+        ``scipy.sparse`` chunks, the caller's estimate of their stored bytes per row.
     """
 
     kind = "streamed"
 
     def __init__(self, client, X: da.Array, weights: da.Array | None = None, budget: MemoryBudget | None = None,
-                 read_overhead: float = 1.0, first_row: int = 0):
+                 read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None):
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
         self.client = client
+        self.row_bytes = float(row_bytes or X.shape[1] * X.dtype.itemsize)
         self.passes = 0
         self.generation = getattr(client, "generation", None)
         if weights is not None and any(np.isnan(c) for c in X.chunks[0]):
@@ -142,7 +146,7 @@ class StreamedData:
         self._n_rows = int(sum(self.chunk_rows))
         if any(np.isnan(c) for c in self.X.chunks[0]):
             self.X = da.Array(self.X.dask, self.X.name, (self.chunk_rows, self.X.chunks[1]), meta=meta_from_array(self.X))
-        per_row = self.n_features * self.dtype.itemsize + (8 if self.weights is not None else 0)
+        per_row = self.row_bytes + (8 if self.weights is not None else 0)
         check_chunks_fit([r * per_row * self.read_overhead for r in self.chunk_rows], self.budget)
 
     def _with_chunk_sizes(self, X: da.Array) -> da.Array:
@@ -174,7 +178,7 @@ class StreamedData:
     @property
     def nbytes(self) -> int:
         self._ensure_chunk_rows()
-        per_row = self.n_features * self.dtype.itemsize + (8 if self.weights is not None else 0)
+        per_row = self.row_bytes + (8 if self.weights is not None else 0)
         return int(self.n_rows * per_row)
 
     # -- passes --------------------------------------------------------------------
@@ -237,9 +241,7 @@ class StreamedData:
         idx = np.asarray(indices, dtype=np.int64) - self.first_row
         order = np.argsort(idx, kind="stable")
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
-        out = np.empty_like(picked)
-        out[order] = picked
-        return out
+        return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)
 
     def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
                  on_progress: Callable[[dict], None] | None = None):

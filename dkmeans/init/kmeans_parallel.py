@@ -134,13 +134,36 @@ def farthest_points_all(data, C, m) -> TopRows:
     return data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (C.astype(data.dtype), m))
 
 
-def recluster(C: np.ndarray, weights: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """Weighted greedy k-means++ then weighted Lloyd on the candidates (on the client)."""
+def recluster(C: np.ndarray, weights: np.ndarray, k: int, seed: int, metric: str = "euclidean") -> np.ndarray:
+    """Weighted greedy k-means++ then weighted Lloyd on the candidates (on the client).
+
+    With ``metric="cosine"`` the candidates are unit rows, so k-means++'s draws are already
+    proportional to ``1 - cos``; the Lloyd step is spherical (:func:`_spherical_lloyd`).
+    """
     rs = np.random.RandomState(seed % 2**32)
     C64 = C.astype(np.float64)
     start, _ = kmeans_plusplus(C64, k, sample_weight=weights, random_state=rs)
+    if metric == "cosine":
+        return _spherical_lloyd(C64, weights, start)
     local = _LocalKMeans(k, init=start, n_init=1, algorithm="lloyd", max_iter=300, tol=1e-6)
     return local.fit(C64, sample_weight=weights).cluster_centers_
+
+
+def _spherical_lloyd(C64: np.ndarray, weights: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Weighted spherical Lloyd on the (unit) candidates, in process: the fit's own loop on one chunk.
+
+    Stops as the Euclidean recluster does (scikit-learn's ``tol=1e-6``, relative to the
+    candidates' mean feature variance), or after 300 updates.
+    """
+    from dkmeans.engine.local import ChunkList
+    from dkmeans.lloyd import CentroidShift, lloyd_iterations
+    from dkmeans.state import LoopState
+
+    variance = float(np.mean(np.average((C64 - np.average(C64, axis=0, weights=weights)) ** 2, axis=0,
+                                        weights=weights)))
+    result = lloyd_iterations(ChunkList.from_array(C64, weights), LoopState(start), 300,
+                              CentroidShift(1e-6 * variance), metric="cosine")
+    return result.centroids
 
 
 def kmeans_parallel(data, n_clusters: int, seed: int, options: InitOptions | None = None) -> np.ndarray:
@@ -158,7 +181,7 @@ def kmeans_parallel(data, n_clusters: int, seed: int, options: InitOptions | Non
     C, weights = C[keep], weights[keep]
     if len(C) <= n_clusters:
         return _complete(data, C, n_clusters).astype(data.dtype)
-    sets = [recluster(C, weights, n_clusters, derive_seed(seed, t)).astype(data.dtype)
+    sets = [recluster(C, weights, n_clusters, derive_seed(seed, t), options.metric).astype(data.dtype)
             for t in range(max(1, options.recluster_trials))]
     if len(sets) == 1:
         return sets[0]

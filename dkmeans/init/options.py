@@ -23,11 +23,16 @@ class InitOptions:
         the one with the lowest objective on the full data is kept (one pass for all).
         Two keep the scoring pass cheap; on the SIPU sets they already beat scikit-learn's
         k-means++ on every set (benchmarks/init_quality.py).
+    metric : {"euclidean", "cosine"}
+        The fit's metric (set by the fit service). With "cosine" the rows are unit and
+        k-means||'s recluster and random-partition's means are spherical (normalised
+        means, :mod:`dkmeans.kernels.cosine`); the D^2 draws need no change.
     """
 
     oversampling_factor: float = 2.0
     init_rounds: int = 5
     recluster_trials: int = 2
+    metric: str = "euclidean"
 
 
 def derive_seed(seed: int, i: int) -> int:

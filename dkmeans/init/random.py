@@ -9,7 +9,7 @@ import numpy as np
 
 from dkmeans.backend import get_namespace
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels import combine_top, random_top_rows, uniform_by_index
+from dkmeans.kernels import combine_top, random_top_rows, take_rows, uniform_by_index
 
 #: Stream of :func:`dkmeans.kernels.uniform_by_index` used by this strategy.
 STREAM = 1
@@ -61,7 +61,7 @@ def _first_chunk(X, w, offset, target, seed, stream):
     at = target - offset
     here = slice(at, at + 1) if 0 <= at < X.shape[0] else slice(0, 0)
     w_max = float(w.max()) if X.shape[0] else 0.0
-    return FirstDraw(w_max, X[here], w[here], random_top_rows(X, w, offset, 1, seed, stream))
+    return FirstDraw(w_max, take_rows(X, here), w[here], random_top_rows(X, w, offset, 1, seed, stream))
 
 
 def _combine_first(parts):
@@ -85,7 +85,7 @@ def first_centre(data, seed: int, stream: int) -> np.ndarray:
     u, v = (float(x) for x in uniform_by_index(np.arange(2, dtype=np.int64), seed, stream))
     j = min(int(u * data.n_rows), data.n_rows - 1)
     if not data.has_weights:
-        return data.rows([j])
+        return take_rows(data.rows([j]), slice(None))  # sparse data: the one row, dense
     draw = data.map_reduce(_first_chunk, _combine_first, (j, seed, stream + FALLBACK_STREAM))
     if v * draw.w_max <= float(draw.target_weight[0]):  # equal weights: always (even at v == 1)
         return np.asarray(draw.target)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dkmeans.kernels import combine_partials, random_partition_partials, update_centroids
+from dkmeans.kernels.cosine import unit_centroids
 from dkmeans.lloyd import fill_empty_clusters
 
 STREAM = 4
@@ -19,14 +20,16 @@ def _chunk(X, w, offset, k, seed):
 
 
 def random_partition(data, n_clusters: int, seed: int, options=None) -> np.ndarray:
-    """Centroids of a uniformly random partition of the rows (one pass).
+    """Centroids of a uniformly random partition of the rows (one pass); normalised means for cosine.
 
     Returns
     -------
     ndarray, shape (n_clusters, d), the data's dtype
     """
     partials = data.map_reduce(_chunk, combine_partials, (n_clusters, seed))
-    centroids, empty = update_centroids(partials, np.zeros((n_clusters, data.n_features)))
+    # cosine: normalised means; a part whose rows cancel takes a farthest row, as an empty one
+    update = unit_centroids if getattr(options, "metric", "euclidean") == "cosine" else update_centroids
+    centroids, empty = update(partials, np.zeros((n_clusters, data.n_features)))
     if empty.any():
         centroids = fill_empty_clusters(data, centroids, empty)
     return centroids.astype(data.dtype)

@@ -32,6 +32,7 @@ from dkmeans.kernels.stats import Moments, column_moments, combine_moments  # no
 __all__ += ["Moments", "column_moments", "combine_moments", "random_top_rows", "uniform_by_index"]
 
 from dkmeans.kernels.assign import cluster_sums, select_top  # noqa: E402
+from dkmeans.kernels.sparse import take_rows  # noqa: E402
 from dkmeans.kernels.seeding import (  # noqa: E402
     Nearest,
     TrialPartial,
@@ -57,6 +58,7 @@ __all__ += [
     "rows_above",
     "select_top",
     "sq_distances",
+    "take_rows",
     "update_nearest",
 ]
 

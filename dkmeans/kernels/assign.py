@@ -18,6 +18,7 @@ are in cache. The compiled loops are single-threaded and BLAS uses the threads i
 dkmeans' workers start with one BLAS/OpenMP thread per worker thread
 (:func:`dkmeans.cluster.start_local_cluster`).
 CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
+``scipy.sparse`` rows go to the same functions of :mod:`.sparse` (never densified).
 """
 
 from __future__ import annotations
@@ -262,6 +263,8 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     min_sq_dist : array, shape (n,), ``X.dtype``
         ``||x - c_label||^2`` computed from the difference.
     """
+    if _sparse.is_sparse(X):
+        return _sparse.assign(X, C, scratch_bytes=scratch_bytes)
     xp = get_namespace(X, C)
     if ENGINE != "xp" and _cuda.supports(X):  # 2-D CuPy float32/float64: the fused kernels
         return _cuda.assign_cuda(X, C, scratch_bytes=scratch_bytes)
@@ -300,6 +303,8 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     Partials
         Sums and counts accumulated in float64; objective in float64.
     """
+    if _sparse.is_sparse(X):
+        return _sparse.assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
     xp = get_namespace(X, C)
     if ENGINE != "xp" and _cuda.supports(X):
         return Partials(*_cuda.partials_cuda(X, C, weights, scratch_bytes=scratch_bytes))
@@ -332,6 +337,8 @@ def cluster_sums(X, labels, k: int, weights=None, *, scratch_bytes: int = DEFAUL
     sums : array, shape (k, d), float64
     counts : array, shape (k,), float64
     """
+    if _sparse.is_sparse(X):
+        return _sparse.cluster_sums(X, labels, k, weights, scratch_bytes=scratch_bytes)
     xp = get_namespace(X)
     n, d = X.shape
     sums = xp.zeros((k, d), dtype=xp.float64)
@@ -369,6 +376,8 @@ def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_byte
     -------
     TopRows
     """
+    if _sparse.is_sparse(X):
+        return _sparse.farthest_points(X, C, m, row_offset, weights, scratch_bytes=scratch_bytes)
     xp = get_namespace(X, C)
     _, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
     d2 = min_sq.astype(xp.float64)
@@ -402,9 +411,15 @@ def distances(X, C):
     Memory is n x k by construction (this is the output); distances are clipped at 0
     before the square root so rounding never gives NaN.
     """
+    if _sparse.is_sparse(X):
+        return _sparse.distances(X, C)
     xp = get_namespace(X, C)
     C = xp.asarray(C, dtype=X.dtype)
     x_sq = xp.sum(X * X, axis=1)[:, None]
     c_sq = xp.sum(C * C, axis=1)[None, :]
     d2 = x_sq - 2.0 * (X @ C.T) + c_sq
     return xp.sqrt(xp.maximum(d2, 0))
+
+
+# the sparse kernels build on the types above; imported last to break the cycle
+from dkmeans.kernels import sparse as _sparse  # noqa: E402

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dkmeans.backend import get_namespace
 from dkmeans.kernels.assign import TopRows, select_top
+from dkmeans.kernels.sparse import take_rows
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
@@ -66,4 +67,4 @@ def random_top_rows(X, weights, row_offset: int, k: int, seed: int, stream: int 
     w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)
     score, eligible = weighted_sample_keys(xp, w, u)
     keep = select_top(xp, score, index, k, eligible=eligible)
-    return TopRows(score[keep], index[keep], X[keep])
+    return TopRows(score[keep], index[keep], take_rows(X, keep))

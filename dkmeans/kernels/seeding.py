@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 from dkmeans.backend import get_namespace
 from dkmeans.kernels.assign import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
 from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
+from dkmeans.kernels import sparse as _sparse
+from dkmeans.kernels.sparse import is_sparse, take_rows
 
 
 class Nearest(NamedTuple):
@@ -55,7 +57,7 @@ def oversample_scores(X, weights, offset: int, d2, seed: int, stream: int, m: in
     wd2 = d2 if weights is None else d2 * xp.asarray(weights, dtype=xp.float64)
     score = wd2 / uniform_by_index(index, seed, stream)
     keep = select_top(xp, score, index, m, eligible=wd2 > 0)
-    return TopRows(score[keep], index[keep], X[keep]), xp.sum(wd2)
+    return TopRows(score[keep], index[keep], take_rows(X, keep)), xp.sum(wd2)
 
 
 def rows_above(X, weights, offset: int, d2, seed: int, stream: int, threshold: float) -> TopRows:
@@ -65,11 +67,13 @@ def rows_above(X, weights, offset: int, d2, seed: int, stream: int, threshold: f
     wd2 = d2 if weights is None else d2 * xp.asarray(weights, dtype=xp.float64)
     score = wd2 / uniform_by_index(index, seed, stream)
     keep = select_top(xp, score, index, X.shape[0], eligible=(wd2 > 0) & (score > threshold))
-    return TopRows(score[keep], index[keep], X[keep])
+    return TopRows(score[keep], index[keep], take_rows(X, keep))
 
 
 def sq_distances(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     """Squared distances (n, k) in float64, tiled; for a few centres (k-means++ trials)."""
+    if is_sparse(X):
+        return _sparse.sq_distances(X, C, scratch_bytes=scratch_bytes)
     xp = get_namespace(X)
     n, d = X.shape
     C64 = xp.asarray(C, dtype=xp.float64)
@@ -123,7 +127,7 @@ def kpp_trials(X, weights, offset: int, d2, trials, seed: int, stream: int, n_ne
         if n_next:
             keys, eligible = weighted_sample_keys(xp, wd2, u)
             keep = select_top(xp, keys, index, n_next, eligible=eligible)
-            samples.append(TopRows(keys[keep], index[keep], X[keep]))
+            samples.append(TopRows(keys[keep], index[keep], take_rows(X, keep)))
         else:
             samples.append(None)
     return TrialPartial(xp.stack(potentials), tuple(samples))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Sequence
 
 from dkmeans.backend import get_namespace
+from dkmeans.backend import is_sparse as sparse_namespace_of
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 
 
@@ -22,7 +23,11 @@ MOMENTS_TILE_BYTES = 4 * 2**20
 
 
 def column_moments(X) -> Moments:
-    """Moments of one chunk (unweighted), accumulated in float64 tile by tile."""
+    """Moments of one chunk (unweighted), accumulated in float64 tile by tile (sparse rows: from the stored values)."""
+    from dkmeans.kernels import sparse
+
+    if sparse.is_sparse(X):
+        return sparse.column_moments(X)
     xp = get_namespace(X)
     n, d = X.shape
     if n == 0:
@@ -66,5 +71,6 @@ def check_finite_block(result, X) -> None:
     xp = get_namespace(result)
     if bool(xp.isfinite(result).all()):
         return
-    if not bool(xp.isfinite(X).all()):
+    values = X.data if sparse_namespace_of(X) else X  # a sparse chunk: its stored values
+    if not bool(xp.isfinite(values).all()):
         raise InvalidDataError(NON_FINITE_INPUT)

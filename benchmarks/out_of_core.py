@@ -1,7 +1,7 @@
 """Out of core: a Lloyd pass over a Parquet folder larger than the cluster's memory, side by side with a plain read.
 
 Writes (once, into ``--folder``) float32 Gaussian blobs, ``--features`` columns, in Parquet files
-of about 64 MiB of data each, ``--times`` times the memory of the cluster it then starts: a
+of ``--file-rows`` rows (32 MiB of features by default) plus an id column that is not read, ``--times`` times the memory of the cluster it then starts: a
 LocalCluster of ``--workers`` worker processes x 1 thread with ``memory_limit=--memory``. Then,
 in one run and alternating:
 
@@ -18,7 +18,7 @@ in one run and alternating:
 Goal (the larger-than-memory issue): a dkmeans pass costs at most 1.3x the read pass; no
 worker exceeds its limit. JSON goes to ``benchmarks/results/out_of_core.json``.
 
-Run:  .venv/bin/python benchmarks/out_of_core.py [--memory 1GiB --times 3 --k 32 --iters 3 --repeats 3]
+Run:  .venv/bin/python benchmarks/out_of_core.py [--memory 1GiB --times 3 --k 32 --iters 2 --repeats 2]
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_json  # noqa: E402
 
-FILE_ROWS = 1_048_576  # 64 MiB of float32 x 16 per file
 
 
 class PeakMemory:
@@ -64,7 +63,7 @@ class PeakMemory:
         self._thread.join()
 
 
-def write_folder(folder: Path, n_files: int, n_features: int, k: int) -> None:
+def write_folder(folder: Path, n_files: int, n_features: int, k: int, file_rows: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -77,9 +76,9 @@ def write_folder(folder: Path, n_files: int, n_features: int, k: int) -> None:
         path = folder / f"part-{i:05d}.parquet"
         if path.exists():
             continue
-        X = blob_block(i, FILE_ROWS, centers=centers, spread=2.0, seed=1, out_dtype=np.float32)
-        table = pa.table({name: X[:, j] for j, name in enumerate(names)} | {"id": np.arange(len(X)) + i * FILE_ROWS})
-        pq.write_table(table, path, row_group_size=FILE_ROWS // 4)
+        X = blob_block(i, file_rows, centers=centers, spread=2.0, seed=1, out_dtype=np.float32)
+        table = pa.table({name: X[:, j] for j, name in enumerate(names)} | {"id": np.arange(len(X)) + i * file_rows})
+        pq.write_table(table, path, row_group_size=file_rows // 4)
     (folder / "_done").write_text(str(n_files))
 
 
@@ -113,6 +112,7 @@ def main() -> None:
     parser.add_argument("--memory", default="1GiB", help="memory_limit of each worker")
     parser.add_argument("--times", type=float, default=3.0, help="data size, in multiples of the cluster's memory")
     parser.add_argument("--features", type=int, default=16)
+    parser.add_argument("--file-rows", type=int, default=524_288, help="rows per Parquet file (32 MiB of features)")
     parser.add_argument("--k", type=int, default=32)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
@@ -127,11 +127,11 @@ def main() -> None:
     from dkmeans.cluster import start_local_cluster
 
     limit = parse_bytes(args.memory)
-    file_bytes = FILE_ROWS * args.features * 4
+    file_bytes = args.file_rows * args.features * 4
     n_files = int(np.ceil(args.times * args.workers * limit / file_bytes))
-    folder = Path(args.folder) / f"{args.features}x{n_files}"
+    folder = Path(args.folder) / f"{args.features}x{n_files}x{args.file_rows}"
     t0 = time.perf_counter()
-    write_folder(folder, n_files, args.features, args.k)
+    write_folder(folder, n_files, args.features, args.k, args.file_rows)
     print(f"data: {n_files} Parquet files, {n_files * file_bytes / 2**30:.2f} GiB of float32 features "
           f"({args.times:g}x the cluster's {args.workers} x {args.memory}), in {folder} "
           f"(written in {time.perf_counter() - t0:.0f} s if new)")

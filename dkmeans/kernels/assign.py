@@ -24,7 +24,6 @@ CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,7 +31,9 @@ from dkmeans.backend import get_namespace, sparse_namespace
 from dkmeans.kernels import _cuda  # fused CuPy kernels; imports CuPy only when called
 
 from dkmeans.kernels import _numba as _compiled  # compiled loops of the NumPy path
+from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, MAX_CENTROID_BLOCK, Partials, TopRows, select_top
 from dkmeans.kernels.compile import compiled_ready
+from dkmeans.kernels import sparse as _sparse
 
 #: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (the direct
 #: loops, or BLAS plus a compiled argmin for ``d > 16`` and very few centroids); "blas"
@@ -40,13 +41,6 @@ from dkmeans.kernels.compile import compiled_ready
 #: take).
 ENGINE = "auto"
 
-#: Scratch memory one kernel call may use, in bytes (distance tiles, gathered
-#: centroids, float64 copies of a row tile), besides centroid-sized arrays (the
-#: centroids in the data dtype, padded for the direct loop, and the k x d float64
-#: sums). The compiled paths use at most about ``BLAS_BLOCK_BYTES`` of it.
-DEFAULT_SCRATCH_BYTES = 32 * 2**20
-#: Largest number of centroids handled in one matrix product.
-MAX_CENTROID_BLOCK = 4096
 #: Compiled BLAS path: target size in bytes of one ``C_block @ X_tile.T`` buffer (about
 #: the L2 cache: the buffer is read back by the argmin while it is still in cache).
 BLAS_BLOCK_BYTES = 2 * 2**20
@@ -93,36 +87,6 @@ def _warm_up(dtype, d: int, k: int) -> None:
         assign_partials(X, C, w)
         farthest_points(X, C, 1, 0, w)
     assign(X, C)
-
-
-class Partials(NamedTuple):
-    """What one chunk contributes to a Lloyd update.
-
-    Attributes
-    ----------
-    sums : array, shape (k, d), float64
-        Per-cluster (weighted) sums of the rows assigned to each cluster.
-    counts : array, shape (k,), float64
-        Per-cluster (weighted) counts: sum of the weights of the assigned rows.
-    objective : array, shape (), float64
-        Weighted sum of squared distances of the rows to their nearest centroid.
-    """
-
-    sums: Any
-    counts: Any
-    objective: Any
-
-
-class TopRows(NamedTuple):
-    """The ``m`` rows of a chunk with the largest score (for example, distance).
-
-    Ordered by score (descending), ties by global row index (ascending), so the
-    selection does not depend on how the data is chunked.
-    """
-
-    score: Any  # (m,) float64
-    index: Any  # (m,) int64, global row index
-    rows: Any  # (m, d), dtype of the data
 
 
 def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
@@ -388,22 +352,6 @@ def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_byte
     return TopRows(d2[keep], index[keep], X[keep])
 
 
-def select_top(xp, score, index, m: int, eligible=None):
-    """Positions of the ``m`` largest ``score`` (ties: smaller ``index`` first), in that order.
-
-    Only entries where ``eligible`` is True are chosen (default: ``score >= 0``).
-    """
-    eligible = xp.nonzero(score >= 0 if eligible is None else eligible)[0]
-    if eligible.shape[0] == 0 or m <= 0:
-        return eligible[:0]
-    m = min(m, int(eligible.shape[0]))
-    vals = score[eligible]
-    if m < vals.shape[0]:
-        threshold = xp.partition(vals, vals.shape[0] - m)[vals.shape[0] - m]
-        eligible = eligible[vals >= threshold]
-    order = xp.lexsort(xp.stack([index[eligible], -score[eligible]]))
-    return eligible[order[:m]]
-
 
 def distances(X, C):
     """Euclidean distances from each row to every centroid, shape (n, k), ``X.dtype``.
@@ -421,5 +369,3 @@ def distances(X, C):
     return xp.sqrt(xp.maximum(d2, 0))
 
 
-# the sparse kernels build on the types above; imported last to break the cycle
-from dkmeans.kernels import sparse as _sparse  # noqa: E402

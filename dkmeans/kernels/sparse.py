@@ -35,8 +35,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse
 
-from dkmeans.kernels.assign import (
+from dkmeans.kernels.common import (
     DEFAULT_SCRATCH_BYTES,
+    Moments,
     MAX_CENTROID_BLOCK,
     Partials,
     TopRows,
@@ -247,7 +248,6 @@ def column_moments(X):
     ``m2_j = sum over stored values of (x - mean_j)^2 + (n - stored_j) mean_j^2``: every
     term is non-negative, so there is no cancellation, and explicit zeros count once.
     """
-    from dkmeans.kernels.stats import Moments
 
     X = as_csr(X)
     n, d = X.shape

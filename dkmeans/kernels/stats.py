@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Sequence
 
-from dkmeans.backend import get_namespace
-from dkmeans.backend import is_sparse as sparse_namespace_of
+from dkmeans.backend import get_namespace, is_sparse
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
-
-
-class Moments(NamedTuple):
-    """Row count, per-column mean and sum of squared deviations (float64)."""
-
-    count: Any  # () float64
-    mean: Any  # (d,) float64
-    m2: Any  # (d,) float64
-
+from dkmeans.kernels.common import Moments
 
 #: A tile's float64 copy and its deviations take about this many bytes: the scratch of
 #: :func:`column_moments` does not grow with the chunk.
@@ -24,9 +15,9 @@ MOMENTS_TILE_BYTES = 4 * 2**20
 
 def column_moments(X) -> Moments:
     """Moments of one chunk (unweighted), accumulated in float64 tile by tile (sparse rows: from the stored values)."""
-    from dkmeans.kernels import sparse
+    from dkmeans.kernels import sparse  # the sparse kernels build on this module's types
 
-    if sparse.is_sparse(X):
+    if is_sparse(X):
         return sparse.column_moments(X)
     xp = get_namespace(X)
     n, d = X.shape
@@ -71,6 +62,6 @@ def check_finite_block(result, X) -> None:
     xp = get_namespace(result)
     if bool(xp.isfinite(result).all()):
         return
-    values = X.data if sparse_namespace_of(X) else X  # a sparse chunk: its stored values
+    values = X.data if is_sparse(X) else X  # a sparse chunk: its stored values
     if not bool(xp.isfinite(values).all()):
         raise InvalidDataError(NON_FINITE_INPUT)

@@ -1,0 +1,68 @@
+"""What every kernel module shares: the scratch budget, result types, and the top-m selection."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+#: Scratch memory one kernel call may use, in bytes (distance tiles, gathered
+#: centroids, float64 copies of a row tile), besides centroid-sized arrays (the
+#: centroids in the data dtype, padded for the direct loop, and the k x d float64
+#: sums). The compiled paths use at most about ``BLAS_BLOCK_BYTES`` of it.
+DEFAULT_SCRATCH_BYTES = 32 * 2**20
+#: Largest number of centroids handled in one matrix product.
+MAX_CENTROID_BLOCK = 4096
+
+
+class Moments(NamedTuple):
+    """Row count, per-column mean and sum of squared deviations (float64)."""
+
+    count: Any  # () float64
+    mean: Any  # (d,) float64
+    m2: Any  # (d,) float64
+
+
+class Partials(NamedTuple):
+    """What one chunk contributes to a Lloyd update.
+
+    Attributes
+    ----------
+    sums : array, shape (k, d), float64
+        Per-cluster (weighted) sums of the rows assigned to each cluster.
+    counts : array, shape (k,), float64
+        Per-cluster (weighted) counts: sum of the weights of the assigned rows.
+    objective : array, shape (), float64
+        Weighted sum of squared distances of the rows to their nearest centroid.
+    """
+
+    sums: Any
+    counts: Any
+    objective: Any
+
+
+class TopRows(NamedTuple):
+    """The ``m`` rows of a chunk with the largest score (for example, distance).
+
+    Ordered by score (descending), ties by global row index (ascending), so the
+    selection does not depend on how the data is chunked.
+    """
+
+    score: Any  # (m,) float64
+    index: Any  # (m,) int64, global row index
+    rows: Any  # (m, d), dtype of the data
+
+
+def select_top(xp, score, index, m: int, eligible=None):
+    """Positions of the ``m`` largest ``score`` (ties: smaller ``index`` first), in that order.
+
+    Only entries where ``eligible`` is True are chosen (default: ``score >= 0``).
+    """
+    eligible = xp.nonzero(score >= 0 if eligible is None else eligible)[0]
+    if eligible.shape[0] == 0 or m <= 0:
+        return eligible[:0]
+    m = min(m, int(eligible.shape[0]))
+    vals = score[eligible]
+    if m < vals.shape[0]:
+        threshold = xp.partition(vals, vals.shape[0] - m)[vals.shape[0] - m]
+        eligible = eligible[vals >= threshold]
+    order = xp.lexsort(xp.stack([index[eligible], -score[eligible]]))
+    return eligible[order[:m]]

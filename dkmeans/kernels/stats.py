@@ -15,7 +15,7 @@ MOMENTS_TILE_BYTES = 4 * 2**20
 
 def column_moments(X) -> Moments:
     """Moments of one chunk (unweighted), accumulated in float64 tile by tile (sparse rows: from the stored values)."""
-    from dkmeans.kernels import sparse  # the sparse kernels build on this module's types
+    from dkmeans.kernels import sparse  # imported here: the sparse kernels import this package
 
     if is_sparse(X):
         return sparse.column_moments(X)

@@ -6,10 +6,10 @@ the scheduler; a worker without a limit counts with its host's memory, as distri
 does. Two fractions of the limit, both Dask config keys (documented in the README):
 
 * ``dkmeans.memory.task-fraction`` (default 0.25): a task's input chunks plus the kernel
-  scratch may take at most this share of its worker's limit, and at most half of what
-  is left below distributed's pause threshold once the process's own memory is counted
-  (two tasks' inputs may be in memory at once: one being released while the next one's
-  chunks arrive). A pass over persisted data
+  scratch may take at most this share of its worker's limit, and at most what is left
+  below distributed's pause threshold once the process's own memory is counted (that
+  memory includes what a reader's allocator keeps for its next read, such as pyarrow's
+  pool after a Parquet pass, which the next read reuses). A pass over persisted data
   takes a worker's chunks in groups of that size (one task per group, run one after the
   other), so chunks that Dask spilled to disk come back one group at a time; a streamed
   pass reads one chunk per task. distributed starts spilling at 60% of the limit
@@ -84,7 +84,7 @@ class MemoryBudget:
     def _one_task(self, address: str) -> float:
         limit = self.limits[address]
         pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
-        below_pause = (float(pause) * limit - self.unmanaged.get(address, 0)) / 2
+        below_pause = float(pause) * limit - self.unmanaged.get(address, 0)
         return max(0.0, min(_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * limit, below_pause)
                    - self.scratch_bytes)
 
@@ -130,7 +130,7 @@ def check_chunks_fit(chunk_bytes, budget: MemoryBudget, what: str = "input") -> 
         raise ChunkTooLargeError(
             f"One chunk of the {what} takes {_mib(largest)} in memory, more than a worker's budget for one task: "
             f"{_mib(allowed)} (at most {_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION):g} of the smallest "
-            f"worker's memory limit {_mib(smallest_limit)} and half of its room below the pause threshold, less "
+            f"worker's memory limit {_mib(smallest_limit)} and of its room below the pause threshold, less "
             f"{_mib(budget.scratch_bytes)} of kernel scratch). Nothing was run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
             f"df.repartition(partition_size='{max(1, int(allowed / 2 / 2**20))}MiB'); Parquet: smaller row groups "
             f"or files), give the workers more memory, or raise the Dask config {TASK_FRACTION_KEY!r}."

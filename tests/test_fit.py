@@ -123,3 +123,20 @@ def test_explicit_centres_with_n_init_warn_in_scikit_learns_words():
     with pytest.warns(RuntimeWarning, match=r"Explicit initial center position passed: performing only one init in "
                                             r"KMeans instead of n_init=4\."):
         KMeans(3, init=X[:3], n_init=4).fit(X)
+
+
+def test_no_large_graph_warning_for_a_large_numpy_fit_but_the_users_own_graphs_still_warn(client):
+    """distributed warns about graphs over 10 MB; in-memory input travels in the graph on purpose (lost chunks
+    stay recomputable), so the warning is silenced for dkmeans' own call only."""
+    import warnings
+
+    import dask.array as da
+
+    X = np.random.default_rng(0).random((2_000_000, 16), dtype=np.float32)  # 122 MiB: sent to the cluster
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        km = KMeans(4, init=X[:4], n_init=1, max_iter=2).fit(X)
+    assert km.data_mode_ == "in-memory"
+    assert not [w for w in caught if "large graph" in str(w.message)]
+    with pytest.warns(UserWarning, match="Sending large graph"):
+        client.compute(da.from_array(X, chunks=(500_000, 16)).sum()).result()

@@ -1,8 +1,12 @@
-"""ETL: Parquet in, labelled Parquet out, on a local Dask cluster, without a shuffle.
+"""ETL: Parquet in, labelled Parquet out, on a Dask cluster, without a shuffle.
 
 Run: .venv/bin/python examples/etl_parquet.py [WORKDIR]
 Writes a small partitioned Parquet data set, clusters two of its columns, and writes the
 same partitions back with a ``cluster`` column (index and other columns untouched).
+
+``segment`` is the whole pipeline; it runs unchanged on a Parquet folder larger than the
+cluster's memory (dkmeans then reads the partitions in every pass instead of keeping them):
+``benchmarks/out_of_core_faces.py`` runs it that way.
 """
 
 import sys
@@ -27,19 +31,26 @@ def make_input(folder: Path) -> Path:
     return path
 
 
+def segment(source, columns, n_clusters: int, out_folder: Path, **fit_params):
+    """Cluster ``columns`` of the Parquet data at ``source``; write it back with a ``cluster`` column.
+
+    Returns the fitted estimator and the path of the labelled Parquet folder.
+    """
+    df = read_table(source)                              # a lazy Dask DataFrame
+    df = df[df[columns[0]] > -50]                        # a filter: partition lengths now unknown
+    km = dkmeans.KMeans(n_clusters=n_clusters, random_state=0, **fit_params).fit(df[columns])
+    labelled = df.assign(cluster=km.predict(df[columns]))   # aligned, no shuffle
+    out = write_parquet(labelled, out_folder / "labelled.parquet")
+    km.save(out_folder / "segments.npz")
+    return km, out
+
+
 def main(workdir: str | None = None) -> None:
     folder = Path(workdir or tempfile.mkdtemp(prefix="dkmeans-etl-"))
-    source = make_input(folder)
-
-    df = read_table(source)                              # a lazy Dask DataFrame, 6 partitions
-    df = df[df.spend > -50]                              # a filter: partition lengths now unknown
-    km = dkmeans.KMeans(n_clusters=5, random_state=0).fit(df[["spend", "visits"]])
-    labelled = df.assign(cluster=km.predict(df[["spend", "visits"]]))   # aligned, no shuffle
-    out = write_parquet(labelled, folder / "customers_labelled.parquet")
-    km.save(folder / "segments.npz")
+    km, out = segment(make_input(folder), ["spend", "visits"], 5, folder)
 
     back = pd.read_parquet(out)
-    print(f"{len(back):,} rows in {df.npartitions} partitions -> {out}")
+    print(f"{len(back):,} rows in {back.shape[1]} columns, fitted {km.data_mode_} -> {out}")
     print(back.groupby("cluster")[["spend", "visits"]].mean().round(2))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dask
 import numpy as np
 import pytest
 
@@ -75,6 +76,13 @@ def stuck():
     return X, y, C, w
 
 
+@pytest.fixture(params=["eager", "off"])
+def compiled(request):
+    """The kernels' compiled loops (eager) and their NumPy code (off) must agree."""
+    with dask.config.set({"dkmeans.compile": request.param}):
+        yield request.param
+
+
 SEARCH = dict(rounds=4, candidates_per_round=16, seed=7, lloyd_iters=3, stop_rule=CentroidShift(0.0))
 
 
@@ -82,7 +90,7 @@ SEARCH = dict(rounds=4, candidates_per_round=16, seed=7, lloyd_iters=3, stop_rul
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("scratch", [600, 4 * 2**20])
-def test_swap_costs_match_brute_force(xp, rows, dtype, weighted, scratch):
+def test_swap_costs_match_brute_force(xp, rows, dtype, weighted, scratch, compiled):
     """cost[p, j] is the objective with centroid j replaced by candidate p, recomputed from scratch."""
     X, C, P, w = rows
     X, C, P = X.astype(dtype), C.astype(dtype), P.astype(dtype)
@@ -101,7 +109,7 @@ def test_swap_costs_match_brute_force(xp, rows, dtype, weighted, scratch):
 
 
 @pytest.mark.parametrize("k", [1, 2, 9])
-def test_nearest_two_matches_brute_force(xp, rows, k):
+def test_nearest_two_matches_brute_force(xp, rows, k, compiled):
     X, C, _, _ = rows
     C = C[:k]
     out = to_host(nearest_two(xp.asarray(X), xp.asarray(C), scratch_bytes=500))
@@ -116,7 +124,8 @@ def test_nearest_two_matches_brute_force(xp, rows, k):
         np.testing.assert_allclose(out.d2, D[np.arange(len(X)), order[:, 1]], rtol=1e-9)
 
 
-def test_swap_partials_are_lloyd_partials_of_the_swapped_centroids(xp, rows):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_swap_partials_are_lloyd_partials_of_the_swapped_centroids(xp, rows, weighted, compiled):
     """Each trial's sums, counts and objective equal a float64 assignment to its swapped centroids,
     including a trial that removes a centroid and its neighbour (rows losing both nearest)."""
     X, C, P, w = rows
@@ -125,7 +134,9 @@ def test_swap_partials_are_lloyd_partials_of_the_swapped_centroids(xp, rows):
     j, near = 0, int(D[0].argmin())
     trials = [([], []), ([0], [3]), ([1, 2], [j, near]), ([0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5])]
     trials = [(np.asarray(p, dtype=np.int64), np.asarray(c, dtype=np.int64)) for p, c in trials]
-    out = to_host(swap_partials(xp.asarray(X), xp.asarray(C), xp.asarray(P), trials, xp.asarray(w), scratch_bytes=800))
+    w = w if weighted else np.ones(len(X))
+    out = to_host(swap_partials(xp.asarray(X), xp.asarray(C), xp.asarray(P), trials,
+                                xp.asarray(w) if weighted else None, scratch_bytes=800))
     for t, (p, c) in enumerate(trials):
         swapped = C.copy()
         swapped[c] = P[p]

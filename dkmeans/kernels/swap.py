@@ -169,6 +169,23 @@ def _nearest_two_tile(xp, Xt, C64, c_sq):
                       xp.where(flip, d2, d1), xp.where(flip, d1, d2))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _nearest_two_of_row(row, C64):  # pragma: no cover - compiled
+    """(nearest, its squared distance, second nearest, its squared distance) of one translated row."""
+    k, d = C64.shape
+    b1, b2, j1, j2 = np.inf, np.inf, 0, 0
+    for j in range(k):
+        s = 0.0
+        for f in range(d):
+            t = row[f] - C64[j, f]
+            s += t * t
+        if s < b1:  # strict: ties keep the lower index nearest
+            b2, j2, b1, j1 = b1, j1, s, j
+        elif s < b2:
+            b2, j2 = s, j
+    return j1, b1, j2, b2
+
+
 @numba.njit(cache=True, nogil=True)
 def _nearest_two_rows(X, origin, C64, first, second, d1, d2):  # pragma: no cover - compiled
     """Compiled :func:`_nearest_two_tile` for host rows: exact translated float64 distances, row by row."""
@@ -178,23 +195,83 @@ def _nearest_two_rows(X, origin, C64, first, second, d1, d2):  # pragma: no cove
     for i in range(n):
         for f in range(d):
             row[f] = X[i, f] - origin[f]
-        b1, b2, j1, j2 = np.inf, np.inf, 0, 0
-        for j in range(k):
-            s = 0.0
-            for f in range(d):
-                t = row[f] - C64[j, f]
-                s += t * t
-            if s < b1:  # strict: ties keep the lower index nearest
-                b2, j2, b1, j1 = b1, j1, s, j
-            elif s < b2:
-                b2, j2 = s, j
+        j1, b1, j2, b2 = _nearest_two_of_row(row, C64)
         first[i], d1[i] = j1, b1
         second[i], d2[i] = (j2, b2) if k > 1 else (j1, np.inf)
+
+
+def _host_weights(w):
+    """Weights for the compiled loops: the array and whether it is real (ones otherwise)."""
+    return (np.ones(1), False) if w is None else (np.ascontiguousarray(w, dtype=np.float64), True)
+
+
+@numba.njit(cache=True, nogil=True)
+def _swap_costs_rows(X, origin, C64, P64, w, weighted, per_candidate, per_cluster, objective):  # pragma: no cover
+    """Compiled :func:`swap_costs` for host rows (exact float64 differences, one row at a time)."""
+    n, d = X.shape
+    m = P64.shape[0]
+    row = np.empty(d, dtype=np.float64)
+    total = 0.0
+    for i in range(n):
+        for f in range(d):
+            row[f] = X[i, f] - origin[f]
+        j1, b1, _, b2 = _nearest_two_of_row(row, C64)
+        wi = w[i] if weighted else 1.0
+        total += wi * b1
+        for p in range(m):
+            s = 0.0
+            for f in range(d):
+                t = row[f] - P64[p, f]
+                s += t * t
+            keep = min(s, b1)
+            per_candidate[p] += wi * keep
+            per_cluster[j1, p] += wi * (min(s, b2) - keep)
+    objective[0] = total
+
+
+@numba.njit(cache=True, nogil=True)
+def _swap_partials_rows(X, origin, C64, P64, lengths, positions, replaced, removed, swapped, w, weighted,
+                        sums, counts, objective):  # pragma: no cover - compiled
+    """Compiled :func:`swap_partials` for host rows: each trial's labels from the nearest two and the candidates."""
+    n, d = X.shape
+    q = P64.shape[0]
+    T = positions.shape[0]
+    row = np.empty(d, dtype=np.float64)
+    dp = np.empty(q, dtype=np.float64)
+    for i in range(n):
+        for f in range(d):
+            row[f] = X[i, f] - origin[f]
+        j1, b1, j2, b2 = _nearest_two_of_row(row, C64)
+        for p in range(q):
+            s = 0.0
+            for f in range(d):
+                t = row[f] - P64[p, f]
+                s += t * t
+            dp[p] = s
+        wi = w[i] if weighted else 1.0
+        for t in range(T):
+            label, dist = j1, b1
+            if removed[t, j1]:
+                label, dist = j2, b2
+                if removed[t, j2]:  # nearest two both removed (rare): assign afresh
+                    label, dist, _, _ = _nearest_two_of_row(row, swapped[t])
+            best, to_new = 0, np.inf
+            for a in range(lengths[t]):
+                if dp[positions[t, a]] < to_new:
+                    best, to_new = a, dp[positions[t, a]]
+            if to_new < dist:
+                label, dist = replaced[t, best], to_new
+            for f in range(d):
+                sums[t, label, f] += wi * X[i, f]
+            counts[t, label] += wi
+            objective[t] += wi * dist
 
 
 def _warm_up_nearest_two(dtype) -> None:
     X = np.random.default_rng(0).random((64, 3)).astype(dtype)
     nearest_two(X, X[:4])
+    swap_costs(X, X[:4], X[4:6])
+    swap_partials(X, X[:4], X[4:6], [(np.array([0]), np.array([1]))])
 
 
 def _translated(xp, C):
@@ -274,6 +351,11 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
     per_candidate = xp.zeros(m, dtype=xp.float64)  # sum_x w min(d1, dp)
     per_cluster = xp.zeros((k, m), dtype=xp.float64)  # sum_{a(x) = j} w (min(d2, dp) - min(d1, dp))
     objective = xp.zeros((), dtype=xp.float64)
+    if _compiled_ready(xp, X):  # one fused loop over rows: no tiles, no n x m temporaries
+        objective = np.zeros(1)
+        _swap_costs_rows(np.ascontiguousarray(X), origin, C64, P64, *_host_weights(w),
+                         per_candidate, per_cluster, objective)
+        return SwapCosts(np.ascontiguousarray(per_candidate[:, None] + per_cluster.T), objective.reshape(()))
     rows = _tile_rows(k, m, d, scratch_bytes)
     for i0 in range(0, n, rows):
         i1 = min(n, i0 + rows)
@@ -325,8 +407,8 @@ def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SC
     P : array, shape (q, d)
         Candidate centres the trials use.
     trials : sequence of (positions, centroids)
-        Integer arrays of equal length: positions in ``P`` and the distinct centroids they
-        replace.
+        Pairs of integer arrays of equal length (trials may differ in length): positions in
+        ``P`` and the distinct centroids they replace.
     weights : array, shape (n,), optional
     scratch_bytes : int
         Bound on the temporary memory of the call, besides the ``t x k x d`` result.
@@ -354,6 +436,15 @@ def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SC
     sums = xp.zeros((T, k, d), dtype=xp.float64)
     counts = xp.zeros((T, k), dtype=xp.float64)
     objective = xp.zeros(T, dtype=xp.float64)
+    if T and _compiled_ready(xp, X):
+        lengths = np.array([pos.shape[0] for pos, _ in trials], dtype=np.int64)
+        positions = np.zeros((T, int(lengths.max())), dtype=np.int64)  # ragged trials, padded
+        replaced = np.zeros_like(positions)
+        for t, (pos, js) in enumerate(trials):
+            positions[t, : lengths[t]], replaced[t, : lengths[t]] = pos, js
+        _swap_partials_rows(np.ascontiguousarray(X), origin, C64, P64, lengths, positions, replaced, removed,
+                            np.stack([Ct for Ct, _ in swapped]), *_host_weights(w), sums, counts, objective)
+        return TrialPartials(sums, counts, objective)
     rows = _tile_rows(k, q, d, scratch_bytes)
     for i0 in range(0, n, rows):
         i1 = min(n, i0 + rows)

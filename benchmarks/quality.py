@@ -24,7 +24,7 @@ The estimator's own default fit (``dkmeans.KMeans(k, random_state=seed)``: k-mea
 local search, Lloyd; passes as it reports them in ``n_passes_``) is compared the same way
 against scikit-learn n_init=10 and against ``local_search=False`` (the previous default).
 
-Run:  .venv/bin/python benchmarks/quality.py [--seeds 10] [--sets a1 s1 ...]
+Run:  .venv/bin/python benchmarks/quality.py [--seeds 10] [--sets a1 s1 ...] [--estimator-only]
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def setting_name(setting: dict) -> str:
             f"L={setting['lloyd_iters']} p={p}")
 
 
-def run_set(X, truth, k, seeds):
+def run_set(X, truth, k, seeds, sweep: bool = True):
     gt_centroids = metrics.class_means(X, truth)
     gt_objective = metrics.objective(X, gt_centroids)
 
@@ -127,7 +127,7 @@ def run_set(X, truth, k, seeds):
             t = time.perf_counter()
             km = dkmeans.KMeans(k, random_state=seed, **options).fit(X)
             runs.setdefault(name, []).append(score(km.cluster_centers_, km.n_passes_, time.perf_counter() - t))
-    for seed in seeds:
+    for seed in seeds if sweep else ():
         C, passes, seconds, stop = default_fit(X, k, seed)
         runs.setdefault("default (k-means|| + Lloyd)", []).append(score(C, passes, seconds))
         for setting in SETTINGS:
@@ -147,6 +147,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--sets", nargs="*", default=None)
+    parser.add_argument("--estimator-only", action="store_true",
+                        help="only the estimator's default against scikit-learn and local_search=False (no sweep)")
     args = parser.parse_args(argv)
     data_dir = sipu_dir()
     if data_dir is None:
@@ -161,7 +163,7 @@ def main(argv=None) -> int:
     results = {}
     for f in files:
         X, truth, k = load_sipu(f)
-        rows = run_set(X, truth, k, seeds)
+        rows = run_set(X, truth, k, seeds, sweep=not args.estimator_only)
         results[f.stem] = rows
         for method, r in rows.items():
             print(f"{f.stem:10s} {method:40s} {r['mean_ci']:8.2f} {r['success']:6.0%} {r['objective_ratio']:8.4f} "
@@ -169,7 +171,7 @@ def main(argv=None) -> int:
     print("\ngoal per setting: mean CI <= scikit-learn n_init=10's, objective within "
           f"{(OBJECTIVE_SLACK - 1):.1%} of it, passes <= 2 x default's, on every set")
     verdicts = {}
-    for name in ["dkmeans.KMeans() default"] + [setting_name(s) for s in SETTINGS]:
+    for name in ["dkmeans.KMeans() default"] + ([] if args.estimator_only else [setting_name(s) for s in SETTINGS]):
         misses, ratios = [], []
         for set_name, rows in results.items():
             base_name = "dkmeans.KMeans(local_search=False)" if name.startswith("dkmeans.") else \

@@ -271,3 +271,39 @@ def test_a_chunk_larger_than_the_task_budget_fails_before_any_work(small_memory_
     with small_memory_cluster.as_current(), WorkerWatch(small_memory_cluster):
         with pytest.raises(ChunkTooLargeError, match=r"takes 244\.1 MiB.*budget.*rechunk"):
             dkmeans.KMeans(4, out_of_core=out_of_core).fit(X)
+
+
+def _hold_freed_heap(blocks: int) -> None:
+    """Allocate ``blocks`` x 64 KiB from the heap, free 19 in 20: the survivors keep the freed memory
+    with the allocator, as memory a previous computation left behind does."""
+    import builtins
+
+    held = [np.ones(2**13 - 8) for _ in range(blocks)]
+    builtins._dkmeans_test_held = held[::20]
+
+
+def _drop_held() -> None:
+    import builtins
+
+    builtins.__dict__.pop("_dkmeans_test_held", None)
+
+
+@pytest.mark.slow
+def test_memory_a_worker_keeps_after_a_computation_is_released_before_planning(small_memory_cluster):
+    """Freed memory kept by the allocator (about 300 MiB more per worker, near the pause threshold)
+    would leave no task budget; the budget asks the workers to release it and plans with the rest."""
+    client = small_memory_cluster
+    before = MemoryBudget.of(client, 32 * 2**20).task_bytes()
+    try:
+        client.run(_hold_freed_heap, 5_000)
+        stale = MemoryBudget._from_info(client.scheduler_info(n_workers=-1)["workers"], 32 * 2**20)
+        for _ in range(50):  # until the heartbeats report the held memory
+            if max(stale.unmanaged.values()) > 0.6 * MEMORY_LIMIT:
+                break
+            threading.Event().wait(0.1)
+            stale = MemoryBudget._from_info(client.scheduler_info(n_workers=-1)["workers"], 32 * 2**20)
+        assert stale.task_bytes() < before / 2, stale
+        budget = MemoryBudget.of(client, 32 * 2**20)
+        assert budget.task_bytes() == pytest.approx(before, abs=24 * 2**20), (before, budget)
+    finally:
+        client.run(_drop_held)

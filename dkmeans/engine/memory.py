@@ -21,6 +21,11 @@ does. Two fractions of the limit, both Dask config keys (documented in the READM
   summed over the workers (below distributed's spill target of 60%); larger data is read
   from its source in every pass (out-of-core), except what fits, which stays persisted.
 
+When a worker's own memory leaves it less than its nominal task budget, the workers are first
+asked to give freed memory back to the operating system (``gc.collect()`` and glibc's
+``malloc_trim(0)``, as distributed's documentation advises for unmanaged memory that stays
+high after a computation), and the budget is read again once they have reported.
+
 A chunk that alone exceeds its task budget cannot be processed without overloading a
 worker: :func:`check_chunks_fit` raises :class:`~dkmeans.errors.ChunkTooLargeError` before
 any work is submitted.
@@ -28,6 +33,11 @@ any work is submitted.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
+import sys
+import time
 from dataclasses import dataclass, field
 
 import dask
@@ -72,14 +82,29 @@ class MemoryBudget:
 
     @classmethod
     def of(cls, client, scratch_bytes: int = 0) -> "MemoryBudget":
-        """The budget of ``client``'s cluster as the scheduler reports it now."""
+        """The budget of ``client``'s cluster as the scheduler reports it now.
+
+        Where a worker's own memory cuts into its task budget, the workers first release
+        the memory their allocators keep (see the module docstring).
+        """
         info = client.scheduler_info(n_workers=-1)["workers"]
+        budget = cls._from_info(info, scratch_bytes)
+        if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
+            client.run(release_memory)
+            budget = cls._from_info(_next_reports(client, info), scratch_bytes)
+        return budget
+
+    @classmethod
+    def _from_info(cls, info: dict, scratch_bytes: int) -> "MemoryBudget":
         limits = {addr: int(w.get("memory_limit") or 0) or HOST_MEMORY for addr, w in info.items()}
         unmanaged = {}
         for addr, w in info.items():
             metrics = w.get("metrics", {})
             unmanaged[addr] = max(0, int(metrics.get("memory", 0)) - int(metrics.get("managed_bytes", 0)))
         return cls(limits, int(scratch_bytes), unmanaged)
+
+    def _nominal_task(self, address: str) -> float:
+        return max(0.0, _fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * self.limits[address] - self.scratch_bytes)
 
     def _one_task(self, address: str) -> float:
         limit = self.limits[address]
@@ -103,6 +128,32 @@ class MemoryBudget:
     def per_worker(self) -> dict:
         """:meth:`task_bytes` of every worker, by address."""
         return {addr: self.task_bytes(addr) for addr in self.limits}
+
+
+def release_memory() -> None:
+    """Collect garbage and give the allocator's free memory back to the OS (glibc: ``malloc_trim``)."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _next_reports(client, before: dict, reports: int = 2, timeout: float = 5.0) -> dict:
+    """The scheduler's worker info once every worker has sent ``reports`` heartbeats since ``before``.
+
+    Two: the first may carry a memory sample taken before the release.
+    """
+    deadline = time.monotonic() + timeout
+    seen = {a: [w.get("last_seen", 0)] for a, w in before.items()}
+    while True:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        for a, w in info.items():
+            times = seen.setdefault(a, [0])
+            if w.get("last_seen", 0) > times[-1]:
+                times.append(w.get("last_seen", 0))
+        if all(len(seen[a]) > reports for a in info) or time.monotonic() > deadline:
+            return info
+        time.sleep(0.05)
 
 
 def group_by_bytes(chunk_ids, chunk_bytes, budget: float) -> list[list[int]]:

@@ -154,7 +154,7 @@ def _check_finite(partials) -> None:
         raise InvalidDataError(NON_FINITE_INPUT)
 
 
-def _advance(state, partials, batch_len, options, rng, rows_at, n_total, tol, check_stop=True):
+def advance(state, partials, batch_len, options, rng, rows_at, n_total, tol, check_stop=True):
     """A step and its early-stopping check: ``(state, record, stop reason or None)``."""
     t0 = time.perf_counter()
     _check_finite(partials)
@@ -175,6 +175,18 @@ def _batch_chunk(X, w, offset, batch_index, C):
 
 def _rows_chunk(X, w, offset, wanted):
     return batch_rows(X, w, offset, wanted)
+
+
+def gather_rows(data, index):
+    """The rows at global ``index`` (repeats allowed) and their weights, in one pass of small results.
+
+    Works on every implementation of the protocol (an SPMD rank's included).
+    """
+    index = np.asarray(index, dtype=np.int64)
+    found, rows, weights = data.map_reduce(_rows_chunk, combine_rows, (np.unique(index),))
+    order = np.argsort(found, kind="stable")
+    at = order[np.searchsorted(found[order], index)]
+    return rows[at], weights[at]
 
 
 def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: MiniBatchOptions, tol: float = 0.0,
@@ -226,10 +238,9 @@ def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, option
 
         def rows_at(positions, index=index):
             wanted = index[positions]
-            found, rows = data.map_reduce(_rows_chunk, combine_rows, (np.unique(wanted),))
-            return rows[np.searchsorted(found, wanted)] if len(found) else rows
+            return gather_rows(data, wanted)[0]
 
-        state, record, reason = _advance(state, partials, b, options, rng, rows_at, n, tol)
+        state, record, reason = advance(state, partials, b, options, rng, rows_at, n, tol)
         history.append(record)
         data.report(record.as_dict())
         if reason is not None:
@@ -267,7 +278,7 @@ def _run_batches(st: PassState, X, w, seed, options, tol, n_total, dtype, final:
         pos += len(Xb)
         rng = step_rng(seed, run.n_steps)
         partials = assign_partials(Xb, run.centroids.astype(dtype), wb)
-        run, record, reason = _advance(run, partials, len(Xb), options, rng, lambda p, Xb=Xb: Xb[p], n_total, tol)
+        run, record, reason = advance(run, partials, len(Xb), options, rng, lambda p, Xb=Xb: Xb[p], n_total, tol)
         history.append(record)
     return PassState(run, X[pos:].copy(), None if w is None else w[pos:].copy(), history, reason)
 
@@ -308,5 +319,5 @@ def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatch
                            st.stop_reason is not None, history)
 
 
-__all__ = ["BATCH_STREAM", "MiniBatchOptions", "MiniBatchResult", "minibatch", "minibatch_pass", "minibatch_step",
+__all__ = ["BATCH_STREAM", "advance", "gather_rows", "MiniBatchOptions", "MiniBatchResult", "minibatch", "minibatch_pass", "minibatch_step",
            "minibatch_steps", "step_rng"]

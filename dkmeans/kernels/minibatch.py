@@ -57,18 +57,20 @@ def batch_partials(X, weights, row_offset: int, batch_index, C) -> Partials:
 
 
 def batch_rows(X, weights, row_offset: int, wanted):
-    """``(global index, row)`` pairs of the rows in ``wanted`` (sorted, distinct) this chunk holds."""
+    """``(global index, rows, weights)`` of the rows in ``wanted`` (sorted, distinct) this chunk holds.
+
+    The weights are ones where the data has none.
+    """
     local = batch_positions(wanted, row_offset, X.shape[0])
     xp = get_namespace(X)
-    rows = take_rows(X, xp.asarray(local) if xp is not np else local)
-    return local + row_offset, np.asarray(to_host(rows))
+    at = xp.asarray(local) if xp is not np else local
+    w = np.ones(len(local)) if weights is None else np.asarray(to_host(weights[at]), dtype=np.float64)
+    return local + row_offset, np.asarray(to_host(take_rows(X, at))), w
 
 
 def combine_rows(parts):
-    """Concatenate :func:`batch_rows` results (associative)."""
-    index = np.concatenate([p[0] for p in parts])
-    rows = np.concatenate([p[1] for p in parts]) if parts else None
-    return index, rows
+    """Concatenate :func:`batch_rows` results (associative; chunks in row order keep the index sorted)."""
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
 
 def minibatch_update(C, counts, sums, batch_counts, decay: float = 1.0):

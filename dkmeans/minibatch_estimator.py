@@ -15,13 +15,14 @@ from sklearn.utils.validation import validate_data
 
 from dkmeans import _params
 from dkmeans._random import resolve_seed
-from dkmeans._validation import FLOAT_DTYPES, data_errors, is_dask_collection
-from dkmeans.errors import InvalidDataError, InvalidParameterError
+from dkmeans._validation import FLOAT_DTYPES, check_n_clusters_vs_rows, data_errors, is_dask_collection
+from dkmeans.assignment import assign_local
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.estimator import _KMeansBase, _progress
 from dkmeans.fit import FitSpec, run_fit, run_partial_fit
 from dkmeans.init import InitOptions
 from dkmeans.minibatch import MiniBatchOptions
-from dkmeans.state import history_dicts
+from dkmeans.state import MiniBatchState, history_dicts
 
 
 def resolve_decay(decay, half_life, time_unit: str) -> float:
@@ -240,8 +241,6 @@ class MiniBatchKMeans(_KMeansBase):
         with data_errors("X"):
             X = validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=first, ensure_min_samples=1)
         if first:
-            from dkmeans._validation import check_n_clusters_vs_rows
-
             check_n_clusters_vs_rows(spec.n_clusters, X.shape[0], "n_clusters")
         w = None
         if sample_weight is not None:
@@ -249,16 +248,14 @@ class MiniBatchKMeans(_KMeansBase):
             if w.shape != (X.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0):
                 raise InvalidDataError(f"sample_weight must be {X.shape[0]} finite non-negative numbers")
         if not np.all(np.isfinite(X)):
-            from dkmeans.errors import NON_FINITE_INPUT
-
             raise InvalidDataError(NON_FINITE_INPUT)
         if first:
             self._seed = resolve_seed(self.random_state)
             self._batch_size = min(spec.minibatch.batch_size, X.shape[0])
             self._stream = None
         elif getattr(self, "_stream", None) is None:  # loaded from a file: counts unknown, start them at zero
-            from dkmeans.state import MiniBatchState
-
+            self._seed = resolve_seed(self.random_state)
+            self._batch_size = min(spec.minibatch.batch_size, X.shape[0])
             self._stream = MiniBatchState(np.asarray(self.cluster_centers_, np.float64),
                                           getattr(self, "_counts", np.zeros(len(self.cluster_centers_))))
         spec = dataclasses.replace(spec, minibatch=dataclasses.replace(spec.minibatch, batch_size=self._batch_size))
@@ -271,8 +268,6 @@ class MiniBatchKMeans(_KMeansBase):
         self.n_iter_ = getattr(self, "n_iter_", 0)
         self.history_ = list(getattr(self, "history_", [])) + history_dicts([record])
         if self.compute_labels:
-            from dkmeans.assignment import assign_local
-
             self.labels_, self.inertia_ = assign_local(X, self.cluster_centers_, w)
         return self
 

@@ -271,10 +271,5 @@ class MiniBatchKMeans(_KMeansBase):
             self.labels_, self.inertia_ = assign_local(X, self.cluster_centers_, w)
         return self
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
-        return tags
-
 
 __all__ = ["MiniBatchKMeans", "resolve_decay"]

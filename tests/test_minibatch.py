@@ -255,3 +255,33 @@ def test_bad_input(data):
         MiniBatchKMeans(3).partial_fit(bad)
     with pytest.raises(InvalidParameterError):
         dkmeans.KMeans(algorithm="minibatch").fit(data)
+
+
+# -- functional API and CLI ----------------------------------------------------------------
+def test_functional_method_minibatch(data):
+    desc = dkmeans.Descriptor(cluster_count=6, max_iteration_count=5, method="minibatch", dtype=np.float64)
+    a = dkmeans.train(desc, data, "k-means++", random_state=0, batch_size=256)
+    b = dkmeans.train(desc, data, "k-means++", random_state=0, batch_size=256)
+    np.testing.assert_array_equal(a.model.centroids, b.model.centroids)
+    inferred = dkmeans.infer(desc, a.model, data)
+    assert a.objective_function_value == pytest.approx(inferred.objective_function_value)
+    np.testing.assert_array_equal(a.labels, inferred.labels)
+    assert a.stop_reason in ("no-improvement", "centroid-shift", "max_iter")
+    with pytest.raises(InvalidParameterError):
+        dkmeans.train(desc, data, batch_size=0)
+
+
+def test_cli_fit_minibatch_on_parquet(tmp_path, data):
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    pd.DataFrame(data, columns=["a", "b", "c", "d"]).to_parquet(tmp_path / "x.parquet")
+    model = tmp_path / "m.dkm"
+    res = subprocess.run([sys.executable, "-m", "dkmeans", "fit", str(tmp_path / "x.parquet"), "-k", "6",
+                          "--algorithm", "minibatch", "--batch-size", "512", "--model", str(model),
+                          "--random-state", "0", "--workers", "1"], capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    loaded = MiniBatchKMeans.load(model)
+    assert loaded.batch_size == 512 and list(loaded.feature_names_in_) == ["a", "b", "c", "d"]

@@ -265,6 +265,8 @@ class StreamedData:
         """The rows at these global indices (only the chunks holding them are read)."""
         self._ensure_chunk_rows()
         idx = np.asarray(indices, dtype=np.int64) - self.first_row
+        if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):  # a range: a plain slice
+            return to_host(gather(self.client, self.client.compute(self.X[int(idx[0]):int(idx[0]) + len(idx)])))
         order = np.argsort(idx, kind="stable")
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
         return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)

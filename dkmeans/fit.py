@@ -501,11 +501,16 @@ def _final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
 
 
 def _result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_reason, converged, history, n_passes,
-            **extra) -> FitResult:
-    """The :class:`FitResult`, with labels where the face wants them (after the data's release)."""
-    if labels is not None and dataset.frame is not None:  # on the DataFrame's index, from its partitions
+            with_labels: bool = True, **extra) -> FitResult:
+    """The :class:`FitResult`, with labels where the face wants them (after the data's release).
+
+    ``with_labels=False`` (mini-batch's ``compute_labels=False``): no labels at all.
+    """
+    if not with_labels:
+        labels = None
+    elif dataset.frame is not None:  # on the DataFrame's index, from its partitions (the final pass kept none)
         labels = predict_series(dataset.frame, centroids, metric=spec.metric)
-    elif labels is not None and not dataset.is_dask and data.kind != "local":
+    elif not dataset.is_dask and data.kind != "local":
         labels = labels.compute()
     in_memory = data.kind in ("persisted", "local")
     return FitResult(centroids, labels, inertia, n_iter, stop_reason, converged, history,
@@ -614,7 +619,7 @@ def _fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client,
     finally:
         data.release()
     return _result(spec, dataset, data, centroids, labels, inertia, n_epochs, result.stop_reason, result.converged,
-                   list(result.history), n_passes, minibatch_state=result.state)
+                   list(result.history), n_passes, with_labels=spec.compute_labels, minibatch_state=result.state)
 
 
 def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | None, seed: int):

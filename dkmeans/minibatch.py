@@ -154,9 +154,13 @@ def _check_finite(partials) -> None:
         raise InvalidDataError(NON_FINITE_INPUT)
 
 
-def advance(state, partials, batch_len, options, rng, rows_at, n_total, tol, check_stop=True):
-    """A step and its early-stopping check: ``(state, record, stop reason or None)``."""
-    t0 = time.perf_counter()
+def advance(state, partials, batch_len, options, rng, rows_at, n_total, tol, check_stop=True, started=None):
+    """A step and its early-stopping check: ``(state, record, stop reason or None)``.
+
+    ``started`` (a ``time.perf_counter()`` value) is when the step began (its batch's
+    pass included): the record's seconds count from there.
+    """
+    t0 = time.perf_counter() if started is None else started
     _check_finite(partials)
     state, shift, reassigned = minibatch_step(state, partials, batch_len, options, rng, rows_at)
     reason = None
@@ -231,6 +235,7 @@ def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, option
     n, b = data.n_rows, options.batch_size
     history, reason = [], None
     while state.n_steps < n_steps:
+        t0 = time.perf_counter()
         rng = step_rng(seed, state.n_steps)
         index = rng.integers(0, n, b)
         C = state.centroids.astype(data.dtype)
@@ -240,7 +245,7 @@ def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, option
             wanted = index[positions]
             return gather_rows(data, wanted)[0]
 
-        state, record, reason = advance(state, partials, b, options, rng, rows_at, n, tol)
+        state, record, reason = advance(state, partials, b, options, rng, rows_at, n, tol, started=t0)
         history.append(record)
         data.report(record.as_dict())
         if reason is not None:
@@ -273,12 +278,14 @@ def _run_batches(st: PassState, X, w, seed, options, tol, n_total, dtype, final:
     b, pos = options.batch_size, 0
     run, history, reason = st.run, list(st.history), st.stop_reason
     while reason is None and (len(X) - pos >= b or (final and len(X) - pos > 0)):
+        t0 = time.perf_counter()
         Xb = X[pos:pos + b]
         wb = None if w is None else w[pos:pos + b]
         pos += len(Xb)
         rng = step_rng(seed, run.n_steps)
         partials = assign_partials(Xb, run.centroids.astype(dtype), wb)
-        run, record, reason = advance(run, partials, len(Xb), options, rng, lambda p, Xb=Xb: Xb[p], n_total, tol)
+        run, record, reason = advance(run, partials, len(Xb), options, rng, lambda p, Xb=Xb: Xb[p], n_total, tol,
+                                      started=t0)
         history.append(record)
     return PassState(run, X[pos:].copy(), None if w is None else w[pos:].copy(), history, reason)
 

@@ -147,6 +147,8 @@ class MiniBatchRecord:
     reassigned : int
         Centers moved to batch rows for their low counts.
     seconds : float
+        The whole step: drawing the batch, its pass (assignment partials), the update and
+        any reassignment.
     """
 
     iteration: int

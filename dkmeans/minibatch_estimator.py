@@ -217,6 +217,7 @@ class MiniBatchKMeans(_KMeansBase):
         self.stop_reason_ = result.stop_reason
         self.data_mode_ = result.data_mode
         self.n_passes_ = result.n_passes
+        self._loop_modes = list(result.loop_modes)  # how the engine ran the steps (one-task, spmd, graph)
         self._stream = result.minibatch_state  # partial_fit continues from here
         self._counts = result.minibatch_state.counts
         self._seed = resolve_seed(self.random_state)

@@ -57,6 +57,7 @@ from dkmeans.kernels.cosine import objective_scale
 from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset, sparse_row_bytes,
                             supports_local_search)
 from dkmeans.kernels import assign_partials
+from dkmeans.kernels.sparse import take_rows
 from dkmeans.state import FitState, LoopState, MiniBatchState, RunSummary
 
 logger = logging.getLogger("dkmeans")
@@ -433,6 +434,8 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     searches = supports_local_search(spec.metric, is_sparse_array(dataset.array), algorithm=spec.algorithm,
                                      refine=spec.refine, local_search=spec.local_search)
     dataset = prepare_dataset(dataset, spec.metric)  # cosine: unit rows, normalised chunk by chunk where read
+    if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
+        raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
     fit = _fit_minibatch if spec.algorithm == "minibatch" else _fit
     if _in_process(dataset, weights) and resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - True, not "auto"
         return fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None, searches)
@@ -630,7 +633,7 @@ def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | Non
     is the batch size the reassignment schedule counts (scikit-learn's ``_batch_size``).
     The step's draws are keyed by ``(seed, step)``.
     """
-    X = np.asarray(X)
+    X = X if is_sparse_array(X) else np.asarray(X)  # sparse (CSR) rows are assigned as they are
     w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     if state is None:
         _, init_size = minibatch_sizes(spec, X.shape[0])
@@ -639,12 +642,12 @@ def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | Non
         else:
             rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
             idx = rng.integers(0, X.shape[0], init_size) if init_size < X.shape[0] else np.arange(X.shape[0])
-            centers = minibatch_init(spec, X[idx], None if w is None else w[idx], seed, 0)
+            centers = minibatch_init(spec, take_rows(X, idx), None if w is None else w[idx], seed, 0)
         state = MiniBatchState(np.asarray(centers, dtype=np.float64), np.zeros(spec.n_clusters))
     partials = assign_partials(X, state.centroids.astype(X.dtype), w)
     rng = step_rng(seed, state.n_steps)
-    state, record, _ = advance(state, partials, X.shape[0], spec.minibatch, rng, lambda p: X[p], X.shape[0], 0.0,
-                                check_stop=False)
+    state, record, _ = advance(state, partials, X.shape[0], spec.minibatch, rng, lambda p: take_rows(X, p),
+                                X.shape[0], 0.0, check_stop=False)
     return state, record
 
 

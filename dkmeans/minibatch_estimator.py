@@ -11,6 +11,7 @@ import dataclasses
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
 from dkmeans import _params
@@ -227,8 +228,9 @@ class MiniBatchKMeans(_KMeansBase):
     def partial_fit(self, X, y=None, sample_weight=None):
         """Update the centers with one batch ``X`` (one mini-batch step), as scikit-learn does.
 
-        ``X`` may be a NumPy array, a pandas DataFrame, or a Dask array or Dask DataFrame
-        (a partition: it is computed here, so it must fit in memory). The first call
+        ``X`` may be a NumPy array, a SciPy sparse matrix (CSR), a pandas DataFrame, or a
+        Dask array or Dask DataFrame (a partition: it is computed here, so it must fit in
+        memory). The first call
         initialises the centers from ``X``. With ``decay`` or ``half_life`` the centers
         follow a drifting stream (see the class docstring). ``labels_`` and ``inertia_``
         are those of this batch when ``compute_labels``.
@@ -240,7 +242,8 @@ class MiniBatchKMeans(_KMeansBase):
             sample_weight = sample_weight.compute()
         first = not hasattr(self, "cluster_centers_")
         with data_errors("X"):
-            X = validate_data(self, X, dtype=list(FLOAT_DTYPES), reset=first, ensure_min_samples=1)
+            X = validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=first,
+                              ensure_min_samples=1)
         if first:
             check_n_clusters_vs_rows(spec.n_clusters, X.shape[0], "n_clusters")
         w = None
@@ -248,7 +251,7 @@ class MiniBatchKMeans(_KMeansBase):
             w = np.asarray(sample_weight, dtype=np.float64)
             if w.shape != (X.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0):
                 raise InvalidDataError(f"sample_weight must be {X.shape[0]} finite non-negative numbers")
-        if not np.all(np.isfinite(X)):
+        if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
             raise InvalidDataError(NON_FINITE_INPUT)
         if first:
             self._seed = resolve_seed(self.random_state)

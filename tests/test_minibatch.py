@@ -257,6 +257,61 @@ def test_bad_input(data):
         dkmeans.KMeans(algorithm="minibatch").fit(data)
 
 
+def test_partial_fit_sparse_matches_sklearn():
+    """CSR batches: the same centers and counts as scikit-learn's partial_fit, step by step."""
+    import scipy.sparse as sp
+
+    X = sp.random(1200, 12, density=0.3, format="csr", random_state=0)
+    C0 = X[:4].toarray()
+    sk = SkMiniBatchKMeans(4, init=C0, n_init=1, batch_size=200, reassignment_ratio=0.0)
+    ours = MiniBatchKMeans(4, init=C0, n_init=1, batch_size=200, reassignment_ratio=0.0)
+    for i in range(0, 1200, 200):
+        sk.partial_fit(X[i:i + 200])
+        ours.partial_fit(X[i:i + 200])
+        np.testing.assert_allclose(ours.cluster_centers_, sk.cluster_centers_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ours.inertia_, sk.inertia_, rtol=1e-10)
+    # a sparse first batch initialises from its rows (k-means++ on a dense sample of them)
+    first = MiniBatchKMeans(4, random_state=0, batch_size=200).partial_fit(X[:200])
+    assert first.cluster_centers_.shape == (4, 12) and first.n_steps_ == 1
+
+
+def test_minibatch_refuses_cosine(data):
+    """Mini-batch updates are Euclidean: every face, and the fit service itself, refuse the cosine metric."""
+    import dataclasses
+
+    from dkmeans.fit import run_fit
+
+    with pytest.raises(InvalidParameterError, match="Euclidean"):
+        dkmeans.train(dkmeans.Descriptor(cluster_count=3, method="minibatch", metric="cosine"), data)
+    est = MiniBatchKMeans(3)
+    spec = dataclasses.replace(est._fit_spec(), metric="cosine")
+    with pytest.raises(InvalidParameterError, match="Euclidean"):
+        run_fit(spec, est._fit_dataset(data))
+
+
+def test_n_init_warning_with_explicit_centers_as_sklearn(data):
+    """Explicit centers with n_init > 1 warn once, at the first fit or partial_fit, as in scikit-learn."""
+    import warnings
+
+    C0 = data[:6]
+
+    def warned(est_cls, calls, **params):
+        est, out = est_cls(6, init=C0, batch_size=200, **params), []
+        for call in calls:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                getattr(est, call)(data[:600])
+            out.append(any("Explicit initial center" in str(w.message) for w in caught))
+        return out
+
+    for params in ({"n_init": 3}, {"n_init": "auto"}, {"n_init": 1}):
+        calls = ["partial_fit", "partial_fit", "partial_fit"]
+        expected = warned(SkMiniBatchKMeans, calls, **params)
+        assert warned(MiniBatchKMeans, calls, **params) == expected, params
+        assert expected == [params["n_init"] == 3, False, False]
+        assert warned(MiniBatchKMeans, ["fit"], **params) == warned(SkMiniBatchKMeans, ["fit"], **params)
+
+
 # -- functional API and CLI ----------------------------------------------------------------
 def test_functional_method_minibatch(data):
     desc = dkmeans.Descriptor(cluster_count=6, max_iteration_count=5, method="minibatch", dtype=np.float64)

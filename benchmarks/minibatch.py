@@ -23,12 +23,16 @@ Two cases, in one run:
 * **out-of-core**: blobs generated on the workers block by block (a recomputable source, rows in
   random order) ``--times`` times the memory of a second cluster of ``--workers`` x ``--memory``;
   ``MiniBatchKMeans(max_iter=1, out_of_core="auto")`` must take the out-of-core mode and read the
-  data in one pass (``n_passes_``; with ``compute_labels=True`` one more for the objective), with
+  data in one pass (``n_passes_``; with ``--ooc-labels``, ``compute_labels=True``, one more for the
+  exact objective), with
   the workers' peak process memory polled (``out_of_core.PeakMemory``) and no worker lost; and
   ``KMeans`` (plain Lloyd, ``max_iter=--ooc-lloyd-iters``) for comparison (0: not run).
 
+``--seed-sweep N`` instead: the final objective (relative to plain Lloyd's) of a few settings for
+``random_state`` 0..N-1, dkmeans and scikit-learn in this process, untimed.
+
 Run:  .venv/bin/python benchmarks/minibatch.py [--quick] [--skip-out-of-core] [--skip-tall]
-JSON goes to ``benchmarks/results/minibatch.json``.
+JSON goes to ``benchmarks/results/minibatch.json`` (``--output``).
 """
 
 from __future__ import annotations
@@ -194,6 +198,36 @@ def tall(args, client) -> list[dict]:
     return rows
 
 
+def seed_sweep(args) -> list[dict]:
+    """Final objective / plain Lloyd's for random_state 0..N-1, in this process (NumPy; fits only, untimed)."""
+    import dask
+    from sklearn.cluster import MiniBatchKMeans as SkMiniBatchKMeans
+
+    import dkmeans
+    from dkmeans.testing import make_blobs
+
+    X, _, _ = make_blobs(args.rows, 16, args.k, spread=1.5, box=10.0, seed=0)
+    X = X.astype(np.float32)
+    rows = []
+    with dask.config.set({"dkmeans.in-process-bytes": "100 GiB"}):
+        ref = objective(X, dkmeans.KMeans(args.k, random_state=0, local_search=False).fit(X).cluster_centers_)
+        fits = [("dkmeans", "batch_size=4096", lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096)),
+                ("scikit-learn", "batch_size=4096", lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096)),
+                ("dkmeans", "batch_size=4096, n_init=3",
+                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3)),
+                ("scikit-learn", "batch_size=4096, n_init=3",
+                 lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3)),
+                ("dkmeans", "init='k-means||', batch_size=4096",
+                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, init="k-means||"))]
+        for lib, label, make in fits:
+            ratios = [objective(X, make(seed).set_params(compute_labels=False).fit(X).cluster_centers_) / ref
+                      for seed in range(args.seed_sweep)]
+            rows.append({"case": f"seed sweep {args.rows} x 16", "fit": f"{lib} MiniBatchKMeans", "setting": label,
+                         "objective_vs_plain_lloyd": ratios})
+            print(f"{lib:14s} {label:40s} " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+    return rows
+
+
 def _batch_floor(X, C, batch_size, assign_partials) -> float:
     """Seconds to gather one batch of random rows (sorted index) and take its assignment partials, here.
 
@@ -228,11 +262,15 @@ def out_of_core(args) -> list[dict]:
     rows = []
     try:
         with client.as_current(), dask.config.set({"dkmeans.in-process-bytes": 0}):
-            X, _ = make_blobs_dask(n, 16, args.k, chunk_rows=args.chunk_rows, spread=1.5, seed=1)
+            X, true_centers = make_blobs_dask(n, 16, args.k, chunk_rows=args.chunk_rows, spread=1.5, seed=1)
+            head = X[:200_000].compute()  # the objective against the generating centers' on these rows
+            mni = None if args.ooc_max_no_improvement < 0 else args.ooc_max_no_improvement
             fits = {
-                f"dkmeans MiniBatchKMeans (max_iter=1, batch_size={args.ooc_batch_size})":
+                f"dkmeans MiniBatchKMeans (init='k-means||', max_iter=1, batch_size={args.ooc_batch_size}, "
+                f"max_no_improvement={mni}, compute_labels={args.ooc_labels})":
                     lambda: dkmeans.MiniBatchKMeans(args.k, random_state=0, batch_size=args.ooc_batch_size,
-                                                    max_iter=1, init="k-means||").fit(X),
+                                                    max_iter=1, init="k-means||", max_no_improvement=mni,
+                                                    compute_labels=args.ooc_labels).fit(X),
             }
             if args.ooc_lloyd_iters:
                 fits[f"dkmeans KMeans (plain Lloyd, max_iter={args.ooc_lloyd_iters})"] = lambda: dkmeans.KMeans(
@@ -248,6 +286,9 @@ def out_of_core(args) -> list[dict]:
                              "passes": int(model.n_passes_), "mode": model.data_mode_,
                              "steps_or_iterations": int(getattr(model, "n_steps_", model.n_iter_)),
                              "stop_reason": model.stop_reason_,
+                             "rows_read_by_steps": min(n, int(getattr(model, "n_steps_", 0)) * args.ooc_batch_size),
+                             "head_objective_vs_true_centers": objective(head, model.cluster_centers_)
+                             / objective(head, true_centers),
                              "peak_worker_mib": sorted(round(v / 2**20) for v in peak.peak.values()),
                              "memory_limit_mib": memory / 2**20,
                              "workers_lost": len(peak.seen - workers_after) + len(workers_before - workers_after)})
@@ -273,8 +314,16 @@ def main(argv=None) -> int:
     parser.add_argument("--ooc-batch-size", type=int, default=2**14)
     parser.add_argument("--ooc-lloyd-iters", type=int, default=None,
                         help="plain Lloyd iterations out of core (default 2; --quick: 0, Lloyd not run)")
+    parser.add_argument("--ooc-max-no-improvement", type=int, default=10,
+                        help="out of core: max_no_improvement (-1: None, the whole pass)")
+    parser.add_argument("--ooc-labels", action="store_true",
+                        help="out of core: compute_labels=True (a second pass, for the exact objective); else "
+                             "the objective reported is scikit-learn's estimate (the smoothed batch objective)")
     parser.add_argument("--skip-out-of-core", action="store_true")
     parser.add_argument("--skip-tall", action="store_true")
+    parser.add_argument("--seed-sweep", type=int, default=0,
+                        help="only: the final objective of some settings for random_state 0..N-1, in this process")
+    parser.add_argument("--output", default="minibatch.json", help="file name under benchmarks/results/")
     args = parser.parse_args(argv)
     args.rows = args.rows or (200_000 if args.quick else 2_000_000)
     args.times = args.times or (3.0 if args.quick else 10.0)
@@ -284,6 +333,9 @@ def main(argv=None) -> int:
     from dkmeans.testing import local_cluster
 
     rows = []
+    if args.seed_sweep:
+        write_json(args.output, {"machine": machine(), "args": vars(args), "rows": seed_sweep(args)})
+        return 0
     if not args.skip_tall:
         with local_cluster(args.workers) as client, client.as_current():
             rows += tall(args, client)
@@ -292,14 +344,15 @@ def main(argv=None) -> int:
     print(f"{'fit':30s} {'setting':58s} {'seconds':>8s} {'obj/Lloyd':>9s} {'t/Lloyd':>8s} {'steps':>6s} "
           f"{'to 1%: s':>8s} {'t/Lloyd':>8s} {'step':>6s} extra")
     for r in rows:
-        extra = {key: r[key] for key in ("stop_reason", "passes", "mode", "peak_worker_mib", "workers_lost",
+        extra = {key: r[key] for key in ("stop_reason", "passes", "rows_read_by_steps",
+                                         "head_objective_vs_true_centers", "mode", "peak_worker_mib", "workers_lost",
                                          "loop_modes", "replay_max_abs_diff", "median_step_seconds",
                                          "batch_partials_floor_seconds") if key in r}
         print(f"{r['fit'][:30]:30s} {r.get('setting', r['case'])[:58]:58s} {r['seconds']:8.2f} "
               f"{r.get('objective_vs_lloyd', float('nan')):9.4f} {r.get('time_vs_lloyd', float('nan')):8.3f} "
               f"{r['steps_or_iterations']:6d} {r.get('seconds_to_target', float('nan')):8.2f} "
               f"{r.get('time_to_target_vs_lloyd', float('nan')):8.3f} {r.get('steps_to_target', '-')!s:>6s} {extra}")
-    write_json("minibatch.json", {"machine": machine(), "args": vars(args), "rows": rows})
+    write_json(args.output, {"machine": machine(), "args": vars(args), "rows": rows})
     return 0
 
 

@@ -72,13 +72,24 @@ class MemoryBudget:
 
     @classmethod
     def of(cls, client, scratch_bytes: int = 0) -> "MemoryBudget":
-        """The budget of ``client``'s cluster as the scheduler reports it now."""
+        """The budget of ``client``'s cluster as the scheduler reports it now.
+
+        A worker's own memory is the larger of the scheduler's last figure and the
+        process's memory once our kernels are imported there (:func:`loaded_process_memory`):
+        a fresh worker grows by about 150 MiB at a fit's first task, which on a small
+        worker is the difference between a plan that fits and workers paused for good.
+        """
         info = client.scheduler_info(n_workers=-1)["workers"]
         limits = {addr: int(w.get("memory_limit") or 0) or HOST_MEMORY for addr, w in info.items()}
+        try:
+            loaded = client.run(loaded_process_memory)
+        except Exception:  # noqa: BLE001 - a cluster that cannot run functions: the scheduler's figures
+            loaded = {}
         unmanaged = {}
         for addr, w in info.items():
             metrics = w.get("metrics", {})
-            unmanaged[addr] = max(0, int(metrics.get("memory", 0)) - int(metrics.get("managed_bytes", 0)))
+            process = max(int(metrics.get("memory", 0)), int(loaded.get(addr, 0)))
+            unmanaged[addr] = max(0, process - int(metrics.get("managed_bytes", 0)))
         return cls(limits, int(scratch_bytes), unmanaged)
 
     def _one_task(self, address: str) -> float:
@@ -103,6 +114,23 @@ class MemoryBudget:
     def per_worker(self) -> dict:
         """:meth:`task_bytes` of every worker, by address."""
         return {addr: self.task_bytes(addr) for addr in self.limits}
+
+
+def loaded_process_memory() -> int:
+    """This process's memory once the kernels a fit runs are imported and compiled (runs on each worker).
+
+    The first call compiles numba's loops (tens of MiB and seconds, once per process);
+    later calls only read the memory.
+    """
+    import psutil
+
+    import numpy as np
+
+    from dkmeans.kernels import assign_partials
+
+    for dtype in (np.float32, np.float64):  # compiles the assignment loops, as a fit's first pass would
+        assign_partials(np.zeros((2, 2), dtype), np.zeros((1, 2), dtype))
+    return int(psutil.Process().memory_info().rss)
 
 
 def group_by_bytes(chunk_ids, chunk_bytes, budget: float) -> list[list[int]]:
@@ -138,6 +166,7 @@ def check_chunks_fit(chunk_bytes, budget: MemoryBudget, what: str = "input") -> 
 
 
 __all__ = [
+    "loaded_process_memory",
     "DEFAULT_PERSIST_FRACTION",
     "DEFAULT_TASK_FRACTION",
     "MemoryBudget",

@@ -1,12 +1,13 @@
 """dkmeans: distributed k-means clustering on Dask.
 
-Public names: :class:`KMeans` (scikit-learn estimator), :class:`Descriptor`,
+Public names: :class:`KMeans`, :class:`MiniBatchKMeans` (scikit-learn estimators), :class:`Descriptor`,
 :func:`train`, :func:`infer`, :class:`Model`, :class:`TrainResult`,
 :class:`InferResult` (oneDAL-style functional API), :func:`get_client`.
 """
 
 from dkmeans.cluster import get_client
 from dkmeans.estimator import KMeans
+from dkmeans.minibatch_estimator import MiniBatchKMeans
 from dkmeans.functional import Descriptor, infer, train
 from dkmeans.model import InferResult, Model, TrainResult
 
@@ -17,6 +18,7 @@ __all__ = [
     "Descriptor",
     "InferResult",
     "KMeans",
+    "MiniBatchKMeans",
     "Model",
     "TrainResult",
     "get_client",

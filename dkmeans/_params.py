@@ -129,7 +129,8 @@ class Param:
 
 
 INIT_STRATEGIES = ("k-means||", "k-means++", "random", "random-partition")
-ALGORITHMS = ("lloyd", "hartigan")
+ALGORITHMS = ("lloyd", "hartigan", "minibatch")
+TIME_UNITS = ("batches", "points")
 HARTIGAN_MODES = ("safe", "unsafe")
 STOP_RULES = ("objective-decrease", "centroid-shift")
 OUT_OF_CORE = ("auto", True, False)
@@ -174,6 +175,24 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           "in every pass; True: always stream; False: always persist",
           estimator="out_of_core", functional="out_of_core", cli="--out-of-core"),
     Param("verbose", Int(0), "print one line per iteration when > 0", estimator="verbose"),
+    Param("batch_size", Int(1), "mini-batch: rows per batch", estimator="batch_size", functional="batch_size",
+          cli="--batch-size"),
+    Param("max_no_improvement", Either((OneOf((None,)), Int(0))),
+          "mini-batch: steps without improvement of the smoothed batch objective before stopping (None: never)",
+          estimator="max_no_improvement", functional="max_no_improvement"),
+    Param("reassignment_ratio", Float(0.0), "mini-batch: centers whose count is below this fraction of the "
+          "largest move to batch rows", estimator="reassignment_ratio", functional="reassignment_ratio"),
+    Param("init_size", Either((OneOf((None,)), Int(1))), "mini-batch: rows of the sample each initialisation "
+          "runs on (None: 3 * batch_size)", estimator="init_size"),
+    Param("compute_labels", OneOf((True, False)), "mini-batch: end with a pass for labels and the objective",
+          estimator="compute_labels"),
+    Param("decay", Either((OneOf((None,)), Float(0.0))), "mini-batch: discount of past counts per time unit, "
+          "in [0, 1] (Spark's decayFactor; None: 1, no decay)", estimator="decay"),
+    Param("half_life", Either((OneOf((None,)), Float(0.0, open_below=True))),
+          "mini-batch: time units after which past data has half its weight (instead of decay)",
+          estimator="half_life"),
+    Param("time_unit", OneOf(TIME_UNITS), "mini-batch: unit of decay and half_life: batches or points (rows)",
+          estimator="time_unit"),
     Param("metric", OneOf(METRICS), "euclidean, or cosine (spherical k-means: unit rows and centroids, "
           "objective sum of w (1 - cos))", estimator="metric", functional="metric", cli="--metric"),
 )}
@@ -197,5 +216,5 @@ def check(face: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "Param", "STOP_RULES",
+__all__ = ["TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "Param", "STOP_RULES",
            "check", "face_names"]

@@ -138,7 +138,7 @@ def _fit(args) -> int:
     X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
     connect(args)
     t0 = time.perf_counter()
-    km = KMeans(**params, verbose=_verbose(args), checkpoint=checkpoint, device="gpu" if args.gpu else None)
+    km = _estimator(params, args, checkpoint)
     km.fit(X)
     seconds = time.perf_counter() - t0
     path = km.save(args.model)
@@ -149,6 +149,23 @@ def _fit(args) -> int:
     if args.plot:
         _write_plot(args.plot, km, X)
     return 0
+
+
+def _estimator(params: dict, args, checkpoint):
+    """``KMeans``, or ``MiniBatchKMeans`` for ``--algorithm minibatch`` (its options only)."""
+    from dkmeans import KMeans, MiniBatchKMeans
+
+    device = "gpu" if args.gpu else None
+    batch_size = _params.check("cli", {"--batch-size": args.batch_size})["batch_size"]
+    if params["algorithm"] != "minibatch":
+        return KMeans(**params, verbose=_verbose(args), checkpoint=checkpoint, device=device)
+    if checkpoint is not None:
+        raise InvalidParameterError("--checkpoint applies to Lloyd and Hartigan fits, not --algorithm minibatch")
+    if params["metric"] != "euclidean":
+        raise InvalidParameterError("--algorithm minibatch is Euclidean only")
+    keep = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "out_of_core")
+    return MiniBatchKMeans(**{name: params[name] for name in keep}, batch_size=batch_size, verbose=_verbose(args),
+                           device=device)
 
 
 def _checkpoint_option(args):
@@ -177,11 +194,20 @@ def _write_plot(path, km, X):
     print(f"plot written to {path}")
 
 
+def _load_model(path):
+    """The estimator saved in ``path`` (``KMeans`` or ``MiniBatchKMeans``)."""
+    from dkmeans import KMeans, MiniBatchKMeans
+    from dkmeans.io.model_file import load_model
+
+    _, meta = load_model(path)
+    return (MiniBatchKMeans if meta.get("estimator") == "dkmeans.MiniBatchKMeans" else KMeans).load(path)
+
+
 def _predict(args) -> int:
     from dkmeans import KMeans
     from dkmeans.io.files import read_table, write_parquet
 
-    km = KMeans.load(args.model)
+    km = _load_model(args.model)
     df = read_table(args.input)
     features = list(getattr(km, "feature_names_in_", []))
     if not features:
@@ -202,7 +228,7 @@ def _evaluate(args) -> int:
     from dkmeans import KMeans, metrics
     from dkmeans.io.files import read_table
 
-    km = KMeans.load(args.model)
+    km = _load_model(args.model)
     df = read_table(args.input)
     X = select_columns(df, list(km.feature_names_in_), name=str(args.input))
     if args.truth_column and args.truth_column not in df.columns:
@@ -349,6 +375,8 @@ def _add_fit_options(parser) -> None:
         else:
             kwargs["default"] = default
         parser.add_argument(param.cli, **kwargs)
+    batch = _params.PARAMS["batch_size"]
+    parser.add_argument(batch.cli, type=int, default=1024, help=f"{batch.doc}, with --algorithm minibatch (default 1024)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,6 +44,10 @@ class NoWorkersError(ClusterError, TimeoutError):
     """Every worker was gone for longer than the ``dkmeans.worker-timeout`` setting."""
 
 
+class WorkersPausedError(ClusterError, TimeoutError):
+    """Every worker was paused by distributed's memory monitor for longer than ``dkmeans.worker-timeout``."""
+
+
 class ChunkTooLargeError(DKMeansError, MemoryError):
     """One chunk of the input alone exceeds a worker's memory budget for a task (nothing was run)."""
 

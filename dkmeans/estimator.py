@@ -45,7 +45,7 @@ from dkmeans.io.dataframe import (
 from dkmeans.metric import distances_block as _distances_block
 from dkmeans.metric import labels_block as _labels_block
 from dkmeans.metric import objective_block as _sq_dist_block
-from dkmeans.state import IterationRecord, LocalSearchRecord, history_dicts
+from dkmeans.state import IterationRecord, LocalSearchRecord, MiniBatchRecord, history_dicts
 
 logger = logging.getLogger("dkmeans")
 
@@ -60,6 +60,9 @@ def _progress(verbose: int):
         else:
             if isinstance(record, IterationRecord):
                 detail = f"shift {record.centroid_shift:.3e}  empty fixed {record.empty_clusters_fixed}"
+            elif isinstance(record, MiniBatchRecord):
+                ewa = "-" if record.ewa_objective is None else f"{record.ewa_objective:.6e}"
+                detail = f"minibatch ewa {ewa}  shift {record.centroid_shift:.3e}  reassigned {record.reassigned}"
             else:  # a Hartigan round
                 detail = f"hartigan {record.mode:13s} moves {record.moves}"
             line = (
@@ -73,7 +76,251 @@ def _progress(verbose: int):
     return show
 
 
-class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
+class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
+    """What :class:`KMeans` and :class:`~dkmeans.MiniBatchKMeans` share: data checks, fit
+    bookkeeping, model files and inference. A subclass gives ``__init__`` and ``_fit_spec``."""
+
+    # -- data ---------------------------------------------------------------------
+    def _fit_dataset(self, X) -> Dataset:
+        if is_cupy_array(X):
+            arr = to_device(chunk_cupy_array(check_cupy_array(X), cluster_workers()), self.device)
+            self.n_features_in_ = int(arr.shape[1])
+            return Dataset(arr, False, self.n_features_in_, int(arr.shape[0]))
+        dataset = self._host_dataset(X)
+        dataset.array = to_device(dataset.array, self.device)
+        if self.device == "gpu":
+            dataset.local = None  # the rows go to the GPUs: no fit in this process
+        return dataset
+
+    def _host_dataset(self, X) -> Dataset:
+        if is_dataframe(X):
+            select_columns(X)  # every column must be numeric: say which are not
+        if is_dask_collection(X):
+            arr = check_dask_array(X)
+            self.n_features_in_ = int(arr.shape[1])
+            if is_dask_dataframe(X) and all(isinstance(c, str) for c in X.columns):
+                self.feature_names_in_ = feature_names(X)
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            n = None if np.isnan(arr.shape[0]) else int(arr.shape[0])
+            return Dataset(arr, True, self.n_features_in_, n, frame=X if is_dask_dataframe(X) else None)
+        with data_errors("X"):
+            X = validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=True,
+                              ensure_min_samples=1)
+        return local_dataset(X)
+
+    def _check_test_data(self, X):
+        """Validate predict/transform input: a NumPy array, a Dask array or a Dask DataFrame."""
+        check_is_fitted(self, "cluster_centers_")
+        if is_cupy_array(X):
+            X = check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
+            if X.shape[1] != self.n_features_in_:
+                raise InvalidDataError(
+                    f"X has {X.shape[1]} features, but {type(self).__name__} is expecting {self.n_features_in_} features as input."
+                )
+            return X
+        if is_dask_dataframe(X):
+            if hasattr(self, "feature_names_in_"):
+                check_feature_names(X, self.feature_names_in_)
+            X = select_columns(X)
+            if len(X.columns) != self.n_features_in_:
+                raise InvalidDataError(
+                    f"X has {len(X.columns)} features, but {type(self).__name__} is expecting {self.n_features_in_} features as input."
+                )
+            return X
+        if is_dataframe(X):
+            select_columns(X)
+        if is_dask_collection(X):
+            arr = check_dask_array(X)
+            if arr.shape[1] != self.n_features_in_:
+                raise InvalidDataError(
+                    f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting {self.n_features_in_} features as input."
+                )
+            return arr
+        with data_errors("X"):
+            return validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=False)
+
+    # -- fit ----------------------------------------------------------------------
+    def fit(self, X, y=None, sample_weight=None):
+        """Compute k-means clustering.
+
+        Parameters
+        ----------
+        X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        self : KMeans
+        """
+        spec = self._fit_spec()
+        fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
+        try:
+            return self._fit(X, sample_weight, spec)
+        except BaseException:
+            # a failed fit leaves the estimator as it was: no half-fitted state
+            for name in [n for n in vars(self) if n.endswith("_") and n not in fitted_before]:
+                delattr(self, name)
+            vars(self).update(fitted_before)
+            raise
+
+    def _fit(self, X, sample_weight, spec: FitSpec):
+        result = run_fit(spec, self._fit_dataset(X), sample_weight)
+        # attributes are set only once everything succeeded (fit() restores them on failure)
+        self.cluster_centers_ = result.centroids
+        self.labels_ = result.labels
+        self._n_features_out = result.centroids.shape[0]
+        self.inertia_ = result.objective
+        self.n_iter_ = result.n_iter
+        self.history_ = history_dicts(result.history)
+        self.stop_reason_ = result.stop_reason
+        self.data_mode_ = result.data_mode
+        self.n_passes_ = result.n_passes
+        self._metric = spec.metric  # predict, transform and score use the fitted metric
+        return self
+
+    # -- model files ----------------------------------------------------------------
+    def save(self, path):
+        """Write the fitted model to a safe model file (``.npz`` arrays + JSON, never pickle).
+
+        The file holds the centroids, the parameters, feature names, dtype, objective,
+        iteration count and history; not the training labels.
+
+        Returns
+        -------
+        pathlib.Path
+        """
+        from dkmeans.io.model_file import save_model
+        from dkmeans.model import Model
+
+        check_is_fitted(self, "cluster_centers_")
+        params = self.get_params()
+        if not isinstance(params["init"], str):
+            params["init"] = "array"
+        if not isinstance(params["random_state"], (int, type(None))):
+            params["random_state"] = None
+        if "checkpoint" in params:
+            params["checkpoint"] = None  # a job's scratch file, not part of the model
+        meta = {
+            "estimator": f"dkmeans.{type(self).__name__}",
+            "params": params,
+            "n_features_in": int(self.n_features_in_),
+            "feature_names": [str(c) for c in self.feature_names_in_] if hasattr(self, "feature_names_in_") else None,
+            "objective": float(self.inertia_),
+            "iteration_count": int(self.n_iter_),
+            "stop_reason": self.stop_reason_,
+            "history": self.history_,
+        }
+        return save_model(path, Model(self.cluster_centers_), meta)
+
+    @classmethod
+    def load(cls, path) -> "KMeans":
+        """A fitted :class:`KMeans` read from a file written by :meth:`save`.
+
+        Raises
+        ------
+        dkmeans.io.ModelFileError
+            The file is missing, damaged, altered, pickled or of another version.
+        """
+        from dkmeans.io.model_file import ModelFileError, load_model
+
+        model, meta = load_model(path)
+        name = f"dkmeans.{cls.__name__}"
+        if meta.get("estimator") != name or not isinstance(meta.get("params"), dict):
+            raise ModelFileError(f"{path}: not a saved {name} (use dkmeans.io.load_model)")
+        params = dict(meta["params"])
+        if params.get("init") == "array":
+            params["init"] = model.centroids
+        try:
+            est = cls(**params)
+        except TypeError as exc:
+            raise ModelFileError(f"{path}: parameters do not fit this dkmeans version ({exc})") from None
+        est.cluster_centers_ = model.centroids
+        est.n_features_in_ = int(meta.get("n_features_in", model.centroids.shape[1]))
+        if est.n_features_in_ != model.centroids.shape[1]:
+            raise ModelFileError(f"{path}: n_features_in does not match the centroids")
+        if meta.get("feature_names"):
+            est.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
+        est.inertia_ = float(meta.get("objective", np.nan))
+        est.n_iter_ = int(meta.get("iteration_count", 0))
+        est.history_ = list(meta.get("history") or [])
+        est.stop_reason_ = meta.get("stop_reason")
+        est._n_features_out = model.centroids.shape[0]
+        est._metric = getattr(est, "metric", "euclidean")
+        return est
+
+    # -- inference ----------------------------------------------------------------
+    def predict(self, X):
+        """Index of the closest cluster centre for each sample.
+
+        Returns
+        -------
+        labels : ndarray of int32, or a lazy Dask array for Dask input
+        """
+        X = self._check_test_data(X)
+        C, metric = self.cluster_centers_, self._fitted_metric()
+        if is_dask_dataframe(X):
+            return predict_series(X, C, metric=metric)
+        if isinstance(X, da.Array):
+            xp = get_namespace(meta_from_array(X))  # CuPy-backed input: CuPy labels
+            return X.map_blocks(_labels_block, C, metric, dtype=np.int32, drop_axis=1,
+                                meta=xp.empty((0,), np.int32))
+        return _labels_block(X, C, metric)  # NumPy was checked above; CuPy only here
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # scipy.sparse input is taken as CSR and never densified
+        return tags
+
+    def _fitted_metric(self) -> str:
+        """The metric the centroids were fitted in (``metric`` for a loaded or unfitted estimator)."""
+        return getattr(self, "_metric", None) or getattr(self, "metric", "euclidean")
+
+    def transform(self, X):
+        """Euclidean distances to every cluster centre, shape (n_samples, n_clusters).
+
+        With ``metric="cosine"``: cosine distances ``1 - cos(x, c)``, in [0, 2]. A Dask
+        DataFrame in gives a Dask DataFrame out, with columns ``get_feature_names_out()``
+        and the input's index.
+        """
+        X = self._check_test_data(X)
+        C, metric = self.cluster_centers_, self._fitted_metric()
+        if is_dask_dataframe(X):
+            return transform_frame(X, C, self.get_feature_names_out(), metric=metric)
+        if isinstance(X, da.Array):
+            return X.map_blocks(
+                _distances_block, C, metric, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
+                meta=get_namespace(meta_from_array(X)).empty((0, 0), X.dtype),
+            )
+        return _distances_block(X, C, metric)
+
+    def fit_transform(self, X, y=None, sample_weight=None):
+        """Fit, then return the distances of ``X`` to the cluster centres."""
+        return self.fit(X, sample_weight=sample_weight).transform(X)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric)."""
+        X = self._check_test_data(X)
+        C, metric = self.cluster_centers_, self._fitted_metric()
+        if is_dask_dataframe(X):
+            X = X.to_dask_array(lengths=True if sample_weight is not None else None)
+        if isinstance(X, da.Array):
+            d2 = X.map_blocks(_sq_dist_block, C, metric, dtype=np.float64, drop_axis=1)
+            if sample_weight is not None:
+                d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
+            return -float(get_client().compute(d2.sum(), sync=True))
+        d2 = _sq_dist_block(X, C, metric)
+        if sample_weight is not None:
+            w = np.asarray(sample_weight, dtype=np.float64)
+            if w.shape != d2.shape:
+                raise InvalidDataError(f"sample_weight has shape {w.shape} but X has {d2.shape[0]} rows")
+            d2 = d2 * w
+        return -float(d2.sum())
+
+
+class KMeans(_KMeansBase):
     """K-means clustering on a Dask cluster (Lloyd's algorithm).
 
     Parameters
@@ -258,6 +505,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
                 f"{{{', '.join(repr(s) for s in _params.INIT_STRATEGIES)}}}, a callable or an array-like. "
                 f"Got {init!r} instead."
             )
+        if p["algorithm"] == "minibatch":
+            raise InvalidParameterError("algorithm='minibatch' is dkmeans.MiniBatchKMeans")
         if p["refine"] is not None and p["algorithm"] != "lloyd":
             raise InvalidParameterError("refine='hartigan' applies to algorithm='lloyd' only")
         n_init = p["n_init"]
@@ -288,240 +537,3 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Ba
             out_of_core=p["out_of_core"], on_iteration=_progress(p["verbose"]), metric=p["metric"],
             job={"estimator": "dkmeans.KMeans", "params": job_params},
         )
-
-    # -- data ---------------------------------------------------------------------
-    def _fit_dataset(self, X) -> Dataset:
-        if is_cupy_array(X):
-            arr = to_device(chunk_cupy_array(check_cupy_array(X), cluster_workers()), self.device)
-            self.n_features_in_ = int(arr.shape[1])
-            return Dataset(arr, False, self.n_features_in_, int(arr.shape[0]))
-        dataset = self._host_dataset(X)
-        dataset.array = to_device(dataset.array, self.device)
-        if self.device == "gpu":
-            dataset.local = None  # the rows go to the GPUs: no fit in this process
-        return dataset
-
-    def _host_dataset(self, X) -> Dataset:
-        if is_dataframe(X):
-            select_columns(X)  # every column must be numeric: say which are not
-        if is_dask_collection(X):
-            arr = check_dask_array(X)
-            self.n_features_in_ = int(arr.shape[1])
-            if is_dask_dataframe(X) and all(isinstance(c, str) for c in X.columns):
-                self.feature_names_in_ = feature_names(X)
-            elif hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-            n = None if np.isnan(arr.shape[0]) else int(arr.shape[0])
-            return Dataset(arr, True, self.n_features_in_, n, frame=X if is_dask_dataframe(X) else None)
-        with data_errors("X"):
-            X = validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=True,
-                              ensure_min_samples=1)
-        return local_dataset(X)
-
-    def _check_test_data(self, X):
-        """Validate predict/transform input: a NumPy array, a Dask array or a Dask DataFrame."""
-        check_is_fitted(self, "cluster_centers_")
-        if is_cupy_array(X):
-            X = check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
-            if X.shape[1] != self.n_features_in_:
-                raise InvalidDataError(
-                    f"X has {X.shape[1]} features, but KMeans is expecting {self.n_features_in_} features as input."
-                )
-            return X
-        if is_dask_dataframe(X):
-            if hasattr(self, "feature_names_in_"):
-                check_feature_names(X, self.feature_names_in_)
-            X = select_columns(X)
-            if len(X.columns) != self.n_features_in_:
-                raise InvalidDataError(
-                    f"X has {len(X.columns)} features, but KMeans is expecting {self.n_features_in_} features as input."
-                )
-            return X
-        if is_dataframe(X):
-            select_columns(X)
-        if is_dask_collection(X):
-            arr = check_dask_array(X)
-            if arr.shape[1] != self.n_features_in_:
-                raise InvalidDataError(
-                    f"X has {arr.shape[1]} features, but KMeans is expecting {self.n_features_in_} features as input."
-                )
-            return arr
-        with data_errors("X"):
-            return validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=False)
-
-    # -- fit ----------------------------------------------------------------------
-    def fit(self, X, y=None, sample_weight=None):
-        """Compute k-means clustering.
-
-        Parameters
-        ----------
-        X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
-        y : ignored
-        sample_weight : array-like or Dask array of shape (n_samples,), optional
-            Non-negative weights of the samples.
-
-        Returns
-        -------
-        self : KMeans
-        """
-        spec = self._fit_spec()
-        fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
-        try:
-            return self._fit(X, sample_weight, spec)
-        except BaseException:
-            # a failed fit leaves the estimator as it was: no half-fitted state
-            for name in [n for n in vars(self) if n.endswith("_") and n not in fitted_before]:
-                delattr(self, name)
-            vars(self).update(fitted_before)
-            raise
-
-    def _fit(self, X, sample_weight, spec: FitSpec):
-        result = run_fit(spec, self._fit_dataset(X), sample_weight)
-        # attributes are set only once everything succeeded (fit() restores them on failure)
-        self.cluster_centers_ = result.centroids
-        self.labels_ = result.labels
-        self._n_features_out = result.centroids.shape[0]
-        self.inertia_ = result.objective
-        self.n_iter_ = result.n_iter
-        self.history_ = history_dicts(result.history)
-        self.stop_reason_ = result.stop_reason
-        self.data_mode_ = result.data_mode
-        self.n_passes_ = result.n_passes
-        self._metric = spec.metric  # predict, transform and score use the fitted metric
-        return self
-
-    # -- model files ----------------------------------------------------------------
-    def save(self, path):
-        """Write the fitted model to a safe model file (``.npz`` arrays + JSON, never pickle).
-
-        The file holds the centroids, the parameters, feature names, dtype, objective,
-        iteration count and history; not the training labels.
-
-        Returns
-        -------
-        pathlib.Path
-        """
-        from dkmeans.io.model_file import save_model
-        from dkmeans.model import Model
-
-        check_is_fitted(self, "cluster_centers_")
-        params = self.get_params()
-        if not isinstance(params["init"], str):
-            params["init"] = "array"
-        if not isinstance(params["random_state"], (int, type(None))):
-            params["random_state"] = None
-        params["checkpoint"] = None  # a job's scratch file, not part of the model
-        meta = {
-            "estimator": "dkmeans.KMeans",
-            "params": params,
-            "n_features_in": int(self.n_features_in_),
-            "feature_names": [str(c) for c in self.feature_names_in_] if hasattr(self, "feature_names_in_") else None,
-            "objective": float(self.inertia_),
-            "iteration_count": int(self.n_iter_),
-            "stop_reason": self.stop_reason_,
-            "history": self.history_,
-        }
-        return save_model(path, Model(self.cluster_centers_), meta)
-
-    @classmethod
-    def load(cls, path) -> "KMeans":
-        """A fitted :class:`KMeans` read from a file written by :meth:`save`.
-
-        Raises
-        ------
-        dkmeans.io.ModelFileError
-            The file is missing, damaged, altered, pickled or of another version.
-        """
-        from dkmeans.io.model_file import ModelFileError, load_model
-
-        model, meta = load_model(path)
-        if meta.get("estimator") != "dkmeans.KMeans" or not isinstance(meta.get("params"), dict):
-            raise ModelFileError(f"{path}: not a saved dkmeans.KMeans (use dkmeans.io.load_model)")
-        params = dict(meta["params"])
-        if params.get("init") == "array":
-            params["init"] = model.centroids
-        try:
-            est = cls(**params)
-        except TypeError as exc:
-            raise ModelFileError(f"{path}: parameters do not fit this dkmeans version ({exc})") from None
-        est.cluster_centers_ = model.centroids
-        est.n_features_in_ = int(meta.get("n_features_in", model.centroids.shape[1]))
-        if est.n_features_in_ != model.centroids.shape[1]:
-            raise ModelFileError(f"{path}: n_features_in does not match the centroids")
-        if meta.get("feature_names"):
-            est.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
-        est.inertia_ = float(meta.get("objective", np.nan))
-        est.n_iter_ = int(meta.get("iteration_count", 0))
-        est.history_ = list(meta.get("history") or [])
-        est.stop_reason_ = meta.get("stop_reason")
-        est._n_features_out = model.centroids.shape[0]
-        est._metric = est.metric
-        return est
-
-    # -- inference ----------------------------------------------------------------
-    def predict(self, X):
-        """Index of the closest cluster centre for each sample.
-
-        Returns
-        -------
-        labels : ndarray of int32, or a lazy Dask array for Dask input
-        """
-        X = self._check_test_data(X)
-        C, metric = self.cluster_centers_, self._fitted_metric()
-        if is_dask_dataframe(X):
-            return predict_series(X, C, metric=metric)
-        if isinstance(X, da.Array):
-            xp = get_namespace(meta_from_array(X))  # CuPy-backed input: CuPy labels
-            return X.map_blocks(_labels_block, C, metric, dtype=np.int32, drop_axis=1,
-                                meta=xp.empty((0,), np.int32))
-        return _labels_block(X, C, metric)  # NumPy was checked above; CuPy only here
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True  # scipy.sparse input is taken as CSR and never densified
-        return tags
-
-    def _fitted_metric(self) -> str:
-        """The metric the centroids were fitted in (``metric`` for a loaded or unfitted estimator)."""
-        return getattr(self, "_metric", self.metric)
-
-    def transform(self, X):
-        """Euclidean distances to every cluster centre, shape (n_samples, n_clusters).
-
-        With ``metric="cosine"``: cosine distances ``1 - cos(x, c)``, in [0, 2]. A Dask
-        DataFrame in gives a Dask DataFrame out, with columns ``get_feature_names_out()``
-        and the input's index.
-        """
-        X = self._check_test_data(X)
-        C, metric = self.cluster_centers_, self._fitted_metric()
-        if is_dask_dataframe(X):
-            return transform_frame(X, C, self.get_feature_names_out(), metric=metric)
-        if isinstance(X, da.Array):
-            return X.map_blocks(
-                _distances_block, C, metric, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
-                meta=get_namespace(meta_from_array(X)).empty((0, 0), X.dtype),
-            )
-        return _distances_block(X, C, metric)
-
-    def fit_transform(self, X, y=None, sample_weight=None):
-        """Fit, then return the distances of ``X`` to the cluster centres."""
-        return self.fit(X, sample_weight=sample_weight).transform(X)
-
-    def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric)."""
-        X = self._check_test_data(X)
-        C, metric = self.cluster_centers_, self._fitted_metric()
-        if is_dask_dataframe(X):
-            X = X.to_dask_array(lengths=True if sample_weight is not None else None)
-        if isinstance(X, da.Array):
-            d2 = X.map_blocks(_sq_dist_block, C, metric, dtype=np.float64, drop_axis=1)
-            if sample_weight is not None:
-                d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
-            return -float(get_client().compute(d2.sum(), sync=True))
-        d2 = _sq_dist_block(X, C, metric)
-        if sample_weight is not None:
-            w = np.asarray(sample_weight, dtype=np.float64)
-            if w.shape != d2.shape:
-                raise InvalidDataError(f"sample_weight has shape {w.shape} but X has {d2.shape[0]} rows")
-            d2 = d2 * w
-        return -float(d2.sum())

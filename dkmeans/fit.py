@@ -49,13 +49,16 @@ from dkmeans.io.checkpoint import Checkpointer, data_fingerprint
 from dkmeans.io.dataframe import predict_series
 from dkmeans.io.model_file import digest
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES, column_moments, combine_moments
+from dkmeans.minibatch import MiniBatchOptions, advance, gather_rows, minibatch, minibatch_pass, step_rng
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
 from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
 from dkmeans.local_search import local_search
 from dkmeans.kernels.cosine import objective_scale
 from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset, sparse_row_bytes,
                             supports_local_search)
-from dkmeans.state import FitState, LoopState, RunSummary
+from dkmeans.kernels import assign_partials
+from dkmeans.kernels.sparse import take_rows
+from dkmeans.state import FitState, LoopState, MiniBatchState, RunSummary
 
 logger = logging.getLogger("dkmeans")
 
@@ -111,6 +114,16 @@ class FitSpec:
         "cosine": spherical k-means (:mod:`dkmeans.metric`): rows normalised where they are
         read, unit centroids, objective ``sum w (1 - cos)``; ``tol_relative`` is then relative
         to the mean feature variance of the normalised rows.
+    minibatch : MiniBatchOptions, optional
+        With ``algorithm="minibatch"``: the batch rules (:mod:`dkmeans.minibatch`);
+        ``max_iter`` then counts epochs (passes' worth of rows) and ``tol`` bounds the
+        squared center change of a step.
+    init_size : int, optional
+        Mini-batch: rows of the sample each initialisation runs on (scikit-learn's
+        ``init_size``; default ``3 * batch_size``).
+    compute_labels : bool
+        Mini-batch: end with a pass for the labels and the objective (else the objective
+        is the smoothed batch objective times the data's weight, as in scikit-learn).
     """
 
     n_clusters: int
@@ -135,6 +148,9 @@ class FitSpec:
     job: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
     metric: str = "euclidean"
+    minibatch: Any = None
+    init_size: int | None = None
+    compute_labels: bool = True
 
 
 @dataclass
@@ -170,6 +186,7 @@ class FitResult:
     data_mode: str
     n_passes: int
     loop_modes: list
+    minibatch_state: Any = None  # MiniBatchState of a mini-batch fit (to continue with partial_fit)
 
 
 # -- where the data lives ---------------------------------------------------------------
@@ -204,7 +221,7 @@ def _estimated_rows(client, X) -> int:
     return int(gather(client, client.compute(first))[0]) * X.numblocks[0]
 
 
-def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
+def place_data(client, dataset: Dataset, weights, out_of_core="auto", allow_hybrid: bool = True):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
     Where the size is not in the metadata (a Dask DataFrame of unknown partition
@@ -233,7 +250,7 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto"):
         return PersistedData(client, streamed.X, streamed.weights, budget, row_bytes=row_bytes)
     logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
                 "in every pass (out-of-core)", streamed.nbytes / 2**20, budget.persist_bytes() / 2**20)
-    if mode == "auto":
+    if mode == "auto" and allow_hybrid:
         # keep the leading chunks that fit persisted when they are a fair share of the data
         per_row = streamed.nbytes / max(1, streamed.n_rows)
         fits = np.cumsum(streamed.chunk_rows) * per_row <= budget.persist_bytes()
@@ -417,13 +434,16 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     searches = supports_local_search(spec.metric, is_sparse_array(dataset.array), algorithm=spec.algorithm,
                                      refine=spec.refine, local_search=spec.local_search)
     dataset = prepare_dataset(dataset, spec.metric)  # cosine: unit rows, normalised chunk by chunk where read
+    if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
+        raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
+    fit = _fit_minibatch if spec.algorithm == "minibatch" else _fit
     if _in_process(dataset, weights) and resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - True, not "auto"
-        return _fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None, searches)
+        return fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None, searches)
     with fit_client() as client:
         if isinstance(weights, np.ndarray):
             weights = da.from_array(weights, chunks=dataset.array.chunks[0] if dataset.n_rows is not None else -1)
-        return _fit(spec, dataset, place_data(client, dataset, weights, spec.out_of_core), C0, seed, client,
-                    searches)
+        data = place_data(client, dataset, weights, spec.out_of_core, allow_hybrid=spec.algorithm != "minibatch")
+        return fit(spec, dataset, data, C0, seed, client, searches)
 
 
 def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:
@@ -460,28 +480,175 @@ def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches:
             hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         )
         best = fit_runs(data, plan, state, checkpointer)
-        in_memory = data.kind in ("persisted", "local")
-        if data.kind == "local":
-            labels, inertia = assign_local(dataset.local, best.centroids,
-                                           data.weights[0] if data.has_weights else None)
-        elif in_memory:
-            # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
-            labels, inertia = assign_dataset(client, data.X, best.centroids, data.weights,
-                                             keep_labels=dataset.frame is None, generation=data.generation)
-        else:  # labels stay lazy, computed from the source when used; the objective takes one pass
-            inertia = objective(data, best.centroids)
-            labels = lazy_labels(dataset.array, best.centroids)
-        inertia *= objective_scale(spec.metric)  # cosine: 1 - cos is half the squared distance of unit vectors
-        n_passes = data.passes + 1 - (data.kind == "streamed" or data.kind == "hybrid")  # streamed: counted
+        labels, inertia, n_passes = _final_assignment(spec, dataset, data, client, best.centroids)
     finally:
         data.release()
-    if dataset.frame is not None:  # labels on the DataFrame's index, computed from its partitions
-        labels = predict_series(dataset.frame, best.centroids, metric=spec.metric)
+    return _result(spec, dataset, data, best.centroids, labels, inertia, best.n_iter, best.stop_reason,
+                   best.converged, list(best.history), n_passes)
+
+
+def _final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
+    """Labels and objective of ``centroids`` on the data (what inference gives), and the passes made."""
+    if data.kind == "local":
+        labels, inertia = assign_local(dataset.local, centroids, data.weights[0] if data.has_weights else None)
+    elif data.kind in ("persisted", "local"):
+        # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
+        labels, inertia = assign_dataset(client, data.X, centroids, data.weights,
+                                         keep_labels=dataset.frame is None, generation=data.generation)
+    else:  # labels stay lazy, computed from the source when used; the objective takes one pass
+        inertia = objective(data, centroids)
+        labels = lazy_labels(dataset.array, centroids)
+    inertia *= objective_scale(spec.metric)  # cosine: 1 - cos is half the squared distance of unit vectors
+    n_passes = data.passes + 1 - (data.kind == "streamed" or data.kind == "hybrid")  # streamed: counted
+    return labels, inertia, n_passes
+
+
+def _result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_reason, converged, history, n_passes,
+            with_labels: bool = True, **extra) -> FitResult:
+    """The :class:`FitResult`, with labels where the face wants them (after the data's release).
+
+    ``with_labels=False`` (mini-batch's ``compute_labels=False``): no labels at all.
+    """
+    if not with_labels:
+        labels = None
+    elif dataset.frame is not None:  # on the DataFrame's index, from its partitions (the final pass kept none)
+        labels = predict_series(dataset.frame, centroids, metric=spec.metric)
     elif not dataset.is_dask and data.kind != "local":
         labels = labels.compute()
-    return FitResult(best.centroids, labels, inertia, best.n_iter, best.stop_reason, best.converged,
-                     list(best.history), "in-memory" if in_memory else "out-of-core", n_passes,
-                     list(data.loop_modes))
+    in_memory = data.kind in ("persisted", "local")
+    return FitResult(centroids, labels, inertia, n_iter, stop_reason, converged, history,
+                     "in-memory" if in_memory else "out-of-core", n_passes, list(data.loop_modes), **extra)
+
+
+# -- mini-batch --------------------------------------------------------------------------
+#: stream of the initialisation samples' draws (apart from the batches')
+MINIBATCH_INIT_STREAM = 0x696E
+
+
+def _weight_sum_chunk(X, w, offset):
+    return float(w.sum())
+
+
+def minibatch_sizes(spec: FitSpec, n_rows: int) -> tuple[int, int]:
+    """scikit-learn's ``(batch_size, init_size)`` for ``n_rows`` rows."""
+    b = min(spec.minibatch.batch_size, n_rows)
+    size = spec.init_size
+    if size is None:
+        size = 3 * b if 3 * b >= spec.n_clusters else 3 * spec.n_clusters
+    elif size < spec.n_clusters:
+        size = 3 * spec.n_clusters
+    return b, min(size, n_rows)
+
+
+def minibatch_init(spec: FitSpec, X, w, seed: int, run: int) -> np.ndarray:
+    """Initial centers from the rows ``X`` (weights ``w``) of a sample, by the spec's strategy."""
+    if not isinstance(spec.init, str) and not callable(spec.init):
+        return np.asarray(spec.init)
+    sample = ChunkList.from_array(X, w)
+    if callable(spec.init):
+        C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
+        C = check_centroids(C, spec.n_clusters, X.shape[1], X.dtype, name="init (the callable's result)")
+    else:
+        options = dataclasses.replace(spec.init_options, metric=spec.metric)
+        C = init_strategies.get_strategy(spec.init)(sample, spec.n_clusters, derive_seed(seed, run), options)
+    return prepare_centroids(C, spec.metric)
+
+
+def _fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:
+    """Mini-batch k-means on placed data (:mod:`dkmeans.minibatch`).
+
+    Data in memory (persisted or in this process): scikit-learn's scheme. A pass of column
+    moments (finiteness, the scale of ``tol``); ``n_init`` initialisations, each on its own
+    uniform sample of ``init_size`` rows, of which the one with the lowest objective on a
+    further sample is kept; then the steps on batches drawn with replacement. Out-of-core
+    data: the initialisation (and the scale of ``tol``) from the first ``init_size`` rows,
+    then one sequential pass in row order per epoch (``max_iter`` at most), so a single
+    epoch reads the data once. Then the final assignment (``compute_labels``).
+    """
+    opts: MiniBatchOptions = spec.minibatch
+    k = spec.n_clusters
+    one_pass = data.kind in ("streamed", "hybrid")
+    try:
+        n = data.n_rows
+        check_n_clusters_vs_rows(k, n, spec.names.get("n_clusters", "n_clusters"))
+        b, init_size = minibatch_sizes(spec, n)
+        opts = dataclasses.replace(opts, batch_size=b)
+        rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
+        if one_pass:  # the stream's head: no pass of its own
+            head = np.asarray(data.rows(np.arange(init_size)))
+            if not np.all(np.isfinite(head)):
+                raise InvalidDataError(NON_FINITE_INPUT)
+            samples = [(head, None)] * spec.n_init
+            valid = (head, None)
+            mean_variance = float(np.mean(np.var(head.astype(np.float64), axis=0)))
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
+                moments = data.map_reduce(_moments_chunk, combine_moments)
+                mean_variance = float(np.mean(moments.m2 / moments.count))
+            if not math.isfinite(mean_variance):
+                raise InvalidDataError(NON_FINITE_INPUT)
+            valid = gather_rows(data, rng.integers(0, n, init_size))
+            samples = [gather_rows(data, rng.integers(0, n, init_size)) for _ in range(spec.n_init)] \
+                if C0 is None else []
+        if C0 is not None:
+            centers = np.asarray(C0, dtype=np.float64)
+        else:
+            best = None
+            for run, (Xs, ws) in enumerate(samples):
+                C = minibatch_init(spec, Xs.astype(data.dtype), ws, seed, run)
+                score = float(assign_partials(valid[0].astype(data.dtype), C.astype(data.dtype), valid[1]).objective)
+                if best is None or score < best[0]:
+                    best = (score, C)
+            centers = np.asarray(best[1], dtype=np.float64)
+        tol = spec.tol * (mean_variance if spec.tol_relative else 1.0)
+        state = MiniBatchState(centers, np.zeros(k))
+        on_step = spec.on_iteration
+        if one_pass:
+            result = minibatch_pass(data, state, seed=seed, options=opts, tol=tol, max_passes=max(1, spec.max_iter),
+                                    n_total=n, on_step=on_step)
+            n_epochs = math.ceil(result.n_steps * b / n)
+        else:
+            result = minibatch(data, state, n_steps=(spec.max_iter * n) // b, seed=seed, options=opts, tol=tol,
+                               on_step=on_step)
+            n_epochs = math.ceil(result.n_steps * b / n)
+        centroids = result.centroids.astype(data.dtype)
+        if spec.compute_labels:
+            labels, inertia, n_passes = _final_assignment(spec, dataset, data, client, centroids)
+        else:
+            total_weight = float(data.map_reduce(_weight_sum_chunk, sum)) if data.has_weights else float(n)
+            ewa = result.state.ewa_objective
+            labels, inertia = None, (float("nan") if ewa is None else ewa * total_weight)
+            n_passes = data.passes
+    finally:
+        data.release()
+    return _result(spec, dataset, data, centroids, labels, inertia, n_epochs, result.stop_reason, result.converged,
+                   list(result.history), n_passes, with_labels=spec.compute_labels, minibatch_state=result.state)
+
+
+def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | None, seed: int):
+    """One mini-batch step on the in-memory batch ``X`` (``partial_fit``); returns ``(state, record)``.
+
+    Without ``state`` (the first batch) the centers are initialised from ``X`` first, on a
+    sample of ``init_size`` of its rows as scikit-learn does. ``spec.minibatch.batch_size``
+    is the batch size the reassignment schedule counts (scikit-learn's ``_batch_size``).
+    The step's draws are keyed by ``(seed, step)``.
+    """
+    X = X if is_sparse_array(X) else np.asarray(X)  # sparse (CSR) rows are assigned as they are
+    w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    if state is None:
+        _, init_size = minibatch_sizes(spec, X.shape[0])
+        if not isinstance(spec.init, str) and not callable(spec.init):
+            centers = check_centroids(spec.init, spec.n_clusters, X.shape[1], X.dtype, name="init")
+        else:
+            rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
+            idx = rng.integers(0, X.shape[0], init_size) if init_size < X.shape[0] else np.arange(X.shape[0])
+            centers = minibatch_init(spec, take_rows(X, idx), None if w is None else w[idx], seed, 0)
+        state = MiniBatchState(np.asarray(centers, dtype=np.float64), np.zeros(spec.n_clusters))
+    partials = assign_partials(X, state.centroids.astype(X.dtype), w)
+    rng = step_rng(seed, state.n_steps)
+    state, record, _ = advance(state, partials, X.shape[0], spec.minibatch, rng, lambda p: take_rows(X, p),
+                                X.shape[0], 0.0, check_stop=False)
+    return state, record
 
 
 def _checkpoint(spec: FitSpec, data, moments, C0, seed):
@@ -498,4 +665,5 @@ def _checkpoint(spec: FitSpec, data, moments, C0, seed):
     return checkpointer, state
 
 
-__all__ = ["FitPlan", "FitResult", "FitSpec", "OUT_OF_CORE_KEY", "fit_runs", "place_data", "run_fit"]
+__all__ = ["FitPlan", "FitResult", "FitSpec", "OUT_OF_CORE_KEY", "fit_runs", "minibatch_sizes", "place_data", "run_fit",
+           "run_partial_fit"]

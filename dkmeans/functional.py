@@ -31,6 +31,7 @@ from dkmeans.init import InitOptions
 from dkmeans.io.dataframe import predict_series
 from dkmeans.kernels.cosine import normalize_rows, objective_scale
 from dkmeans.metric import prepare_array
+from dkmeans.minibatch import MiniBatchOptions
 from dkmeans.model import InferResult, Model, TrainResult
 
 
@@ -54,11 +55,16 @@ class Descriptor:
         developer guide); ``"centroid-shift"`` when ``sum_j ||c_j(t) - c_j(t+1)||^2 < eps``
         (the older specification). Either way the run also stops at a fixed point, where
         no centroid moves and further iterations cannot change the result.
-    method : {"lloyd", "hartigan"}, default "lloyd"
+    method : {"lloyd", "hartigan", "minibatch"}, default "lloyd"
         The spec's method tag. ``"hartigan"``: batch Hartigan (unsafe mode) from the
         initial centroids, stopping when no single move improves, when a round lowers the
         objective by less than ``accuracy_threshold``, or after ``max_iteration_count``
-        rounds.
+        rounds. ``"minibatch"``: scikit-learn's mini-batch k-means (see
+        :class:`dkmeans.MiniBatchKMeans`; ``train``'s ``batch_size``,
+        ``max_no_improvement`` and ``reassignment_ratio``): ``max_iteration_count`` counts
+        epochs, ``accuracy_threshold`` bounds the squared center change of a step (0: only
+        the no-improvement rule), a seeding strategy runs on a sample of ``3 *
+        batch_size`` rows; out-of-core data is read once per epoch.
     metric : {"euclidean", "cosine"}, default "euclidean"
         ``"cosine"``: spherical k-means (see :class:`dkmeans.KMeans`): rows normalised to
         unit length (a row of zeros is an error), unit centroids, objective
@@ -94,7 +100,8 @@ def _check_descriptor(desc) -> Descriptor:
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
-          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False) -> TrainResult:
+          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False, batch_size: int = 1024,
+          max_no_improvement=10, reassignment_ratio: float = 0.01) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Parameters
@@ -130,6 +137,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     local_search : {"auto", True, False}, default False
         Swap-based local search after Lloyd, then Lloyd again (see :class:`dkmeans.KMeans`);
         off by default, so that ``train`` is oneDAL's Lloyd.
+    batch_size, max_no_improvement, reassignment_ratio
+        With ``desc.method == "minibatch"`` (see :class:`dkmeans.MiniBatchKMeans`).
 
     Returns
     -------
@@ -148,8 +157,17 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     p = _params.check("functional", {
         "oversampling_factor": oversampling_factor, "init_rounds": init_rounds, "checkpoint": checkpoint,
         "checkpoint_every": checkpoint_every, "device": device, "out_of_core": out_of_core,
-        "local_search": local_search,
+        "local_search": local_search, "batch_size": batch_size, "max_no_improvement": max_no_improvement,
+        "reassignment_ratio": reassignment_ratio,
     })
+    minibatch = None
+    if desc.method == "minibatch":
+        if desc.metric != "euclidean":
+            raise InvalidParameterError("method='minibatch' is Euclidean only")
+        if checkpoint is not None:
+            raise InvalidParameterError("checkpoint applies to the lloyd and hartigan methods")
+        minibatch = MiniBatchOptions(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
+                                     reassignment_ratio=p["reassignment_ratio"])
     if initial_centroids is None:
         initial_centroids = "k-means||"
     if isinstance(initial_centroids, str) and initial_centroids not in _params.INIT_STRATEGIES:
@@ -169,9 +187,9 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         algorithm=desc.method, hartigan_mode="unsafe", hartigan_tol=desc.accuracy_threshold,
         local_search=p["local_search"],
         init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
-        random_state=random_state if isinstance(initial_centroids, str) else 0,
+        random_state=random_state if isinstance(initial_centroids, str) or desc.method == "minibatch" else 0,
         checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,
-        names={"n_clusters": "cluster_count", "init": "initial_centroids"}, metric=desc.metric,
+        names={"n_clusters": "cluster_count", "init": "initial_centroids"}, metric=desc.metric, minibatch=minibatch,
     )
     result = run_fit(spec, dataset, sample_weight)
     return TrainResult(

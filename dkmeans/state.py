@@ -128,6 +128,57 @@ class LocalSearchRecord:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
+@dataclass(frozen=True)
+class MiniBatchRecord:
+    """One mini-batch step.
+
+    Attributes
+    ----------
+    iteration : int
+        The step's number (1-based).
+    objective : float
+        The batch's weighted objective against the centers before the step, per batch
+        row (scikit-learn's normalised batch inertia).
+    ewa_objective : float or None
+        Exponentially weighted average of ``objective`` (None in the first step), which
+        the ``max_no_improvement`` rule watches.
+    centroid_shift : float
+        Total squared change of the centers in the step (reassignments included).
+    reassigned : int
+        Centers moved to batch rows for their low counts.
+    seconds : float
+        The whole step: drawing the batch, its pass (assignment partials), the update and
+        any reassignment.
+    """
+
+    iteration: int
+    objective: float
+    ewa_objective: float | None
+    centroid_shift: float
+    reassigned: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass
+class MiniBatchState:
+    """Where a mini-batch run (or a stream fed to ``partial_fit``) stands.
+
+    ``centroids`` and ``counts`` (the weight each center has accumulated, scikit-learn's
+    ``_counts``) are float64; the rest is the early-stopping and reassignment bookkeeping.
+    """
+
+    centroids: np.ndarray
+    counts: np.ndarray
+    n_steps: int = 0
+    n_since_reassign: int = 0
+    ewa_objective: float | None = None
+    ewa_objective_min: float | None = None
+    no_improvement: int = 0
+
+
 @dataclass
 class LoopState:
     """Where a Lloyd loop stands after ``n_iter`` centroid updates."""
@@ -177,9 +228,10 @@ def history_records(dicts) -> list:
     return out
 
 
-_ALGORITHM_OF = {IterationRecord: "lloyd", HartiganRecord: "hartigan", LocalSearchRecord: "local-search"}
+_ALGORITHM_OF = {IterationRecord: "lloyd", HartiganRecord: "hartigan", LocalSearchRecord: "local-search",
+                 MiniBatchRecord: "minibatch"}
 _RECORD_OF = {name: cls for cls, name in _ALGORITHM_OF.items()}
 
 
-__all__ = ["FitState", "LocalSearchRecord", "HartiganRecord", "IterationRecord", "LoopState", "RunSummary", "history_dicts",
+__all__ = ["FitState", "LocalSearchRecord", "MiniBatchRecord", "MiniBatchState", "HartiganRecord", "IterationRecord", "LoopState", "RunSummary", "history_dicts",
            "history_records"]

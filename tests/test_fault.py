@@ -242,3 +242,22 @@ def test_cli_fit_killed_mid_run_resumes_to_the_same_model(own_cluster, tmp_path)
     assert a.n_iter_ == b.n_iter_ > iteration
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
     assert a.inertia_ == pytest.approx(b.inertia_, rel=1e-12)
+
+
+def test_all_workers_paused_is_named():
+    """A pass whose workers are all paused (memory) is a named failure, not a wait for ever."""
+    from dkmeans.engine.futures import _paused_workers
+
+    class Scheduler:
+        def __init__(self, statuses):
+            self.statuses = statuses
+
+        def scheduler_info(self, n_workers=-1):
+            return {"workers": {f"tcp://w{i}": {"status": s, "metrics": {"memory": 330 * 2**20},
+                                                "memory_limit": 400 * 2**20}
+                                for i, s in enumerate(self.statuses)}}
+
+    assert _paused_workers(Scheduler(["paused", "running"])) is None
+    assert _paused_workers(Scheduler([])) is None
+    named = _paused_workers(Scheduler(["paused", "paused"]))
+    assert named == ["tcp://w0: 330 MiB of 400 MiB", "tcp://w1: 330 MiB of 400 MiB"]

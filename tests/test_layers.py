@@ -15,10 +15,10 @@ LAYERS = {
     "dkmeans.errors": 0, "dkmeans.backend": 0, "dkmeans._version": 0, "dkmeans.state": 0, "dkmeans.model": 0,
     "dkmeans.kernels": 1,
     "dkmeans.engine": 2,
-    "dkmeans.lloyd": 3, "dkmeans.hartigan": 3, "dkmeans.local_search": 3, "dkmeans.init": 3,
+    "dkmeans.lloyd": 3, "dkmeans.hartigan": 3, "dkmeans.minibatch": 3, "dkmeans.local_search": 3, "dkmeans.init": 3,
     "dkmeans.io": 4, "dkmeans._random": 4, "dkmeans._device": 4, "dkmeans._params": 4, "dkmeans.metric": 4,
     "dkmeans._validation": 5, "dkmeans.cluster": 5, "dkmeans.assignment": 5, "dkmeans.fit": 5,
-    "dkmeans.metrics": 6, "dkmeans.estimator": 6, "dkmeans.functional": 6, "dkmeans.cli": 6, "dkmeans.plot": 6,
+    "dkmeans.metrics": 6, "dkmeans.estimator": 6, "dkmeans.minibatch_estimator": 6, "dkmeans.functional": 6, "dkmeans.cli": 6, "dkmeans.plot": 6,
     "dkmeans.testing": 6, "dkmeans.__main__": 6, "dkmeans": 6,
 }
 NAMES = {0: "plain data", 1: "kernels", 2: "engine", 3: "drivers", 4: "I/O and checks", 5: "fit service", 6: "faces"}

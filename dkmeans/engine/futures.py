@@ -14,7 +14,7 @@ import dask
 from dask.utils import parse_timedelta
 from distributed import wait
 
-from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError
+from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError, WorkersPausedError
 
 #: Dask config key (env ``DASK_DKMEANS__WORKER_TIMEOUT``): how long a pass may wait with no worker.
 WORKER_TIMEOUT_KEY = "dkmeans.worker-timeout"
@@ -30,7 +30,10 @@ def gather(client, futures, inputs=(), generation=None):
     """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
 
     * Every worker gone for longer than :func:`worker_timeout`: the futures are
-      cancelled and :class:`~dkmeans.errors.NoWorkersError` is raised. While at least
+      cancelled and :class:`~dkmeans.errors.NoWorkersError` is raised; every worker
+      paused by distributed's memory monitor that long:
+      :class:`~dkmeans.errors.WorkersPausedError` (a paused worker whose process memory
+      is its own, not Dask's data, never resumes). While at least
       one worker is alive, lost chunks are being recomputed and the wait goes on.
     * A cancelled task: :class:`~dkmeans.errors.ClusterRestartedError` after
       ``client.restart()``, :class:`~dkmeans.errors.InputLostError` when input chunks
@@ -51,12 +54,22 @@ def gather(client, futures, inputs=(), generation=None):
                 break
             except TimeoutError:
                 pass
-            if client.nthreads():  # workers alive: lost chunks are being recomputed, keep waiting
+            paused = _paused_workers(client)
+            if client.nthreads() and paused is None:  # workers running: lost chunks are recomputed, keep waiting
                 no_workers_since = None
                 continue
             no_workers_since = no_workers_since or time.monotonic()
             if time.monotonic() - no_workers_since > timeout:
                 client.cancel(futures)
+                if paused:
+                    raise WorkersPausedError(
+                        f"Every worker of the Dask cluster has been paused by distributed's memory monitor for "
+                        f"{timeout:g} s ({'; '.join(paused)}), so the computation was stopped: their processes "
+                        f"keep that memory (imports, compiled kernels, the data source's own allocations), so "
+                        f"they would stay paused. Give the workers more memory (dkmeans' workers use about 300 MiB "
+                        f"of their own), read smaller chunks, or use fewer worker processes with more memory "
+                        f"each; the wait is set by the Dask config {WORKER_TIMEOUT_KEY!r}."
+                    )
                 raise NoWorkersError(
                     f"The Dask cluster has had no workers for {timeout:g} s, so the computation was stopped. "
                     f"Start workers (or find out why they died: memory limits, preemption) and run again; "
@@ -67,6 +80,18 @@ def gather(client, futures, inputs=(), generation=None):
         restarted = generation is not None and getattr(client, "generation", generation) != generation
         raise _cancelled_error(exc, inputs, restarted) from exc
     return results[0] if single else results
+
+
+def _paused_workers(client):
+    """``None`` while some worker runs tasks, else a description of each (paused) worker's memory."""
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    except Exception:  # noqa: BLE001 - no answer: judge by the thread count alone
+        return None
+    if not workers or any(w.get("status", "running") != "paused" for w in workers.values()):
+        return None
+    return [f"{addr}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+            f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB" for addr, w in workers.items()]
 
 
 def _cancelled_error(exc, inputs, restarted=False):

@@ -68,6 +68,15 @@ class ChunkList:
         value = to_host(combine_fn([out for _, out in outputs]))
         return self._combine(value, combine_fn), [new for new, _ in outputs]
 
+    def fold(self, chunk_fn: Callable, state, args: Sequence[Any] = (), *, stop=None):
+        """A sequential pass over the chunks in row order (``stop`` is checked before each chunk)."""
+        self.passes += 1
+        for X, w, o in zip(self.blocks, self.weights, self.offsets):
+            if stop is not None and stop(state):
+                break
+            state = to_host(chunk_fn(X, w, o, state, *args))
+        return state
+
     def state_column(self, state, name: str):
         """The per-row array ``name`` of the chunks' states, concatenated in row order."""
         xp = get_namespace(state[0][name])

@@ -7,10 +7,13 @@ pass has O(tasks / fan_in) combine tasks and the caller combines the last few.
 
 from __future__ import annotations
 
-from typing import Callable
+import uuid
+from typing import Any, Callable, Sequence
 
-from dask.highlevelgraph import MaterializedLayer
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
+
+from dkmeans.backend import to_host
 
 
 def combine_task(combine_fn, *parts):
@@ -35,4 +38,44 @@ def add_reduction_tree(layers: dict, deps: dict, current: list, combine_fn: Call
     return current
 
 
-__all__ = ["add_reduction_tree", "combine_task"]
+def fold_task(chunk_fn, args, offset, state, X, w=None):
+    """One step of a sequential pass: ``chunk_fn(X, w, offset, state, *args)`` (runs on a worker)."""
+    return to_host(chunk_fn(X, w, offset, state, *args))
+
+
+def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offsets: Sequence[int],
+                chunk_fn: Callable, state: Any, args: Sequence[Any], *, window: int,
+                stop: Callable[[Any], bool] | None = None, source_layers: dict | None = None,
+                source_deps: dict | None = None, parents: set | None = None,
+                gather_fn: Callable | None = None) -> Any:
+    """A sequential pass over chunks in row order, ``window`` chunks per graph.
+
+    Each graph chains ``window`` tasks: task ``i`` takes chunk ``i`` (``chunk_refs(i)``:
+    its block, and its weights) and the state the task before it returned, so the reads of
+    a window run in parallel while the (small) state moves from chunk to chunk. Between
+    windows the state comes back here: ``stop(state)`` ends the pass early (later chunks
+    are never read), and at most one window of chunks is held at a time. ``source_layers``,
+    ``source_deps`` and ``parents`` are the graph the chunks are read from (streamed data);
+    persisted chunks need none.
+    """
+    token = uuid.uuid4().hex[:12]
+    window = max(1, int(window))
+    for start in range(0, n_chunks, window):
+        if stop is not None and stop(state):
+            break
+        layers = dict(source_layers or {})
+        deps = dict(source_deps or {})
+        previous = None
+        for i in range(start, min(n_chunks, start + window)):
+            key = f"dkmeans-fold-{token}-{i}"
+            prev_arg = state if previous is None else TaskRef(previous)
+            task = Task(key, fold_task, chunk_fn, tuple(args), int(offsets[i]), prev_arg, *chunk_refs(i))
+            layers[key] = MaterializedLayer({key: task})
+            deps[key] = set(parents or ()) | ({previous} if previous is not None else set())
+            previous = key
+        future = client.get(HighLevelGraph(layers, deps), [previous], sync=False)[0]
+        state = gather_fn(future) if gather_fn is not None else future.result()
+    return state
+
+
+__all__ = ["add_reduction_tree", "combine_task", "fold_chunks", "fold_task"]

@@ -46,7 +46,7 @@ from dkmeans.backend import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
-from dkmeans.engine.passes import add_reduction_tree
+from dkmeans.engine.passes import add_reduction_tree, fold_chunks
 from dkmeans.engine.placement import _balance_rows, _spread_rows
 from dkmeans.engine import spmd
 from dkmeans.engine.spmd import SpmdUnavailable, spmd_enabled
@@ -411,6 +411,20 @@ class PersistedData:
         """The rows at these global indices (only the chunks holding them are read)."""
         local = np.asarray(indices, dtype=np.int64) - self.first_row
         return to_host(gather(self.client, self.client.compute(self.X[local]), self._futures, self.generation))
+
+    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
+             stop: Callable[[Any], bool] | None = None, window: int = 16):
+        """A sequential pass over the persisted chunks in row order (the state moves, the chunks stay)."""
+        state = fold_chunks(self.client, self.n_chunks, self.chunk_refs_of, self.offsets, chunk_fn, state, args,
+                            window=window, stop=stop,
+                            gather_fn=lambda f: gather(self.client, f, self._futures, self.generation))
+        self.passes += 1
+        return state
+
+    def chunk_refs_of(self, i: int) -> list:
+        """References to chunk ``i`` and its weights (a fold step's inputs)."""
+        refs = self.chunk_refs([i])
+        return refs if self.has_weights else refs + [None]
 
     def state_column(self, state: ChunkState, name: str) -> da.Array:
         """The per-row array ``name`` of the chunk states, as a persisted Dask array with the data's row chunks."""

@@ -51,6 +51,16 @@ class ChunkedData(Protocol):
         Dropping the returned state frees it.
         """
 
+    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
+             stop: Callable[[Any], bool] | None = None) -> Any:
+        """A sequential pass in row order: ``state = chunk_fn(X_i, w_i, row_offset_i, state, *args)``.
+
+        The state (small: centroid-sized) travels from chunk to chunk, where the chunks
+        are; returns the state after the last chunk. ``stop(state)``, checked between
+        groups of chunks, may end the pass early (later chunks are then not read). Not
+        for use inside :meth:`run_loop`.
+        """
+
     def state_column(self, state: Any, name: str) -> Any:
         """The per-row array ``name`` of every chunk's state dict, in row order (a lazy handle)."""
 

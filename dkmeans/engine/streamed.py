@@ -31,7 +31,7 @@ from dask.task_spec import Task, TaskRef
 from dkmeans.backend import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit
-from dkmeans.engine.passes import add_reduction_tree
+from dkmeans.engine.passes import add_reduction_tree, fold_chunks
 
 
 class ReplayState:
@@ -224,6 +224,32 @@ class StreamedData:
                            combine_fn)
         return value, ReplayState(steps)
 
+    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
+             stop: Callable[[Any], bool] | None = None, window: int | None = None):
+        """A sequential pass, read from the source a window of chunks at a time (one per worker thread).
+
+        The reads of a window run in parallel; the state moves from chunk to chunk in row
+        order; a worker holds about one chunk per thread, as in :meth:`map_reduce`.
+        """
+        self._ensure_chunk_rows()
+        sources = [self.X] + ([self.weights] if self.weights is not None else [])
+        layers = {name: layer for a in sources for name, layer in a.dask.layers.items()}
+        deps = {name: d for a in sources for name, d in a.dask.dependencies.items()}
+        parents = set().union(*(a.__dask_layers__() for a in sources))
+        x_keys = [k[0] for k in self.X.__dask_keys__()]
+        w_keys = list(self.weights.__dask_keys__()) if self.weights is not None else None
+        if window is None:
+            window = max(2, len(self.budget.per_worker()))  # about one chunk per worker at a time
+
+        def refs(i):
+            return [TaskRef(x_keys[i])] + ([TaskRef(w_keys[i])] if w_keys is not None else [])
+
+        state = fold_chunks(self.client, self.n_chunks, refs, self.offsets, chunk_fn, state, args, window=window,
+                            stop=stop, source_layers=layers, source_deps=deps, parents=parents,
+                            gather_fn=lambda f: gather(self.client, f, (), self.generation))
+        self.passes += 1
+        return state
+
     def state_column(self, state: ReplayState, name: str) -> da.Array:
         """The per-row array ``name`` of the replayed states: a lazy Dask array (computed from the source)."""
         self._ensure_chunk_rows()
@@ -239,6 +265,8 @@ class StreamedData:
         """The rows at these global indices (only the chunks holding them are read)."""
         self._ensure_chunk_rows()
         idx = np.asarray(indices, dtype=np.int64) - self.first_row
+        if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):  # a range: a plain slice
+            return to_host(gather(self.client, self.client.compute(self.X[int(idx[0]):int(idx[0]) + len(idx)])))
         order = np.argsort(idx, kind="stable")
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
         return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)

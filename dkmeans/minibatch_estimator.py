@@ -1,0 +1,279 @@
+"""``dkmeans.MiniBatchKMeans``: scikit-learn's ``MiniBatchKMeans`` on Dask, with a decaying stream mode.
+
+This module maps scikit-learn's mini-batch names onto the fit service (``algorithm=
+"minibatch"``, :class:`dkmeans.minibatch.MiniBatchOptions`); everything else (data checks,
+inference, model files) is shared with :class:`dkmeans.KMeans`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import validate_data
+
+from dkmeans import _params
+from dkmeans._random import resolve_seed
+from dkmeans._validation import FLOAT_DTYPES, check_n_clusters_vs_rows, data_errors, is_dask_collection
+from dkmeans.assignment import assign_local
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
+from dkmeans.estimator import _KMeansBase, _progress
+from dkmeans.fit import FitSpec, run_fit, run_partial_fit
+from dkmeans.init import InitOptions
+from dkmeans.minibatch import MiniBatchOptions
+from dkmeans.state import MiniBatchState, history_dicts
+
+
+def resolve_decay(decay, half_life, time_unit: str) -> float:
+    """The discount per time unit ``a``: ``decay``, or ``0.5 ** (1 / half_life)``, else 1 (no decay)."""
+    if decay is not None and half_life is not None:
+        raise InvalidParameterError("give decay or half_life, not both")
+    if decay is not None:
+        if not 0.0 <= decay <= 1.0:
+            raise InvalidParameterError(f"decay must be in [0, 1], got {decay}")
+        return float(decay)
+    if half_life is not None:
+        return 0.5 ** (1.0 / half_life)
+    return 1.0
+
+
+class MiniBatchKMeans(_KMeansBase):
+    """Mini-batch k-means on a Dask cluster, scikit-learn compatible.
+
+    scikit-learn's algorithm and parameters: each step draws ``batch_size`` rows uniformly
+    with replacement, assigns them to the nearest centers and moves each center toward
+    the mean of its batch rows with a per-center learning rate (the center stays the
+    weighted mean of every row it was given), and centers whose accumulated weight falls
+    below ``reassignment_ratio`` times the largest are moved to random batch rows.
+    NumPy, pandas, Dask arrays and Dask DataFrames in, the same types out, as
+    :class:`dkmeans.KMeans`. On Dask a step's batch is drawn by global row index (the
+    result does not depend on the chunking or the worker count for a given
+    ``random_state``), each worker contributes the k x d partials of the batch rows it
+    holds, and the steps run inside one task or SPMD on the workers, without a round
+    trip to the client per step. Data larger than the cluster's memory is read in row
+    order, once per epoch (``max_iter`` at most, usually one thanks to early stopping),
+    in consecutive batches; its rows must come in random order.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : {"k-means++", "k-means||", "random", "random-partition"}, callable or array-like, default "k-means++"
+        Run on a sample of ``init_size`` rows (see :class:`dkmeans.KMeans` for the strategies).
+    max_iter : int, default 100
+        Maximum number of epochs (passes' worth of rows): ``max_iter * n_samples //
+        batch_size`` steps at most.
+    batch_size : int, default 1024
+    verbose : int, default 0
+    compute_labels : bool, default True
+        End with a pass over the data for ``labels_`` and ``inertia_``; else ``inertia_``
+        is the smoothed batch objective times the data's weight and there is no ``labels_``.
+    random_state : int, Generator, RandomState or None
+    tol : float, default 0.0
+        Stop when the squared change of the centers in a step is at most ``tol`` times the
+        mean feature variance (0 disables the rule).
+    max_no_improvement : int or None, default 10
+        Stop after this many steps without improvement of the smoothed batch objective.
+    init_size : int, optional
+        Rows of the sample each initialisation runs on (default ``3 * batch_size``).
+    n_init : "auto" or int, default "auto"
+        Initialisations (each on its own sample), the best on a further sample is kept;
+        "auto": 1 for "k-means++" and given centers, 3 otherwise.
+    reassignment_ratio : float, default 0.01
+    decay : float in [0, 1], optional
+        Forgetting for streams (Spark ``StreamingKMeans``'s ``decayFactor``): before a
+        batch, every center's count ``n`` becomes ``a n`` with ``a = decay`` per
+        ``time_unit``, so ``c' = (a n c + s) / (a n + m)`` and ``n' = a n + m`` for a
+        center given batch weight ``m`` and weighted row sum ``s``. 1 (or None) is
+        scikit-learn's rule; 0 forgets everything before the batch.
+    half_life : float, optional
+        Instead of ``decay``: the time units after which past data has half its weight,
+        ``a = 0.5 ** (1 / half_life)``.
+    time_unit : {"batches", "points"}, default "batches"
+        ``"batches"``: the discount is ``a`` per batch; ``"points"``: ``a ** m`` for a
+        batch of ``m`` rows (Spark's two units).
+    out_of_core : {"auto", True, False}, default "auto"
+        As :class:`dkmeans.KMeans`: persist the data when it fits the cluster's memory,
+        else stream it (the sequential mode above).
+    device : {None, "cpu", "gpu"}, default None
+
+    Attributes
+    ----------
+    cluster_centers_, labels_, inertia_, n_features_in_, feature_names_in_
+        As scikit-learn's.
+    n_iter_ : int
+        Epochs run (``ceil(n_steps_ * batch_size / n_samples)``).
+    n_steps_ : int
+        Mini-batch steps run (over all ``partial_fit`` calls too).
+    history_ : list of dict
+        Per step: its batch objective (per row), the smoothed objective, center shift,
+        reassigned centers and seconds (``algorithm="minibatch"``).
+    stop_reason_ : {"no-improvement", "centroid-shift", "max_iter"}
+    data_mode_, n_passes_
+        As :class:`dkmeans.KMeans`.
+
+    Examples
+    --------
+    >>> from dkmeans import MiniBatchKMeans
+    >>> mbk = MiniBatchKMeans(n_clusters=3, batch_size=256, random_state=0)   # doctest: +SKIP
+    >>> mbk.fit(X).cluster_centers_                                            # doctest: +SKIP
+    >>> for batch in stream:                                                   # doctest: +SKIP
+    ...     mbk.partial_fit(batch)
+    """
+
+    _metric = "euclidean"
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means++",
+        max_iter=100,
+        batch_size=1024,
+        verbose=0,
+        compute_labels=True,
+        random_state=None,
+        tol=0.0,
+        max_no_improvement=10,
+        init_size=None,
+        n_init="auto",
+        reassignment_ratio=0.01,
+        decay=None,
+        half_life=None,
+        time_unit="batches",
+        out_of_core="auto",
+        device=None,
+    ):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.verbose = verbose
+        self.compute_labels = compute_labels
+        self.random_state = random_state
+        self.tol = tol
+        self.max_no_improvement = max_no_improvement
+        self.init_size = init_size
+        self.n_init = n_init
+        self.reassignment_ratio = reassignment_ratio
+        self.decay = decay
+        self.half_life = half_life
+        self.time_unit = time_unit
+        self.out_of_core = out_of_core
+        self.device = device
+
+    def _fit_spec(self, warn_init: bool = True) -> FitSpec:
+        params = self.get_params()
+        p = _params.check("estimator", params)
+        if p["max_iter"] < 1:
+            raise InvalidParameterError(f"max_iter must be an integer >= 1, got {self.max_iter}")
+        init = self.init
+        is_array = hasattr(init, "__array__") or isinstance(init, (list, tuple))
+        if (isinstance(init, str) and init not in _params.INIT_STRATEGIES) or not (
+                isinstance(init, str) or callable(init) or is_array):
+            raise InvalidParameterError(
+                f"The 'init' parameter of {type(self).__name__} must be a str among "
+                f"{{{', '.join(repr(s) for s in _params.INIT_STRATEGIES)}}}, a callable or an array-like. "
+                f"Got {init!r} instead."
+            )
+        decay = resolve_decay(p["decay"], p["half_life"], p["time_unit"])
+        n_init = p["n_init"]
+        if n_init == "auto":
+            n_init = 1 if (isinstance(init, str) and init == "k-means++") or is_array else 3
+        if is_array and not isinstance(init, str) and n_init > 1:
+            if warn_init:
+                warnings.warn(
+                    "Explicit initial center position passed: performing only one init in "
+                    f"{type(self).__name__} instead of n_init={n_init}.", RuntimeWarning, stacklevel=3)
+            n_init = 1
+        if is_array:
+            init = np.asarray(init)
+        job_params = {name: value for name, value in params.items() if name != "verbose"}
+        if not isinstance(self.init, str):
+            job_params["init"] = "callable" if callable(init) else "array"
+        return FitSpec(
+            n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
+            stop_rule="centroid-shift", tol_relative=True, algorithm="minibatch", local_search=False,
+            init_options=InitOptions(), random_state=self.random_state, out_of_core=p["out_of_core"],
+            on_iteration=_progress(p["verbose"]), job={"estimator": "dkmeans.MiniBatchKMeans", "params": job_params},
+            minibatch=MiniBatchOptions(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
+                                       reassignment_ratio=p["reassignment_ratio"], decay=decay,
+                                       time_unit=p["time_unit"]),
+            init_size=p["init_size"], compute_labels=p["compute_labels"],
+        )
+
+    def _fit(self, X, sample_weight, spec: FitSpec):
+        result = run_fit(spec, self._fit_dataset(X), sample_weight)
+        self.cluster_centers_ = result.centroids
+        if result.labels is not None:
+            self.labels_ = result.labels
+        elif hasattr(self, "labels_"):
+            del self.labels_
+        self._n_features_out = result.centroids.shape[0]
+        self.inertia_ = result.objective
+        self.n_iter_ = result.n_iter
+        self.n_steps_ = result.minibatch_state.n_steps
+        self.history_ = history_dicts(result.history)
+        self.stop_reason_ = result.stop_reason
+        self.data_mode_ = result.data_mode
+        self.n_passes_ = result.n_passes
+        self._loop_modes = list(result.loop_modes)  # how the engine ran the steps (one-task, spmd, graph)
+        self._stream = result.minibatch_state  # partial_fit continues from here
+        self._counts = result.minibatch_state.counts
+        self._seed = resolve_seed(self.random_state)
+        self._batch_size = spec.minibatch.batch_size
+        return self
+
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """Update the centers with one batch ``X`` (one mini-batch step), as scikit-learn does.
+
+        ``X`` may be a NumPy array, a SciPy sparse matrix (CSR), a pandas DataFrame, or a
+        Dask array or Dask DataFrame (a partition: it is computed here, so it must fit in
+        memory). The first call
+        initialises the centers from ``X``. With ``decay`` or ``half_life`` the centers
+        follow a drifting stream (see the class docstring). ``labels_`` and ``inertia_``
+        are those of this batch when ``compute_labels``.
+        """
+        spec = self._fit_spec(warn_init=not hasattr(self, "cluster_centers_"))
+        if is_dask_collection(X):
+            X = X.compute()
+        if is_dask_collection(sample_weight):
+            sample_weight = sample_weight.compute()
+        first = not hasattr(self, "cluster_centers_")
+        with data_errors("X"):
+            X = validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=first,
+                              ensure_min_samples=1)
+        if first:
+            check_n_clusters_vs_rows(spec.n_clusters, X.shape[0], "n_clusters")
+        w = None
+        if sample_weight is not None:
+            w = np.asarray(sample_weight, dtype=np.float64)
+            if w.shape != (X.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0):
+                raise InvalidDataError(f"sample_weight must be {X.shape[0]} finite non-negative numbers")
+        if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
+            raise InvalidDataError(NON_FINITE_INPUT)
+        if first:
+            self._seed = resolve_seed(self.random_state)
+            self._batch_size = min(spec.minibatch.batch_size, X.shape[0])
+            self._stream = None
+        elif getattr(self, "_stream", None) is None:  # loaded from a file: counts unknown, start them at zero
+            self._seed = resolve_seed(self.random_state)
+            self._batch_size = min(spec.minibatch.batch_size, X.shape[0])
+            self._stream = MiniBatchState(np.asarray(self.cluster_centers_, np.float64),
+                                          getattr(self, "_counts", np.zeros(len(self.cluster_centers_))))
+        spec = dataclasses.replace(spec, minibatch=dataclasses.replace(spec.minibatch, batch_size=self._batch_size))
+        state, record = run_partial_fit(spec, X, w, self._stream, self._seed)
+        self._stream = state
+        self._counts = state.counts
+        self.cluster_centers_ = state.centroids.astype(X.dtype)
+        self._n_features_out = self.cluster_centers_.shape[0]
+        self.n_steps_ = state.n_steps
+        self.n_iter_ = getattr(self, "n_iter_", 0)
+        self.history_ = list(getattr(self, "history_", [])) + history_dicts([record])
+        if self.compute_labels:
+            self.labels_, self.inertia_ = assign_local(X, self.cluster_centers_, w)
+        return self
+
+
+__all__ = ["MiniBatchKMeans", "resolve_decay"]

@@ -30,6 +30,7 @@ Writes benchmarks/results/embeddings.json (embeddings_quick.json).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -126,6 +127,7 @@ def run_sklearn(X, C0, iters):
 
 def bench(client, name, n, d, k, args) -> dict:
     print(f"{name}: {n:,} x {d}, k = {k:,}, cosine, float32", flush=True)
+    load_before = os.getloadavg()[0]  # the machine is shared: the load goes with the figures
     X = make_embeddings(n, d)
     order = np.argsort(np.random.default_rng(1).random(n))
     C0 = X[np.sort(order[:k])].copy()
@@ -161,6 +163,7 @@ def bench(client, name, n, d, k, args) -> dict:
                 kmeans_plusplus(X, k, random_state=0)
             res["sklearn_seeding_seconds"] = time.perf_counter() - t0
             print(f"  scikit-learn k-means++ seeding {res['sklearn_seeding_seconds']:.1f} s", flush=True)
+    res["load_average"] = [load_before, os.getloadavg()[0]]
     res["ratio_floor"] = res["dkmeans_per_iteration"] / res["floor_seconds"]
     if "faiss_per_iteration" in res:
         res["ratio_faiss"] = res["dkmeans_per_iteration"] / res["faiss_per_iteration"]

@@ -20,6 +20,7 @@ Writes benchmarks/results/large_k.json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -80,6 +81,7 @@ def make_data(n: int, d: int, seed: int = 0) -> np.ndarray:
 
 def bench(client, name, n, d, k, iters) -> dict:
     print(f"{name}: {n:,} x {d}, k = {k:,}, float32", flush=True)
+    load_before = os.getloadavg()[0]  # the machine is shared: the load goes with the figures
     X = make_data(n, d)
     warm = persist_chunks(client, X[:20_000])  # the workers compile their kernels for d (not counted)
     dkmeans.KMeans(n_clusters=64, random_state=0, max_iter=2).fit(warm)
@@ -108,7 +110,7 @@ def bench(client, name, n, d, k, iters) -> dict:
         "inertia": float(km.inertia_), "worker_memory_before_mib": {a: v / 2**20 for a, v in before.items()},
         "worker_peak_mib": {a: v / 2**20 for a, v in memory.peak.items()},
         "worker_growth_mib": {a: v / 2**20 for a, v in growth.items()},
-        "bound_growth_mib": bound / 2**20, "within_bound": max(growth.values()) <= bound,
+        "bound_growth_mib": bound / 2**20, "load_average": [load_before, os.getloadavg()[0]], "within_bound": max(growth.values()) <= bound,
     }
     print(f"  fit {fit:.1f} s ({km.n_iter_} iterations, {', '.join(f'{s:.1f}' for s in per_iter)} s each); "
           f"worker memory growth {', '.join(f'{g / 2**20:.0f}' for g in growth.values())} MiB "

@@ -192,9 +192,12 @@ def combine_samples(parts) -> SampleRows:
     parts = [p for p in parts if p is not None]
     xp = get_namespace(parts[0].index)
     index = xp.concatenate([p.index for p in parts])
-    order = xp.argsort(index, kind="stable")
-    return SampleRows(index[order], xp.concatenate([p.rows for p in parts])[order],
-                      xp.concatenate([p.weights for p in parts])[order])
+    rows = xp.concatenate([p.rows for p in parts])
+    weights = xp.concatenate([p.weights for p in parts])
+    if index.shape[0] > 1 and not bool(xp.all(index[1:] > index[:-1])):  # parts out of row order
+        order = xp.argsort(index, kind="stable")
+        index, rows, weights = index[order], rows[order], weights[order]
+    return SampleRows(index, rows, weights)
 
 
 def _kpp_local_xp(X, w, k: int, trials: int, u, first: int):

@@ -18,13 +18,14 @@ in 16 chunks; the in-process peers: 2 threads):
   tiles of 16 MiB of output; best of 2);
 * **seeding**: dkmeans' default ``"k-means||"`` (two-level from k = 4,096), as a fit runs it;
   faiss's seeding is a random sample (no k-means++), so it is not timed; scikit-learn's
-  greedy k-means++ (``kmeans_plusplus``) where ``k <= --sklearn-seed-max-k``.
+  greedy k-means++ (``kmeans_plusplus``) where ``k <= --sklearn-seed-max-k`` (default 0: not
+  run; at 100,000 x 256, k = 1,024 it had not finished after 7 minutes on the loaded machine).
 
 Goals: per iteration no slower than faiss and within 1.5x of the floor; seeding at k = 65,536
 under 10 of dkmeans' Lloyd iterations.
 
 Run:  .venv/bin/python benchmarks/embeddings.py [--quick] [--iters 3]
-Writes benchmarks/results/embeddings.json (embeddings_quick.json).
+Writes benchmarks/results/embeddings[_quick]_<shapes>.json after each shape.
 """
 
 from __future__ import annotations
@@ -195,17 +196,19 @@ def main(argv=None) -> None:
     parser.add_argument("--iters", type=int, default=3, help="Lloyd iterations per timed fit")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--peers", nargs="*", default=["faiss", "sklearn"])
-    parser.add_argument("--sklearn-seed-max-k", type=int, default=1024,
+    parser.add_argument("--sklearn-seed-max-k", type=int, default=0,
                         help="time scikit-learn's k-means++ only up to this k (it grows as n k log k)")
     parser.add_argument("--seeded-fit", action="store_true",
                         help="also run dkmeans from its own seeding and report the objective")
     args = parser.parse_args(argv)
     shapes = QUICK if args.quick else SHAPES
     client = start_cluster()
-    results = {name: bench(client, name, *shapes[name], args) for name in args.shapes}
+    results = {}
+    for name in args.shapes:  # written after each shape: a long run keeps what it measured
+        results[name] = bench(client, name, *shapes[name], args)
+        out = write_json(f"embeddings{'_quick' if args.quick else ''}_{'_'.join(args.shapes)}.json",
+                         {"machine": machine(), "args": vars(args), "results": results})
     print("\n" + table(results))
-    out = write_json("embeddings_quick.json" if args.quick else "embeddings.json",
-                     {"machine": machine(), "args": vars(args), "results": results})
     print(f"wrote {out}")
     client.close()
 

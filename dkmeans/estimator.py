@@ -330,7 +330,11 @@ class KMeans(_KMeansBase):
     init : {"k-means||", "k-means++", "random", "random-partition"}, callable or array-like, default "k-means||"
         ``"k-means||"``: scalable k-means++ (a fixed ``init_rounds`` passes, about
         ``oversampling_factor * n_clusters`` candidates per round, then a weighted
-        recluster). ``"k-means++"``: exact greedy k-means++ (``n_clusters + 1`` passes).
+        recluster); from ``n_clusters >= 4096`` (Dask config
+        ``dkmeans.init.two-level-clusters``) a two-level seeding on a sample of about
+        ``8 * n_clusters`` rows (one pass, then ``sqrt(n_clusters)`` coarse groups split
+        into their share of the centres on the client; :mod:`dkmeans.init.two_level`).
+        ``"k-means++"``: exact greedy k-means++ (``n_clusters + 1`` passes).
         ``"random"``: distinct rows drawn uniformly (proportionally to ``sample_weight``).
         ``"random-partition"``: means of a uniformly random partition. An array of shape
         (n_clusters, n_features) gives the initial centroids; a callable

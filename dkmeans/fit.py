@@ -45,10 +45,12 @@ from dkmeans.engine.streamed import rows_in_block
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.hartigan import hartigan
 from dkmeans.init import InitOptions, derive_seed
+from dkmeans.init.options import DEFAULT_TWO_LEVEL_CLUSTERS, TWO_LEVEL_CLUSTERS_KEY
 from dkmeans.io.checkpoint import Checkpointer, data_fingerprint
 from dkmeans.io.dataframe import predict_series
 from dkmeans.io.model_file import digest
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES, column_moments, combine_moments
+from dkmeans.kernels.common import centroid_bytes
 from dkmeans.minibatch import MiniBatchOptions, advance, gather_rows, minibatch, minibatch_pass, step_rng
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
 from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
@@ -213,6 +215,14 @@ def resolve_out_of_core(requested) -> Any:
     return value
 
 
+def _two_level_clusters() -> int:
+    """k-means|| takes its two-level path from this ``n_clusters`` (Dask config, see dkmeans.init.two_level)."""
+    value = int(dask.config.get(TWO_LEVEL_CLUSTERS_KEY, DEFAULT_TWO_LEVEL_CLUSTERS))
+    if value < 1:
+        raise InvalidParameterError(f"Dask config {TWO_LEVEL_CLUSTERS_KEY!r} must be a positive integer, got {value}")
+    return value
+
+
 def _estimated_rows(client, X) -> int:
     """Rows of ``X`` estimated from its first chunk (read once) when its chunk lengths are unknown."""
     if not any(math.isnan(c) for c in X.chunks[0]):
@@ -221,16 +231,19 @@ def _estimated_rows(client, X) -> int:
     return int(gather(client, client.compute(first))[0]) * X.numblocks[0]
 
 
-def place_data(client, dataset: Dataset, weights, out_of_core="auto", allow_hybrid: bool = True):
+def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters: int = 0,
+               allow_hybrid: bool = True):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
     Where the size is not in the metadata (a Dask DataFrame of unknown partition
     lengths, read from Parquet or CSV), it is estimated from the first partition (read
     once) with a margin of :data:`SIZE_ESTIMATE_MARGIN`; streamed data then counts its rows
-    exactly in its first pass.
+    exactly in its first pass. The budget counts the memory the ``n_clusters`` centroids
+    take on each worker during a pass (:func:`~dkmeans.kernels.common.centroid_bytes`).
     """
     mode = resolve_out_of_core(out_of_core)
-    budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES)
+    budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES,
+                             centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize))
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     if mode is False:
@@ -442,7 +455,8 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     with fit_client() as client:
         if isinstance(weights, np.ndarray):
             weights = da.from_array(weights, chunks=dataset.array.chunks[0] if dataset.n_rows is not None else -1)
-        data = place_data(client, dataset, weights, spec.out_of_core, allow_hybrid=spec.algorithm != "minibatch")
+        data = place_data(client, dataset, weights, spec.out_of_core, spec.n_clusters,
+                          allow_hybrid=spec.algorithm != "minibatch")
         return fit(spec, dataset, data, C0, seed, client, searches)
 
 
@@ -469,7 +483,8 @@ def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches:
             if callable(spec.init):
                 return prepare_centroids(_callable_init(spec, data, state.seed, run), spec.metric)
             strategy = init_strategies.get_strategy(spec.init)
-            options = dataclasses.replace(spec.init_options, metric=spec.metric)
+            options = dataclasses.replace(spec.init_options, metric=spec.metric,
+                                          two_level_min_clusters=_two_level_clusters())
             return prepare_centroids(strategy(data, k, derive_seed(state.seed, run), options), spec.metric)
 
         plan = FitPlan(

@@ -74,44 +74,52 @@ class MemoryBudget:
         Memory a kernel call may use besides its inputs (subtracted from each task budget).
     unmanaged : dict of str to int, optional
         Memory each worker process uses beyond Dask's data (0 where not known).
+    centroid_bytes : int, optional
+        Memory a worker holds for the centroids during a pass (the centroids, their
+        float64 sums and the partials being combined:
+        :func:`dkmeans.kernels.common.centroid_bytes`); subtracted from each task's budget
+        and from each worker's share of the persist budget. Large at large k (424 MiB for
+        k = 262,144 x 16 features), negligible at small k.
     """
 
     limits: dict
     scratch_bytes: int = 0
     unmanaged: dict = field(default_factory=dict)
+    centroid_bytes: int = 0
 
     @classmethod
-    def of(cls, client, scratch_bytes: int = 0) -> "MemoryBudget":
+    def of(cls, client, scratch_bytes: int = 0, centroid_bytes: int = 0) -> "MemoryBudget":
         """The budget of ``client``'s cluster as the scheduler reports it now.
 
         Where a worker's own memory cuts into its task budget, the workers first release
         the memory their allocators keep (see the module docstring).
         """
         info = client.scheduler_info(n_workers=-1)["workers"]
-        budget = cls._from_info(info, scratch_bytes)
+        budget = cls._from_info(info, scratch_bytes, centroid_bytes)
         if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
             client.run(release_memory)
-            budget = cls._from_info(_next_reports(client, info), scratch_bytes)
+            budget = cls._from_info(_next_reports(client, info), scratch_bytes, centroid_bytes)
         return budget
 
     @classmethod
-    def _from_info(cls, info: dict, scratch_bytes: int) -> "MemoryBudget":
+    def _from_info(cls, info: dict, scratch_bytes: int, centroid_bytes: int = 0) -> "MemoryBudget":
         limits = {addr: int(w.get("memory_limit") or 0) or HOST_MEMORY for addr, w in info.items()}
         unmanaged = {}
         for addr, w in info.items():
             metrics = w.get("metrics", {})
             unmanaged[addr] = max(0, int(metrics.get("memory", 0)) - int(metrics.get("managed_bytes", 0)))
-        return cls(limits, int(scratch_bytes), unmanaged)
+        return cls(limits, int(scratch_bytes), unmanaged, int(centroid_bytes))
 
     def _nominal_task(self, address: str) -> float:
-        return max(0.0, _fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * self.limits[address] - self.scratch_bytes)
+        return max(0.0, _fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * self.limits[address]
+                   - self.scratch_bytes - self.centroid_bytes)
 
     def _one_task(self, address: str) -> float:
         limit = self.limits[address]
         pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
         below_pause = float(pause) * limit - self.unmanaged.get(address, 0)
         return max(0.0, min(_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * limit, below_pause)
-                   - self.scratch_bytes)
+                   - self.scratch_bytes - self.centroid_bytes)
 
     def task_bytes(self, address: str | None = None) -> float:
         """Bytes of input one task may take on this worker (the smallest budget of all without an address)."""
@@ -122,7 +130,7 @@ class MemoryBudget:
     def persist_bytes(self) -> float:
         """Bytes of data the cluster keeps persisted at most."""
         fraction = _fraction(PERSIST_FRACTION_KEY, DEFAULT_PERSIST_FRACTION)
-        return float(sum(max(0.0, fraction * limit - self.unmanaged.get(addr, 0))
+        return float(sum(max(0.0, fraction * limit - self.unmanaged.get(addr, 0) - self.centroid_bytes)
                          for addr, limit in self.limits.items()))
 
     def per_worker(self) -> dict:
@@ -182,7 +190,7 @@ def check_chunks_fit(chunk_bytes, budget: MemoryBudget, what: str = "input") -> 
             f"One chunk of the {what} takes {_mib(largest)} in memory, more than a worker's budget for one task: "
             f"{_mib(allowed)} (at most {_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION):g} of the smallest "
             f"worker's memory limit {_mib(smallest_limit)} and of its room below the pause threshold, less "
-            f"{_mib(budget.scratch_bytes)} of kernel scratch). Nothing was run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
+            f"{_mib(budget.scratch_bytes)} of kernel scratch and {_mib(budget.centroid_bytes)} for the centroids). Nothing was run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
             f"df.repartition(partition_size='{max(1, int(allowed / 2 / 2**20))}MiB'); Parquet: smaller row groups "
             f"or files), give the workers more memory, or raise the Dask config {TASK_FRACTION_KEY!r}."
         )

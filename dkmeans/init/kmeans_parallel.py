@@ -15,6 +15,13 @@
    exactly k centres (``recluster_trials`` seeds; the set with the lowest objective on the
    full data, measured in one pass, wins).
 
+From ``n_clusters >= options.two_level_min_clusters`` (default 4096; Dask config
+``dkmeans.init.two-level-clusters``) the two-level path of :mod:`dkmeans.init.two_level`
+runs instead: one pass for a sample of about ``8 k`` rows, then coarse (``sqrt(k)``
+groups) and fine clustering of the sample on the client, where steps 2-4 would cost
+``init_rounds + 2`` passes of ``2 k`` candidates each and a client recluster growing as
+``k^2``.
+
 If fewer than k distinct candidates exist (tiny data, or fewer distinct rows than k), the
 missing centres are the rows farthest from the candidates, chosen deterministically, with
 a warning when some must coincide.
@@ -34,6 +41,7 @@ from sklearn.cluster import kmeans_plusplus
 from dkmeans.errors import distinct_clusters_message
 from dkmeans.init.options import InitOptions, derive_seed
 from dkmeans.init.random import first_centre
+from dkmeans.init.two_level import two_level
 from dkmeans.kernels import (
     TopRows,
     candidate_weights,
@@ -174,6 +182,10 @@ def kmeans_parallel(data, n_clusters: int, seed: int, options: InitOptions | Non
     ndarray, shape (n_clusters, d), the data's dtype
     """
     options = options or InitOptions()
+    if n_clusters >= options.two_level_min_clusters:
+        C = two_level(data, n_clusters, seed, options)
+        if C is not None:
+            return C
     C, weights = sample_candidates(data, n_clusters, seed, options)
     if len(C) <= n_clusters:
         return _complete(data, C, n_clusters).astype(data.dtype)

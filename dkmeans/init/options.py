@@ -6,6 +6,13 @@ from dataclasses import dataclass
 
 _GOLDEN = 0x9E3779B97F4A7C15
 
+#: ``n_clusters`` from which ``"k-means||"`` seeds with the two-level path
+#: (:mod:`dkmeans.init.two_level`): its client recluster and its ``2 k`` candidates per
+#: round grow too costly at large k.
+DEFAULT_TWO_LEVEL_CLUSTERS = 4096
+#: Dask config key of that threshold (read by the fit service into :class:`InitOptions`).
+TWO_LEVEL_CLUSTERS_KEY = "dkmeans.init.two-level-clusters"
+
 
 @dataclass(frozen=True)
 class InitOptions:
@@ -27,12 +34,20 @@ class InitOptions:
         The fit's metric (set by the fit service). With "cosine" the rows are unit and
         k-means||'s recluster and random-partition's means are spherical (normalised
         means, :mod:`dkmeans.kernels.cosine`); the D^2 draws need no change.
+    two_level_min_clusters : int
+        k-means||: from this ``n_clusters`` on, seed with the two-level path instead
+        (one pass for a sample of ``sample_per_centroid * k`` rows, then coarse and fine
+        clustering of the sample on the client; :mod:`dkmeans.init.two_level`).
+    sample_per_centroid : int
+        Two-level path: sample rows drawn per centroid.
     """
 
     oversampling_factor: float = 2.0
     init_rounds: int = 5
     recluster_trials: int = 2
     metric: str = "euclidean"
+    two_level_min_clusters: int = DEFAULT_TWO_LEVEL_CLUSTERS
+    sample_per_centroid: int = 8
 
 
 def derive_seed(seed: int, i: int) -> int:

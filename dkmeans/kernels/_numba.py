@@ -312,3 +312,63 @@ def direct_kernel(width: int | None):
                 module = _load_source(f"direct_{name}_{_source_digest(source)}", source)
                 kernel = _direct_kernels[width] = getattr(module, f"direct_{name}")
     return kernel
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_REDUCE_MATH)
+def _sq_to_row(X, c, out):  # pragma: no cover - compiled
+    n, d = X.shape
+    for i in range(n):
+        s = 0.0
+        for f in range(d):
+            t = X[i, f] - X[c, f]
+            s += t * t
+        out[i] = s
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_REDUCE_MATH)
+def kpp_local(X, w, k, trials, u, first):  # pragma: no cover - compiled
+    """Greedy k-means++ on in-memory rows: the chosen row indices (see ``seeding.local_kmeans_plusplus``).
+
+    ``u``: ``(k - 1) * trials`` uniforms in (0, 1), step by step; ``first``: the first row.
+    Trial ``t`` of step ``j`` is the row where the cumulative ``w d2`` first reaches
+    ``u * total``; the trial whose potential is lowest (first on ties) is kept. When every
+    row coincides with a chosen one (total 0), the remaining steps take ``first``.
+    """
+    n, d = X.shape
+    chosen = np.empty(k, np.int64)
+    chosen[0] = first
+    d2 = np.empty(n, np.float64)
+    trial = np.empty(n, np.float64)
+    best = np.empty(n, np.float64)
+    cum = np.empty(n, np.float64)
+    _sq_to_row(X, first, d2)
+    for j in range(1, k):
+        total = 0.0
+        for i in range(n):
+            total += w[i] * d2[i]
+            cum[i] = total
+        if not total > 0.0:
+            chosen[j] = first
+            continue
+        best_pot = np.inf
+        best_row = first
+        for t in range(trials):
+            r = u[(j - 1) * trials + t] * total
+            row = np.searchsorted(cum, r)
+            if row >= n:
+                row = n - 1
+            while row > 0 and w[row] * d2[row] <= 0.0:  # never a row already at distance 0
+                row -= 1
+            _sq_to_row(X, row, trial)
+            pot = 0.0
+            for i in range(n):
+                if trial[i] > d2[i]:
+                    trial[i] = d2[i]
+                pot += w[i] * trial[i]
+            if pot < best_pot:
+                best_pot = pot
+                best_row = row
+                best[:] = trial
+        chosen[j] = best_row
+        d2[:] = best
+    return chosen

@@ -9,6 +9,29 @@ from typing import Any, NamedTuple
 #: centroids in the data dtype, padded for the direct loop, and the k x d float64
 #: sums). The compiled paths use at most about ``BLAS_BLOCK_BYTES`` of it.
 DEFAULT_SCRATCH_BYTES = 32 * 2**20
+#: Centroid-sized arrays a worker may hold at once during a pass, counted in float64
+#: ``k x d`` arrays (:func:`centroid_bytes`). In one process a Lloyd iteration holds about
+#: 5 (the kernel's float64 sums, the combined partials, the new and previous centroids and
+#: their shift: measured with tracemalloc); on a worker, the messages add as many again (the
+#: centroids a task receives, the partials it sends and, SPMD, those it receives, each once
+#: as bytes and once as an array). Measured worker growth during a fit on 2 workers: 356-377
+#: MiB at k = 262,144 x 16 and at most 427 MiB at k = 65,536 x 64 (seeding included), 11 to
+#: 13 such arrays with the scratch; 12 is the bound the budget plans with.
+CENTROID_COPIES_F64 = 12
+
+
+def centroid_bytes(k: int, d: int, itemsize: int) -> int:
+    """Memory a worker holds for ``k`` centroids of ``d`` features during a pass, besides the kernel scratch.
+
+    The centroids in the data dtype and one packed copy of them for the compiled loops
+    (``2 k d itemsize``), :data:`CENTROID_COPIES_F64` float64 ``k x d`` arrays and a few
+    per-centroid vectors (counts, half squared norms: ``32 k``). At ``k = 262,144`` and
+    ``d = 16`` (float32) that is 424 MiB; the memory budget
+    (:class:`dkmeans.engine.memory.MemoryBudget`) subtracts it from every worker's room.
+    """
+    return int(k) * (int(d) * (2 * int(itemsize) + 8 * CENTROID_COPIES_F64) + 32)
+
+
 #: Largest number of centroids handled in one matrix product.
 MAX_CENTROID_BLOCK = 4096
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from dkmeans.backend import get_namespace
 from dkmeans.kernels.assign import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
 from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
@@ -158,3 +160,101 @@ def objectives(X, weights, center_sets):
         d2 = assign(X, xp.asarray(C))[1].astype(xp.float64)
         out.append(xp.sum(d2 if w is None else d2 * w))
     return xp.stack(out)
+
+
+class SampleRows(NamedTuple):
+    """Rows drawn from a chunk, in global row order: their global indices, the rows and their weights."""
+
+    index: Any  # (m,) int64
+    rows: Any  # (m, d), the data's dtype (dense)
+    weights: Any  # (m,) float64
+
+
+def bernoulli_rows(X, weights, offset: int, probability: float, seed: int, stream: int) -> SampleRows:
+    """Each row with positive weight drawn independently with ``probability`` (keyed by global row index).
+
+    A row is drawn when its uniform number ``u < probability``; ``probability >= 1`` takes
+    every row. The draw of a row does not depend on the chunking.
+    """
+    xp = get_namespace(X)
+    index = row_index(xp, offset, X.shape[0])
+    w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)
+    keep = w > 0
+    if probability < 1:
+        keep &= uniform_by_index(index, seed, stream) < probability
+    keep = xp.nonzero(keep)[0]
+    rows = take_rows(X, keep)
+    return SampleRows(index[keep], rows, w[keep])
+
+
+def combine_samples(parts) -> SampleRows:
+    """Concatenate :class:`SampleRows` in global row order (associative; chunk order does not matter)."""
+    parts = [p for p in parts if p is not None]
+    xp = get_namespace(parts[0].index)
+    index = xp.concatenate([p.index for p in parts])
+    rows = xp.concatenate([p.rows for p in parts])
+    weights = xp.concatenate([p.weights for p in parts])
+    if index.shape[0] > 1 and not bool(xp.all(index[1:] > index[:-1])):  # parts out of row order
+        order = xp.argsort(index, kind="stable")
+        index, rows, weights = index[order], rows[order], weights[order]
+    return SampleRows(index, rows, weights)
+
+
+def _kpp_local_xp(X, w, k: int, trials: int, u, first: int):
+    """The namespace version of :func:`dkmeans.kernels._numba.kpp_local` (same choices)."""
+    xp = get_namespace(X)
+    n = X.shape[0]
+    chosen = [first]
+    d2 = xp.sum((X - X[first]) ** 2, axis=1)
+    for j in range(1, k):
+        cum = xp.cumsum(w * d2)
+        total = float(cum[-1])
+        if not total > 0:
+            chosen.append(first)
+            continue
+        best_pot, best_row, best = np.inf, first, None
+        for t in range(trials):
+            row = min(int(xp.searchsorted(cum, float(u[(j - 1) * trials + t]) * total)), n - 1)
+            while row > 0 and float(w[row] * d2[row]) <= 0:
+                row -= 1
+            trial = xp.minimum(d2, xp.sum((X - X[row]) ** 2, axis=1))
+            pot = float(xp.sum(w * trial))
+            if pot < best_pot:
+                best_pot, best_row, best = pot, row, trial
+        chosen.append(best_row)
+        d2 = best
+    return xp.asarray(chosen, dtype=xp.int64)
+
+
+def local_kmeans_plusplus(X, weights, k: int, seed: int, stream: int, trials: int = 1, *, compiled: bool = True):
+    """k-means++ on rows held in memory (a sample on the client): the indices of the ``k`` chosen rows.
+
+    The first row is drawn proportionally to ``weights``; each later step draws ``trials``
+    rows proportionally to ``w d2`` (squared distance to the nearest chosen row) and keeps
+    the one that lowers ``sum(w d2)`` most (``trials=1``: Arthur and Vassilvitskii's
+    k-means++; ``2 + ln k``: scikit-learn's greedy variant). Draws come from
+    :func:`uniform_by_index` keyed by ``(seed, stream)`` and the step, so the choice
+    depends only on the rows and their order. If every row coincides with a chosen one,
+    the remaining steps repeat the first row (the caller's empty-cluster rule separates them).
+    Work: ``k * trials * n * d``; float64 throughout. NumPy rows run a compiled loop
+    (``compiled=False``: the namespace code, which makes the same choices).
+
+    Returns
+    -------
+    array of int64, shape (k,)
+    """
+    xp = get_namespace(X)
+    n = X.shape[0]
+    X64 = xp.ascontiguousarray(xp.asarray(X, dtype=xp.float64))
+    w = xp.ones(n, dtype=xp.float64) if weights is None else xp.ascontiguousarray(xp.asarray(weights, dtype=xp.float64))
+    draws = uniform_by_index(xp.arange((k - 1) * trials + 1, dtype=xp.int64), seed, stream)
+    cum_w = xp.cumsum(w)
+    first = min(int(xp.searchsorted(cum_w, float(draws[-1]) * float(cum_w[-1]))), n - 1)
+    while first > 0 and float(w[first]) <= 0:
+        first -= 1
+    u = draws[:-1]
+    if compiled and xp is np:
+        from dkmeans.kernels._numba import kpp_local
+
+        return kpp_local(X64, w, k, trials, np.ascontiguousarray(u), first)
+    return _kpp_local_xp(X64, w, k, trials, u, first)

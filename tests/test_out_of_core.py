@@ -273,13 +273,18 @@ def test_a_chunk_larger_than_the_task_budget_fails_before_any_work(small_memory_
             dkmeans.KMeans(4, out_of_core=out_of_core).fit(X)
 
 
-def _hold_freed_heap(blocks: int) -> None:
-    """Allocate ``blocks`` x 64 KiB from the heap, free 19 in 20: the survivors keep the freed memory
-    with the allocator, as memory a previous computation left behind does."""
+def _hold_freed_heap(target_bytes: float) -> int:
+    """Grow this process to ``target_bytes`` in 64 KiB heap blocks, then free 19 in 20: the survivors
+    keep the freed memory with the allocator, as memory a previous computation left behind does.
+    Returns the process's memory before."""
     import builtins
 
-    held = [np.ones(2**13 - 8) for _ in range(blocks)]
+    import psutil
+
+    rss = psutil.Process().memory_info().rss
+    held = [np.ones(2**13 - 8) for _ in range(max(0, int((target_bytes - rss) // 2**16)))]
     builtins._dkmeans_test_held = held[::20]
+    return rss
 
 
 def _drop_held() -> None:
@@ -290,15 +295,18 @@ def _drop_held() -> None:
 
 @pytest.mark.slow
 def test_memory_a_worker_keeps_after_a_computation_is_released_before_planning(small_memory_cluster):
-    """Freed memory kept by the allocator (about 300 MiB more per worker, near the pause threshold)
-    would leave no task budget; the budget asks the workers to release it and plans with the rest."""
+    """Freed memory kept by the allocator (each worker grown to 74% of its limit, near the pause
+    threshold) would leave almost no task budget; the budget asks the workers to release it and
+    plans with the rest."""
     client = small_memory_cluster
     before = MemoryBudget.of(client, 32 * 2**20).task_bytes()
     try:
-        client.run(_hold_freed_heap, 5_000)
+        # to 74% of the limit: below distributed's pause (80%) and restart (95%) thresholds
+        own = client.run(_hold_freed_heap, 0.74 * MEMORY_LIMIT)
+        assert max(own.values()) < 0.7 * MEMORY_LIMIT, own
         stale = MemoryBudget._from_info(client.scheduler_info(n_workers=-1)["workers"], 32 * 2**20)
         for _ in range(50):  # until the heartbeats report the held memory
-            if max(stale.unmanaged.values()) > 0.6 * MEMORY_LIMIT:
+            if min(stale.unmanaged.values()) > 0.7 * MEMORY_LIMIT:
                 break
             threading.Event().wait(0.1)
             stale = MemoryBudget._from_info(client.scheduler_info(n_workers=-1)["workers"], 32 * 2**20)

@@ -20,7 +20,7 @@ import pytest
 
 import dkmeans
 from dkmeans.engine.memory import PERSIST_FRACTION_KEY, MemoryBudget
-from dkmeans.errors import ChunkTooLargeError
+from dkmeans.errors import ChunkTooLargeError, NoWorkersError
 from dkmeans.testing import blob_block, make_blobs
 
 INITS = ["k-means||", "k-means++", "random", "random-partition"]
@@ -315,3 +315,26 @@ def test_memory_a_worker_keeps_after_a_computation_is_released_before_planning(s
         assert budget.task_bytes() == pytest.approx(before, abs=24 * 2**20), (before, budget)
     finally:
         client.run(_drop_held)
+
+
+class _StartingCluster:
+    """A client whose scheduler has no worker until ``wait_for_workers`` is called (a worker starting)."""
+
+    def __init__(self, starts: bool):
+        self.starts, self.workers = starts, {}
+
+    def scheduler_info(self, n_workers=-1):
+        return {"workers": self.workers}
+
+    def wait_for_workers(self, n_workers, timeout=None):
+        if not self.starts:
+            raise TimeoutError(f"only 0 of {n_workers} workers after {timeout} s")
+        self.workers = {"tcp://w0": {"memory_limit": 2**30, "metrics": {"memory": 2**28, "managed_bytes": 0}}}
+
+
+def test_the_budget_waits_for_a_starting_worker_and_names_a_cluster_without_any():
+    budget = MemoryBudget.of(_StartingCluster(starts=True), 32 * 2**20)
+    assert budget.task_bytes() == pytest.approx(0.25 * 2**30 - 32 * 2**20)
+    with dask.config.set({"dkmeans.worker-timeout": "1s"}):
+        with pytest.raises(NoWorkersError, match=r"no workers for 1 s.*dkmeans.worker-timeout"):
+            MemoryBudget.of(_StartingCluster(starts=False))

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 import dask
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 
-from dkmeans.errors import ChunkTooLargeError
+from dkmeans.engine.futures import WORKER_TIMEOUT_KEY, worker_timeout
+from dkmeans.errors import ChunkTooLargeError, NoWorkersError
 
 TASK_FRACTION_KEY = "dkmeans.memory.task-fraction"
 DEFAULT_TASK_FRACTION = 0.25
@@ -95,6 +96,8 @@ class MemoryBudget:
         the memory their allocators keep (see the module docstring).
         """
         info = client.scheduler_info(n_workers=-1)["workers"]
+        if not info:  # no worker yet (starting, or restarting): plan once one is there
+            info = _wait_for_workers(client)
         budget = cls._from_info(info, scratch_bytes, centroid_bytes)
         if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
             client.run(release_memory)
@@ -144,6 +147,19 @@ def release_memory() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _wait_for_workers(client) -> dict:
+    """The scheduler's worker info once a worker is there, waiting at most ``dkmeans.worker-timeout``."""
+    timeout = worker_timeout()
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise NoWorkersError(
+            f"The Dask cluster has had no workers for {timeout:g} s, so nothing was planned. Start workers "
+            f"and run again; the wait is set by the Dask config {WORKER_TIMEOUT_KEY!r}."
+        ) from None
+    return client.scheduler_info(n_workers=-1)["workers"]
 
 
 def _next_reports(client, before: dict, reports: int = 2, timeout: float = 5.0) -> dict:

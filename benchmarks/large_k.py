@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine, write_json  # noqa: E402
 from lloyd import persist_chunks, start_cluster  # noqa: E402
+from out_of_core import PeakMemory  # noqa: E402
 
 import dkmeans  # noqa: E402
 from dkmeans.engine import MemoryBudget, PersistedData  # noqa: E402
@@ -46,28 +46,6 @@ SHAPES = {"k65536": (500_000, 64, 65_536), "k262144": (1_000_000, 16, 262_144)}
 QUICK = {"k65536": (50_000, 64, 6_000), "k262144": (100_000, 16, 24_000)}
 #: The same k with fewer rows: the centroid-sized memory of the full shapes, a fraction of their time.
 FEWER_ROWS = {"k65536": (100_000, 64, 65_536), "k262144": (300_000, 16, 262_144)}
-
-
-class PeakMemory:
-    """Largest process memory of each worker (scheduler metrics, polled every 0.1 s)."""
-
-    def __init__(self, client):
-        self.client, self.peak = client, {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self):
-        while not self._stop.wait(0.1):
-            for addr, w in self.client.scheduler_info(n_workers=-1)["workers"].items():
-                self.peak[addr] = max(self.peak.get(addr, 0), int(w["metrics"]["memory"]))
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def worker_memory(client) -> dict:

@@ -320,6 +320,24 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         return -float(d2.sum())
 
 
+    def _checked_params(self) -> dict:
+        """The estimator's parameters checked against the shared table, with the checks both faces add."""
+        p = _params.check("estimator", self.get_params())
+        if p["max_iter"] < 1:
+            raise InvalidParameterError(f"max_iter must be an integer >= 1, got {self.max_iter}")
+        init = self.init
+        is_array = hasattr(init, "__array__") or isinstance(init, (list, tuple))
+        if (isinstance(init, str) and init not in _params.INIT_STRATEGIES) or not (
+                isinstance(init, str) or callable(init) or is_array):
+            # scikit-learn's wording; an InvalidParameterError is also a TypeError, as scikit-learn's is
+            raise InvalidParameterError(
+                f"The 'init' parameter of {type(self).__name__} must be a str among "
+                f"{{{', '.join(repr(s) for s in _params.INIT_STRATEGIES)}}}, a callable or an array-like. "
+                f"Got {init!r} instead."
+            )
+        return p
+
+
 class KMeans(_KMeansBase):
     """K-means clustering on a Dask cluster (Lloyd's algorithm).
 
@@ -495,20 +513,8 @@ class KMeans(_KMeansBase):
     # -- parameters ---------------------------------------------------------------
     def _fit_spec(self) -> FitSpec:
         """The parameters checked against the shared table (:mod:`dkmeans._params`) and resolved."""
-        params = {name: value for name, value in self.get_params().items()}
-        p = _params.check("estimator", params)
-        if p["max_iter"] < 1:
-            raise InvalidParameterError(f"max_iter must be an integer >= 1, got {self.max_iter}")
-        init = self.init
-        is_array = hasattr(init, "__array__") or isinstance(init, (list, tuple))
-        if (isinstance(init, str) and init not in _params.INIT_STRATEGIES) or not (
-                isinstance(init, str) or callable(init) or is_array):
-            # scikit-learn's wording; an InvalidParameterError is also a TypeError, as scikit-learn's is
-            raise InvalidParameterError(
-                f"The 'init' parameter of {type(self).__name__} must be a str among "
-                f"{{{', '.join(repr(s) for s in _params.INIT_STRATEGIES)}}}, a callable or an array-like. "
-                f"Got {init!r} instead."
-            )
+        p = self._checked_params()
+        params, init = self.get_params(), self.init
         if p["algorithm"] == "minibatch":
             raise InvalidParameterError("algorithm='minibatch' is dkmeans.MiniBatchKMeans")
         if p["refine"] is not None and p["algorithm"] != "lloyd":

@@ -14,7 +14,6 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
-from dkmeans import _params
 from dkmeans._random import resolve_seed
 from dkmeans._validation import FLOAT_DTYPES, check_n_clusters_vs_rows, data_errors, is_dask_collection
 from dkmeans.assignment import assign_local
@@ -164,19 +163,9 @@ class MiniBatchKMeans(_KMeansBase):
         self.device = device
 
     def _fit_spec(self, warn_init: bool = True) -> FitSpec:
-        params = self.get_params()
-        p = _params.check("estimator", params)
-        if p["max_iter"] < 1:
-            raise InvalidParameterError(f"max_iter must be an integer >= 1, got {self.max_iter}")
-        init = self.init
+        p = self._checked_params()
+        params, init = self.get_params(), self.init
         is_array = hasattr(init, "__array__") or isinstance(init, (list, tuple))
-        if (isinstance(init, str) and init not in _params.INIT_STRATEGIES) or not (
-                isinstance(init, str) or callable(init) or is_array):
-            raise InvalidParameterError(
-                f"The 'init' parameter of {type(self).__name__} must be a str among "
-                f"{{{', '.join(repr(s) for s in _params.INIT_STRATEGIES)}}}, a callable or an array-like. "
-                f"Got {init!r} instead."
-            )
         decay = resolve_decay(p["decay"], p["half_life"], p["time_unit"])
         n_init = p["n_init"]
         if n_init == "auto":

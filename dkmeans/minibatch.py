@@ -9,10 +9,13 @@ batch rows (or while a center has no weight) moves the centers whose weight is b
 Two ways to draw the batches:
 
 * :func:`minibatch` (data in memory): scikit-learn's batches, ``batch_size`` rows drawn
-  uniformly with replacement from all rows. The global row indices of a step's batch are
-  drawn here from a generator keyed by ``(seed, step)``, whatever the chunking, worker
-  count or execution mode; every chunk takes the rows of the batch it holds (with their
-  multiplicity) and returns the k x d partials of the batch. The steps run where the
+  with replacement from all rows, uniformly, or with sample weights in proportion to the
+  weight (and then stepped with unit weights, as scikit-learn's ``fit`` does). The global
+  row indices of a step's batch (with weights: positions on the exact integer cumulative
+  weight, :class:`WeightedDraws`) are drawn here from a generator keyed by
+  ``(seed, step)``, whatever the chunking, worker count or execution mode; every chunk
+  takes the rows of the batch it holds (with their multiplicity) and returns the k x d
+  partials of the batch. The steps run where the
   engine puts the loop (:meth:`~dkmeans.engine.protocol.ChunkedData.run_loop`: inside
   one task, SPMD, or one graph per step), so a step needs no round trip to the caller.
 * :func:`minibatch_pass` (out-of-core data, a stream): one sequential pass in row order
@@ -43,9 +46,13 @@ from dkmeans.kernels.minibatch import (
     batch_partials,
     batch_rows,
     combine_rows,
+    combine_weighted_batches,
+    integer_weight_scale,
+    integer_weights,
     minibatch_update,
     reassign_targets,
     reset_counts,
+    weighted_batch_partials,
 )
 from dkmeans.state import MiniBatchRecord, MiniBatchState
 
@@ -181,6 +188,50 @@ def _rows_chunk(X, w, offset, wanted):
     return batch_rows(X, w, offset, wanted)
 
 
+def _weighted_batch_chunk(X, w, offset, draws, scale, starts, C):
+    return weighted_batch_partials(X, w, offset, starts[offset], draws, scale, C)
+
+
+def _max_weight_chunk(X, w, offset):
+    return float(w.max()) if len(w) else 0.0
+
+
+def _integer_weight_chunk(X, w, offset, scale):
+    return [(int(offset), int(integer_weights(w, scale).sum()))]
+
+
+def _concat_lists(parts):
+    return [item for part in parts for item in part]
+
+
+@dataclass(frozen=True)
+class WeightedDraws:
+    """How batches are drawn by weight: positions ``u`` in ``[0, total)`` on the cumulative integer weight.
+
+    ``scale`` turns weights into integers (:func:`~dkmeans.kernels.minibatch.integer_weights`);
+    ``starts`` maps each chunk's first global row to the integer weight of the rows before it.
+    """
+
+    scale: float
+    total: int
+    starts: dict
+
+    def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        return np.sort(rng.integers(0, self.total, size))
+
+
+def weighted_draws(data) -> WeightedDraws | None:
+    """The :class:`WeightedDraws` of weighted data (two passes over the weights), else None."""
+    if not data.has_weights:
+        return None
+    scale = integer_weight_scale(data.n_rows, data.map_reduce(_max_weight_chunk, max))
+    sums = sorted(data.map_reduce(_integer_weight_chunk, _concat_lists, (scale,)))
+    starts, total = {}, 0
+    for offset, chunk_sum in sums:
+        starts[offset], total = total, total + chunk_sum
+    return WeightedDraws(scale, total, starts)
+
+
 def gather_rows(data, index):
     """The rows at global ``index`` (repeats allowed) and their weights, in one pass of small results.
 
@@ -222,7 +273,8 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
         reported = max(reported, record["iteration"])
 
     work_per_row = len(state.centroids) * data.n_features * options.batch_size / max(1, data.n_rows)
-    result = data.run_loop(minibatch_steps, (state, n_steps, seed, options, tol), work_per_row=work_per_row,
+    draws = weighted_draws(data)
+    result = data.run_loop(minibatch_steps, (state, n_steps, seed, options, tol, draws), work_per_row=work_per_row,
                            on_progress=report)
     for record in result.history:  # what a one-task loop could not report live
         report(record.as_dict())
@@ -230,16 +282,23 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
 
 
 def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, options: MiniBatchOptions,
-                    tol: float) -> MiniBatchResult:
-    """The body of :func:`minibatch` (runs in the caller, in one task, or on every SPMD rank)."""
+                    tol: float, draws: WeightedDraws | None = None) -> MiniBatchResult:
+    """The body of :func:`minibatch` (runs in the caller, in one task, or on every SPMD rank).
+
+    ``draws``: weighted data's :class:`WeightedDraws` (batches drawn by weight, unit-weight steps).
+    """
     n, b = data.n_rows, options.batch_size
     history, reason = [], None
     while state.n_steps < n_steps:
         t0 = time.perf_counter()
         rng = step_rng(seed, state.n_steps)
-        index = rng.integers(0, n, b)
         C = state.centroids.astype(data.dtype)
-        partials = data.map_reduce(_batch_chunk, combine_partials, (np.sort(index), C))
+        if draws is None:
+            index = rng.integers(0, n, b)
+            partials = data.map_reduce(_batch_chunk, combine_partials, (np.sort(index), C))
+        else:  # the batch's global rows come back with its partials
+            partials, index = data.map_reduce(_weighted_batch_chunk, combine_weighted_batches,
+                                              (draws.draw(rng, b), draws.scale, draws.starts, C))
 
         def rows_at(positions, index=index):
             wanted = index[positions]
@@ -326,5 +385,5 @@ def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatch
                            st.stop_reason is not None, history)
 
 
-__all__ = ["BATCH_STREAM", "advance", "gather_rows", "MiniBatchOptions", "MiniBatchResult", "minibatch", "minibatch_pass", "minibatch_step",
-           "minibatch_steps", "step_rng"]
+__all__ = ["BATCH_STREAM", "WeightedDraws", "advance", "gather_rows", "MiniBatchOptions", "MiniBatchResult", "minibatch", "minibatch_pass", "minibatch_step",
+           "minibatch_steps", "step_rng", "weighted_draws"]

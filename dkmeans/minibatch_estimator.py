@@ -41,8 +41,9 @@ def resolve_decay(decay, half_life, time_unit: str) -> float:
 class MiniBatchKMeans(_KMeansBase):
     """Mini-batch k-means on a Dask cluster, scikit-learn compatible.
 
-    scikit-learn's algorithm and parameters: each step draws ``batch_size`` rows uniformly
-    with replacement, assigns them to the nearest centers and moves each center toward
+    scikit-learn's algorithm and parameters: each step draws ``batch_size`` rows with
+    replacement (uniformly; with ``sample_weight``, in proportion to the weight, and then
+    steps with unit weights, as scikit-learn's ``fit`` does), assigns them to the nearest centers and moves each center toward
     the mean of its batch rows with a per-center learning rate (the center stays the
     weighted mean of every row it was given), and centers whose accumulated weight falls
     below ``reassignment_ratio`` times the largest are moved to random batch rows.

@@ -12,7 +12,15 @@ import dkmeans
 from dkmeans import MiniBatchKMeans
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
-from dkmeans.kernels.minibatch import batch_partials, minibatch_update, reassign_targets, reset_counts
+from dkmeans.kernels.minibatch import (
+    batch_partials,
+    integer_weight_scale,
+    integer_weights,
+    minibatch_update,
+    reassign_targets,
+    reset_counts,
+    weighted_batch_partials,
+)
 from dkmeans.minibatch import MiniBatchOptions, minibatch, minibatch_pass, minibatch_step, step_rng
 from dkmeans.state import MiniBatchState
 from dkmeans.testing import make_blobs
@@ -64,6 +72,71 @@ def test_batch_partials_take_rows_with_multiplicity_by_global_index():
     p = batch_partials(X, None, 10, index, C)
     assert p.counts.sum() == 3  # 12 twice, 15; 3 and 23 are elsewhere
     np.testing.assert_allclose(p.sums.sum(axis=0), 2 * X[2] + X[5])
+
+
+def test_weighted_draws_land_on_rows_by_cumulative_weight():
+    """A draw u takes the row whose integer cumulative-weight interval holds u; zero weights never."""
+    w = np.array([1.0, 0.0, 3.0, 2.0, 0.0, 4.0])
+    X = np.arange(12, dtype=np.float64).reshape(6, 2)
+    C = np.array([[0.0, 0.0]])
+    scale = 1.0  # integer weights are the weights: cumulative 1, 1, 4, 6, 6, 10
+    draws = np.array([0, 1, 3, 4, 5, 6, 9])  # rows 0, 2, 2, 3, 3, 5, 5
+    p, rows = weighted_batch_partials(X, w, 0, 0, draws, scale, C)
+    np.testing.assert_array_equal(rows, [0, 2, 2, 3, 3, 5, 5])
+    assert p.counts[0] == 7  # unit weights: one per draw
+    np.testing.assert_allclose(p.sums[0], X[[0, 2, 2, 3, 3, 5, 5]].sum(axis=0))
+    # the same draws on the data split in two chunks (rows 0-2 and 3-5, weight offset 4)
+    p1, r1 = weighted_batch_partials(X[:3], w[:3], 0, 0, draws, scale, C)
+    p2, r2 = weighted_batch_partials(X[3:], w[3:], 3, 4, draws, scale, C)
+    np.testing.assert_array_equal(np.concatenate([r1, r2]), rows)
+    assert p1.counts[0] + p2.counts[0] == 7
+    assert integer_weights(np.array([1.0, 0.5, 1e-30]), integer_weight_scale(4, 1.0))[2] == 0
+
+
+def _reference_weighted_fit(X, w, C0, steps, batch_size, seed):
+    """Batches drawn by weight from the whole array in float64 NumPy, stepped with unit weights."""
+    iw = np.floor(w * (2.0**62 / (len(X) * w.max()))).astype(np.int64)
+    cumulative = np.cumsum(iw)
+    C, counts = C0.astype(np.float64), np.zeros(len(C0))
+    for s in range(steps):
+        u = np.sort(step_rng(seed, s).integers(0, cumulative[-1], batch_size))
+        rows = np.searchsorted(cumulative, u, side="right")
+        labels = ((X[rows, None, :] - C[None]) ** 2).sum(-1).argmin(1)
+        m = np.bincount(labels, minlength=len(C)).astype(np.float64)
+        sums = np.zeros_like(C)
+        np.add.at(sums, labels, X[rows])
+        hit = m > 0
+        C[hit] = (C[hit] * counts[hit, None] + sums[hit]) / (counts[hit] + m[hit])[:, None]
+        counts += m
+    return C
+
+
+def test_weighted_fit_draws_rows_by_weight_as_sklearn(client, data):
+    """sample_weight in fit: batches drawn with probability proportional to the weight, unit-weight steps.
+
+    The centers after every step equal a whole-array NumPy reference from the same draws,
+    on any chunking, in process and on the cluster; rows of weight zero never move a center.
+    """
+    rng = np.random.default_rng(4)
+    X = data[:2000].astype(np.float64)
+    w = rng.uniform(0.0, 3.0, len(X))
+    w[X[:, 0] > np.median(X[:, 0])] = 0.0  # half the rows can never be drawn
+    C0 = X[:6].copy()
+    kwargs = dict(n_clusters=6, init=C0, n_init=1, batch_size=500, max_iter=2, max_no_improvement=None,
+                  reassignment_ratio=0.0, random_state=11, compute_labels=False)
+    seed = 11
+    want = _reference_weighted_fit(X, w, C0, 8, 500, seed)  # max_iter=2 epochs of 2000 rows: 8 steps
+    local = MiniBatchKMeans(**kwargs).fit(X, sample_weight=w)
+    assert local.n_steps_ == 8
+    np.testing.assert_allclose(local.cluster_centers_, want, rtol=1e-12, atol=1e-12)
+    for chunks in (700, 2000):
+        dX, dw = da.from_array(X, chunks=chunks), da.from_array(w, chunks=chunks)
+        on_cluster = MiniBatchKMeans(**kwargs).fit(dX, sample_weight=dw)
+        np.testing.assert_allclose(on_cluster.cluster_centers_, want, rtol=1e-12, atol=1e-12)
+    # uniform draws with weighted steps (the former rule) would give other centers
+    uniform = minibatch(ChunkList.from_array(X, None), MiniBatchState(C0.copy(), np.zeros(6)), n_steps=8, seed=seed,
+                        options=MiniBatchOptions(batch_size=500, max_no_improvement=None, reassignment_ratio=0.0))
+    assert not np.allclose(uniform.centroids, want)
 
 
 def test_reassignment_matches_sklearn_rule():

@@ -6,6 +6,9 @@ works on k x d host arrays in float64):
 * :func:`batch_partials`: the rows of a chunk whose global index is in a batch (with
   multiplicity), assigned to the centers: the batch's :class:`~dkmeans.kernels.Partials`
   (sums, weight sums, objective) from :func:`~dkmeans.kernels.assign_partials`.
+* :func:`integer_weights` / :func:`weighted_batch_partials`: batches drawn with probability
+  proportional to the sample weight (scikit-learn's ``fit``), by global position on the
+  integer cumulative weight, so the draw does not depend on the chunking.
 * :func:`minibatch_update`: scikit-learn's per-center learning rate, with an optional
   decay (Spark's ``StreamingKMeans``): ``n' = a n + m``, ``c' = (a n c + s) / n'`` where
   ``m``, ``s`` are the batch's weight sum and weighted row sum for the center; centers
@@ -21,6 +24,7 @@ import numpy as np
 from dkmeans.backend import get_namespace, to_host
 from dkmeans.kernels.assign import assign_partials
 from dkmeans.kernels.common import Partials
+from dkmeans.kernels.reduce import combine_partials
 from dkmeans.kernels.sparse import take_rows
 
 
@@ -66,6 +70,64 @@ def batch_rows(X, weights, row_offset: int, wanted):
     at = xp.asarray(local) if xp is not np else local
     w = np.ones(len(local)) if weights is None else np.asarray(to_host(weights[at]), dtype=np.float64)
     return local + row_offset, np.asarray(to_host(take_rows(X, at))), w
+
+
+#: The integer weights of a data set sum to at most this (so int64 sums cannot overflow).
+INTEGER_WEIGHT_TOTAL = 2**62
+
+
+def integer_weight_scale(n_rows: int, max_weight: float) -> float:
+    """Factor to :func:`integer_weights`: the largest weight becomes ``2**62 / n_rows`` units."""
+    return INTEGER_WEIGHT_TOTAL / (max(1, int(n_rows)) * float(max_weight))
+
+
+def integer_weights(weights, scale: float):
+    """``floor(w * scale)`` as int64: a row's draw probability is its share of their sum.
+
+    Integers make the cumulative weight exact, so the row a draw lands on is the same
+    whatever the chunking (floating-point prefix sums round differently per chunking).
+    A weight below ``1 / scale`` (about ``2**-62 n_rows`` of the largest) is never drawn.
+    """
+    w = np.asarray(to_host(weights), dtype=np.float64)
+    return np.floor(w * scale).astype(np.int64)
+
+
+def weighted_batch_partials(X, weights, row_offset: int, weight_offset: int, draws, scale: float, C):
+    """The unit-weight partials of the rows of this chunk that ``draws`` land on, and their global indices.
+
+    Parameters
+    ----------
+    X : array (n, d)
+        The chunk; its first row has global index ``row_offset``.
+    weights : array (n,)
+    weight_offset : int
+        Sum of the :func:`integer_weights` of all rows before this chunk.
+    draws : ndarray of int64, sorted
+        Positions on the data's cumulative integer weight, in ``[0, total)``: the draw at
+        ``u`` takes the row whose cumulative interval ``[W_(i-1), W_i)`` holds ``u``.
+    scale : float
+        The data set's :func:`integer_weight_scale`.
+    C : array (k, d)
+
+    Returns
+    -------
+    partials : Partials
+        Of the drawn rows (a row drawn twice counts twice) with unit weights, float64.
+    rows : ndarray of int64
+        Their global indices, sorted.
+    """
+    cumulative = np.cumsum(integer_weights(weights, scale))
+    end = weight_offset + (int(cumulative[-1]) if len(cumulative) else 0)
+    lo, hi = np.searchsorted(draws, [weight_offset, end])
+    local = np.searchsorted(cumulative, np.asarray(draws[lo:hi], dtype=np.int64) - weight_offset, side="right")
+    xp = get_namespace(X)
+    at = xp.asarray(local) if xp is not np else local
+    return assign_partials(take_rows(X, at), C, None), local + row_offset
+
+
+def combine_weighted_batches(parts):
+    """Combine :func:`weighted_batch_partials` results: partials summed, indices sorted."""
+    return combine_partials([p[0] for p in parts]), np.sort(np.concatenate([p[1] for p in parts]))
 
 
 def combine_rows(parts):
@@ -124,5 +186,6 @@ def reset_counts(counts, targets):
     return counts
 
 
-__all__ = ["batch_partials", "batch_positions", "batch_rows", "combine_rows", "minibatch_update",
-           "reassign_targets", "reset_counts"]
+__all__ = ["INTEGER_WEIGHT_TOTAL", "batch_partials", "batch_positions", "batch_rows", "combine_rows",
+           "combine_weighted_batches", "integer_weight_scale", "integer_weights", "minibatch_update",
+           "reassign_targets", "reset_counts", "weighted_batch_partials"]

@@ -250,3 +250,23 @@ def test_input_held_by_one_worker_is_balanced_without_copying_what_stays(client)
     np.testing.assert_array_equal(data.rows([0, 7999, 8000, 15999]), X[[0, 7999, 8000, 15999]])
     stayed = [(new, old) for new, old in zip(data._x_keys, old_keys) if first in who_has[new]]
     assert stayed and all(client.run(_worker_data_is_shared, stayed, workers=[first]).values())
+
+
+def test_large_argument_is_in_the_graph_once(client, X):
+    """Centroids over SHARED_ARG_BYTES (large k) become one data key that every task references,
+    not a copy per task: the pickled graph holds them once, and the pass result is unchanged."""
+    import pickle
+
+    from dkmeans.engine.passes import SHARED_ARG_BYTES
+
+    data = PersistedData(client, da.from_array(X, chunks=(400, 3)))
+    data._placement = [(f"tcp://127.0.0.1:{1000 + i}", [i]) for i in range(10)]  # 10 tasks
+    C = np.random.default_rng(2).normal(size=(SHARED_ARG_BYTES // 24 + 1000, 3))  # > SHARED_ARG_BYTES
+    graph, _, _ = data.build_pass_graph(partials_chunk, combine_partials, (C,), fan_in=4)
+    assert sum(n.startswith("dkmeans-arg-") for n in graph.layers) == 1
+    size = len(pickle.dumps(dict(graph)))
+    assert C.nbytes < size < 2 * C.nbytes
+    got = data.map_reduce(partials_chunk, combine_partials, (C,))
+    ref = assign_partials(X, C)
+    np.testing.assert_allclose(got.sums, ref.sums, rtol=1e-12)
+    np.testing.assert_array_equal(got.counts, ref.counts)

@@ -7,13 +7,65 @@ pass has O(tasks / fan_in) combine tasks and the caller combines the last few.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+import warnings
+from contextlib import contextmanager
 from typing import Any, Callable, Sequence
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from dask.task_spec import Task, TaskRef
+from dask.sizeof import sizeof
+from dask.task_spec import DataNode, List, Task, TaskRef
 
 from dkmeans.backend import to_host
+
+
+#: A task argument larger than this (the centroids at large k, a loop's state) goes into a
+#: graph once, as a data key its tasks reference, rather than as a copy inside every task.
+SHARED_ARG_BYTES = 2**20
+
+
+def _nbytes(value) -> int:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(_nbytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return int(sizeof(value))
+
+
+def task_args(args: Sequence[Any], token: str, layers: dict, deps: dict) -> tuple[Any, set]:
+    """``args`` as one argument of the tasks of a graph being built: ``(argument, keys it needs)``.
+
+    Small arguments travel inside each task. Each one over :data:`SHARED_ARG_BYTES` becomes
+    a data key of ``layers`` (added once per graph, whatever the number of tasks; a worker
+    fetches it once), referenced from the argument; the tasks must depend on the returned
+    keys. The tasks receive a sequence either way.
+    """
+    args = tuple(args)
+    large = [i for i, value in enumerate(args) if _nbytes(value) > SHARED_ARG_BYTES]
+    if not large:
+        return args, set()
+    items, keys = [], set()
+    for i, value in enumerate(args):
+        if i in large:
+            key = f"dkmeans-arg-{token}-{i}"
+            layers[key] = MaterializedLayer({key: DataNode(key, value)})
+            deps[key] = set()
+            items.append(TaskRef(key))
+            keys.add(key)
+        else:
+            items.append(DataNode(None, value))  # a literal: never parsed as a task
+    return List(*items), keys
+
+
+@contextmanager
+def submitting_own_graph():
+    """Silence distributed's "Sending large graph" warning for a graph we built.
+
+    Its advice (scatter the data) is for user graphs; ours hold large arguments once, on
+    purpose (a scattered value could not be recomputed after a worker is lost).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        yield
 
 
 def combine_task(combine_fn, *parts):
@@ -39,8 +91,8 @@ def add_reduction_tree(layers: dict, deps: dict, current: list, combine_fn: Call
 
 
 def fold_task(chunk_fn, args, offset, state, X, w=None):
-    """One step of a sequential pass: ``chunk_fn(X, w, offset, state, *args)`` (runs on a worker)."""
-    return to_host(chunk_fn(X, w, offset, state, *args))
+    """One step of a sequential pass: ``chunk_fn(X, w, offset, state[0], *args)`` (runs on a worker)."""
+    return to_host(chunk_fn(X, w, offset, state[0], *args))
 
 
 def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offsets: Sequence[int],
@@ -65,17 +117,21 @@ def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offset
             break
         layers = dict(source_layers or {})
         deps = dict(source_deps or {})
+        shared, needs = task_args(args, f"{token}-{start}", layers, deps)
+        first, first_needs = task_args((state,), f"{token}-{start}-state", layers, deps)
         previous = None
         for i in range(start, min(n_chunks, start + window)):
             key = f"dkmeans-fold-{token}-{i}"
-            prev_arg = state if previous is None else TaskRef(previous)
-            task = Task(key, fold_task, chunk_fn, tuple(args), int(offsets[i]), prev_arg, *chunk_refs(i))
+            prev_arg = first if previous is None else List(TaskRef(previous))
+            task = Task(key, fold_task, chunk_fn, shared, int(offsets[i]), prev_arg, *chunk_refs(i))
             layers[key] = MaterializedLayer({key: task})
-            deps[key] = set(parents or ()) | ({previous} if previous is not None else set())
+            deps[key] = set(parents or ()) | needs | ({previous} if previous is not None else first_needs)
             previous = key
-        future = client.get(HighLevelGraph(layers, deps), [previous], sync=False)[0]
+        with submitting_own_graph():
+            future = client.get(HighLevelGraph(layers, deps), [previous], sync=False)[0]
         state = gather_fn(future) if gather_fn is not None else future.result()
     return state
 
 
-__all__ = ["add_reduction_tree", "combine_task", "fold_chunks", "fold_task"]
+__all__ = ["SHARED_ARG_BYTES", "add_reduction_tree", "combine_task", "fold_chunks", "fold_task", "submitting_own_graph",
+           "task_args"]

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-import warnings
 from typing import Any, Callable, Sequence
 
 import dask
@@ -46,7 +45,7 @@ from dkmeans.backend import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
-from dkmeans.engine.passes import add_reduction_tree, fold_chunks
+from dkmeans.engine.passes import add_reduction_tree, fold_chunks, submitting_own_graph, task_args
 from dkmeans.engine.placement import _balance_rows, _spread_rows
 from dkmeans.engine import spmd
 from dkmeans.engine.spmd import SpmdUnavailable, spmd_enabled
@@ -163,14 +162,12 @@ class PersistedData:
             check_chunks_fit([r * per_row for r in X.chunks[0]], budget)
         if weights is not None:
             weights = weights.rechunk((X.chunks[0],))
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+            with submitting_own_graph():
                 X, weights = client.persist([X, weights])
         else:
-            with warnings.catch_warnings():
-                # In-memory input travels inside the graph, so that lost chunks can be recomputed;
-                # distributed's advice to scatter it instead would make them unrecoverable.
-                warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+            # In-memory input travels inside the graph, so that lost chunks can be recomputed;
+            # distributed's advice to scatter it instead would make them unrecoverable.
+            with submitting_own_graph():
                 X = client.persist(X)
         with client.as_current():  # wait() and compute_chunk_sizes() use the current client
             if any(np.isnan(c) for c in X.chunks[0]):
@@ -264,6 +261,7 @@ class PersistedData:
         deps: dict[str, set] = {}
         current: list[str] = []
         state_keys: dict[str, list[int]] = {}
+        shared, needs = task_args(args, token, layers, deps)
         for wi, (addr, chunk_ids) in enumerate(self.pass_groups()):
             key = f"dkmeans-pass-{token}-w{wi}"
             refs = self.chunk_refs(chunk_ids)
@@ -271,11 +269,11 @@ class PersistedData:
             if state is not None:
                 refs.extend(TaskRef(k) for k in state.keys_for(chunk_ids))
             offsets = tuple(self.offsets[i] for i in chunk_ids)
-            task = Task(key, _run_on_worker, chunk_fn, combine_fn, tuple(args), tuple(chunk_ids), offsets,
+            task = Task(key, _run_on_worker, chunk_fn, combine_fn, shared, tuple(chunk_ids), offsets,
                         self.has_weights, addr, stateful, n_blocks, *refs)
             annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
             layers[key] = MaterializedLayer({key: task}, annotations=annotations)
-            deps[key] = set()
+            deps[key] = set(needs)
             if stateful:
                 state_keys[key] = list(chunk_ids)
                 rkey = f"dkmeans-result-{token}-w{wi}"
@@ -300,7 +298,8 @@ class PersistedData:
         """
         graph, keys, _ = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in)
         self.passes += 1
-        futures = self.client.get(graph, keys, sync=False)
+        with submitting_own_graph():
+            futures = self.client.get(graph, keys, sync=False)
         return self._finish(gather(self.client, futures, self._futures, self.generation), combine_fn)
 
     def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
@@ -312,7 +311,8 @@ class PersistedData:
         """
         graph, keys, state_keys = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in, state, stateful=True)
         self.passes += 1
-        futures = self.client.get(graph, list(state_keys) + keys, sync=False)
+        with submitting_own_graph():
+            futures = self.client.get(graph, list(state_keys) + keys, sync=False)
         state_futures = dict(zip(state_keys, futures[: len(state_keys)]))
         parts = gather(self.client, futures[len(state_keys):], self._futures, self.generation)
         owner = {cid: key for key, cids in state_keys.items() for cid in cids}
@@ -351,11 +351,15 @@ class PersistedData:
         addr = max(sorted(rows), key=rows.get) if rows else ""
         refs = self.chunk_refs(range(self.n_chunks))
         key = f"dkmeans-loop-{uuid.uuid4().hex[:12]}"
-        task = Task(key, run_in_one_task, fn, tuple(args), self.offsets, self.has_weights, self.dtype,
+        layers, deps = {}, {}
+        shared, needs = task_args(args, key, layers, deps)
+        task = Task(key, run_in_one_task, fn, shared, self.offsets, self.has_weights, self.dtype,
                     self.n_features, *refs)
         annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
-        graph = HighLevelGraph({key: MaterializedLayer({key: task}, annotations=annotations)}, {key: set()})
-        future = self.client.get(graph, [key], sync=False)[0]
+        layers[key] = MaterializedLayer({key: task}, annotations=annotations)
+        deps[key] = set(needs)
+        with submitting_own_graph():
+            future = self.client.get(HighLevelGraph(layers, deps), [key], sync=False)[0]
         result, passes, caught = gather(self.client, future, self._futures, self.generation)
         reraise_warnings(caught)
         return result, passes

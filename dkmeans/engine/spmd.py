@@ -41,6 +41,7 @@ from dkmeans.engine import mailbox
 from dkmeans.engine.futures import gather
 from dkmeans.backend import to_host
 from dkmeans.engine.local import ChunkList, reraise_warnings, split_blocks
+from dkmeans.engine.passes import submitting_own_graph, task_args
 
 #: Dask config key (env ``DASK_DKMEANS__SPMD``): run large Lloyd loops SPMD (True) or one graph per pass.
 SPMD_KEY = "dkmeans.spmd"
@@ -266,19 +267,21 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     mailbox.install(client)
     token = f"dkmeans-spmd-{uuid.uuid4().hex[:12]}"
     progress = Queue(_progress_name(token), client=client)  # the client holds it until the end
-    layers, keys = {}, []
+    layers, deps, keys = {}, {}, []
+    shared, needs = task_args(args, token, layers, deps)
     for rank, (addr, chunk_ids) in enumerate(groups):
         refs = data.chunk_refs(chunk_ids)
         key = f"{token}-rank{rank}"
         offsets = tuple(data.offsets[i] for i in chunk_ids)
-        task = Task(key, _run_rank, fn, tuple(args), token, rank, addresses, _spmd_wait_s(), offsets,
+        task = Task(key, _run_rank, fn, shared, token, rank, addresses, _spmd_wait_s(), offsets,
                     data.has_weights, data.dtype, data.n_features, data.n_rows, *refs)
         # pinned: two ranks sharing one thread would wait for each other
         annotations = {"workers": [addr], "allow_other_workers": False}
         layers[key] = MaterializedLayer({key: task}, annotations=annotations)
+        deps[key] = set(needs)
         keys.append(key)
-    graph = HighLevelGraph(layers, {key: set() for key in keys})
-    futures = client.get(graph, keys, sync=False)
+    with submitting_own_graph():
+        futures = client.get(HighLevelGraph(layers, deps), keys, sync=False)
 
     def stop_ranks():  # waiting ranks stop at once, running ones at their next exchange
         # only workers still in the cluster: a broadcast to a dead one waits out the connect timeout

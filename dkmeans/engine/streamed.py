@@ -31,7 +31,7 @@ from dask.task_spec import Task, TaskRef
 from dkmeans.backend import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit
-from dkmeans.engine.passes import add_reduction_tree, fold_chunks
+from dkmeans.engine.passes import add_reduction_tree, fold_chunks, submitting_own_graph, task_args
 
 
 class ReplayState:
@@ -182,8 +182,11 @@ class StreamedData:
         return int(self.n_rows * per_row)
 
     # -- passes --------------------------------------------------------------------
-    def _pass(self, make_task: Callable, combine_fn: Callable, fan_in: int = 8):
-        """Submit one task per chunk (``make_task(key, i, refs)``) plus a reduction tree; the combined result."""
+    def _pass(self, make_task: Callable, combine_fn: Callable, fan_in: int = 8, args: Sequence[Any] = ()):
+        """Submit one task per chunk (``make_task(key, i, refs, args)``) plus a reduction tree; the combined result.
+
+        ``args`` reach ``make_task`` as one task argument (:func:`~dkmeans.engine.passes.task_args`).
+        """
         token = uuid.uuid4().hex[:12]
         sources = [self.X] + ([self.weights] if self.weights is not None else [])
         layers = {name: layer for a in sources for name, layer in a.dask.layers.items()}
@@ -192,35 +195,36 @@ class StreamedData:
         x_keys = [k[0] for k in self.X.__dask_keys__()]
         w_keys = list(self.weights.__dask_keys__()) if self.weights is not None else None
         current = []
+        shared, needs = task_args(args, token, layers, deps)
         for i, x_key in enumerate(x_keys):
             key = f"dkmeans-stream-{token}-{i}"
             refs = [TaskRef(x_key)] + ([TaskRef(w_keys[i])] if w_keys is not None else [])
-            layers[key] = MaterializedLayer({key: make_task(key, i, refs)})
-            deps[key] = parents
+            layers[key] = MaterializedLayer({key: make_task(key, i, refs, shared)})
+            deps[key] = set(parents) | needs
             current.append(key)
         current = add_reduction_tree(layers, deps, current, combine_fn, token, fan_in)
-        futures = self.client.get(HighLevelGraph(layers, deps), current, sync=False)
+        with submitting_own_graph():
+            futures = self.client.get(HighLevelGraph(layers, deps), current, sync=False)
         parts = gather(self.client, futures, (), self.generation)
         self.passes += 1
         return combine_fn([value for value, _ in parts])
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
-        args = tuple(args)
         if self.chunk_rows is None:  # the first pass also counts the rows of each chunk
-            value, rows = self._pass(lambda key, i, refs: Task(key, _stream_chunk_counting, chunk_fn, args, i, *refs),
-                                     _CountingCombine(combine_fn))
+            value, rows = self._pass(lambda key, i, refs, a: Task(key, _stream_chunk_counting, chunk_fn, a, i, *refs),
+                                     _CountingCombine(combine_fn), args=args)
             self._set_chunk_rows([rows[i] for i in range(self.n_chunks)])
             return value
-        return self._pass(lambda key, i, refs: Task(key, _stream_chunk, chunk_fn, args, self.offsets[i], *refs),
-                          combine_fn)
+        return self._pass(lambda key, i, refs, a: Task(key, _stream_chunk, chunk_fn, a, self.offsets[i], *refs),
+                          combine_fn, args=args)
 
     def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
                             state: ReplayState | None = None):
         """A stateful pass whose state is rebuilt on each chunk by replaying the passes that made it."""
         self._ensure_chunk_rows()
         steps = (state.steps if state is not None else ()) + ((chunk_fn, tuple(args)),)
-        value = self._pass(lambda key, i, refs: Task(key, _stream_chunk_stateful, steps, self.offsets[i], *refs),
+        value = self._pass(lambda key, i, refs, _: Task(key, _stream_chunk_stateful, steps, self.offsets[i], *refs),
                            combine_fn)
         return value, ReplayState(steps)
 

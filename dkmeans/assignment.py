@@ -17,6 +17,7 @@ from distributed import futures_of
 from dkmeans.kernels.stats import check_finite_block
 from dkmeans.backend import get_namespace
 from dkmeans.engine import gather as gather_results
+from dkmeans.engine.passes import submitting_own_graph
 from dkmeans.kernels import assign
 
 
@@ -66,14 +67,15 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     labels = blocks[:, 0].astype(np.int32)
     objective = blocks[:, 1].sum()
     inputs = futures_of(X)
-    if not keep_labels or (not persist and not gather):
-        objective = gather_results(client, client.compute(objective), inputs, generation)
-        labels = labels if keep_labels else None
-    elif gather:
-        labels, objective = gather_results(client, client.compute([labels, objective]), inputs, generation)
-    else:
-        labels, objective = client.persist([labels, objective])
-        objective = gather_results(client, client.compute(objective), inputs, generation)
+    with submitting_own_graph():  # the centroids are in the graph once, on purpose (large k)
+        if not keep_labels or (not persist and not gather):
+            objective = gather_results(client, client.compute(objective), inputs, generation)
+            labels = labels if keep_labels else None
+        elif gather:
+            labels, objective = gather_results(client, client.compute([labels, objective]), inputs, generation)
+        else:
+            labels, objective = client.persist([labels, objective])
+            objective = gather_results(client, client.compute(objective), inputs, generation)
     return labels, float(objective)
 
 

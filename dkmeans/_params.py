@@ -166,7 +166,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           estimator="init_rounds", functional="init_rounds"),
     Param("checkpoint", PathOrNone(), "checkpoint file of the fit (resumed when it exists)",
           estimator="checkpoint", functional="checkpoint", cli="--checkpoint"),
-    Param("checkpoint_every", Int(1), "Lloyd iterations between checkpoint writes",
+    Param("checkpoint_every", Int(1), "Lloyd iterations (mini-batch: steps) between checkpoint writes",
           estimator="checkpoint_every", functional="checkpoint_every", cli="--checkpoint-every"),
     Param("device", OneOf((None, "cpu", "gpu")), "where chunks are processed (None: where the data is)",
           estimator="device", functional="device"),
@@ -179,7 +179,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           cli="--batch-size"),
     Param("max_no_improvement", Either((OneOf((None,)), Int(0))),
           "mini-batch: steps without improvement of the smoothed batch objective before stopping (None: never)",
-          estimator="max_no_improvement", functional="max_no_improvement"),
+          estimator="max_no_improvement", functional="max_no_improvement", cli="--max-no-improvement"),
     Param("reassignment_ratio", Float(0.0), "mini-batch: centers whose count is below this fraction of the "
           "largest move to batch rows", estimator="reassignment_ratio", functional="reassignment_ratio"),
     Param("init_size", Either((OneOf((None,)), Int(1))), "mini-batch: rows of the sample each initialisation "

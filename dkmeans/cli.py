@@ -118,11 +118,19 @@ FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state"
                "out_of_core", "checkpoint_every", "metric")
 
 
+#: Options whose default is the estimator's (``KMeans``'s or ``MiniBatchKMeans``'s): left out unless given.
+ESTIMATOR_DEFAULTS = ("checkpoint_every",)
+
+
 def _fit_params(args) -> dict:
-    """The fit options as ``KMeans`` keywords, checked against the table under their CLI names."""
+    """The fit options as ``KMeans`` keywords, checked against the table under their CLI names.
+
+    Options of :data:`ESTIMATOR_DEFAULTS` not given are left out, so the estimator's default applies.
+    """
     names = _params.face_names("cli")
-    checked = _params.check("cli", {names[p]: getattr(args, "k" if p == "n_clusters" else _dest(names[p]))
-                                    for p in FIT_OPTIONS})
+    given = {p: getattr(args, "k" if p == "n_clusters" else _dest(names[p])) for p in FIT_OPTIONS}
+    given = {p: value for p, value in given.items() if not (p in ESTIMATOR_DEFAULTS and value is None)}
+    checked = _params.check("cli", {names[p]: value for p, value in given.items()})
     estimator = _params.face_names("estimator")
     return {estimator[p]: value for p, value in checked.items()}
 
@@ -156,16 +164,14 @@ def _estimator(params: dict, args, checkpoint):
     from dkmeans import KMeans, MiniBatchKMeans
 
     device = "gpu" if args.gpu else None
-    batch_size = _params.check("cli", {"--batch-size": args.batch_size})["batch_size"]
+    checked = _params.check("cli", {"--batch-size": args.batch_size, "--max-no-improvement": args.max_no_improvement})
     if params["algorithm"] != "minibatch":
         return KMeans(**params, verbose=_verbose(args), checkpoint=checkpoint, device=device)
-    if checkpoint is not None:
-        raise InvalidParameterError("--checkpoint applies to Lloyd and Hartigan fits, not --algorithm minibatch")
     if params["metric"] != "euclidean":
         raise InvalidParameterError("--algorithm minibatch is Euclidean only")
-    keep = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "out_of_core")
-    return MiniBatchKMeans(**{name: params[name] for name in keep}, batch_size=batch_size, verbose=_verbose(args),
-                           device=device)
+    keep = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "out_of_core", "checkpoint_every")
+    return MiniBatchKMeans(**{name: params[name] for name in keep if name in params}, **checked,
+                           verbose=_verbose(args), checkpoint=checkpoint, device=device)
 
 
 def _checkpoint_option(args):
@@ -343,6 +349,10 @@ def _int_or_auto(text: str):
     return text if text == "auto" else int(text)
 
 
+def _int_or_none(text: str):
+    return None if text.lower() == "none" else int(text)
+
+
 def _auto_or_bool(text: str):
     value = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}.get(text.lower())
     if value is None:
@@ -354,9 +364,10 @@ def _add_fit_options(parser) -> None:
     """The fit options of :data:`FIT_OPTIONS`: names and help from the parameter table, defaults from ``KMeans``."""
     import inspect
 
-    from dkmeans import KMeans
+    from dkmeans import KMeans, MiniBatchKMeans
 
     defaults = {name: p.default for name, p in inspect.signature(KMeans).parameters.items()}
+    minibatch_defaults = {name: p.default for name, p in inspect.signature(MiniBatchKMeans).parameters.items()}
     estimator = _params.face_names("estimator")
     types = {"n_init": _int_or_auto, "out_of_core": _auto_or_bool, "local_search": _auto_or_bool, "tol": float,
              "random_state": int}
@@ -364,6 +375,10 @@ def _add_fit_options(parser) -> None:
         param = _params.PARAMS[name]
         default = defaults.get(estimator[name])
         kwargs = {"help": f"{param.doc} (default {default})" if name != "n_clusters" else param.doc}
+        if name in ESTIMATOR_DEFAULTS:
+            kwargs["help"] = (f"{param.doc} (default {default}; {minibatch_defaults[estimator[name]]} with "
+                              "--algorithm minibatch)")
+            default = None
         if isinstance(param.constraint, _params.OneOf) and all(isinstance(o, str) for o in param.constraint.options):
             kwargs["choices"] = list(param.constraint.options)
         elif name == "init":
@@ -377,6 +392,9 @@ def _add_fit_options(parser) -> None:
         parser.add_argument(param.cli, **kwargs)
     batch = _params.PARAMS["batch_size"]
     parser.add_argument(batch.cli, type=int, default=1024, help=f"{batch.doc}, with --algorithm minibatch (default 1024)")
+    patience = _params.PARAMS["max_no_improvement"]
+    parser.add_argument(patience.cli, type=_int_or_none, default=10, metavar="N|none",
+                        help=f"{patience.doc}, with --algorithm minibatch (default 10)")
 
 
 def build_parser() -> argparse.ArgumentParser:

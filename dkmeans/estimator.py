@@ -337,6 +337,18 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
             )
         return p
 
+    def _job_params(self) -> dict:
+        """The parameters a checkpoint's job is checked against: JSON values, without the
+        checkpoint's own parameters and ``verbose`` (which do not change the result)."""
+        params = self.get_params()
+        for name in ("verbose", "checkpoint", "checkpoint_every"):
+            params.pop(name, None)
+        if not isinstance(self.init, str):
+            params["init"] = "callable" if callable(self.init) else "array"
+        rs = params["random_state"]
+        params["random_state"] = int(rs) if isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) else None
+        return params
+
 
 class KMeans(_KMeansBase):
     """K-means clustering on a Dask cluster (Lloyd's algorithm).
@@ -514,7 +526,7 @@ class KMeans(_KMeansBase):
     def _fit_spec(self) -> FitSpec:
         """The parameters checked against the shared table (:mod:`dkmeans._params`) and resolved."""
         p = self._checked_params()
-        params, init = self.get_params(), self.init
+        init = self.init
         if p["algorithm"] == "minibatch":
             raise InvalidParameterError("algorithm='minibatch' is dkmeans.MiniBatchKMeans")
         if p["refine"] is not None and p["algorithm"] != "lloyd":
@@ -530,13 +542,6 @@ class KMeans(_KMeansBase):
                 stacklevel=3,
             )
             n_init = 1
-        job_params = dict(params)
-        for name in ("verbose", "checkpoint", "checkpoint_every"):
-            job_params.pop(name)
-        if not isinstance(init, str):
-            job_params["init"] = "callable" if callable(init) else "array"
-        rs = job_params["random_state"]
-        job_params["random_state"] = int(rs) if isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) else None
         return FitSpec(
             n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
             stop_rule="centroid-shift", tol_relative=True, tol_inclusive=True,
@@ -545,5 +550,5 @@ class KMeans(_KMeansBase):
             init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
             random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
             out_of_core=p["out_of_core"], on_iteration=_progress(p["verbose"]), metric=p["metric"],
-            job={"estimator": "dkmeans.KMeans", "params": job_params},
+            job={"estimator": "dkmeans.KMeans", "params": self._job_params()},
         )

@@ -60,7 +60,7 @@ from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset,
                             supports_local_search)
 from dkmeans.kernels import assign_partials
 from dkmeans.kernels.sparse import take_rows
-from dkmeans.state import FitState, LoopState, MiniBatchState, RunSummary
+from dkmeans.state import FitState, LoopState, MiniBatchState, PassState, RunSummary
 
 logger = logging.getLogger("dkmeans")
 
@@ -579,6 +579,11 @@ def _fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client,
     data: the initialisation (and the scale of ``tol``) from the first ``init_size`` rows,
     then one sequential pass in row order per epoch (``max_iter`` at most), so a single
     epoch reads the data once. Then the final assignment (``compute_labels``).
+
+    With a checkpoint the run's state is saved after the initialisation, every
+    ``checkpoint_every`` steps and at its end; a fit that finds its checkpoint skips the
+    initialisation and continues the run (the checkpoint's job check reads the moments
+    pass, or the first ``init_size`` rows out of core).
     """
     opts: MiniBatchOptions = spec.minibatch
     k = spec.n_clusters
@@ -588,44 +593,39 @@ def _fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client,
         check_n_clusters_vs_rows(k, n, spec.names.get("n_clusters", "n_clusters"))
         b, init_size = minibatch_sizes(spec, n)
         opts = dataclasses.replace(opts, batch_size=b)
-        rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
         if one_pass:  # the stream's head: no pass of its own
             head = np.asarray(data.rows(np.arange(init_size)))
             if not np.all(np.isfinite(head)):
                 raise InvalidDataError(NON_FINITE_INPUT)
-            samples = [(head, None)] * spec.n_init
-            valid = (head, None)
+            moments = column_moments(head)
             mean_variance = float(np.mean(np.var(head.astype(np.float64), axis=0)))
         else:
+            head = None
             with np.errstate(invalid="ignore", over="ignore"):
                 moments = data.map_reduce(_moments_chunk, combine_moments)
                 mean_variance = float(np.mean(moments.m2 / moments.count))
             if not math.isfinite(mean_variance):
                 raise InvalidDataError(NON_FINITE_INPUT)
-            valid = gather_rows(data, rng.integers(0, n, init_size))
-            samples = [gather_rows(data, rng.integers(0, n, init_size)) for _ in range(spec.n_init)] \
-                if C0 is None else []
-        if C0 is not None:
-            centers = np.asarray(C0, dtype=np.float64)
-        else:
-            best = None
-            for run, (Xs, ws) in enumerate(samples):
-                C = minibatch_init(spec, Xs.astype(data.dtype), ws, seed, run)
-                score = float(assign_partials(valid[0].astype(data.dtype), C.astype(data.dtype), valid[1]).objective)
-                if best is None or score < best[0]:
-                    best = (score, C)
-            centers = np.asarray(best[1], dtype=np.float64)
+        # the two ways of drawing batches give different runs: a checkpoint never crosses over
+        checkpointer, state = _checkpoint(spec, data, moments, C0, seed,
+                                          batches="sequential" if one_pass else "random")
+        if state.minibatch is None:
+            centers = _minibatch_centers(spec, data, C0, state.seed, head, init_size)
+            state.phase, state.minibatch = "minibatch", PassState(MiniBatchState(centers, np.zeros(k)))
+            if checkpointer is not None:
+                checkpointer.save(state)
         tol = spec.tol * (mean_variance if spec.tol_relative else 1.0)
-        state = MiniBatchState(centers, np.zeros(k))
-        on_step = spec.on_iteration
+        resume = state.minibatch
+        checkpointing = dict(on_state=checkpointer.minibatch_hook(state) if checkpointer else None,
+                             state_every=checkpointer.every if checkpointer else None)
         if one_pass:
-            result = minibatch_pass(data, state, seed=seed, options=opts, tol=tol, max_passes=max(1, spec.max_iter),
-                                    n_total=n, on_step=on_step)
-            n_epochs = math.ceil(result.n_steps * b / n)
+            result = minibatch_pass(data, resume.run, seed=state.seed, options=opts, tol=tol,
+                                    max_passes=max(1, spec.max_iter), n_total=n, on_step=spec.on_iteration,
+                                    resume=resume, **checkpointing)
         else:
-            result = minibatch(data, state, n_steps=(spec.max_iter * n) // b, seed=seed, options=opts, tol=tol,
-                               on_step=on_step)
-            n_epochs = math.ceil(result.n_steps * b / n)
+            result = minibatch(data, resume.run, n_steps=(spec.max_iter * n) // b, seed=state.seed, options=opts,
+                               tol=tol, on_step=spec.on_iteration, resume=resume, **checkpointing)
+        n_epochs = math.ceil(result.n_steps * b / n)
         centroids = result.centroids.astype(data.dtype)
         if spec.compute_labels:
             labels, inertia, n_passes = _final_assignment(spec, dataset, data, client, centroids)
@@ -638,6 +638,29 @@ def _fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client,
         data.release()
     return _result(spec, dataset, data, centroids, labels, inertia, n_epochs, result.stop_reason, result.converged,
                    list(result.history), n_passes, with_labels=spec.compute_labels, minibatch_state=result.state)
+
+
+def _minibatch_centers(spec: FitSpec, data, C0, seed: int, head, init_size: int) -> np.ndarray:
+    """A mini-batch run's initial centers (float64): ``C0``, or the best of ``n_init`` initialisations.
+
+    In memory each initialisation runs on its own uniform sample of ``init_size`` rows
+    and is scored on a further sample; out of core (``head`` given) all run on the head.
+    """
+    if C0 is not None:
+        return np.asarray(C0, dtype=np.float64)
+    if head is not None:
+        samples, valid = [(head, None)] * spec.n_init, (head, None)
+    else:
+        rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
+        valid = gather_rows(data, rng.integers(0, data.n_rows, init_size))
+        samples = [gather_rows(data, rng.integers(0, data.n_rows, init_size)) for _ in range(spec.n_init)]
+    best = None
+    for run, (Xs, ws) in enumerate(samples):
+        C = minibatch_init(spec, Xs.astype(data.dtype), ws, seed, run)
+        score = float(assign_partials(valid[0].astype(data.dtype), C.astype(data.dtype), valid[1]).objective)
+        if best is None or score < best[0]:
+            best = (score, C)
+    return np.asarray(best[1], dtype=np.float64)
 
 
 def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | None, seed: int):
@@ -666,15 +689,19 @@ def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | Non
     return state, record
 
 
-def _checkpoint(spec: FitSpec, data, moments, C0, seed):
-    """The checkpoint of this fit (or None) and the state to start from."""
+def _checkpoint(spec: FitSpec, data, moments, C0, seed, **job_extra):
+    """The checkpoint of this fit (or None) and the state to start from.
+
+    ``job_extra``: more of the job's description, checked on resume (mini-batch: how the
+    batches are drawn).
+    """
     if spec.checkpoint is None:
         return None, FitState(seed)
     job = dict(spec.job)
     if C0 is not None:
         job["init"] = "array sha256 " + digest(np.asarray(C0))
     job.update(n_rows=data.n_rows, n_features=data.n_features, dtype=str(data.dtype),
-               weighted=data.has_weights, data=data_fingerprint(moments))
+               weighted=data.has_weights, data=data_fingerprint(moments), **job_extra)
     checkpointer = Checkpointer(spec.checkpoint, spec.checkpoint_every, job)
     state = checkpointer.load() if checkpointer.exists() else FitState(seed)
     return checkpointer, state

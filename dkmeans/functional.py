@@ -123,9 +123,10 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     checkpoint : str or path-like, optional
         Checkpoint file: the state is written after the initialisation and every
         ``checkpoint_every`` iterations, and a run that finds the file resumes from it
-        (see :class:`dkmeans.KMeans`). A checkpoint of another job is refused.
+        (see :class:`dkmeans.KMeans`, and :class:`dkmeans.MiniBatchKMeans` for
+        ``method="minibatch"``). A checkpoint of another job is refused.
     checkpoint_every : int, default 10
-        Iterations between checkpoint writes.
+        Iterations (``method="minibatch"``: steps) between checkpoint writes.
     device : {None, "cpu", "gpu"}, default None
         Where the chunks are processed. None: where the data is (CuPy arrays and
         CuPy-backed Dask arrays on the GPU, the rest on the CPU); "gpu": NumPy/Dask data is
@@ -164,8 +165,6 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     if desc.method == "minibatch":
         if desc.metric != "euclidean":
             raise InvalidParameterError("method='minibatch' is Euclidean only")
-        if checkpoint is not None:
-            raise InvalidParameterError("checkpoint applies to the lloyd and hartigan methods")
         minibatch = MiniBatchOptions(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
                                      reassignment_ratio=p["reassignment_ratio"])
     if initial_centroids is None:
@@ -181,6 +180,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
            "oversampling_factor": p["oversampling_factor"], "init_rounds": p["init_rounds"],
            "local_search": p["local_search"],
            "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None}
+    if minibatch is not None:  # only then: Lloyd checkpoints of earlier versions keep their job
+        job["minibatch"] = asdict(minibatch)
     spec = FitSpec(
         n_clusters=desc.cluster_count, init=initial_centroids, n_init=1, max_iter=desc.max_iteration_count,
         tol=desc.accuracy_threshold, stop_rule=desc.stop_rule, tol_relative=False, tol_inclusive=False,

@@ -29,6 +29,11 @@ Two ways to draw the batches:
 Early stopping is scikit-learn's: an exponentially weighted average of the batch
 objective that has not improved for ``max_no_improvement`` steps, or a squared center
 change of at most ``tol`` (already scaled to the data by the caller).
+
+Both drivers can hand their :class:`~dkmeans.state.PassState` to an ``on_state`` callback
+(a checkpoint) every ``state_every`` steps and continue from such a state (``resume``):
+since every draw is keyed by ``(seed, step)`` and the sequential batches by global row
+index, a resumed run ends with the result of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from dkmeans.kernels.minibatch import (
     reset_counts,
     weighted_batch_partials,
 )
-from dkmeans.state import MiniBatchRecord, MiniBatchState
+from dkmeans.state import MiniBatchRecord, MiniBatchState, PassState
 
 #: stream number of the batch draws in :func:`step_rng` (apart from the initialisation's)
 BATCH_STREAM = 0x6D62
@@ -245,14 +250,19 @@ def gather_rows(data, index):
 
 
 def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: MiniBatchOptions, tol: float = 0.0,
-              on_step: Callable[[MiniBatchRecord], None] | None = None) -> MiniBatchResult:
+              on_step: Callable[[MiniBatchRecord], None] | None = None, resume: PassState | None = None,
+              on_state: Callable[[PassState], None] | None = None,
+              state_every: int | None = None) -> MiniBatchResult:
     """Mini-batch steps with scikit-learn's batches, from ``state`` up to ``n_steps`` steps in all.
+
+    The steps run in blocks that end every ``state_every`` steps (for ``on_state``), each
+    block where the engine chooses (:meth:`~dkmeans.engine.protocol.ChunkedData.run_loop`).
 
     Parameters
     ----------
     data : ChunkedData
     state : MiniBatchState
-        Initial centers (counts zero) or a run to continue.
+        Initial centers (counts zero) or a run to continue. Ignored when ``resume`` is given.
     n_steps : int
         scikit-learn's ``(max_iter * n_samples) // batch_size``.
     seed : int
@@ -263,7 +273,15 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
         Squared center change to stop at (already scaled; 0 disables the rule).
     on_step : callable, optional
         Called with each :class:`MiniBatchRecord`.
+    resume : PassState, optional
+        Continue a run from a checkpoint: its state, records and stop reason.
+    on_state : callable, optional
+        Called with the :class:`PassState` (every record so far) at the end of every block.
+    state_every : int, optional
+        Block length: blocks end at multiples of this step count; None: one block.
     """
+    progress = resume if resume is not None else PassState(state)
+    state, reason, history = progress.run, progress.stop_reason, list(progress.history)
     reported = state.n_steps
 
     def report(record: dict) -> None:
@@ -274,11 +292,19 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
 
     work_per_row = len(state.centroids) * data.n_features * options.batch_size / max(1, data.n_rows)
     draws = weighted_draws(data)
-    result = data.run_loop(minibatch_steps, (state, n_steps, seed, options, tol, draws), work_per_row=work_per_row,
-                           on_progress=report)
-    for record in result.history:  # what a one-task loop could not report live
-        report(record.as_dict())
-    return result
+    while reason is None and state.n_steps < n_steps:
+        end = n_steps
+        if on_state is not None and state_every:
+            end = min(n_steps, (state.n_steps // state_every + 1) * state_every)
+        result = data.run_loop(minibatch_steps, (state, end, seed, options, tol, draws), work_per_row=work_per_row,
+                               on_progress=report)
+        for record in result.history:  # what a one-task block could not report live
+            report(record.as_dict())
+        history += result.history
+        state, reason = result.state, (result.stop_reason if result.converged else None)
+        if on_state is not None:
+            on_state(PassState(state, history=list(history), stop_reason=reason))
+    return MiniBatchResult(state.centroids, state, state.n_steps, reason or "max_iter", reason is not None, history)
 
 
 def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, options: MiniBatchOptions,
@@ -314,17 +340,6 @@ def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, option
 
 
 # -- one sequential pass (out-of-core data, streams) ----------------------------------------
-@dataclass
-class PassState:
-    """What travels from chunk to chunk in :func:`minibatch_pass`."""
-
-    run: MiniBatchState
-    pending: np.ndarray | None = None  # rows of the unfinished batch
-    pending_w: np.ndarray | None = None
-    history: list = field(default_factory=list)
-    stop_reason: str | None = None
-
-
 def _run_batches(st: PassState, X, w, seed, options, tol, n_total, dtype, final: bool) -> PassState:
     """Every full batch of ``pending + X`` (and the remainder too when ``final``)."""
     X = np.asarray(to_host(X))
@@ -346,44 +361,76 @@ def _run_batches(st: PassState, X, w, seed, options, tol, n_total, dtype, final:
         run, record, reason = advance(run, partials, len(Xb), options, rng, lambda p, Xb=Xb: Xb[p], n_total, tol,
                                       started=t0)
         history.append(record)
-    return PassState(run, X[pos:].copy(), None if w is None else w[pos:].copy(), history, reason)
+    return replace(st, run=run, pending=X[pos:].copy(), pending_w=None if w is None else w[pos:].copy(),
+                   history=history, stop_reason=reason)
 
 
 def _fold_chunk(X, w, offset, st: PassState, seed, options, tol, n_total, dtype):
     if st.stop_reason is not None:
         return st
-    return _run_batches(st, X, w, seed, options, tol, n_total, dtype, final=False)
+    n_rows = X.shape[0]
+    skip = st.next_row - offset  # rows a resumed pass already took (its chunks may end elsewhere)
+    if skip > 0:
+        X, w = X[skip:], (None if w is None else w[skip:])
+    st = _run_batches(st, X, w, seed, options, tol, n_total, dtype, final=False)
+    return replace(st, next_row=max(st.next_row, offset + n_rows))
 
 
 def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatchOptions, tol: float = 0.0,
                    max_passes: int = 1, n_total: int | None = None,
-                   on_step: Callable[[MiniBatchRecord], None] | None = None) -> MiniBatchResult:
+                   on_step: Callable[[MiniBatchRecord], None] | None = None, resume: PassState | None = None,
+                   on_state: Callable[[PassState], None] | None = None,
+                   state_every: int | None = None) -> MiniBatchResult:
     """Mini-batch k-means in sequential passes over the data in row order (see the module docstring).
 
     Each pass is one :meth:`~dkmeans.engine.protocol.ChunkedData.fold`: batches of
     ``batch_size`` consecutive rows (the last batch of a pass may be shorter). Stops
     early by scikit-learn's rules (later chunks are then not read), else after
     ``max_passes`` passes. ``n_total`` (default ``data.n_rows``) sets the smoothing of
-    the batch objective as in scikit-learn.
+    the batch objective as in scikit-learn. ``on_step`` sees the records as the state
+    comes back between groups of chunks.
+
+    ``on_state`` is called with the :class:`PassState` (position, pending rows, every
+    record so far) between groups of chunks once at least ``state_every`` steps ran since
+    its last call, and at the end of the run (``state_every`` None: only then). A run
+    resumed from such a state (``resume``; ``state`` is then ignored) does not read the
+    chunks before its position again.
     """
     n_total = int(n_total if n_total is not None else data.n_rows)
-    st, history = PassState(state), []
-    for _ in range(max_passes):
-        st = data.fold(_fold_chunk, st, (seed, options, tol, n_total, data.dtype),
-                       stop=lambda s: s.stop_reason is not None)
-        if st.stop_reason is None:  # the pass's last, shorter batch
-            st = _run_batches(st, np.empty((0, data.n_features), data.dtype), None, seed, options, tol, n_total,
-                              data.dtype, final=True)
+    st = resume if resume is not None else PassState(state)
+    history, st = list(st.history), replace(st, history=[])  # st.history: this pass's new records
+    args = (seed, options, tol, n_total, data.dtype)
+    reported, saved_at = 0, st.run.n_steps
+
+    def report(s: PassState) -> None:
+        nonlocal reported
         if on_step is not None:
-            for record in st.history:
+            for record in s.history[reported:]:
                 on_step(record)
+        reported = len(s.history)
+
+    def save(s: PassState, final: bool = False) -> None:
+        nonlocal saved_at
+        if on_state is not None and (final or (state_every and s.run.n_steps - saved_at >= state_every)):
+            on_state(replace(s, history=history + s.history))
+            saved_at = s.run.n_steps
+
+    def between_windows(s: PassState) -> None:
+        report(s)
+        save(s)
+
+    while st.stop_reason is None and st.epoch < max_passes:
+        st = data.fold(_fold_chunk, st, args, stop=lambda s: s.stop_reason is not None, on_state=between_windows,
+                       start_row=st.next_row)
+        if st.stop_reason is None:  # the pass's last, shorter batch
+            st = _run_batches(st, np.empty((0, data.n_features), data.dtype), None, *args, final=True)
+        report(st)
         history += st.history
-        st = PassState(st.run, None, None, [], st.stop_reason)
-        if st.stop_reason is not None:
-            break
+        st, reported = PassState(st.run, stop_reason=st.stop_reason, epoch=st.epoch + 1), 0
+        save(st, final=st.stop_reason is not None or st.epoch >= max_passes)
     return MiniBatchResult(st.run.centroids, st.run, st.run.n_steps, st.stop_reason or "max_iter",
                            st.stop_reason is not None, history)
 
 
-__all__ = ["BATCH_STREAM", "WeightedDraws", "advance", "gather_rows", "MiniBatchOptions", "MiniBatchResult", "minibatch", "minibatch_pass", "minibatch_step",
-           "minibatch_steps", "step_rng", "weighted_draws"]
+__all__ = ["BATCH_STREAM", "PassState", "WeightedDraws", "advance", "gather_rows", "MiniBatchOptions", "MiniBatchResult",
+           "minibatch", "minibatch_pass", "minibatch_step", "minibatch_steps", "step_rng", "weighted_draws"]

@@ -93,6 +93,22 @@ class MiniBatchKMeans(_KMeansBase):
     time_unit : {"batches", "points"}, default "batches"
         ``"batches"``: the discount is ``a`` per batch; ``"points"``: ``a ** m`` for a
         batch of ``m`` rows (Spark's two units).
+    checkpoint : str or path-like, optional
+        A checkpoint file (exactly this path): the fit writes its state there after the
+        initialisation, every ``checkpoint_every`` steps and at the end of the run
+        (atomically: write, then rename): centers, counts, the step count, the
+        early-stopping state and the history, and for data read in row order (out of
+        core) the position in the pass and the rows of the unfinished batch. If the file
+        exists when ``fit`` starts, the fit skips the initialisation and continues the
+        run, ending with the same result as an uninterrupted fit (the same
+        ``cluster_centers_``, ``n_steps_``, ``stop_reason_`` and history); out of core,
+        the chunks before the saved position are not read again. A checkpoint of another
+        job (other data shape, dtype, data moments or parameters) is refused with
+        :class:`dkmeans.io.checkpoint.CheckpointError` naming what differs. The file is
+        kept after the fit; it is not part of a saved model. ``partial_fit`` does not use it.
+    checkpoint_every : int, default 100
+        Mini-batch steps between checkpoint writes (out of core: at least this many,
+        written when the state comes back between groups of chunks).
     out_of_core : {"auto", True, False}, default "auto"
         As :class:`dkmeans.KMeans`: persist the data when it fits the cluster's memory,
         else stream it (the sequential mode above).
@@ -142,6 +158,8 @@ class MiniBatchKMeans(_KMeansBase):
         decay=None,
         half_life=None,
         time_unit="batches",
+        checkpoint=None,
+        checkpoint_every=100,
         out_of_core="auto",
         device=None,
     ):
@@ -160,12 +178,14 @@ class MiniBatchKMeans(_KMeansBase):
         self.decay = decay
         self.half_life = half_life
         self.time_unit = time_unit
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
         self.out_of_core = out_of_core
         self.device = device
 
     def _fit_spec(self, warn_init: bool = True) -> FitSpec:
         p = self._checked_params()
-        params, init = self.get_params(), self.init
+        init = self.init
         is_array = hasattr(init, "__array__") or isinstance(init, (list, tuple))
         decay = resolve_decay(p["decay"], p["half_life"], p["time_unit"])
         n_init = p["n_init"]
@@ -179,14 +199,12 @@ class MiniBatchKMeans(_KMeansBase):
             n_init = 1
         if is_array:
             init = np.asarray(init)
-        job_params = {name: value for name, value in params.items() if name != "verbose"}
-        if not isinstance(self.init, str):
-            job_params["init"] = "callable" if callable(init) else "array"
         return FitSpec(
             n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
             stop_rule="centroid-shift", tol_relative=True, algorithm="minibatch", local_search=False,
             init_options=InitOptions(), random_state=self.random_state, out_of_core=p["out_of_core"],
-            on_iteration=_progress(p["verbose"]), job={"estimator": "dkmeans.MiniBatchKMeans", "params": job_params},
+            checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], on_iteration=_progress(p["verbose"]),
+            job={"estimator": "dkmeans.MiniBatchKMeans", "params": self._job_params()},
             minibatch=MiniBatchOptions(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
                                        reassignment_ratio=p["reassignment_ratio"], decay=decay,
                                        time_unit=p["time_unit"]),

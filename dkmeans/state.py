@@ -180,6 +180,38 @@ class MiniBatchState:
 
 
 @dataclass
+class PassState:
+    """Where a mini-batch run stands: what its driver carries from step to step, and what a checkpoint saves.
+
+    In a sequential pass (:func:`dkmeans.minibatch.minibatch_pass`) it travels from chunk
+    to chunk, so it stays small: the run, the rows of the unfinished batch (fewer than
+    ``batch_size``) and the records of the pass's steps since the driver last collected
+    them. A saved state holds every step's record.
+
+    Attributes
+    ----------
+    run : MiniBatchState
+    pending, pending_w : ndarray or None
+        Rows (and weights) read but not yet in a batch: the rows just before ``next_row``.
+    history : list of MiniBatchRecord
+    stop_reason : str or None
+        Set once an early-stopping rule ended the run.
+    epoch : int
+        Sequential passes finished.
+    next_row : int
+        Global index of the row the current pass continues from.
+    """
+
+    run: MiniBatchState
+    pending: np.ndarray | None = None
+    pending_w: np.ndarray | None = None
+    history: list = field(default_factory=list)
+    stop_reason: str | None = None
+    epoch: int = 0
+    next_row: int = 0
+
+
+@dataclass
 class LoopState:
     """Where a Lloyd loop stands after ``n_iter`` centroid updates."""
 
@@ -208,10 +240,11 @@ class FitState:
     seed: int
     run: int = 0
     # "init": run not started; "lloyd": loop in progress; "local-search": Lloyd done, swaps next;
-    # "settle": Lloyd again after the swaps; "refine": Hartigan next
+    # "settle": Lloyd again after the swaps; "refine": Hartigan next; "minibatch": a mini-batch run
     phase: str = "init"
     loop: LoopState | None = None
     best: RunSummary | None = None
+    minibatch: PassState | None = None
 
 
 def history_dicts(records) -> list:
@@ -233,5 +266,5 @@ _ALGORITHM_OF = {IterationRecord: "lloyd", HartiganRecord: "hartigan", LocalSear
 _RECORD_OF = {name: cls for cls, name in _ALGORITHM_OF.items()}
 
 
-__all__ = ["FitState", "LocalSearchRecord", "MiniBatchRecord", "MiniBatchState", "HartiganRecord", "IterationRecord", "LoopState", "RunSummary", "history_dicts",
-           "history_records"]
+__all__ = ["FitState", "LocalSearchRecord", "MiniBatchRecord", "MiniBatchState", "HartiganRecord", "IterationRecord",
+           "LoopState", "PassState", "RunSummary", "history_dicts", "history_records"]

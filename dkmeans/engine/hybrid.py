@@ -63,10 +63,11 @@ class HybridData:
         head, head_state = head.result()
         return combine_fn([head, tail]), (head_state, tail_state)
 
-    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *, stop=None):
-        """The head's chunks, then the tail's, in row order."""
-        state = self.head.fold(chunk_fn, state, args, stop=stop)
-        return self.tail.fold(chunk_fn, state, args, stop=stop)
+    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *, stop=None, on_state=None,
+             start_row: int = 0):
+        """The head's chunks, then the tail's, in row order (rows keep their global indices)."""
+        state = self.head.fold(chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row)
+        return self.tail.fold(chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row)
 
     def state_column(self, state, name: str) -> da.Array:
         return da.concatenate([self.head.state_column(state[0], name), self.tail.state_column(state[1], name)])

@@ -11,6 +11,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from dkmeans.backend import concatenate_rows, get_namespace, to_host
+from dkmeans.engine.passes import first_chunk
 
 
 class ChunkList:
@@ -68,13 +69,17 @@ class ChunkList:
         value = to_host(combine_fn([out for _, out in outputs]))
         return self._combine(value, combine_fn), [new for new, _ in outputs]
 
-    def fold(self, chunk_fn: Callable, state, args: Sequence[Any] = (), *, stop=None):
-        """A sequential pass over the chunks in row order (``stop`` is checked before each chunk)."""
+    def fold(self, chunk_fn: Callable, state, args: Sequence[Any] = (), *, stop=None, on_state=None,
+             start_row: int = 0):
+        """A sequential pass over the chunks in row order (``on_state`` after, ``stop`` before, each chunk)."""
         self.passes += 1
-        for X, w, o in zip(self.blocks, self.weights, self.offsets):
+        first = first_chunk(self.offsets, [X.shape[0] for X in self.blocks], start_row)
+        for X, w, o in list(zip(self.blocks, self.weights, self.offsets))[first:]:
             if stop is not None and stop(state):
                 break
             state = to_host(chunk_fn(X, w, o, state, *args))
+            if on_state is not None:
+                on_state(state)
         return state
 
     def state_column(self, state, name: str):

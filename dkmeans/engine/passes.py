@@ -13,6 +13,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Sequence
 
+import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.sizeof import sizeof
 from dask.task_spec import DataNode, List, Task, TaskRef
@@ -95,43 +96,52 @@ def fold_task(chunk_fn, args, offset, state, X, w=None):
     return to_host(chunk_fn(X, w, offset, state[0], *args))
 
 
+def first_chunk(offsets: Sequence[int], chunk_rows: Sequence[int], start_row: int) -> int:
+    """Index of the first chunk with a row at or after global row ``start_row`` (``len`` if none)."""
+    ends = np.asarray(offsets, dtype=np.int64) + np.asarray(chunk_rows, dtype=np.int64)
+    return int(np.searchsorted(ends, int(start_row), side="right"))
+
+
 def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offsets: Sequence[int],
                 chunk_fn: Callable, state: Any, args: Sequence[Any], *, window: int,
-                stop: Callable[[Any], bool] | None = None, source_layers: dict | None = None,
-                source_deps: dict | None = None, parents: set | None = None,
-                gather_fn: Callable | None = None) -> Any:
-    """A sequential pass over chunks in row order, ``window`` chunks per graph.
+                stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
+                first: int = 0, source_layers: dict | None = None, source_deps: dict | None = None,
+                parents: set | None = None, gather_fn: Callable | None = None) -> Any:
+    """A sequential pass over chunks ``first, first + 1, ...`` in row order, ``window`` chunks per graph.
 
     Each graph chains ``window`` tasks: task ``i`` takes chunk ``i`` (``chunk_refs(i)``:
     its block, and its weights) and the state the task before it returned, so the reads of
     a window run in parallel while the (small) state moves from chunk to chunk. Between
-    windows the state comes back here: ``stop(state)`` ends the pass early (later chunks
-    are never read), and at most one window of chunks is held at a time. ``source_layers``,
-    ``source_deps`` and ``parents`` are the graph the chunks are read from (streamed data);
-    persisted chunks need none.
+    windows the state comes back here: ``on_state(state)`` sees it after each window,
+    ``stop(state)`` ends the pass early (later chunks are never read), and at most one
+    window of chunks is held at a time. Chunks before ``first`` are not read at all.
+    ``source_layers``, ``source_deps`` and ``parents`` are the graph the chunks are read
+    from (streamed data); persisted chunks need none.
     """
     token = uuid.uuid4().hex[:12]
     window = max(1, int(window))
-    for start in range(0, n_chunks, window):
+    for start in range(first, n_chunks, window):
         if stop is not None and stop(state):
             break
         layers = dict(source_layers or {})
         deps = dict(source_deps or {})
         shared, needs = task_args(args, f"{token}-{start}", layers, deps)
-        first, first_needs = task_args((state,), f"{token}-{start}-state", layers, deps)
+        head, head_needs = task_args((state,), f"{token}-{start}-state", layers, deps)
         previous = None
         for i in range(start, min(n_chunks, start + window)):
             key = f"dkmeans-fold-{token}-{i}"
-            prev_arg = first if previous is None else List(TaskRef(previous))
+            prev_arg = head if previous is None else List(TaskRef(previous))
             task = Task(key, fold_task, chunk_fn, shared, int(offsets[i]), prev_arg, *chunk_refs(i))
             layers[key] = MaterializedLayer({key: task})
-            deps[key] = set(parents or ()) | needs | ({previous} if previous is not None else first_needs)
+            deps[key] = set(parents or ()) | needs | ({previous} if previous is not None else head_needs)
             previous = key
         with submitting_own_graph():
             future = client.get(HighLevelGraph(layers, deps), [previous], sync=False)[0]
         state = gather_fn(future) if gather_fn is not None else future.result()
+        if on_state is not None:
+            on_state(state)
     return state
 
 
-__all__ = ["SHARED_ARG_BYTES", "add_reduction_tree", "combine_task", "fold_chunks", "fold_task", "submitting_own_graph",
-           "task_args"]
+__all__ = ["SHARED_ARG_BYTES", "add_reduction_tree", "combine_task", "first_chunk", "fold_chunks", "fold_task",
+           "submitting_own_graph", "task_args"]

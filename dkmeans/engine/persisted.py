@@ -45,7 +45,7 @@ from dkmeans.backend import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
-from dkmeans.engine.passes import add_reduction_tree, fold_chunks, submitting_own_graph, task_args
+from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
 from dkmeans.engine.placement import _balance_rows, _spread_rows
 from dkmeans.engine import spmd
 from dkmeans.engine.spmd import SpmdUnavailable, spmd_enabled
@@ -417,10 +417,12 @@ class PersistedData:
         return to_host(gather(self.client, self.client.compute(self.X[local]), self._futures, self.generation))
 
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
-             stop: Callable[[Any], bool] | None = None, window: int = 16):
+             stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
+             start_row: int = 0, window: int = 16):
         """A sequential pass over the persisted chunks in row order (the state moves, the chunks stay)."""
         state = fold_chunks(self.client, self.n_chunks, self.chunk_refs_of, self.offsets, chunk_fn, state, args,
-                            window=window, stop=stop,
+                            window=window, stop=stop, on_state=on_state,
+                            first=first_chunk(self.offsets, self.chunk_rows, start_row),
                             gather_fn=lambda f: gather(self.client, f, self._futures, self.generation))
         self.passes += 1
         return state

@@ -52,13 +52,18 @@ class ChunkedData(Protocol):
         """
 
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
-             stop: Callable[[Any], bool] | None = None) -> Any:
+             stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
+             start_row: int = 0) -> Any:
         """A sequential pass in row order: ``state = chunk_fn(X_i, w_i, row_offset_i, state, *args)``.
 
         The state (small: centroid-sized) travels from chunk to chunk, where the chunks
-        are; returns the state after the last chunk. ``stop(state)``, checked between
-        groups of chunks, may end the pass early (later chunks are then not read). Not
-        for use inside :meth:`run_loop`.
+        are; returns the state after the last chunk. Between groups of chunks it comes
+        back to the caller: ``on_state(state)`` sees it there (a checkpoint), then
+        ``stop(state)`` may end the pass early (later chunks are then not read). Chunks
+        whose rows all lie before global row ``start_row`` are not read at all (a pass
+        resumed from a checkpoint); a chunk holding ``start_row`` is given whole, and
+        ``chunk_fn`` drops the rows before it (the chunking may differ from the run that
+        saved the position). Not for use inside :meth:`run_loop`.
         """
 
     def state_column(self, state: Any, name: str) -> Any:

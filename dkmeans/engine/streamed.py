@@ -31,7 +31,7 @@ from dask.task_spec import Task, TaskRef
 from dkmeans.backend import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit
-from dkmeans.engine.passes import add_reduction_tree, fold_chunks, submitting_own_graph, task_args
+from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
 
 
 class ReplayState:
@@ -229,11 +229,13 @@ class StreamedData:
         return value, ReplayState(steps)
 
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
-             stop: Callable[[Any], bool] | None = None, window: int | None = None):
+             stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
+             start_row: int = 0, window: int | None = None):
         """A sequential pass, read from the source a window of chunks at a time (one per worker thread).
 
         The reads of a window run in parallel; the state moves from chunk to chunk in row
-        order; a worker holds about one chunk per thread, as in :meth:`map_reduce`.
+        order; a worker holds about one chunk per thread, as in :meth:`map_reduce`. Chunks
+        ending at or before ``start_row`` are not read.
         """
         self._ensure_chunk_rows()
         sources = [self.X] + ([self.weights] if self.weights is not None else [])
@@ -249,7 +251,8 @@ class StreamedData:
             return [TaskRef(x_keys[i])] + ([TaskRef(w_keys[i])] if w_keys is not None else [])
 
         state = fold_chunks(self.client, self.n_chunks, refs, self.offsets, chunk_fn, state, args, window=window,
-                            stop=stop, source_layers=layers, source_deps=deps, parents=parents,
+                            stop=stop, on_state=on_state, first=first_chunk(self.offsets, self.chunk_rows, start_row),
+                            source_layers=layers, source_deps=deps, parents=parents,
                             gather_fn=lambda f: gather(self.client, f, (), self.generation))
         self.passes += 1
         return state

@@ -14,6 +14,15 @@ leaves the previous checkpoint intact). It holds what the rest of the fit depend
 Lloyd passes are deterministic given the centroids, so a resumed run ends with the same
 result as an uninterrupted one. Hartigan rounds are not checkpointed one by one: a fit
 that ends with Hartigan resumes from its Lloyd result (or its initial centroids).
+
+A mini-batch fit (phase ``"minibatch"``) saves its :class:`~dkmeans.state.PassState`
+instead: centers and counts, the step count and the early-stopping bookkeeping, every
+step's record and, for sequential passes over out-of-core data, the position (pass and
+next row) and the rows of the unfinished batch. Its draws are keyed by ``(seed, step)``
+and its sequential batches by row index, so it resumes to the uninterrupted result too.
+
+Format version 2 added the mini-batch section; a Lloyd checkpoint, unchanged, is still
+written as version 1 (so that an older dkmeans resumes it), and both versions are read.
 """
 
 from __future__ import annotations
@@ -26,12 +35,17 @@ import numpy as np
 
 from dkmeans.errors import InvalidDataError
 from dkmeans.io.model_file import digest, read_archive, write_archive
-from dkmeans.state import FitState, LoopState, RunSummary, history_dicts, history_records
+from dkmeans.state import (FitState, LoopState, MiniBatchState, PassState, RunSummary, history_dicts,
+                           history_records)
 
 logger = logging.getLogger("dkmeans")
 
 FORMAT_NAME = "dkmeans-checkpoint"
-FORMAT_VERSION = 1
+#: The version written for a mini-batch state; Lloyd/Hartigan checkpoints are written as version 1.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
+#: The arrays of a mini-batch state besides ``centroids``.
+_MINIBATCH_ARRAYS = ("counts", "pending", "pending_weights")
 
 
 class CheckpointError(InvalidDataError):
@@ -78,8 +92,8 @@ class Checkpointer:
     path : str or Path
         The checkpoint file, exactly as named (no suffix is added).
     every : int
-        Write after every ``every`` Lloyd iterations (and always after an
-        initialisation and at the end of each run).
+        Write after every ``every`` Lloyd iterations or mini-batch steps (and always after
+        an initialisation and at the end of each run).
     job : dict
         JSON-serialisable description of the job; a checkpoint whose job differs is refused.
     """
@@ -98,8 +112,9 @@ class Checkpointer:
     def load(self) -> FitState:
         """The saved state; :class:`CheckpointError` if damaged or written by another job."""
         arrays, meta = self._read()
-        if meta.get("format") != FORMAT_NAME or meta.get("format_version") != FORMAT_VERSION:
-            raise CheckpointError(f"{self.path}: not a dkmeans checkpoint of format version {FORMAT_VERSION}")
+        if meta.get("format") != FORMAT_NAME or meta.get("format_version") not in READ_VERSIONS:
+            raise CheckpointError(f"{self.path}: not a dkmeans checkpoint of format version "
+                                  f"{' or '.join(map(str, READ_VERSIONS))}")
         for name, value in arrays.items():
             if digest(value) != meta["sha256"].get(name):
                 raise CheckpointError(f"{self.path}: array {name!r} was altered (checksum mismatch)")
@@ -111,7 +126,9 @@ class Checkpointer:
                 "Resume with the same data and parameters, or choose another checkpoint path."
             )
         state = FitState(seed=int(meta["seed"]), run=int(meta["run"]), phase=meta["phase"])
-        if "centroids" in arrays:
+        if "minibatch" in meta:
+            state.minibatch = _minibatch_state(arrays, meta["minibatch"])
+        elif "centroids" in arrays:
             loop = meta["loop"]
             state.loop = LoopState(arrays["centroids"], int(loop["n_iter"]), loop["previous_objective"],
                                    history_records(loop["history"]))
@@ -119,30 +136,40 @@ class Checkpointer:
             best = meta["best"]
             state.best = RunSummary(arrays["best_centroids"], best["score"], best["n_iter"], best["stop_reason"],
                                     best["converged"], history_records(best["history"]))
-        logger.info("resuming from checkpoint %s (run %d, %s, iteration %d)", self.path, state.run, state.phase,
-                    state.loop.n_iter if state.loop else 0)
+        logger.info("resuming from checkpoint %s (run %d, %s, %s %d)", self.path, state.run, state.phase,
+                    *(("step", state.minibatch.run.n_steps) if state.minibatch else
+                      ("iteration", state.loop.n_iter if state.loop else 0)))
         return state
 
     def _read(self):
         return read_archive(self.path, set(), "checkpoint", CheckpointError,
-                            optional=frozenset({"centroids", "best_centroids"}))
+                            optional=frozenset({"centroids", "best_centroids", *_MINIBATCH_ARRAYS}))
 
     def progress(self) -> dict:
         """Where the saved fit stands (``run``, ``phase``, ``n_iter``), without checking the job.
 
-        For monitoring a running job from another process.
+        For monitoring a running job from another process. ``n_iter`` counts Lloyd
+        iterations, or mini-batch steps; a mini-batch fit adds ``epoch`` and ``next_row``
+        (its position in the current sequential pass).
         """
         _, meta = self._read()
+        if "minibatch" in meta:
+            mb = meta["minibatch"]
+            return {"run": int(meta["run"]), "phase": meta["phase"], "n_iter": int(mb["n_steps"]),
+                    "epoch": int(mb["epoch"]), "next_row": int(mb["next_row"])}
         return {"run": int(meta["run"]), "phase": meta["phase"], "n_iter": int(meta.get("loop", {}).get("n_iter", 0))}
 
     # -- writing --------------------------------------------------------------------
     def save(self, state: FitState) -> None:
         """Write ``state`` atomically (the previous checkpoint stays whole until the rename)."""
         arrays, meta = {}, {
-            "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "job": self.job,
-            "seed": str(state.seed), "run": state.run, "phase": state.phase,
+            "format": FORMAT_NAME, "format_version": FORMAT_VERSION if state.minibatch is not None else 1,
+            "job": self.job, "seed": str(state.seed), "run": state.run, "phase": state.phase,
         }
-        if state.loop is not None:
+        if state.minibatch is not None:
+            mb_arrays, meta["minibatch"] = _minibatch_record(state.minibatch)
+            arrays.update(mb_arrays)
+        elif state.loop is not None:
             arrays["centroids"] = np.ascontiguousarray(state.loop.centroids)
             meta["loop"] = {"n_iter": state.loop.n_iter, "previous_objective": state.loop.previous_objective,
                             "history": history_dicts(state.loop.history)}
@@ -164,6 +191,42 @@ class Checkpointer:
                 self.save(state)
 
         return save_loop
+
+    def minibatch_hook(self, state: FitState):
+        """An ``on_state`` callback for the mini-batch drivers (:mod:`dkmeans.minibatch`): saves each state given.
+
+        The drivers decide when (every ``every`` steps, and at the end of the run).
+        """
+
+        def save_run(progress: PassState) -> None:
+            state.phase, state.minibatch = "minibatch", progress
+            self.save(state)
+
+        return save_run
+
+
+def _minibatch_record(progress: PassState) -> tuple[dict, dict]:
+    """The arrays and the JSON section of a mini-batch state (floats exact: JSON keeps every bit)."""
+    run = progress.run
+    arrays = {"centroids": np.ascontiguousarray(run.centroids), "counts": np.ascontiguousarray(run.counts)}
+    if progress.pending is not None and len(progress.pending):
+        arrays["pending"] = np.ascontiguousarray(progress.pending)
+        if progress.pending_w is not None:
+            arrays["pending_weights"] = np.ascontiguousarray(progress.pending_w)
+    section = {"n_steps": run.n_steps, "n_since_reassign": run.n_since_reassign,
+               "ewa_objective": run.ewa_objective, "ewa_objective_min": run.ewa_objective_min,
+               "no_improvement": run.no_improvement, "stop_reason": progress.stop_reason,
+               "epoch": progress.epoch, "next_row": progress.next_row, "history": history_dicts(progress.history)}
+    return arrays, section
+
+
+def _minibatch_state(arrays: dict, section: dict) -> PassState:
+    """The inverse of :func:`_minibatch_record`."""
+    run = MiniBatchState(arrays["centroids"], arrays["counts"], int(section["n_steps"]),
+                         int(section["n_since_reassign"]), section["ewa_objective"], section["ewa_objective_min"],
+                         int(section["no_improvement"]))
+    return PassState(run, arrays.get("pending"), arrays.get("pending_weights"), history_records(section["history"]),
+                     section["stop_reason"], int(section["epoch"]), int(section["next_row"]))
 
 
 __all__ = ["CheckpointError", "Checkpointer", "checkpoint_path", "data_fingerprint"]

@@ -652,8 +652,11 @@ def _minibatch_centers(spec: FitSpec, data, C0, seed: int, head, init_size: int)
         samples, valid = [(head, None)] * spec.n_init, (head, None)
     else:
         rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
-        valid = gather_rows(data, rng.integers(0, data.n_rows, init_size))
-        samples = [gather_rows(data, rng.integers(0, data.n_rows, init_size)) for _ in range(spec.n_init)]
+        draws = [rng.integers(0, data.n_rows, init_size) for _ in range(1 + spec.n_init)]
+        rows, weights = gather_rows(data, np.concatenate(draws))  # one pass for all the samples
+        cut = np.cumsum([len(d) for d in draws])[:-1]
+        parts = list(zip(np.split(rows, cut), np.split(weights, cut)))
+        valid, samples = parts[0], parts[1:]
     best = None
     for run, (Xs, ws) in enumerate(samples):
         C = minibatch_init(spec, Xs.astype(data.dtype), ws, seed, run)

@@ -201,3 +201,19 @@ def test_cli_minibatch_killed_mid_run_resumes_to_the_same_model(client, tmp_path
     untimed = [[json.dumps({k: v for k, v in h.items() if k != "seconds"}, sort_keys=True) for h in m.history_]
                for m in (a, b)]
     assert untimed[0] == untimed[1]
+
+
+def test_functional_train_minibatch_resumes(X, tmp_path, monkeypatch):
+    desc = dkmeans.Descriptor(cluster_count=6, max_iteration_count=2, method="minibatch", dtype=np.float64)
+    kwargs = dict(random_state=0, batch_size=128, max_no_improvement=None)
+    reference = dkmeans.train(desc, X, "k-means++", **kwargs)
+    path = tmp_path / "train.ckpt"
+    with monkeypatch.context() as m:
+        stop_after_writes(m, 2)
+        with pytest.raises(Interrupted):
+            dkmeans.train(desc, X, "k-means++", checkpoint=path, checkpoint_every=20, **kwargs)
+    starts = resumed_from(monkeypatch)
+    resumed = dkmeans.train(desc, X, "k-means++", checkpoint=path, checkpoint_every=20, **kwargs)
+    assert starts == [20]
+    np.testing.assert_array_equal(resumed.model.centroids, reference.model.centroids)
+    assert resumed.objective_function_value == reference.objective_function_value

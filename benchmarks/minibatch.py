@@ -219,8 +219,15 @@ def seed_sweep(args) -> list[dict]:
                  lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3)),
                 ("scikit-learn", "batch_size=4096, n_init=3",
                  lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3)),
-                ("dkmeans", "init='k-means||', batch_size=4096",
-                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, init="k-means||"))]
+                ("dkmeans", "init='k-means||', batch_size=4096, n_init=1",
+                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, init="k-means||",
+                                                   n_init=1)),
+                ("dkmeans", "init='k-means||', batch_size=4096 (n_init 'auto': 3)",
+                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, init="k-means||",
+                                                   n_init=3)),
+                ("dkmeans", "init='k-means||', batch_size=2**14, n_init=1",
+                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=2**14, init="k-means||",
+                                                   n_init=1))]
         for lib, label, make in fits:
             ratios = [objective(X, make(seed).set_params(compute_labels=False).fit(X).cluster_centers_) / ref
                       for seed in range(args.seed_sweep)]

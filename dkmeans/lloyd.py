@@ -6,7 +6,10 @@ iteration, inside one task, SPMD on every worker thread, or streamed from the so
 the engine's choice (:meth:`dkmeans.engine.protocol.ChunkedData.run_loop`); see
 :func:`lloyd`. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
 becomes the row farthest from the new (non-empty) centroids, found with a distributed
-top-m, distinct rows for several empty clusters. The loop ends on the stop rule, at a
+top-m, distinct rows for several empty clusters. That search assigns every row to the live
+centroids; when the next iteration is in the same block, each chunk keeps that assignment
+and the next iteration's partials take only a product with the refilled centroids
+(:func:`fill_empty_clusters` with ``assign_next``). The loop ends on the stop rule, at a
 fixed point (no centroid moved: further iterations cannot change anything), or after
 ``max_iter`` updates.
 """
@@ -32,6 +35,7 @@ from dkmeans.kernels import (
     objectives,
     update_centroids,
 )
+from dkmeans.kernels.assign import farthest_from, nearest_sq64, refill_partials
 from dkmeans.kernels.cosine import objective_scale, unit_centroids
 from dkmeans.state import IterationRecord, LoopState
 
@@ -93,11 +97,32 @@ def _check_finite(partials) -> None:
         raise InvalidDataError(NON_FINITE_INPUT)
 
 
-def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray) -> np.ndarray:
-    """Move each empty cluster's centroid to a distinct row farthest from the live centroids."""
+def _nearest_live_chunk(X, w, offset, state, live, m):
+    labels, d2 = nearest_sq64(X, live)
+    return (labels, d2), farthest_from(X, d2, m, offset, w)
+
+
+def _refill_partials_chunk(X, w, offset, state, R, live_index, refill_index, k):
+    labels, d2 = state
+    return None, refill_partials(X, labels, d2, R, live_index, refill_index, k, w)
+
+
+def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray, *, assign_next: bool = False):
+    """Move each empty cluster's centroid to a distinct row farthest from the live centroids.
+
+    Returns the centroids, and with ``assign_next`` also the :class:`Partials` of the
+    assignment to them (the next iteration's pass), or None where it could not be formed.
+    The search for the farthest rows is a pass of every row against the live centroids;
+    with ``assign_next`` each chunk keeps its rows' nearest live centroid from it, and a
+    second pass needs only the product with the refilled centroids: one full product
+    where the refill and the next assignment would take two.
+    """
     m = int(empty.sum())
     live = centroids[~empty].astype(data.dtype)
-    far = data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (live, m))
+    if assign_next:
+        far, nearest = data.map_reduce_stateful(_nearest_live_chunk, functools.partial(combine_top, m=m), (live, m))
+    else:
+        far, nearest = data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (live, m)), None
     out = centroids.copy()
     targets = np.flatnonzero(empty)
     out[targets[: len(far.index)]] = far.rows
@@ -105,7 +130,14 @@ def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray) -> np.nd
     if found < m:
         warnings.warn(distinct_clusters_message(len(centroids) - m + found, len(centroids)), ConvergenceWarning,
                       stacklevel=2)
-    return out
+    if not assign_next:
+        return out
+    if len(far.index) < m:  # clusters left at their old centroid take part in the assignment: no shortcut
+        return out, None
+    C = out.astype(data.dtype)
+    partials, _ = data.map_reduce_stateful(_refill_partials_chunk, combine_partials,
+                                           (C[targets], np.flatnonzero(~empty), targets, len(C)), nearest)
+    return out, partials
 
 
 # -- the loop --------------------------------------------------------------------------
@@ -207,9 +239,11 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
         return LloydResult(C, n_iter, reason, True, history)
     stop_reason, converged = "max_iter", False
     update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
+    carried = None  # the next iteration's partials, formed with an empty-cluster refill
     for it in range(n_iter, max_iter):
         t0 = time.perf_counter()
-        partials = data.map_reduce(_partials_chunk, combine_partials, (C,))
+        partials = carried if carried is not None else data.map_reduce(_partials_chunk, combine_partials, (C,))
+        carried = None
         if it == 0:
             _check_finite(partials)
         objective = float(partials.objective) * scale
@@ -222,7 +256,9 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
             break
         new, empty = update(partials, C)
         n_empty = int(empty.sum())
-        if n_empty:
+        if n_empty and it + 1 < max_iter:  # the next assignment is in this block: form it with the refill
+            new, carried = fill_empty_clusters(data, new, empty, assign_next=True)
+        elif n_empty:
             new = fill_empty_clusters(data, new, empty)
         new = new.astype(data.dtype)
         shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))

@@ -352,3 +352,32 @@ def test_tile_transpose_copies_exactly_and_only_the_tile(d, dtype):
         simd.transpose_tile(X, i0, m, XT)
         np.testing.assert_array_equal(XT[:d, :m], X[i0:i0 + m].T)
         assert (XT[d:] == -7).all() and (XT[:, m:] == -7).all()  # nothing written outside the tile
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_refill_partials_equal_a_full_assignment(sparse, weighted):
+    """Partials formed from the nearest live centroid plus the refilled ones equal a full
+    assignment, exact ties included (a duplicate of a live centroid: the lower index wins)."""
+    import scipy.sparse as sp
+
+    from dkmeans.kernels.assign import nearest_sq64, refill_partials
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(500, 6))
+    if sparse:
+        X[rng.random(X.shape) < 0.6] = 0.0
+    C = X[rng.choice(500, 30, replace=False)].copy()
+    C[17] = C[5]  # refilled 17 ties live 5: rows stay at 5
+    C[3] = C[20]  # refilled 3 ties live 20: rows go to 3
+    refill = np.array([3, 17, 22])
+    live = np.setdiff1d(np.arange(30), refill)
+    w = rng.uniform(0.5, 2.0, 500) if weighted else None
+    Xin = sp.csr_matrix(X) if sparse else X
+    labels, d2 = nearest_sq64(Xin, C[live])
+    got = refill_partials(Xin, labels, d2, C[refill], live, refill, 30, w)
+    ref = assign_partials(Xin, C, w)
+    np.testing.assert_allclose(got.counts, ref.counts, rtol=1e-12)
+    np.testing.assert_allclose(got.sums, ref.sums, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got.objective, ref.objective, rtol=1e-10)
+    assert got.counts[5] > 0 and got.counts[17] == 0 and got.counts[3] > 0 and got.counts[20] == 0

@@ -321,6 +321,28 @@ def cluster_sums(X, labels, k: int, weights=None, *, scratch_bytes: int = DEFAUL
     return sums, counts
 
 
+def nearest_sq64(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Nearest centroid of each row and the float64 squared distance by which rows are ranked as farthest.
+
+    The labels and distances of :func:`farthest_points` (sparse rows: computed in float64).
+    """
+    if _sparse.is_sparse(X):
+        return _sparse.assign64(X, C, scratch_bytes=scratch_bytes)
+    xp = get_namespace(X, C)
+    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
+    return labels, min_sq.astype(xp.float64)
+
+
+def farthest_from(X, d2, m: int, row_offset: int, weights=None) -> TopRows:
+    """The ``m`` rows of largest ``d2`` (float64, from :func:`nearest_sq64`); zero-weight rows never."""
+    xp = get_namespace(d2)
+    if weights is not None:
+        d2 = xp.where(xp.asarray(weights) > 0, d2, -1.0)
+    index = xp.arange(row_offset, row_offset + X.shape[0], dtype=xp.int64)
+    keep = select_top(xp, d2, index, m)
+    return TopRows(d2[keep], index[keep], _sparse.take_rows(X, keep))
+
+
 def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> TopRows:
     """The ``m`` rows farthest from their nearest centroid in ``C``.
 
@@ -339,18 +361,33 @@ def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_byte
     Returns
     -------
     TopRows
+        Rows as dense arrays (also for sparse ``X``).
     """
-    if _sparse.is_sparse(X):
-        return _sparse.farthest_points(X, C, m, row_offset, weights, scratch_bytes=scratch_bytes)
-    xp = get_namespace(X, C)
-    _, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
-    d2 = min_sq.astype(xp.float64)
-    if weights is not None:
-        d2 = xp.where(xp.asarray(weights) > 0, d2, -1.0)
-    index = xp.arange(row_offset, row_offset + X.shape[0], dtype=xp.int64)
-    keep = select_top(xp, d2, index, m)
-    return TopRows(d2[keep], index[keep], X[keep])
+    _, d2 = nearest_sq64(X, C, scratch_bytes=scratch_bytes)
+    return farthest_from(X, d2, m, row_offset, weights)
 
+
+def refill_partials(X, live_labels, live_d2, R, live_index, refill_index, k: int, weights=None, *,
+                    scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> Partials:
+    """The :class:`Partials` of ``X`` against all ``k`` centroids, given its nearest live centroid.
+
+    ``live_labels``/``live_d2`` (:func:`nearest_sq64` against the live centroids, whose
+    indices among the ``k`` are ``live_index``) and the centroids ``R`` that refilled the
+    clusters ``refill_index``: a row moves to its nearest refilled centroid when that is
+    nearer (on a tie, to the lower index, as a full assignment would), so only an n x m
+    product is computed for m refilled clusters.
+    """
+    xp = get_namespace(live_d2)
+    r_labels, r_d2 = nearest_sq64(X, R, scratch_bytes=scratch_bytes)
+    live = xp.asarray(live_index)[live_labels]
+    refill = xp.asarray(refill_index)[r_labels]
+    moved = (r_d2 < live_d2) | ((r_d2 == live_d2) & (refill < live))
+    labels = xp.where(moved, refill, live).astype(xp.int32)
+    d2 = xp.where(moved, r_d2, live_d2)
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)
+    objective = xp.sum(d2 if w is None else d2 * w)
+    return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
 
 
 def distances(X, C):

@@ -1,7 +1,7 @@
 """Kernels for rows held as ``scipy.sparse`` CSR matrices: the dense kernels' signatures, no chunk densified.
 
 The public kernels (:func:`dkmeans.kernels.assign`, :func:`~dkmeans.kernels.assign_partials`,
-:func:`~dkmeans.kernels.distances`, :func:`~dkmeans.kernels.farthest_points`,
+:func:`~dkmeans.kernels.distances`, :func:`~dkmeans.kernels.nearest_sq64` (for the farthest points),
 :func:`~dkmeans.kernels.cluster_sums`, :func:`~dkmeans.kernels.sq_distances`,
 :func:`~dkmeans.kernels.column_moments`) hand a chunk here when ``scipy.sparse.issparse(X)``,
 so drivers, the engine and the faces run unchanged on sparse data. Centroids stay dense.
@@ -40,8 +40,6 @@ from dkmeans.kernels.common import (
     Moments,
     MAX_CENTROID_BLOCK,
     Partials,
-    TopRows,
-    select_top,
 )
 
 #: A centroid's squared norm outside a row's nonzeros below this fraction of its squared
@@ -231,15 +229,9 @@ def take_rows(X, index):
     return out
 
 
-def farthest_points(X, C, m: int, row_offset: int, weights=None, *,
-                    scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> TopRows:
-    """The ``m`` sparse rows farthest from their nearest centroid, as dense rows (see the dense kernel)."""
-    _, d2 = _assign64(X, C, scratch_bytes)
-    if weights is not None:
-        d2 = np.where(np.asarray(weights) > 0, d2, -1.0)
-    index = np.arange(row_offset, row_offset + X.shape[0], dtype=np.int64)
-    keep = select_top(np, d2, index, m)
-    return TopRows(d2[keep], index[keep], take_rows(X, keep))
+def assign64(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Nearest centroid (int32) and float64 squared distance of each sparse row."""
+    return _assign64(X, C, scratch_bytes)
 
 
 def column_moments(X):
@@ -265,11 +257,11 @@ def column_moments(X):
 __all__ = [
     "as_csr",
     "assign",
+    "assign64",
     "assign_partials",
     "cluster_sums",
     "column_moments",
     "distances",
-    "farthest_points",
     "is_sparse",
     "row_sq_norms",
     "sq_distances",

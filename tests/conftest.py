@@ -19,7 +19,9 @@ from dkmeans.testing import local_cluster, make_blobs
 # (in-memory data sent to the cluster); test_lloyd.py runs every Lloyd test in each mode.
 # Kernels compile eagerly in the tests, so that a fit never mixes the NumPy and compiled
 # paths (which agree to rounding only) and results compare exactly.
-os.environ["DASK_DKMEANS__COMPILE"] = "eager"
+os.environ["DASK_DKMEANS__COMPILE"] = "eager"  # CLI subprocesses and the cluster's workers
+# dask read the environment when imported (above), so this process needs the setting itself
+dask.config.set({"dkmeans.compile": "eager"})
 
 
 @pytest.fixture

@@ -136,7 +136,6 @@ def _fit_params(args) -> dict:
 
 
 def _fit(args) -> int:
-    from dkmeans import KMeans
     from dkmeans.io.files import read_table
 
     params = _fit_params(args)  # checked before the input is read or a cluster starts
@@ -210,7 +209,6 @@ def _load_model(path):
 
 
 def _predict(args) -> int:
-    from dkmeans import KMeans
     from dkmeans.io.files import read_table, write_parquet
 
     km = _load_model(args.model)
@@ -231,7 +229,7 @@ def _predict(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from dkmeans import KMeans, metrics
+    from dkmeans import metrics
     from dkmeans.io.files import read_table
 
     km = _load_model(args.model)

@@ -94,6 +94,31 @@ def test_in_memory_fit_resumes_to_the_uninterrupted_result(client, X, tmp_path, 
     assert Checkpointer(path, 1, {}).progress()["n_iter"] == reference.n_steps_
 
 
+def test_weighted_fit_resumes_to_the_uninterrupted_result(client, X, tmp_path, monkeypatch):
+    """Batches drawn by weight (the cumulative-weight draws) resume exactly, on another chunking."""
+    w = np.random.default_rng(9).uniform(0.0, 3.0, len(X))
+    w[::7] = 0.0
+    kwargs = dict(n_clusters=6, random_state=8, batch_size=128, max_iter=2, max_no_improvement=None)
+
+    def fit(chunks, **extra):
+        dX, dw = da.from_array(X, chunks=chunks), da.from_array(w, chunks=chunks)
+        return MiniBatchKMeans(**kwargs, **extra).fit(dX, sample_weight=dw)
+
+    reference = fit(900)
+    unweighted = MiniBatchKMeans(**kwargs).fit(X)  # the weights do change the run
+    assert not np.array_equal(unweighted.cluster_centers_, reference.cluster_centers_)
+    path = tmp_path / "mb.ckpt"
+    with monkeypatch.context() as m:
+        writes = stop_after_writes(m, 3)
+        with pytest.raises(Interrupted):
+            fit(900, checkpoint=path, checkpoint_every=16)
+    assert [w["n_iter"] for w in writes] == [0, 16, 32]
+    starts = resumed_from(monkeypatch)
+    resumed = fit(1300, checkpoint=path, checkpoint_every=16)
+    assert starts == [32] and reference.n_steps_ == (2 * len(X)) // 128
+    assert_same_fit(resumed, reference)
+
+
 def test_early_stopped_fit_resumes_to_the_same_stop(X, tmp_path, monkeypatch):
     """The early-stopping bookkeeping (smoothed objective, steps without improvement) is saved too."""
     kwargs = dict(n_clusters=6, random_state=4, batch_size=64, max_iter=20, max_no_improvement=5)

@@ -22,6 +22,7 @@ modes used are reported in the :class:`FitResult`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ from dkmeans.io.dataframe import predict_series
 from dkmeans.io.model_file import digest
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES, column_moments, combine_moments
 from dkmeans.kernels.common import centroid_bytes
+from dkmeans.kernels.assign import compiled_kinds
+from dkmeans.kernels.compile import COMPILE_FIRST_ELEMENTS, call_pinned, pinned, resolve_path
+from dkmeans.engine.context import InContext
 from dkmeans.minibatch import MiniBatchOptions, advance, gather_rows, minibatch, minibatch_pass, step_rng
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
 from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
@@ -450,14 +454,27 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
     fit = _fit_minibatch if spec.algorithm == "minibatch" else _fit
-    if _in_process(dataset, weights) and resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - True, not "auto"
-        return fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None, searches)
-    with fit_client() as client:
-        if isinstance(weights, np.ndarray):
-            weights = da.from_array(weights, chunks=dataset.array.chunks[0] if dataset.n_rows is not None else -1)
-        data = place_data(client, dataset, weights, spec.out_of_core, spec.n_clusters,
-                          allow_hybrid=spec.algorithm != "minibatch")
-        return fit(spec, dataset, data, C0, seed, client, searches)
+    path = _kernel_path(dataset)
+    with pinned(path):  # one code path for the whole fit: here, and (InContext) in its tasks
+        if _in_process(dataset, weights) and resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712
+            return fit(spec, dataset, ChunkList.from_array(dataset.local, weights), C0, seed, None, searches)
+        with fit_client() as client:
+            if isinstance(weights, np.ndarray):
+                weights = da.from_array(weights, chunks=dataset.array.chunks[0] if dataset.n_rows is not None else -1)
+            data = place_data(client, dataset, weights, spec.out_of_core, spec.n_clusters,
+                              allow_hybrid=spec.algorithm != "minibatch")
+            return fit(spec, dataset, InContext(data, functools.partial(call_pinned, path)), C0, seed, client,
+                       searches)
+
+
+def _kernel_path(dataset: Dataset) -> str:
+    """The kernels' code path for this whole fit (:func:`dkmeans.kernels.compile.resolve_path`).
+
+    Rows of unknown count (a DataFrame of unknown partition lengths) count as large.
+    """
+    n_rows = dataset.n_rows if dataset.n_rows is not None else COMPILE_FIRST_ELEMENTS
+    kinds = [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
+    return resolve_path(kinds, n_rows * max(1, dataset.n_features))
 
 
 def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:

@@ -288,6 +288,10 @@ def local_search(
         costs = data.map_reduce(_swap_chunk, combine_swap_costs, (C, P))
         round_passes = 1
         base = float(costs.objective)  # C's objective summed like the costs: changes compare like with like
+        if base <= 0:  # every row on a centroid (the sampling pass rounded above zero): nothing to improve
+            stop_reason = "no-candidates"
+            passes += round_passes
+            break
         delta = np.asarray(costs.cost, dtype=np.float64) - base
         tried += delta.size
         threshold = -max(min_gain, REL_TOL) * base

@@ -33,7 +33,7 @@ def objective(X, centroids, sample_weight=None) -> float:
     C = np.asarray(centroids)
     if isinstance(X, da.Array):
         C = C.astype(X.dtype)
-        d2 = X.map_blocks(_sq_dist_block, C, dtype=np.float64, drop_axis=1)
+        d2 = X.map_blocks(_sq_dist_block, C, dtype=np.float64, drop_axis=1, meta=np.empty((0,), np.float64))
         if sample_weight is not None:
             d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
         return float(d2.sum().compute())

@@ -31,8 +31,10 @@ from dkmeans.backend import get_namespace, sparse_namespace
 from dkmeans.kernels import _cuda  # fused CuPy kernels; imports CuPy only when called
 
 from dkmeans.kernels import _numba as _compiled  # compiled loops of the NumPy path
-from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, MAX_CENTROID_BLOCK, Partials, TopRows, select_top
+from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, MAX_CENTROID_BLOCK, Partials, TopRows, check_centroids,
+                                    select_top)
 from dkmeans.kernels.compile import compiled_ready
+from dkmeans.kernels.cosine import unit_half_sq_norms  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
 from dkmeans.kernels import sparse as _sparse
 
 #: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (the direct
@@ -62,24 +64,51 @@ STREAM_BLOCK_BYTES = 256 * 2**10
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+def _kind(engine: str, dtype, d: int) -> tuple:
+    """The compile unit of a compiled path: its loops for one dtype (and, direct, one width)."""
+    dtype = np.dtype(dtype)
+    return ("direct", dtype.str, _compiled.direct_width(d)) if engine == "direct" else ("blas", dtype.str)
+
+
 def _compiled_engine(xp, X, k: int) -> str | None:
     """"direct", "blas", or None (namespace code) for the rows ``X``.
 
     None also while the compiled loops of this kind are compiling in the background
-    (:mod:`dkmeans.kernels.compile`).
+    (:mod:`dkmeans.kernels.compile`), and for empty inputs (no rows or no features: Dask
+    probes functions with such arrays, and a compilation must not start from them).
     """
     if ENGINE == "xp" or xp is not np or X.dtype not in _FLOATS:
         return None
-    d = X.shape[1]
+    n, d = X.shape
+    if n == 0 or d == 0 or k == 0:
+        return None
     if ENGINE == "auto" and (_compiled.direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS):
-        engine, kind = "direct", ("direct", X.dtype.str, _compiled.direct_width(d))
+        engine = "direct"
     else:
-        engine, kind = "blas", ("blas", X.dtype.str)
-    return engine if compiled_ready(kind, functools.partial(_warm_up, X.dtype, d, k)) else None
+        engine = "blas"
+    return engine if compiled_ready(_kind(engine, X.dtype, d), functools.partial(_warm_up, X.dtype, d, k)) else None
+
+
+def compiled_kinds(dtype, d: int) -> list:
+    """``(kind, warm_up)`` of every compiled path an assignment of ``d``-feature rows may take.
+
+    What :func:`dkmeans.kernels.compile.resolve_path` needs to choose a fit's one code path.
+    Empty for dtypes without compiled loops and for ``d = 0``.
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in _FLOATS or d < 1:
+        return []
+    engines = ["direct"] if _compiled.direct_width(d) is not None else ["direct", "blas"]
+    # k = 1 warms the BLAS path, k = STREAM_MIN_CENTROIDS the streamed loop of wide rows
+    return [(_kind(e, dtype, d), functools.partial(_warm_up, dtype, d, 1 if e == "blas" else STREAM_MIN_CENTROIDS))
+            for e in engines]
 
 
 def _warm_up(dtype, d: int, k: int) -> None:
     """Run every compiled path a fit takes for this dtype, width and number of centroids, on a few rows."""
+    if d < 1 or k < 1:
+        raise ValueError(f"the compiled kernels warm up on rows of at least one feature and one centroid, "
+                         f"not d={d}, k={k}")
     rng = np.random.default_rng(0)
     X = rng.random((300, d)).astype(dtype)
     C = X[: min(k, 300)].copy()
@@ -160,7 +189,7 @@ def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
     counts = np.zeros(k if mode == 2 else 0, dtype=np.float64)
     has_w = weights is not None
     w = np.ascontiguousarray(weights, dtype=np.float64) if has_w else np.empty(0, dtype=np.float64)
-    c_half = 0.5 * np.einsum("ij,ij->i", C, C)
+    c_half = unit_half_sq_norms(np, C, 0.5 * np.einsum("ij,ij->i", C, C), X.dtype)
     tile, block = _compiled_tiles(engine, n, k, d, X.dtype.itemsize, scratch_bytes)
     if engine == "direct":
         kernel = _compiled.direct_kernel(_compiled.direct_width(d))
@@ -199,7 +228,7 @@ def _nearest_labels(xp, X, C, scratch_bytes):
         X = np.ascontiguousarray(X)
         return _run_compiled(engine, X, np.ascontiguousarray(C, dtype=X.dtype), 0, None, scratch_bytes)[0]
     labels = xp.empty(n, dtype=xp.int32)
-    c_half_sq = 0.5 * xp.sum(C * C, axis=1)
+    c_half_sq = unit_half_sq_norms(xp, C, 0.5 * xp.sum(C * C, axis=1), X.dtype)
     row_tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
     dist_buf = xp.empty((row_tile, block), dtype=X.dtype)
     for i0 in range(0, n, row_tile):
@@ -227,6 +256,7 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     min_sq_dist : array, shape (n,), ``X.dtype``
         ``||x - c_label||^2`` computed from the difference.
     """
+    check_centroids(X, C)
     if _sparse.is_sparse(X):
         return _sparse.assign(X, C, scratch_bytes=scratch_bytes)
     xp = get_namespace(X, C)
@@ -267,6 +297,7 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     Partials
         Sums and counts accumulated in float64; objective in float64.
     """
+    check_centroids(X, C)
     if _sparse.is_sparse(X):
         return _sparse.assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
     xp = get_namespace(X, C)
@@ -326,6 +357,7 @@ def nearest_sq64(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
 
     The labels and distances of :func:`farthest_points` (sparse rows: computed in float64).
     """
+    check_centroids(X, C)
     if _sparse.is_sparse(X):
         return _sparse.assign64(X, C, scratch_bytes=scratch_bytes)
     xp = get_namespace(X, C)
@@ -396,6 +428,7 @@ def distances(X, C):
     Memory is n x k by construction (this is the output); distances are clipped at 0
     before the square root so rounding never gives NaN.
     """
+    check_centroids(X, C)
     if _sparse.is_sparse(X):
         return _sparse.distances(X, C)
     xp = get_namespace(X, C)

@@ -32,6 +32,20 @@ def centroid_bytes(k: int, d: int, itemsize: int) -> int:
     return int(k) * (int(d) * (2 * int(itemsize) + 8 * CENTROID_COPIES_F64) + 32)
 
 
+def check_centroids(X, C) -> None:
+    """Refuse centroids the assignment kernels cannot use (the compiled loops index without checks).
+
+    Raises
+    ------
+    ValueError
+        If ``C`` is not 2-D, has no rows, or has another number of features than ``X``.
+    """
+    if len(C.shape) != 2 or C.shape[0] == 0:
+        raise ValueError(f"the assignment kernels need at least one centroid; got centroids of shape {tuple(C.shape)}")
+    if C.shape[1] != X.shape[1]:
+        raise ValueError(f"centroids have {C.shape[1]} features but the rows have {X.shape[1]}")
+
+
 #: Largest number of centroids handled in one matrix product.
 MAX_CENTROID_BLOCK = 4096
 

@@ -26,8 +26,16 @@ class Nearest(NamedTuple):
 
 
 def update_nearest(X, state: Nearest | None, new_centers, first_index: int) -> Nearest:
-    """Fold new candidates (numbered from ``first_index``) into the per-row nearest state."""
+    """Fold new candidates (numbered from ``first_index``) into the per-row nearest state.
+
+    A k-means|| round may draw no candidate (a normal event at small k): with no new
+    candidates the state is returned as it is.
+    """
     xp = get_namespace(X)
+    if new_centers.shape[0] == 0:
+        if state is None:
+            raise ValueError("update_nearest needs at least one candidate to start from")
+        return state
     labels, min_sq = assign(X, new_centers)
     d2 = min_sq.astype(xp.float64)
     if state is None:

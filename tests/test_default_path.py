@@ -1,0 +1,287 @@
+"""The default path a first-hour user takes: default estimators on small data, both kernel code paths.
+
+Property-based (Hypothesis) over shapes, k from 1 to n, seeds, dtypes and input kinds (dense,
+CSR, duplicated rows), on the NumPy code path that every first fit of a process takes
+(``dkmeans.compile="off"`` forces it) and on the compiled one (``"eager"``): every fit ends
+with centres whose ``predict`` is the nearest centre (a float64 reference), never another
+exception, never a dead process. Then the regressions the fuzz of issue 29 found, the
+kernels' refusal of zero centroids, the warm-up that cannot start from empty probes, and the
+one code path of a fit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import threading
+import warnings
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dkmeans
+from dkmeans.kernels import assign, assign_partials, distances
+from dkmeans.kernels import compile as kernel_compile
+from dkmeans.kernels.seeding import Nearest, update_nearest
+
+assign_module = importlib.import_module("dkmeans.kernels.assign")
+
+PATHS = {"numpy": "off", "compiled": "eager"}
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _sq_dist64(X, C):
+    X = X.toarray() if sp.issparse(X) else np.asarray(X)
+    X64, C64 = X.astype(np.float64), np.asarray(C, dtype=np.float64)
+    return ((X64[:, None, :] - C64[None, :, :]) ** 2).sum(axis=2)
+
+
+def _assert_nearest(X, C, labels):
+    """``labels`` name a nearest centre of each row (up to the float32 rounding of the distances)."""
+    D = _sq_dist64(X, C)
+    chosen = D[np.arange(D.shape[0]), np.asarray(labels)]
+    best = D.min(axis=1)
+    scale = (np.abs(X.toarray() if sp.issparse(X) else X).max() + np.abs(C).max()) ** 2
+    np.testing.assert_array_less(chosen - best, 1e-5 * scale + 1e-12)
+
+
+@st.composite
+def small_data(draw):
+    """(X, k): dense, CSR or duplicated rows; float32 or float64; k from 1 to n."""
+    kind = draw(st.sampled_from(["normal", "blobs", "duplicated", "csr"]))
+    n = draw(st.integers(1, 400))
+    d = draw(st.integers(1, 40))
+    seed = draw(st.integers(0, 2**16))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        X = rng.normal(size=(n, d))
+    elif kind == "blobs":
+        centres = rng.normal(scale=10, size=(draw(st.integers(1, 5)), d))
+        X = centres[rng.integers(0, len(centres), n)] + rng.normal(size=(n, d))
+    elif kind == "duplicated":  # few distinct points, each repeated
+        distinct = draw(st.integers(1, 4))
+        X = rng.normal(size=(distinct, d))[rng.integers(0, distinct, n)]
+    else:
+        X = sp.random(n, d, density=draw(st.floats(0.05, 1.0)), random_state=seed, format="csr")
+    X = X.astype(dtype)
+    k = draw(st.one_of(st.integers(1, min(3, n)), st.integers(1, n)))  # small k is where k-means|| rounds draw nothing
+    return X, k, seed
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@SETTINGS
+@given(case=small_data())
+def test_default_kmeans_fits_any_small_input(path, case):
+    X, k, seed = case
+    with dask.config.set({"dkmeans.compile": PATHS[path]}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fewer distinct points than clusters warns, as scikit-learn does
+        km = dkmeans.KMeans(n_clusters=k, random_state=seed).fit(X)
+        predicted = km.predict(X)
+    C = km.cluster_centers_
+    assert C.shape == (k, X.shape[1]) and np.all(np.isfinite(C))
+    _assert_nearest(X, C, km.labels_)
+    _assert_nearest(X, C, predicted)
+    reference = _sq_dist64(X, C).min(axis=1).sum()
+    dense = X.toarray() if sp.issparse(X) else X
+    rounding = X.shape[0] * float(np.finfo(X.dtype).eps) * 4 * float(np.max(dense ** 2, initial=0) + np.max(C ** 2))
+    assert km.inertia_ == pytest.approx(reference, rel=1e-4, abs=rounding)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@SETTINGS
+@given(case=small_data())
+def test_default_minibatch_fits_any_small_input(path, case):
+    X, k, seed = case
+    with dask.config.set({"dkmeans.compile": PATHS[path]}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mbk = dkmeans.MiniBatchKMeans(n_clusters=k, random_state=seed).fit(X)
+        predicted = mbk.predict(X)
+    C = mbk.cluster_centers_
+    assert C.shape == (k, X.shape[1]) and np.all(np.isfinite(C))
+    _assert_nearest(X, C, mbk.labels_)
+    _assert_nearest(X, C, predicted)
+
+
+def test_more_clusters_than_rows_is_the_documented_error():
+    X = np.random.default_rng(0).normal(size=(5, 3))
+    with pytest.raises(ValueError, match="n_samples=5 should be >= n_clusters=6"):
+        dkmeans.KMeans(n_clusters=6).fit(X)
+
+
+# -- the cases the issue named ---------------------------------------------------------------
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("k, seed, shape", [(1, 0, (800, 34)), (1, 2, (679, 17)), (2, 18, (208, 60)),
+                                            (3, 1, (410, 31))])
+def test_small_k_default_fit_where_a_round_draws_no_candidate(path, k, seed, shape):
+    """k-means|| rounds that draw nothing (normal at small k) once crashed the fit or the process."""
+    X = np.random.default_rng(seed).normal(size=shape)
+    with dask.config.set({"dkmeans.compile": PATHS[path]}):
+        km = dkmeans.KMeans(n_clusters=k, random_state=seed).fit(X)
+    _assert_nearest(X, km.cluster_centers_, km.labels_)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("k", [1, 2])
+def test_small_k_default_fit_on_csr(path, k):
+    X = sp.random(689, 38, density=0.2, random_state=0, format="csr")
+    with dask.config.set({"dkmeans.compile": PATHS[path]}):
+        km = dkmeans.KMeans(n_clusters=k, random_state=0).fit(X)
+    _assert_nearest(X, km.cluster_centers_, km.labels_)
+
+
+@pytest.mark.parametrize("k", [3, 5, 40])
+def test_two_distinct_points_many_clusters(k):
+    """Objective 0 after Lloyd: local search has nothing to improve (once a division by zero)."""
+    X = np.repeat(np.random.default_rng(3).normal(size=(2, 7)), 20, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        km = dkmeans.KMeans(n_clusters=k, random_state=3).fit(X)
+    assert km.inertia_ == pytest.approx(0.0, abs=1e-9)
+    _assert_nearest(X, km.cluster_centers_, km.labels_)
+
+
+# -- kernels: no centroid is an error, not a crash -------------------------------------------
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("X", [np.ones((50, 8), np.float32), np.ones((50, 40)), sp.random(50, 8, 0.3, format="csr")],
+                         ids=["direct", "streamed", "csr"])
+def test_kernels_refuse_zero_centroids(path, X):
+    C = np.empty((0, X.shape[1]), dtype=X.dtype)
+    with dask.config.set({"dkmeans.compile": PATHS[path]}):
+        for kernel in (assign, assign_partials, distances):
+            with pytest.raises(ValueError, match="at least one centroid"):
+                kernel(X, C)
+        with pytest.raises(ValueError, match="features"):
+            assign(X, np.ones((3, X.shape[1] + 1), dtype=X.dtype))
+
+
+def test_update_nearest_keeps_the_state_when_a_round_drew_nothing():
+    X = np.random.default_rng(0).normal(size=(30, 4))
+    state = update_nearest(X, None, X[:2], 0)
+    same = update_nearest(X, state, X[:0], 2)
+    np.testing.assert_array_equal(same.sq_dist, state.sq_dist)
+    np.testing.assert_array_equal(same.index, state.index)
+    with pytest.raises(ValueError, match="at least one candidate"):
+        update_nearest(X, None, X[:0], 0)
+    assert isinstance(same, Nearest)
+
+
+# -- the warm-up (make demo once printed a ZeroDivisionError from it) -----------------------
+def test_empty_probes_start_no_compilation(monkeypatch):
+    """Dask probes a block function with (0, 0) arrays: no compilation may start from them."""
+    started = []
+    monkeypatch.setattr(kernel_compile, "compiled_ready", lambda kind, warm_up: started.append(kind) or False)
+    monkeypatch.setattr(assign_module, "compiled_ready", kernel_compile.compiled_ready)
+    with dask.config.set({"dkmeans.compile": "background"}):
+        for X in (np.empty((0, 0), np.float32), np.empty((0, 5), np.float64), np.empty((4, 0), np.float32)):
+            assert assign_module._compiled_engine(np, X, 3) is None
+    assert started == []
+    with pytest.raises(ValueError, match="at least one feature"):
+        assign_module._warm_up(np.dtype(np.float32), 0, 4)
+
+
+def test_lazy_predict_warms_up_nothing_empty(client):
+    """A lazy predict on a Dask array in background mode: the workers log no failed compilation."""
+    import dask.array as da
+
+    X = da.from_array(np.random.default_rng(0).normal(size=(2000, 4)).astype(np.float32), chunks=500)
+    km = dkmeans.KMeans(n_clusters=3, random_state=0).fit(X.compute())
+    with dask.config.set({"dkmeans.compile": "background"}):
+        labels = km.predict(X).compute()
+    _assert_nearest(X.compute(), km.cluster_centers_, labels)
+
+
+# -- one code path per fit -------------------------------------------------------------------
+def _record_paths(monkeypatch):
+    """The code path of every assignment kernel call made in this (main) thread."""
+    seen = []
+    original = assign_module._compiled_engine
+
+    def spy(xp, X, k):
+        engine = original(xp, X, k)
+        if threading.current_thread() is threading.main_thread():
+            seen.append("numpy" if engine is None else "compiled")
+        return engine
+
+    monkeypatch.setattr(assign_module, "_compiled_engine", spy)
+    return seen
+
+
+def test_a_fit_keeps_one_code_path_while_kernels_compile(monkeypatch):
+    """Background compilation that ends in the middle of a fit does not change the fit's path."""
+    monkeypatch.setattr(kernel_compile, "_ready", set())
+    monkeypatch.setattr(kernel_compile, "_started", set())
+    seen = _record_paths(monkeypatch)
+    X = np.random.default_rng(0).normal(size=(3000, 24)).astype(np.float32)
+    with dask.config.set({"dkmeans.compile": "background"}):
+        first = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
+        assert set(seen) == {"numpy"}, "the first fit of a process runs on the NumPy code throughout"
+        assert kernel_compile.wait_compiled(timeout=300)
+        seen.clear()
+        second = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
+        assert set(seen) == {"compiled"}, "a fit after the compilation runs compiled throughout"
+    # the two paths agree to rounding: the same partition here
+    np.testing.assert_allclose(first.cluster_centers_, second.cluster_centers_, rtol=1e-4, atol=1e-4)
+
+
+def test_large_data_compiles_first(monkeypatch):
+    """From COMPILE_FIRST_ELEMENTS on, a background-mode fit waits for the compiled loops."""
+    monkeypatch.setattr(kernel_compile, "_ready", set())
+    monkeypatch.setattr(kernel_compile, "_started", set())
+    kinds = assign_module.compiled_kinds(np.float32, 8)
+    with dask.config.set({"dkmeans.compile": "background"}):
+        assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS) == "compiled"
+        assert kernel_compile.resolve_path(kinds, 1000) == "numpy"
+    with dask.config.set({"dkmeans.compile": "off"}):
+        assert kernel_compile.resolve_path(kinds, 10**12) == "numpy"
+    with dask.config.set({"dkmeans.compile": "eager"}):
+        assert kernel_compile.resolve_path(kinds, 1) == "compiled"
+
+
+def _path_chunk(X, w, offset):
+    return [kernel_compile.current_path()]
+
+
+def _path_loop(data):
+    return data.map_reduce(_path_chunk, lambda parts: sum(parts, []))
+
+
+@pytest.mark.parametrize("mode", ["graph_loop", "single_task", "spmd"])
+@pytest.mark.parametrize("path", ["numpy", "compiled"])
+def test_pinned_path_reaches_every_task(client, request, mode, path):
+    """The fit's path travels with its chunk functions: plain passes and loops in every mode."""
+    import dask.array as da
+    import functools
+
+    from dkmeans.engine import PersistedData
+    from dkmeans.engine.context import InContext
+
+    request.getfixturevalue(mode)
+    X = da.from_array(np.random.default_rng(0).normal(size=(4000, 3)), chunks=500)
+    data = PersistedData(client, X)
+    try:
+        pinned_data = InContext(data, functools.partial(kernel_compile.call_pinned, path))
+        assert set(pinned_data.map_reduce(_path_chunk, lambda parts: sum(parts, []))) == {path}
+        assert set(pinned_data.run_loop(_path_loop, work_per_row=1.0)) == {path}
+    finally:
+        data.release()
+
+
+def test_demo_prints_no_traceback(tmp_path):
+    """``dkmeans demo`` in a fresh process, kernels compiling in the background as for a user."""
+    import os
+
+    env = dict(os.environ, DASK_DKMEANS__COMPILE="background")
+    out = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "--n-samples", "300000", "--output",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    for bad in ("Traceback", "failed", "Error"):
+        assert bad not in text, text

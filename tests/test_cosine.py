@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -282,3 +284,104 @@ def test_save_and_load_keep_the_metric(client, tmp_path):
     assert loaded.metric == "cosine"
     np.testing.assert_array_equal(loaded.predict(X * 5), km.labels_)
     np.testing.assert_allclose(loaded.transform(X), km.transform(X))
+
+
+# -- exact ties: the lowest centroid index on every path (issue 29) ------------------------
+TIED = (1, 3, 4)  # the centroids with the largest, exactly equal, dot product with TIE_FEATURE
+TIE_FEATURE = 6  # features 0..5: one per centroid (norms); 7..: zero in every centroid
+ASSIGN_PATHS = [("off", "auto"), ("eager", "auto"), ("eager", "blas")]  # NumPy, compiled direct, BLAS
+
+
+def tie_centroids(dtype, d, k=6):
+    """Unit centroids (to rounding) whose squared norms decrease with the index, by more than rounding.
+
+    Centroid j: ``0.5`` (``j`` in :data:`TIED`) or ``0.25`` on :data:`TIE_FEATURE`, and a value on
+    feature ``j`` that makes ``||c_j||^2 = 1 + (k - j) delta`` (``delta`` a few ulps of the
+    dtype, within :data:`~dkmeans.kernels.cosine.UNIT_SQ_NORM_TOL`). A rule by ``||c||^2/2 - x.c``
+    gives every exact tie in ``x.c`` to the highest tied index; the cosine rule, to the lowest.
+    """
+    from dkmeans.kernels.cosine import UNIT_SQ_NORM_TOL
+
+    dtype = np.dtype(dtype)
+    delta = UNIT_SQ_NORM_TOL[dtype] / (2 * k)
+    C = np.zeros((k, d))
+    for j in range(k):
+        C[j, TIE_FEATURE] = 0.5 if j in TIED else 0.25
+        C[j, j] = np.sqrt(1.0 + (k - j) * delta - C[j, TIE_FEATURE] ** 2)
+    C = C.astype(dtype)
+    sq = np.sum(C.astype(np.float64) ** 2, axis=1)
+    assert np.all(np.diff(sq) < 0) and np.all(np.abs(sq - 1) <= UNIT_SQ_NORM_TOL[dtype])
+    return C
+
+
+def tie_rows(dtype, d, n_zero=40, n_tied=30, seed=0):
+    """Unit rows: ``n_zero`` orthogonal to every centroid, ``n_tied`` whose largest dot product is with :data:`TIED`."""
+    rng = np.random.default_rng(seed)
+    Z = np.zeros((n_zero, d))
+    Z[:, TIE_FEATURE + 1:] = rng.random((n_zero, d - TIE_FEATURE - 1)) * (rng.random((n_zero, d - TIE_FEATURE - 1))
+                                                                          < 0.5)
+    Z[:, -1] += 0.5  # never a zero row
+    T = np.zeros((n_tied, d))
+    T[:, TIE_FEATURE] = rng.uniform(0.5, 2.0, n_tied)
+    T[::2, TIE_FEATURE + 1:] = rng.random((len(T[::2]), d - TIE_FEATURE - 1))  # orthogonal to all but TIE_FEATURE
+    X = np.concatenate([Z, T])[rng.permutation(n_zero + n_tied)]
+    return normalize_rows(X.astype(dtype)), np.all(X[:, :TIE_FEATURE + 1] == 0, axis=1)
+
+
+def _assign_every_way(X, C, k):
+    """Labels from assign, nearest_sq64 and (as counts) assign_partials; also on CSR rows."""
+    from dkmeans.kernels.assign import nearest_sq64
+
+    labels, _ = kernels.assign(X, C)
+    np.testing.assert_array_equal(nearest_sq64(X, C)[0], labels)
+    np.testing.assert_array_equal(kernels.assign_partials(X, C).counts, np.bincount(labels, minlength=k))
+    return np.asarray(labels)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d", [12, 40])  # the compiled direct loop of width 16, and the streamed one
+@pytest.mark.parametrize("compile_mode, engine", ASSIGN_PATHS)
+def test_exact_ties_go_to_the_lowest_index_on_every_path(monkeypatch, dtype, d, compile_mode, engine):
+    """A row orthogonal to every unit centroid gets label 0; one tied among TIED gets TIED[0] (dense and CSR)."""
+    import dask
+
+    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.assign"), "ENGINE", engine)
+    C = tie_centroids(dtype, d)
+    X, orthogonal = tie_rows(dtype, d)
+    expected = np.where(orthogonal, 0, TIED[0])
+    with dask.config.set({"dkmeans.compile": compile_mode}):
+        np.testing.assert_array_equal(_assign_every_way(X, C, len(C)), expected)
+        np.testing.assert_array_equal(_assign_every_way(sp.csr_matrix(X), C, len(C)), expected)
+        np.testing.assert_array_equal(_assign_every_way(X, C[::-1].copy(), len(C)),
+                                      np.where(orthogonal, 0, len(C) - 1 - TIED[-1]))
+
+
+def test_unit_half_sq_norms_rule():
+    """Exactly 1/2 for centroids of norm 1 to the dtype's tolerance, else the kernel's value; CuPy applies the same."""
+    from dkmeans.kernels import _cuda
+    from dkmeans.kernels.cosine import UNIT_SQ_NORM_TOL, unit_half_sq_norms
+
+    assert _cuda.UNIT_SQ_NORM_TOL == UNIT_SQ_NORM_TOL
+    assert f"#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[np.dtype(np.float32)]!r}" in _cuda.kernel_code(np.float32)
+    for dtype, tol in UNIT_SQ_NORM_TOL.items():
+        C = np.array([[1.0, 0.0], [np.sqrt(1 + tol / 2), 0.0], [np.sqrt(1 + 4 * tol), 0.0], [0.6, 0.0]])
+        half = 0.5 * np.sum(C * C, axis=1)
+        np.testing.assert_array_equal(unit_half_sq_norms(np, C, half, dtype), [0.5, 0.5, half[2], half[3]])
+
+
+@pytest.mark.parametrize("compile_mode", ["off", "eager"])
+def test_sparse_and_dense_fits_agree_on_tie_heavy_data(client, compile_mode):
+    """Sparse non-negative rows, a fifth orthogonal to every initial centroid: the same fit on CSR and dense input."""
+    import dask
+
+    X = abs(sp.random(3000, 120, density=0.03, format="csr", random_state=2, dtype=np.float64))
+    X = X[np.asarray(X.getnnz(axis=1)) > 0]
+    C0 = X[:8].toarray()
+    orthogonal = np.asarray((normalize_rows(X) @ _unit(C0).T) == 0).all(axis=1)
+    assert orthogonal.mean() > 0.15
+    with dask.config.set({"dkmeans.compile": compile_mode}):
+        fits = [dkmeans.KMeans(n_clusters=8, init=C0, n_init=1, max_iter=5, tol=0.0, metric="cosine").fit(data)
+                for data in (X, X.toarray())]
+    np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
+    np.testing.assert_allclose(fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(fits[0].inertia_, fits[1].inertia_, rtol=1e-12)

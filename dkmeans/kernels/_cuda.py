@@ -6,12 +6,13 @@ Same semantics as the NumPy path of :func:`dkmeans.kernels.assign.assign` and
 * **Choice of the centroid.** For a tile of rows and a block of centroids, cuBLAS computes
   ``G = X_tile @ C_block.T`` (``cupy.dot`` into a preallocated buffer) and the
   :data:`KERNEL_SOURCE` kernel ``argmin_block`` folds ``||c||^2/2 - x.c`` (in the data
-  dtype; ``||c||^2/2`` from ``half_sq_norms``, summed in float64 and rounded) into a running
-  minimum per row. Within a block the lowest index wins an exact tie; across blocks the
-  comparison is a strict ``<``, so the earlier block (lower index) keeps a tie: the result
-  is that of one ``argmin`` over all ``k`` centroids. The product is full float32 (or
-  float64) unless ``CUPY_TF32=1`` lets cuBLAS use TF32, which makes the choice of centroid
-  only as precise as TF32.
+  dtype; ``||c||^2/2`` from ``half_sq_norms``, summed in float64 and rounded, exactly 1/2
+  for a centroid of norm 1 to rounding, as on the NumPy and sparse paths: see
+  :data:`UNIT_SQ_NORM_TOL`) into a running minimum per row. Within a block the lowest index
+  wins an exact tie; across blocks the comparison is a strict ``<``, so the earlier block
+  (lower index) keeps a tie: the result is that of one ``argmin`` over all ``k`` centroids.
+  The product is full float32 (or float64) unless ``CUPY_TF32=1`` lets cuBLAS use TF32,
+  which makes the choice of centroid only as precise as TF32.
 * **Reported distance.** ``exact_sq`` recomputes ``||x - c_label||^2`` from the difference
   ``x - c`` rounded in the data dtype (as NumPy's ``X - C[labels]``); the squares are summed
   in float64 and the result is rounded to the data dtype.
@@ -67,6 +68,12 @@ THREADS = 256
 WARP = 32
 
 _FLOATS = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+#: ``half_sq_norms`` gives exactly 1/2 to a centroid whose float64 squared norm is within
+#: this of 1 (per data dtype), so that exact ties in ``x.c`` among unit centroids (cosine:
+#: a row orthogonal to several) go to the lowest index. The values of
+#: ``dkmeans.kernels.cosine.UNIT_SQ_NORM_TOL``, which the other paths apply (this module
+#: imports nothing from dkmeans; tests/test_cosine.py checks that they agree).
+UNIT_SQ_NORM_TOL = {np.dtype(np.float32): 2.0**-20, np.dtype(np.float64): 2.0**-40}
 
 KERNEL_SOURCE = r"""
 // Fused nearest-centroid kernels of dkmeans (dkmeans/kernels/_cuda.py).
@@ -111,7 +118,8 @@ __device__ __forceinline__ double group_sum(double s, const int lanes)
     return s;
 }
 
-// out[j] = ||c_j||^2 / 2 for the k centroids: squares summed in double, rounded to T.
+// out[j] = ||c_j||^2 / 2 for the k centroids: squares summed in double, rounded to T;
+// exactly 1/2 for a unit centroid (|s - 1| <= UNIT_SQ_TOL), so exact ties in x.c stay ties.
 extern "C" __global__ void half_sq_norms(
     const T* __restrict__ C,          // (k, d) centroids, row-major
     const int k,
@@ -132,7 +140,7 @@ extern "C" __global__ void half_sq_norms(
     }
     s = group_sum(s, lanes);
     if (valid && lane == 0)
-        out[row] = (T)(0.5 * s);
+        out[row] = (T)(0.5 * (fabs(s - 1.0) <= UNIT_SQ_TOL ? 1.0 : s));
 }
 
 // One centroid block of the running nearest-centroid search over a tile of m rows.
@@ -338,7 +346,9 @@ def _cupy():
 
 def kernel_code(dtype) -> str:
     """The CUDA source compiled for data of ``dtype`` (float32 or float64)."""
-    return f"typedef {_FLOATS[np.dtype(dtype)]} T;\n#define THREADS {THREADS}\n{KERNEL_SOURCE}"
+    dtype = np.dtype(dtype)
+    return (f"typedef {_FLOATS[dtype]} T;\n#define THREADS {THREADS}\n#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[dtype]!r}\n"
+            f"{KERNEL_SOURCE}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,12 @@ the rows are normalised (once, where the data is read: :func:`normalize_rows`) a
 centroids are kept at unit norm (:func:`unit_centroids`), every Euclidean kernel, with its
 compiled, CuPy and sparse fast paths, gives the cosine answer unchanged:
 
-* the nearest centroid is the one of largest dot product (largest cosine);
+* the nearest centroid is the one of largest dot product (largest cosine); an exact tie
+  in the dot products (a row orthogonal to several centroids, common in sparse text data)
+  goes to the lowest centroid index, as in the Euclidean kernels, because every kernel
+  compares a unit centroid by ``1/2 - x.c`` exactly (:func:`unit_half_sq_norms`) and not
+  by ``||c||^2 / 2 - x.c`` with a squared norm that differs from 1 by rounding (which
+  decided such ties by the rounding of each centroid's norm, differently on each path);
 * the farthest point from its centroid (the empty-cluster rule) is the one of smallest
   cosine to it;
 * k-means++ and k-means|| draw rows with probability proportional to ``w ||x - c||^2``,
@@ -34,7 +39,6 @@ import numpy as np
 
 from dkmeans.backend import get_namespace
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels.reduce import update_centroids
 from dkmeans.kernels import sparse as _sparse
 
 #: Cosine objective / squared Euclidean distance between unit vectors.
@@ -46,6 +50,13 @@ ZERO_ROW_MESSAGE = ("metric='cosine': the input has a row of norm zero (all valu
                     "similarity are undefined; remove such rows or use metric='euclidean'.")
 #: Rows normalised per tile (float64 scratch of about this many bytes).
 NORMALIZE_TILE_BYTES = 4 * 2**20
+#: A centroid whose squared norm, summed in float64 from its values in the data dtype, is
+#: within this of 1 is unit to rounding: the choice of the nearest centroid takes its
+#: ``||c||^2 / 2`` as exactly 1/2 (:func:`unit_half_sq_norms`). A unit vector computed in
+#: float64 is within a few tens of float64 ulps of norm 1 (d up to 10^6), and rounded to
+#: float32 within one float32 ulp; the tolerances leave a wide margin above that. The CuPy
+#: kernel ``half_sq_norms`` (:mod:`._cuda`) applies the same values.
+UNIT_SQ_NORM_TOL = {np.dtype(np.float32): 2.0**-20, np.dtype(np.float64): 2.0**-40}
 
 
 def objective_scale(metric: str) -> float:
@@ -107,6 +118,37 @@ def normalize_rows(X):
     return out
 
 
+def unit_half_sq_norms(xp, C, c_half, dtype):
+    """The centroid constants of the nearest-centroid choice: ``c_half``, with exactly 1/2 for unit centroids.
+
+    Every assignment kernel (NumPy, compiled, ``scipy.sparse``; CuPy in its own
+    ``half_sq_norms`` kernel) chooses the centroid of smallest ``c_half[j] - x.c_j``, where
+    ``c_half[j] = ||c_j||^2 / 2`` as that kernel computed it. For unit centroids (cosine:
+    :func:`unit_centroids`, :func:`normalize_rows`, ``metric.prepare_centroids``) the squared
+    norms are 1 only to rounding, and each path rounds them differently; a row with the
+    same dot product with several centroids (a row orthogonal to them: exactly 0) would go
+    to the centroid whose norm happened to round lowest, not to the lowest index, and to a
+    different one on CSR and dense input. A centroid whose float64 squared norm is within
+    :data:`UNIT_SQ_NORM_TOL` of 1 gets exactly 1/2 here, so such ties are exact and go to the
+    lowest index on every path. Other centroids keep ``c_half`` unchanged (the Euclidean
+    choice moves by at most half the tolerance, below the rounding of ``x.c``, and only for
+    centroids of norm 1 to rounding).
+
+    Parameters
+    ----------
+    xp : namespace of ``C`` and ``c_half`` (NumPy or CuPy)
+    C : array, shape (k, d)
+        The centroids as the kernel uses them (cast to the data dtype).
+    c_half : array, shape (k,)
+        ``||c||^2 / 2`` as the kernel computed it (any float dtype; kept).
+    dtype : the data dtype (selects the tolerance; float32 or float64)
+    """
+    tol = UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
+    C64 = C.astype(xp.float64)
+    unit = xp.abs(xp.sum(C64 * C64, axis=1) - 1.0) <= tol
+    return xp.where(unit, xp.asarray(0.5, dtype=c_half.dtype), c_half)
+
+
 def unit_centroids(partials, previous):
     """Spherical k-means update: each cluster's weighted mean of unit rows, normalised.
 
@@ -125,6 +167,8 @@ def unit_centroids(partials, previous):
         Clusters with no weight, and clusters whose rows cancel (mean of norm at most
         :data:`ZERO_MEAN_NORM`): neither has a direction.
     """
+    from dkmeans.kernels.reduce import update_centroids  # here: the assignment kernels import this module
+
     means, empty = update_centroids(partials, previous)
     xp = get_namespace(means)
     norms = xp.sqrt(xp.sum(means * means, axis=1))
@@ -175,9 +219,11 @@ def cosine_distances(X, C):
 __all__ = [
     "COSINE_SCALE",
     "ZERO_MEAN_NORM",
+    "UNIT_SQ_NORM_TOL",
     "ZERO_ROW_MESSAGE",
     "cosine_distances",
     "normalize_rows",
     "objective_scale",
     "unit_centroids",
+    "unit_half_sq_norms",
 ]

@@ -7,7 +7,10 @@ The public kernels (:func:`dkmeans.kernels.assign`, :func:`~dkmeans.kernels.assi
 so drivers, the engine and the faces run unchanged on sparse data. Centroids stay dense.
 
 * The *choice* of centroid uses ``||c||^2 / 2 - x.c`` with the product ``X_tile @ C.T``
-  (sparse times dense: work proportional to ``nnz(X_tile) * k``), in float64.
+  (sparse times dense: work proportional to ``nnz(X_tile) * k``), in float64, lowest
+  index on exact ties; a unit centroid counts ``||c||^2 / 2`` as exactly 1/2, as on the
+  dense paths (:func:`dkmeans.kernels.cosine.unit_half_sq_norms`: cosine ties, such as a
+  row orthogonal to several centroids, go to the lowest index on CSR and dense input alike).
 * The squared distance *reported* for the chosen centroid is computed in float64 from the
   stored values: ``sum over the row's nonzeros of (x_j - c_j)^2`` plus the centroid's
   squared norm outside them (``||c||^2 - sum over the nonzeros of c_j^2``). The first part
@@ -83,9 +86,15 @@ def _tile_rows(X, k: int, scratch_bytes: int) -> int:
     return int(min(max(n, 1), max(1, scratch_bytes // per_row)))
 
 
-def _centroid_blocks(C64, k: int):
-    """``(j0, C_block.T as C-contiguous, ||c||^2 / 2)`` per block of at most ``MAX_CENTROID_BLOCK`` centroids."""
-    half = 0.5 * np.einsum("ij,ij->i", C64, C64)
+def _centroid_blocks(C64, k: int, dtype):
+    """``(j0, C_block.T as C-contiguous, ||c||^2 / 2)`` per block of at most ``MAX_CENTROID_BLOCK`` centroids.
+
+    ``||c||^2 / 2`` is the choice's: exactly 1/2 for a unit centroid (of the data ``dtype``'s
+    tolerance, :func:`dkmeans.kernels.cosine.unit_half_sq_norms`).
+    """
+    from dkmeans.kernels.cosine import unit_half_sq_norms  # here: cosine imports this module
+
+    half = unit_half_sq_norms(np, C64, 0.5 * np.einsum("ij,ij->i", C64, C64), dtype)
     return [(j0, np.ascontiguousarray(C64[j0:j0 + MAX_CENTROID_BLOCK].T), half[j0:j0 + MAX_CENTROID_BLOCK])
             for j0 in range(0, k, MAX_CENTROID_BLOCK)]
 
@@ -135,8 +144,8 @@ def _assign64(X, C, scratch_bytes: int):
     d2 = np.empty(n, dtype=np.float64)
     if n == 0:
         return labels, d2
-    blocks = _centroid_blocks(C64, k)
-    c_sq = 2.0 * np.concatenate([half for _, _, half in blocks])
+    blocks = _centroid_blocks(C64, k, X.dtype)
+    c_sq = np.einsum("ij,ij->i", C64, C64)  # the reported distance's: not the choice's (unit: 1/2 exactly)
     rows = _tile_rows(X, k, scratch_bytes)
     for i0 in range(0, n, rows):
         Xt = X[i0:i0 + rows]

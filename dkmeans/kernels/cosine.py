@@ -57,6 +57,9 @@ NORMALIZE_TILE_BYTES = 4 * 2**20
 #: float32 within one float32 ulp; the tolerances leave a wide margin above that. The CuPy
 #: kernel ``half_sq_norms`` (:mod:`._cuda`) applies the same values.
 UNIT_SQ_NORM_TOL = {np.dtype(np.float32): 2.0**-20, np.dtype(np.float64): 2.0**-40}
+#: :func:`unit_half_sq_norms` sums in float64 only the centroids whose ``2 c_half`` (as the
+#: kernel computed it, in the data dtype) is within this of 1: far wider than its rounding.
+UNIT_PREFILTER = 2.0**-8
 
 
 def objective_scale(metric: str) -> float:
@@ -144,9 +147,16 @@ def unit_half_sq_norms(xp, C, c_half, dtype):
     dtype : the data dtype (selects the tolerance; float32 or float64)
     """
     tol = UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
-    C64 = C.astype(xp.float64)
-    unit = xp.abs(xp.sum(C64 * C64, axis=1) - 1.0) <= tol
-    return xp.where(unit, xp.asarray(0.5, dtype=c_half.dtype), c_half)
+    # only centroids whose c_half is near 1/2 are summed again in float64 (Euclidean ones: rarely any)
+    near = xp.nonzero(xp.abs(2.0 * c_half.astype(xp.float64) - 1.0) <= UNIT_PREFILTER)[0]
+    out = xp.array(c_half, copy=True)
+    rows = max(1, NORMALIZE_TILE_BYTES // (16 * max(C.shape[1], 1)))  # float64 scratch of a few MiB
+    for j0 in range(0, near.shape[0], rows):
+        at = near[j0:j0 + rows]
+        C64 = C[at].astype(xp.float64)
+        unit = at[xp.abs(xp.sum(C64 * C64, axis=1) - 1.0) <= tol]
+        out[unit] = 0.5
+    return out
 
 
 def unit_centroids(partials, previous):

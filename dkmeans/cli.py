@@ -12,12 +12,13 @@ import argparse
 import logging
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from dkmeans import _params
-from dkmeans.cluster import close_embedded_cluster
+from dkmeans.cluster import EmbeddedClusterWarning, close_embedded_cluster
 from dkmeans.errors import DKMeansError, InvalidParameterError
 from dkmeans.io.dataframe import select_columns
 
@@ -39,13 +40,19 @@ def connect(args):
             security = Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
                                 tls_client_key=args.tls_key, require_encryption=True)
         try:
-            return distributed.Client(args.scheduler, timeout=args.connect_timeout, security=security)
+            client = distributed.Client(args.scheduler, timeout=args.connect_timeout, security=security)
         except (OSError, TimeoutError) as exc:
             raise DKMeansError(f"cannot reach the scheduler at {args.scheduler}: {exc}") from None
-    # --local is the default: the embedded cluster (closed by main() before exit)
-    if getattr(args, "gpu", False):
-        return get_client(gpu=True)
-    return get_client(n_workers=getattr(args, "workers", None))
+        args.opened_client = client  # closed by main() before it returns
+        return client
+    # --local is the default: the embedded cluster (closed by main() before it returns). A
+    # command has no later work of the user's that it could run on, so the library's warning
+    # that the cluster became the default scheduler is not shown; its address is logged.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmbeddedClusterWarning)
+        if getattr(args, "gpu", False):
+            return get_client(gpu=True)
+        return get_client(n_workers=getattr(args, "workers", None))
 
 
 def _verbose(args) -> int:
@@ -74,7 +81,10 @@ def _log_to(quiet: bool):
     stream that carries the results, so a log captured from stdout (or from both streams)
     has them in order; warnings and errors go to stderr.
     """
+    root = logging.getLogger()
+    root_handlers = list(root.handlers)
     logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT)  # other libraries: warnings on stderr
+    added_to_root = [h for h in root.handlers if h not in root_handlers]
     saved = logger.level, logger.propagate, list(logger.handlers)
     if quiet or sys.stdout.isatty():
         logger.setLevel(logging.WARNING)
@@ -93,6 +103,11 @@ def _log_to(quiet: bool):
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
         logger.handlers[:] = saved[2]
+        # The root handler basicConfig added writes to this sys.stderr, which a caller of main()
+        # (a test capturing output) may close: a record logged through it later would end in
+        # "--- Logging error ---".
+        for handler in added_to_root:
+            root.removeHandler(handler)
 
     return restore
 
@@ -329,14 +344,16 @@ def _centres_model(centres, like):
 def _cluster_options(p):
     g = p.add_argument_group("cluster (default: an embedded local cluster, one worker per core)")
     g.add_argument("--scheduler", metavar="ADDRESS", help="connect to a running Dask scheduler")
-    g.add_argument("--local", action="store_true", help="start a local cluster")
-    g.add_argument("--workers", type=int, help="worker processes of the local cluster")
+    g.add_argument("--local", action="store_true", help="start a local cluster (the default)")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes of the local cluster (default: one per core)")
     g.add_argument("--gpu", action="store_true",
                    help="start a LocalCUDACluster (dask-cuda), one worker per GPU, and compute there (CuPy)")
-    g.add_argument("--connect-timeout", default="10s", help="how long to wait for --scheduler")
-    g.add_argument("--tls-ca-file", help="TLS: CA certificate of the scheduler")
-    g.add_argument("--tls-cert", help="TLS: client certificate")
-    g.add_argument("--tls-key", help="TLS: client key")
+    g.add_argument("--connect-timeout", default="10s", metavar="DURATION",
+                   help="how long to wait for --scheduler (default 10s)")
+    g.add_argument("--tls-ca-file", metavar="PATH", help="TLS: CA certificate of the scheduler")
+    g.add_argument("--tls-cert", metavar="PATH", help="TLS: client certificate")
+    g.add_argument("--tls-key", metavar="PATH", help="TLS: client key")
 
 
 def _dest(option: str) -> str:
@@ -397,7 +414,7 @@ def _add_fit_options(parser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dkmeans", description="Distributed k-means clustering on Dask.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, help="the command to run")
 
     fit = sub.add_parser("fit", help="fit k-means on Parquet/CSV and write a model file")
     fit.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
@@ -415,31 +432,38 @@ def build_parser() -> argparse.ArgumentParser:
     fit.set_defaults(handler=_fit)
 
     predict = sub.add_parser("predict", help="label Parquet/CSV rows with a model; write Parquet")
-    predict.add_argument("model")
-    predict.add_argument("input")
+    predict.add_argument("model", help="model file written by dkmeans fit (or KMeans.save)")
+    predict.add_argument("input", help="Parquet file/directory/glob or CSV file/glob to label")
     predict.add_argument("--output", required=True, help="Parquet directory to write (one file per input partition)")
-    predict.add_argument("--label-column", default="cluster")
+    predict.add_argument("--label-column", default="cluster",
+                         help="name of the label column added (default cluster)")
     _cluster_options(predict)
     predict.set_defaults(handler=_predict)
 
     evaluate = sub.add_parser("evaluate", help="objective of a model on data; with known labels, accuracy, CI, ARI")
-    evaluate.add_argument("model")
-    evaluate.add_argument("input")
+    evaluate.add_argument("model", help="model file written by dkmeans fit (or KMeans.save)")
+    evaluate.add_argument("input", help="Parquet file/directory/glob or CSV file/glob to score")
     evaluate.add_argument("--truth-column", help="column of known class labels")
     _cluster_options(evaluate)
     evaluate.set_defaults(handler=_evaluate)
 
     demo = sub.add_parser("demo", help="cluster a few million generated points on a local Dask cluster")
-    demo.add_argument("--n-samples", type=int, default=3_000_000)
-    demo.add_argument("--n-features", type=int, default=8)
-    demo.add_argument("-k", type=int, default=12, help="number of clusters (and of generating blobs)")
-    demo.add_argument("--spread", type=float, default=2.0, help="standard deviation of each blob")
-    demo.add_argument("--chunk-rows", type=int, default=250_000)
-    demo.add_argument("--max-iter", type=int, default=100)
-    demo.add_argument("--tol", type=float, default=1e-4)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--output", default="dkmeans-demo-output", help="folder for the model, labels and plot")
-    demo.add_argument("--quiet", action="store_true")
+    demo.add_argument("--n-samples", type=int, metavar="N", default=3_000_000,
+                      help="rows to generate (default 3000000)")
+    demo.add_argument("--n-features", type=int, metavar="N", default=8, help="columns of each row (default 8)")
+    demo.add_argument("-k", type=int, default=12, help="number of clusters (and of generating blobs; default 12)")
+    demo.add_argument("--spread", type=float, metavar="SD", default=2.0,
+                      help="standard deviation of each blob (default 2.0)")
+    demo.add_argument("--chunk-rows", type=int, metavar="N", default=250_000,
+                      help="rows per chunk of the generated Dask array (default 250000)")
+    demo.add_argument("--max-iter", type=int, metavar="N", default=100, help="most Lloyd iterations (default 100)")
+    demo.add_argument("--tol", type=float, default=1e-4,
+                      help="stop when the centroids' total squared shift is below tol x the mean feature "
+                           "variance (default 0.0001)")
+    demo.add_argument("--seed", type=int, metavar="N", default=0, help="seed of the data and of the fit (default 0)")
+    demo.add_argument("--output", default="dkmeans-demo-output", metavar="DIR",
+                      help="folder for the model, labels and plot (default dkmeans-demo-output)")
+    demo.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(demo)
     demo.set_defaults(handler=_demo)
     return parser
@@ -460,6 +484,9 @@ def main(argv=None) -> int:
         return 130
     finally:
         try:
+            opened = getattr(args, "opened_client", None)
+            if opened is not None:  # --scheduler: disconnect (the scheduler and its workers stay)
+                opened.close()
             close_embedded_cluster()  # before interpreter shutdown, so it closes quietly
         finally:
             restore_logging()

@@ -5,6 +5,13 @@
 :class:`distributed.LocalCluster` once per process (worker processes, one per core, one
 thread each), with the scheduler and dashboard bound to 127.0.0.1 only, and closes it
 when the process exits.
+
+The embedded cluster's client becomes Dask's default scheduler, as ``distributed.Client()``
+does: ``.compute()`` on any Dask collection then runs on it, the user's own work included.
+An :class:`EmbeddedClusterWarning` says so once, with the dashboard's address, when the
+cluster starts. The Dask config key ``dkmeans.embedded-cluster.set-as-default`` (environment
+``DASK_DKMEANS__EMBEDDED_CLUSTER__SET_AS_DEFAULT``; default true) set to false keeps the
+user's scheduler as it was: fits still run on the embedded cluster, and nothing else does.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ import atexit
 import logging
 import multiprocessing
 import os
+import sys
 import threading
+import warnings
 from contextlib import contextmanager
 
 import dask
@@ -23,8 +32,37 @@ from dkmeans.errors import DKMeansError
 
 logger = logging.getLogger("dkmeans")
 
+#: Dask config key (env ``DASK_DKMEANS__EMBEDDED_CLUSTER__SET_AS_DEFAULT``): whether the
+#: embedded cluster's client becomes Dask's default scheduler (true, as ``distributed.Client()``
+#: does), or only runs dkmeans' own work (false: the user's scheduler stays as it was).
+SET_AS_DEFAULT_KEY = "dkmeans.embedded-cluster.set-as-default"
+DEFAULT_SET_AS_DEFAULT = True
+
 _lock = threading.Lock()
 _embedded: dict = {}
+_exit_handler: list = []  # registered once, when the first embedded cluster starts
+
+
+class EmbeddedClusterWarning(UserWarning):
+    """dkmeans started its own local Dask cluster and made it Dask's default scheduler.
+
+    Issued once, when the cluster starts (see :data:`SET_AS_DEFAULT_KEY` to keep the user's
+    scheduler instead). Silence it with ``warnings.filterwarnings("ignore",
+    category=dkmeans.cluster.EmbeddedClusterWarning)``.
+    """
+
+
+def embedded_set_as_default() -> bool:
+    """``dkmeans.embedded-cluster.set-as-default`` as a bool (environment strings such as "false" too)."""
+    value = dask.config.get(SET_AS_DEFAULT_KEY, DEFAULT_SET_AS_DEFAULT)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+        raise DKMeansError(f"Dask config {SET_AS_DEFAULT_KEY} must be true or false, got {value!r}")
+    return bool(value)
 
 
 def _cpu_count() -> int:
@@ -67,8 +105,24 @@ def fit_client():
     if _in_worker_task():
         with distributed.worker_client() as client:
             yield client
-    else:
-        yield get_client()
+        return
+    client = get_client()
+    with _scheduler_for_fit(client):
+        yield client
+
+
+@contextmanager
+def _scheduler_for_fit(client):
+    """An embedded client that is not Dask's default is the scheduler for the fit's duration.
+
+    The fit computes some of its own collections with ``.compute()`` (results it persisted on
+    the cluster, which no other scheduler can compute); the user's scheduler is back afterwards.
+    """
+    if _embedded.get("client") is not client or _embedded.get("set_as_default", True):
+        yield
+        return
+    with dask.config.set(scheduler=client), client.as_current():  # undone in the reverse order
+        yield
 
 
 def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, *,
@@ -83,7 +137,8 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
         Threads per worker; each kernel uses one BLAS thread per worker thread.
     set_as_default : bool
         Make the client Dask's default scheduler, so ``.compute()`` on the lazy
-        results runs on this cluster (as ``distributed.Client()`` does).
+        results runs on this cluster (as ``distributed.Client()`` does). :func:`get_client`
+        passes the Dask config ``dkmeans.embedded-cluster.set-as-default`` (default true).
     **kwargs
         Passed to :class:`distributed.LocalCluster`.
 
@@ -111,8 +166,10 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
     return distributed.Client(cluster, set_as_default=set_as_default)
 
 
-def start_local_cuda_cluster(**kwargs):
+def start_local_cuda_cluster(*, set_as_default: bool = True, **kwargs):
     """Start a loopback-only ``dask_cuda.LocalCUDACluster`` (one worker per GPU) and a client.
+
+    ``set_as_default`` as for :func:`start_local_cluster`.
 
     Raises
     ------
@@ -125,7 +182,7 @@ def start_local_cuda_cluster(**kwargs):
         raise DKMeansError("a GPU cluster needs dask-cuda and CuPy: pip install 'dkmeans[gpu]'") from None
     options = dict(host="127.0.0.1", dashboard_address="127.0.0.1:0")
     options.update(kwargs)
-    return distributed.Client(LocalCUDACluster(**options))
+    return distributed.Client(LocalCUDACluster(**options), set_as_default=set_as_default)
 
 
 def get_client(*, gpu: bool = False, **kwargs):
@@ -138,11 +195,22 @@ def get_client(*, gpu: bool = False, **kwargs):
         cluster when no client exists.
     **kwargs
         Options for :func:`start_local_cluster` (or ``LocalCUDACluster``), used only when
-        the embedded cluster is started by this call.
+        the embedded cluster is started by this call. ``set_as_default`` defaults to the
+        Dask config ``dkmeans.embedded-cluster.set-as-default`` (true).
 
     Returns
     -------
     distributed.Client
+
+    Warns
+    -----
+    EmbeddedClusterWarning
+        Once, when this call starts the embedded cluster and makes it Dask's default
+        scheduler (``.compute()`` of any Dask collection then runs there). With
+        ``dask.config.set({"dkmeans.embedded-cluster.set-as-default": False})`` the user's
+        scheduler stays as it was (dkmeans' fits still use the embedded cluster; compute
+        results it keeps there, such as ``labels_`` of a Dask array, with
+        ``km.labels_.compute(scheduler=dkmeans.get_client())``), and nothing is issued.
     """
     client = current_client()
     if client is not None:
@@ -153,21 +221,47 @@ def get_client(*, gpu: bool = False, **kwargs):
             if in_daemon_process() and not gpu:
                 # a daemonic process (a joblib/loky worker) cannot start worker processes: threads instead
                 kwargs = {"processes": False, "n_workers": 1, "threads_per_worker": _cpu_count(), **kwargs}
+            kwargs.setdefault("set_as_default", embedded_set_as_default())
             client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
-            _embedded["client"] = client
+            _embedded.update(client=client, set_as_default=bool(kwargs["set_as_default"]))
+            if not _exit_handler:
+                # Registered now, not at import: atexit runs handlers last-registered first, so
+                # this closes the client, then the cluster, before anything registered earlier
+                # (logging's shutdown, distributed's own exit handlers) has run.
+                atexit.register(close_embedded_cluster)
+                _exit_handler.append(close_embedded_cluster)
             logger.info("started a local Dask cluster: %s", client.dashboard_link)
+            if kwargs["set_as_default"]:
+                warnings.warn(
+                    f"dkmeans started a local Dask cluster (dashboard {client.dashboard_link}) and made it "
+                    "Dask's default scheduler: .compute() of any Dask collection now runs there. To keep "
+                    "your scheduler, set dask.config.set({'dkmeans.embedded-cluster.set-as-default': False}) "
+                    "before the first fit, or create a distributed.Client yourself.",
+                    EmbeddedClusterWarning, stacklevel=_user_stacklevel())
     return client
+
+
+#: Modules whose frames a warning skips to reach the user's line (dkmeans, and the wrappers
+#: between a user's call and dkmeans: scikit-learn's ``fit`` context, ``contextlib``).
+_INTERNAL_MODULES = ("dkmeans", "sklearn", "contextlib")
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the caller point at the user's code."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL_MODULES:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def close_embedded_cluster() -> None:
     """Close the embedded cluster if this process started one (also runs at exit)."""
     with _lock:
         client = _embedded.pop("client", None)
+        _embedded.pop("set_as_default", None)
     if client is not None:
         cluster = client.cluster
         client.close()
         if cluster is not None:
             cluster.close()
 
-
-atexit.register(close_embedded_cluster)

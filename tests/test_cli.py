@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -148,6 +150,61 @@ def test_every_command_has_help():
     for cmd in ("fit", "predict", "evaluate", "demo"):
         res = run_cli(cmd, "--help")
         assert res.returncode == 0 and "usage: dkmeans" in res.stdout
+
+
+def _options_without_help(parser, name="dkmeans"):
+    """``command option`` for every argument of ``parser`` and its subcommands' parsers that has no help."""
+    missing = []
+    for action in parser._actions:
+        if not action.help or action.help == argparse.SUPPRESS:
+            missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+        if isinstance(action, argparse._SubParsersAction):
+            for command, sub in action.choices.items():
+                missing += _options_without_help(sub, f"{name} {command}")
+    return missing
+
+
+def test_every_option_has_help():
+    from dkmeans.cli import build_parser
+
+    parser = build_parser()
+    assert _options_without_help(parser) == []
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) == {"fit", "predict", "evaluate", "demo"}  # a new command is walked too
+    demo_help = {a.option_strings[0]: a.help for a in commands["demo"]._actions if a.option_strings}
+    for option, default in (("--n-samples", "3000000"), ("--n-features", "8"), ("--chunk-rows", "250000"),
+                            ("--max-iter", "100"), ("--tol", "0.0001"), ("--seed", "0"), ("--spread", "2.0")):
+        assert demo_help[option].endswith(f"(default {default})"), demo_help[option]
+
+
+def test_main_closes_the_client_it_opened(client, parquet_dir, monkeypatch, capsys):
+    """``--scheduler``: main() disconnects before returning and leaves no logging handler behind.
+
+    A client left open kept trying to reconnect after the test session's cluster closed, and
+    logged through a handler bound to a stream pytest had closed by then: ``make test`` ended
+    in "--- Logging error --- ... ValueError: I/O operation on closed file".
+    """
+    import distributed
+
+    from dkmeans.cli import main
+
+    opened = []
+
+    class Recording(distributed.Client):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(distributed, "Client", Recording)
+    root, dkmeans_logger = logging.getLogger(), logging.getLogger("dkmeans")
+    before = list(root.handlers), list(dkmeans_logger.handlers)
+    root_dir, _ = parquet_dir
+    code = main(["fit", str(root_dir / "data.csv"), "-k", "4", "--exclude", "truth", "--model",
+                 str(root_dir / "closed.dkm"), "--scheduler", client.scheduler.address, "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert len(opened) == 1 and opened[0].status == "closed"
+    assert (list(root.handlers), list(dkmeans_logger.handlers)) == before
+    assert client.status == "running"  # the scheduler it connected to is untouched
 
 
 def test_quiet_silences_progress(parquet_dir):

@@ -425,17 +425,32 @@ def refill_partials(X, live_labels, live_d2, R, live_index, refill_index, k: int
 def distances(X, C):
     """Euclidean distances from each row to every centroid, shape (n, k), ``X.dtype``.
 
-    Memory is n x k by construction (this is the output); distances are clipped at 0
-    before the square root so rounding never gives NaN.
+    Computed in float64 (float32 rows too, as scikit-learn's ``euclidean_distances`` does)
+    by the expanded formula ``||x||^2 - 2 x.c + ||c||^2``, clipped at 0 before the square
+    root; a pair whose squared distance is within rounding of zero (at most ``2**-20``
+    times ``||x||^2 + ||c||^2``) is recomputed from the difference ``x - c``, so a row
+    equal to a centroid is at distance exactly 0 (``transform(cluster_centers_)`` has a
+    zero diagonal) and nearby rows keep their small distances' digits. Memory: the n x k
+    output plus float64 blocks of rows of about ``DEFAULT_SCRATCH_BYTES``.
     """
     check_centroids(X, C)
     if _sparse.is_sparse(X):
         return _sparse.distances(X, C)
     xp = get_namespace(X, C)
-    C = xp.asarray(C, dtype=X.dtype)
-    x_sq = xp.sum(X * X, axis=1)[:, None]
-    c_sq = xp.sum(C * C, axis=1)[None, :]
-    d2 = x_sq - 2.0 * (X @ C.T) + c_sq
-    return xp.sqrt(xp.maximum(d2, 0))
+    C64 = xp.asarray(C, dtype=xp.float64)
+    c_sq = xp.sum(C64 * C64, axis=1)[None, :]
+    n, k = X.shape[0], C64.shape[0]
+    out = xp.empty((n, k), dtype=X.dtype)
+    rows = max(1, DEFAULT_SCRATCH_BYTES // (8 * max(1, k, X.shape[1])))
+    for i0 in range(0, n, rows):
+        Xb = xp.asarray(X[i0:i0 + rows], dtype=xp.float64)
+        x_sq = xp.sum(Xb * Xb, axis=1)[:, None]
+        d2 = x_sq - 2.0 * (Xb @ C64.T) + c_sq
+        i, j = xp.nonzero(d2 <= 2.0**-20 * (x_sq + c_sq))
+        if i.shape[0]:
+            diff = Xb[i] - C64[j]
+            d2[i, j] = xp.sum(diff * diff, axis=1)
+        out[i0:i0 + rows] = xp.sqrt(xp.maximum(d2, 0.0))
+    return out
 
 

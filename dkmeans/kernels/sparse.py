@@ -220,8 +220,21 @@ def sq_distances(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
 
 
 def distances(X, C):
-    """Euclidean distances (n, k) of sparse rows to every centroid, in ``X.dtype``."""
-    return np.sqrt(sq_distances(X, C)).astype(X.dtype)
+    """Euclidean distances (n, k) of sparse rows to every centroid, in ``X.dtype``.
+
+    From :func:`sq_distances` (float64); as on dense rows, a pair within rounding of zero
+    (at most ``2**-20 (||x||^2 + ||c||^2)``) is recomputed from the difference of the
+    (densified) row and the centroid, so a row equal to a centroid is at distance exactly 0.
+    """
+    X = as_csr(X)
+    d2 = sq_distances(X, C)
+    C64 = np.asarray(C, dtype=np.float64)
+    c_sq = np.einsum("ij,ij->i", C64, C64)
+    i, j = np.nonzero(d2 <= 2.0**-20 * (row_sq_norms(X)[:, None] + c_sq[None, :]))
+    if len(i):
+        diff = take_rows(X, i).astype(np.float64) - C64[j]
+        d2[i, j] = np.einsum("ij,ij->i", diff, diff)
+    return np.sqrt(d2).astype(X.dtype)
 
 
 def take_rows(X, index):

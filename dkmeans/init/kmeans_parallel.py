@@ -122,16 +122,34 @@ def sample_candidates(data, k: int, seed: int, options: InitOptions):
 
 
 def _complete(data, C: np.ndarray, k: int) -> np.ndarray:
-    """Add the rows farthest from ``C`` until there are k centres (deterministic)."""
-    missing = k - len(C)
-    far = farthest_points_all(data, C, missing)
-    found = int(np.sum(np.asarray(far.score) > 0))
-    if found < missing:
-        warnings.warn(distinct_clusters_message(len(C) + found, k), ConvergenceWarning, stacklevel=4)
-    extra = np.asarray(far.rows)
-    while len(C) + len(extra) < k:  # not even k rows with positive weight: repeat centres
-        extra = np.concatenate([extra, C[: k - len(C) - len(extra)]])
-    return np.concatenate([C, extra])[:k]
+    """Fill the candidates ``C`` up to k centres, deterministically (whatever the chunking).
+
+    Repeated candidates count once (the first of equal rows is kept, in order). The rows
+    farthest from the centres so far fill in, distinct ones only: the farthest rows may be
+    copies of one point, so a pass that found fewer distinct rows than it returned is
+    followed by another. When every row of positive weight coincides with a centre, a
+    ``ConvergenceWarning`` counts the distinct centres, and the remaining centres are copies
+    of the data's first row of positive weight: where scikit-learn's k-means++ puts them
+    (its draw on a zero potential lands on the first row).
+    """
+    _, first = np.unique(C, axis=0, return_index=True)
+    C = C[np.sort(first)]
+    fill = None
+    while len(C) < k:
+        missing = k - len(C)
+        far = farthest_points_all(data, C, missing)
+        score, index, rows = np.asarray(far.score), np.asarray(far.index), np.asarray(far.rows)
+        positive = rows[score > 0]
+        _, first = np.unique(positive, axis=0, return_index=True)
+        C = np.concatenate([C, positive[np.sort(first)].astype(C.dtype)])
+        if len(positive) < missing:  # every row at a positive distance was returned: none is left
+            # the data's first row of positive weight is among the rows returned (or a centre's copy)
+            fill = rows[int(np.argmin(index))] if len(index) else C[0]
+            break
+    if len(C) < k:
+        warnings.warn(distinct_clusters_message(len(C), k), ConvergenceWarning, stacklevel=4)
+        C = np.concatenate([C, np.repeat(fill[None, :].astype(C.dtype), k - len(C), axis=0)])
+    return C
 
 
 def _farthest_chunk(X, w, offset, C, m):

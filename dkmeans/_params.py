@@ -174,7 +174,8 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           "'auto': persist the data when it fits the cluster's memory budget, else read it from its source "
           "in every pass; True: always stream; False: always persist",
           estimator="out_of_core", functional="out_of_core", cli="--out-of-core"),
-    Param("verbose", Int(0), "print one line per iteration when > 0", estimator="verbose"),
+    Param("verbose", Either((OneOf((False, True)), Int(0))),
+          "print one line per iteration when > 0 or True (scikit-learn accepts bools too)", estimator="verbose"),
     Param("batch_size", Int(1), "mini-batch: rows per batch", estimator="batch_size", functional="batch_size",
           cli="--batch-size"),
     Param("max_no_improvement", Either((OneOf((None,)), Int(0))),

@@ -45,35 +45,107 @@ from dkmeans.io.dataframe import (
 from dkmeans.metric import distances_block as _distances_block
 from dkmeans.metric import labels_block as _labels_block
 from dkmeans.metric import objective_block as _sq_dist_block
-from dkmeans.state import IterationRecord, LocalSearchRecord, MiniBatchRecord, history_dicts
+from dkmeans.state import HartiganRecord, IterationRecord, LocalSearchRecord, MiniBatchRecord, history_dicts
 
 logger = logging.getLogger("dkmeans")
 
 
-def _progress(verbose: int):
-    """Each iteration is logged (logger ``dkmeans``, INFO); with ``verbose`` also printed."""
+def _record_line(record) -> str:
+    """dkmeans' one line for a progress record (logged, and printed with ``verbose``)."""
+    if isinstance(record, LocalSearchRecord):
+        return (f"swap round {record.round:3d}  objective {record.objective:.6e}  swaps tried "
+                f"{record.swaps_tried}  accepted {record.swaps_accepted}  {record.seconds * 1e3:8.1f} ms")
+    if isinstance(record, IterationRecord):
+        detail = f"shift {record.centroid_shift:.3e}  empty fixed {record.empty_clusters_fixed}"
+    elif isinstance(record, MiniBatchRecord):
+        ewa = "-" if record.ewa_objective is None else f"{record.ewa_objective:.6e}"
+        detail = f"minibatch ewa {ewa}  shift {record.centroid_shift:.3e}  reassigned {record.reassigned}"
+    else:  # a Hartigan round
+        detail = f"hartigan {record.mode:13s} moves {record.moves}"
+    return (f"iteration {record.iteration:4d}  objective {record.objective:.6e}  {detail}  "
+            f"{record.seconds * 1e3:8.1f} ms")
 
-    def show(record) -> None:
-        if isinstance(record, LocalSearchRecord):
-            line = (f"swap round {record.round:3d}  objective {record.objective:.6e}  swaps tried "
-                    f"{record.swaps_tried}  accepted {record.swaps_accepted}  {record.seconds * 1e3:8.1f} ms")
-        else:
-            if isinstance(record, IterationRecord):
-                detail = f"shift {record.centroid_shift:.3e}  empty fixed {record.empty_clusters_fixed}"
-            elif isinstance(record, MiniBatchRecord):
-                ewa = "-" if record.ewa_objective is None else f"{record.ewa_objective:.6e}"
-                detail = f"minibatch ewa {ewa}  shift {record.centroid_shift:.3e}  reassigned {record.reassigned}"
-            else:  # a Hartigan round
-                detail = f"hartigan {record.mode:13s} moves {record.moves}"
-            line = (
-                f"iteration {record.iteration:4d}  objective {record.objective:.6e}  {detail}  "
-                f"{record.seconds * 1e3:8.1f} ms"
-            )
+
+class _Progress:
+    """Each record is logged (logger ``dkmeans``, INFO); with ``verbose`` also printed.
+
+    Printed too, as scikit-learn's ``KMeans(verbose=1)`` prints them: ``Initialization
+    complete`` before the first record of each run (``n_init``), and when a Lloyd loop
+    stopped by a rule, ``Converged at iteration i: strict convergence.`` (no centroid moved)
+    or ``Converged at iteration i: center shift s within tolerance.`` (a loop's end is seen
+    at the next record or at :meth:`finish`). ``max_iter`` (set by the face) tells a loop
+    that reached it from one that stopped by the rule.
+    """
+
+    def __init__(self, verbose):
+        self.verbose = verbose
+        self.max_iter = None
+        self._last = None  # the previous record
+        self._settle = False  # this run's local search kept swaps: Lloyd runs again from them
+
+    def _starts_run(self, record) -> bool:
+        last = self._last
+        if last is None:
+            return True
+        if isinstance(record, IterationRecord) and record.iteration == 1:
+            return not self._settle  # else the Lloyd loop after the swaps, in the same run
+        if isinstance(record, HartiganRecord) and record.iteration == 0:  # algorithm="hartigan"
+            return isinstance(last, HartiganRecord)  # (after Lloyd: refine, the same run)
+        return False
+
+    def _lloyd_ended(self) -> None:
+        last = self._last
+        if not isinstance(last, IterationRecord):
+            return
+        if last.centroid_shift == 0.0:
+            print(f"Converged at iteration {last.iteration}: strict convergence.", file=sys.stdout, flush=True)
+        elif self.max_iter is None or last.iteration < self.max_iter:
+            print(f"Converged at iteration {last.iteration}: center shift {last.centroid_shift} within tolerance.",
+                  file=sys.stdout, flush=True)
+
+    def __call__(self, record) -> None:
+        line = _record_line(record)
+        starts = self._starts_run(record)
+        continues_lloyd = (isinstance(record, IterationRecord) and isinstance(self._last, IterationRecord)
+                           and record.iteration == self._last.iteration + 1)
+        if self.verbose and not continues_lloyd:
+            self._lloyd_ended()
+        if starts:
+            self._settle = False
+            if self.verbose and not isinstance(record, MiniBatchRecord):  # scikit-learn's mini-batch has none
+                print("Initialization complete", file=sys.stdout, flush=True)
+        elif isinstance(record, IterationRecord) and record.iteration == 1:
+            self._settle = False
+        if isinstance(record, LocalSearchRecord) and record.swaps_accepted > 0:
+            self._settle = True
+        self._last = record
         logger.info(line)
-        if verbose:
+        if self.verbose:
             print(line, file=sys.stdout, flush=True)
 
-    return show
+    def finish(self) -> None:
+        """The fit ended: the last Lloyd loop's convergence message."""
+        if self.verbose and not isinstance(self._last, MiniBatchRecord):
+            self._lloyd_ended()
+        self._last = None
+
+
+def _progress(verbose):
+    """The progress callback of a fit (:class:`_Progress`)."""
+    return _Progress(verbose)
+
+
+def _finish_progress(spec: FitSpec) -> None:
+    finish = getattr(spec.on_iteration, "finish", None)
+    if finish is not None:
+        finish()
+
+
+def _progress_for(verbose, max_iter: int):
+    progress = _progress(verbose)
+    if isinstance(progress, _Progress):
+        progress.max_iter = max_iter
+    return progress
 
 
 class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
@@ -168,6 +240,7 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
 
     def _fit(self, X, sample_weight, spec: FitSpec):
         result = run_fit(spec, self._fit_dataset(X), sample_weight)
+        _finish_progress(spec)
         # attributes are set only once everything succeeded (fit() restores them on failure)
         self.cluster_centers_ = result.centroids
         self.labels_ = result.labels
@@ -373,8 +446,8 @@ class KMeans(_KMeansBase):
         centres for the same ``random_state`` whatever the chunking and worker count.
     n_init : "auto" or int, default "auto"
         Number of initialisations (each followed by Lloyd); the run with the lowest
-        objective is kept. ``"auto"``: 10 for ``"random"`` and ``"random-partition"``, 1
-        otherwise (as in scikit-learn).
+        objective is kept. ``"auto"``: 10 for ``"random"``, ``"random-partition"`` and a
+        callable, 1 otherwise (as in scikit-learn).
     max_iter : int, default 300
         Maximum number of Lloyd iterations.
     tol : float, default 1e-4
@@ -404,9 +477,13 @@ class KMeans(_KMeansBase):
         k-means|| only: expected candidates per round, as a multiple of ``n_clusters``.
     init_rounds : int, default 5
         k-means|| only: number of sampling rounds.
-    verbose : int, default 0
-        Print one line per iteration (objective, centroid shift, time) when > 0. Every
-        iteration is also logged at INFO level on the ``dkmeans`` logger.
+    verbose : int or bool, default 0
+        Print one line per iteration (objective, centroid shift, time) when > 0 (or True).
+        Every iteration is also logged at INFO level on the ``dkmeans`` logger. Printed
+        too, as scikit-learn prints them: ``Initialization complete`` before each run's
+        first line, and after a Lloyd loop stopped by its rule ``Converged at iteration i:
+        strict convergence.`` (no centroid moved) or ``Converged at iteration i: center
+        shift s within tolerance.``
     checkpoint : str or path-like, optional
         A checkpoint file (``.npz``): the fit writes its state there after the
         initialisation, every ``checkpoint_every`` Lloyd iterations and after each run
@@ -533,7 +610,8 @@ class KMeans(_KMeansBase):
             raise InvalidParameterError("refine='hartigan' applies to algorithm='lloyd' only")
         n_init = p["n_init"]
         if n_init == "auto":
-            n_init = 10 if (isinstance(init, str) and init in CHEAP_RANDOM) else 1
+            # scikit-learn's rule: 10 for "random" and a callable (here "random-partition" too), else 1
+            n_init = 10 if (isinstance(init, str) and init in CHEAP_RANDOM) or callable(init) else 1
         if not isinstance(init, str) and not callable(init) and n_init > 1:
             warnings.warn(
                 "Explicit initial center position passed: performing only one init in "
@@ -549,6 +627,6 @@ class KMeans(_KMeansBase):
             local_search=p["local_search"],
             init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
             random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
-            out_of_core=p["out_of_core"], on_iteration=_progress(p["verbose"]), metric=p["metric"],
+            out_of_core=p["out_of_core"], on_iteration=_progress_for(p["verbose"], p["max_iter"]), metric=p["metric"],
             job={"estimator": "dkmeans.KMeans", "params": self._job_params()},
         )

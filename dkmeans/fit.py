@@ -562,12 +562,16 @@ def _weight_sum_chunk(X, w, offset):
 
 
 def minibatch_sizes(spec: FitSpec, n_rows: int) -> tuple[int, int]:
-    """scikit-learn's ``(batch_size, init_size)`` for ``n_rows`` rows."""
+    """scikit-learn's ``(batch_size, init_size)`` for ``n_rows`` rows (and its warning for ``init_size < k``)."""
+    import warnings
+
     b = min(spec.minibatch.batch_size, n_rows)
     size = spec.init_size
     if size is None:
         size = 3 * b if 3 * b >= spec.n_clusters else 3 * spec.n_clusters
     elif size < spec.n_clusters:
+        warnings.warn(f"init_size={size} should be larger than n_clusters={spec.n_clusters}. Setting it to "
+                      "min(3*n_clusters, n_samples)", RuntimeWarning, stacklevel=2)  # scikit-learn's words
         size = 3 * spec.n_clusters
     return b, min(size, n_rows)
 
@@ -671,6 +675,8 @@ def _minibatch_centers(spec: FitSpec, data, C0, seed: int, head, init_size: int)
         rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
         draws = [rng.integers(0, data.n_rows, init_size) for _ in range(1 + spec.n_init)]
         rows, weights = gather_rows(data, np.concatenate(draws))  # one pass for all the samples
+        if len(weights) and np.all(weights == weights[0]):  # equal weights: the unweighted fit's samples
+            weights = np.ones_like(weights)
         cut = np.cumsum([len(d) for d in draws])[:-1]
         parts = list(zip(np.split(rows, cut), np.split(weights, cut)))
         valid, samples = parts[0], parts[1:]
@@ -693,6 +699,8 @@ def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | Non
     """
     X = X if is_sparse_array(X) else np.asarray(X)  # sparse (CSR) rows are assigned as they are
     w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    if w is not None and np.all(w == 1.0):  # unit weights: exactly the unweighted step (and initialisation)
+        w = None
     if state is None:
         _, init_size = minibatch_sizes(spec, X.shape[0])
         if not isinstance(spec.init, str) and not callable(spec.init):

@@ -38,6 +38,7 @@ index, a resumed run ends with the result of an uninterrupted one.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -186,7 +187,8 @@ def advance(state, partials, batch_len, options, rng, rows_at, n_total, tol, che
 
 # -- random batches (data in memory) ------------------------------------------------------
 def _batch_chunk(X, w, offset, batch_index, C):
-    return batch_partials(X, w, offset, batch_index, C)
+    # uniform batches: of unweighted data, or of equal weights (unit-weight steps, as drawn by weight)
+    return batch_partials(X, None, offset, batch_index, C)
 
 
 def _rows_chunk(X, w, offset, wanted):
@@ -197,8 +199,13 @@ def _weighted_batch_chunk(X, w, offset, draws, scale, starts, C):
     return weighted_batch_partials(X, w, offset, starts[offset], draws, scale, C)
 
 
-def _max_weight_chunk(X, w, offset):
-    return float(w.max()) if len(w) else 0.0
+def _weight_range_chunk(X, w, offset):
+    w = to_host(w)
+    return (float(w.min()), float(w.max())) if len(w) else (math.inf, 0.0)
+
+
+def _combine_ranges(parts):
+    return min(p[0] for p in parts), max(p[1] for p in parts)
 
 
 def _integer_weight_chunk(X, w, offset, scale):
@@ -226,10 +233,18 @@ class WeightedDraws:
 
 
 def weighted_draws(data) -> WeightedDraws | None:
-    """The :class:`WeightedDraws` of weighted data (two passes over the weights), else None."""
+    """The :class:`WeightedDraws` of weighted data (two passes over the weights), else None.
+
+    None too when every weight is the same (one pass): drawing by weight is then drawing
+    uniformly, and the batches are the unweighted fit's (``np.ones(n)`` gives exactly the
+    unweighted result, as in scikit-learn).
+    """
     if not data.has_weights:
         return None
-    scale = integer_weight_scale(data.n_rows, data.map_reduce(_max_weight_chunk, max))
+    low, high = data.map_reduce(_weight_range_chunk, _combine_ranges)
+    if low == high:
+        return None
+    scale = integer_weight_scale(data.n_rows, high)
     sums = sorted(data.map_reduce(_integer_weight_chunk, _concat_lists, (scale,)))
     starts, total = {}, 0
     for offset, chunk_sum in sums:

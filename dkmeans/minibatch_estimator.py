@@ -18,7 +18,7 @@ from dkmeans._random import resolve_seed
 from dkmeans._validation import FLOAT_DTYPES, check_n_clusters_vs_rows, data_errors, is_dask_collection
 from dkmeans.assignment import assign_local
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
-from dkmeans.estimator import _KMeansBase, _progress
+from dkmeans.estimator import _KMeansBase, _finish_progress, _progress_for
 from dkmeans.fit import FitSpec, run_fit, run_partial_fit
 from dkmeans.init import InitOptions
 from dkmeans.minibatch import MiniBatchOptions
@@ -38,12 +38,17 @@ def resolve_decay(decay, half_life, time_unit: str) -> float:
     return 1.0
 
 
+#: scikit-learn's words for a mini-batch run's early stop (printed with ``verbose``)
+_CONVERGED = {"centroid-shift": "small centers change", "no-improvement": "lack of improvement in inertia"}
+
+
 class MiniBatchKMeans(_KMeansBase):
     """Mini-batch k-means on a Dask cluster, scikit-learn compatible.
 
     scikit-learn's algorithm and parameters: each step draws ``batch_size`` rows with
     replacement (uniformly; with ``sample_weight``, in proportion to the weight, and then
-    steps with unit weights, as scikit-learn's ``fit`` does), assigns them to the nearest centers and moves each center toward
+    steps with unit weights, as scikit-learn's ``fit`` does; equal weights draw uniformly, so
+    ``sample_weight=np.ones(n)`` gives exactly the unweighted fit), assigns them to the nearest centers and moves each center toward
     the mean of its batch rows with a per-center learning rate (the center stays the
     weighted mean of every row it was given), and centers whose accumulated weight falls
     below ``reassignment_ratio`` times the largest are moved to random batch rows.
@@ -65,7 +70,10 @@ class MiniBatchKMeans(_KMeansBase):
         Maximum number of epochs (passes' worth of rows): ``max_iter * n_samples //
         batch_size`` steps at most.
     batch_size : int, default 1024
-    verbose : int, default 0
+    verbose : int or bool, default 0
+        One line per step when > 0 (or True), and at an early stop scikit-learn's
+        ``Converged (small centers change) at step i/n`` or ``Converged (lack of improvement
+        in inertia) at step i/n``.
     compute_labels : bool, default True
         End with a pass over the data for ``labels_`` and ``inertia_``; else ``inertia_``
         is the smoothed batch objective times the data's weight and there is no ``labels_``.
@@ -76,7 +84,9 @@ class MiniBatchKMeans(_KMeansBase):
     max_no_improvement : int or None, default 10
         Stop after this many steps without improvement of the smoothed batch objective.
     init_size : int, optional
-        Rows of the sample each initialisation runs on (default ``3 * batch_size``).
+        Rows of the sample each initialisation runs on (default ``3 * batch_size``, at least
+        ``3 * n_clusters``). Below ``n_clusters`` it becomes ``3 * n_clusters`` with
+        scikit-learn's ``RuntimeWarning``.
     n_init : "auto" or int, default "auto"
         Initialisations (each on its own sample), the best on a further sample is kept;
         "auto": 1 for "k-means++" and given centers, 3 otherwise.
@@ -203,7 +213,7 @@ class MiniBatchKMeans(_KMeansBase):
             n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
             stop_rule="centroid-shift", tol_relative=True, algorithm="minibatch", local_search=False,
             init_options=InitOptions(), random_state=self.random_state, out_of_core=p["out_of_core"],
-            checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], on_iteration=_progress(p["verbose"]),
+            checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], on_iteration=_progress_for(p["verbose"], p["max_iter"]),
             job={"estimator": "dkmeans.MiniBatchKMeans", "params": self._job_params()},
             minibatch=MiniBatchOptions(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
                                        reassignment_ratio=p["reassignment_ratio"], decay=decay,
@@ -212,7 +222,18 @@ class MiniBatchKMeans(_KMeansBase):
         )
 
     def _fit(self, X, sample_weight, spec: FitSpec):
-        result = run_fit(spec, self._fit_dataset(X), sample_weight)
+        dataset = self._fit_dataset(X)
+        result = run_fit(spec, dataset, sample_weight)
+        _finish_progress(spec)
+        if self.verbose and result.stop_reason in _CONVERGED:
+            n_steps = result.minibatch_state.n_steps
+            of = ""
+            if dataset.n_rows is not None:
+                b = min(spec.minibatch.batch_size, dataset.n_rows)
+                total = (spec.max_iter * (-(-dataset.n_rows // b)) if result.data_mode == "out-of-core"
+                         else (spec.max_iter * dataset.n_rows) // b)
+                of = f"/{total}"
+            print(f"Converged ({_CONVERGED[result.stop_reason]}) at step {n_steps}{of}", flush=True)
         self.cluster_centers_ = result.centroids
         if result.labels is not None:
             self.labels_ = result.labels
@@ -259,6 +280,8 @@ class MiniBatchKMeans(_KMeansBase):
             w = np.asarray(sample_weight, dtype=np.float64)
             if w.shape != (X.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0):
                 raise InvalidDataError(f"sample_weight must be {X.shape[0]} finite non-negative numbers")
+            if np.all(w == 1.0):
+                w = None  # unit weights: exactly the unweighted step, labels and inertia
         if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
             raise InvalidDataError(NON_FINITE_INPUT)
         if first:

@@ -36,6 +36,132 @@ def X():
     return make_blobs(3000, 3, 6, spread=1.0, box=10.0, seed=2)[0]
 
 
+# -- sample_weight=np.ones(n) is the unweighted fit ----------------------------------------
+@pytest.mark.parametrize("init", ["k-means||", "k-means++", "random"])
+def test_minibatch_unit_weights_give_the_unweighted_fit(X, init):
+    """scikit-learn: ``fit(X, sample_weight=np.ones(n))`` is ``fit(X)``; so here, to the bit."""
+    n = len(X)
+    kwargs = dict(n_clusters=6, init=init, batch_size=200, random_state=1)
+    plain = MiniBatchKMeans(**kwargs).fit(X)
+    ones = MiniBatchKMeans(**kwargs).fit(X, sample_weight=np.ones(n))
+    np.testing.assert_array_equal(ones.cluster_centers_, plain.cluster_centers_)
+    np.testing.assert_array_equal(ones.labels_, plain.labels_)
+    assert ones.n_steps_ == plain.n_steps_ and ones.inertia_ == plain.inertia_
+    # equal weights draw uniformly too (scikit-learn: probability proportional to an equal weight)
+    twice = MiniBatchKMeans(**kwargs).fit(X, sample_weight=np.full(n, 2.0))
+    np.testing.assert_array_equal(twice.cluster_centers_, plain.cluster_centers_)
+    assert twice.inertia_ == pytest.approx(2.0 * plain.inertia_, rel=1e-12)
+    # partial_fit: unit weights are the unweighted steps, labels and inertia
+    a, b = MiniBatchKMeans(**kwargs), MiniBatchKMeans(**kwargs)
+    for part in (X[:1000], X[1000:2000]):
+        a.partial_fit(part)
+        b.partial_fit(part, sample_weight=np.ones(len(part)))
+    np.testing.assert_array_equal(b.cluster_centers_, a.cluster_centers_)
+    np.testing.assert_array_equal(b.labels_, a.labels_)
+    assert b.inertia_ == a.inertia_
+
+
+def test_minibatch_unit_weights_give_the_unweighted_fit_on_dask(client, X):
+    kwargs = dict(n_clusters=6, batch_size=200, random_state=1)
+    dX = da.from_array(X, chunks=700)
+    plain = MiniBatchKMeans(**kwargs).fit(dX)
+    ones = MiniBatchKMeans(**kwargs).fit(dX, sample_weight=da.ones(len(X), chunks=1000))
+    np.testing.assert_array_equal(ones.cluster_centers_, plain.cluster_centers_)
+    np.testing.assert_array_equal(ones.labels_.compute(), plain.labels_.compute())
+    assert ones.inertia_ == pytest.approx(plain.inertia_, rel=1e-12)
+    # and the in-process fit's (batches keyed by global row index)
+    np.testing.assert_array_equal(MiniBatchKMeans(**kwargs).fit(X).cluster_centers_, plain.cluster_centers_)
+
+
+def test_sklearn_unit_weights_give_its_unweighted_fit(X):
+    """The behaviour matched above, on scikit-learn itself."""
+    kwargs = dict(n_clusters=6, batch_size=200, random_state=1, n_init=1)
+    a = SkMiniBatchKMeans(**kwargs).fit(X)
+    b = SkMiniBatchKMeans(**kwargs).fit(X, sample_weight=np.ones(len(X)))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+
+
+# -- n_init="auto" --------------------------------------------------------------------------
+def _counting_init(calls):
+    def init(X, n_clusters, random_state):
+        calls.append(1)
+        return X[random_state.choice(len(X), n_clusters, replace=False)]
+
+    return init
+
+
+@pytest.mark.parametrize("dk, sk, runs", [(KMeans, SkKMeans, 10), (MiniBatchKMeans, SkMiniBatchKMeans, 3)])
+def test_n_init_auto_with_a_callable_init_runs_as_many_as_sklearn(X, dk, sk, runs):
+    """scikit-learn's ``_check_params_vs_input``: a callable counts as "random" (KMeans 10, MiniBatchKMeans 3)."""
+    ours, theirs = [], []
+    dk(6, init=_counting_init(ours), random_state=0).fit(X)
+    sk(6, init=_counting_init(theirs), random_state=0).fit(X)
+    assert len(theirs) == runs
+    assert len(ours) == runs
+
+
+def test_n_init_auto_as_sklearn_for_its_strategies(X):
+    calls = []
+    KMeans(6, init=_counting_init(calls), n_init=2, random_state=0).fit(X)
+    assert len(calls) == 2  # an explicit n_init is kept
+    assert KMeans(6, init="random", random_state=0)._fit_spec().n_init == 10
+    assert KMeans(6, init="k-means++", random_state=0)._fit_spec().n_init == 1
+    assert MiniBatchKMeans(6, init="random")._fit_spec().n_init == 3
+    assert MiniBatchKMeans(6, init="k-means++")._fit_spec().n_init == 1
+
+
+# -- init_size < n_clusters -------------------------------------------------------------------
+def test_init_size_below_n_clusters_warns_as_sklearn(X):
+    message = re.escape("init_size=4 should be larger than n_clusters=6. Setting it to min(3*n_clusters, n_samples)")
+    with pytest.warns(RuntimeWarning, match=message):
+        SkMiniBatchKMeans(6, init_size=4, random_state=0, n_init=1).fit(X)
+    with pytest.warns(RuntimeWarning, match=message):
+        MiniBatchKMeans(6, init_size=4, random_state=0).fit(X)
+    with pytest.warns(RuntimeWarning, match=message):
+        MiniBatchKMeans(6, init_size=4, random_state=0).partial_fit(X[:500])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        MiniBatchKMeans(6, init_size=6, random_state=0).fit(X)  # not below: no warning
+
+
+# -- verbose -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [KMeans, MiniBatchKMeans])
+def test_verbose_accepts_bools_as_sklearn(X, cls, capsys):
+    SkKMeans(6, verbose=True, n_init=1, random_state=0).fit(X)  # scikit-learn takes a bool
+    capsys.readouterr()
+    cls(6, verbose=True, random_state=0).fit(X)
+    assert "iteration" in capsys.readouterr().out
+    cls(6, verbose=False, random_state=0).fit(X)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(InvalidParameterError, match="verbose"):
+        cls(6, verbose=-1).fit(X)
+    with pytest.raises(InvalidParameterError, match="verbose"):
+        cls(6, verbose="yes").fit(X)
+
+
+def test_verbose_prints_sklearn_messages(X, capsys):
+    """scikit-learn's "Initialization complete" before each run and "Converged at iteration i: ..." after it."""
+    KMeans(6, init=X[:6], n_init=1, local_search=False, verbose=1).fit(X)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Initialization complete"
+    assert re.fullmatch(r"Converged at iteration \d+: (strict convergence|center shift \S+ within tolerance)\.",
+                        lines[-1])
+    assert int(lines[-1].split()[3].rstrip(":")) == sum(line.startswith("iteration") for line in lines)
+    KMeans(6, init="random", n_init=3, local_search=False, tol=0.0, verbose=True, random_state=0).fit(X)
+    out = capsys.readouterr().out
+    assert out.count("Initialization complete") == 3
+    assert out.count("Converged at iteration") == 3 and out.count("strict convergence") == 3  # tol=0: fixed points
+    # with local search (default): one run, whose Lloyd loops each end with their message
+    KMeans(6, random_state=0, verbose=1).fit(X)
+    out = capsys.readouterr().out
+    assert out.count("Initialization complete") == 1 and "Converged at iteration" in out
+    # mini-batch: scikit-learn's early-stop message, at the end
+    mbk = MiniBatchKMeans(6, batch_size=100, random_state=0, verbose=1).fit(X)
+    out = capsys.readouterr().out
+    assert mbk.stop_reason_ == "no-improvement"
+    assert out.splitlines()[-1] == f"Converged (lack of improvement in inertia) at step {mbk.n_steps_}/{100 * 3000 // 100}"
+
+
 # -- transform of the centres ------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_transform_of_the_centres_is_zero_on_the_diagonal(client, X, dtype):

@@ -57,8 +57,7 @@ from dkmeans.kernels.compile import COMPILE_FIRST_ELEMENTS, call_pinned, pinned,
 from dkmeans.engine.context import InContext
 from dkmeans.minibatch import MiniBatchOptions, advance, gather_rows, minibatch, minibatch_pass, step_rng
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
-from dkmeans.local_search import RECOMMENDED as LOCAL_SEARCH
-from dkmeans.local_search import local_search
+from dkmeans.local_search import coreset_local_search
 from dkmeans.kernels.cosine import objective_scale
 from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset, sparse_row_bytes,
                             supports_local_search)
@@ -302,26 +301,32 @@ class FitPlan:
 
 
 def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSummary:
-    """Swaps (:func:`dkmeans.local_search.local_search`, the measured defaults), then Lloyd to the stop rule."""
-    k = len(loop.centroids)
-    search = local_search(data, loop.centroids, rounds=LOCAL_SEARCH["rounds"],
-                          candidates_per_round=LOCAL_SEARCH["candidates_per_cluster"] * k,
-                          seed=plan.seed_of_run(run), lloyd_iters=LOCAL_SEARCH["lloyd_iters"],
-                          stop_rule=plan.stop_rule, on_iteration=plan.on_iteration)
-    history = list(loop.history) + list(search.history)
-    n_iter = loop.n_iter + sum(r.lloyd_iterations for r in search.history)
-    centroids = search.centroids.astype(data.dtype)
-    if plan.lloyd and search.swaps_accepted:  # the swaps' Lloyd steps stop short of the stop rule
-        settled = lloyd(data, centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
-                        on_iteration=plan.on_iteration)
-        history += list(settled.history)
-        return RunSummary(settled.centroids, 0.0, n_iter + settled.n_iter, settled.stop_reason, settled.converged,
-                          history)
-    # no swap kept: Lloyd's result stands, and so does the rule that stopped it
+    """Swaps searched on a sample, confirmed by Lloyd on the data
+    (:func:`dkmeans.local_search.coreset_local_search`).
+
+    ``max_iter`` bounds the run's Lloyd updates in all: the confirmation gets what the
+    first Lloyd loop left (none left: no search).
+    """
+    budget = plan.max_iter - loop.n_iter if plan.lloyd else plan.max_iter
     lloyd_stop = stop_after_update(loop.history[-1], plan.stop_rule) if loop.history else None
     if lloyd_stop is None and plan.lloyd:
         lloyd_stop = "max_iter" if loop.n_iter >= plan.max_iter else None
-    return RunSummary(centroids, 0.0, n_iter, lloyd_stop or "local-search", lloyd_stop != "max_iter", history)
+    unchanged = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, lloyd_stop or "local-search",
+                           lloyd_stop != "max_iter", list(loop.history))
+    if budget <= 0:
+        return unchanged
+    search = coreset_local_search(data, loop.centroids, seed=plan.seed_of_run(run), stop_rule=plan.stop_rule,
+                                  max_iter=budget, metric=plan.metric, on_iteration=plan.on_iteration)
+    if plan.on_iteration is not None:
+        plan.on_iteration(search.record)
+    history = list(loop.history) + [search.record]
+    if not search.kept:  # Lloyd's result stands, and so does the rule that stopped it
+        unchanged.history = history
+        return unchanged
+    settled = search.lloyd
+    history += list(settled.history)
+    return RunSummary(search.centroids, 0.0, loop.n_iter + settled.n_iter, settled.stop_reason, settled.converged,
+                      history)
 
 
 def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | None = None) -> RunSummary:

@@ -48,14 +48,19 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
+from dkmeans.engine.local import ChunkList
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.kernels import (
     CandidateSample,
     Partials,
+    TopRows,
+    combine_top,
+    random_top_rows,
+    objectives,
     best_swaps,
     combine_samples,
     combine_swap_costs,
@@ -70,8 +75,10 @@ from dkmeans.state import LocalSearchRecord
 from dkmeans.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, fill_empty_clusters, lloyd
 
 #: Random stream of round ``r``'s candidate draw: ``STREAM + r`` (clear of the
-#: initialisation strategies' streams).
-STREAM = 1 << 20
+#: initialisation strategies' streams: k-means++'s steps use ``1 << 20`` onwards).
+STREAM = 3 << 32
+#: Random stream of the coreset sample of :func:`coreset_local_search`.
+CORESET_STREAM = 5 << 32
 #: Recommended settings of the required parameters (benchmarks/quality.py): rounds, candidates
 #: per round as a multiple of k, Lloyd updates per round.
 RECOMMENDED = {"rounds": 10, "candidates_per_cluster": 2, "lloyd_iters": 3}
@@ -342,4 +349,132 @@ def local_search(
     return LocalSearchResult(C, objective, tried, accepted, passes, len(history), stop_reason, history)
 
 
-__all__ = ["RECOMMENDED", "LocalSearchRecord", "LocalSearchResult", "local_search"]
+# -- the default: search on a sample, confirm on the data -----------------------------------
+#: Coreset rows per cluster, and the bounds of the coreset size (:func:`coreset_size`).
+CORESET_PER_CLUSTER = 256
+CORESET_MIN_ROWS = 4096
+#: One coreset round scores ``s (k + m) d`` products where a Lloyd iteration computes
+#: ``n k d``: the coreset is at most this fraction of the rows.
+CORESET_MAX_SHARE = 1 / 12
+#: Entries of the candidate x centroid cost matrix of one round (float64): candidates per
+#: round are ``min(2 k, CORESET_COST_ENTRIES // k)``, at least ``CORESET_MIN_CANDIDATES``.
+CORESET_COST_ENTRIES = 2**22
+CORESET_MIN_CANDIDATES = 8
+
+
+def coreset_size(n_rows: int, k: int) -> int:
+    """Rows of the coreset for ``n_rows`` rows and ``k`` centroids (all rows for small data)."""
+    s = max(CORESET_MIN_ROWS, CORESET_PER_CLUSTER * k)
+    s = min(s, max(CORESET_MIN_ROWS, int(CORESET_MAX_SHARE * n_rows)))
+    return int(min(n_rows, s))
+
+
+def coreset_candidates(k: int) -> int:
+    """Candidates per coreset round: ``2 k``, bounded so the ``m x k`` costs stay within memory."""
+    return int(max(1, min(2 * k, max(CORESET_MIN_CANDIDATES, CORESET_COST_ENTRIES // k))))
+
+
+class _CoresetPass(NamedTuple):
+    top: TopRows
+    objective: np.ndarray
+
+
+def _coreset_chunk(X, w, offset, C, s, seed, stream):
+    top = random_top_rows(X, w, offset, s, seed, stream)
+    return _CoresetPass(top, objectives(X, w, [C])[0])
+
+
+def _combine_coreset(parts, s):
+    return _CoresetPass(combine_top([p.top for p in parts], s), sum(p.objective for p in parts))
+
+
+@dataclass
+class CoresetSearchResult:
+    """What :func:`coreset_local_search` did.
+
+    Attributes
+    ----------
+    centroids : ndarray, shape (k, d)
+        The starting centroids, or the confirmed result when it is better.
+    objective : float
+        Objective of the starting centroids on the data (measured), or an upper bound on
+        that of the confirmed result (the objective of its last assignment, which its last
+        Lloyd update can only lower).
+    kept : bool
+        Whether the confirmed result replaced the starting centroids.
+    lloyd : LloydResult or None
+        The confirmation run on the data (None when the coreset found no better centroids).
+    coreset : LocalSearchResult
+        The search on the coreset.
+    passes : int
+        Passes over the data (the sample, and the confirmation's).
+    record : LocalSearchRecord
+        One summary record for the fit's history.
+    """
+
+    centroids: np.ndarray
+    objective: float
+    kept: bool
+    lloyd: LloydResult | None
+    coreset: LocalSearchResult
+    passes: int
+    record: LocalSearchRecord
+
+
+def coreset_local_search(
+    data,
+    centroids: np.ndarray,
+    *,
+    seed: int,
+    stop_rule: ObjectiveDecrease | CentroidShift,
+    max_iter: int,
+    rounds: int = RECOMMENDED["rounds"],
+    lloyd_iters: int = RECOMMENDED["lloyd_iters"],
+    metric: str = "euclidean",
+    on_iteration: Callable | None = None,
+) -> CoresetSearchResult:
+    """Local search on a sample of the rows, confirmed by Lloyd on all of them.
+
+    1. One pass draws a uniform sample of :func:`coreset_size` rows (proportional to
+       ``sample_weight``, keyed by global row index: independent of the chunking) and
+       measures the objective ``f`` of ``centroids``.
+    2. :func:`local_search` runs on the sample, in this process, with
+       :func:`coreset_candidates` candidates per round (the ``m x k`` cost matrix stays
+       within :data:`CORESET_COST_ENTRIES` whatever ``k``), until a round improves nothing.
+    3. Only when it moved centroids, Lloyd runs from them on all rows (at most ``max_iter``
+       updates); its result replaces ``centroids`` only if the objective of its last
+       assignment is below ``f``: nothing is accepted on the sample's estimate, and the
+       objective never increases.
+
+    A search that finds nothing costs one pass over the data.
+    """
+    t0 = time.perf_counter()
+    C = np.asarray(centroids, dtype=data.dtype)
+    k = C.shape[0]
+    s = coreset_size(data.n_rows, k)
+    sample = data.map_reduce(_coreset_chunk, functools.partial(_combine_coreset, s=s),
+                             (C, s, seed, CORESET_STREAM))
+    f = float(sample.objective)
+    if not np.isfinite(f):
+        raise InvalidDataError(NON_FINITE_INPUT)
+    rows = np.asarray(sample.top.rows).astype(data.dtype)
+    search = local_search(ChunkList.from_array(rows, None), C, rounds=rounds,
+                          candidates_per_round=coreset_candidates(k), seed=seed, lloyd_iters=lloyd_iters,
+                          stop_rule=stop_rule, patience=1)
+    passes, lloyd_result, kept, objective = 1, None, False, f
+    if search.swaps_accepted and max_iter > 0 and f > 0:
+        lloyd_result = lloyd(data, np.asarray(search.centroids).astype(data.dtype), max_iter=max_iter,
+                             stop_rule=stop_rule, on_iteration=on_iteration, metric=metric)
+        passes += _lloyd_passes(lloyd_result, stop_rule)
+        confirmed = lloyd_result.history[-1].objective if lloyd_result.history else np.inf
+        if confirmed < f * (1 - REL_TOL):
+            C, objective, kept = np.asarray(lloyd_result.centroids).astype(data.dtype), float(confirmed), True
+    n_lloyd = lloyd_result.n_iter if lloyd_result is not None else 0
+    record = LocalSearchRecord(1, objective, f, objective - f, 0.0, 0.0, search.swaps_tried, search.rounds,
+                               search.swaps_accepted if kept else 0, n_lloyd, passes, kept,
+                               time.perf_counter() - t0)
+    return CoresetSearchResult(C, objective, kept, lloyd_result, search, passes, record)
+
+
+__all__ = ["RECOMMENDED", "CoresetSearchResult", "LocalSearchRecord", "LocalSearchResult", "coreset_local_search",
+           "local_search"]

@@ -65,7 +65,7 @@ def test_resume_during_the_swap_phase_gives_the_uninterrupted_result(grid, tmp_p
     X, _ = grid
     options = dict(n_clusters=25, init="random", n_init=2, random_state=4, local_search=True)
     reference = KMeans(**options).fit(X)
-    real = dkmeans.fit.local_search
+    real = dkmeans.fit.coreset_local_search
     calls = []
 
     def killed_in_second_run(*args, **kwargs):
@@ -74,11 +74,11 @@ def test_resume_during_the_swap_phase_gives_the_uninterrupted_result(grid, tmp_p
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dkmeans.fit, "local_search", killed_in_second_run)
+    monkeypatch.setattr(dkmeans.fit, "coreset_local_search", killed_in_second_run)
     path = tmp_path / "job.ckpt"
     with pytest.raises(KeyboardInterrupt):
         KMeans(**options, checkpoint=path).fit(X)
-    monkeypatch.setattr(dkmeans.fit, "local_search", real)
+    monkeypatch.setattr(dkmeans.fit, "coreset_local_search", real)
     from dkmeans.io.checkpoint import Checkpointer
 
     assert Checkpointer(path, 10, {}).progress() == {"run": 1, "phase": "local-search",

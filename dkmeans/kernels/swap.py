@@ -46,6 +46,11 @@ from dkmeans.kernels.reduce import combine_top
 from dkmeans.kernels.sampling import uniform_by_index
 from dkmeans.kernels.seeding import weighted_sample_keys
 
+#: :func:`swap_costs` with more candidates than this, and :func:`nearest_two` with more
+#: centroids, take matrix products (rows in cluster order against all candidates; tiles of
+#: rows against all centroids) instead of the fused per-row loops, whose scalar float64
+#: products are slower from there on.
+SWAP_LOOP_MAX_CANDIDATES = 32
 #: Scratch memory of one :func:`swap_costs` or :func:`nearest_two` call, in bytes: the
 #: row tile's float64 distances to the centroids and candidates and their temporaries.
 SWAP_SCRATCH_BYTES = 4 * 2**20
@@ -145,7 +150,7 @@ def _nearest_two_tile(xp, Xt, C64, c_sq):
     """:class:`NearestTwo` of one tile of translated float64 rows ``Xt``."""
     t = Xt.shape[0]
     k = C64.shape[0]
-    if _compiled_ready(xp, Xt):
+    if k <= SWAP_LOOP_MAX_CANDIDATES and _compiled_ready(xp, Xt):
         out = NearestTwo(np.empty(t, np.int32), np.empty(t, np.int32), np.empty(t), np.empty(t))
         _nearest_two_rows(np.ascontiguousarray(Xt), np.zeros(Xt.shape[1]), C64, *out)
         return out
@@ -306,8 +311,8 @@ def nearest_two(X, C, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> NearestTwo:
     k = C64.shape[0]
     out = NearestTwo(xp.empty(n, dtype=xp.int32), xp.empty(n, dtype=xp.int32),
                      xp.empty(n, dtype=xp.float64), xp.empty(n, dtype=xp.float64))
-    if _compiled_ready(xp, X):
-        _nearest_two_rows(np.ascontiguousarray(X), origin, C64, *out)  # no n x k buffer: no tiles
+    if k <= SWAP_LOOP_MAX_CANDIDATES and _compiled_ready(xp, X):  # few centroids: no n x k buffer, no tiles
+        _nearest_two_rows(np.ascontiguousarray(X), origin, C64, *out)
         return out
     rows = _tile_rows(k, 0, d, scratch_bytes)
     for i0 in range(0, n, rows):
@@ -351,6 +356,8 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
     per_candidate = xp.zeros(m, dtype=xp.float64)  # sum_x w min(d1, dp)
     per_cluster = xp.zeros((k, m), dtype=xp.float64)  # sum_{a(x) = j} w (min(d2, dp) - min(d1, dp))
     objective = xp.zeros((), dtype=xp.float64)
+    if m > SWAP_LOOP_MAX_CANDIDATES:  # many candidates: matrix products, rows taken cluster by cluster
+        return _swap_costs_by_cluster(xp, X, C, origin, P64, p_sq, w, scratch_bytes)
     if _compiled_ready(xp, X):  # one fused loop over rows: no tiles, no n x m temporaries
         objective = np.zeros(1)
         _swap_costs_rows(np.ascontiguousarray(X), origin, C64, P64, *_host_weights(w),
@@ -372,6 +379,43 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
         moved = xp.minimum(dp, d2[:, None], out=dp)
         moved -= keep
         per_cluster += cluster_sums(moved, labels, k, wt, scratch_bytes=scratch_bytes)[0]
+    cost = per_candidate[:, None] + per_cluster.T
+    return SwapCosts(xp.ascontiguousarray(cost), xp.asarray(objective, dtype=xp.float64))
+
+
+def _swap_costs_by_cluster(xp, X, C, origin, P64, p_sq, w, scratch_bytes) -> SwapCosts:
+    """:func:`swap_costs` for many candidates: blocks of rows in cluster order against all candidates.
+
+    The distances to the candidates are one matrix product per block; a block's rows are
+    sorted by nearest centroid, so its per-cluster sums are runs of rows (``reduceat``)
+    and each ``m``-vector of ``per_cluster`` is written about once, not once per block.
+    """
+    n, d = X.shape
+    k, m = C.shape[0], P64.shape[0]
+    near = nearest_two(X, C, scratch_bytes=scratch_bytes)
+    order = xp.argsort(near.labels, kind="stable")
+    d1 = near.d1 if w is None else near.d1 * w
+    objective = xp.sum(d1)
+    per_candidate = xp.zeros(m, dtype=xp.float64)
+    per_cluster = xp.zeros((k, m), dtype=xp.float64)
+    rows = max(1, int(scratch_bytes // (8 * (3 * m + 2 * d) + 64)))
+    for i0 in range(0, n, rows):
+        idx = order[i0:i0 + rows]
+        Xt = xp.asarray(X[idx], dtype=xp.float64) - origin
+        dp = _sq_from_dot(xp, xp.sum(Xt * Xt, axis=1), Xt @ P64.T, p_sq)
+        keep = xp.minimum(dp, near.d1[idx][:, None])  # the row's cost when its own centroid stays
+        moved = xp.minimum(dp, near.d2[idx][:, None], out=dp)  # ... and when it goes
+        moved -= keep
+        wt = None if w is None else w[idx]
+        per_candidate += xp.sum(keep, axis=0) if wt is None else wt @ keep
+        if wt is not None:
+            moved *= wt[:, None]
+        labels = near.labels[idx]
+        if xp is np:
+            starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+            per_cluster[labels[starts]] += np.add.reduceat(moved, starts, axis=0)
+        else:
+            per_cluster += cluster_sums(moved, labels, k, scratch_bytes=scratch_bytes)[0]
     cost = per_candidate[:, None] + per_cluster.T
     return SwapCosts(xp.ascontiguousarray(cost), xp.asarray(objective, dtype=xp.float64))
 

@@ -1,0 +1,144 @@
+"""Time to solution: whole default fits, each in a fresh process, beside scikit-learn.
+
+What a user waits for when they call ``KMeans(n_clusters=k).fit(X)``: every fit runs in its
+own fresh Python process (imports and data generation not timed; dkmeans' embedded cluster
+start, kernel compilation and every pass are), on the float32 blobs of ``benchmarks/lloyd.py``,
+and every result's centroids are re-scored with one float64 pass. Objectives are reported
+relative to scikit-learn's default fit of the same run.
+
+Configurations: scikit-learn's default (``n_init="auto"``: 1 with k-means++) and
+``n_init=10``; dkmeans' default and ``local_search=False``. All with ``random_state=0``.
+
+Goals (the time-to-solution issue), on tall, wide and manyk: the dkmeans default's objective
+at most scikit-learn ``n_init=10``'s x 1.001, in at most 1.25x the time of
+``local_search=False`` and at most 0.5x scikit-learn's default fit; small: at most 2x
+scikit-learn's default fit.
+
+Run:  .venv/bin/python benchmarks/time_to_solution.py [--quick] [--shapes tall wide] [--configs ...]
+JSON goes to ``benchmarks/results/time_to_solution.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, write_json  # noqa: E402
+
+#: name -> (n_samples, n_features, n_clusters): the shapes of benchmarks/lloyd.py
+SHAPES = {
+    "small": (100_000, 8, 10),
+    "tall": (2_000_000, 16, 32),
+    "wide": (500_000, 128, 256),
+    "manyk": (200_000, 64, 2048),
+}
+QUICK_SHAPES = {
+    "small": (20_000, 8, 10),
+    "tall": (200_000, 16, 32),
+    "wide": (50_000, 128, 256),
+    "manyk": (40_000, 64, 512),
+}
+CONFIGS = {
+    "sklearn": "sklearn.cluster.KMeans(n_clusters=k, random_state=0)",
+    "sklearn-n_init10": "sklearn.cluster.KMeans(n_clusters=k, n_init=10, random_state=0)",
+    "dkmeans": "dkmeans.KMeans(n_clusters=k, random_state=0)",
+    "dkmeans-no-search": "dkmeans.KMeans(n_clusters=k, random_state=0, local_search=False)",
+}
+
+ONE_FIT = """
+import json, os, sys, time
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+import numpy as np
+sys.path.insert(0, {bench!r})
+from lloyd import make_data, objective
+import sklearn.cluster, dkmeans
+n, d, k = {shape}
+X, _ = make_data(n, d, k)
+est = {config}
+t0 = time.perf_counter()
+est.fit(X)
+seconds = time.perf_counter() - t0
+C = np.asarray(est.cluster_centers_)
+print("RESULT " + json.dumps(dict(seconds=seconds, objective=objective(X, C), n_iter=int(np.max(est.n_iter_)),
+                                  n_passes=getattr(est, "n_passes_", None))))
+"""
+
+
+def one_fit(shape, config: str, timeout: float) -> dict:
+    code = ONE_FIT.format(bench=str(Path(__file__).resolve().parent), shape=tuple(shape), config=CONFIGS[config])
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout:.0f} s"}
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]}
+
+
+def format_table(results: dict) -> str:
+    configs = list(CONFIGS)
+    lines = ["| shape | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    for name, row in results.items():
+        ref = row.get("sklearn", {}).get("objective")
+        cells = []
+        for c in configs:
+            r = row.get(c)
+            if r is None:
+                cells.append("-")
+            elif "error" in r:
+                cells.append(f"error: {r['error']}")
+            else:
+                rel = f", {r['objective'] / ref:.3f}" if ref else ""
+                cells.append(f"{r['seconds']:.2f} s{rel}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def goals(results: dict) -> list[str]:
+    out = []
+    for name, row in results.items():
+        try:
+            ours, plain, sk, sk10 = (row[c] for c in ("dkmeans", "dkmeans-no-search", "sklearn", "sklearn-n_init10"))
+        except KeyError:
+            continue
+        if any("error" in r for r in (ours, plain, sk, sk10)):
+            continue
+        if name == "small":
+            out.append(f"small: time vs scikit-learn default {ours['seconds'] / sk['seconds']:.2f}x (goal <= 2)")
+            continue
+        out.append(f"{name}: objective vs n_init=10 {ours['objective'] / sk10['objective']:.4f} (goal <= 1.001); "
+                   f"time vs local_search=False {ours['seconds'] / plain['seconds']:.2f}x (goal <= 1.25); "
+                   f"time vs scikit-learn default {ours['seconds'] / sk['seconds']:.2f}x (goal <= 0.5)")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the shapes with fewer rows")
+    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one fit may take")
+    args = parser.parse_args(argv)
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    results = {}
+    for name in args.shapes:
+        results[name] = {}
+        for config in args.configs:
+            results[name][config] = r = one_fit(shapes[name], config, args.timeout)
+            print(name, config, r, flush=True)
+    table = format_table(results)
+    print(table)
+    for line in goals(results):
+        print(line)
+    write_json("time_to_solution", {"machine": machine(), "quick": args.quick,
+                                    "shapes": {n: shapes[n] for n in args.shapes}, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

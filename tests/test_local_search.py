@@ -352,3 +352,88 @@ def test_persisted_data_matches_in_process(client, stuck):
     np.testing.assert_allclose(distributed.centroids, local.centroids, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(distributed.objective, local.objective, rtol=1e-10)
     assert distributed.passes == local.passes
+
+
+# -- the default: a coreset search confirmed on the data ---------------------------------------
+def _grid(n=6000, seed=3):
+    centers = np.array([(x, y) for x in range(5) for y in range(5)], dtype=float) * 10.0
+    rng = np.random.default_rng(seed)
+    return centers[rng.integers(0, 25, n)] + rng.normal(scale=0.8, size=(n, 2)), centers
+
+
+def _stuck_start(X, centers):
+    """Lloyd's fixed point from a start with two centroids in one blob and none in another."""
+    start = centers.copy()
+    start[24] = centers[0] + [0.5, 0.0]  # blob 24 has none, blob 0 two
+    return lloyd(ChunkList.from_array(X, None), start, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
+
+
+def test_coreset_search_escapes_and_is_confirmed_on_the_data():
+    from dkmeans.local_search import coreset_local_search
+
+    X, centers = _grid()
+    C = _stuck_start(X, centers)
+    data = ChunkList.from_array(X, None, n_chunks=3)
+    result = coreset_local_search(data, C, seed=0, stop_rule=CentroidShift(0.0), max_iter=100)
+    assert result.kept and result.coreset.swaps_accepted >= 1
+    best = objective(X, metrics.class_means(X, np.argmin(((X[:, None] - centers[None]) ** 2).sum(2), axis=1)))
+    np.testing.assert_allclose(objective(X, result.centroids), best, rtol=1e-6)
+    assert result.objective >= objective(X, result.centroids) - 1e-9 * best  # an upper bound of the kept result
+    assert result.objective < objective(X, C)
+    assert result.passes == 1 + result.lloyd.n_iter
+
+
+def test_coreset_search_never_keeps_a_worse_result(monkeypatch):
+    """A coreset that proposes a worse solution: Lloyd on the data measures it and the start stays."""
+    import dkmeans.local_search as ls
+
+    X, centers = _grid()
+    C = lloyd(ChunkList.from_array(X, None), centers + 0.1, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
+    real = ls.local_search
+
+    def misleading(data, centroids, **kwargs):
+        result = real(data, centroids, **kwargs)
+        result.centroids = np.asarray(centroids).copy()
+        result.centroids[3] = result.centroids[4]  # two centroids on one blob: worse on the data
+        result.swaps_accepted = 1
+        return result
+
+    monkeypatch.setattr(ls, "local_search", misleading)
+    result = ls.coreset_local_search(ChunkList.from_array(X, None), C, seed=0, stop_rule=CentroidShift(0.0),
+                                     max_iter=1)
+    assert not result.kept and result.lloyd is not None
+    np.testing.assert_array_equal(result.centroids, C.astype(result.centroids.dtype))
+    assert result.objective == pytest.approx(objective(X, C), rel=1e-12)
+
+
+def test_coreset_bounds_whatever_k():
+    from dkmeans.local_search import CORESET_COST_ENTRIES, coreset_candidates, coreset_size
+
+    for k in (1, 2, 32, 2048, 65536, 262144):
+        m = coreset_candidates(k)
+        assert 1 <= m <= 2 * k and (m * k <= CORESET_COST_ENTRIES or m == 8)
+        assert coreset_size(10**6, k) <= max(4096, 10**6 // 12)
+    assert coreset_size(500, 4) == 500  # small data: all of it
+
+
+@pytest.mark.parametrize("max_iter", [1, 2, 5])
+def test_max_iter_bounds_the_whole_fit(max_iter):
+    """scikit-learn's meaning: at most max_iter Lloyd updates in a run, whatever phases it has."""
+    from dkmeans import KMeans
+
+    X, _ = _grid()
+    km = KMeans(25, init="random", n_init=1, random_state=4, local_search=True, max_iter=max_iter, tol=0).fit(X)
+    assert km.n_iter_ <= max_iter
+    lloyd_records = [h for h in km.history_ if h.get("algorithm", "lloyd") == "lloyd"]
+    assert len(lloyd_records) <= max_iter
+
+
+def test_default_fit_escapes_a_stuck_start_through_the_coreset():
+    from dkmeans import KMeans
+
+    X, centers = _grid()
+    stuck = _stuck_start(X, centers)
+    plain = KMeans(25, init=stuck, n_init=1, local_search=False).fit(X)
+    searched = KMeans(25, init=stuck, n_init=1, local_search=True).fit(X)
+    assert searched.inertia_ < 0.9 * plain.inertia_
+    assert any(h.get("algorithm") == "local-search" for h in searched.history_)

@@ -102,9 +102,9 @@ def _nearest_live_chunk(X, w, offset, state, live, m):
     return (labels, d2), farthest_from(X, d2, m, offset, w)
 
 
-def _refill_partials_chunk(X, w, offset, state, R, live_index, refill_index, k):
+def _refill_partials_chunk(X, w, offset, state, L, R, live_index, refill_index, k):
     labels, d2 = state
-    return None, refill_partials(X, labels, d2, R, live_index, refill_index, k, w)
+    return None, refill_partials(X, labels, d2, L, R, live_index, refill_index, k, w)
 
 
 def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray, *, assign_next: bool = False):
@@ -136,7 +136,7 @@ def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray, *, assig
         return out, None
     C = out.astype(data.dtype)
     partials, _ = data.map_reduce_stateful(_refill_partials_chunk, combine_partials,
-                                           (C[targets], np.flatnonzero(~empty), targets, len(C)), nearest)
+                                           (live, C[targets], np.flatnonzero(~empty), targets, len(C)), nearest)
     return out, partials
 
 

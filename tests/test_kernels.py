@@ -375,9 +375,40 @@ def test_refill_partials_equal_a_full_assignment(sparse, weighted):
     w = rng.uniform(0.5, 2.0, 500) if weighted else None
     Xin = sp.csr_matrix(X) if sparse else X
     labels, d2 = nearest_sq64(Xin, C[live])
-    got = refill_partials(Xin, labels, d2, C[refill], live, refill, 30, w)
+    got = refill_partials(Xin, labels, d2, C[live], C[refill], live, refill, 30, w)
     ref = assign_partials(Xin, C, w)
     np.testing.assert_allclose(got.counts, ref.counts, rtol=1e-12)
     np.testing.assert_allclose(got.sums, ref.sums, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(got.objective, ref.objective, rtol=1e-10)
     assert got.counts[5] > 0 and got.counts[17] == 0 and got.counts[3] > 0 and got.counts[20] == 0
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("mode", ["off", "eager"])
+def test_refill_partials_break_cosine_ties_as_a_full_assignment(sparse, mode):
+    """Unit rows orthogonal to every centroid (common in sparse text): their squared distances
+    2 differ only by the rounding of each centroid's norm, and a full assignment gives them to
+    the lowest index; the refill shortcut does the same."""
+    import dask
+    import scipy.sparse as sp
+
+    from dkmeans.kernels.assign import nearest_sq64, refill_partials
+    from dkmeans.kernels.cosine import normalize_rows
+
+    rng = np.random.default_rng(7)
+    X = np.abs(rng.normal(size=(400, 60)))
+    X[:200, 20:] = 0.0  # rows 0-199 live in features 0-19, where no centroid has weight
+    X[200:, :20] = 0.0
+    X = normalize_rows(X * rng.uniform(0.5, 2.0, size=(400, 1)))
+    C = np.abs(rng.normal(size=(12, 60)))
+    C[:, :20] = 0.0
+    C = normalize_rows(C * rng.uniform(0.5, 2.0, size=(12, 1)))
+    refill = np.array([0, 2, 7])
+    live = np.setdiff1d(np.arange(12), refill)
+    Xin = sp.csr_matrix(X) if sparse else X
+    with dask.config.set({"dkmeans.compile": mode}):
+        labels, d2 = nearest_sq64(Xin, C[live])
+        got = refill_partials(Xin, labels, d2, C[live], C[refill], live, refill, 12)
+        ref = assign_partials(Xin, C)
+    np.testing.assert_array_equal(got.counts, ref.counts)
+    np.testing.assert_allclose(got.sums, ref.sums, rtol=1e-10, atol=1e-12)

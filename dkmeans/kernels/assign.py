@@ -399,21 +399,39 @@ def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_byte
     return farthest_from(X, d2, m, row_offset, weights)
 
 
-def refill_partials(X, live_labels, live_d2, R, live_index, refill_index, k: int, weights=None, *,
+def _choice_scores(X, C, labels):
+    """``||c||^2/2 - x.c`` of each row for its centroid ``C[labels]``, in float64, with the unit rule
+    of :func:`~dkmeans.kernels.cosine.unit_half_sq_norms`: the quantity every assignment kernel
+    compares, so equal values are the ties a full assignment gives to the lower index."""
+    xp = np if _sparse.is_sparse(X) else get_namespace(X)
+    C64 = xp.asarray(C, dtype=xp.float64)
+    half = unit_half_sq_norms(xp, C64, 0.5 * xp.sum(C64 * C64, axis=1), X.dtype)
+    picked = C64[labels]
+    if _sparse.is_sparse(X):
+        dots = np.asarray(X.multiply(picked).sum(axis=1)).ravel()
+    else:
+        dots = xp.sum(xp.asarray(X, dtype=xp.float64) * picked, axis=1)
+    return half[labels] - dots
+
+
+def refill_partials(X, live_labels, live_d2, L, R, live_index, refill_index, k: int, weights=None, *,
                     scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> Partials:
     """The :class:`Partials` of ``X`` against all ``k`` centroids, given its nearest live centroid.
 
-    ``live_labels``/``live_d2`` (:func:`nearest_sq64` against the live centroids, whose
+    ``live_labels``/``live_d2`` (:func:`nearest_sq64` against the live centroids ``L``, whose
     indices among the ``k`` are ``live_index``) and the centroids ``R`` that refilled the
     clusters ``refill_index``: a row moves to its nearest refilled centroid when that is
-    nearer (on a tie, to the lower index, as a full assignment would), so only an n x m
-    product is computed for m refilled clusters.
+    nearer, so only an n x m product is computed for m refilled clusters. A tie of the
+    quantity the assignment kernels compare (``||c||^2/2 - x.c``, unit centroids exactly
+    1/2: rows orthogonal to both under the cosine metric) goes to the lower index, as in a
+    full assignment; the squared distances differ there by rounding only.
     """
     xp = get_namespace(live_d2)
     r_labels, r_d2 = nearest_sq64(X, R, scratch_bytes=scratch_bytes)
     live = xp.asarray(live_index)[live_labels]
     refill = xp.asarray(refill_index)[r_labels]
-    moved = (r_d2 < live_d2) | ((r_d2 == live_d2) & (refill < live))
+    tie = _choice_scores(X, R, r_labels) == _choice_scores(X, L, live_labels)
+    moved = xp.where(tie, refill < live, r_d2 < live_d2)
     labels = xp.where(moved, refill, live).astype(xp.int32)
     d2 = xp.where(moved, r_d2, live_d2)
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)

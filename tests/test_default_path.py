@@ -217,6 +217,7 @@ def test_a_fit_keeps_one_code_path_while_kernels_compile(monkeypatch):
     """Background compilation that ends in the middle of a fit does not change the fit's path."""
     monkeypatch.setattr(kernel_compile, "_ready", set())
     monkeypatch.setattr(kernel_compile, "_started", set())
+    monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)  # the fit does not wait for it
     seen = _record_paths(monkeypatch)
     X = np.random.default_rng(0).normal(size=(3000, 24)).astype(np.float32)
     with dask.config.set({"dkmeans.compile": "background"}):
@@ -230,14 +231,27 @@ def test_a_fit_keeps_one_code_path_while_kernels_compile(monkeypatch):
     np.testing.assert_allclose(first.cluster_centers_, second.cluster_centers_, rtol=1e-4, atol=1e-4)
 
 
+def test_small_data_waits_for_a_compilation_that_costs_less_than_numpy(monkeypatch):
+    """A compilation that ends within what the NumPy code would cost serves the whole fit."""
+    monkeypatch.setattr(kernel_compile, "_ready", set())
+    monkeypatch.setattr(kernel_compile, "_started", set())
+    monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 1.0)  # any compilation is cheaper
+    seen = _record_paths(monkeypatch)
+    X = np.random.default_rng(0).normal(size=(500, 5)).astype(np.float32)
+    with dask.config.set({"dkmeans.compile": "background"}):
+        dkmeans.KMeans(n_clusters=3, random_state=0).fit(X)
+    assert set(seen) == {"compiled"}
+
+
 def test_large_data_compiles_first(monkeypatch):
     """From COMPILE_FIRST_ELEMENTS on, a background-mode fit waits for the compiled loops."""
     monkeypatch.setattr(kernel_compile, "_ready", set())
     monkeypatch.setattr(kernel_compile, "_started", set())
     kinds = assign_module.compiled_kinds(np.float32, 8)
     with dask.config.set({"dkmeans.compile": "background"}):
-        assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS) == "compiled"
+        monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)
         assert kernel_compile.resolve_path(kinds, 1000) == "numpy"
+        assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS) == "compiled"
     with dask.config.set({"dkmeans.compile": "off"}):
         assert kernel_compile.resolve_path(kinds, 10**12) == "numpy"
     with dask.config.set({"dkmeans.compile": "eager"}):

@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import time
 from typing import Callable, Hashable, Iterable
 
 import dask
@@ -38,12 +39,16 @@ MODES = ("background", "eager", "off")
 PATHS = ("compiled", "numpy")
 
 #: Background mode: data of at least this many elements (rows x features) compiles first
-#: (the fit waits for the compilation) instead of running on the NumPy code. Measured on 2
-#: cores: the compiled loops save 7-9 ns per element and pass at small ``d`` (0.1 ns at
-#: ``d = 64, k = 256``), a default fit makes 15-30 passes, and compiling costs 0.2-0.3 s
-#: from numba's disk cache (6-9 s cold, once per machine): from about 2^22 elements a
-#: fit on the compiled path ends sooner whenever the cache is warm.
+#: (the fit waits for the compilation, however long) instead of running on the NumPy code.
+#: Measured on 2 cores: a default fit on the NumPy code costs about 0.5-1.3 us per element
+#: more than on the compiled loops (100,000 x 8, k = 10: 1.15 s against 0.13 s), and
+#: compiling costs 0.2-0.3 s from numba's disk cache, 6-9 s cold (once per machine): from
+#: about 2^22 elements even a cold compilation is paid back.
 COMPILE_FIRST_ELEMENTS = 2**22
+#: Below that, a fit waits for the compilation at most as long as the NumPy code would cost
+#: it (this many seconds per element): a compilation from the disk cache then serves the fit,
+#: a cold one is left to finish in the background for the next fit.
+NUMPY_SECONDS_PER_ELEMENT = 0.5e-6
 
 _lock = threading.Lock()
 _ready: set = set()
@@ -112,7 +117,9 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     ``kinds``: the compiled kinds the fit's kernels may take, each with its warm-up. Eager
     mode: compiled; off: NumPy. Background mode: compiled when every kind is compiled
     already or the data has at least :data:`COMPILE_FIRST_ELEMENTS` elements (the fit then
-    compiles first); otherwise NumPy, and the kinds start compiling for later fits.
+    compiles first); otherwise the kinds start compiling, and the fit waits for them at most
+    what the NumPy code would cost it (:data:`NUMPY_SECONDS_PER_ELEMENT`): compiled if they
+    are ready by then, NumPy otherwise (they go on compiling for later fits).
     """
     mode = compile_mode()
     if mode != "background":
@@ -123,7 +130,8 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     with pinned(None):
         for kind, warm_up in kinds:
             compiled_ready(kind, warm_up)  # starts the background compilation of what is missing
-    return "numpy"
+    wait_compiled(timeout=n_elements * NUMPY_SECONDS_PER_ELEMENT)
+    return "compiled" if all(kind in _ready for kind, _ in kinds) else "numpy"
 
 
 def _warm(kind, warm_up) -> None:
@@ -138,9 +146,11 @@ def _warm(kind, warm_up) -> None:
 
 
 def wait_compiled(timeout: float | None = None) -> bool:
-    """Wait until every background compilation started so far has ended; True if all succeeded."""
+    """Wait until every background compilation started so far has ended (at most ``timeout``
+    seconds in all); True if all succeeded."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     for thread in [t for t in threading.enumerate() if t.name == "dkmeans-compile"]:
-        thread.join(timeout)
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     with _lock:
         return _started <= _ready
 

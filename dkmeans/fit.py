@@ -300,12 +300,17 @@ class FitPlan:
     metric: str = "euclidean"
 
 
+#: Coreset searches of a run at most: another follows one whose result the data confirmed.
+CORESET_SEARCHES = 3
+
+
 def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSummary:
     """Swaps searched on a sample, confirmed by Lloyd on the data
     (:func:`dkmeans.local_search.coreset_local_search`).
 
-    ``max_iter`` bounds the run's Lloyd updates in all: the confirmation gets what the
-    first Lloyd loop left (none left: no search).
+    ``max_iter`` bounds the run's Lloyd updates in all: a confirmation gets what the
+    Lloyd loops before it left (none left: no search). After a confirmed search another
+    one starts from its result (a new sample), :data:`CORESET_SEARCHES` at most.
     """
     budget = plan.max_iter - loop.n_iter if plan.lloyd else plan.max_iter
     lloyd_stop = stop_after_update(loop.history[-1], plan.stop_rule) if loop.history else None
@@ -315,18 +320,25 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
                            lloyd_stop != "max_iter", list(loop.history))
     if budget <= 0:
         return unchanged
-    search = coreset_local_search(data, loop.centroids, seed=plan.seed_of_run(run), stop_rule=plan.stop_rule,
-                                  max_iter=budget, metric=plan.metric, on_iteration=plan.on_iteration)
-    if plan.on_iteration is not None:
-        plan.on_iteration(search.record)
-    history = list(loop.history) + [search.record]
-    if not search.kept:  # Lloyd's result stands, and so does the rule that stopped it
-        unchanged.history = history
-        return unchanged
-    settled = search.lloyd
-    history += list(settled.history)
-    return RunSummary(search.centroids, 0.0, loop.n_iter + settled.n_iter, settled.stop_reason, settled.converged,
-                      history)
+    history, summary, centroids, n_iter = list(loop.history), unchanged, loop.centroids, loop.n_iter
+    for attempt in range(CORESET_SEARCHES):  # again from a confirmed result, while the data confirms
+        search = coreset_local_search(data, centroids, seed=derive_seed(plan.seed_of_run(run), attempt),
+                                      stop_rule=plan.stop_rule, max_iter=plan.max_iter - n_iter if plan.lloyd
+                                      else budget, metric=plan.metric, on_iteration=plan.on_iteration)
+        record = dataclasses.replace(search.record, round=attempt + 1)
+        if plan.on_iteration is not None:
+            plan.on_iteration(record)
+        history.append(record)
+        if not search.kept:  # the last result stands, and so does the rule that stopped it
+            break
+        settled = search.lloyd
+        history += list(settled.history)
+        centroids, n_iter = search.centroids, n_iter + settled.n_iter
+        summary = RunSummary(centroids, 0.0, n_iter, settled.stop_reason, settled.converged, [])
+        if plan.lloyd and n_iter >= plan.max_iter:
+            break
+    summary.history = history
+    return summary
 
 
 def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | None = None) -> RunSummary:
@@ -590,8 +602,13 @@ def minibatch_init(spec: FitSpec, X, w, seed: int, run: int) -> np.ndarray:
         C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
         C = check_centroids(C, spec.n_clusters, X.shape[1], X.dtype, name="init (the callable's result)")
     else:
+        from threadpoolctl import threadpool_limits
+
         options = dataclasses.replace(spec.init_options, metric=spec.metric)
-        C = init_strategies.get_strategy(spec.init)(sample, spec.n_clusters, derive_seed(seed, run), options)
+        # a sample of a few thousand rows, on the caller: scikit-learn's OpenMP threads (k-means||'
+        # recluster) only contend with the workers there (several times slower on a busy host)
+        with threadpool_limits(limits=1):
+            C = init_strategies.get_strategy(spec.init)(sample, spec.n_clusters, derive_seed(seed, run), options)
     return prepare_centroids(C, spec.metric)
 
 

@@ -65,21 +65,20 @@ def test_resume_during_the_swap_phase_gives_the_uninterrupted_result(grid, tmp_p
     X, _ = grid
     options = dict(n_clusters=25, init="random", n_init=2, random_state=4, local_search=True)
     reference = KMeans(**options).fit(X)
+    from dkmeans.io.checkpoint import Checkpointer
+
     real = dkmeans.fit.coreset_local_search
-    calls = []
+    path = tmp_path / "job.ckpt"
 
     def killed_in_second_run(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:  # the second run's swap phase: its checkpoint was written at the phase's start
+        if Checkpointer(path, 10, {}).progress()["run"] == 1:  # the second run's swap phase: saved at its start
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
     monkeypatch.setattr(dkmeans.fit, "coreset_local_search", killed_in_second_run)
-    path = tmp_path / "job.ckpt"
     with pytest.raises(KeyboardInterrupt):
         KMeans(**options, checkpoint=path).fit(X)
     monkeypatch.setattr(dkmeans.fit, "coreset_local_search", real)
-    from dkmeans.io.checkpoint import Checkpointer
 
     assert Checkpointer(path, 10, {}).progress() == {"run": 1, "phase": "local-search",
                                                       "n_iter": Checkpointer(path, 10, {}).progress()["n_iter"]}

@@ -239,3 +239,19 @@ def test_memory_budget_counts_centroids():
     cb = centroid_bytes(262_144, 16, 4)
     assert plain.task_bytes() - large.task_bytes() == pytest.approx(cb)
     assert plain.persist_bytes() - large.persist_bytes() == pytest.approx(2 * cb)
+
+
+def test_default_fit_at_large_k_keeps_the_local_search_bounded():
+    """The default fit (seeding, Lloyd, local search) at k = 4,096: the search's candidate x
+    centroid costs stay at 2^22 entries (the old full-data search asked for k x 2k float64:
+    256 MiB each, 64 GiB at k = 65,536), and max_iter bounds the run's Lloyd updates."""
+    X = np.random.default_rng(0).normal(size=(20_000, 4)).astype(np.float32)
+    tracemalloc.start()
+    try:
+        km = dkmeans.KMeans(n_clusters=4_096, random_state=0, max_iter=40).fit(X)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert km.n_iter_ <= 40
+    assert any(h.get("algorithm") == "local-search" for h in km.history_)
+    assert peak < 400 * 2**20, f"peak {peak / 2**20:.0f} MiB"

@@ -31,7 +31,14 @@ Two cases, in one run:
 ``--seed-sweep N`` instead: the final objective (relative to plain Lloyd's) of a few settings for
 ``random_state`` 0..N-1, dkmeans and scikit-learn in this process, untimed.
 
+``--defaults N`` instead: default ``MiniBatchKMeans()`` against default ``KMeans()`` for
+``random_state`` 0..N-1 on ``--rows`` (1.2M) x 16 float32 blobs, k = 32, each fit in a fresh
+process (a new LocalCluster of ``--workers``, the data persisted and the kernels warmed up
+before the clock starts), the objective re-scored in float64; prints the ratios of objectives
+and times. ``--mb-params`` adds parameters to the mini-batch fit (a JSON list: several settings).
+
 Run:  .venv/bin/python benchmarks/minibatch.py [--quick] [--skip-out-of-core] [--skip-tall]
+      .venv/bin/python benchmarks/minibatch.py --defaults 8 --output minibatch_defaults.json
 JSON goes to ``benchmarks/results/minibatch.json`` (``--output``).
 """
 
@@ -155,7 +162,7 @@ def tall(args, client) -> list[dict]:
     ref_full, ref_sample = lloyd["objective"], objective(sample, lloyd_centers)
     settings = SETTINGS if args.settings is None else [SETTINGS[i] for i in args.settings]
     for label, params in settings:
-        params = {"batch_size": 1024, **params}
+        params = {"init": "k-means++", "batch_size": 1024, **params}  # scikit-learn's defaults unless set
         # dkmeans on the Dask array (timed), then replayed here for its centers after each step
         t0 = time.perf_counter()
         model = dkmeans.MiniBatchKMeans(args.k, random_state=0, compute_labels=False, **params).fit(dX)
@@ -213,10 +220,12 @@ def seed_sweep(args) -> list[dict]:
     rows = []
     with dask.config.set({"dkmeans.in-process-bytes": "100 GiB"}):
         ref = objective(X, dkmeans.KMeans(args.k, random_state=0, local_search=False).fit(X).cluster_centers_)
-        fits = [("dkmeans", "batch_size=4096", lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096)),
+        fits = [("dkmeans", "batch_size=4096", lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096,
+                                                                                 init="k-means++")),
                 ("scikit-learn", "batch_size=4096", lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096)),
                 ("dkmeans", "batch_size=4096, n_init=3",
-                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3)),
+                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3,
+                                                   init="k-means++")),
                 ("scikit-learn", "batch_size=4096, n_init=3",
                  lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3)),
                 ("dkmeans", "init='k-means||', batch_size=4096, n_init=1",
@@ -234,6 +243,106 @@ def seed_sweep(args) -> list[dict]:
             rows.append({"case": f"seed sweep {args.rows} x 16", "fit": f"{lib} MiniBatchKMeans", "setting": label,
                          "objective_vs_plain_lloyd": ratios})
             print(f"{lib:14s} {label:40s} " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+    return rows
+
+
+def objective64(X, C) -> float:
+    """The objective of ``C`` on ``X``, both in float64, from the differences (no expanded formula)."""
+    C = np.asarray(C, dtype=np.float64)
+    total = 0.0
+    for i in range(0, len(X), 50_000):
+        block = X[i:i + 50_000].astype(np.float64)
+        d2 = np.full(len(block), np.inf)
+        for c in C:
+            d2 = np.minimum(d2, np.einsum("ij,ij->i", block - c, block - c))
+        total += float(d2.sum())
+    return total
+
+
+def defaults_one(args) -> dict:
+    """One fit of ``--one-fit`` (kmeans or minibatch, defaults plus ``--mb-params``), in this fresh process.
+
+    The data (``--rows`` x 16 float32 blobs, k = ``--k``, the tall case's generator) is a Dask
+    array of ``4 * --workers`` chunks persisted on a new LocalCluster of ``--workers`` x 1
+    thread before the clock starts; the fit is timed alone; its centers are scored in float64.
+    """
+    import json
+
+    import dask.array as da
+    import sklearn.base
+    from distributed import wait
+
+    import dkmeans
+    from dkmeans.testing import local_cluster, make_blobs
+
+    X, _, _ = make_blobs(args.rows, 16, args.k, spread=1.5, box=10.0, seed=0)
+    X = X.astype(np.float32)
+    with local_cluster(args.workers) as client, client.as_current():
+        dX = client.persist(da.from_array(X, chunks=(-(-len(X) // (4 * args.workers)), 16)))
+        wait(dX)
+        if args.one_fit == "kmeans":
+            model = dkmeans.KMeans(args.k, random_state=args.seed)
+        else:
+            model = dkmeans.MiniBatchKMeans(args.k, random_state=args.seed, **json.loads(args.mb_params))
+        # warm-up (untimed): the workers load the compiled kernels (DASK_DKMEANS__COMPILE=eager, set by the sweep)
+        small = client.persist(da.from_array(X[:20_000], chunks=(5_000, 16)))
+        sklearn.base.clone(model).fit(small)
+        t0 = time.perf_counter()
+        model.fit(dX)
+        seconds = time.perf_counter() - t0
+    return {"fit": args.one_fit, "seed": args.seed, "seconds": seconds,
+            "objective64": objective64(X, model.cluster_centers_), "inertia": float(model.inertia_),
+            "params": {k: v for k, v in model.get_params().items() if not callable(v)},
+            "steps_or_iterations": int(getattr(model, "n_steps_", model.n_iter_)),
+            "stop_reason": model.stop_reason_}
+
+
+def defaults_sweep(args) -> list[dict]:
+    """Default ``MiniBatchKMeans`` against default ``KMeans`` for random_state 0..N-1, each fit in a fresh process.
+
+    ``--mb-params`` is a JSON object (parameters added to the default ``MiniBatchKMeans``), or a
+    list of them: each seed then runs ``KMeans`` and every setting, one after the other.
+    """
+    import json
+    import os
+    import subprocess
+
+    settings = json.loads(args.mb_params)
+    settings = settings if isinstance(settings, list) else [settings]
+    env = {**os.environ, "DASK_DKMEANS__COMPILE": "eager"}
+
+    def run(fit, seed, params="{}"):
+        cmd = [sys.executable, __file__, "--one-fit", fit, "--seed", str(seed), "--rows", str(args.rows),
+               "--k", str(args.k), "--workers", str(args.workers), "--mb-params", params]
+        for attempt in range(3):  # a fresh process can fail to start its cluster on a busy machine
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode == 0:
+                return json.loads(proc.stdout.strip().splitlines()[-1])
+            tail = [line for line in proc.stderr.splitlines() if "Error" in line][-1:]
+            print(f"(seed {seed} {fit} failed, attempt {attempt + 1}: {tail})", flush=True)
+            time.sleep(10)
+        raise RuntimeError(f"{cmd} failed three times")
+
+    rows = []
+    print(f"{'seed':>4s} {'KMeans s':>9s}  " + "  ".join(
+        f"[{json.dumps(p)}] {'MBKMeans s':>10s} {'t MB/KM':>8s} {'obj MB/KM':>10s} steps" for p in settings), flush=True)
+    for seed in range(args.defaults):
+        km = run("kmeans", seed)
+        line = f"{seed:4d} {km['seconds']:9.2f}  "
+        for params in settings:
+            mb = run("minibatch", seed, json.dumps(params))
+            row = {"case": f"defaults {args.rows} x 16 float32, k={args.k}", "seed": seed, "mb_params": params,
+                   "kmeans": km, "minibatch": mb, "objective_ratio": mb["objective64"] / km["objective64"],
+                   "time_ratio": mb["seconds"] / km["seconds"]}
+            rows.append(row)
+            line += (f"{mb['seconds']:10.2f} {row['time_ratio']:8.3f} {row['objective_ratio']:10.4f} "
+                     f"{mb['steps_or_iterations']:5d}  ")
+        print(line, flush=True)
+    for params in settings:
+        ratios = np.array([r["objective_ratio"] for r in rows if r["mb_params"] == params])
+        times = np.array([r["time_ratio"] for r in rows if r["mb_params"] == params])
+        print(f"{json.dumps(params)}: objective ratio max {ratios.max():.4f}, median {np.median(ratios):.4f}; "
+              f"time ratio max {times.max():.3f}, median {np.median(times):.3f}", flush=True)
     return rows
 
 
@@ -332,8 +441,24 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-tall", action="store_true")
     parser.add_argument("--seed-sweep", type=int, default=0,
                         help="only: the final objective of some settings for random_state 0..N-1, in this process")
+    parser.add_argument("--defaults", type=int, default=0,
+                        help="only: default MiniBatchKMeans against default KMeans for random_state 0..N-1, "
+                             "each fit in a fresh process (--rows default 1.2M)")
+    parser.add_argument("--mb-params", default="{}",
+                        help="--defaults: JSON parameters added to MiniBatchKMeans' (a list: several settings)")
+    parser.add_argument("--one-fit", choices=("kmeans", "minibatch"), help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--output", default="minibatch.json", help="file name under benchmarks/results/")
     args = parser.parse_args(argv)
+    if args.one_fit:
+        import json
+
+        print(json.dumps(defaults_one(args)), flush=True)
+        return 0
+    if args.defaults:
+        args.rows = args.rows or 1_200_000
+        write_json(args.output, {"machine": machine(), "args": vars(args), "rows": defaults_sweep(args)})
+        return 0
     args.rows = args.rows or (200_000 if args.quick else 2_000_000)
     args.times = args.times or (3.0 if args.quick else 10.0)
     if args.ooc_lloyd_iters is None:

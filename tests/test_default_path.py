@@ -15,6 +15,7 @@ import importlib
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import dask
@@ -218,6 +219,13 @@ def test_a_fit_keeps_one_code_path_while_kernels_compile(monkeypatch):
     monkeypatch.setattr(kernel_compile, "_ready", set())
     monkeypatch.setattr(kernel_compile, "_started", set())
     monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)  # the fit does not wait for it
+    real_warm = kernel_compile._warm
+
+    def slow_warm(kind, warm_up):  # the compilation ends while the first fit runs
+        time.sleep(0.2)
+        real_warm(kind, warm_up)
+
+    monkeypatch.setattr(kernel_compile, "_warm", slow_warm)
     seen = _record_paths(monkeypatch)
     X = np.random.default_rng(0).normal(size=(3000, 24)).astype(np.float32)
     with dask.config.set({"dkmeans.compile": "background"}):
@@ -247,11 +255,17 @@ def test_large_data_compiles_first(monkeypatch):
     """From COMPILE_FIRST_ELEMENTS on, a background-mode fit waits for the compiled loops."""
     monkeypatch.setattr(kernel_compile, "_ready", set())
     monkeypatch.setattr(kernel_compile, "_started", set())
-    kinds = assign_module.compiled_kinds(np.float32, 8)
-    with dask.config.set({"dkmeans.compile": "background"}):
-        monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)
-        assert kernel_compile.resolve_path(kinds, 1000) == "numpy"
-        assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS) == "compiled"
+    release = threading.Event()
+    kinds = [(("test-kind", 1), lambda: release.wait(30))]  # a compilation that has not ended
+    try:
+        with dask.config.set({"dkmeans.compile": "background"}):
+            monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 1e-6)
+            assert kernel_compile.resolve_path(kinds, 1000) == "numpy"  # waited 1 ms, then NumPy
+            assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS) == "compiled"
+    finally:
+        release.set()
+    assert kernel_compile.wait_compiled(timeout=30)
+    assert ("test-kind", 1) in kernel_compile._ready
     with dask.config.set({"dkmeans.compile": "off"}):
         assert kernel_compile.resolve_path(kinds, 10**12) == "numpy"
     with dask.config.set({"dkmeans.compile": "eager"}):

@@ -71,7 +71,7 @@ _FLOATS = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 #: ``half_sq_norms`` gives exactly 1/2 to a centroid whose float64 squared norm is within
 #: this of 1 (per data dtype), so that exact ties in ``x.c`` among unit centroids (cosine:
 #: a row orthogonal to several) go to the lowest index. The values of
-#: ``dkmeans.kernels.cosine.UNIT_SQ_NORM_TOL``, which the other paths apply (this module
+#: ``dkmeans.kernels.common.UNIT_SQ_NORM_TOL``, which the other paths apply (this module
 #: imports nothing from dkmeans; tests/test_cosine.py checks that they agree).
 UNIT_SQ_NORM_TOL = {np.dtype(np.float32): 2.0**-20, np.dtype(np.float64): 2.0**-40}
 

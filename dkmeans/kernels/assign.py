@@ -34,7 +34,7 @@ from dkmeans.kernels import _numba as _compiled  # compiled loops of the NumPy p
 from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, MAX_CENTROID_BLOCK, Partials, TopRows, check_centroids,
                                     select_top)
 from dkmeans.kernels.compile import compiled_ready
-from dkmeans.kernels.cosine import unit_half_sq_norms  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
+from dkmeans.kernels.common import unit_half_sq_norms  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
 from dkmeans.kernels import sparse as _sparse
 
 #: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (the direct
@@ -401,7 +401,7 @@ def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_byte
 
 def _choice_scores(X, C, labels):
     """``||c||^2/2 - x.c`` of each row for its centroid ``C[labels]``, in float64, with the unit rule
-    of :func:`~dkmeans.kernels.cosine.unit_half_sq_norms`: the quantity every assignment kernel
+    of :func:`~dkmeans.kernels.common.unit_half_sq_norms`: the quantity every assignment kernel
     compares, so equal values are the ties a full assignment gives to the lower index."""
     xp = np if _sparse.is_sparse(X) else get_namespace(X)
     C64 = xp.asarray(C, dtype=xp.float64)

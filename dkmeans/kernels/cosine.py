@@ -40,6 +40,9 @@ import numpy as np
 from dkmeans.backend import get_namespace
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels import sparse as _sparse
+# the unit rule of the nearest-centroid choice lives beside the other shared kernel pieces (the
+# assignment kernels, which this module's users import, need it without importing this module)
+from dkmeans.kernels.common import UNIT_PREFILTER, UNIT_SQ_NORM_TOL, unit_half_sq_norms  # noqa: F401
 
 #: Cosine objective / squared Euclidean distance between unit vectors.
 COSINE_SCALE = 0.5
@@ -50,18 +53,6 @@ ZERO_ROW_MESSAGE = ("metric='cosine': the input has a row of norm zero (all valu
                     "similarity are undefined; remove such rows or use metric='euclidean'.")
 #: Rows normalised per tile (float64 scratch of about this many bytes).
 NORMALIZE_TILE_BYTES = 4 * 2**20
-#: A centroid whose squared norm, summed in float64 from its values in the data dtype, is
-#: within this of 1 is unit to rounding: the choice of the nearest centroid takes its
-#: ``||c||^2 / 2`` as exactly 1/2 (:func:`unit_half_sq_norms`). A unit vector computed in
-#: float64 is within a few tens of float64 ulps of norm 1 (d up to 10^6), and rounded to
-#: float32 within one float32 ulp; the tolerances leave a wide margin above that. The CuPy
-#: kernel ``half_sq_norms`` (:mod:`._cuda`) applies the same values.
-UNIT_SQ_NORM_TOL = {np.dtype(np.float32): 2.0**-20, np.dtype(np.float64): 2.0**-40}
-#: :func:`unit_half_sq_norms` sums in float64 only the centroids whose ``2 c_half`` (as the
-#: kernel computed it, in the data dtype) is within this of 1: far wider than its rounding.
-UNIT_PREFILTER = 2.0**-8
-
-
 def objective_scale(metric: str) -> float:
     """The metric's objective per unit of squared Euclidean distance on the prepared rows and centroids."""
     return COSINE_SCALE if metric == "cosine" else 1.0
@@ -118,44 +109,6 @@ def normalize_rows(X):
         norms = _dense_row_norms(xp, X64)
         _check_nonzero(xp, norms)
         out[i0:i0 + rows] = X64 / norms[:, None]
-    return out
-
-
-def unit_half_sq_norms(xp, C, c_half, dtype):
-    """The centroid constants of the nearest-centroid choice: ``c_half``, with exactly 1/2 for unit centroids.
-
-    Every assignment kernel (NumPy, compiled, ``scipy.sparse``; CuPy in its own
-    ``half_sq_norms`` kernel) chooses the centroid of smallest ``c_half[j] - x.c_j``, where
-    ``c_half[j] = ||c_j||^2 / 2`` as that kernel computed it. For unit centroids (cosine:
-    :func:`unit_centroids`, :func:`normalize_rows`, ``metric.prepare_centroids``) the squared
-    norms are 1 only to rounding, and each path rounds them differently; a row with the
-    same dot product with several centroids (a row orthogonal to them: exactly 0) would go
-    to the centroid whose norm happened to round lowest, not to the lowest index, and to a
-    different one on CSR and dense input. A centroid whose float64 squared norm is within
-    :data:`UNIT_SQ_NORM_TOL` of 1 gets exactly 1/2 here, so such ties are exact and go to the
-    lowest index on every path. Other centroids keep ``c_half`` unchanged (the Euclidean
-    choice moves by at most half the tolerance, below the rounding of ``x.c``, and only for
-    centroids of norm 1 to rounding).
-
-    Parameters
-    ----------
-    xp : namespace of ``C`` and ``c_half`` (NumPy or CuPy)
-    C : array, shape (k, d)
-        The centroids as the kernel uses them (cast to the data dtype).
-    c_half : array, shape (k,)
-        ``||c||^2 / 2`` as the kernel computed it (any float dtype; kept).
-    dtype : the data dtype (selects the tolerance; float32 or float64)
-    """
-    tol = UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
-    # only centroids whose c_half is near 1/2 are summed again in float64 (Euclidean ones: rarely any)
-    near = xp.nonzero(xp.abs(2.0 * c_half.astype(xp.float64) - 1.0) <= UNIT_PREFILTER)[0]
-    out = xp.array(c_half, copy=True)
-    rows = max(1, NORMALIZE_TILE_BYTES // (16 * max(C.shape[1], 1)))  # float64 scratch of a few MiB
-    for j0 in range(0, near.shape[0], rows):
-        at = near[j0:j0 + rows]
-        C64 = C[at].astype(xp.float64)
-        unit = at[xp.abs(xp.sum(C64 * C64, axis=1) - 1.0) <= tol]
-        out[unit] = 0.5
     return out
 
 

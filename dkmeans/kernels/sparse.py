@@ -9,7 +9,7 @@ so drivers, the engine and the faces run unchanged on sparse data. Centroids sta
 * The *choice* of centroid uses ``||c||^2 / 2 - x.c`` with the product ``X_tile @ C.T``
   (sparse times dense: work proportional to ``nnz(X_tile) * k``), in float64, lowest
   index on exact ties; a unit centroid counts ``||c||^2 / 2`` as exactly 1/2, as on the
-  dense paths (:func:`dkmeans.kernels.cosine.unit_half_sq_norms`: cosine ties, such as a
+  dense paths (:func:`dkmeans.kernels.common.unit_half_sq_norms`: cosine ties, such as a
   row orthogonal to several centroids, go to the lowest index on CSR and dense input alike).
 * The squared distance *reported* for the chosen centroid is computed in float64 from the
   stored values: ``sum over the row's nonzeros of (x_j - c_j)^2`` plus the centroid's
@@ -43,6 +43,7 @@ from dkmeans.kernels.common import (
     Moments,
     MAX_CENTROID_BLOCK,
     Partials,
+    unit_half_sq_norms,
 )
 
 #: A centroid's squared norm outside a row's nonzeros below this fraction of its squared
@@ -90,9 +91,8 @@ def _centroid_blocks(C64, k: int, dtype):
     """``(j0, C_block.T as C-contiguous, ||c||^2 / 2)`` per block of at most ``MAX_CENTROID_BLOCK`` centroids.
 
     ``||c||^2 / 2`` is the choice's: exactly 1/2 for a unit centroid (of the data ``dtype``'s
-    tolerance, :func:`dkmeans.kernels.cosine.unit_half_sq_norms`).
+    tolerance, :func:`dkmeans.kernels.common.unit_half_sq_norms`).
     """
-    from dkmeans.kernels.cosine import unit_half_sq_norms  # here: cosine imports this module
 
     half = unit_half_sq_norms(np, C64, 0.5 * np.einsum("ij,ij->i", C64, C64), dtype)
     return [(j0, np.ascontiguousarray(C64[j0:j0 + MAX_CENTROID_BLOCK].T), half[j0:j0 + MAX_CENTROID_BLOCK])

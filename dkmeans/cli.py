@@ -21,6 +21,7 @@ from dkmeans import _params
 from dkmeans.cluster import EmbeddedClusterWarning, close_embedded_cluster
 from dkmeans.errors import DKMeansError, InvalidParameterError
 from dkmeans.io.dataframe import select_columns
+from dkmeans.minibatch import DEFAULT_BATCH_SIZE
 
 logger = logging.getLogger("dkmeans")
 
@@ -406,7 +407,8 @@ def _add_fit_options(parser) -> None:
             kwargs["default"] = default
         parser.add_argument(param.cli, **kwargs)
     batch = _params.PARAMS["batch_size"]
-    parser.add_argument(batch.cli, type=int, default=1024, help=f"{batch.doc}, with --algorithm minibatch (default 1024)")
+    parser.add_argument(batch.cli, type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"{batch.doc}, with --algorithm minibatch (default {DEFAULT_BATCH_SIZE})")
     patience = _params.PARAMS["max_no_improvement"]
     parser.add_argument(patience.cli, type=_int_or_none, default=10, metavar="N|none",
                         help=f"{patience.doc}, with --algorithm minibatch (default 10)")

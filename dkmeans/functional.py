@@ -31,7 +31,7 @@ from dkmeans.init import InitOptions
 from dkmeans.io.dataframe import predict_series
 from dkmeans.kernels.cosine import normalize_rows, objective_scale
 from dkmeans.metric import prepare_array
-from dkmeans.minibatch import MiniBatchOptions
+from dkmeans.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
 from dkmeans.model import InferResult, Model, TrainResult
 
 
@@ -100,7 +100,8 @@ def _check_descriptor(desc) -> Descriptor:
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
-          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False, batch_size: int = 1024,
+          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False,
+          batch_size: int = DEFAULT_BATCH_SIZE,
           max_no_improvement=10, reassignment_ratio: float = 0.01) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 

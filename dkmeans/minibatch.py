@@ -66,6 +66,12 @@ from dkmeans.state import MiniBatchRecord, MiniBatchState, PassState
 BATCH_STREAM = 0x6D62
 
 
+#: Rows per mini-batch step by default, on every face (scikit-learn's is 1024; measured in
+#: benchmarks/README.md, ``minibatch.py --defaults``: with the k-means|| start 4096 stopped after
+#: about a third of the steps 1024 needed, at the same objective).
+DEFAULT_BATCH_SIZE = 4096
+
+
 @dataclass(frozen=True)
 class MiniBatchOptions:
     """A mini-batch run's rules (scikit-learn's names).
@@ -82,7 +88,7 @@ class MiniBatchOptions:
     time_unit : {"batches", "points"}
     """
 
-    batch_size: int = 1024
+    batch_size: int = DEFAULT_BATCH_SIZE
     max_no_improvement: int | None = 10
     reassignment_ratio: float = 0.01
     decay: float = 1.0

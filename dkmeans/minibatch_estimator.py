@@ -21,7 +21,7 @@ from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterE
 from dkmeans.estimator import _KMeansBase, _finish_progress, _progress_for
 from dkmeans.fit import FitSpec, run_fit, run_partial_fit
 from dkmeans.init import InitOptions
-from dkmeans.minibatch import MiniBatchOptions
+from dkmeans.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
 from dkmeans.state import MiniBatchState, history_dicts
 
 
@@ -167,7 +167,7 @@ class MiniBatchKMeans(_KMeansBase):
         *,
         init="k-means||",
         max_iter=100,
-        batch_size=4096,
+        batch_size=DEFAULT_BATCH_SIZE,
         verbose=0,
         compute_labels=True,
         random_state=None,

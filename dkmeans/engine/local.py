@@ -7,7 +7,9 @@ in-memory data and tests.
 
 from __future__ import annotations
 
+import contextvars
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from dkmeans.backend import concatenate_rows, get_namespace, to_host
@@ -20,28 +22,42 @@ class ChunkList:
     The base of :class:`LocalChunks` (every chunk) and of an SPMD rank's chunks, which
     combine their passes with the other ranks' (:class:`dkmeans.engine.spmd.RankChunks`).
     ``passes`` counts the passes made. Built with :meth:`from_array`, it is also the data of
-    a fit run in the caller's process (small in-memory data, see :mod:`dkmeans.fit`).
+    a fit run in the caller's process (in-memory data, see :mod:`dkmeans.fit`). With
+    ``threads > 1`` a pass runs its chunks on a pool of that many threads (the compiled
+    kernels release the GIL); results are combined in chunk order, as in one thread.
     """
 
     kind = "local"
 
-    def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None):
+    def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None, threads: int = 1):
         self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(int(o) for o in offsets)
         self.dtype, self.n_features = dtype, n_features
         self.n_rows = int(sum(int(b.shape[0]) for b in self.blocks)) if n_rows is None else int(n_rows)
         self.passes = 0
         self.loop_modes: list[str] = []
         self._on_progress = None
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dkmeans-chunks") \
+            if threads > 1 and len(self.blocks) > 1 else None
 
     @classmethod
-    def from_array(cls, X, weights=None, n_chunks: int = 1) -> "ChunkList":
+    def from_array(cls, X, weights=None, n_chunks: int = 1, threads: int = 1) -> "ChunkList":
         """An in-memory array (and weights) as ``n_chunks`` row chunks of about equal size (views, no copy)."""
         import numpy as np
 
         bounds = np.linspace(0, X.shape[0], n_chunks + 1).astype(int)
         blocks = [X[a:b] for a, b in zip(bounds, bounds[1:])]
         w = [None if weights is None else weights[a:b] for a, b in zip(bounds, bounds[1:])]
-        return cls(blocks, w, bounds[:-1], X.dtype, X.shape[1])
+        return cls(blocks, w, bounds[:-1], X.dtype, X.shape[1], threads=threads)
+
+    def _each(self, fn, *per_chunk):
+        """``[fn(*items) for items in zip(*per_chunk)]``, on the pool when there is one.
+
+        Each call runs in a copy of the caller's context (the fit's kernel path travels with it).
+        """
+        if self._pool is None:
+            return [fn(*items) for items in zip(*per_chunk)]
+        futures = [self._pool.submit(contextvars.copy_context().run, fn, *items) for items in zip(*per_chunk)]
+        return [f.result() for f in futures]
 
     @property
     def has_weights(self) -> bool:
@@ -49,8 +65,8 @@ class ChunkList:
 
     def _local(self, chunk_fn, combine_fn, args):
         self.passes += 1
-        return to_host(combine_fn([chunk_fn(X, w, o, *args) for X, w, o in zip(self.blocks, self.weights,
-                                                                                 self.offsets)]))
+        return to_host(combine_fn(self._each(lambda X, w, o: chunk_fn(X, w, o, *args), self.blocks, self.weights,
+                                             self.offsets)))
 
     def _combine(self, value, combine_fn):
         """The combined value of every holder of chunks (here: this one)."""
@@ -64,8 +80,8 @@ class ChunkList:
         """See :meth:`dkmeans.engine.protocol.ChunkedData.map_reduce_stateful`; the state is a list per chunk."""
         self.passes += 1
         previous = state if state is not None else [None] * len(self.blocks)
-        outputs = [chunk_fn(X, w, o, s, *args)
-                   for X, w, o, s in zip(self.blocks, self.weights, self.offsets, previous)]
+        outputs = self._each(lambda X, w, o, s: chunk_fn(X, w, o, s, *args), self.blocks, self.weights,
+                             self.offsets, previous)
         value = to_host(combine_fn([out for _, out in outputs]))
         return self._combine(value, combine_fn), [new for new, _ in outputs]
 
@@ -115,7 +131,10 @@ class ChunkList:
             self._on_progress(record)
 
     def release(self) -> None:
-        """Nothing to release: the chunks are the caller's arrays."""
+        """The chunks are the caller's arrays: only the thread pool, if any, is let go."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 class LocalChunks(ChunkList):

@@ -1,0 +1,90 @@
+"""In-memory data without a Dask client: fitted in the calling process, on a thread per core."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from dkmeans.engine.context import InContext
+from dkmeans.engine.local import ChunkList
+from dkmeans.kernels import assign_partials, combine_partials
+from dkmeans.kernels import compile as kernel_compile
+from dkmeans.lloyd import CentroidShift, lloyd
+
+
+def _partials_chunk(X, w, offset, C):
+    return assign_partials(X, C, w)
+
+
+def _path_chunk(X, w, offset):
+    return [(offset, kernel_compile.current_path())]
+
+
+def test_threaded_chunks_combine_in_chunk_order_as_one_thread():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 6))
+    w = rng.uniform(0.5, 2.0, 20_000)
+    C = X[:7].copy()
+    one = ChunkList.from_array(X, w, n_chunks=4)
+    pool = ChunkList.from_array(X, w, n_chunks=4, threads=4)
+    try:
+        a = one.map_reduce(_partials_chunk, combine_partials, (C,))
+        b = pool.map_reduce(_partials_chunk, combine_partials, (C,))
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)  # the same sums in the same order: bit for bit
+        ra = lloyd(one, C, max_iter=20, stop_rule=CentroidShift(0.0))
+        rb = lloyd(pool, C, max_iter=20, stop_rule=CentroidShift(0.0))
+        np.testing.assert_array_equal(ra.centroids, rb.centroids)
+        assert ra.n_iter == rb.n_iter
+    finally:
+        pool.release()
+
+
+def test_threads_run_in_the_fits_kernel_path():
+    """The pool's threads see the path the fit pinned (each call runs in a copy of the caller's context)."""
+    X = np.zeros((1000, 2))
+    data = ChunkList.from_array(X, None, n_chunks=4, threads=2)
+    try:
+        for path in ("numpy", "compiled"):
+            pinned = InContext(data, functools.partial(kernel_compile.call_pinned, path))
+            seen = pinned.map_reduce(_path_chunk, lambda parts: sum(parts, []))
+            assert [o for o, _ in seen] == [0, 250, 500, 750] and {p for _, p in seen} == {path}
+            with kernel_compile.pinned(path):  # the caller's own pin reaches the threads too
+                assert {p for _, p in data.map_reduce(_path_chunk, lambda parts: sum(parts, []))} == {path}
+    finally:
+        data.release()
+
+
+def test_large_numpy_fit_without_a_client_starts_no_cluster():
+    """40 MiB of NumPy rows (above dkmeans.in-process-bytes) with no client: fitted here on threads,
+    no cluster started, no scheduler changed; the result equals a fit on one thread."""
+    code = textwrap.dedent("""
+        import json, warnings, numpy as np, dask, distributed
+        import dkmeans
+        from dkmeans.testing import make_blobs
+        X, _, _ = make_blobs(700_000, 8, 6, spread=1.0, box=10.0, seed=0)
+        X = X.astype(np.float32)  # 21 MiB: above the limit set below
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # an EmbeddedClusterWarning would fail here
+            with dask.config.set({"dkmeans.in-process-bytes": "8MiB"}):
+                km = dkmeans.KMeans(6, random_state=0).fit(X)
+        try:
+            distributed.default_client()
+            started = True
+        except ValueError:
+            started = False
+        one = dkmeans.KMeans(6, random_state=0).fit(X)  # within the default limit: one thread
+        print("RESULT " + json.dumps(dict(started=started, mode=km.data_mode_, same_iter=km.n_iter_ == one.n_iter_,
+                                          diff=float(np.max(np.abs(km.cluster_centers_ - one.cluster_centers_))))))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, out.stderr
+    result = json.loads(lines[0][len("RESULT "):])
+    assert not result["started"] and result["mode"] == "in-memory"
+    assert result["diff"] < 1e-3 and result["same_iter"]  # two chunks' sums against one: rounding only

@@ -45,6 +45,7 @@ from dkmeans.cluster import current_client, fit_client, in_daemon_process
 from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
 from dkmeans.engine.local import ChunkList
 from dkmeans.engine.hybrid import HybridData
+from dkmeans.engine.sources import parquet_source
 from dkmeans.engine.streamed import rows_in_block
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.hartigan import hartigan
@@ -253,15 +254,23 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters
                              centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize))
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
-    if mode is False:
+    # Parquet behind a dd.read_parquet frame: the engine reads it in row batches, row counts from the footers
+    source = parquet_source(dataset.frame, dataset.array.dtype) if dataset.frame is not None and not row_bytes else None
+    if source is not None:
+        streamed = StreamedData(client, None, weights, budget, source=source)
+        reading = 2 * streamed.read_cost.fixed * len(budget.limits)  # what each worker's reads keep in pools
+        if mode is False or (mode == "auto" and streamed.nbytes + reading <= budget.persist_bytes()):
+            return PersistedData(client, streamed.X, streamed.weights, budget)
+    elif mode is False:
         return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
     per_row = (row_bytes or dataset.n_features * dataset.array.dtype.itemsize) + (8 if weights is not None else 0)
-    if mode == "auto":
+    if mode == "auto" and source is None:
         known = dataset.n_rows is not None
         rows = dataset.n_rows if known else _estimated_rows(client, dataset.array) * SIZE_ESTIMATE_MARGIN
         if rows * per_row <= budget.persist_bytes():
             return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
-    streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead, row_bytes=row_bytes)
+    if source is None:
+        streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead, row_bytes=row_bytes)
     if streamed.chunk_rows is None:
         if mode is True or _estimated_rows(client, dataset.array) * per_row * SIZE_ESTIMATE_MARGIN > \
                 HYBRID_MIN_SHARE ** -1 * budget.persist_bytes():
@@ -270,7 +279,7 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters
         return PersistedData(client, streamed.X, streamed.weights, budget, row_bytes=row_bytes)
     logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
                 "in every pass (out-of-core)", streamed.nbytes / 2**20, budget.persist_bytes() / 2**20)
-    if mode == "auto" and allow_hybrid:
+    if mode == "auto" and allow_hybrid and source is None:  # files read in batches: all streamed
         # keep the leading chunks that fit persisted when they are a fair share of the data
         per_row = streamed.nbytes / max(1, streamed.n_rows)
         fits = np.cumsum(streamed.chunk_rows) * per_row <= budget.persist_bytes()

@@ -3,6 +3,14 @@
 Every pass of every execution mode waits through :func:`gather`, so a fit never hangs on
 a cluster without workers and never reports a restart or lost input as a bare
 ``CancelledError``.
+
+A wait can also stall with workers alive: our tasks queued on a worker that distributed's
+memory monitor paused (its process holds the memory: a previous computation's
+allocations, not Dask's data, so it never resumes by itself) while the other workers are
+idle. :func:`gather` then asks the paused workers to release what their allocators keep;
+if nothing runs for ``dkmeans.stall-timeout`` it stops with an error naming the tasks
+waited for, where they are and the state and memory of their workers (or, where the
+caller can move the tasks, :class:`WorkersStalledError` naming the workers to avoid).
 """
 
 from __future__ import annotations
@@ -19,6 +27,20 @@ from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, 
 #: Dask config key (env ``DASK_DKMEANS__WORKER_TIMEOUT``): how long a pass may wait with no worker.
 WORKER_TIMEOUT_KEY = "dkmeans.worker-timeout"
 DEFAULT_WORKER_TIMEOUT = "120s"
+#: Dask config key (env ``DASK_DKMEANS__STALL_TIMEOUT``): how long a wait may see none of the
+#: running workers process anything while our tasks are pending (they wait on paused workers).
+STALL_TIMEOUT_KEY = "dkmeans.stall-timeout"
+DEFAULT_STALL_TIMEOUT = "30s"
+#: Paused workers are asked to release their allocators' memory at most this often (s).
+RELEASE_EVERY = 5.0
+
+
+class WorkersStalledError(ClusterError):
+    """Our tasks wait on workers that stay paused while no other worker runs anything (``workers``: them)."""
+
+    def __init__(self, message: str, workers=()):
+        super().__init__(message)
+        self.workers = tuple(workers)
 
 
 def worker_timeout() -> float:
@@ -26,7 +48,12 @@ def worker_timeout() -> float:
     return float(parse_timedelta(dask.config.get(WORKER_TIMEOUT_KEY, DEFAULT_WORKER_TIMEOUT)))
 
 
-def gather(client, futures, inputs=(), generation=None):
+def stall_timeout() -> float:
+    """Seconds a wait may make no progress on running workers (Dask config ``dkmeans.stall-timeout``)."""
+    return float(parse_timedelta(dask.config.get(STALL_TIMEOUT_KEY, DEFAULT_STALL_TIMEOUT)))
+
+
+def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = False):
     """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
 
     * Every worker gone for longer than :func:`worker_timeout`: the futures are
@@ -40,8 +67,18 @@ def gather(client, futures, inputs=(), generation=None):
       (``inputs``: their futures) were lost and cannot be recomputed. ``generation``:
       the client's restart count when the inputs were persisted (a restart since then
       also cancelled them).
+    * Some workers paused while the running ones process nothing and our futures are
+      pending: the paused workers are asked to release their allocators' memory (every
+      few seconds); after :func:`stall_timeout` the futures are cancelled and a
+      :class:`~dkmeans.errors.ClusterError` names the tasks, their workers and those
+      workers' state and memory, or, with ``stalled_workers``, a
+      :class:`WorkersStalledError` names the paused workers (the caller submits the work
+      again without them).
     """
     timeout = worker_timeout()
+    stall_limit = stall_timeout()
+    stalled_since = None
+    last_release = 0.0
     poll = min(1.0, max(0.05, timeout / 4))
     single = not isinstance(futures, (list, tuple))
     futures = [futures] if single else list(futures)
@@ -57,6 +94,25 @@ def gather(client, futures, inputs=(), generation=None):
             paused = _paused_workers(client)
             if client.nthreads() and paused is None:  # workers running: lost chunks are recomputed, keep waiting
                 no_workers_since = None
+                stalled = _stalled(client, futures)
+                if stalled is None:
+                    stalled_since = None
+                    continue
+                now = time.monotonic()
+                stalled_since = stalled_since or now
+                if now - last_release > RELEASE_EVERY:
+                    _release_paused(client, stalled["paused"])
+                    last_release = now
+                if now - stalled_since > stall_limit:
+                    client.cancel(futures)
+                    if stalled_workers and stalled["paused"]:
+                        raise WorkersStalledError(stalled["message"], stalled["paused"])
+                    raise ClusterError(
+                        f"Waited {stall_limit:g} s on tasks that no worker runs: {stalled['message']} The running "
+                        f"workers were idle all that time, so the computation was stopped. Paused workers keep "
+                        f"memory of their own (a previous computation's): restart them (client.restart()) or give "
+                        f"them more memory; the wait is set by the Dask config {STALL_TIMEOUT_KEY!r}."
+                    )
                 continue
             no_workers_since = no_workers_since or time.monotonic()
             if time.monotonic() - no_workers_since > timeout:
@@ -92,6 +148,55 @@ def _paused_workers(client):
         return None
     return [f"{addr}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
             f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB" for addr, w in workers.items()]
+
+
+def _stalled(client, futures):
+    """None while the wait can progress (a running worker processes something), else what it waits on.
+
+    Returns ``{"paused": [addresses], "message": str}``: the paused workers and a
+    description of up to three pending futures (their task, the worker processing it
+    and that worker's state and memory, or that no worker has it).
+    """
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        processing = client.processing()
+    except Exception:  # noqa: BLE001 - no answer: assume progress
+        return None
+    paused = [a for a, w in workers.items() if w.get("status", "running") == "paused"]
+    if not paused:
+        return None
+    if any(keys for a, keys in processing.items() if a not in paused):
+        return None
+    where = {key: addr for addr, keys in processing.items() for key in keys}
+    pending = [f for f in futures if f.status == "pending"]
+    if not pending:
+        return None
+    notes = []
+    for f in pending[:3]:
+        addr = where.get(f.key)
+        if addr is None:
+            notes.append(f"task {f.key!r} (pending, on no worker: it waits for its inputs or a free worker)")
+        else:
+            w = workers.get(addr, {})
+            notes.append(f"task {f.key!r} (processing on {addr}, which is {w.get('status', 'gone')} at "
+                         f"{int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+                         f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB)")
+    held = [a for a in paused if processing.get(a)]  # the paused workers holding tasks
+    more = f" and {len(pending) - 3} more" if len(pending) > 3 else ""
+    message = (f"{'; '.join(notes)}{more}; paused workers: "
+               + ", ".join(f"{a} ({int(workers[a].get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+                           f"{int(workers[a].get('memory_limit') or 0) / 2**20:.0f} MiB)" for a in paused) + ".")
+    return {"paused": held or paused, "message": message}
+
+
+def _release_paused(client, addresses) -> None:
+    """Ask paused workers to give back what their allocators keep (they may then resume)."""
+    from dkmeans.engine.memory import release_memory
+
+    try:
+        client.run(release_memory, workers=list(addresses))
+    except Exception:  # noqa: BLE001 - a worker gone meanwhile: the wait goes on
+        pass
 
 
 def _cancelled_error(exc, inputs, restarted=False):

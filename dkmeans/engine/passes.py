@@ -70,8 +70,9 @@ def submitting_own_graph():
 
 
 def combine_task(combine_fn, *parts):
-    """Combine ``(value, moved)`` parts (runs on a worker)."""
-    return combine_fn([p[0] for p in parts]), any(p[1] for p in parts)
+    """Combine ``(value, moved)`` parts (runs on a worker); ``moved`` may be a number (the largest is kept:
+    a streamed task's measured peak memory)."""
+    return combine_fn([p[0] for p in parts]), max(p[1] for p in parts)
 
 
 def add_reduction_tree(layers: dict, deps: dict, current: list, combine_fn: Callable, token: str,

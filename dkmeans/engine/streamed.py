@@ -14,10 +14,19 @@ is not kept: a stateful pass replays, on each chunk, the chunk functions of the 
 that built the state, from the same arguments, so it gets the same bits the in-memory
 mode keeps (:class:`ReplayState`). That costs compute (the seedings' few passes each
 redo the earlier ones' distance updates) but no memory per row.
+
+Parquet files behind a ``dd.read_parquet`` DataFrame are read by the engine itself
+(:mod:`dkmeans.engine.sources`): each task of a pass reads one piece of a file (row
+groups) in row batches sized from the measured peak memory of a read, so a task holds
+one batch plus the kernel's scratch whatever the file's size. Tasks go only to workers
+that are not paused by distributed's memory monitor: a pass whose tasks wait on a
+worker that stays paused (its memory is its own, not Dask's data) is submitted again
+without it (see :func:`dkmeans.engine.futures.gather`).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -29,9 +38,14 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 
 from dkmeans.backend import to_host
-from dkmeans.engine.futures import gather
-from dkmeans.engine.memory import MemoryBudget, check_chunks_fit
+from dkmeans.engine.futures import WorkersStalledError, gather
+from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, release_memory
+from dkmeans.engine.sources import (KERNEL_ROW_VALUES, MAX_BATCH_ROWS, MIN_BATCH_ROWS, ParquetSource,
+                                    measure_read, task_peak, task_peak_start)
+from dkmeans.errors import WorkersPausedError
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
+
+logger = logging.getLogger("dkmeans")
 
 
 class ReplayState:
@@ -79,6 +93,83 @@ def _state_block(steps, name, offset, X, w=None):
     return _replay(X, w, offset, steps)[0][name]
 
 
+def _piece_batches(source: ParquetSource, piece: int, batch_rows: int, w):
+    """``(row offset in the piece, X, w)`` batches of a piece (weights sliced alike)."""
+    for start, X in source.batches(piece, batch_rows):
+        yield start, X, (None if w is None else w[start:start + X.shape[0]])
+
+
+def _stream_piece(source, piece, batch_rows, chunk_fn, combine_fn, args, offset, w=None):
+    """A piece of a file, batch by batch; only one batch is held at a time."""
+    start_rss = task_peak_start()
+    results = []
+    for start, X, wb in _piece_batches(source, piece, batch_rows, w):
+        results.append(to_host(chunk_fn(X, wb, offset + start, *args)))
+        del X, wb
+    return combine_fn(results), task_peak(start_rss)
+
+
+def _stream_piece_stateful(source, piece, batch_rows, steps, combine_fn, offset, w=None):
+    start_rss = task_peak_start()
+    results = []
+    for start, X, wb in _piece_batches(source, piece, batch_rows, w):
+        results.append(to_host(_replay(X, wb, offset + start, steps)[1]))
+        del X, wb
+    return combine_fn(results), task_peak(start_rss)
+
+
+def _state_piece(source, piece, batch_rows, steps, name, offset, w=None):
+    parts = [_replay(X, wb, offset + start, steps)[0][name] for start, X, wb in
+             _piece_batches(source, piece, batch_rows, w)]
+    return np.concatenate(parts) if parts else np.zeros((0,), dtype=np.int32)
+
+
+class _PieceFold:
+    """A fold step over a whole piece: ``chunk_fn`` applied batch by batch (``X`` is the piece's index)."""
+
+    def __init__(self, source, batch_rows, chunk_fn):
+        self.source, self.batch_rows, self.chunk_fn = source, batch_rows, chunk_fn
+
+    def __call__(self, piece, w, offset, state, *args):
+        for start, X, wb in _piece_batches(self.source, piece, self.batch_rows, w):
+            state = to_host(self.chunk_fn(X, wb, offset + start, state, *args))
+            del X, wb
+        return state
+
+
+def _read_rows(source, piece, start, stop, batch_rows):
+    """Rows ``start:stop`` of a piece (a block of the source as a Dask array)."""
+    out = np.empty((stop - start, len(source.columns)), dtype=source.dtype)
+    for b0, X in source.batches(piece, batch_rows, limit=stop):
+        lo, hi = max(start, b0), min(stop, b0 + X.shape[0])
+        if lo < hi:
+            out[lo - start:hi - start] = X[lo - b0:hi - b0]
+        del X
+    return out
+
+
+def source_array(source: ParquetSource, block_rows: int) -> da.Array:
+    """The source's rows as a Dask array of blocks of at most ``block_rows`` rows, each read by the engine."""
+    name = f"dkmeans-parquet-{uuid.uuid4().hex[:12]}"
+    tasks, rows = {}, []
+    for p, (_, _, n) in enumerate(source.pieces):
+        for start in range(0, n, block_rows):
+            stop = min(n, start + block_rows)
+            key = (name, len(rows), 0)
+            tasks[key] = Task(key, _read_rows, source, p, start, stop, block_rows)
+            rows.append(stop - start)
+    graph = HighLevelGraph.from_collections(name, tasks, dependencies=())
+    return da.Array(graph, name, (tuple(rows), (len(source.columns),)), dtype=source.dtype,
+                    meta=np.empty((0, 0), dtype=source.dtype))
+
+
+def _worker_memory(client, workers=None) -> str:
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return "; ".join(f"{a}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+                     f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB ({w.get('status', 'running')})"
+                     for a, w in info.items() if workers is None or a in workers)
+
+
 def rows_in_block(X):
     return np.array([X.shape[0]], dtype=np.int64)
 
@@ -112,32 +203,91 @@ class StreamedData:
 
     kind = "streamed"
 
-    def __init__(self, client, X: da.Array, weights: da.Array | None = None, budget: MemoryBudget | None = None,
-                 read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None):
-        if X.numblocks[1] != 1:
-            X = X.rechunk({1: -1})
+    def __init__(self, client, X: da.Array | None, weights: da.Array | None = None, budget: MemoryBudget | None = None,
+                 read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None,
+                 source: ParquetSource | None = None):
         self.client = client
-        self.row_bytes = float(row_bytes or X.shape[1] * X.dtype.itemsize)
         self.passes = 0
         self.generation = getattr(client, "generation", None)
+        self.budget = budget if budget is not None else MemoryBudget.of(client)
+        self.source = source
+        # workers left out of passes: paused by their own memory when the budget was read, or since
+        self.excluded: set = set()
+        if source is not None:
+            self.excluded = {a for a in client.scheduler_info(n_workers=-1)["workers"] if a not in self.budget.limits}
+        self.read_cost = None
+        if source is not None:
+            self.read_cost, source.batch_rows = self._batch_rows(source)
+            X = source_array(source, source.batch_rows)
+        if X.numblocks[1] != 1:
+            X = X.rechunk({1: -1})
+        self.row_bytes = float(row_bytes or X.shape[1] * X.dtype.itemsize)
         if weights is not None and any(np.isnan(c) for c in X.chunks[0]):
             X = self._with_chunk_sizes(X)  # weights need the rows' chunks now
         if weights is not None:
-            weights = weights.rechunk((X.chunks[0],))
-        (X,) = dask.optimize(X)
+            weights = weights.rechunk((source.piece_rows if source is not None else X.chunks[0],))
+        if source is None:
+            (X,) = dask.optimize(X)
         if weights is not None:
             (weights,) = dask.optimize(weights)
         self.X, self.weights = X, weights
         self.n_features = int(X.shape[1])
         self.dtype = X.dtype
         self.first_row = int(first_row)
-        self.budget = budget if budget is not None else MemoryBudget.of(client)
         self.read_overhead = float(read_overhead)
         self.chunk_rows = None
-        if not any(np.isnan(c) for c in X.chunks[0]):
+        if source is not None:
+            self._set_chunk_rows(source.piece_rows)
+        elif not any(np.isnan(c) for c in X.chunks[0]):
             self._set_chunk_rows(X.chunks[0])
         self.loop_modes: list[str] = []
         self._on_progress = None
+
+    @staticmethod
+    def _kernel_per_row(source: ParquetSource) -> float:
+        return KERNEL_ROW_VALUES * 8.0 * len(source.columns)
+
+    def _task_allowance(self) -> float:
+        """Bytes a task may rise by: its input budget plus the kernel's fixed scratch and the centroids."""
+        return self.budget.task_bytes() + self.budget.scratch_bytes + self.budget.centroid_bytes
+
+    def _check_task_peak(self, peak: float) -> None:
+        """After a pass over the files: smaller batches from now on if a task's measured peak exceeded its budget."""
+        allowed = self._task_allowance()
+        if self.source is None or peak <= allowed:
+            return
+        fixed = self.read_cost.fixed + self.budget.scratch_bytes + self.budget.centroid_bytes
+        rows = self.source.batch_rows
+        shrunk = max(MIN_BATCH_ROWS, int(rows * max(0.0, allowed - fixed) / max(1.0, peak - fixed)))
+        if shrunk < rows:
+            logger.info("a task's measured peak was %.1f MiB, above its budget of %.1f MiB: batches of %d rows "
+                        "(were %d)", peak / 2**20, allowed / 2**20, shrunk, rows)
+            self.source.batch_rows = shrunk
+
+    def _batch_rows(self, source: ParquetSource):
+        """The read's measured cost, and the rows per batch that a worker's task budget holds.
+
+        The cost is measured by a probe task on a worker (:func:`~dkmeans.engine.sources.measure_read`).
+        """
+        workers = list(self.budget.limits)
+        future = self.client.submit(measure_read, source, pure=False, workers=workers, allow_other_workers=False)
+        cost = gather(self.client, future)
+        self.client.run(release_memory, workers=workers)  # what the probe's reads left in the pools
+        task_bytes = self.budget.task_bytes()
+        rows = min(MAX_BATCH_ROWS, max(source.piece_rows), cost.rows_for(task_bytes, self._kernel_per_row(source)))
+        if rows < min(MIN_BATCH_ROWS, max(source.piece_rows)):
+            raise WorkersPausedError(
+                f"The workers have no room to read even {MIN_BATCH_ROWS} rows of the Parquet files at a time: a "
+                f"read takes {cost.fixed / 2**20:.1f} MiB plus {cost.per_row:.0f} bytes per row (measured), a task "
+                f"may take {task_bytes / 2**20:.1f} MiB ({_worker_memory(self.client)}). The workers' processes "
+                f"keep that memory themselves (imports, a previous computation's allocations); give the workers "
+                f"more memory, restart them (client.restart()) before the fit, or use fewer worker processes with "
+                f"more memory each."
+            )
+        logger.info("reading %d Parquet pieces in batches of %d rows: a read takes %.1f MiB + %.0f bytes per row "
+                    "(%s), a task may take %.1f MiB", len(source.pieces), rows, cost.fixed / 2**20, cost.per_row,
+                    "measured" if cost.measured else "not measured: a default", task_bytes / 2**20)
+        return cost, int(rows)
 
     def _set_chunk_rows(self, rows) -> None:
         """Row counts known (from metadata or the first pass): offsets, and every chunk checked against the budget."""
@@ -145,9 +295,11 @@ class StreamedData:
         self.offsets = tuple(int(self.first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]]))
         self._n_rows = int(sum(self.chunk_rows))
         if any(np.isnan(c) for c in self.X.chunks[0]):
-            self.X = da.Array(self.X.dask, self.X.name, (self.chunk_rows, self.X.chunks[1]), meta=meta_from_array(self.X))
-        per_row = self.row_bytes + (8 if self.weights is not None else 0)
-        check_chunks_fit([r * per_row * self.read_overhead for r in self.chunk_rows], self.budget)
+            self.X = da.Array(self.X.dask, self.X.name, (self.chunk_rows, self.X.chunks[1]),
+                              meta=meta_from_array(self.X))
+        if self.source is None:
+            per_row = self.row_bytes + (8 if self.weights is not None else 0)
+            check_chunks_fit([r * per_row * self.read_overhead for r in self.chunk_rows], self.budget)
 
     def _with_chunk_sizes(self, X: da.Array) -> da.Array:
         """``X`` with its row counts known, counted in one streamed pass (nothing is kept)."""
@@ -173,7 +325,7 @@ class StreamedData:
 
     @property
     def n_chunks(self) -> int:
-        return self.X.numblocks[0]
+        return len(self.source.pieces) if self.source is not None else self.X.numblocks[0]
 
     @property
     def nbytes(self) -> int:
@@ -182,32 +334,74 @@ class StreamedData:
         return int(self.n_rows * per_row)
 
     # -- passes --------------------------------------------------------------------
+    def _sources(self):
+        """The Dask arrays a pass's tasks read from: ``X`` (unless the engine reads the files), the weights."""
+        return ([self.X] if self.source is None else []) + ([self.weights] if self.weights is not None else [])
+
+    def _chunk_refs(self, i: int) -> list:
+        x = [TaskRef(self._x_keys[i])] if self.source is None else []
+        return x + ([TaskRef(self._w_keys[i])] if self.weights is not None else [])
+
+    @property
+    def _x_keys(self):
+        return [k[0] for k in self.X.__dask_keys__()]
+
+    @property
+    def _w_keys(self):
+        return list(self.weights.__dask_keys__())
+
+    def _allowed_workers(self) -> list | None:
+        """Workers the pass's tasks may run on (None: any), all workers but those left out as paused."""
+        if not self.excluded:
+            return None
+        workers = [a for a in self.client.scheduler_info(n_workers=-1)["workers"] if a not in self.excluded]
+        if not workers:
+            raise WorkersPausedError(
+                f"Every worker of the Dask cluster stays paused by distributed's memory monitor "
+                f"({_worker_memory(self.client)}), so the pass was stopped: their processes keep that memory "
+                f"themselves (imports, a previous computation's allocations), and releasing what the allocators "
+                f"keep did not bring them below the pause threshold. Restart the workers (client.restart()) before "
+                f"the fit, give them more memory, or use fewer worker processes with more memory each."
+            )
+        return workers
+
     def _pass(self, make_task: Callable, combine_fn: Callable, fan_in: int = 8, args: Sequence[Any] = ()):
         """Submit one task per chunk (``make_task(key, i, refs, args)``) plus a reduction tree; the combined result.
 
         ``args`` reach ``make_task`` as one task argument (:func:`~dkmeans.engine.passes.task_args`).
+        A pass whose tasks wait on workers that stay paused is submitted again without them
+        (the results do not depend on where the tasks ran).
         """
+        while True:
+            futures = self._submit_pass(make_task, combine_fn, fan_in, args, self._allowed_workers())
+            try:
+                parts = gather(self.client, futures, (), self.generation, stalled_workers=True)
+            except WorkersStalledError as exc:
+                self.client.cancel(futures)
+                self.excluded |= set(exc.workers)
+                continue
+            self.passes += 1
+            self._check_task_peak(max((float(p) for _, p in parts), default=0.0))
+            return combine_fn([value for value, _ in parts])
+
+    def _submit_pass(self, make_task, combine_fn, fan_in, args, workers):
         token = uuid.uuid4().hex[:12]
-        sources = [self.X] + ([self.weights] if self.weights is not None else [])
+        sources = self._sources()
         layers = {name: layer for a in sources for name, layer in a.dask.layers.items()}
         deps = {name: d for a in sources for name, d in a.dask.dependencies.items()}
         parents = set().union(*(a.__dask_layers__() for a in sources))
-        x_keys = [k[0] for k in self.X.__dask_keys__()]
-        w_keys = list(self.weights.__dask_keys__()) if self.weights is not None else None
+        annotations = {"workers": workers, "allow_other_workers": False} if workers else None
         current = []
         shared, needs = task_args(args, token, layers, deps)
-        for i, x_key in enumerate(x_keys):
+        for i in range(self.n_chunks):
             key = f"dkmeans-stream-{token}-{i}"
-            refs = [TaskRef(x_key)] + ([TaskRef(w_keys[i])] if w_keys is not None else [])
-            layers[key] = MaterializedLayer({key: make_task(key, i, refs, shared)})
+            layers[key] = MaterializedLayer({key: make_task(key, i, self._chunk_refs(i), shared)},
+                                            annotations=annotations)
             deps[key] = set(parents) | needs
             current.append(key)
         current = add_reduction_tree(layers, deps, current, combine_fn, token, fan_in)
         with submitting_own_graph():
-            futures = self.client.get(HighLevelGraph(layers, deps), current, sync=False)
-        parts = gather(self.client, futures, (), self.generation)
-        self.passes += 1
-        return combine_fn([value for value, _ in parts])
+            return self.client.get(HighLevelGraph(layers, deps), current, sync=False)
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
@@ -216,6 +410,10 @@ class StreamedData:
                                      _CountingCombine(combine_fn), args=args)
             self._set_chunk_rows([rows[i] for i in range(self.n_chunks)])
             return value
+        if self.source is not None:
+            src, rows = self.source, self.source.batch_rows
+            return self._pass(lambda key, i, refs, a: Task(key, _stream_piece, src, i, rows, chunk_fn, combine_fn, a,
+                                                           self.offsets[i], *refs), combine_fn, args=args)
         return self._pass(lambda key, i, refs, a: Task(key, _stream_chunk, chunk_fn, a, self.offsets[i], *refs),
                           combine_fn, args=args)
 
@@ -224,8 +422,13 @@ class StreamedData:
         """A stateful pass whose state is rebuilt on each chunk by replaying the passes that made it."""
         self._ensure_chunk_rows()
         steps = (state.steps if state is not None else ()) + ((chunk_fn, tuple(args)),)
-        value = self._pass(lambda key, i, refs, _: Task(key, _stream_chunk_stateful, steps, self.offsets[i], *refs),
-                           combine_fn)
+        if self.source is not None:
+            src, rows = self.source, self.source.batch_rows
+            value = self._pass(lambda key, i, refs, _: Task(key, _stream_piece_stateful, src, i, rows, steps, combine_fn,
+                                                            self.offsets[i], *refs), combine_fn)
+        else:
+            value = self._pass(lambda key, i, refs, _: Task(key, _stream_chunk_stateful, steps, self.offsets[i],
+                                                            *refs), combine_fn)
         return value, ReplayState(steps)
 
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
@@ -238,17 +441,17 @@ class StreamedData:
         ending at or before ``start_row`` are not read.
         """
         self._ensure_chunk_rows()
-        sources = [self.X] + ([self.weights] if self.weights is not None else [])
+        sources = self._sources()
         layers = {name: layer for a in sources for name, layer in a.dask.layers.items()}
         deps = {name: d for a in sources for name, d in a.dask.dependencies.items()}
         parents = set().union(*(a.__dask_layers__() for a in sources))
-        x_keys = [k[0] for k in self.X.__dask_keys__()]
-        w_keys = list(self.weights.__dask_keys__()) if self.weights is not None else None
         if window is None:
             window = max(2, len(self.budget.per_worker()))  # about one chunk per worker at a time
+        if self.source is not None:  # the task reads its piece itself, batch by batch
+            chunk_fn = _PieceFold(self.source, self.source.batch_rows, chunk_fn)
 
         def refs(i):
-            return [TaskRef(x_keys[i])] + ([TaskRef(w_keys[i])] if w_keys is not None else [])
+            return ([i] if self.source is not None else []) + self._chunk_refs(i)
 
         state = fold_chunks(self.client, self.n_chunks, refs, self.offsets, chunk_fn, state, args, window=window,
                             stop=stop, on_state=on_state, first=first_chunk(self.offsets, self.chunk_rows, start_row),
@@ -260,9 +463,15 @@ class StreamedData:
     def state_column(self, state: ReplayState, name: str) -> da.Array:
         """The per-row array ``name`` of the replayed states: a lazy Dask array (computed from the source)."""
         self._ensure_chunk_rows()
-        x_blocks = self.X.to_delayed().ravel()
-        w_blocks = self.weights.to_delayed().ravel() if self.weights is not None else [None] * len(x_blocks)
+        w_blocks = self.weights.to_delayed().ravel() if self.weights is not None else [None] * self.n_chunks
         pieces = []
+        if self.source is not None:
+            for i, wb in enumerate(w_blocks):
+                block = dask.delayed(_state_piece)(self.source, i, self.source.batch_rows, state.steps, name,
+                                                   self.offsets[i], wb)
+                pieces.append(da.from_delayed(block, shape=(self.chunk_rows[i],), dtype=np.int32))
+            return da.concatenate(pieces) if pieces else da.zeros((0,), dtype=np.int32)
+        x_blocks = self.X.to_delayed().ravel()
         for i, (xb, wb) in enumerate(zip(x_blocks, w_blocks)):
             block = dask.delayed(_state_block)(state.steps, name, self.offsets[i], xb, wb)
             pieces.append(da.from_delayed(block, shape=(self.chunk_rows[i],), dtype=np.int32))
@@ -297,4 +506,4 @@ class StreamedData:
         self.X = self.weights = None
 
 
-__all__ = ["ReplayState", "StreamedData"]
+__all__ = ["ReplayState", "StreamedData", "source_array"]

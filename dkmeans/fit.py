@@ -61,7 +61,7 @@ from dkmeans.kernels.compile import COMPILE_FIRST_ELEMENTS, call_pinned, pinned,
 from dkmeans.engine.context import InContext
 from dkmeans.minibatch import MiniBatchOptions, advance, gather_rows, minibatch, minibatch_pass, step_rng
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
-from dkmeans.local_search import coreset_local_search
+from dkmeans.local_search import coreset_local_search, coreset_start
 from dkmeans.kernels.cosine import objective_scale
 from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset, sparse_row_bytes,
                             supports_local_search)
@@ -311,6 +311,7 @@ class FitPlan:
     on_iteration: Callable | None = None
     seed_of_run: Callable[[int], int] = lambda run: run
     metric: str = "euclidean"
+    warm_start: bool = True
 
 
 #: Coreset searches of a run at most: another follows one whose result the data confirmed.
@@ -376,7 +377,10 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
 
     while state.run < plan.n_init:
         if state.phase == "init":
-            state.phase, state.loop = "lloyd", LoopState(np.asarray(plan.initialise(state.run)))
+            start = np.asarray(plan.initialise(state.run))
+            if plan.local_search and plan.lloyd and plan.warm_start:  # settled and searched on a sample first
+                start = coreset_start(data, start, seed=plan.seed_of_run(state.run), stop_rule=plan.stop_rule)
+            state.phase, state.loop = "lloyd", LoopState(start)
             save()
         loop = state.loop
         summary = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, "max_iter", False,
@@ -554,6 +558,7 @@ def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches:
             seed_of_run=lambda run: derive_seed(state.seed, run),
             hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
             hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
+            warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
         )
         best = fit_runs(data, plan, state, checkpointer)
         labels, inertia, n_passes = _final_assignment(spec, dataset, data, client, best.centroids)

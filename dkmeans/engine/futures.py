@@ -191,7 +191,7 @@ def _stalled(client, futures):
 
 def _release_paused(client, addresses) -> None:
     """Ask paused workers to give back what their allocators keep (they may then resume)."""
-    from dkmeans.engine.memory import release_memory
+    from dkmeans.engine.release import release_memory
 
     try:
         client.run(release_memory, workers=list(addresses))

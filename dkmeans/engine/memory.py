@@ -33,11 +33,7 @@ any work is submitted.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
-import gc
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -45,6 +41,7 @@ import dask
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 
 from dkmeans.engine.futures import WORKER_TIMEOUT_KEY, worker_timeout
+from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
 
 TASK_FRACTION_KEY = "dkmeans.memory.task-fraction"
@@ -152,19 +149,6 @@ class MemoryBudget:
     def per_worker(self) -> dict:
         """:meth:`task_bytes` of every worker, by address."""
         return {addr: self.task_bytes(addr) for addr in self.limits}
-
-
-def release_memory() -> None:
-    """Give the memory the allocators keep back to the OS: Python's garbage, glibc's free heap
-    (``malloc_trim``), and pyarrow's memory pool (which keeps freed buffers for the next read:
-    about 300 MiB after a plain ``dd.read_parquet`` pass over 64 MB files)."""
-    gc.collect()
-    if "pyarrow" in sys.modules:  # never imported here just to release it
-        with contextlib.suppress(Exception):
-            sys.modules["pyarrow"].default_memory_pool().release_unused()
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _paused(info: dict) -> list:

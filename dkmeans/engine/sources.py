@@ -251,7 +251,7 @@ def task_peak(start: int | None) -> int:
 
 def _peak_of(fn) -> int | None:
     """Bytes the process's resident memory rose above its start while ``fn()`` ran (None: not measurable)."""
-    from dkmeans.engine.memory import release_memory
+    from dkmeans.engine.release import release_memory
 
     release_memory()
     if not _reset_peak():

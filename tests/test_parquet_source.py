@@ -1,0 +1,72 @@
+"""Parquet behind ``dd.read_parquet``, read by the engine in row batches (:mod:`dkmeans.engine.sources`).
+
+The same centroids as a float64 Lloyd computed file by file, in memory and out of core; frames
+that are not a plain read of some columns are left to Dask.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import dkmeans
+
+pq = pytest.importorskip("pyarrow.parquet")
+pa = pytest.importorskip("pyarrow")
+dd = pytest.importorskip("dask.dataframe")
+
+D, K = 5, 4
+COLUMNS = [f"f{j}" for j in range(D)]
+
+
+def _write(path, sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-10, 10, size=(K, D))
+    for i, n in enumerate(sizes):
+        X = (centers[rng.integers(0, K, n)] + rng.normal(size=(n, D))).astype(np.float32)
+        table = pa.table({**{c: X[:, j] for j, c in enumerate(COLUMNS)}, "label": np.arange(n) % 3})
+        pq.write_table(table, os.path.join(path, f"part.{i}.parquet"), row_group_size=max(1, n // 3))
+    return centers
+
+
+def _reference(path, n_files, C, steps):
+    """``steps`` float64 Lloyd updates of ``C``, reading the files one at a time."""
+    for _ in range(steps):
+        sums, counts = np.zeros_like(C), np.zeros(len(C))
+        for i in range(n_files):
+            X = pq.read_table(os.path.join(path, f"part.{i}.parquet"), columns=COLUMNS).to_pandas().to_numpy(np.float64)
+            labels = ((C ** 2).sum(axis=1)[None, :] - 2 * X @ C.T).argmin(axis=1)
+            np.add.at(sums, labels, X)
+            counts += np.bincount(labels, minlength=len(C))
+        C = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], C)
+    return C
+
+
+@pytest.mark.parametrize("out_of_core", [False, True], ids=["in-memory", "out-of-core"])
+def test_parquet_fit_equals_a_float64_lloyd_file_by_file(client, tmp_path, out_of_core):
+    sizes = [7000, 3000, 9000, 5000]
+    centers = _write(str(tmp_path), sizes)
+    C0 = centers + np.random.default_rng(1).normal(scale=2.0, size=centers.shape)
+    df = dd.read_parquet(str(tmp_path))[COLUMNS]
+    km = dkmeans.KMeans(K, init=C0, n_init=1, max_iter=4, tol=0.0, out_of_core=out_of_core).fit(df)
+    assert km.data_mode_ == ("out-of-core" if out_of_core else "in-memory")
+    np.testing.assert_allclose(km.cluster_centers_, _reference(str(tmp_path), len(sizes), C0, 4), rtol=1e-5,
+                               atol=1e-4)
+    labels = km.predict(df).compute()
+    assert len(labels) == sum(sizes)
+
+
+def test_a_frame_that_is_not_a_plain_parquet_read_is_read_by_dask(tmp_path):
+    from dkmeans.engine.sources import parquet_source
+
+    path = str(tmp_path)
+    X = np.arange(40, dtype=np.float32).reshape(10, 4)
+    pq.write_table(pa.table({f"f{j}": X[:, j] for j in range(4)}), os.path.join(path, "a.parquet"))
+    plain = parquet_source(dd.read_parquet(path)[["f0", "f2"]], np.float32)
+    assert plain is not None and plain.n_rows == 10 and plain.columns == ["f0", "f2"]
+    np.testing.assert_array_equal(plain.read(0), X[:, [0, 2]])
+    assert parquet_source(dd.read_parquet(path, filters=[("f0", ">", 3)]), np.float32) is None
+    df = dd.read_parquet(path)
+    assert parquet_source(df[df.f0 > 3], np.float32) is None

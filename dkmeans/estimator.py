@@ -449,7 +449,9 @@ class KMeans(_KMeansBase):
         objective is kept. ``"auto"``: 10 for ``"random"``, ``"random-partition"`` and a
         callable, 1 otherwise (as in scikit-learn).
     max_iter : int, default 300
-        Maximum number of Lloyd iterations.
+        Maximum number of Lloyd iterations on the data in a run, whatever phases it has
+        (scikit-learn's meaning): the confirmation of a local search gets what Lloyd left,
+        and with none left there is no search after Lloyd.
     tol : float, default 1e-4
         Relative tolerance as in scikit-learn: stop when the total squared centroid
         shift is at most ``tol`` times the mean variance of the features.
@@ -462,13 +464,15 @@ class KMeans(_KMeansBase):
         With ``algorithm="lloyd"``: continue from Lloyd's result with Hartigan's method,
         whose local optima are a subset of Lloyd's.
     local_search : {"auto", True, False}, default "auto"
-        After Lloyd, batched k-means++ local search (Lattanzi and Sohler, ICML 2019): swap
-        centroids for rows drawn by their cost where that lowers the objective, which moves
-        centroids across empty space where Lloyd cannot, then Lloyd again (about 3-8 more
-        passes over the data). On the SIPU benchmark sets it reaches the quality of
-        scikit-learn with ``n_init=10`` at about 1.2-1.6 times the passes of Lloyd alone
-        (benchmarks/quality.py). "auto": when ``init`` is a seeding strategy (not given
-        centroids, whose Lloyd result stays scikit-learn's).
+        k-means++ local search (Lattanzi and Sohler, ICML 2019) on a sample of the rows:
+        swap centroids for rows drawn by their cost where that lowers the objective, which
+        moves centroids across empty space where Lloyd cannot. Before Lloyd (seeding
+        strategies only) the sample's settled and searched centroids are Lloyd's start;
+        after Lloyd a search on a new sample is confirmed by Lloyd on the data and kept only
+        if the data's objective is lower (one pass when it finds nothing). On the SIPU
+        benchmark sets it reaches the quality of scikit-learn with ``n_init=10`` at 0.6-1.2
+        times the passes of Lloyd alone (benchmarks/quality.py). "auto": when ``init`` is a
+        seeding strategy (not given centroids, whose Lloyd result stays scikit-learn's).
     hartigan_mode : {"unsafe", "safe"}, default "unsafe"
         Batch Hartigan: accept every proposed move and keep the round only if the
         objective fell (else redo it safely), or accept only moves whose clusters are

@@ -29,19 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_json  # noqa: E402
 
-#: name -> (n_samples, n_features, n_clusters): the shapes of benchmarks/lloyd.py
-SHAPES = {
-    "small": (100_000, 8, 10),
-    "tall": (2_000_000, 16, 32),
-    "wide": (500_000, 128, 256),
-    "manyk": (200_000, 64, 2048),
-}
-QUICK_SHAPES = {
-    "small": (20_000, 8, 10),
-    "tall": (200_000, 16, 32),
-    "wide": (50_000, 128, 256),
-    "manyk": (40_000, 64, 512),
-}
+from lloyd import QUICK_SHAPES, SHAPES  # noqa: E402 - the shapes of the per-iteration benchmark
+
 CONFIGS = {
     "sklearn": "sklearn.cluster.KMeans(n_clusters=k, random_state=0)",
     "sklearn-n_init10": "sklearn.cluster.KMeans(n_clusters=k, n_init=10, random_state=0)",

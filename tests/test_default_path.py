@@ -76,14 +76,15 @@ def small_data(draw):
     return X, k, seed
 
 
+@pytest.mark.parametrize("estimator", [dkmeans.KMeans, dkmeans.MiniBatchKMeans], ids=["KMeans", "MiniBatchKMeans"])
 @pytest.mark.parametrize("path", sorted(PATHS))
 @SETTINGS
 @given(case=small_data())
-def test_default_kmeans_fits_any_small_input(path, case):
+def test_default_estimators_fit_any_small_input(estimator, path, case):
     X, k, seed = case
     with dask.config.set({"dkmeans.compile": PATHS[path]}), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fewer distinct points than clusters warns, as scikit-learn does
-        km = dkmeans.KMeans(n_clusters=k, random_state=seed).fit(X)
+        km = estimator(n_clusters=k, random_state=seed).fit(X)
         predicted = km.predict(X)
     C = km.cluster_centers_
     assert C.shape == (k, X.shape[1]) and np.all(np.isfinite(C))
@@ -93,21 +94,6 @@ def test_default_kmeans_fits_any_small_input(path, case):
     dense = X.toarray() if sp.issparse(X) else X
     rounding = X.shape[0] * float(np.finfo(X.dtype).eps) * 4 * float(np.max(dense ** 2, initial=0) + np.max(C ** 2))
     assert km.inertia_ == pytest.approx(reference, rel=1e-4, abs=rounding)
-
-
-@pytest.mark.parametrize("path", sorted(PATHS))
-@SETTINGS
-@given(case=small_data())
-def test_default_minibatch_fits_any_small_input(path, case):
-    X, k, seed = case
-    with dask.config.set({"dkmeans.compile": PATHS[path]}), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mbk = dkmeans.MiniBatchKMeans(n_clusters=k, random_state=seed).fit(X)
-        predicted = mbk.predict(X)
-    C = mbk.cluster_centers_
-    assert C.shape == (k, X.shape[1]) and np.all(np.isfinite(C))
-    _assert_nearest(X, C, mbk.labels_)
-    _assert_nearest(X, C, predicted)
 
 
 def test_more_clusters_than_rows_is_the_documented_error():

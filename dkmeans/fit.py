@@ -61,7 +61,7 @@ from dkmeans.kernels.compile import COMPILE_FIRST_ELEMENTS, call_pinned, pinned,
 from dkmeans.engine.context import InContext
 from dkmeans.minibatch import MiniBatchOptions, advance, gather_rows, minibatch, minibatch_pass, step_rng
 from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd, objective, stop_after_update
-from dkmeans.local_search import coreset_local_search, coreset_start
+from dkmeans.local_search import coreset_local_search, coreset_searches, coreset_start
 from dkmeans.kernels.cosine import objective_scale
 from dkmeans.metric import (is_sparse_array, prepare_centroids, prepare_dataset, sparse_row_bytes,
                             supports_local_search)
@@ -332,7 +332,7 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
         lloyd_stop = "max_iter" if loop.n_iter >= plan.max_iter else None
     unchanged = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, lloyd_stop or "local-search",
                            lloyd_stop != "max_iter", list(loop.history))
-    if budget <= 0:
+    if budget <= 0 or not coreset_searches(data.n_rows, len(loop.centroids)):
         return unchanged
     history, summary, centroids, n_iter = list(loop.history), unchanged, loop.centroids, loop.n_iter
     for attempt in range(CORESET_SEARCHES):  # again from a confirmed result, while the data confirms
@@ -378,7 +378,8 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
     while state.run < plan.n_init:
         if state.phase == "init":
             start = np.asarray(plan.initialise(state.run))
-            if plan.local_search and plan.lloyd and plan.warm_start:  # settled and searched on a sample first
+            if plan.local_search and plan.lloyd and plan.warm_start and coreset_searches(data.n_rows, len(start)):
+                # settled and searched on a sample first
                 start = coreset_start(data, start, seed=plan.seed_of_run(state.run), stop_rule=plan.stop_rule)
             state.phase, state.loop = "lloyd", LoopState(start)
             save()

@@ -242,16 +242,19 @@ def test_memory_budget_counts_centroids():
 
 
 def test_default_fit_at_large_k_keeps_the_local_search_bounded():
-    """The default fit (seeding, Lloyd, local search) at k = 4,096: the search's candidate x
+    """The default fit (seeding, Lloyd, local search) at k = 1,024: the search's candidate x
     centroid costs stay at 2^22 entries (the old full-data search asked for k x 2k float64:
-    256 MiB each, 64 GiB at k = 65,536), and max_iter bounds the run's Lloyd updates."""
+    16 MiB each here, 64 GiB at k = 65,536), and max_iter bounds the run's Lloyd updates. Where the
+    sample holds fewer than 4 rows per cluster the search does not run at all."""
     X = np.random.default_rng(0).normal(size=(20_000, 4)).astype(np.float32)
     tracemalloc.start()
     try:
-        km = dkmeans.KMeans(n_clusters=4_096, random_state=0, max_iter=40).fit(X)
+        km = dkmeans.KMeans(n_clusters=1_024, random_state=0, max_iter=40).fit(X)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert km.n_iter_ <= 40
     assert any(h.get("algorithm") == "local-search" for h in km.history_)
     assert peak < 400 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    few_rows = dkmeans.KMeans(n_clusters=4_096, random_state=0, max_iter=5).fit(X)  # 4,096 sample rows: no search
+    assert not any(h.get("algorithm") == "local-search" for h in few_rows.history_)

@@ -27,6 +27,7 @@ import functools
 import logging
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -337,8 +338,8 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
     history, summary, centroids, n_iter = list(loop.history), unchanged, loop.centroids, loop.n_iter
     for attempt in range(CORESET_SEARCHES):  # again from a confirmed result, while the data confirms
         search = coreset_local_search(data, centroids, seed=derive_seed(plan.seed_of_run(run), attempt),
-                                      stop_rule=plan.stop_rule, max_iter=plan.max_iter - n_iter if plan.lloyd
-                                      else budget, metric=plan.metric, on_iteration=plan.on_iteration)
+                                      stop_rule=plan.stop_rule, max_iter=budget - (n_iter - loop.n_iter),
+                                      metric=plan.metric, on_iteration=plan.on_iteration)
         record = dataclasses.replace(search.record, round=attempt + 1)
         if plan.on_iteration is not None:
             plan.on_iteration(record)
@@ -613,8 +614,6 @@ def _weight_sum_chunk(X, w, offset):
 
 def minibatch_sizes(spec: FitSpec, n_rows: int) -> tuple[int, int]:
     """scikit-learn's ``(batch_size, init_size)`` for ``n_rows`` rows (and its warning for ``init_size < k``)."""
-    import warnings
-
     b = min(spec.minibatch.batch_size, n_rows)
     size = spec.init_size
     if size is None:

@@ -404,6 +404,23 @@ def _combine_coreset(parts, s):
     return _CoresetPass(combine_top([p.top for p in parts], s), sum(p.objective for p in parts))
 
 
+def _draw_coreset(data, C: np.ndarray, seed: int, stream: int):
+    """One pass: the sample of :func:`coreset_size` rows (in this process) and the data's objective of ``C``."""
+    s = coreset_size(data.n_rows, C.shape[0])
+    sample = data.map_reduce(_coreset_chunk, functools.partial(_combine_coreset, s=s), (C, s, seed, stream))
+    f = float(sample.objective)
+    if not np.isfinite(f):
+        raise InvalidDataError(NON_FINITE_INPUT)
+    return ChunkList.from_array(np.asarray(sample.top.rows).astype(data.dtype), None), f
+
+
+def _search_coreset(core, C: np.ndarray, seed: int, stop_rule, rounds: int, lloyd_iters: int) -> LocalSearchResult:
+    """:func:`local_search` on the sample with the coreset's bounded candidates and swaps, until a round improves nothing."""
+    k = C.shape[0]
+    return local_search(core, C, rounds=rounds, candidates_per_round=coreset_candidates(k), seed=seed,
+                        lloyd_iters=lloyd_iters, stop_rule=stop_rule, patience=1, max_swaps=coreset_swaps(k))
+
+
 @dataclass
 class CoresetSearchResult:
     """What :func:`coreset_local_search` did.
@@ -466,17 +483,8 @@ def coreset_local_search(
     """
     t0 = time.perf_counter()
     C = np.asarray(centroids, dtype=data.dtype)
-    k = C.shape[0]
-    s = coreset_size(data.n_rows, k)
-    sample = data.map_reduce(_coreset_chunk, functools.partial(_combine_coreset, s=s),
-                             (C, s, seed, CORESET_STREAM))
-    f = float(sample.objective)
-    if not np.isfinite(f):
-        raise InvalidDataError(NON_FINITE_INPUT)
-    rows = np.asarray(sample.top.rows).astype(data.dtype)
-    search = local_search(ChunkList.from_array(rows, None), C, rounds=rounds,
-                          candidates_per_round=coreset_candidates(k), seed=seed, lloyd_iters=lloyd_iters,
-                          stop_rule=stop_rule, patience=1, max_swaps=coreset_swaps(k))
+    core, f = _draw_coreset(data, C, seed, CORESET_STREAM)
+    search = _search_coreset(core, C, seed, stop_rule, rounds, lloyd_iters)
     passes, lloyd_result, kept, objective = 1, None, False, f
     if search.swaps_accepted and max_iter > 0 and f > 0:
         lloyd_result = lloyd(data, np.asarray(search.centroids).astype(data.dtype), max_iter=max_iter,
@@ -512,17 +520,9 @@ def coreset_start(
     compares is measured on the data.
     """
     C = np.asarray(centroids, dtype=data.dtype)
-    k = C.shape[0]
-    s = coreset_size(data.n_rows, k)
-    sample = data.map_reduce(_coreset_chunk, functools.partial(_combine_coreset, s=s),
-                             (C, s, seed, CORESET_STREAM + 1))
-    if not np.isfinite(float(sample.objective)):
-        raise InvalidDataError(NON_FINITE_INPUT)
-    core = ChunkList.from_array(np.asarray(sample.top.rows).astype(data.dtype), None)
+    core, _ = _draw_coreset(data, C, seed, CORESET_STREAM + 1)
     settled = lloyd(core, C, max_iter=300, stop_rule=stop_rule).centroids
-    search = local_search(core, np.asarray(settled).astype(data.dtype), rounds=rounds,
-                          candidates_per_round=coreset_candidates(k), seed=seed, lloyd_iters=lloyd_iters,
-                          stop_rule=stop_rule, patience=1, max_swaps=coreset_swaps(k))
+    search = _search_coreset(core, np.asarray(settled).astype(data.dtype), seed, stop_rule, rounds, lloyd_iters)
     return np.asarray(search.centroids).astype(data.dtype)
 
 

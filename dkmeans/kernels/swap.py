@@ -353,11 +353,11 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
     p_sq = xp.sum(P64 * P64, axis=1)
     k, m = C64.shape[0], P64.shape[0]
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    if m > SWAP_LOOP_MAX_CANDIDATES:  # many candidates: matrix products, rows taken cluster by cluster
+        return _swap_costs_by_cluster(xp, X, C, origin, P64, p_sq, w, scratch_bytes)
     per_candidate = xp.zeros(m, dtype=xp.float64)  # sum_x w min(d1, dp)
     per_cluster = xp.zeros((k, m), dtype=xp.float64)  # sum_{a(x) = j} w (min(d2, dp) - min(d1, dp))
     objective = xp.zeros((), dtype=xp.float64)
-    if m > SWAP_LOOP_MAX_CANDIDATES:  # many candidates: matrix products, rows taken cluster by cluster
-        return _swap_costs_by_cluster(xp, X, C, origin, P64, p_sq, w, scratch_bytes)
     if _compiled_ready(xp, X):  # one fused loop over rows: no tiles, no n x m temporaries
         objective = np.zeros(1)
         _swap_costs_rows(np.ascontiguousarray(X), origin, C64, P64, *_host_weights(w),

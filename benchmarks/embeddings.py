@@ -47,8 +47,8 @@ from lloyd import N_THREADS, persist_chunks, start_cluster  # noqa: E402
 
 import dkmeans  # noqa: E402
 from dkmeans.engine import MemoryBudget, PersistedData  # noqa: E402
-from dkmeans.init import InitOptions  # noqa: E402
-from dkmeans.init.kmeans_parallel import kmeans_parallel  # noqa: E402
+from dkmeans.drivers.init import InitOptions  # noqa: E402
+from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel  # noqa: E402
 from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES  # noqa: E402
 
 SHAPES = {"4k": (1_000_000, 256, 4_096), "64k": (200_000, 256, 65_536)}

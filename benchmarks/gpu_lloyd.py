@@ -26,7 +26,7 @@ gets the same rows. The initial centroids ``C0`` are ``k`` distinct rows (fixed 
     ``--no-dask``): the same rows generated on the one worker (``map_blocks``, CuPy chunks),
     persisted, then ``dkmeans.KMeans(init=C0, n_init=1, tol=0, max_iter=iters + 1)``; the
     median of ``history_[i]["seconds"]`` per iteration. Any failure is recorded, not raised.
-(d) **CPU path**: the NumPy kernels (``dkmeans.kernels.assign.assign_partials``: BLAS plus
+(d) **CPU path**: the NumPy kernels (``dkmeans.kernels.nearest.assign_partials``: BLAS plus
     numba) on ``--cpu-rows`` rows of the same shape, split into one chunk per core and run
     on one thread per core with one BLAS thread each (the layout of dkmeans' CPU workers),
     best of ``--repeats``; reported per row and scaled to ``n`` rows for the speed-up.
@@ -67,12 +67,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_cuda_kernels():
-    """``dkmeans.kernels._cuda``, imported, or loaded by path if dkmeans does not import."""
+    """``dkmeans.kernels.backends.cuda``, imported, or loaded by path if dkmeans does not import."""
     sys.path.insert(0, str(ROOT))
     try:
-        from dkmeans.kernels import _cuda
+        from dkmeans.kernels.backends import cuda as _cuda
 
-        return _cuda, "dkmeans.kernels._cuda"
+        return _cuda, "dkmeans.kernels.backends.cuda"
     except ImportError as exc:
         path = ROOT / "dkmeans" / "kernels" / "_cuda.py"
         spec = importlib.util.spec_from_file_location("dkmeans_cuda_standalone", path)
@@ -255,7 +255,7 @@ def run_dask(args, C0):
 # -- (d) CPU path -----------------------------------------------------------------------------------
 def run_cpu(args, C0):
     try:
-        from dkmeans.kernels.assign import assign_partials
+        from dkmeans.kernels.nearest import assign_partials
     except ImportError as exc:
         return {"skipped": f"dkmeans does not import: {exc}"}
     try:

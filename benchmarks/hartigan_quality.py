@@ -27,9 +27,9 @@ import numpy as np
 
 from dkmeans import metrics
 from dkmeans.engine.persisted import PersistedData
-from dkmeans.cluster import start_local_cluster
-from dkmeans.hartigan import hartigan, standard_hartigan
-from dkmeans.lloyd import CentroidShift, lloyd
+from dkmeans.engine.client import start_local_cluster
+from dkmeans.drivers.hartigan import hartigan, standard_hartigan
+from dkmeans.drivers.lloyd import CentroidShift, lloyd
 from dkmeans.testing import pick_rows
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))

@@ -22,7 +22,7 @@ from sklearn.cluster import KMeans as SKKMeans
 
 import dkmeans
 from dkmeans import metrics
-from dkmeans.cluster import start_local_cluster
+from dkmeans.engine.client import start_local_cluster
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from _common import load_sipu, machine, sipu_dir, write_json  # noqa: E402

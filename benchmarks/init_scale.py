@@ -32,8 +32,8 @@ from threadpoolctl import threadpool_limits
 
 import dkmeans
 from dkmeans.engine.persisted import PersistedData
-from dkmeans.cluster import start_local_cluster
-from dkmeans.init import kmeans_parallel
+from dkmeans.engine.client import start_local_cluster
+from dkmeans.drivers.init import kmeans_parallel
 from dkmeans.metrics import objective
 from dkmeans.testing import make_blobs
 

@@ -47,7 +47,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--engine", default="auto")
     args = parser.parse_args(argv)
-    importlib.import_module("dkmeans.kernels.assign").ENGINE = args.engine
+    importlib.import_module("dkmeans.kernels.nearest").ENGINE = args.engine
     rng = np.random.default_rng(0)
     print(f"{'shape':>10} {'m x d, k':>20} {'partials ms':>12} {'assign ms':>10} {'gemm ms':>9} "
           f"{'gemm GF/s':>9} {'partials/gemm':>13}")

@@ -37,9 +37,9 @@ from out_of_core import PeakMemory  # noqa: E402
 
 import dkmeans  # noqa: E402
 from dkmeans.engine import MemoryBudget, PersistedData  # noqa: E402
-from dkmeans.init import InitOptions  # noqa: E402
-from dkmeans.init.kmeans_parallel import kmeans_parallel  # noqa: E402
-from dkmeans.init.two_level import SAMPLE_PER_CENTROID  # noqa: E402
+from dkmeans.drivers.init import InitOptions  # noqa: E402
+from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel  # noqa: E402
+from dkmeans.drivers.init.two_level import SAMPLE_PER_CENTROID  # noqa: E402
 from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, centroid_bytes  # noqa: E402
 
 SHAPES = {"k65536": (500_000, 64, 65_536), "k262144": (1_000_000, 16, 262_144)}

@@ -86,7 +86,7 @@ from sklearn.datasets import make_blobs
 from threadpoolctl import threadpool_limits
 
 import dkmeans
-from dkmeans.cluster import start_local_cluster
+from dkmeans.engine.client import start_local_cluster
 
 #: name -> (n_samples, n_features, n_clusters)
 SHAPES = {

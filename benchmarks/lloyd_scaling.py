@@ -15,7 +15,7 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
   worker processes).
 * ``kernels``: ``assign_partials`` alone (no Dask, one thread) on one worker's share of
   ``tall``, ``wide`` and ``manyk`` (half the rows), with the kernel chosen per shape and with
-  BLAS plus the compiled argmin (``dkmeans.kernels.assign.ENGINE = "blas"``).
+  BLAS plus the compiled argmin (``dkmeans.kernels.nearest.ENGINE = "blas"``).
 * ``memory``: resident memory of each worker, sampled every 2 ms by a thread in the
   worker, on ``tall``, ``wide``, ``manyk`` and ``manyk`` with k=8192 (data generated on
   the workers, 16 chunks; a fresh cluster per case, warmed up on a tiny array): the peak
@@ -66,9 +66,7 @@ import distributed
 import numpy as np
 
 import dkmeans
-from dkmeans.engine.persisted import SINGLE_TASK_WORK_KEY
-from dkmeans.engine.spmd import SPMD_KEY
-from dkmeans.cluster import start_local_cluster
+from dkmeans.engine.client import start_local_cluster
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
 from dkmeans.testing import make_blobs_dask
 
@@ -237,7 +235,7 @@ def _allreduce_times(chunks, value, passes):
 def _pass_stamps(chunks, C, passes):
     """(start, local kernels done, exchange done) of each Lloyd pass (an SPMD program; every rank's)."""
     from dkmeans.kernels.reduce import combine_partials
-    from dkmeans.lloyd import _partials_chunk
+    from dkmeans.drivers.lloyd import _partials_chunk
 
     stamps = []
     for _ in range(passes):
@@ -281,7 +279,7 @@ def part_spmd(args, exchanges: int = 400, passes: int = 300, skip: int = 50) -> 
 def _warm_worker(d, dtype):
     """Load the kernels of ``d`` features and ``dtype`` in this process (runs on a worker)."""
     import dkmeans.estimator  # noqa: F401 - the modules a fit imports
-    import dkmeans.lloyd  # noqa: F401
+    import dkmeans.drivers.lloyd  # noqa: F401
     from dkmeans.kernels import assign, assign_partials, column_moments
 
     X = np.random.default_rng(0).standard_normal((600, d)).astype(dtype)
@@ -378,7 +376,7 @@ def part_kernels(args, repeats: int = 7) -> dict:
 
     from dkmeans.kernels import assign_partials
 
-    assign_mod = importlib.import_module("dkmeans.kernels.assign")
+    assign_mod = importlib.import_module("dkmeans.kernels.nearest")
     rng = np.random.default_rng(0)
     out = {}
     with threadpool_limits(1):
@@ -464,8 +462,8 @@ def part_fixed(args) -> dict:
         n, d, k = SHAPES["small"]
         Xs, C0 = make_data(n, d, k)
         small = persist_chunks(client, Xs)
-        modes = (("one task", {}), ("SPMD", {SINGLE_TASK_WORK_KEY: 0}),
-                 ("graph per iteration", {SINGLE_TASK_WORK_KEY: 0, SPMD_KEY: False}))
+        modes = (("one task", {}), ("SPMD", {"dkmeans.single-task-work": 0}),
+                 ("graph per iteration", {"dkmeans.single-task-work": 0, "dkmeans.spmd": False}))
         for mode, config in modes:
             with dask.config.set(config):
                 if mode != "SPMD":  # one chunk is one rank: the same as one task

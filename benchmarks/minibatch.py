@@ -83,7 +83,7 @@ class StepRecorder:
     def __init__(self):
         import sklearn.cluster._kmeans as sk_kmeans
 
-        import dkmeans.minibatch as dk_minibatch
+        import dkmeans.drivers.minibatch as dk_minibatch
 
         self.steps: list[tuple[float, np.ndarray]] = []
         self._dk, self._sk = dk_minibatch, sk_kmeans
@@ -368,7 +368,7 @@ def out_of_core(args) -> list[dict]:
     from dask.utils import parse_bytes
 
     import dkmeans
-    from dkmeans.cluster import start_local_cluster
+    from dkmeans.engine.client import start_local_cluster
     from dkmeans.testing import make_blobs_dask
     from out_of_core import PeakMemory
 

@@ -124,7 +124,7 @@ def main() -> None:
     from dask.utils import parse_bytes
 
     import dkmeans
-    from dkmeans.cluster import start_local_cluster
+    from dkmeans.engine.client import start_local_cluster
 
     limit = parse_bytes(args.memory)
     file_bytes = args.file_rows * args.features * 4

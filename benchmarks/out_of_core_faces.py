@@ -85,7 +85,7 @@ def main() -> None:
 
     from dask.utils import parse_bytes
 
-    from dkmeans.cluster import start_local_cluster
+    from dkmeans.engine.client import start_local_cluster
     from etl_parquet import segment
 
     limit = parse_bytes(args.memory)

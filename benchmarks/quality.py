@@ -4,9 +4,9 @@ For every set in ``../shared/data/sipu`` (A1-A3, S1-S4, Unbalance; skipped with 
 when absent) and every seed:
 
 * scikit-learn ``KMeans(n_init=1)`` and ``KMeans(n_init=10)`` (greedy k-means++, Lloyd, tol=1e-4);
-* our default fit: k-means|| (:func:`dkmeans.init.kmeans_parallel`) then Lloyd with the
+* our default fit: k-means|| (:func:`dkmeans.drivers.init.kmeans_parallel`) then Lloyd with the
   estimator's stop rule (``tol=1e-4`` times the mean feature variance, ``max_iter=300``);
-* the default fit followed by :func:`dkmeans.local_search.local_search`, for a few settings:
+* the default fit followed by :func:`dkmeans.drivers.local_search.local_search`, for a few settings:
   rounds R (at most), candidates per round m, trials t, swaps per trial s, Lloyd updates per
   round L, patience p ("-": every round runs).
 
@@ -40,15 +40,15 @@ from sklearn.cluster import KMeans as SKKMeans
 import dkmeans
 from dkmeans import metrics
 from dkmeans.engine.local import ChunkList
-from dkmeans.init import kmeans_parallel
-from dkmeans.lloyd import CentroidShift, lloyd
-from dkmeans.local_search import RECOMMENDED as LS_RECOMMENDED
-from dkmeans.local_search import local_search
+from dkmeans.drivers.init import kmeans_parallel
+from dkmeans.drivers.lloyd import CentroidShift, lloyd
+from dkmeans.drivers.local_search import RECOMMENDED as LS_RECOMMENDED
+from dkmeans.drivers.local_search import local_search
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from _common import load_sipu, machine, sipu_dir, write_json  # noqa: E402
 
-#: Local-search settings compared; the first is the recommended one (dkmeans.local_search.RECOMMENDED
+#: Local-search settings compared; the first is the recommended one (dkmeans.drivers.local_search.RECOMMENDED
 #: and the driver's defaults). m is a multiple of k.
 _DEFAULTS = inspect.signature(local_search).parameters
 RECOMMENDED = {"rounds": LS_RECOMMENDED["rounds"], "m": float(LS_RECOMMENDED["candidates_per_cluster"]),

@@ -5,7 +5,7 @@ Public names: :class:`KMeans`, :class:`MiniBatchKMeans` (scikit-learn estimators
 :class:`InferResult` (oneDAL-style functional API), :func:`get_client`.
 """
 
-from dkmeans.cluster import get_client
+from dkmeans.engine.client import get_client
 from dkmeans.estimator import KMeans
 from dkmeans.minibatch_estimator import MiniBatchKMeans
 from dkmeans.functional import Descriptor, infer, train

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dkmeans import _params
-from dkmeans.cluster import EmbeddedClusterWarning, close_embedded_cluster
+from dkmeans.fit import params as _params
+from dkmeans.engine.client import EmbeddedClusterWarning, close_embedded_cluster
 from dkmeans.errors import DKMeansError, InvalidParameterError
 from dkmeans.io.dataframe import select_columns
-from dkmeans.minibatch import DEFAULT_BATCH_SIZE
+from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE
 
 logger = logging.getLogger("dkmeans")
 
@@ -31,7 +31,7 @@ def connect(args):
     """The client the command runs on: ``--scheduler``, ``--local``/``--gpu``, or the embedded one."""
     import distributed
 
-    from dkmeans.cluster import get_client
+    from dkmeans.engine.client import get_client
 
     if getattr(args, "scheduler", None):
         security = None
@@ -152,7 +152,7 @@ def _fit_params(args) -> dict:
 
 
 def _fit(args) -> int:
-    from dkmeans.io.files import read_table
+    from dkmeans.engine.files import read_table
 
     params = _fit_params(args)  # checked before the input is read or a cluster starts
     checkpoint = _checkpoint_option(args)
@@ -225,7 +225,7 @@ def _load_model(path):
 
 
 def _predict(args) -> int:
-    from dkmeans.io.files import read_table, write_parquet
+    from dkmeans.engine.files import read_table, write_parquet
 
     km = _load_model(args.model)
     df = read_table(args.input)
@@ -246,7 +246,7 @@ def _predict(args) -> int:
 
 def _evaluate(args) -> int:
     from dkmeans import metrics
-    from dkmeans.io.files import read_table
+    from dkmeans.engine.files import read_table
 
     km = _load_model(args.model)
     df = read_table(args.input)

@@ -17,9 +17,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from dkmeans import _params
-from dkmeans._device import check_cupy_array, chunk_cupy_array, to_device
-from dkmeans._validation import (
+from dkmeans.fit import params as _params
+from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, to_device
+from dkmeans.fit.inputs import (
     FLOAT_DTYPES,
     Dataset,
     check_dask_array,
@@ -28,11 +28,11 @@ from dkmeans._validation import (
     data_errors,
     is_dask_collection,
 )
-from dkmeans.backend import get_namespace, is_cupy_array
-from dkmeans.cluster import get_client
+from dkmeans.kernels.namespace import get_namespace, is_cupy_array
+from dkmeans.engine.client import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
-from dkmeans.fit import FitSpec, run_fit
-from dkmeans.init import CHEAP_RANDOM, InitOptions
+from dkmeans.fit.service import FitSpec, run_fit
+from dkmeans.drivers.init import CHEAP_RANDOM, InitOptions
 from dkmeans.io.dataframe import (
     check_feature_names,
     feature_names,
@@ -42,10 +42,10 @@ from dkmeans.io.dataframe import (
     select_columns,
     transform_frame,
 )
-from dkmeans.metric import distances_block as _distances_block
-from dkmeans.metric import labels_block as _labels_block
-from dkmeans.metric import objective_block as _sq_dist_block
-from dkmeans.state import HartiganRecord, IterationRecord, LocalSearchRecord, MiniBatchRecord, history_dicts
+from dkmeans.kernels.inference import distances_block as _distances_block
+from dkmeans.kernels.inference import labels_block as _labels_block
+from dkmeans.kernels.inference import objective_block as _sq_dist_block
+from dkmeans.drivers.state import HartiganRecord, IterationRecord, LocalSearchRecord, MiniBatchRecord, history_dicts
 
 logger = logging.getLogger("dkmeans")
 
@@ -436,7 +436,7 @@ class KMeans(_KMeansBase):
         recluster); from ``n_clusters >= 4096`` (Dask config
         ``dkmeans.init.two-level-clusters``) a two-level seeding on a sample of about
         ``8 * n_clusters`` rows (one pass, then ``sqrt(n_clusters)`` coarse groups split
-        into their share of the centres on the client; :mod:`dkmeans.init.two_level`).
+        into their share of the centres on the client; :mod:`dkmeans.drivers.init.two_level`).
         ``"k-means++"``: exact greedy k-means++ (``n_clusters + 1`` passes).
         ``"random"``: distinct rows drawn uniformly (proportionally to ``sample_weight``).
         ``"random-partition"``: means of a uniformly random partition. An array of shape
@@ -605,7 +605,7 @@ class KMeans(_KMeansBase):
 
     # -- parameters ---------------------------------------------------------------
     def _fit_spec(self) -> FitSpec:
-        """The parameters checked against the shared table (:mod:`dkmeans._params`) and resolved."""
+        """The parameters checked against the shared table (:mod:`dkmeans.fit.params`) and resolved."""
         p = self._checked_params()
         init = self.init
         if p["algorithm"] == "minibatch":

@@ -21,17 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from dkmeans import _params
-from dkmeans._validation import as_dataset, check_float_dtype
-from dkmeans.assignment import assign_dataset, assign_local
-from dkmeans.cluster import get_client
+from dkmeans.fit import params as _params
+from dkmeans.fit.inputs import as_dataset, check_float_dtype
+from dkmeans.fit.final_pass import assign_dataset, assign_local
+from dkmeans.engine.client import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
-from dkmeans.fit import FitSpec, run_fit
-from dkmeans.init import InitOptions
+from dkmeans.fit.service import FitSpec, run_fit
+from dkmeans.drivers.init import InitOptions
 from dkmeans.io.dataframe import predict_series
 from dkmeans.kernels.cosine import normalize_rows, objective_scale
-from dkmeans.metric import prepare_array
-from dkmeans.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
+from dkmeans.fit.metric_inputs import prepare_array
+from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
 from dkmeans.model import InferResult, Model, TrainResult
 
 

@@ -1,7 +1,7 @@
 """``dkmeans.MiniBatchKMeans``: scikit-learn's ``MiniBatchKMeans`` on Dask, with a decaying stream mode.
 
 This module maps scikit-learn's mini-batch names onto the fit service (``algorithm=
-"minibatch"``, :class:`dkmeans.minibatch.MiniBatchOptions`); everything else (data checks,
+"minibatch"``, :class:`dkmeans.drivers.minibatch.MiniBatchOptions`); everything else (data checks,
 inference, model files) is shared with :class:`dkmeans.KMeans`.
 """
 
@@ -14,15 +14,15 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
-from dkmeans._random import resolve_seed
-from dkmeans._validation import FLOAT_DTYPES, check_n_clusters_vs_rows, data_errors, is_dask_collection
-from dkmeans.assignment import assign_local
+from dkmeans.drivers.streams import resolve_seed
+from dkmeans.fit.inputs import FLOAT_DTYPES, check_n_clusters_vs_rows, data_errors, is_dask_collection
+from dkmeans.fit.final_pass import assign_local
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.estimator import _KMeansBase, _finish_progress, _progress_for
-from dkmeans.fit import FitSpec, run_fit, run_partial_fit
-from dkmeans.init import InitOptions
-from dkmeans.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
-from dkmeans.state import MiniBatchState, history_dicts
+from dkmeans.fit.service import FitSpec, run_fit, run_partial_fit
+from dkmeans.drivers.init import InitOptions
+from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
+from dkmeans.drivers.state import MiniBatchState, history_dicts
 
 
 def resolve_decay(decay, half_life, time_unit: str) -> float:

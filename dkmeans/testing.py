@@ -147,7 +147,7 @@ def persist_rows(client, X, n_chunks: int = 4, weights=None):
 @contextmanager
 def local_cluster(n_workers: int = 2, *, set_as_default: bool = False):
     """A loopback LocalCluster (processes, 1 thread each) and its client, closed on exit."""
-    from dkmeans.cluster import start_local_cluster
+    from dkmeans.engine.client import start_local_cluster
 
     client = start_local_cluster(n_workers=n_workers, dashboard_address=None, set_as_default=set_as_default)
     try:
@@ -168,7 +168,7 @@ class FitOutcome:
 
 
 def _with_assignment(data, result, keep_labels: bool) -> FitOutcome:
-    from dkmeans.assignment import assign_dataset
+    from dkmeans.fit.final_pass import assign_dataset
 
     labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
                                        keep_labels=keep_labels, persist=data.kind == "persisted",
@@ -177,19 +177,19 @@ def _with_assignment(data, result, keep_labels: bool) -> FitOutcome:
 
 
 def fit_lloyd(data, initial_centroids, *, keep_labels: bool = True, **loop_options) -> FitOutcome:
-    """:func:`dkmeans.lloyd.lloyd` on ``data`` (persisted or streamed) followed by the final assignment."""
-    from dkmeans.lloyd import lloyd
+    """:func:`dkmeans.drivers.lloyd.lloyd` on ``data`` (persisted or streamed) followed by the final assignment."""
+    from dkmeans.drivers.lloyd import lloyd
 
     return _with_assignment(data, lloyd(data, initial_centroids, **loop_options), keep_labels)
 
 
 def fit_hartigan(data, init, *, keep_labels: bool = True, **options) -> FitOutcome:
-    """:func:`dkmeans.hartigan.hartigan` followed by the nearest-centroid assignment pass for its centroids.
+    """:func:`dkmeans.drivers.hartigan.hartigan` followed by the nearest-centroid assignment pass for its centroids.
 
     At a converged Hartigan partition every row of positive weight is strictly nearest
     its own centroid, so these labels are the partition's (up to exact ties and
     zero-weight rows).
     """
-    from dkmeans.hartigan import hartigan
+    from dkmeans.drivers.hartigan import hartigan
 
     return _with_assignment(data, hartigan(data, init, **options), keep_labels)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 import dkmeans
-from dkmeans.io.files import read_table, write_parquet
+from dkmeans.engine.files import read_table, write_parquet
 from dkmeans.testing import make_blobs
 
 

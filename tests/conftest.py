@@ -8,8 +8,6 @@ import dask
 import numpy as np
 import pytest
 
-from dkmeans.engine.persisted import SINGLE_TASK_WORK_KEY
-from dkmeans.engine.spmd import SPMD_KEY
 from dkmeans.testing import local_cluster, make_blobs
 
 # The suite runs with the settings a user's fit gets: small in-memory data is fitted in
@@ -29,7 +27,7 @@ def graph_loop(monkeypatch):
     """Lloyd loops run one graph per iteration (also in CLI subprocesses)."""
     monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", "0")
     monkeypatch.setenv("DASK_DKMEANS__SPMD", "False")
-    with dask.config.set({SINGLE_TASK_WORK_KEY: 0, SPMD_KEY: False}):
+    with dask.config.set({"dkmeans.single-task-work": 0, "dkmeans.spmd": False}):
         yield
 
 
@@ -44,7 +42,10 @@ def on_cluster(monkeypatch):
 @pytest.fixture
 def single_task(monkeypatch, on_cluster):
     """Small Lloyd loops run inside one task (the default for Dask data); yields the calls."""
-    from dkmeans.engine.persisted import DEFAULT_SINGLE_TASK_WORK, PersistedData
+    from dkmeans.config import KEYS
+    from dkmeans.engine.persisted import PersistedData
+
+    DEFAULT_SINGLE_TASK_WORK = KEYS["single-task-work"].default
 
     calls = []
     original = PersistedData._run_in_one_task
@@ -56,7 +57,7 @@ def single_task(monkeypatch, on_cluster):
     monkeypatch.setattr(PersistedData, "_run_in_one_task", spy)
     monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", str(DEFAULT_SINGLE_TASK_WORK))
     monkeypatch.setenv("DASK_DKMEANS__SPMD", "False")
-    with dask.config.set({SINGLE_TASK_WORK_KEY: DEFAULT_SINGLE_TASK_WORK, SPMD_KEY: False}):
+    with dask.config.set({"dkmeans.single-task-work": DEFAULT_SINGLE_TASK_WORK, "dkmeans.spmd": False}):
         yield calls
 
 
@@ -75,7 +76,7 @@ def spmd(monkeypatch, on_cluster):
     monkeypatch.setattr(dkmeans.engine.spmd, "run_spmd", spy)
     monkeypatch.setenv("DASK_DKMEANS__SPMD", "True")
     monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", "0")
-    with dask.config.set({SPMD_KEY: True, SINGLE_TASK_WORK_KEY: 0}):
+    with dask.config.set({"dkmeans.spmd": True, "dkmeans.single-task-work": 0}):
         yield calls
 
 

@@ -14,8 +14,8 @@ from dkmeans import kernels
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.kernels.cosine import ZERO_MEAN_NORM, cosine_distances, normalize_rows, unit_centroids
-from dkmeans.lloyd import CentroidShift, lloyd_iterations
-from dkmeans.state import LoopState
+from dkmeans.drivers.lloyd import CentroidShift, lloyd_iterations
+from dkmeans.drivers.state import LoopState
 
 
 def _unit(A):
@@ -330,7 +330,7 @@ def tie_rows(dtype, d, n_zero=40, n_tied=30, seed=0):
 
 def _assign_every_way(X, C, k):
     """Labels from assign, nearest_sq64 and (as counts) assign_partials; also on CSR rows."""
-    from dkmeans.kernels.assign import nearest_sq64
+    from dkmeans.kernels.nearest import nearest_sq64
 
     labels, _ = kernels.assign(X, C)
     np.testing.assert_array_equal(nearest_sq64(X, C)[0], labels)
@@ -345,7 +345,7 @@ def test_exact_ties_go_to_the_lowest_index_on_every_path(monkeypatch, dtype, d, 
     """A row orthogonal to every unit centroid gets label 0; one tied among TIED gets TIED[0] (dense and CSR)."""
     import dask
 
-    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.assign"), "ENGINE", engine)
+    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.nearest"), "ENGINE", engine)
     C = tie_centroids(dtype, d)
     X, orthogonal = tie_rows(dtype, d)
     expected = np.where(orthogonal, 0, TIED[0])
@@ -358,7 +358,7 @@ def test_exact_ties_go_to_the_lowest_index_on_every_path(monkeypatch, dtype, d, 
 
 def test_unit_half_sq_norms_rule():
     """Exactly 1/2 for centroids of norm 1 to the dtype's tolerance, else the kernel's value; CuPy applies the same."""
-    from dkmeans.kernels import _cuda
+    from dkmeans.kernels.backends import cuda as _cuda
     from dkmeans.kernels.cosine import UNIT_SQ_NORM_TOL, unit_half_sq_norms
 
     assert _cuda.UNIT_SQ_NORM_TOL == UNIT_SQ_NORM_TOL

@@ -11,7 +11,7 @@ import dkmeans
 from dkmeans import Descriptor, KMeans, infer, train
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
 from dkmeans.io import ModelFileError
-from dkmeans.io.files import read_table, write_parquet
+from dkmeans.engine.files import read_table, write_parquet
 from dkmeans.testing import make_blobs, pick_rows
 
 

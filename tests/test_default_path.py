@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 
 import dkmeans
 from dkmeans.kernels import assign, assign_partials, distances
-from dkmeans.kernels import compile as kernel_compile
+from dkmeans.kernels.backends import compile as kernel_compile
 from dkmeans.kernels.seeding import Nearest, update_nearest
 
-assign_module = importlib.import_module("dkmeans.kernels.assign")
+assign_module = importlib.import_module("dkmeans.kernels.nearest")
 
 PATHS = {"numpy": "off", "compiled": "eager"}
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,

@@ -131,7 +131,7 @@ def test_run_local_script_matches_in_process_fit(blob_parquet, tmp_path, client)
     """`dask scheduler` + 2 `dask worker` processes on loopback, `dkmeans fit` and `predict`
     against them: the same centroids and labels as an in-process fit; nothing left running."""
     from dkmeans import KMeans
-    from dkmeans.io.files import read_table
+    from dkmeans.engine.files import read_table
 
     before = _cli_dask_processes()
     model, labelled = tmp_path / "model.npz", tmp_path / "labelled"
@@ -360,7 +360,7 @@ def test_gpu_fit_on_local_cuda_cluster(tmp_path):
     code = textwrap.dedent(f"""
         import cupy, dask.array as da, numpy as np
         from dkmeans import KMeans, metrics
-        from dkmeans.cluster import get_client
+        from dkmeans.engine.client import get_client
         from dkmeans.testing import make_blobs
 
         client = get_client(gpu=True)

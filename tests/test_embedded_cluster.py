@@ -13,7 +13,7 @@ import textwrap
 import dask
 import pytest
 
-from dkmeans.cluster import SET_AS_DEFAULT_KEY, embedded_set_as_default
+from dkmeans.engine.client import embedded_set_as_default
 from dkmeans.errors import DKMeansError
 
 ANNOUNCEMENT = "dkmeans started a local Dask cluster"
@@ -43,7 +43,7 @@ OPT_OUT_SCRIPT = textwrap.dedent(
     import warnings
     import dask, dask.array as da, distributed, numpy as np
     import dkmeans
-    from dkmeans.cluster import EmbeddedClusterWarning, close_embedded_cluster
+    from dkmeans.engine.client import EmbeddedClusterWarning, close_embedded_cluster
 
     if __name__ == "__main__":
         warnings.simplefilter("error", EmbeddedClusterWarning)  # the opt-out is not announced
@@ -97,7 +97,7 @@ def test_embedded_cluster_is_announced_once_and_becomes_the_default(default_run)
     first_fit = 1 + DEFAULT_SCRIPT.splitlines().index(
         next(s for s in DEFAULT_SCRIPT.splitlines() if "FIRST FIT" in s))
     assert line.startswith(f"{path}:{first_fit}: EmbeddedClusterWarning:"), line
-    assert "dashboard http://127.0.0.1:" in line and SET_AS_DEFAULT_KEY in line
+    assert "dashboard http://127.0.0.1:" in line and "dkmeans.embedded-cluster.set-as-default" in line
 
 
 def test_exit_without_close_is_quiet(default_run):
@@ -120,11 +120,11 @@ def test_opt_out_keeps_the_users_scheduler(tmp_path):
 ])
 def test_set_as_default_config_values(value, expected):
     """Environment variables arrive as strings (DASK_DKMEANS__EMBEDDED_CLUSTER__SET_AS_DEFAULT=false)."""
-    with dask.config.set({SET_AS_DEFAULT_KEY: value}):
+    with dask.config.set({"dkmeans.embedded-cluster.set-as-default": value}):
         assert embedded_set_as_default() is expected
 
 
 def test_set_as_default_default_and_bad_value():
     assert embedded_set_as_default() is True
-    with dask.config.set({SET_AS_DEFAULT_KEY: "maybe"}), pytest.raises(DKMeansError, match="set-as-default"):
+    with dask.config.set({"dkmeans.embedded-cluster.set-as-default": "maybe"}), pytest.raises(DKMeansError, match="set-as-default"):
         embedded_set_as_default()

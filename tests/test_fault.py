@@ -20,7 +20,7 @@ import dkmeans.estimator
 from dkmeans.engine.persisted import PersistedData
 from dkmeans.io.checkpoint import Checkpointer
 from dkmeans.errors import ClusterRestartedError, InputLostError, NoWorkersError
-from dkmeans.lloyd import CentroidShift
+from dkmeans.drivers.lloyd import CentroidShift
 from dkmeans.testing import fit_lloyd
 from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
 

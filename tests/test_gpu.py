@@ -1,4 +1,4 @@
-"""The fused CuPy kernels (dkmeans/kernels/_cuda.py) against the NumPy kernels and float64 references.
+"""The fused CuPy kernels (dkmeans/kernels/backends/cuda.py) against the NumPy kernels and float64 references.
 
 Tests marked ``gpu`` need CuPy and a GPU and skip cleanly without them; the others
 (the module imports without CuPy, tile planning) run everywhere.
@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dkmeans.kernels import _cuda
-from dkmeans.kernels.assign import assign, assign_partials
+from dkmeans.kernels.backends import cuda as _cuda
+from dkmeans.kernels.nearest import assign, assign_partials
 
 # the module (dkmeans.kernels exports a function of the same name)
-assign_module = importlib.import_module("dkmeans.kernels.assign")
+assign_module = importlib.import_module("dkmeans.kernels.nearest")
 
 gpu = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ def test_module_imports_without_cupy():
         import sys
         sys.modules["cupy"] = None  # any "import cupy" now raises ImportError
         import numpy as np
-        from dkmeans.kernels import _cuda
+        from dkmeans.kernels.backends import cuda as _cuda
         assert not _cuda.supports(np.zeros((3, 2)))
         assert "typedef float T;" in _cuda.kernel_code(np.float32)
         assert "typedef double T;" in _cuda.kernel_code("float64")
@@ -412,7 +412,7 @@ def test_assign_module_dispatches_to_fused_kernels(cp, monkeypatch):
     assign(cp.asarray(X), cp.asarray(C))
     assign_partials(cp.asarray(X), cp.asarray(C))
     assert calls == ["assign_cuda", "partials_cuda"], (
-        f"assign.py did not dispatch CuPy input to dkmeans.kernels._cuda (calls: {calls}); "
+        f"assign.py did not dispatch CuPy input to dkmeans.kernels.backends.cuda (calls: {calls}); "
         f"ENGINE={assign_module.ENGINE!r}")
 
 
@@ -428,7 +428,7 @@ def test_kmeans_fit_on_cupy_dask_array_matches_numpy_fit(cp, tmp_path):
         import importlib.util
         import cupy, dask.array as da, numpy as np
         import dkmeans
-        from dkmeans.cluster import start_local_cuda_cluster
+        from dkmeans.engine.client import start_local_cuda_cluster
 
         spec = importlib.util.spec_from_file_location("gpu_test_helpers", {str(Path(__file__).resolve())!r})
         helpers = importlib.util.module_from_spec(spec)

@@ -147,11 +147,11 @@ def test_single_task_decision_follows_work_and_size(client, monkeypatch):
 
     data = PersistedData(client, da.from_array(np.zeros((1000, 4)), chunks=(250, 4)))
     assert data.nbytes == 1000 * 4 * 8
-    with dask.config.set({_graph.SINGLE_TASK_WORK_KEY: 1000 * 4 * 10}):
+    with dask.config.set({"dkmeans.single-task-work": 1000 * 4 * 10}):
         assert data.fits_one_task(4 * 10) and not data.fits_one_task(4 * 11)
         monkeypatch.setattr(_graph, "SINGLE_TASK_MAX_BYTES", data.nbytes - 1)
         assert not data.fits_one_task(4)
-    with dask.config.set({_graph.SINGLE_TASK_WORK_KEY: 0}):
+    with dask.config.set({"dkmeans.single-task-work": 0}):
         assert not data.fits_one_task(1)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dkmeans.errors import InvalidParameterError
-from dkmeans.hartigan import hartigan, standard_hartigan
+from dkmeans.drivers.hartigan import hartigan, standard_hartigan
 from dkmeans.testing import fit_hartigan
 from dkmeans.kernels.hartigan import best_moves, move_costs, positive_counts
 from dkmeans.testing import persist_rows

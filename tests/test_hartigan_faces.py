@@ -7,7 +7,7 @@ import pytest
 
 from dkmeans import Descriptor, KMeans, infer, train
 from dkmeans.errors import InvalidParameterError
-from dkmeans.hartigan import standard_hartigan
+from dkmeans.drivers.hartigan import standard_hartigan
 from dkmeans.testing import make_blobs, pick_rows
 
 

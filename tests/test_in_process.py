@@ -13,8 +13,8 @@ import numpy as np
 from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
 from dkmeans.kernels import assign_partials, combine_partials
-from dkmeans.kernels import compile as kernel_compile
-from dkmeans.lloyd import CentroidShift, lloyd
+from dkmeans.kernels.backends import compile as kernel_compile
+from dkmeans.drivers.lloyd import CentroidShift, lloyd
 
 
 def _partials_chunk(X, w, offset, C):

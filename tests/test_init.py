@@ -10,9 +10,9 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans import KMeans
-from dkmeans.init import STRATEGIES, InitOptions
-from dkmeans.init.kmeans_parallel import sample_candidates
-from dkmeans.init.kmeans_plusplus import STREAM_FIRST, STREAM_STEP, kmeans_plusplus, n_trials
+from dkmeans.drivers.init import STRATEGIES, InitOptions
+from dkmeans.drivers.init.kmeans_parallel import sample_candidates
+from dkmeans.drivers.init.kmeans_plusplus import STEP_STREAMS, STREAM_FIRST, kmeans_plusplus, n_trials
 from dkmeans.kernels import candidate_weights, kpp_trials, oversample_scores, uniform_by_index
 from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs
@@ -91,13 +91,13 @@ def reference_greedy_kpp(X, k, seed):
         order = np.lexsort((idx, -keys))
         return X[order[: min(t, int((d2 > 0).sum()))]]
 
-    trials = draw(d2, STREAM_STEP)
+    trials = draw(d2, STEP_STREAMS(0))
     for j in range(1, k):
         pots = [np.minimum(d2, ((X - c) ** 2).sum(1)).sum() for c in trials]
         best = int(np.argmin(pots))
         centers.append(trials[best])
         d2 = np.minimum(d2, ((X - trials[best]) ** 2).sum(1))
-        trials = draw(d2, STREAM_STEP + j)
+        trials = draw(d2, STEP_STREAMS(j))
     return np.array(centers)
 
 
@@ -147,7 +147,7 @@ def test_fewer_distinct_points_than_k(client, name):
 def test_n_init_keeps_the_best_run(client):
     X, _, _ = make_blobs(2000, 2, 10, spread=0.8, seed=13)
     best = KMeans(10, init="random", n_init=6, random_state=0).fit(X)
-    from dkmeans.init import derive_seed
+    from dkmeans.drivers.init import derive_seed
 
     runs = [KMeans(10, init="random", n_init=1, random_state=derive_seed(0, i)).fit(X).inertia_ for i in range(6)]
     assert best.inertia_ == pytest.approx(min(runs), rel=1e-9)
@@ -209,7 +209,7 @@ class _Chunks:
 
 def test_first_centre_draws_in_proportion_to_the_weights():
     """w_i / sum(w) for every row, zero weights never; the same draws for any chunking."""
-    from dkmeans.init.random import first_centre
+    from dkmeans.drivers.init.random import first_centre
 
     X = np.arange(6, dtype=np.float64)[:, None]  # row i holds the value i
     w = np.array([0.0, 1.0, 3.0, 0.5, 2.5, 1.0])
@@ -223,7 +223,7 @@ def test_first_centre_draws_in_proportion_to_the_weights():
 
 
 def test_first_centre_with_equal_weights_is_the_unweighted_draw():
-    from dkmeans.init.random import first_centre
+    from dkmeans.drivers.init.random import first_centre
 
     X = np.random.default_rng(3).normal(size=(97, 2))
     for seed in range(300):

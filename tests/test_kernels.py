@@ -7,7 +7,7 @@ import importlib
 import numpy as np
 import pytest
 
-from dkmeans.backend import to_host
+from dkmeans.kernels.namespace import to_host
 from dkmeans.kernels import (
     Partials,
     assign,
@@ -29,7 +29,7 @@ from dkmeans.kernels import (
 def engine(request, monkeypatch):
     """Every kernel test runs with each NumPy path: compiled per shape (a direct loop for
     small d), compiled with BLAS always, and the namespace code."""
-    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.assign"), "ENGINE", request.param)
+    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.nearest"), "ENGINE", request.param)
     return request.param
 
 
@@ -62,7 +62,7 @@ def test_assign_matches_brute_force(xp, data, dtype, scratch):
 
 def test_assign_centroid_blocks_equal_single_block(monkeypatch, data):
     """Tiling over centroids (large k) gives the same labels as one block."""
-    mod = importlib.import_module("dkmeans.kernels.assign")
+    mod = importlib.import_module("dkmeans.kernels.nearest")
 
     X, C = data
     full = assign(X, C)[0]
@@ -71,7 +71,7 @@ def test_assign_centroid_blocks_equal_single_block(monkeypatch, data):
 
 
 def test_ties_go_to_lowest_index(monkeypatch):
-    mod = importlib.import_module("dkmeans.kernels.assign")
+    mod = importlib.import_module("dkmeans.kernels.nearest")
 
     X = np.array([[0.0], [1.0], [2.0]])
     C = np.array([[1.0], [1.0], [3.0], [1.0]])  # centroids 0, 1 and 3 coincide
@@ -267,7 +267,7 @@ def test_streamed_kernel_over_centroid_blocks(monkeypatch, dtype, block_bytes):
     """d > 16: centroids packed in groups of 8 and, with a 1-byte budget, taken one group at a
     time, the running minimum carried from block to block; a tie across blocks goes to the
     lowest index and the padding of the last group is never chosen."""
-    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.assign"), "STREAM_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.nearest"), "STREAM_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(11)
     X = rng.normal(size=(700, 20)).astype(dtype)
     C = rng.normal(size=(37, 20)).astype(dtype)
@@ -299,7 +299,7 @@ def test_non_contiguous_and_mixed_dtype_input():
 
 def test_compiled_paths_agree_with_each_other(monkeypatch):
     """The direct loop and the BLAS path give the same labels and partials."""
-    mod = importlib.import_module("dkmeans.kernels.assign")
+    mod = importlib.import_module("dkmeans.kernels.nearest")
     rng = np.random.default_rng(4)
     X = rng.normal(size=(3000, 16)).astype(np.float32)
     C = X[rng.choice(3000, 70, replace=False)]
@@ -314,7 +314,7 @@ def test_compiled_paths_agree_with_each_other(monkeypatch):
 @pytest.mark.parametrize("width, d", [(4, 3), (None, 21)])
 def test_direct_kernel_without_a_cache_directory(monkeypatch, width, d):
     """When no directory is writable the generated loop is compiled in memory."""
-    numba_mod = pytest.importorskip("dkmeans.kernels._numba")
+    numba_mod = pytest.importorskip("dkmeans.kernels.backends.compiled")
     monkeypatch.setattr(numba_mod, "_write_source", lambda name, source: None)
     module = numba_mod._load_source(f"test_in_memory_{width}", numba_mod.direct_source(width))
     kernel = getattr(module, f"direct_{width or 'streamed'}")
@@ -344,7 +344,7 @@ def test_moments_of_a_chunk_in_many_tiles_match_numpy(monkeypatch):
 @pytest.mark.parametrize("d", [1, 3, 4, 5, 8, 12, 16, 17, 24])
 def test_tile_transpose_copies_exactly_and_only_the_tile(d, dtype):
     """The shuffled blocks (8 or 4 wide) and the element-by-element rest give ``X[i0:i0+m].T``."""
-    simd = pytest.importorskip("dkmeans.kernels._simd")
+    simd = pytest.importorskip("dkmeans.kernels.backends.simd")
     rng = np.random.default_rng(d)
     X = rng.normal(size=(203, d)).astype(dtype)
     for i0, m in [(0, 203), (5, 64), (17, 13), (200, 3), (9, 1)]:
@@ -361,7 +361,7 @@ def test_refill_partials_equal_a_full_assignment(sparse, weighted):
     assignment, exact ties included (a duplicate of a live centroid: the lower index wins)."""
     import scipy.sparse as sp
 
-    from dkmeans.kernels.assign import nearest_sq64, refill_partials
+    from dkmeans.kernels.nearest import nearest_sq64, refill_partials
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(500, 6))
@@ -392,7 +392,7 @@ def test_refill_partials_break_cosine_ties_as_a_full_assignment(sparse, mode):
     import dask
     import scipy.sparse as sp
 
-    from dkmeans.kernels.assign import nearest_sq64, refill_partials
+    from dkmeans.kernels.nearest import nearest_sq64, refill_partials
     from dkmeans.kernels.cosine import normalize_rows
 
     rng = np.random.default_rng(7)

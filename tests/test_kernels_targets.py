@@ -1,6 +1,6 @@
 """The compiled kernels built for CPUs with narrower vector registers than this one.
 
-The vector intrinsics (``dkmeans.kernels._simd``) size their blocks of rows by the vector
+The vector intrinsics (``dkmeans.kernels.backends.simd``) size their blocks of rows by the vector
 width numba compiles for: 64 bytes with AVX-512, 32 with AVX2, 16 otherwise. CI runs on one
 kind of CPU, so the other widths are compiled here for an older target (numba's
 ``NUMBA_CPU_NAME``, which this CPU can run) in a subprocess with its own cache, and checked
@@ -21,7 +21,8 @@ pytest.importorskip("numba")
 CHECK = textwrap.dedent(
     """
     import numpy as np
-    from dkmeans.kernels import _simd, assign, assign_partials
+    from dkmeans.kernels import assign, assign_partials
+    from dkmeans.kernels.backends import simd as _simd
 
     print(_simd.VECTOR_BYTES)
     rng = np.random.default_rng(0)

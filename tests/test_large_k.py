@@ -20,11 +20,10 @@ import dkmeans
 from dkmeans import kernels
 from dkmeans.engine.local import ChunkList
 from dkmeans.engine.memory import MemoryBudget
-from dkmeans.init import InitOptions
-from dkmeans.init.kmeans_parallel import kmeans_parallel
-from dkmeans.init.options import TWO_LEVEL_CLUSTERS_KEY
-from dkmeans.init.two_level import draw_sample, split_clusters, two_level, two_level_centres
-assign_module = importlib.import_module("dkmeans.kernels.assign")  # the module (the package exports a function of that name)
+from dkmeans.drivers.init import InitOptions
+from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel
+from dkmeans.drivers.init.two_level import draw_sample, split_clusters, two_level, two_level_centres
+assign_module = importlib.import_module("dkmeans.kernels.nearest")  # the module (the package exports a function of that name)
 from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, centroid_bytes
 from dkmeans.kernels.seeding import bernoulli_rows, combine_samples, local_kmeans_plusplus
 from dkmeans.testing import make_blobs, persist_rows
@@ -155,7 +154,7 @@ def test_sample_size_about_per_centroid_times_k(client, many):
 def test_fit_with_two_level_labels_equal_brute_force(client, many):
     """A Dask fit through the config key: labels and objective equal a float64 brute force on a subset."""
     X = da.from_array(many, chunks=(1000, 8))
-    with dask.config.set({TWO_LEVEL_CLUSTERS_KEY: 200}):
+    with dask.config.set({"dkmeans.init.two-level-clusters": 200}):
         km = dkmeans.KMeans(n_clusters=300, random_state=0, max_iter=3, local_search=False).fit(X)
         km_again = dkmeans.KMeans(n_clusters=300, random_state=0, max_iter=0 + 3, local_search=False).fit(
             da.from_array(many, chunks=(700, 8)))
@@ -174,7 +173,7 @@ def test_cosine_fit_with_two_level(client):
     rng = np.random.default_rng(5)
     dirs = rng.normal(size=(150, 16))
     X = (np.repeat(dirs, 20, axis=0) + 0.05 * rng.normal(size=(3000, 16))).astype(np.float32)
-    with dask.config.set({TWO_LEVEL_CLUSTERS_KEY: 100}):
+    with dask.config.set({"dkmeans.init.two-level-clusters": 100}):
         km = dkmeans.KMeans(n_clusters=150, metric="cosine", random_state=0, max_iter=3).fit(
             da.from_array(X, chunks=(600, 16)))
     C = km.cluster_centers_
@@ -188,7 +187,7 @@ def test_cosine_fit_with_two_level(client):
 
 
 def test_config_key_is_checked(client, many):
-    with dask.config.set({TWO_LEVEL_CLUSTERS_KEY: 0}), pytest.raises(ValueError, match="two-level-clusters"):
+    with dask.config.set({"dkmeans.init.two-level-clusters": 0}), pytest.raises(ValueError, match="two-level-clusters"):
         dkmeans.KMeans(n_clusters=5, random_state=0).fit(many)
 
 

@@ -9,19 +9,28 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dkmeans"
 
-#: Layer of each module (by dotted-name prefix, longest match wins): a module may import only
-#: modules of its own layer or a lower one.
-LAYERS = {
-    "dkmeans.errors": 0, "dkmeans.backend": 0, "dkmeans._version": 0, "dkmeans.state": 0, "dkmeans.model": 0,
-    "dkmeans.kernels": 1,
-    "dkmeans.engine": 2,
-    "dkmeans.lloyd": 3, "dkmeans.hartigan": 3, "dkmeans.minibatch": 3, "dkmeans.local_search": 3, "dkmeans.init": 3,
-    "dkmeans.io": 4, "dkmeans._random": 4, "dkmeans._device": 4, "dkmeans._params": 4, "dkmeans.metric": 4,
-    "dkmeans._validation": 5, "dkmeans.cluster": 5, "dkmeans.assignment": 5, "dkmeans.fit": 5,
-    "dkmeans.metrics": 6, "dkmeans.estimator": 6, "dkmeans.minibatch_estimator": 6, "dkmeans.functional": 6, "dkmeans.cli": 6, "dkmeans.plot": 6,
-    "dkmeans.testing": 6, "dkmeans.__main__": 6, "dkmeans": 6,
+#: The layers, bottom up. A module's layer is its folder (``dkmeans/<folder>/...``); modules at the
+#: package root are the faces (their import paths are public API), except the plain shared ones in
+#: :data:`BASE`. A module may import only modules of its own layer or a lower one.
+FOLDERS = {"kernels": 1, "engine": 2, "drivers": 3, "io": 4, "fit": 5}
+BASE = {"errors", "_version", "model", "config"}
+NAMES = {0: "base", 1: "kernels", 2: "engine", 3: "drivers", 4: "io", 5: "fit service", 6: "faces"}
+
+#: Modules outside the engine that import Dask, each with why (the engine is the only layer that
+#: runs Dask; this list only shrinks).
+DASK_OUTSIDE_ENGINE = {
+    # the one configuration module: Dask's config system and its byte/time parsers, no computation
+    "dkmeans.config": {"dask.config", "dask.utils"},
+    # to move behind the engine (issue 32, step 2): inputs, final pass, inference, testing helpers
+    "dkmeans.cli": {"dask.dataframe", "distributed", "distributed.security"},
+    "dkmeans.estimator": {"dask.array", "dask.array.utils"},
+    "dkmeans.fit.final_pass": {"dask.array", "dask.array.utils", "distributed"},
+    "dkmeans.fit.inputs": {"dask.array"},
+    "dkmeans.fit.metric_inputs": {"dask.array.utils"},
+    "dkmeans.fit.service": {"dask.array"},
+    "dkmeans.metrics": {"dask.array"},
+    "dkmeans.testing": {"dask.array"},
 }
-NAMES = {0: "plain data", 1: "kernels", 2: "engine", 3: "drivers", 4: "I/O and checks", 5: "fit service", 6: "faces"}
 
 
 def _module_name(path: Path) -> str:
@@ -30,8 +39,10 @@ def _module_name(path: Path) -> str:
 
 
 def _layer(module: str) -> int:
-    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
-    return LAYERS[best]
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in FOLDERS:
+        return FOLDERS[parts[1]]
+    return 0 if len(parts) == 2 and parts[1] in BASE else 6
 
 
 def _imports(path: Path, module: str, top_level_only: bool):
@@ -117,3 +128,41 @@ def test_no_import_cycles(top_level_only):
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _dask_imports(path: Path) -> set[str]:
+    """The Dask packages (dask, distributed, dask_cuda and their modules) a file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        found |= {n for n in names if n.split(".")[0] in ("dask", "distributed", "dask_cuda")}
+    return found
+
+
+def _dask_users() -> dict[str, set[str]]:
+    return {module: used for path in sorted(PACKAGE.rglob("*.py"))
+            if not (module := _module_name(path)).startswith("dkmeans.engine")
+            and (used := _dask_imports(path))}
+
+
+def test_only_the_engine_imports_dask():
+    unlisted = [f"{m} imports {sorted(used - set(DASK_OUTSIDE_ENGINE.get(m, {})))}"
+                for m, used in _dask_users().items() if used - set(DASK_OUTSIDE_ENGINE.get(m, {}))]
+    assert not unlisted, "\n".join(unlisted)
+
+
+def test_the_dask_exceptions_are_current():
+    users = _dask_users()
+    stale = [f"{m}: {name}" for m, names in DASK_OUTSIDE_ENGINE.items() for name in names
+             if name not in users.get(m, set())]
+    assert not stale, "listed but no longer imported: " + ", ".join(stale)
+
+
+def test_the_layer_of_a_module_is_its_folder():
+    assert _layer("dkmeans.kernels.backends.compiled") == 1
+    assert _layer("dkmeans.engine.client") == 2
+    assert _layer("dkmeans.drivers.init.two_level") == 3
+    assert _layer("dkmeans.fit.service") == 5
+    assert _layer("dkmeans.errors") == 0
+    assert _layer("dkmeans.estimator") == _layer("dkmeans") == 6

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.lloyd import CentroidShift, ObjectiveDecrease, lloyd
+from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease, lloyd
 from dkmeans.testing import fit_lloyd
 from dkmeans.testing import persist_rows
 from dkmeans.testing import make_blobs, reference_lloyd

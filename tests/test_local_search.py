@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dkmeans import metrics
-from dkmeans.backend import to_host
+from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
 from dkmeans.kernels.swap import (
@@ -19,8 +19,8 @@ from dkmeans.kernels.swap import (
     swap_costs,
     swap_partials,
 )
-from dkmeans.lloyd import CentroidShift, lloyd
-from dkmeans.local_search import local_search
+from dkmeans.drivers.lloyd import CentroidShift, lloyd
+from dkmeans.drivers.local_search import local_search
 from dkmeans.testing import make_blobs
 
 
@@ -369,7 +369,7 @@ def _stuck_start(X, centers):
 
 
 def test_coreset_search_escapes_and_is_confirmed_on_the_data():
-    from dkmeans.local_search import coreset_local_search
+    from dkmeans.drivers.local_search import coreset_local_search
 
     X, centers = _grid()
     C = _stuck_start(X, centers)
@@ -385,7 +385,7 @@ def test_coreset_search_escapes_and_is_confirmed_on_the_data():
 
 def test_coreset_search_never_keeps_a_worse_result(monkeypatch):
     """A coreset that proposes a worse solution: Lloyd on the data measures it and the start stays."""
-    import dkmeans.local_search as ls
+    import dkmeans.drivers.local_search as ls
 
     X, centers = _grid()
     C = lloyd(ChunkList.from_array(X, None), centers + 0.1, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
@@ -407,7 +407,7 @@ def test_coreset_search_never_keeps_a_worse_result(monkeypatch):
 
 
 def test_coreset_bounds_whatever_k():
-    from dkmeans.local_search import CORESET_COST_ENTRIES, coreset_candidates, coreset_size
+    from dkmeans.drivers.local_search import CORESET_COST_ENTRIES, coreset_candidates, coreset_size
 
     for k in (1, 2, 32, 2048, 65536, 262144):
         m = coreset_candidates(k)

@@ -21,8 +21,8 @@ from dkmeans.kernels.minibatch import (
     reset_counts,
     weighted_batch_partials,
 )
-from dkmeans.minibatch import MiniBatchOptions, minibatch, minibatch_pass, minibatch_step, step_rng
-from dkmeans.state import MiniBatchState
+from dkmeans.drivers.minibatch import MiniBatchOptions, minibatch, minibatch_pass, minibatch_step, step_rng
+from dkmeans.drivers.state import MiniBatchState
 from dkmeans.testing import make_blobs
 
 
@@ -375,7 +375,7 @@ def test_minibatch_refuses_cosine(data):
     """Mini-batch updates are Euclidean: every face, and the fit service itself, refuse the cosine metric."""
     import dataclasses
 
-    from dkmeans.fit import run_fit
+    from dkmeans.fit.service import run_fit
 
     with pytest.raises(InvalidParameterError, match="Euclidean"):
         dkmeans.train(dkmeans.Descriptor(cluster_count=3, method="minibatch", metric="cosine"), data)

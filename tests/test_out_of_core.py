@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import dkmeans
-from dkmeans.engine.memory import PERSIST_FRACTION_KEY, MemoryBudget
+from dkmeans.engine.memory import MemoryBudget
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError
 from dkmeans.testing import blob_block, make_blobs
 
@@ -70,7 +70,7 @@ def test_hybrid_mode_persists_the_head_and_streams_the_rest(client, small):
     X, w = small
     total = sum(MemoryBudget.of(client).limits.values())
     data_bytes = X.nbytes + 8 * len(X)
-    with dask.config.set({PERSIST_FRACTION_KEY: 0.6 * data_bytes / total}):
+    with dask.config.set({"dkmeans.memory.persist-fraction": 0.6 * data_bytes / total}):
         ours = _fit(X, "auto", init="k-means||", max_iter=20, sample_weight=w)
     ref = _fit(X, False, init="k-means||", max_iter=20, sample_weight=w)
     assert ours.data_mode_ == "out-of-core"
@@ -194,7 +194,7 @@ class WorkerWatch:
 @pytest.fixture(scope="module")
 def small_memory_cluster():
     """Two worker processes of 768 MiB each (1.5 GiB in all; a worker process alone takes about 300 MiB)."""
-    from dkmeans.cluster import start_local_cluster
+    from dkmeans.engine.client import start_local_cluster
 
     client = start_local_cluster(2, memory_limit=MEMORY_LIMIT, dashboard_address=None, set_as_default=False)
     try:

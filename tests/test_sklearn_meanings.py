@@ -26,8 +26,8 @@ import dkmeans
 from dkmeans import KMeans, MiniBatchKMeans
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
-from dkmeans.init import InitOptions
-from dkmeans.init.kmeans_parallel import kmeans_parallel
+from dkmeans.drivers.init import InitOptions
+from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel
 from dkmeans.testing import make_blobs
 
 
@@ -220,7 +220,7 @@ def test_kmeans_parallel_unused_centres_where_sklearn_puts_them(seed):
 
 def test_kmeans_parallel_completion_counts_repeated_candidates_once():
     """Repeated candidates count once, and the farthest distinct rows fill in before any centre coincides."""
-    from dkmeans.init.kmeans_parallel import _complete
+    from dkmeans.drivers.init.kmeans_parallel import _complete
 
     X = np.concatenate([np.zeros((1, 1)), np.full((10, 1), 10.0), np.full((3, 1), 5.0)])
     data = ChunkList.from_array(X, None, 2)

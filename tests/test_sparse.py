@@ -8,9 +8,10 @@ import pytest
 import scipy.sparse as sp
 
 import dkmeans
+import dkmeans.engine.sparse_rows
 from dkmeans import kernels
 from dkmeans.errors import InvalidParameterError
-from dkmeans.kernels import sparse as sparse_kernels
+from dkmeans.kernels.backends import sparse as sparse_kernels
 
 
 def _csr(n=300, d=25, density=0.2, seed=0, dtype=np.float64):
@@ -258,7 +259,7 @@ def test_wide_sparse_chunks_are_planned_by_their_stored_bytes(client):
     C0 = X[[0, n - 1]].toarray()
     km = dkmeans.KMeans(n_clusters=2, init=C0, max_iter=5, metric="cosine").fit(X)
     assert km.data_mode_ == "in-memory" and km.cluster_centers_.shape == (2, d)
-    per_row = dkmeans.metric.sparse_row_bytes(client, da.from_array(X, chunks=(500, d), asarray=False, meta=X[:0]))
+    per_row = dkmeans.engine.sparse_rows.sparse_row_bytes(client, da.from_array(X, chunks=(500, d), asarray=False, meta=X[:0]))
     assert per_row < 200 < d * 4
 
 

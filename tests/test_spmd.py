@@ -16,9 +16,9 @@ from distributed import Client
 
 import dkmeans
 from dkmeans.engine.persisted import PersistedData
-from dkmeans.engine.spmd import SPMD_WAIT_KEY, run_spmd
+from dkmeans.engine.spmd import run_spmd
 from dkmeans.errors import ClusterRestartedError, InvalidDataError
-from dkmeans.lloyd import CentroidShift
+from dkmeans.drivers.lloyd import CentroidShift
 from dkmeans.testing import fit_lloyd
 from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
 
@@ -103,7 +103,7 @@ def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_clus
     while not Client.processing(c, [busy_worker]).get(busy_worker):  # running there before the fit starts
         time.sleep(0.01)
     started = time.monotonic()
-    with dask.config.set({SPMD_WAIT_KEY: "1s"}), caplog.at_level(logging.INFO, logger="dkmeans"):
+    with dask.config.set({"dkmeans.spmd-wait": "1s"}), caplog.at_level(logging.INFO, logger="dkmeans"):
         out = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
     blocker.result()
     assert "SPMD loop failed" in caplog.text and "lloyd_iterations" in spmd
@@ -188,7 +188,7 @@ def test_two_fits_at_once_on_one_cluster_both_finish_with_their_own_result(clien
     with dask.config.set({"dkmeans.spmd": False}):
         expected = [fit_lloyd(data, C0, **options).result for data, C0 in problems]
     started = time.monotonic()
-    with dask.config.set({SPMD_WAIT_KEY: "2s"}), ThreadPoolExecutor(2) as pool:
+    with dask.config.set({"dkmeans.spmd-wait": "2s"}), ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda p: fit_lloyd(p[0], p[1], **options).result, problems))
     assert time.monotonic() - started < 60
     for got, want in zip(results, expected):
@@ -198,7 +198,7 @@ def test_two_fits_at_once_on_one_cluster_both_finish_with_their_own_result(clien
 
 def test_ranks_sharing_a_worker_exchange_in_process_and_match_the_graph_loop(spmd):
     """One worker with three threads: three ranks on one worker, messages to the same address."""
-    from dkmeans.cluster import start_local_cluster
+    from dkmeans.engine.client import start_local_cluster
 
     c = start_local_cluster(n_workers=1, threads_per_worker=3, dashboard_address=None, set_as_default=False)
     try:

@@ -106,7 +106,7 @@ def make_cluster(args):
 def fit(client, args):
     """Read the Parquet input, fit KMeans on ``client``'s cluster and save the model."""
     from dkmeans import KMeans
-    from dkmeans.io.files import read_table
+    from dkmeans.engine.files import read_table
 
     df = read_table(args.input, columns=args.columns)
     columns = [c for c in (args.columns or df.select_dtypes("number").columns) if c not in args.exclude]

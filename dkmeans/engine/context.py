@@ -1,7 +1,7 @@
 """The data protocol with every chunk function and loop run inside a caller's context.
 
 The fit service uses it to run one fit's kernels on one code path wherever its tasks run
-(:func:`dkmeans.kernels.compile.pinned`); the engine only passes the calls through, and
+(:func:`dkmeans.kernels.backends.compile.pinned`); the engine only passes the calls through, and
 knows nothing of what the context is.
 """
 

@@ -18,19 +18,11 @@ from __future__ import annotations
 import time
 from concurrent.futures import CancelledError
 
-import dask
-from dask.utils import parse_timedelta
 from distributed import wait
 
+from dkmeans import config
 from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError, WorkersPausedError
 
-#: Dask config key (env ``DASK_DKMEANS__WORKER_TIMEOUT``): how long a pass may wait with no worker.
-WORKER_TIMEOUT_KEY = "dkmeans.worker-timeout"
-DEFAULT_WORKER_TIMEOUT = "120s"
-#: Dask config key (env ``DASK_DKMEANS__STALL_TIMEOUT``): how long a wait may see none of the
-#: running workers process anything while our tasks are pending (they wait on paused workers).
-STALL_TIMEOUT_KEY = "dkmeans.stall-timeout"
-DEFAULT_STALL_TIMEOUT = "30s"
 #: Paused workers are asked to release their allocators' memory at most this often (s).
 RELEASE_EVERY = 5.0
 
@@ -45,12 +37,12 @@ class WorkersStalledError(ClusterError):
 
 def worker_timeout() -> float:
     """Seconds a pass waits while the cluster has no worker at all (Dask config ``dkmeans.worker-timeout``)."""
-    return float(parse_timedelta(dask.config.get(WORKER_TIMEOUT_KEY, DEFAULT_WORKER_TIMEOUT)))
+    return config.get("worker-timeout")
 
 
 def stall_timeout() -> float:
     """Seconds a wait may make no progress on running workers (Dask config ``dkmeans.stall-timeout``)."""
-    return float(parse_timedelta(dask.config.get(STALL_TIMEOUT_KEY, DEFAULT_STALL_TIMEOUT)))
+    return config.get("stall-timeout")
 
 
 def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = False):
@@ -111,7 +103,7 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
                         f"Waited {stall_limit:g} s on tasks that no worker runs: {stalled['message']} The running "
                         f"workers were idle all that time, so the computation was stopped. Paused workers keep "
                         f"memory of their own (a previous computation's): restart them (client.restart()) or give "
-                        f"them more memory; the wait is set by the Dask config {STALL_TIMEOUT_KEY!r}."
+                        f"them more memory; the wait is set by the Dask config {config.name('stall-timeout')!r}."
                     )
                 continue
             no_workers_since = no_workers_since or time.monotonic()
@@ -124,12 +116,12 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
                         f"keep that memory (imports, compiled kernels, the data source's own allocations), so "
                         f"they would stay paused. Give the workers more memory (dkmeans' workers use about 300 MiB "
                         f"of their own), read smaller chunks, or use fewer worker processes with more memory "
-                        f"each; the wait is set by the Dask config {WORKER_TIMEOUT_KEY!r}."
+                        f"each; the wait is set by the Dask config {config.name('worker-timeout')!r}."
                     )
                 raise NoWorkersError(
                     f"The Dask cluster has had no workers for {timeout:g} s, so the computation was stopped. "
                     f"Start workers (or find out why they died: memory limits, preemption) and run again; "
-                    f"the wait is set by the Dask config {WORKER_TIMEOUT_KEY!r}."
+                    f"the wait is set by the Dask config {config.name('worker-timeout')!r}."
                 )
         results = client.gather(futures)
     except CancelledError as exc:

@@ -12,7 +12,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
-from dkmeans.backend import concatenate_rows, get_namespace, to_host
+from dkmeans.kernels.namespace import concatenate_rows, get_namespace, to_host
 from dkmeans.engine.passes import first_chunk
 
 
@@ -22,7 +22,7 @@ class ChunkList:
     The base of :class:`LocalChunks` (every chunk) and of an SPMD rank's chunks, which
     combine their passes with the other ranks' (:class:`dkmeans.engine.spmd.RankChunks`).
     ``passes`` counts the passes made. Built with :meth:`from_array`, it is also the data of
-    a fit run in the caller's process (in-memory data, see :mod:`dkmeans.fit`). With
+    a fit run in the caller's process (in-memory data, see :mod:`dkmeans.fit.service`). With
     ``threads > 1`` a pass runs its chunks on a pool of that many threads (the compiled
     kernels release the GIL); results are combined in chunk order, as in one thread.
     """

@@ -40,21 +40,11 @@ from dataclasses import dataclass, field
 import dask
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 
-from dkmeans.engine.futures import WORKER_TIMEOUT_KEY, worker_timeout
+from dkmeans import config
+from dkmeans.engine.futures import worker_timeout
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
 
-TASK_FRACTION_KEY = "dkmeans.memory.task-fraction"
-DEFAULT_TASK_FRACTION = 0.25
-PERSIST_FRACTION_KEY = "dkmeans.memory.persist-fraction"
-DEFAULT_PERSIST_FRACTION = 0.5
-
-
-def _fraction(key: str, default: float) -> float:
-    value = float(dask.config.get(key, default))
-    if not 0 < value <= 1:
-        raise ValueError(f"Dask config {key!r} must be in (0, 1], got {value}")
-    return value
 
 
 def _mib(nbytes: float) -> str:
@@ -124,14 +114,14 @@ class MemoryBudget:
         return cls(limits, int(scratch_bytes), unmanaged, int(centroid_bytes))
 
     def _nominal_task(self, address: str) -> float:
-        return max(0.0, _fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * self.limits[address]
+        return max(0.0, config.get("memory.task-fraction") * self.limits[address]
                    - self.scratch_bytes - self.centroid_bytes)
 
     def _one_task(self, address: str) -> float:
         limit = self.limits[address]
         pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
         below_pause = float(pause) * limit - self.unmanaged.get(address, 0)
-        return max(0.0, min(_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * limit, below_pause)
+        return max(0.0, min(config.get("memory.task-fraction") * limit, below_pause)
                    - self.scratch_bytes - self.centroid_bytes)
 
     def task_bytes(self, address: str | None = None) -> float:
@@ -142,7 +132,7 @@ class MemoryBudget:
 
     def persist_bytes(self) -> float:
         """Bytes of data the cluster keeps persisted at most."""
-        fraction = _fraction(PERSIST_FRACTION_KEY, DEFAULT_PERSIST_FRACTION)
+        fraction = config.get("memory.persist-fraction")
         return float(sum(max(0.0, fraction * limit - self.unmanaged.get(addr, 0) - self.centroid_bytes)
                          for addr, limit in self.limits.items()))
 
@@ -169,7 +159,7 @@ def _wait_for_workers(client) -> dict:
     except TimeoutError:
         raise NoWorkersError(
             f"The Dask cluster has had no workers for {timeout:g} s, so nothing was planned. Start workers "
-            f"and run again; the wait is set by the Dask config {WORKER_TIMEOUT_KEY!r}."
+            f"and run again; the wait is set by the Dask config {config.name('worker-timeout')!r}."
         ) from None
     return client.scheduler_info(n_workers=-1)["workers"]
 
@@ -216,20 +206,16 @@ def check_chunks_fit(chunk_bytes, budget: MemoryBudget, what: str = "input") -> 
         smallest_limit = min(budget.limits.values())
         raise ChunkTooLargeError(
             f"One chunk of the {what} takes {_mib(largest)} in memory, more than a worker's budget for one task: "
-            f"{_mib(allowed)} (at most {_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION):g} of the smallest "
+            f"{_mib(allowed)} (at most {config.get('memory.task-fraction'):g} of the smallest "
             f"worker's memory limit {_mib(smallest_limit)} and of its room below the pause threshold, less "
             f"{_mib(budget.scratch_bytes)} of kernel scratch and {_mib(budget.centroid_bytes)} for the centroids). Nothing was run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
             f"df.repartition(partition_size='{max(1, int(allowed / 2 / 2**20))}MiB'); Parquet: smaller row groups "
-            f"or files), give the workers more memory, or raise the Dask config {TASK_FRACTION_KEY!r}."
+            f"or files), give the workers more memory, or raise the Dask config {config.name('memory.task-fraction')!r}."
         )
 
 
 __all__ = [
-    "DEFAULT_PERSIST_FRACTION",
-    "DEFAULT_TASK_FRACTION",
     "MemoryBudget",
-    "PERSIST_FRACTION_KEY",
-    "TASK_FRACTION_KEY",
     "check_chunks_fit",
     "group_by_bytes",
 ]

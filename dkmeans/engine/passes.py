@@ -18,7 +18,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.sizeof import sizeof
 from dask.task_spec import DataNode, List, Task, TaskRef
 
-from dkmeans.backend import to_host
+from dkmeans.kernels.namespace import to_host
 
 
 #: A task argument larger than this (the centroids at large k, a loop's state) goes into a

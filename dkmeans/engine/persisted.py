@@ -34,14 +34,14 @@ import logging
 import uuid
 from typing import Any, Callable, Sequence
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 from distributed import futures_of, get_worker, wait
 
-from dkmeans.backend import to_host
+from dkmeans import config
+from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import gather
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
@@ -52,19 +52,13 @@ from dkmeans.engine.spmd import SpmdUnavailable, spmd_enabled
 
 logger = logging.getLogger("dkmeans")
 
-#: Dask config key (env ``DASK_DKMEANS__SINGLE_TASK_WORK``): a loop whose passes each cost
-#: at most this many multiply-adds (rows x centroids x features) runs inside one task.
-SINGLE_TASK_WORK_KEY = "dkmeans.single-task-work"
-#: About 10 ms of one thread's work: below it a pass costs less than the cluster round trip
-#: that spreading it over workers adds (see :meth:`PersistedData.fits_one_task`).
-DEFAULT_SINGLE_TASK_WORK = 2e8
 #: Data larger than this is never gathered onto one worker for a single-task loop.
 SINGLE_TASK_MAX_BYTES = 128 * 2**20
 
 
 def single_task_work() -> float:
     """The per-pass work below which a loop runs in one task (Dask config ``dkmeans.single-task-work``)."""
-    return float(dask.config.get(SINGLE_TASK_WORK_KEY, DEFAULT_SINGLE_TASK_WORK))
+    return config.get("single-task-work")
 
 
 def _run_on_worker(chunk_fn, combine_fn, args, chunk_ids, offsets, has_weights, planned_worker, stateful, n_blocks,

@@ -31,26 +31,17 @@ import uuid
 import warnings
 from typing import Any, Callable, Sequence
 
-import dask
 from dask.task_spec import Task
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from dask.utils import parse_timedelta
 from distributed import Queue, wait
 
+from dkmeans import config
 from dkmeans.engine import mailbox
 from dkmeans.engine.futures import gather
-from dkmeans.backend import to_host
+from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.local import ChunkList, reraise_warnings, split_blocks
 from dkmeans.engine.passes import submitting_own_graph, task_args
 
-#: Dask config key (env ``DASK_DKMEANS__SPMD``): run large Lloyd loops SPMD (True) or one graph per pass.
-SPMD_KEY = "dkmeans.spmd"
-#: Dask config key: the most ranks (worker threads) an SPMD loop uses; more run one graph per pass.
-SPMD_MAX_RANKS_KEY = "dkmeans.spmd-max-ranks"
-DEFAULT_SPMD_MAX_RANKS = 16
-#: Dask config key: how long a rank waits for its peers (beyond four times its own pass) before giving up.
-SPMD_WAIT_KEY = "dkmeans.spmd-wait"
-DEFAULT_SPMD_WAIT = "10s"
 #: How often the client looks for progress, a failed rank or a lost worker (seconds).
 POLL_S = 0.25
 #: Rank 0 sends its progress records at most this often (seconds), the first at once: a
@@ -64,13 +55,11 @@ class SpmdUnavailable(RuntimeError):
 
 def spmd_enabled(n_ranks: int) -> bool:
     """Whether a loop over ``n_ranks`` worker threads runs SPMD (Dask config ``dkmeans.spmd``)."""
-    if not dask.config.get(SPMD_KEY, True):
-        return False
-    return 1 <= n_ranks <= int(dask.config.get(SPMD_MAX_RANKS_KEY, DEFAULT_SPMD_MAX_RANKS))
+    return config.get("spmd") and 1 <= n_ranks <= config.get("spmd-max-ranks")
 
 
 def _spmd_wait_s() -> float:
-    return float(parse_timedelta(dask.config.get(SPMD_WAIT_KEY, DEFAULT_SPMD_WAIT), default="s"))
+    return config.get("spmd-wait")
 
 
 def _progress_name(token: str) -> str:
@@ -123,7 +112,7 @@ class RankComm:
                 message = self.box.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise SpmdUnavailable(
-                    f"rank {self.rank} waited {patience:.1f} s for its peers (Dask config {SPMD_WAIT_KEY!r})"
+                    f"rank {self.rank} waited {patience:.1f} s for its peers (Dask config {config.name('spmd-wait')!r})"
                 ) from None
             kind = message[0]
             if kind == mailbox.STOP:

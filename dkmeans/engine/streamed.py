@@ -37,7 +37,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 
-from dkmeans.backend import to_host
+from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import WorkersStalledError, gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, release_memory
 from dkmeans.engine.sources import (KERNEL_ROW_VALUES, MAX_BATCH_ROWS, MIN_BATCH_ROWS, ParquetSource,

@@ -15,7 +15,7 @@ Lloyd passes are deterministic given the centroids, so a resumed run ends with t
 result as an uninterrupted one. Hartigan rounds are not checkpointed one by one: a fit
 that ends with Hartigan resumes from its Lloyd result (or its initial centroids).
 
-A mini-batch fit (phase ``"minibatch"``) saves its :class:`~dkmeans.state.PassState`
+A mini-batch fit (phase ``"minibatch"``) saves its :class:`~dkmeans.drivers.state.PassState`
 instead: centers and counts, the step count and the early-stopping bookkeeping, every
 step's record and, for sequential passes over out-of-core data, the position (pass and
 next row) and the rows of the unfinished batch. Its draws are keyed by ``(seed, step)``
@@ -35,7 +35,7 @@ import numpy as np
 
 from dkmeans.errors import InvalidDataError
 from dkmeans.io.model_file import digest, read_archive, write_archive
-from dkmeans.state import (FitState, LoopState, MiniBatchState, PassState, RunSummary, history_dicts,
+from dkmeans.drivers.state import (FitState, LoopState, MiniBatchState, PassState, RunSummary, history_dicts,
                            history_records)
 
 logger = logging.getLogger("dkmeans")
@@ -183,7 +183,7 @@ class Checkpointer:
         self.writes += 1
 
     def loop_hook(self, state: FitState):
-        """An ``on_state`` callback for :func:`dkmeans.lloyd.lloyd`: saves every ``every`` updates."""
+        """An ``on_state`` callback for :func:`dkmeans.drivers.lloyd.lloyd`: saves every ``every`` updates."""
 
         def save_loop(loop: LoopState) -> None:
             state.phase, state.loop = "lloyd", loop
@@ -193,7 +193,7 @@ class Checkpointer:
         return save_loop
 
     def minibatch_hook(self, state: FitState):
-        """An ``on_state`` callback for the mini-batch drivers (:mod:`dkmeans.minibatch`): saves each state given.
+        """An ``on_state`` callback for the mini-batch drivers (:mod:`dkmeans.drivers.minibatch`): saves each state given.
 
         The drivers decide when (every ``every`` steps, and at the end of the run).
         """

@@ -80,7 +80,7 @@ def check_feature_names(df, expected, name: str = "X") -> None:
 
 
 def _predict_partition(part, centroids, name, metric="euclidean"):
-    from dkmeans.metric import labels_block
+    from dkmeans.kernels.inference import labels_block
 
     X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))
     # NaN in a partition raises when the labels are computed
@@ -88,7 +88,7 @@ def _predict_partition(part, centroids, name, metric="euclidean"):
 
 
 def _transform_partition(part, centroids, names, metric="euclidean"):
-    from dkmeans.metric import distances_block
+    from dkmeans.kernels.inference import distances_block
 
     X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))
     return pd.DataFrame(distances_block(X, centroids, metric), index=part.index, columns=names)

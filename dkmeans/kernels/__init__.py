@@ -1,6 +1,6 @@
 """Per-chunk array kernels: pure functions of NumPy or CuPy arrays, no Dask inside."""
 
-from dkmeans.kernels.assign import (
+from dkmeans.kernels.nearest import (
     DEFAULT_SCRATCH_BYTES,
     TopRows,
     Partials,
@@ -31,8 +31,8 @@ from dkmeans.kernels.stats import Moments, column_moments, combine_moments  # no
 
 __all__ += ["Moments", "column_moments", "combine_moments", "random_top_rows", "uniform_by_index"]
 
-from dkmeans.kernels.assign import cluster_sums, select_top  # noqa: E402
-from dkmeans.kernels.sparse import take_rows  # noqa: E402
+from dkmeans.kernels.nearest import cluster_sums, select_top  # noqa: E402
+from dkmeans.kernels.backends.sparse import take_rows  # noqa: E402
 from dkmeans.kernels.seeding import (  # noqa: E402
     Nearest,
     TrialPartial,

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dkmeans.backend import get_namespace
+from dkmeans.kernels.namespace import get_namespace
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels import sparse as _sparse
+from dkmeans.kernels.backends import sparse as _sparse
 # the unit rule of the nearest-centroid choice lives beside the other shared kernel pieces (the
 # assignment kernels, which this module's users import, need it without importing this module)
 from dkmeans.kernels.common import UNIT_PREFILTER, UNIT_SQ_NORM_TOL, unit_half_sq_norms  # noqa: F401

@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dkmeans.backend import get_namespace
-from dkmeans.kernels.assign import cluster_sums
+from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.nearest import cluster_sums
 
 try:
     import numba

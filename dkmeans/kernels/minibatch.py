@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from dkmeans.backend import get_namespace, to_host
-from dkmeans.kernels.assign import assign_partials
+from dkmeans.kernels.namespace import get_namespace, to_host
+from dkmeans.kernels.nearest import assign_partials
 from dkmeans.kernels.common import Partials
 from dkmeans.kernels.reduce import combine_partials
-from dkmeans.kernels.sparse import take_rows
+from dkmeans.kernels.backends.sparse import take_rows
 
 
 def batch_positions(batch_index, row_offset: int, n_rows: int):

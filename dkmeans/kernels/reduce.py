@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from dkmeans.backend import get_namespace
-from dkmeans.kernels.assign import TopRows, Partials, select_top
+from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.nearest import TopRows, Partials, select_top
 
 
 def combine_partials(parts: Sequence[Partials]) -> Partials:

@@ -6,9 +6,9 @@ index and a seed), so a row's random number depends only on ``(seed, stream, ind
 
 from __future__ import annotations
 
-from dkmeans.backend import get_namespace
-from dkmeans.kernels.assign import TopRows, select_top
-from dkmeans.kernels.sparse import take_rows
+from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.nearest import TopRows, select_top
+from dkmeans.kernels.backends.sparse import take_rows
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9

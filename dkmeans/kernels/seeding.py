@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dkmeans.backend import get_namespace
-from dkmeans.kernels.assign import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
+from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.nearest import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
 from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
-from dkmeans.kernels import sparse as _sparse
-from dkmeans.kernels.sparse import is_sparse, take_rows
+from dkmeans.kernels.backends import sparse as _sparse
+from dkmeans.kernels.backends.sparse import is_sparse, take_rows
 
 
 class Nearest(NamedTuple):
@@ -209,7 +209,7 @@ def combine_samples(parts) -> SampleRows:
 
 
 def _kpp_local_xp(X, w, k: int, trials: int, u, first: int):
-    """The namespace version of :func:`dkmeans.kernels._numba.kpp_local` (same choices)."""
+    """The namespace version of :func:`dkmeans.kernels.backends.compiled.kpp_local` (same choices)."""
     xp = get_namespace(X)
     n = X.shape[0]
     chosen = [first]
@@ -262,7 +262,7 @@ def local_kmeans_plusplus(X, weights, k: int, seed: int, stream: int, trials: in
         first -= 1
     u = draws[:-1]
     if compiled and xp is np:
-        from dkmeans.kernels._numba import kpp_local
+        from dkmeans.kernels.backends.compiled import kpp_local
 
         return kpp_local(X64, w, k, trials, np.ascontiguousarray(u), first)
     return _kpp_local_xp(X64, w, k, trials, u, first)

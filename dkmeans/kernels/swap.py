@@ -10,7 +10,7 @@ candidates. Split as
 ``cost[p, j] = sum_x w min(d1, dp) + sum_{x: a(x) = j} w (min(d2, dp) - min(d1, dp))``
 
 the first term is one vector over candidates and the second a per-cluster sum (a one-hot
-product, :func:`~dkmeans.kernels.assign.cluster_sums`): a chunk costs ``O(n (k + m) d)``
+product, :func:`~dkmeans.kernels.nearest.cluster_sums`): a chunk costs ``O(n (k + m) d)``
 and returns ``m x k`` numbers. :func:`swap_partials` goes one step further for a few
 chosen swaps (or sets of swaps): each one's Lloyd partials, from the same nearest-two
 distances, at about the cost of one Lloyd assignment.
@@ -24,7 +24,7 @@ are recomputed from the differences.
 :func:`sample_by_cost` draws the candidates: rows with probability proportional to
 ``w d1`` (the k-means++ "D^2" distribution), without replacement, keyed by global row
 index (exponential clocks, :func:`~dkmeans.kernels.seeding.weighted_sample_keys`, top
-``m`` by :func:`~dkmeans.kernels.assign.select_top`), so the sample does not depend on
+``m`` by :func:`~dkmeans.kernels.nearest.select_top`), so the sample does not depend on
 the chunking. :func:`best_swaps` and :func:`select_swaps` choose swaps from the reduced
 costs, on the client.
 
@@ -39,9 +39,9 @@ from typing import Any, NamedTuple, Sequence
 import numba
 import numpy as np
 
-from dkmeans.backend import get_namespace
-from dkmeans.kernels.assign import TopRows, assign, cluster_sums, select_top
-from dkmeans.kernels.compile import compiled_ready
+from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.nearest import TopRows, assign, cluster_sums, select_top
+from dkmeans.kernels.backends.compile import compiled_ready
 from dkmeans.kernels.reduce import combine_top
 from dkmeans.kernels.sampling import uniform_by_index
 from dkmeans.kernels.seeding import weighted_sample_keys

@@ -1,0 +1,302 @@
+"""The Lloyd loop over the data protocol: stop rules, empty clusters, blocks of iterations.
+
+Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk, reduces the
+partials, and computes the new centroids. Where the iterations run (one graph per
+iteration, inside one task, SPMD on every worker thread, or streamed from the source) is
+the engine's choice (:meth:`dkmeans.engine.protocol.ChunkedData.run_loop`); see
+:func:`lloyd`. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
+becomes the row farthest from the new (non-empty) centroids, found with a distributed
+top-m, distinct rows for several empty clusters. That search assigns every row to the live
+centroids; when the next iteration is in the same block, each chunk keeps that assignment
+and the next iteration's partials take only a product with the refilled centroids
+(:func:`fill_empty_clusters` with ``assign_next``). The loop ends on the stop rule, at a
+fixed point (no centroid moved: further iterations cannot change anything), or after
+``max_iter`` updates.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, distinct_clusters_message
+from dkmeans.kernels import (
+    assign_partials,
+    combine_top,
+    combine_partials,
+    farthest_points,
+    objectives,
+    update_centroids,
+)
+from dkmeans.kernels.nearest import farthest_from, nearest_sq64, refill_partials
+from dkmeans.kernels.cosine import objective_scale, unit_centroids
+from dkmeans.drivers.state import IterationRecord, LoopState
+
+logger = logging.getLogger("dkmeans")
+
+
+# -- stop rules ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ObjectiveDecrease:
+    """oneDAL's rule: stop when ``Phi(C_t) - Phi(C_t+1) < threshold``.
+
+    Checked after each assignment step against the previous one; the update that would
+    follow a satisfied check is not performed.
+    """
+
+    threshold: float = 0.0
+    name: str = "objective-decrease"
+
+
+@dataclass(frozen=True)
+class CentroidShift:
+    """Stop when the total squared centroid shift ``sum_j ||c_j(t) - c_j(t+1)||^2`` is small.
+
+    ``inclusive=True`` is scikit-learn's ``<= tol`` (with ``tol`` already scaled to the
+    data); ``inclusive=False`` is the older oneDAL specification's ``< eps``.
+    """
+
+    tol: float = 0.0
+    inclusive: bool = True
+    name: str = "centroid-shift"
+
+    def satisfied(self, shift: float) -> bool:
+        return shift <= self.tol if self.inclusive else shift < self.tol
+
+
+# -- results ---------------------------------------------------------------------------
+@dataclass
+class LloydResult:
+    """Centroids after the loop, how many updates ran, why it stopped, and the history."""
+
+    centroids: np.ndarray
+    n_iter: int
+    stop_reason: str
+    converged: bool
+    history: list = field(default_factory=list)
+
+
+# -- chunk functions (run on workers) --------------------------------------------------
+def _partials_chunk(X, w, offset, C):
+    return assign_partials(X, C, w)
+
+
+def _farthest_chunk(X, w, offset, C, m):
+    return farthest_points(X, C, m, offset, w)
+
+
+def _check_finite(partials) -> None:
+    if not (np.isfinite(partials.objective) and np.all(np.isfinite(partials.sums))):
+        raise InvalidDataError(NON_FINITE_INPUT)
+
+
+def _nearest_live_chunk(X, w, offset, state, live, m):
+    labels, d2 = nearest_sq64(X, live)
+    return (labels, d2), farthest_from(X, d2, m, offset, w)
+
+
+def _refill_partials_chunk(X, w, offset, state, L, R, live_index, refill_index, k):
+    labels, d2 = state
+    return None, refill_partials(X, labels, d2, L, R, live_index, refill_index, k, w)
+
+
+def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray, *, assign_next: bool = False):
+    """Move each empty cluster's centroid to a distinct row farthest from the live centroids.
+
+    Returns the centroids, and with ``assign_next`` also the :class:`Partials` of the
+    assignment to them (the next iteration's pass), or None where it could not be formed.
+    The search for the farthest rows is a pass of every row against the live centroids;
+    with ``assign_next`` each chunk keeps its rows' nearest live centroid from it, and a
+    second pass needs only the product with the refilled centroids: one full product
+    where the refill and the next assignment would take two.
+    """
+    m = int(empty.sum())
+    live = centroids[~empty].astype(data.dtype)
+    if assign_next:
+        far, nearest = data.map_reduce_stateful(_nearest_live_chunk, functools.partial(combine_top, m=m), (live, m))
+    else:
+        far, nearest = data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (live, m)), None
+    out = centroids.copy()
+    targets = np.flatnonzero(empty)
+    out[targets[: len(far.index)]] = far.rows
+    found = int(np.sum(np.asarray(far.score) > 0))
+    if found < m:
+        warnings.warn(distinct_clusters_message(len(centroids) - m + found, len(centroids)), ConvergenceWarning,
+                      stacklevel=2)
+    if not assign_next:
+        return out
+    if len(far.index) < m:  # clusters left at their old centroid take part in the assignment: no shortcut
+        return out, None
+    C = out.astype(data.dtype)
+    partials, _ = data.map_reduce_stateful(_refill_partials_chunk, combine_partials,
+                                           (live, C[targets], np.flatnonzero(~empty), targets, len(C)), nearest)
+    return out, partials
+
+
+# -- the loop --------------------------------------------------------------------------
+def stop_after_update(record: IterationRecord, stop_rule) -> str | None:
+    """The rule that ends the loop right after this update, if any."""
+    if isinstance(stop_rule, CentroidShift) and stop_rule.satisfied(record.centroid_shift):
+        return stop_rule.name
+    if record.centroid_shift == 0.0:  # C(t+1) == C(t) exactly: every later pass repeats this one
+        return "fixed-point"
+    return None
+
+
+def lloyd(
+    data,
+    initial_centroids: np.ndarray,
+    *,
+    max_iter: int,
+    stop_rule: ObjectiveDecrease | CentroidShift,
+    on_iteration: Callable[[IterationRecord], None] | None = None,
+    resume: LoopState | None = None,
+    on_state: Callable[[LoopState], None] | None = None,
+    state_every: int | None = None,
+    metric: str = "euclidean",
+) -> LloydResult:
+    """Run Lloyd iterations over the data protocol.
+
+    The iterations run in blocks that end every ``state_every`` updates (for
+    ``on_state``), each block where the engine chooses
+    (:meth:`~dkmeans.engine.protocol.ChunkedData.run_loop`): inside one task for small
+    problems, SPMD on every worker thread, one graph per iteration, or streamed from the
+    source. The result is the same up to float rounding of the combined sums.
+
+    Parameters
+    ----------
+    data : ChunkedData
+    initial_centroids : ndarray, shape (k, d)
+        Ignored when ``resume`` is given.
+    max_iter : int
+        Maximum number of centroid updates in total (0 returns the initial centroids).
+    stop_rule : ObjectiveDecrease or CentroidShift
+    on_iteration : callable, optional
+        Called with each :class:`IterationRecord` (progress display).
+    resume : LoopState, optional
+        Continue a loop from a checkpoint: its centroids, update count, last objective
+        and history. The result is the one the uninterrupted loop would have given.
+    on_state : callable, optional
+        Called with the :class:`LoopState` at the end of every block (checkpointing).
+    state_every : int, optional
+        Block length: ``on_state`` is interested in updates that are multiples of this;
+        None: only the final state.
+    metric : {"euclidean", "cosine"}
+        "cosine": spherical k-means on unit rows (:mod:`dkmeans.kernels.cosine`): the
+        centroids are normalised after each update (a cluster whose rows cancel is treated
+        as empty) and the objective is ``sum w (1 - cos)``, half the squared distance.
+
+    Returns
+    -------
+    LloydResult
+        Centroids in the data's dtype.
+    """
+    state = resume if resume is not None else LoopState(np.asarray(initial_centroids))
+    reported = state.n_iter
+
+    def report(record: dict) -> None:
+        nonlocal reported
+        if on_iteration is not None and record["iteration"] > reported:
+            on_iteration(IterationRecord(**record))
+        reported = max(reported, record["iteration"])
+
+    work_per_row = len(state.centroids) * data.n_features
+    while True:
+        end = max_iter
+        if on_state is not None and state_every:
+            end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
+        result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric), work_per_row=work_per_row,
+                               on_progress=report)
+        for record in result.history[len(state.history):]:  # what a one-task block could not report live
+            report(record.as_dict())
+        if result.n_iter > state.n_iter:
+            state = LoopState(result.centroids, result.n_iter, result.history[-1].objective, list(result.history))
+            if on_state is not None:
+                on_state(state)
+        if result.stop_reason != "max_iter" or result.n_iter >= max_iter:
+            return result
+
+
+def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: str = "euclidean") -> LloydResult:
+    """Lloyd from ``state`` up to ``max_iter`` updates, one pass per iteration over ``data``.
+
+    The body of :func:`lloyd`'s blocks: runs wherever ``data`` lives (in the caller, in one
+    task, on every SPMD rank), reporting each iteration through ``data.report``.
+    """
+    C = np.asarray(state.centroids).astype(data.dtype, copy=True)
+    history: list[IterationRecord] = list(state.history)
+    previous_objective = state.previous_objective
+    n_iter = state.n_iter
+    reason = stop_after_update(history[-1], stop_rule) if history else None
+    if reason is not None:  # the checkpoint was written just before the loop stopped
+        return LloydResult(C, n_iter, reason, True, history)
+    stop_reason, converged = "max_iter", False
+    update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
+    carried = None  # the next iteration's partials, formed with an empty-cluster refill
+    for it in range(n_iter, max_iter):
+        t0 = time.perf_counter()
+        partials = carried if carried is not None else data.map_reduce(_partials_chunk, combine_partials, (C,))
+        carried = None
+        if it == 0:
+            _check_finite(partials)
+        objective = float(partials.objective) * scale
+        if (
+            isinstance(stop_rule, ObjectiveDecrease)
+            and previous_objective is not None
+            and previous_objective - objective < stop_rule.threshold
+        ):
+            stop_reason, converged = stop_rule.name, True
+            break
+        new, empty = update(partials, C)
+        n_empty = int(empty.sum())
+        if n_empty and it + 1 < max_iter:  # the next assignment is in this block: form it with the refill
+            new, carried = fill_empty_clusters(data, new, empty, assign_next=True)
+        elif n_empty:
+            new = fill_empty_clusters(data, new, empty)
+        new = new.astype(data.dtype)
+        shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
+        record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0)
+        history.append(record)
+        data.report(record.as_dict())
+        C, n_iter, previous_objective = new, it + 1, objective
+        reason = stop_after_update(record, stop_rule)
+        if reason is not None:
+            stop_reason, converged = reason, True
+            break
+    return LloydResult(C, n_iter, stop_reason, converged, history)
+
+
+# -- objective ---------------------------------------------------------------------
+def _objectives_chunk(X, w, offset, center_sets):
+    return objectives(X, w, center_sets)
+
+
+def objective(data, centroids: np.ndarray) -> float:
+    """Weighted objective of the data for ``centroids`` (one pass, O(workers) tasks)."""
+    values = data.map_reduce(_objectives_chunk, _sum_arrays, ([np.asarray(centroids).astype(data.dtype)],))
+    return float(values[0])
+
+
+def _sum_arrays(parts):
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+__all__ = [
+    "CentroidShift",
+    "IterationRecord",
+    "LloydResult",
+    "ObjectiveDecrease",
+    "lloyd",
+    "lloyd_iterations",
+    "objective",
+]

@@ -1,0 +1,259 @@
+"""The Dask client dkmeans runs on: the user's, or an embedded local cluster.
+
+:func:`get_client` returns the current ``distributed`` client when there is one (a
+``Client(...)`` the user created, or the client of a worker task). Otherwise it starts a
+:class:`distributed.LocalCluster` once per process (worker processes, one per core, one
+thread each), with the scheduler and dashboard bound to 127.0.0.1 only, and closes it
+when the process exits.
+
+The embedded cluster's client becomes Dask's default scheduler, as ``distributed.Client()``
+does: ``.compute()`` on any Dask collection then runs on it, the user's own work included.
+An :class:`EmbeddedClusterWarning` says so once, with the dashboard's address, when the
+cluster starts. The Dask config key ``dkmeans.embedded-cluster.set-as-default`` (environment
+``DASK_DKMEANS__EMBEDDED_CLUSTER__SET_AS_DEFAULT``; default true) set to false keeps the
+user's scheduler as it was: fits still run on the embedded cluster, and nothing else does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import os
+import sys
+import threading
+import warnings
+from contextlib import contextmanager
+
+import dask
+import distributed
+
+from dkmeans import config
+from dkmeans.errors import DKMeansError
+
+logger = logging.getLogger("dkmeans")
+
+#: Dask config key (:mod:`dkmeans.config`): whether the embedded cluster's client becomes Dask's
+#: default scheduler (true, as ``distributed.Client()`` does), or only runs dkmeans' own work
+#: (false: the user's scheduler stays as it was).
+SET_AS_DEFAULT_KEY = config.name("embedded-cluster.set-as-default")
+
+_lock = threading.Lock()
+_embedded: dict = {}
+_exit_handler: list = []  # registered once, when the first embedded cluster starts
+
+
+class EmbeddedClusterWarning(UserWarning):
+    """dkmeans started its own local Dask cluster and made it Dask's default scheduler.
+
+    Issued once, when the cluster starts (see :data:`SET_AS_DEFAULT_KEY` to keep the user's
+    scheduler instead). Silence it with ``warnings.filterwarnings("ignore",
+    category=dkmeans.engine.client.EmbeddedClusterWarning)``.
+    """
+
+
+def embedded_set_as_default() -> bool:
+    """``dkmeans.embedded-cluster.set-as-default`` as a bool (environment strings such as "false" too)."""
+    return config.get("embedded-cluster.set-as-default")
+
+
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def current_client():
+    """The current ``distributed`` client, or None (nothing is started)."""
+    try:
+        return distributed.get_client()
+    except ValueError:
+        return None
+
+
+def in_daemon_process() -> bool:
+    """Whether this process may not start child processes (a joblib/loky or multiprocessing worker)."""
+    return bool(multiprocessing.current_process().daemon)
+
+
+def _in_worker_task() -> bool:
+    try:
+        distributed.get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+@contextmanager
+def fit_client():
+    """The client a fit runs on, for the duration of the fit.
+
+    Inside a task of a Dask worker (``joblib.parallel_backend("dask")``, or a user's own
+    task) this is :func:`distributed.worker_client`: the task leaves its worker thread
+    (secedes) while the fit waits on the cluster, so the tasks it waits for can run on
+    that thread, and takes it back (rejoins) afterwards. Elsewhere it is :func:`get_client`.
+    """
+    if _in_worker_task():
+        with distributed.worker_client() as client:
+            yield client
+        return
+    client = get_client()
+    with _scheduler_for_fit(client):
+        yield client
+
+
+@contextmanager
+def _scheduler_for_fit(client):
+    """An embedded client that is not Dask's default is the scheduler for the fit's duration.
+
+    The fit computes some of its own collections with ``.compute()`` (results it persisted on
+    the cluster, which no other scheduler can compute); the user's scheduler is back afterwards.
+    """
+    if _embedded.get("client") is not client or _embedded.get("set_as_default", True):
+        yield
+        return
+    with dask.config.set(scheduler=client), client.as_current():  # undone in the reverse order
+        yield
+
+
+def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, *,
+                        set_as_default: bool = True, **kwargs):
+    """Start a loopback-only :class:`distributed.LocalCluster` and a client for it.
+
+    Parameters
+    ----------
+    n_workers : int, optional
+        Worker processes (default: one per available core).
+    threads_per_worker : int
+        Threads per worker; each kernel uses one BLAS thread per worker thread.
+    set_as_default : bool
+        Make the client Dask's default scheduler, so ``.compute()`` on the lazy
+        results runs on this cluster (as ``distributed.Client()`` does). :func:`get_client`
+        passes the Dask config ``dkmeans.embedded-cluster.set-as-default`` (default true).
+    **kwargs
+        Passed to :class:`distributed.LocalCluster`.
+
+    Returns
+    -------
+    distributed.Client
+    """
+    options = dict(
+        n_workers=n_workers or _cpu_count(),
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+    options.update(kwargs)
+    # Worker processes start with one BLAS/OpenMP thread per worker thread (no
+    # oversubscription); the nanny exports these before the worker imports NumPy.
+    # This replaces distributed's default, which also sets MALLOC_TRIM_THRESHOLD_=65536:
+    # that turns every large NumPy temporary into an mmap/munmap pair (several times
+    # slower kernels, see the performance notes), so the embedded cluster leaves it out.
+    threads = str(options["threads_per_worker"])
+    environ = {name: threads for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+        cluster = distributed.LocalCluster(**options)
+    return distributed.Client(cluster, set_as_default=set_as_default)
+
+
+def start_local_cuda_cluster(*, set_as_default: bool = True, **kwargs):
+    """Start a loopback-only ``dask_cuda.LocalCUDACluster`` (one worker per GPU) and a client.
+
+    ``set_as_default`` as for :func:`start_local_cluster`.
+
+    Raises
+    ------
+    DKMeansError
+        dask-cuda (and CuPy) are not installed.
+    """
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        raise DKMeansError("a GPU cluster needs dask-cuda and CuPy: pip install 'dkmeans[gpu]'") from None
+    options = dict(host="127.0.0.1", dashboard_address="127.0.0.1:0")
+    options.update(kwargs)
+    return distributed.Client(LocalCUDACluster(**options), set_as_default=set_as_default)
+
+
+def get_client(*, gpu: bool = False, **kwargs):
+    """The client to run on: the current one, else the embedded local cluster's.
+
+    Parameters
+    ----------
+    gpu : bool
+        Start a ``LocalCUDACluster`` (dask-cuda, one worker per GPU) instead of a CPU
+        cluster when no client exists.
+    **kwargs
+        Options for :func:`start_local_cluster` (or ``LocalCUDACluster``), used only when
+        the embedded cluster is started by this call. ``set_as_default`` defaults to the
+        Dask config ``dkmeans.embedded-cluster.set-as-default`` (true).
+
+    Returns
+    -------
+    distributed.Client
+
+    Warns
+    -----
+    EmbeddedClusterWarning
+        Once, when this call starts the embedded cluster and makes it Dask's default
+        scheduler (``.compute()`` of any Dask collection then runs there). With
+        ``dask.config.set({"dkmeans.embedded-cluster.set-as-default": False})`` the user's
+        scheduler stays as it was (dkmeans' fits still use the embedded cluster; compute
+        results it keeps there, such as ``labels_`` of a Dask array, with
+        ``km.labels_.compute(scheduler=dkmeans.get_client())``), and nothing is issued.
+    """
+    client = current_client()
+    if client is not None:
+        return client
+    with _lock:
+        client = _embedded.get("client")
+        if client is None or client.status in ("closed", "closing"):
+            if in_daemon_process() and not gpu:
+                # a daemonic process (a joblib/loky worker) cannot start worker processes: threads instead
+                kwargs = {"processes": False, "n_workers": 1, "threads_per_worker": _cpu_count(), **kwargs}
+            kwargs.setdefault("set_as_default", embedded_set_as_default())
+            client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
+            _embedded.update(client=client, set_as_default=bool(kwargs["set_as_default"]))
+            if not _exit_handler:
+                # Registered now, not at import: atexit runs handlers last-registered first, so
+                # this closes the client, then the cluster, before anything registered earlier
+                # (logging's shutdown, distributed's own exit handlers) has run.
+                atexit.register(close_embedded_cluster)
+                _exit_handler.append(close_embedded_cluster)
+            logger.info("started a local Dask cluster: %s", client.dashboard_link)
+            if kwargs["set_as_default"]:
+                warnings.warn(
+                    f"dkmeans started a local Dask cluster (dashboard {client.dashboard_link}) and made it "
+                    "Dask's default scheduler: .compute() of any Dask collection now runs there. To keep "
+                    "your scheduler, set dask.config.set({'dkmeans.embedded-cluster.set-as-default': False}) "
+                    "before the first fit, or create a distributed.Client yourself.",
+                    EmbeddedClusterWarning, stacklevel=_user_stacklevel())
+    return client
+
+
+#: Modules whose frames a warning skips to reach the user's line (dkmeans, and the wrappers
+#: between a user's call and dkmeans: scikit-learn's ``fit`` context, ``contextlib``).
+_INTERNAL_MODULES = ("dkmeans", "sklearn", "contextlib")
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the caller point at the user's code."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL_MODULES:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def close_embedded_cluster() -> None:
+    """Close the embedded cluster if this process started one (also runs at exit)."""
+    with _lock:
+        client = _embedded.pop("client", None)
+        _embedded.pop("set_as_default", None)
+    if client is not None:
+        cluster = client.cluster
+        client.close()
+        if cluster is not None:
+            cluster.close()
+

@@ -1,0 +1,264 @@
+"""Parameter and data checks, run once at each public entry.
+
+Everything here raises :mod:`dkmeans.errors` types with a message that names the
+parameter or the data problem. Data checks that need no pass over the data (shape,
+dtype, sizes known from metadata) happen here, before any work is submitted; the
+finiteness of distributed data is checked in the first pass (see :mod:`dkmeans.drivers.lloyd`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import dask.array as da
+import numpy as np
+from sklearn.utils import check_array
+
+from dkmeans.kernels.namespace import is_sparse
+from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
+from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
+
+FLOAT_DTYPES = (np.float64, np.float32)
+#: Target size of one chunk when an in-memory array is split for the cluster.
+CHUNK_BYTES = 64 * 2**20
+
+
+# -- parameters ----------------------------------------------------------------------
+def check_int(name: str, value, minimum: int) -> int:
+    """``value`` as an int ``>= minimum``; bools and non-integral numbers are rejected."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise InvalidParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InvalidParameterError(f"{name} must be an integer >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_float(name: str, value, minimum: float = 0.0) -> float:
+    """``value`` as a finite float ``>= minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise InvalidParameterError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InvalidParameterError(f"{name} must be >= {minimum}, got {value}")
+    return float(value)
+
+
+def check_float_dtype(dtype) -> np.dtype:
+    """float32 or float64 (given as a NumPy dtype, type or name)."""
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError as exc:
+        raise InvalidParameterError(f"dtype must be float32 or float64, got {dtype!r}") from exc
+    if resolved not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise InvalidParameterError(f"dtype must be float32 or float64, got {resolved}")
+    return resolved
+
+
+# -- data ----------------------------------------------------------------------------
+@dataclass
+class Dataset:
+    """Validated input: a row-chunked Dask array plus what the faces need to know."""
+
+    array: da.Array
+    is_dask: bool
+    n_features: int
+    n_rows: int | None  # None while a Dask input's row count is unknown
+    frame: object = None  # the Dask DataFrame (selected columns) the array was taken from, if any
+    local: object = None  # the validated in-memory NumPy array ``array`` was made from, if any
+
+
+def _result_dtype(dtype: np.dtype, wanted) -> np.dtype:
+    if wanted is not None:
+        return np.dtype(wanted)
+    if dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        return dtype
+    return np.dtype(np.float64)  # ints, bools, float16: as scikit-learn converts them
+
+
+def is_dask_collection(data) -> bool:
+    return hasattr(data, "__dask_graph__")
+
+
+@contextmanager
+def data_errors(name: str):
+    """Re-raise scikit-learn's data-check errors as dkmeans errors naming the input."""
+    try:
+        yield
+    except DKMeansError:
+        raise
+    except TypeError as exc:
+        raise DataTypeError(f"{name}: {exc}") from exc
+    except ValueError as exc:
+        if "Complex data not supported" in str(exc):
+            raise InvalidDataError(f"{name}: Complex data not supported; pass real numbers") from None
+        raise InvalidDataError(f"{name}: {exc}") from exc
+
+
+def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
+    """An in-memory 2-D float array (scikit-learn's checks: finite, non-empty, numeric).
+
+    ``scipy.sparse`` input of any format comes back as a CSR matrix (never densified).
+    """
+    with data_errors(name):
+        return check_array(
+            data,
+            accept_sparse="csr",
+            dtype=FLOAT_DTYPES if dtype is None else dtype,
+            ensure_2d=True,
+            ensure_all_finite=True,
+            ensure_min_samples=1,
+            ensure_min_features=1,
+            input_name=name,
+        )
+
+
+def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
+    """A 2-D numeric Dask array (metadata checks only), converted to float32/float64."""
+    if is_dask_dataframe(data):
+        # one chunk per partition; unknown lengths are read off the persisted chunks later
+        data = select_columns(data, name=name).to_dask_array()
+    if not isinstance(data, da.Array):
+        raise DataTypeError(f"{name}: expected an array or DataFrame, got {type(data).__name__}")
+    if data.ndim != 2:
+        raise InvalidDataError(
+            f"{name}: expected a 2-D array of shape (n_samples, n_features), got {data.ndim}-D with shape {data.shape}; "
+            "reshape 1-D data with X.reshape(-1, 1)"
+        )
+    kind = data.dtype.kind
+    if kind == "c":
+        raise InvalidDataError(f"{name}: Complex data not supported; pass real numbers")
+    if kind not in "fiub":
+        raise DataTypeError(f"{name}: dtype {data.dtype} is not numeric")
+    if data.shape[1] == 0:
+        raise InvalidDataError(f"{name}: 0 feature(s) (shape={data.shape}); a minimum of 1 is required")
+    if not math.isnan(data.shape[0]) and data.shape[0] == 0:
+        raise InvalidDataError(f"{name}: 0 sample(s) (shape={data.shape}); a minimum of 1 is required")
+    target = _result_dtype(data.dtype, dtype)
+    if data.dtype != target:
+        data = data.astype(target)
+    if data.numblocks[1] != 1:
+        data = data.rechunk({1: -1})
+    return data
+
+
+def chunk_local_array(X: np.ndarray, n_workers: int = 1) -> da.Array:
+    """Split an in-memory array into row chunks of about 64 MiB (at least ``n_workers``).
+
+    Fewer chunks than the cluster has threads are split further where they are persisted
+    (:mod:`dkmeans.engine.placement`), so the cluster need not be known here. A
+    ``scipy.sparse`` CSR matrix gives CSR chunks (sized by their stored bytes).
+    """
+    n = X.shape[0]
+    sparse = is_sparse(X)
+    nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if sparse else X.nbytes
+    n_chunks = max(n_workers, math.ceil(nbytes / CHUNK_BYTES))
+    rows = max(1, math.ceil(n / max(1, min(n, n_chunks))))
+    if sparse:  # from_array would otherwise call np.asarray on every chunk
+        return da.from_array(X, chunks=(rows, X.shape[1]), asarray=False, meta=X[:0])
+    return da.from_array(X, chunks=(rows, X.shape[1]))
+
+
+def cluster_workers() -> int:
+    """Workers of the cluster dkmeans runs on (starting the embedded one if need be)."""
+    from dkmeans.engine.client import get_client
+
+    return max(1, len(get_client().scheduler_info(n_workers=-1)["workers"]))
+
+
+def local_dataset(X: np.ndarray, device=None) -> Dataset:
+    """A validated in-memory array as a :class:`Dataset` (the Dask array is lazy: nothing is sent)."""
+    from dkmeans.engine.device import to_device
+
+    return Dataset(to_device(chunk_local_array(X), device), False, X.shape[1], X.shape[0],
+                   local=X if device != "gpu" else None)
+
+
+def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None) -> Dataset:
+    """Validate any supported input and return it as a row-chunked Dask array.
+
+    DataFrames are restricted to ``columns`` (default: all), which must be numeric;
+    ``Dataset.frame`` keeps a Dask DataFrame (restricted) for index-aligned outputs.
+    ``device`` ("cpu", "gpu" or None: where the data is) says where the chunks go.
+    """
+    from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, to_device
+    from dkmeans.kernels.namespace import is_cupy_array
+
+    if is_cupy_array(data):
+        arr = to_device(chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), cluster_workers()), device)
+        return Dataset(arr, False, int(arr.shape[1]), int(arr.shape[0]))
+    frame = None
+    if is_dataframe(data):
+        data = select_columns(data, columns, name)
+        if is_dask_dataframe(data):
+            frame = data
+    elif columns is not None:
+        raise InvalidParameterError(f"columns= selects DataFrame columns, but {name} is a {type(data).__name__}")
+    if is_dask_collection(data):
+        arr = to_device(check_dask_array(data, dtype=dtype, name=name), device)
+        n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
+        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame)
+    return local_dataset(check_local_array(data, dtype=dtype, name=name), device)
+
+
+def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_clusters") -> None:
+    """scikit-learn's wording first (users match it), then ours."""
+    if n_clusters > n_rows:
+        raise InvalidParameterError(
+            f"n_samples={n_rows} should be >= {name}={n_clusters}: the data has fewer samples than clusters; "
+            f"use at most {n_rows} clusters"
+        )
+
+
+def check_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids") -> np.ndarray:
+    """A finite (n_clusters, n_features) array in ``dtype`` (a copy; the user's array is untouched)."""
+    if is_dask_collection(C):
+        C = C.compute()
+    with data_errors(name):
+        C = check_array(C, dtype=dtype, ensure_2d=True, ensure_all_finite=True, copy=True, input_name=name)
+    # scikit-learn's wording first (users match it), then ours
+    if C.shape[0] != n_clusters:
+        raise InvalidDataError(
+            f"The shape of the initial centers {C.shape} does not match the number of clusters {n_clusters}: "
+            f"{name} must have shape (n_clusters, n_features) = ({n_clusters}, {n_features})"
+        )
+    if C.shape[1] != n_features:
+        raise InvalidDataError(
+            f"The shape of the initial centers {C.shape} does not match the number of features of the data "
+            f"{n_features}: {name} must have shape (n_clusters, n_features) = ({n_clusters}, {n_features})"
+        )
+    return C
+
+
+def check_sample_weight(sample_weight, dataset: Dataset):
+    """Non-negative, finite weights, not all zero, one per row; as NumPy or Dask (matching the data)."""
+    if sample_weight is None:
+        return None
+    if is_dask_collection(sample_weight):
+        w = sample_weight
+        if hasattr(w, "to_dask_array"):
+            w = w.to_dask_array()
+        if w.ndim != 1:
+            raise InvalidDataError(f"sample_weight must be 1-D, got shape {w.shape}")
+        w = w.astype(np.float64)
+        stats = np.asarray(da.stack([da.isnan(w).any(), w.min(), w.sum()]).compute(), dtype=np.float64)
+        has_nan, w_min, w_sum = stats
+    else:
+        w = np.asarray(sample_weight)
+        if w.ndim != 1:
+            raise InvalidDataError(f"sample_weight must be 1-D, got shape {w.shape}")
+        if w.dtype.kind not in "fiub":
+            raise DataTypeError(f"sample_weight must be numeric, got dtype {w.dtype}")
+        w = w.astype(np.float64)
+        has_nan, w_min, w_sum = (not np.all(np.isfinite(w))), (w.min() if w.size else 0.0), w.sum()
+    n_w = w.shape[0]
+    if dataset.n_rows is not None and not math.isnan(n_w) and n_w != dataset.n_rows:
+        raise InvalidDataError(f"sample_weight has {n_w} entries but X has {dataset.n_rows} rows")
+    if has_nan or not math.isfinite(w_sum):
+        raise InvalidDataError("sample_weight contains NaN or infinity")
+    if w_min < 0:
+        raise InvalidDataError("sample_weight must be non-negative")
+    if w_sum <= 0:
+        raise InvalidDataError("sample_weight sums to zero: at least one sample needs a positive weight")
+    return w  # NumPy weights stay NumPy: the fit service sends them with the rows

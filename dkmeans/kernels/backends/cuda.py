@@ -1,0 +1,554 @@
+"""Fused CuPy kernels for the assignment step: nearest centroid, exact distances, partials.
+
+Same semantics as the NumPy path of :func:`dkmeans.kernels.nearest.assign` and
+:func:`dkmeans.kernels.nearest.assign_partials`, for 2-D CuPy arrays of float32 or float64:
+
+* **Choice of the centroid.** For a tile of rows and a block of centroids, cuBLAS computes
+  ``G = X_tile @ C_block.T`` (``cupy.dot`` into a preallocated buffer) and the
+  :data:`KERNEL_SOURCE` kernel ``argmin_block`` folds ``||c||^2/2 - x.c`` (in the data
+  dtype; ``||c||^2/2`` from ``half_sq_norms``, summed in float64 and rounded, exactly 1/2
+  for a centroid of norm 1 to rounding, as on the NumPy and sparse paths: see
+  :data:`UNIT_SQ_NORM_TOL`) into a running minimum per row. Within a block the lowest index
+  wins an exact tie; across blocks the comparison is a strict ``<``, so the earlier block
+  (lower index) keeps a tie: the result is that of one ``argmin`` over all ``k`` centroids.
+  The product is full float32 (or float64) unless ``CUPY_TF32=1`` lets cuBLAS use TF32,
+  which makes the choice of centroid only as precise as TF32.
+* **Reported distance.** ``exact_sq`` recomputes ``||x - c_label||^2`` from the difference
+  ``x - c`` rounded in the data dtype (as NumPy's ``X - C[labels]``); the squares are summed
+  in float64 and the result is rounded to the data dtype.
+* **Partials.** ``partials`` computes the same exact distance and adds, with float64
+  ``atomicAdd``, ``w * x`` into the per-cluster sums, ``w`` into the counts and ``w * d2``
+  into the objective (``w = 1`` without weights; ``d2`` kept in float64, not rounded to the
+  data dtype first). The order of the additions is not fixed, so sums can differ from run
+  to run in the last bits of float64 (counts without weights are exact integers).
+
+Launches: every kernel runs ``THREADS``-thread blocks; a row is handled by ``lanes``
+threads (the smallest power of two >= min(width, 32), width = ``d`` or the centroid block),
+which combine with warp shuffles. Each call runs on the current CuPy stream; all work of a
+call is ordered on it (cuBLAS included), and nothing is copied to the host.
+
+Memory: one call holds a ``row_tile x centroid_block`` product buffer plus a few vectors
+of ``row_tile`` entries, sized by :func:`plan_tiles` to stay within ``scratch_bytes``
+whatever ``k`` is (the ``n x k`` product is never formed). Besides that scratch, a call
+allocates its outputs, a copy of ``C`` when it is not already a C-contiguous array of the
+data dtype on the device, ``||c||^2/2`` (``k`` values), and a float64 copy of the weights
+when they are not one already.
+
+CuPy is imported inside the functions only: this module imports (and :func:`supports`
+answers False) where CuPy is absent. It imports nothing from dkmeans either, so a
+benchmark can load it by path on a machine with CuPy and NumPy alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_SCRATCH_BYTES",
+    "KERNEL_SOURCE",
+    "assign_cuda",
+    "nearest_cuda",
+    "partials_cuda",
+    "plan_tiles",
+    "supports",
+]
+
+#: Scratch memory one call may use, in bytes (the product buffer and per-row vectors).
+#: The value of the NumPy path; ``benchmarks/gpu_lloyd.py --scratch-mib`` measures others.
+DEFAULT_SCRATCH_BYTES = 32 * 2**20
+#: Largest number of centroids in one matrix product.
+MAX_CENTROID_BLOCK = 4096
+#: Largest number of rows in one tile (keeps launch sizes and 32-bit row indices small).
+MAX_ROW_TILE = 2**20
+#: Threads per block of every launch; a multiple of the warp size (the source assumes it).
+THREADS = 256
+WARP = 32
+
+_FLOATS = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+#: ``half_sq_norms`` gives exactly 1/2 to a centroid whose float64 squared norm is within
+#: this of 1 (per data dtype), so that exact ties in ``x.c`` among unit centroids (cosine:
+#: a row orthogonal to several) go to the lowest index. The values of
+#: ``dkmeans.kernels.common.UNIT_SQ_NORM_TOL``, which the other paths apply (this module
+#: imports nothing from dkmeans; tests/test_cosine.py checks that they agree).
+UNIT_SQ_NORM_TOL = {np.dtype(np.float32): 2.0**-20, np.dtype(np.float64): 2.0**-40}
+
+KERNEL_SOURCE = r"""
+// Fused nearest-centroid kernels of dkmeans (dkmeans/kernels/backends/cuda.py).
+// Defined in front of this source: the typedef `T` (the data dtype: float or double)
+// and THREADS (the block size of every launch, a multiple of 32).
+//
+// Layout shared by all kernels: a group of `lanes` consecutive threads handles one row.
+// `lanes` is a power of two <= 32, so a group never straddles a warp, and THREADS (the
+// block size of every launch) is a multiple of 32, so every warp is complete. Threads
+// past the last row stay alive (valid == false) and take part in the warp shuffles with
+// neutral values: every shuffle below runs with all 32 lanes of the warp.
+
+#define FULL_MASK 0xffffffffu
+
+// float64 atomicAdd is native from compute capability 6.0; older devices use the
+// compare-and-swap loop of the CUDA C++ Programming Guide.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 600
+__device__ double atomic_add_f64(double* address, double val)
+{
+    unsigned long long int* address_as_ull = (unsigned long long int*)address;
+    unsigned long long int old = *address_as_ull, assumed;
+    do {
+        assumed = old;
+        old = atomicCAS(address_as_ull, assumed,
+                        __double_as_longlong(val + __longlong_as_double(assumed)));
+    } while (assumed != old);
+    return __longlong_as_double(old);
+}
+#else
+__device__ __forceinline__ double atomic_add_f64(double* address, double val)
+{
+    return atomicAdd(address, val);
+}
+#endif
+
+// Sum of `s` over the `lanes` threads of a row group; the total lands in the group's
+// lane 0 (the other lanes get partial sums).
+__device__ __forceinline__ double group_sum(double s, const int lanes)
+{
+    for (int off = lanes >> 1; off > 0; off >>= 1)
+        s += __shfl_down_sync(FULL_MASK, s, off, lanes);
+    return s;
+}
+
+// out[j] = ||c_j||^2 / 2 for the k centroids: squares summed in double, rounded to T;
+// exactly 1/2 for a unit centroid (|s - 1| <= UNIT_SQ_TOL), so exact ties in x.c stay ties.
+extern "C" __global__ void half_sq_norms(
+    const T* __restrict__ C,          // (k, d) centroids, row-major
+    const int k,
+    const int d,
+    const int lanes,                  // threads per row
+    T* __restrict__ out)              // (k,)
+{
+    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = tid / lanes;
+    const int lane = (int)(tid % lanes);
+    const bool valid = row < k;
+
+    double s = 0.0;
+    if (valid) {
+        const T* c = C + row * (long long)d;
+        for (int f = lane; f < d; f += lanes)
+            s += (double)c[f] * (double)c[f];
+    }
+    s = group_sum(s, lanes);
+    if (valid && lane == 0)
+        out[row] = (T)(0.5 * (fabs(s - 1.0) <= UNIT_SQ_TOL ? 1.0 : s));
+}
+
+// One centroid block of the running nearest-centroid search over a tile of m rows.
+//
+// G (m x kb, row-major) is X_tile @ C_block.T from cuBLAS: G[i * kb + j] = x_i . c_(j0+j);
+// c_half[j] = ||c_(j0+j)||^2 / 2 in T. The value c_half[j] - G[i, j] has the same argmin
+// over j as ||x_i - c_(j0+j)||^2. Lane l of row i's group scans columns l, l + lanes, ...
+// (coalesced reads) keeping its smallest value, the first one on ties; the group then
+// combines its lanes (smaller value wins; equal values: lower column). Lane 0 folds the
+// block's winner into best_val/best_idx: on the first block (first != 0) it writes,
+// otherwise it replaces only a strictly smaller value, so an exact tie keeps the centroid
+// of the earlier block, whose index is lower: one argmin over all centroids.
+extern "C" __global__ void argmin_block(
+    const T* __restrict__ G,        // (m, kb)
+    const T* __restrict__ c_half,   // (kb,)
+    const int m,                    // rows in the tile
+    const int kb,                   // centroids in the block (>= 1)
+    const int j0,                   // global index of the block's first centroid
+    const int first,                // 1 for the tile's first block
+    const int lanes,                // threads per row
+    T* __restrict__ best_val,       // (m,) running minimum of ||c||^2/2 - x.c
+    int* __restrict__ best_idx)     // (m,) its centroid index: the labels
+{
+    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = tid / lanes;
+    const int lane = (int)(tid % lanes);
+    const bool valid = row < m;
+
+    T v = (T)0;
+    int idx = -1;  // -1: no column seen (lanes >= kb, or a thread past the last row)
+    if (valid) {
+        const T* g = G + row * (long long)kb;
+        for (int j = lane; j < kb; j += lanes) {
+            const T t = c_half[j] - g[j];
+            if (idx < 0 || t < v) {
+                v = t;
+                idx = j;
+            }
+        }
+    }
+    for (int off = lanes >> 1; off > 0; off >>= 1) {
+        const T ov = __shfl_down_sync(FULL_MASK, v, off, lanes);
+        const int oi = __shfl_down_sync(FULL_MASK, idx, off, lanes);
+        if (oi >= 0 && (idx < 0 || ov < v || (ov == v && oi < idx))) {
+            v = ov;
+            idx = oi;
+        }
+    }
+    // lane 0 scanned column 0 (kb >= 1), so idx >= 0 here for a valid row
+    if (valid && lane == 0 && (first || v < best_val[row])) {
+        best_val[row] = v;
+        best_idx[row] = j0 + idx;
+    }
+}
+
+// out[i] = ||x_i - c_labels[i]||^2 for the m rows of a tile: each difference is rounded
+// in T (like NumPy's X - C[labels]); the squares are summed in double, rounded to T.
+extern "C" __global__ void exact_sq(
+    const T* __restrict__ X,          // (m, d) tile, row-major
+    const T* __restrict__ C,          // (k, d) centroids, row-major
+    const int* __restrict__ labels,   // (m,)
+    const int m,
+    const int d,
+    const int lanes,                  // threads per row
+    T* __restrict__ out)              // (m,)
+{
+    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = tid / lanes;
+    const int lane = (int)(tid % lanes);
+    const bool valid = row < m;
+
+    double s = 0.0;
+    if (valid) {
+        const T* x = X + row * (long long)d;
+        const T* c = C + (long long)labels[row] * d;
+        for (int f = lane; f < d; f += lanes) {
+            const T diff = x[f] - c[f];
+            s += (double)diff * (double)diff;
+        }
+    }
+    s = group_sum(s, lanes);
+    if (valid && lane == 0)
+        out[row] = (T)s;
+}
+
+// Folds the m rows of a tile into the float64 partials: sums[j, :] += w_i * x_i,
+// counts[j] += w_i and objective += w_i * ||x_i - c_j||^2 for j = labels[i]
+// (w_i = 1 when has_w == 0; w is not read then). The squared distance is the one of
+// exact_sq, kept in double. The objective is summed per thread block first, then added
+// with one atomic per block.
+extern "C" __global__ void partials(
+    const T* __restrict__ X,          // (m, d) tile, row-major
+    const T* __restrict__ C,          // (k, d) centroids, row-major
+    const int* __restrict__ labels,   // (m,)
+    const double* __restrict__ w,     // (m,) weights, read only when has_w != 0
+    const int has_w,
+    const int m,
+    const int d,
+    const int lanes,                  // threads per row
+    double* __restrict__ sums,        // (k, d), accumulated
+    double* __restrict__ counts,      // (k,), accumulated
+    double* __restrict__ objective)   // (1,), accumulated
+{
+    __shared__ double warp_total[THREADS / 32];
+    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long row = tid / lanes;
+    const int lane = (int)(tid % lanes);
+    const bool valid = row < m;
+
+    double s = 0.0;
+    double wt = 0.0;
+    if (valid) {
+        const int j = labels[row];
+        wt = has_w ? w[row] : 1.0;
+        const T* x = X + row * (long long)d;
+        const T* c = C + (long long)j * d;
+        double* srow = sums + (long long)j * d;
+        for (int f = lane; f < d; f += lanes) {
+            const T xf = x[f];
+            const T diff = xf - c[f];
+            s += (double)diff * (double)diff;
+            atomic_add_f64(srow + f, wt * (double)xf);
+        }
+        if (lane == 0)
+            atomic_add_f64(counts + j, wt);
+    }
+    s = group_sum(s, lanes);
+
+    // Block total of the objective: lane 0 of each row group holds its row's w * d2.
+    double o = (valid && lane == 0) ? wt * s : 0.0;
+    for (int off = 16; off > 0; off >>= 1)
+        o += __shfl_down_sync(FULL_MASK, o, off);
+    if ((threadIdx.x & 31) == 0)
+        warp_total[threadIdx.x >> 5] = o;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int i = 0; i < THREADS / 32; ++i)
+            total += warp_total[i];
+        atomic_add_f64(objective, total);
+    }
+}
+"""
+
+#: The kernels of :data:`KERNEL_SOURCE` (``extern "C"`` names).
+KERNEL_NAMES = ("half_sq_norms", "argmin_block", "exact_sq", "partials")
+
+
+# -- helpers without CuPy ----------------------------------------------------------------------
+def _is_cupy_array(x) -> bool:
+    """True for a CuPy array (checked without importing CuPy; as ``dkmeans.kernels.namespace``)."""
+    return type(x).__module__.split(".", 1)[0] == "cupy"
+
+
+def supports(X) -> bool:
+    """True when the fused kernels handle ``X``: a 2-D CuPy array of float32 or float64."""
+    return _is_cupy_array(X) and getattr(X, "ndim", 0) == 2 and np.dtype(X.dtype) in _FLOATS
+
+
+def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Row-tile and centroid-block sizes that keep one call's scratch under ``scratch_bytes``.
+
+    Per row of a tile a call holds one row of the product buffer (``centroid_block``
+    values), a running minimum (``itemsize``), a label (4 bytes) and, for input that is
+    not C-contiguous, a contiguous copy of the row (``d * itemsize``, always counted).
+
+    Returns
+    -------
+    row_tile, centroid_block : int
+        ``1 <= row_tile <= min(max(n, 1), MAX_ROW_TILE)``,
+        ``1 <= centroid_block <= min(max(k, 1), MAX_CENTROID_BLOCK)``.
+    """
+    block = max(1, min(k, MAX_CENTROID_BLOCK))
+    per_row = block * itemsize + itemsize + 4 + d * itemsize
+    row_tile = max(1, int(scratch_bytes) // per_row)
+    return int(min(row_tile, max(n, 1), MAX_ROW_TILE)), int(block)
+
+
+def _lanes(width: int) -> int:
+    """Threads per row for a row of ``width`` values: the smallest power of two that is at
+    least ``min(width, 32)`` (1 for ``width <= 1``)."""
+    lanes = 1
+    while lanes < min(width, WARP):
+        lanes *= 2
+    return lanes
+
+
+def _i32(value: int):
+    """A kernel's ``int`` argument (CuPy passes a Python int as a 64-bit integer)."""
+    if not -(2**31) <= value < 2**31:
+        raise OverflowError(f"{value} does not fit a 32-bit kernel argument")
+    return np.int32(value)
+
+
+# -- CuPy side ---------------------------------------------------------------------------------
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        raise ImportError("the GPU kernels need CuPy: pip install 'dkmeans[gpu]'") from None
+    return cupy
+
+
+def kernel_code(dtype) -> str:
+    """The CUDA source compiled for data of ``dtype`` (float32 or float64)."""
+    dtype = np.dtype(dtype)
+    return (f"typedef {_FLOATS[dtype]} T;\n#define THREADS {THREADS}\n#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[dtype]!r}\n"
+            f"{KERNEL_SOURCE}")
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels(dtype_name: str) -> dict:
+    """The :data:`KERNEL_SOURCE` kernels for one data dtype (compiled on first launch, per
+    device, and cached on disk by CuPy)."""
+    cp = _cupy()
+    code = kernel_code(dtype_name)
+    return {name: cp.RawKernel(code, name) for name in KERNEL_NAMES}
+
+
+def _launch(kernel, threads: int, args: tuple) -> None:
+    """Launch ``kernel`` on at least ``threads`` threads, in blocks of :data:`THREADS`."""
+    blocks = (threads + THREADS - 1) // THREADS
+    kernel((blocks,), (THREADS,), args)
+
+
+class _Block(NamedTuple):
+    """One block of centroids: what ``argmin_block`` needs, prepared once per call."""
+
+    size: int
+    CT: object  # (d, size) transposed view of C[j0 : j0 + size]
+    c_half: object  # (size,) ||c||^2 / 2 in the data dtype
+    lanes: int
+    args: tuple  # the int arguments kb, j0, first, lanes of argmin_block (numpy.int32)
+    G_full: object  # (row_tile, size) view of the product buffer, for full tiles
+
+
+class _Plan(NamedTuple):
+    """Everything a call prepares once: inputs on the device, tiles, buffers, kernels."""
+
+    X: object
+    C: object
+    blocks: list
+    row_tile: int
+    g_buf: object  # row_tile * centroid_block values
+    best: object  # (row_tile,) running minimum
+    kernels: dict
+
+
+def _check(X) -> None:
+    if not supports(X):
+        raise TypeError(f"expected a 2-D CuPy array of float32 or float64, got {type(X).__name__} "
+                        f"of dtype {getattr(X, 'dtype', None)} and ndim {getattr(X, 'ndim', None)}")
+
+
+def _prepare(cp, X, C, scratch_bytes, row_tile, centroid_block) -> _Plan:
+    """Check the inputs, cast ``C`` to the data dtype and prepare tiles, blocks and buffers.
+
+    ``X`` has passed :func:`_check`; must run with ``X.device`` current.
+    """
+    n, d = X.shape
+    C = cp.ascontiguousarray(cp.asarray(C, dtype=X.dtype))
+    if C.ndim != 2 or C.shape[1] != d:
+        raise ValueError(f"centroids of shape {C.shape} do not match data with {d} features")
+    k = C.shape[0]
+    if k == 0:
+        raise ValueError("no centroids")
+    tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
+    if row_tile is not None:
+        tile = max(1, min(int(row_tile), max(n, 1), MAX_ROW_TILE))
+    if centroid_block is not None:
+        block = max(1, min(int(centroid_block), k))
+    kernels = _kernels(X.dtype.name)
+    c_half = cp.empty(k, dtype=X.dtype)  # ||c||^2 / 2 in the data dtype
+    lanes = _lanes(d)
+    _launch(kernels["half_sq_norms"], k * lanes, (C, _i32(k), _i32(d), _i32(lanes), c_half))
+    g_buf = cp.empty(tile * block, dtype=X.dtype)
+    blocks = []
+    for j0 in range(0, k, block):
+        size = min(block, k - j0)
+        lanes = _lanes(size)
+        args = (_i32(size), _i32(j0), _i32(j0 == 0), _i32(lanes))
+        G_full = g_buf[: tile * size].reshape(tile, size)
+        blocks.append(_Block(size, C[j0 : j0 + size].T, c_half[j0 : j0 + size], lanes, args, G_full))
+    best = cp.empty(tile, dtype=X.dtype)
+    return _Plan(X, C, blocks, tile, g_buf, best, kernels)
+
+
+def _tiles(cp, plan: _Plan):
+    """``(i0, Xt)`` for each row tile; ``Xt`` is C-contiguous (a view when ``X`` is)."""
+    X = plan.X
+    contiguous = X.flags.c_contiguous
+    for i0 in range(0, X.shape[0], plan.row_tile):
+        Xt = X[i0 : i0 + plan.row_tile]
+        yield i0, (Xt if contiguous else cp.ascontiguousarray(Xt))
+
+
+def _nearest_tile(cp, plan: _Plan, Xt, labels) -> None:
+    """Write the nearest centroid of each row of ``Xt`` to ``labels`` (int32, a view)."""
+    m = Xt.shape[0]
+    m_arg = _i32(m)
+    full = m == plan.row_tile
+    best = plan.best if full else plan.best[:m]
+    argmin_block = plan.kernels["argmin_block"]
+    for b in plan.blocks:
+        G = b.G_full if full else plan.g_buf[: m * b.size].reshape(m, b.size)
+        cp.dot(Xt, b.CT, out=G)  # cuBLAS GEMM into the buffer: G = Xt @ C_block.T
+        kb, j0, first, lanes = b.args
+        _launch(argmin_block, m * b.lanes, (G, b.c_half, m_arg, kb, j0, first, lanes, best, labels))
+
+
+def nearest_cuda(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None, centroid_block=None):
+    """Index of the nearest centroid of each row (int32 CuPy array, lowest index on ties).
+
+    Parameters as :func:`assign_cuda`.
+    """
+    cp = _cupy()
+    _check(X)
+    with X.device:
+        plan = _prepare(cp, X, C, scratch_bytes, row_tile, centroid_block)
+        labels = cp.empty(X.shape[0], dtype=cp.int32)
+        for i0, Xt in _tiles(cp, plan):
+            _nearest_tile(cp, plan, Xt, labels[i0 : i0 + Xt.shape[0]])
+    return labels
+
+
+def assign_cuda(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None, centroid_block=None):
+    """Nearest centroid of each row and the squared distance to it (the fused ``assign``).
+
+    Parameters
+    ----------
+    X : cupy.ndarray, shape (n, d), float32 or float64
+    C : array, shape (k, d)
+        Centroids (CuPy, or host memory: copied to ``X``'s device), cast to ``X.dtype``.
+    scratch_bytes : int
+        Bound on the scratch memory of the call (see :func:`plan_tiles`).
+    row_tile, centroid_block : int, optional
+        Override the planned tile sizes (tests; ``scratch_bytes`` is then not enforced).
+
+    Returns
+    -------
+    labels : cupy.ndarray, shape (n,), int32
+        Index of the nearest centroid (lowest index on exact ties).
+    min_sq_dist : cupy.ndarray, shape (n,), ``X.dtype``
+        ``||x - c_label||^2`` from the difference ``x - c``.
+    """
+    cp = _cupy()
+    _check(X)
+    with X.device:
+        plan = _prepare(cp, X, C, scratch_bytes, row_tile, centroid_block)
+        n, d = X.shape
+        labels = cp.empty(n, dtype=cp.int32)
+        min_sq = cp.empty(n, dtype=X.dtype)
+        lanes = _lanes(d)
+        exact_sq = plan.kernels["exact_sq"]
+        for i0, Xt in _tiles(cp, plan):
+            m = Xt.shape[0]
+            lab = labels[i0 : i0 + m]
+            _nearest_tile(cp, plan, Xt, lab)
+            _launch(exact_sq, m * lanes, (
+                Xt, plan.C, lab, _i32(m), _i32(d), _i32(lanes), min_sq[i0 : i0 + m],
+            ))
+    return labels, min_sq
+
+
+def partials_cuda(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None,
+                  centroid_block=None):
+    """Per-cluster float64 sums, counts and objective of the rows (the fused ``assign_partials``).
+
+    Parameters
+    ----------
+    X, C, scratch_bytes, row_tile, centroid_block
+        As :func:`assign_cuda`.
+    weights : array, shape (n,), optional
+        Non-negative sample weights (CuPy or host memory), used as float64.
+
+    Returns
+    -------
+    sums : cupy.ndarray, shape (k, d), float64
+    counts : cupy.ndarray, shape (k,), float64
+    objective : cupy.ndarray, shape (), float64
+    """
+    cp = _cupy()
+    _check(X)
+    with X.device:
+        plan = _prepare(cp, X, C, scratch_bytes, row_tile, centroid_block)
+        n, d = X.shape
+        k = plan.C.shape[0]
+        sums = cp.zeros((k, d), dtype=cp.float64)
+        counts = cp.zeros(k, dtype=cp.float64)
+        objective = cp.zeros((), dtype=cp.float64)
+        if n == 0:
+            return sums, counts, objective
+        if weights is None:
+            w = None
+            no_weights = cp.empty(0, dtype=cp.float64)  # a pointer the kernel never reads
+        else:
+            w = cp.ascontiguousarray(cp.asarray(weights, dtype=cp.float64)).reshape(-1)
+            if w.shape[0] != n:
+                raise ValueError(f"{w.shape[0]} weights for {n} rows")
+        labels = cp.empty(plan.row_tile, dtype=cp.int32)
+        lanes = _lanes(d)
+        kernel = plan.kernels["partials"]
+        for i0, Xt in _tiles(cp, plan):
+            m = Xt.shape[0]
+            lab = labels[:m]
+            _nearest_tile(cp, plan, Xt, lab)
+            wt = no_weights if w is None else w[i0 : i0 + m]
+            _launch(kernel, m * lanes, (
+                Xt, plan.C, lab, wt, _i32(w is not None), _i32(m), _i32(d), _i32(lanes), sums, counts, objective,
+            ))
+    return sums, counts, objective

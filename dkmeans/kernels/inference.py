@@ -1,0 +1,40 @@
+"""Per-chunk inference for a metric: labels, objective terms and distances of a block of rows.
+
+``predict``, ``score``, ``transform``, ``infer`` and the DataFrame helpers run these on
+each chunk: the same normalisation and kernels as the fit, so training labels are what
+``predict`` gives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dkmeans.kernels import assign, distances
+from dkmeans.kernels.cosine import cosine_distances, normalize_rows, objective_scale
+from dkmeans.kernels.stats import check_finite_block
+
+
+def labels_block(X, C, metric: str = "euclidean"):
+    """Labels (int32) of a chunk for centroids ``C``; raises on NaN/infinity (and zero rows for cosine)."""
+    Xm = normalize_rows(X) if metric == "cosine" else X
+    labels, min_sq = assign(Xm, C)
+    check_finite_block(min_sq, X)
+    return labels
+
+
+def objective_block(X, C, metric: str = "euclidean"):
+    """Each row's contribution to the objective, float64: squared distance, or ``1 - cos`` for cosine."""
+    Xm = normalize_rows(X) if metric == "cosine" else X
+    min_sq = assign(Xm, C)[1]
+    check_finite_block(min_sq, X)
+    return min_sq.astype(np.float64) * objective_scale(metric)
+
+
+def distances_block(X, C, metric: str = "euclidean"):
+    """Distances (n, k) of a chunk to every centroid: Euclidean, or ``1 - cos`` for cosine."""
+    out = cosine_distances(X, C) if metric == "cosine" else distances(X, C)
+    check_finite_block(out, X)
+    return out
+
+
+__all__ = ["distances_block", "labels_block", "objective_block"]

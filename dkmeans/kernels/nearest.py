@@ -1,0 +1,474 @@
+"""Assignment kernels: nearest centroid, per-cluster partial sums, farthest points.
+
+Every function takes arrays of one namespace ``xp`` (NumPy or CuPy) and returns arrays
+of the same namespace. Squared distances for the *choice* of centroid use the
+matrix-product form ``||c||^2/2 - x.c`` (same argmin as ``||x - c||^2``); the distance
+*reported* for the chosen centroid is recomputed from the difference ``x - c``, which
+does not suffer the cancellation of the expanded form. Work is tiled over rows and
+over centroids so that one call's scratch memory is bounded whatever ``k`` is.
+
+NumPy float32/float64 arrays take a compiled path (numba, :mod:`._numba`), chosen per
+shape: a direct loop that computes the distances of a block of rows to every centroid in
+registers (no BLAS, no ``n x k`` buffer), holding the rows in registers for ``d <= 16`` and
+streaming them against groups of 8 centroids above; for ``d > 16`` with fewer than
+``STREAM_MIN_CENTROIDS`` centroids, BLAS ``C_block @ X_tile.T`` into a buffer of about
+``BLAS_BLOCK_BYTES`` (cache-sized) and a compiled running argmin. Either way the exact
+distances, or the float64 sums, counts and objective, are computed per tile while its rows
+are in cache. The compiled loops are single-threaded and BLAS uses the threads it is given:
+dkmeans' workers start with one BLAS/OpenMP thread per worker thread
+(:func:`dkmeans.engine.client.start_local_cluster`).
+CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
+``scipy.sparse`` rows go to the same functions of :mod:`.sparse` (never densified).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from dkmeans.kernels.namespace import get_namespace, sparse_namespace
+from dkmeans.kernels.backends import cuda as _cuda  # fused CuPy kernels; imports CuPy only when called
+
+from dkmeans.kernels.backends import compiled as _compiled  # compiled loops of the NumPy path
+from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, MAX_CENTROID_BLOCK, Partials, TopRows, check_centroids,
+                                    select_top)
+from dkmeans.kernels.backends.compile import compiled_ready
+from dkmeans.kernels.common import unit_half_sq_norms  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
+from dkmeans.kernels.backends import sparse as _sparse
+
+#: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (the direct
+#: loops, or BLAS plus a compiled argmin for ``d > 16`` and very few centroids); "blas"
+#: always takes the BLAS compiled path; "xp" runs the namespace code (the path CuPy arrays
+#: take).
+ENGINE = "auto"
+
+#: Compiled BLAS path: target size in bytes of one ``C_block @ X_tile.T`` buffer (about
+#: the L2 cache: the buffer is read back by the argmin while it is still in cache).
+BLAS_BLOCK_BYTES = 2 * 2**20
+#: Compiled BLAS path: rows per tile are kept within these bounds.
+BLAS_TILE_ROWS = (64, 512)
+#: Compiled direct path: rows per tile (the transposed tile is ``width x rows``).
+DIRECT_TILE_ROWS = 256
+#: Compiled direct path for ``d > 16`` (the streamed kernel): the transposed tile is kept
+#: to about this many bytes, within these row bounds.
+STREAM_TILE_BYTES = 128 * 2**10
+STREAM_TILE_ROWS = (32, 256)
+#: ``d > 16``: the streamed kernel from this many centroids on (it computes whole groups
+#: of 8), BLAS below (faster for 1 or 2 centroids).
+STREAM_MIN_CENTROIDS = 3
+#: Streamed kernel: bytes of packed centroids one pass over a tile's rows takes (they stay
+#: in the L2 cache while every block of rows goes past them).
+STREAM_BLOCK_BYTES = 256 * 2**10
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _kind(engine: str, dtype, d: int) -> tuple:
+    """The compile unit of a compiled path: its loops for one dtype (and, direct, one width)."""
+    dtype = np.dtype(dtype)
+    return ("direct", dtype.str, _compiled.direct_width(d)) if engine == "direct" else ("blas", dtype.str)
+
+
+def _compiled_engine(xp, X, k: int) -> str | None:
+    """"direct", "blas", or None (namespace code) for the rows ``X``.
+
+    None also while the compiled loops of this kind are compiling in the background
+    (:mod:`dkmeans.kernels.backends.compile`), and for empty inputs (no rows or no features: Dask
+    probes functions with such arrays, and a compilation must not start from them).
+    """
+    if ENGINE == "xp" or xp is not np or X.dtype not in _FLOATS:
+        return None
+    n, d = X.shape
+    if n == 0 or d == 0 or k == 0:
+        return None
+    if ENGINE == "auto" and (_compiled.direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS):
+        engine = "direct"
+    else:
+        engine = "blas"
+    return engine if compiled_ready(_kind(engine, X.dtype, d), functools.partial(_warm_up, X.dtype, d, k)) else None
+
+
+def compiled_kinds(dtype, d: int) -> list:
+    """``(kind, warm_up)`` of every compiled path an assignment of ``d``-feature rows may take.
+
+    What :func:`dkmeans.kernels.backends.compile.resolve_path` needs to choose a fit's one code path.
+    Empty for dtypes without compiled loops and for ``d = 0``.
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in _FLOATS or d < 1:
+        return []
+    engines = ["direct"] if _compiled.direct_width(d) is not None else ["direct", "blas"]
+    # k = 1 warms the BLAS path, k = STREAM_MIN_CENTROIDS the streamed loop of wide rows
+    return [(_kind(e, dtype, d), functools.partial(_warm_up, dtype, d, 1 if e == "blas" else STREAM_MIN_CENTROIDS))
+            for e in engines]
+
+
+def _warm_up(dtype, d: int, k: int) -> None:
+    """Run every compiled path a fit takes for this dtype, width and number of centroids, on a few rows."""
+    if d < 1 or k < 1:
+        raise ValueError(f"the compiled kernels warm up on rows of at least one feature and one centroid, "
+                         f"not d={d}, k={k}")
+    rng = np.random.default_rng(0)
+    X = rng.random((300, d)).astype(dtype)
+    C = X[: min(k, 300)].copy()
+    for w in (None, np.ones(len(X))):
+        assign_partials(X, C, w)
+        farthest_points(X, C, 1, 0, w)
+    assign(X, C)
+
+
+def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Row-tile and centroid-block sizes that keep scratch memory under ``scratch_bytes``.
+
+    Per row of a tile the kernel holds one block of distances (``centroid_block``
+    values), one gathered centroid and one float64 copy of the row.
+
+    Returns
+    -------
+    row_tile, centroid_block : int
+    """
+    centroid_block = max(1, min(k, MAX_CENTROID_BLOCK))
+    per_row = centroid_block * itemsize + d * (itemsize + 8) + 16
+    row_tile = max(1, scratch_bytes // per_row)
+    return int(min(max(n, 1), row_tile)), int(centroid_block)
+
+
+def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
+    """Index of the nearest centroid for each row of one tile."""
+    m = Xt.shape[0]
+    k = C.shape[0]
+    best_idx = None
+    best_val = None
+    rows = xp.arange(m)
+    for j0 in range(0, k, centroid_block):
+        j1 = min(k, j0 + centroid_block)
+        D = dist_buf[:m, : j1 - j0]
+        xp.matmul(Xt, C[j0:j1].T, out=D)
+        xp.subtract(c_half_sq[j0:j1], D, out=D)
+        idx = xp.argmin(D, axis=1)
+        if j1 - j0 == k:  # a single block: no running minimum needed
+            return idx
+        val = D[rows, idx]
+        if best_idx is None:
+            best_idx, best_val = idx, val
+        else:
+            # strict '<' keeps the lower centroid index on ties, like one argmin
+            better = val < best_val
+            best_val = xp.where(better, val, best_val)
+            best_idx = xp.where(better, idx + j0, best_idx)
+    return best_idx
+
+
+def _compiled_tiles(engine: str, n: int, k: int, d: int, itemsize: int, scratch_bytes: int):
+    """Row tile and centroid block of a compiled path (within ``scratch_bytes``)."""
+    budget_rows, block = plan_tiles(n, k, d, itemsize, scratch_bytes)
+    if engine == "direct":
+        rows = DIRECT_TILE_ROWS
+        if d > 16:  # the streamed kernel: a transposed tile of about STREAM_TILE_BYTES
+            lo, hi = STREAM_TILE_ROWS
+            rows = max(lo, min(hi, STREAM_TILE_BYTES // (d * itemsize)))
+        return max(1, min(rows, budget_rows, n)), k
+    lo, hi = BLAS_TILE_ROWS
+    cache_rows = max(lo, min(hi, BLAS_BLOCK_BYTES // (block * itemsize)))
+    return max(1, min(cache_rows, budget_rows, n)), block
+
+
+def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
+    """Labels of the nearest centroids, with (``mode``) 1: exact distances, 2: partials.
+
+    ``X`` and ``C`` are C-contiguous NumPy arrays of one float dtype. Works tile by
+    tile: the labels of a tile, then its exact distances or its partial sums while its
+    rows are in cache. Returns ``(labels, min_sq, sums, counts, objective)``.
+    """
+    n, d = X.shape
+    k = C.shape[0]
+    labels = np.empty(n if mode != 2 else 0, dtype=np.int32)  # partials need a tile's labels only
+    min_sq = np.empty(n if mode == 1 else 0, dtype=X.dtype)
+    sums = np.zeros((k, d) if mode == 2 else (0, 0), dtype=np.float64)
+    counts = np.zeros(k if mode == 2 else 0, dtype=np.float64)
+    has_w = weights is not None
+    w = np.ascontiguousarray(weights, dtype=np.float64) if has_w else np.empty(0, dtype=np.float64)
+    c_half = unit_half_sq_norms(np, C, 0.5 * np.einsum("ij,ij->i", C, C), X.dtype)
+    tile, block = _compiled_tiles(engine, n, k, d, X.dtype.itemsize, scratch_bytes)
+    if engine == "direct":
+        kernel = _compiled.direct_kernel(_compiled.direct_width(d))
+        groups = max(1, STREAM_BLOCK_BYTES // (d * _compiled.STREAM_GROUP * X.dtype.itemsize))
+        objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, mode)
+        return labels, min_sq, sums, counts, objective
+    best = np.empty(tile, dtype=X.dtype)
+    buf = np.empty(block * tile, dtype=X.dtype)
+    tile_labels = np.empty(tile if mode == 2 else 0, dtype=np.int32)
+    objective = 0.0
+    for i0 in range(0, n, tile):
+        i1 = min(n, i0 + tile)
+        m = i1 - i0
+        Xt_T = X[i0:i1].T
+        lab = tile_labels[:m] if mode == 2 else labels[i0:i1]
+        for j0 in range(0, k, block):
+            j1 = min(k, j0 + block)
+            Dt = buf[: (j1 - j0) * m].reshape(j1 - j0, m)
+            np.matmul(C[j0:j1], Xt_T, out=Dt)
+            _compiled.running_argmin_t(Dt, c_half[j0:j1], j0, best[:m], lab, j0 == 0)
+        if mode == 1:
+            _compiled.rows_exact_sq(X, i0, i1, C, labels, min_sq)
+        elif mode == 2:
+            objective += _compiled.rows_partials(X, i0, i1, C, lab, i0, w, has_w, sums, counts)
+    return labels, min_sq, sums, counts, objective
+
+
+def _nearest_labels(xp, X, C, scratch_bytes):
+    """Labels (int32) of the nearest centroid."""
+    n, d = X.shape
+    k = C.shape[0]
+    if n == 0:
+        return xp.empty(0, dtype=xp.int32)
+    engine = _compiled_engine(xp, X, C.shape[0])
+    if engine is not None:
+        X = np.ascontiguousarray(X)
+        return _run_compiled(engine, X, np.ascontiguousarray(C, dtype=X.dtype), 0, None, scratch_bytes)[0]
+    labels = xp.empty(n, dtype=xp.int32)
+    c_half_sq = unit_half_sq_norms(xp, C, 0.5 * xp.sum(C * C, axis=1), X.dtype)
+    row_tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
+    dist_buf = xp.empty((row_tile, block), dtype=X.dtype)
+    for i0 in range(0, n, row_tile):
+        i1 = min(n, i0 + row_tile)
+        labels[i0:i1] = _nearest_in_tile(xp, X[i0:i1], C, c_half_sq, block, dist_buf)
+    return labels
+
+
+def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Nearest centroid of each row and the squared distance to it.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+        Rows to assign (float32 or float64).
+    C : array, shape (k, d)
+        Centroids, same namespace; cast to ``X.dtype``.
+    scratch_bytes : int
+        Bound on the temporary memory of the call.
+
+    Returns
+    -------
+    labels : array, shape (n,), int32
+        Index of the nearest centroid (lowest index on exact ties).
+    min_sq_dist : array, shape (n,), ``X.dtype``
+        ``||x - c_label||^2`` computed from the difference.
+    """
+    check_centroids(X, C)
+    if _sparse.is_sparse(X):
+        return _sparse.assign(X, C, scratch_bytes=scratch_bytes)
+    xp = get_namespace(X, C)
+    if ENGINE != "xp" and _cuda.supports(X):  # 2-D CuPy float32/float64: the fused kernels
+        return _cuda.assign_cuda(X, C, scratch_bytes=scratch_bytes)
+    n, d = X.shape
+    C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
+    engine = _compiled_engine(xp, X, C.shape[0])
+    if engine is not None and n > 0:
+        labels, min_sq, *_ = _run_compiled(engine, np.ascontiguousarray(X), C, 1, None, scratch_bytes)
+        return labels, min_sq
+    labels = _nearest_labels(xp, X, C, scratch_bytes)
+    min_sq = xp.empty(n, dtype=X.dtype)
+    if n == 0:
+        return labels, min_sq
+    row_tile, _ = plan_tiles(n, C.shape[0], d, X.dtype.itemsize, scratch_bytes)
+    for i0 in range(0, n, row_tile):
+        i1 = min(n, i0 + row_tile)
+        diff = X[i0:i1] - C[labels[i0:i1]]
+        min_sq[i0:i1] = xp.sum(diff * diff, axis=1)
+    return labels, min_sq
+
+
+def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> Partials:
+    """Assign rows to centroids and return the chunk's :class:`Partials`.
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+    weights : array, shape (n,), optional
+        Non-negative sample weights (default: all ones).
+    scratch_bytes : int
+        Bound on the temporary memory of the call.
+
+    Returns
+    -------
+    Partials
+        Sums and counts accumulated in float64; objective in float64.
+    """
+    check_centroids(X, C)
+    if _sparse.is_sparse(X):
+        return _sparse.assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
+    xp = get_namespace(X, C)
+    if ENGINE != "xp" and _cuda.supports(X):
+        return Partials(*_cuda.partials_cuda(X, C, weights, scratch_bytes=scratch_bytes))
+    n, d = X.shape
+    k = C.shape[0]
+    if n == 0:
+        zeros = xp.zeros(k, dtype=xp.float64)
+        return Partials(xp.zeros((k, d), dtype=xp.float64), zeros, xp.zeros((), dtype=xp.float64))
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    engine = _compiled_engine(xp, X, C.shape[0])
+    if engine is not None:
+        X = np.ascontiguousarray(X)
+        C = np.ascontiguousarray(C, dtype=X.dtype)
+        _, _, sums, counts, objective = _run_compiled(engine, X, C, 2, w, scratch_bytes)
+        return Partials(sums, counts, np.asarray(objective, dtype=np.float64))
+    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
+    sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)
+    d2 = min_sq.astype(xp.float64)
+    objective = xp.sum(d2 if w is None else d2 * w)
+    return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
+
+
+def cluster_sums(X, labels, k: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Per-cluster weighted sums and counts of rows with given labels, in float64.
+
+    A one-hot sparse product, tiled over rows: O(n d) work, no scatter-add.
+
+    Returns
+    -------
+    sums : array, shape (k, d), float64
+    counts : array, shape (k,), float64
+    """
+    if _sparse.is_sparse(X):
+        return _sparse.cluster_sums(X, labels, k, weights, scratch_bytes=scratch_bytes)
+    xp = get_namespace(X)
+    n, d = X.shape
+    sums = xp.zeros((k, d), dtype=xp.float64)
+    if n == 0:
+        return sums, xp.zeros(k, dtype=xp.float64)
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    counts = xp.bincount(labels, weights=w, minlength=k).astype(xp.float64)
+    sparse = sparse_namespace(xp)
+    row_tile, _ = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
+    for i0 in range(0, n, row_tile):
+        i1 = min(n, i0 + row_tile)
+        m = i1 - i0
+        data = xp.ones(m, dtype=xp.float64) if w is None else w[i0:i1]
+        onehot = sparse.csc_matrix((data, labels[i0:i1], xp.arange(m + 1, dtype=xp.int32)), shape=(k, m))
+        sums += onehot @ X[i0:i1].astype(xp.float64)
+    return sums, counts
+
+
+def nearest_sq64(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """Nearest centroid of each row and the float64 squared distance by which rows are ranked as farthest.
+
+    The labels and distances of :func:`farthest_points` (sparse rows: computed in float64).
+    """
+    check_centroids(X, C)
+    if _sparse.is_sparse(X):
+        return _sparse.assign64(X, C, scratch_bytes=scratch_bytes)
+    xp = get_namespace(X, C)
+    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
+    return labels, min_sq.astype(xp.float64)
+
+
+def farthest_from(X, d2, m: int, row_offset: int, weights=None) -> TopRows:
+    """The ``m`` rows of largest ``d2`` (float64, from :func:`nearest_sq64`); zero-weight rows never."""
+    xp = get_namespace(d2)
+    if weights is not None:
+        d2 = xp.where(xp.asarray(weights) > 0, d2, -1.0)
+    index = xp.arange(row_offset, row_offset + X.shape[0], dtype=xp.int64)
+    keep = select_top(xp, d2, index, m)
+    return TopRows(d2[keep], index[keep], _sparse.take_rows(X, keep))
+
+
+def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> TopRows:
+    """The ``m`` rows farthest from their nearest centroid in ``C``.
+
+    Rows with zero weight are never chosen (a centroid placed there would stay empty).
+
+    Parameters
+    ----------
+    X : array, shape (n, d)
+    C : array, shape (k, d)
+    m : int
+        How many rows to return (fewer if the chunk has fewer eligible rows).
+    row_offset : int
+        Global index of the chunk's first row.
+    weights : array, shape (n,), optional
+
+    Returns
+    -------
+    TopRows
+        Rows as dense arrays (also for sparse ``X``).
+    """
+    _, d2 = nearest_sq64(X, C, scratch_bytes=scratch_bytes)
+    return farthest_from(X, d2, m, row_offset, weights)
+
+
+def _choice_scores(X, C, labels):
+    """``||c||^2/2 - x.c`` of each row for its centroid ``C[labels]``, in float64, with the unit rule
+    of :func:`~dkmeans.kernels.common.unit_half_sq_norms`: the quantity every assignment kernel
+    compares, so equal values are the ties a full assignment gives to the lower index."""
+    xp = np if _sparse.is_sparse(X) else get_namespace(X)
+    C64 = xp.asarray(C, dtype=xp.float64)
+    half = unit_half_sq_norms(xp, C64, 0.5 * xp.sum(C64 * C64, axis=1), X.dtype)
+    picked = C64[labels]
+    if _sparse.is_sparse(X):
+        dots = np.asarray(X.multiply(picked).sum(axis=1)).ravel()
+    else:
+        dots = xp.sum(xp.asarray(X, dtype=xp.float64) * picked, axis=1)
+    return half[labels] - dots
+
+
+def refill_partials(X, live_labels, live_d2, L, R, live_index, refill_index, k: int, weights=None, *,
+                    scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> Partials:
+    """The :class:`Partials` of ``X`` against all ``k`` centroids, given its nearest live centroid.
+
+    ``live_labels``/``live_d2`` (:func:`nearest_sq64` against the live centroids ``L``, whose
+    indices among the ``k`` are ``live_index``) and the centroids ``R`` that refilled the
+    clusters ``refill_index``: a row moves to its nearest refilled centroid when that is
+    nearer, so only an n x m product is computed for m refilled clusters. A tie of the
+    quantity the assignment kernels compare (``||c||^2/2 - x.c``, unit centroids exactly
+    1/2: rows orthogonal to both under the cosine metric) goes to the lower index, as in a
+    full assignment; the squared distances differ there by rounding only.
+    """
+    xp = get_namespace(live_d2)
+    r_labels, r_d2 = nearest_sq64(X, R, scratch_bytes=scratch_bytes)
+    live = xp.asarray(live_index)[live_labels]
+    refill = xp.asarray(refill_index)[r_labels]
+    tie = _choice_scores(X, R, r_labels) == _choice_scores(X, L, live_labels)
+    moved = xp.where(tie, refill < live, r_d2 < live_d2)
+    labels = xp.where(moved, refill, live).astype(xp.int32)
+    d2 = xp.where(moved, r_d2, live_d2)
+    w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)
+    objective = xp.sum(d2 if w is None else d2 * w)
+    return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
+
+
+def distances(X, C):
+    """Euclidean distances from each row to every centroid, shape (n, k), ``X.dtype``.
+
+    Computed in float64 (float32 rows too, as scikit-learn's ``euclidean_distances`` does)
+    by the expanded formula ``||x||^2 - 2 x.c + ||c||^2``, clipped at 0 before the square
+    root; a pair whose squared distance is within rounding of zero (at most ``2**-20``
+    times ``||x||^2 + ||c||^2``) is recomputed from the difference ``x - c``, so a row
+    equal to a centroid is at distance exactly 0 (``transform(cluster_centers_)`` has a
+    zero diagonal) and nearby rows keep their small distances' digits. Memory: the n x k
+    output plus float64 blocks of rows of about ``DEFAULT_SCRATCH_BYTES``.
+    """
+    check_centroids(X, C)
+    if _sparse.is_sparse(X):
+        return _sparse.distances(X, C)
+    xp = get_namespace(X, C)
+    C64 = xp.asarray(C, dtype=xp.float64)
+    c_sq = xp.sum(C64 * C64, axis=1)[None, :]
+    n, k = X.shape[0], C64.shape[0]
+    out = xp.empty((n, k), dtype=X.dtype)
+    rows = max(1, DEFAULT_SCRATCH_BYTES // (8 * max(1, k, X.shape[1])))
+    for i0 in range(0, n, rows):
+        Xb = xp.asarray(X[i0:i0 + rows], dtype=xp.float64)
+        x_sq = xp.sum(Xb * Xb, axis=1)[:, None]
+        d2 = x_sq - 2.0 * (Xb @ C64.T) + c_sq
+        i, j = xp.nonzero(d2 <= 2.0**-20 * (x_sq + c_sq))
+        if i.shape[0]:
+            diff = Xb[i] - C64[j]
+            d2[i, j] = xp.sum(diff * diff, axis=1)
+        out[i0:i0 + rows] = xp.sqrt(xp.maximum(d2, 0.0))
+    return out
+
+

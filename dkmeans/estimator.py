@@ -31,7 +31,8 @@ from dkmeans.fit.inputs import (
 from dkmeans.kernels.namespace import get_namespace, is_cupy_array
 from dkmeans.engine.client import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
-from dkmeans.fit.service import FitSpec, run_fit
+from dkmeans.fit.spec import FitSpec
+from dkmeans.fit.service import run_fit
 from dkmeans.drivers.init import CHEAP_RANDOM, InitOptions
 from dkmeans.io.dataframe import (
     check_feature_names,

@@ -26,7 +26,8 @@ from dkmeans.fit.inputs import as_dataset, check_float_dtype
 from dkmeans.fit.final_pass import assign_dataset, assign_local
 from dkmeans.engine.client import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
-from dkmeans.fit.service import FitSpec, run_fit
+from dkmeans.fit.spec import FitSpec
+from dkmeans.fit.service import run_fit
 from dkmeans.drivers.init import InitOptions
 from dkmeans.io.dataframe import predict_series
 from dkmeans.kernels.cosine import normalize_rows, objective_scale

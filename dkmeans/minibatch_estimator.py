@@ -19,7 +19,9 @@ from dkmeans.fit.inputs import FLOAT_DTYPES, check_n_clusters_vs_rows, data_erro
 from dkmeans.fit.final_pass import assign_local
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.estimator import _KMeansBase, _finish_progress, _progress_for
-from dkmeans.fit.service import FitSpec, run_fit, run_partial_fit
+from dkmeans.fit.spec import FitSpec
+from dkmeans.fit.minibatch import run_partial_fit
+from dkmeans.fit.service import run_fit
 from dkmeans.drivers.init import InitOptions
 from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
 from dkmeans.drivers.state import MiniBatchState, history_dicts

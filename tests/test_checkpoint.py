@@ -7,7 +7,7 @@ import pytest
 
 import dkmeans
 import dkmeans.estimator
-import dkmeans.fit.service
+import dkmeans.fit.runs
 from dkmeans.io.checkpoint import CheckpointError, Checkpointer, checkpoint_path
 from dkmeans.drivers.state import FitState, LoopState
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
@@ -127,7 +127,7 @@ def test_functional_train_resumes_with_the_objective_rule(client, data, tmp_path
     job = dict(initial_centroids="random", random_state=2)
     reference = dkmeans.train(desc, data, **job)
     assert reference.iteration_count > 5
-    real_lloyd = dkmeans.fit.service.lloyd
+    real_lloyd = dkmeans.fit.runs.lloyd
 
     def lloyd_killed_after_5(*args, on_state=None, **kwargs):
         def state(loop):
@@ -138,7 +138,7 @@ def test_functional_train_resumes_with_the_objective_rule(client, data, tmp_path
         return real_lloyd(*args, on_state=state, **kwargs)
 
     path = tmp_path / "train.npz"
-    monkeypatch.setattr(dkmeans.fit.service, "lloyd", lloyd_killed_after_5)
+    monkeypatch.setattr(dkmeans.fit.runs, "lloyd", lloyd_killed_after_5)
     with pytest.raises(Interrupted):
         dkmeans.train(desc, data, **job, checkpoint=path, checkpoint_every=1)
     monkeypatch.undo()

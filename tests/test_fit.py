@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans as SKKMeans
 
-import dkmeans.fit.service
+import dkmeans.fit.runs
 from dkmeans import KMeans
 from dkmeans.testing import make_blobs
 
@@ -67,7 +67,7 @@ def test_resume_during_the_swap_phase_gives_the_uninterrupted_result(grid, tmp_p
     reference = KMeans(**options).fit(X)
     from dkmeans.io.checkpoint import Checkpointer
 
-    real = dkmeans.fit.service.coreset_local_search
+    real = dkmeans.fit.runs.coreset_local_search
     path = tmp_path / "job.ckpt"
 
     def killed_in_second_run(*args, **kwargs):
@@ -75,10 +75,10 @@ def test_resume_during_the_swap_phase_gives_the_uninterrupted_result(grid, tmp_p
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dkmeans.fit.service, "coreset_local_search", killed_in_second_run)
+    monkeypatch.setattr(dkmeans.fit.runs, "coreset_local_search", killed_in_second_run)
     with pytest.raises(KeyboardInterrupt):
         KMeans(**options, checkpoint=path).fit(X)
-    monkeypatch.setattr(dkmeans.fit.service, "coreset_local_search", real)
+    monkeypatch.setattr(dkmeans.fit.runs, "coreset_local_search", real)
 
     assert Checkpointer(path, 10, {}).progress() == {"run": 1, "phase": "local-search",
                                                       "n_iter": Checkpointer(path, 10, {}).progress()["n_iter"]}

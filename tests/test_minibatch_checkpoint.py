@@ -47,7 +47,7 @@ def stop_after_writes(monkeypatch, n_writes: int) -> list:
 
 def resumed_from(monkeypatch) -> list:
     """Record the step each mini-batch driver starts from; a resumed fit must not initialise again."""
-    import dkmeans.fit.service
+    import dkmeans.fit.minibatch
 
     starts = []
 
@@ -60,9 +60,9 @@ def resumed_from(monkeypatch) -> list:
             return driver(data, state, **kwargs)
         return run
 
-    monkeypatch.setattr(dkmeans.fit.service, "_minibatch_centers", no_init)
-    monkeypatch.setattr(dkmeans.fit.service, "minibatch", spy(dkmeans.fit.service.minibatch))
-    monkeypatch.setattr(dkmeans.fit.service, "minibatch_pass", spy(dkmeans.fit.service.minibatch_pass))
+    monkeypatch.setattr(dkmeans.fit.minibatch, "_minibatch_centers", no_init)
+    monkeypatch.setattr(dkmeans.fit.minibatch, "minibatch", spy(dkmeans.fit.minibatch.minibatch))
+    monkeypatch.setattr(dkmeans.fit.minibatch, "minibatch_pass", spy(dkmeans.fit.minibatch.minibatch_pass))
     return starts
 
 

@@ -1,0 +1,10 @@
+"""The fit service: what every face calls to fit (:mod:`dkmeans.fit.service`).
+
+Its modules, each with one job: :mod:`~dkmeans.fit.params` (the one table of parameters of
+the three faces), :mod:`~dkmeans.fit.inputs` (the dataset and weight checks),
+:mod:`~dkmeans.fit.metric_inputs` (the metric's preparation of rows and centroids),
+:mod:`~dkmeans.fit.spec` (what a face asks, what it gets), :mod:`~dkmeans.fit.placement`
+(where the data lives), :mod:`~dkmeans.fit.runs` (the runs and their phases),
+:mod:`~dkmeans.fit.minibatch` (the mini-batch fit), :mod:`~dkmeans.fit.checkpoint_job`,
+:mod:`~dkmeans.fit.final_pass` and :mod:`~dkmeans.fit.results` (the end of a fit).
+"""

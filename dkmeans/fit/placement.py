@@ -1,0 +1,132 @@
+"""Where a fit's data lives: in this process, persisted on the workers, streamed from its source, or both."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import numpy as np
+
+from dkmeans import config
+from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
+from dkmeans.engine.client import current_client, in_daemon_process
+from dkmeans.engine.hybrid import HybridData
+from dkmeans.engine.sources import parquet_source
+from dkmeans.engine.sparse_rows import sparse_row_bytes
+from dkmeans.engine.streamed import rows_in_block
+from dkmeans.fit.inputs import Dataset
+from dkmeans.fit.spec import resolve_out_of_core
+from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
+from dkmeans.kernels import column_moments
+from dkmeans.kernels.common import centroid_bytes
+from dkmeans.kernels.namespace import is_sparse
+
+
+logger = logging.getLogger("dkmeans")
+
+
+# -- where the data lives ---------------------------------------------------------------
+#: Out-of-core data keeps its leading chunks persisted when they hold at least this share
+#: of the rows (and fit the persist budget); below it, streaming all of it is as fast.
+HYBRID_MIN_SHARE = 0.2
+
+
+#: Data of unknown length is estimated from its first partition times the partition count;
+#: it is persisted only if this multiple of the estimate fits (partitions differ in size).
+SIZE_ESTIMATE_MARGIN = 1.5
+
+
+def _estimated_rows(client, X) -> int:
+    """Rows of ``X`` estimated from its first chunk (read once) when its chunk lengths are unknown."""
+    if not any(math.isnan(c) for c in X.chunks[0]):
+        return int(sum(X.chunks[0]))
+    first = X.blocks[0].map_blocks(rows_in_block, dtype=np.int64, chunks=((1,),), drop_axis=1)
+    return int(gather(client, client.compute(first))[0]) * X.numblocks[0]
+
+
+def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters: int = 0,
+               allow_hybrid: bool = True):
+    """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
+
+    Where the size is not in the metadata (a Dask DataFrame of unknown partition
+    lengths, read from Parquet or CSV), it is estimated from the first partition (read
+    once) with a margin of :data:`SIZE_ESTIMATE_MARGIN`; streamed data then counts its rows
+    exactly in its first pass. The budget counts the memory the ``n_clusters`` centroids
+    take on each worker during a pass (:func:`~dkmeans.kernels.common.centroid_bytes`).
+    """
+    mode = resolve_out_of_core(out_of_core)
+    budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES,
+                             centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize))
+    overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
+    row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
+    # Parquet behind a dd.read_parquet frame: the engine reads it in row batches, row counts from the footers
+    source = parquet_source(dataset.frame, dataset.array.dtype) if dataset.frame is not None and not row_bytes else None
+    if source is not None:
+        streamed = StreamedData(client, None, weights, budget, source=source)
+        reading = 2 * streamed.read_cost.fixed * len(budget.limits)  # what each worker's reads keep in pools
+        if mode is False or (mode == "auto" and streamed.nbytes + reading <= budget.persist_bytes()):
+            return PersistedData(client, streamed.X, streamed.weights, budget)
+    elif mode is False:
+        return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
+    per_row = (row_bytes or dataset.n_features * dataset.array.dtype.itemsize) + (8 if weights is not None else 0)
+    if mode == "auto" and source is None:
+        known = dataset.n_rows is not None
+        rows = dataset.n_rows if known else _estimated_rows(client, dataset.array) * SIZE_ESTIMATE_MARGIN
+        if rows * per_row <= budget.persist_bytes():
+            return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
+    if source is None:
+        streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead, row_bytes=row_bytes)
+    if streamed.chunk_rows is None:
+        if mode is True or _estimated_rows(client, dataset.array) * per_row * SIZE_ESTIMATE_MARGIN > \
+                HYBRID_MIN_SHARE ** -1 * budget.persist_bytes():
+            return streamed  # rows counted in the first pass: no pass of its own
+    if mode == "auto" and streamed.nbytes <= budget.persist_bytes():
+        return PersistedData(client, streamed.X, streamed.weights, budget, row_bytes=row_bytes)
+    logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
+                "in every pass (out-of-core)", streamed.nbytes / 2**20, budget.persist_bytes() / 2**20)
+    if mode == "auto" and allow_hybrid and source is None:  # files read in batches: all streamed
+        # keep the leading chunks that fit persisted when they are a fair share of the data
+        per_row = streamed.nbytes / max(1, streamed.n_rows)
+        fits = np.cumsum(streamed.chunk_rows) * per_row <= budget.persist_bytes()
+        n_head = int(np.sum(fits))
+        head_rows = int(np.sum(streamed.chunk_rows[:n_head]))
+        if n_head and head_rows >= HYBRID_MIN_SHARE * streamed.n_rows:
+            X, w = streamed.X, streamed.weights
+            head = PersistedData(client, X[:head_rows], None if w is None else w[:head_rows], budget,
+                                 row_bytes=row_bytes)
+            tail = StreamedData(client, X[head_rows:], None if w is None else w[head_rows:], budget,
+                                read_overhead=overhead, first_row=head_rows, row_bytes=row_bytes)
+            return HybridData(head, tail)
+    return streamed
+
+
+def in_process_threads(dataset: Dataset, weights) -> int | None:
+    """Threads to fit in this process with, or None to fit on a cluster (Dask config ``dkmeans.in-process-bytes``).
+
+    In-memory data (NumPy or pandas) of at most ``dkmeans.in-process-bytes`` is fitted
+    where it is, in one thread: a cluster round trip per pass would cost more than the
+    passes. Larger in-memory data is fitted here too when no Dask client exists (the
+    user has set up no cluster), on a thread per core: the rows are in this process
+    already, and starting a cluster and copying them there cost more than it saves
+    (2,000,000 x 16 float32: about 2 s of the fit). So is any in-memory data when no
+    cluster is current and none can be started here (a daemonic process, such as a
+    joblib/loky worker of ``GridSearchCV(n_jobs=2)``). ``dkmeans.in-process-bytes = 0``
+    sends all data to a cluster.
+    """
+    if dataset.local is None or (weights is not None and not isinstance(weights, np.ndarray)):
+        return None
+    limit = config.get("in-process-bytes")
+    X = dataset.local
+    nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if is_sparse(X) else X.nbytes
+    if nbytes <= limit:
+        return 1
+    if current_client() is None and (limit > 0 or in_daemon_process()):
+        return 1 if in_daemon_process() else max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                                 else (os.cpu_count() or 1))
+    return None
+
+
+def moments_chunk(X, w, offset):
+    """Column moments of a chunk: the fit's first pass over its placed data."""
+    return column_moments(X)

@@ -1,0 +1,159 @@
+"""A fit's runs: initialisation, Lloyd, the local search and Hartigan's refinement, each run checkpointed."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from dkmeans.drivers.hartigan import hartigan
+from dkmeans.drivers.lloyd import lloyd, objective, stop_after_update
+from dkmeans.drivers.local_search import coreset_local_search, coreset_searches, coreset_start
+from dkmeans.drivers.state import FitState, LoopState, RunSummary
+from dkmeans.drivers.streams import derive_seed
+from dkmeans.fit.inputs import check_centroids
+from dkmeans.fit.spec import FitSpec
+from dkmeans.io.checkpoint import Checkpointer
+
+
+# -- the runs ---------------------------------------------------------------------------
+@dataclass
+class FitPlan:
+    """What each run does (see :func:`fit_runs`)."""
+
+    n_init: int
+    initialise: Callable[[int], np.ndarray]
+    max_iter: int
+    stop_rule: object
+    lloyd: bool = True
+    local_search: bool = False
+    hartigan_mode: str | None = None
+    hartigan_tol: float = 0.0
+    on_iteration: Callable | None = None
+    seed_of_run: Callable[[int], int] = lambda run: run
+    metric: str = "euclidean"
+    warm_start: bool = True
+
+
+#: Coreset searches of a run at most: another follows one whose result the data confirmed.
+CORESET_SEARCHES = 3
+
+
+def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSummary:
+    """Swaps searched on a sample, confirmed by Lloyd on the data
+    (:func:`dkmeans.drivers.local_search.coreset_local_search`).
+
+    ``max_iter`` bounds the run's Lloyd updates in all: a confirmation gets what the
+    Lloyd loops before it left (none left: no search). After a confirmed search another
+    one starts from its result (a new sample), :data:`CORESET_SEARCHES` at most.
+    """
+    budget = plan.max_iter - loop.n_iter if plan.lloyd else plan.max_iter
+    lloyd_stop = stop_after_update(loop.history[-1], plan.stop_rule) if loop.history else None
+    if lloyd_stop is None and plan.lloyd:
+        lloyd_stop = "max_iter" if loop.n_iter >= plan.max_iter else None
+    unchanged = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, lloyd_stop or "local-search",
+                           lloyd_stop != "max_iter", list(loop.history))
+    if budget <= 0 or not coreset_searches(data.n_rows, len(loop.centroids)):
+        return unchanged
+    history, summary, centroids, n_iter = list(loop.history), unchanged, loop.centroids, loop.n_iter
+    for attempt in range(CORESET_SEARCHES):  # again from a confirmed result, while the data confirms
+        search = coreset_local_search(data, centroids, seed=derive_seed(plan.seed_of_run(run), attempt),
+                                      stop_rule=plan.stop_rule, max_iter=budget - (n_iter - loop.n_iter),
+                                      metric=plan.metric, on_iteration=plan.on_iteration)
+        record = dataclasses.replace(search.record, round=attempt + 1)
+        if plan.on_iteration is not None:
+            plan.on_iteration(record)
+        history.append(record)
+        if not search.kept:  # the last result stands, and so does the rule that stopped it
+            break
+        settled = search.lloyd
+        history += list(settled.history)
+        centroids, n_iter = search.centroids, n_iter + settled.n_iter
+        summary = RunSummary(centroids, 0.0, n_iter, settled.stop_reason, settled.converged, [])
+        if plan.lloyd and n_iter >= plan.max_iter:
+            break
+    summary.history = history
+    return summary
+
+
+def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | None = None) -> RunSummary:
+    """Run (or continue, from ``state``) every run of ``plan``; return the best run.
+
+    Each run goes through its phases: ``init`` (initial centroids), ``lloyd`` (the Lloyd
+    loop), ``local-search`` (swaps, then Lloyd again) and ``refine`` (Hartigan), each
+    where the plan asks for it. With a checkpoint the state is saved after each
+    initialisation, every ``checkpoint.every`` Lloyd updates, at the start of every later
+    phase and after each run; a run resumed within a phase redoes that phase from its
+    start (every phase is deterministic given its starting centroids), so the result is
+    the uninterrupted one.
+    """
+
+    def save():
+        if checkpoint is not None:
+            checkpoint.save(state)
+
+    def enter(phase: str, loop: LoopState) -> None:
+        state.phase, state.loop = phase, loop
+        save()
+
+    while state.run < plan.n_init:
+        if state.phase == "init":
+            start = np.asarray(plan.initialise(state.run))
+            if plan.local_search and plan.lloyd and plan.warm_start and coreset_searches(data.n_rows, len(start)):
+                # settled and searched on a sample first
+                start = coreset_start(data, start, seed=plan.seed_of_run(state.run), stop_rule=plan.stop_rule)
+            state.phase, state.loop = "lloyd", LoopState(start)
+            save()
+        loop = state.loop
+        summary = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, "max_iter", False,
+                             list(loop.history))
+        if state.phase == "lloyd":
+            if plan.lloyd:
+                result = lloyd(data, loop.centroids, max_iter=plan.max_iter, stop_rule=plan.stop_rule,
+                               on_iteration=plan.on_iteration, resume=loop,
+                               on_state=checkpoint.loop_hook(state) if checkpoint else None,
+                               state_every=checkpoint.every if checkpoint else None, metric=plan.metric)
+                loop = LoopState(result.centroids, result.n_iter, None, result.history)
+                summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
+                                     list(result.history))
+            if plan.local_search:
+                enter("local-search", loop)
+            elif plan.hartigan_mode is not None:
+                enter("refine", loop)
+        if state.phase == "local-search":
+            summary = _local_search_phase(data, plan, loop, state.run)
+            loop = LoopState(summary.centroids, summary.n_iter, None, summary.history)
+            if plan.hartigan_mode is not None:
+                enter("refine", loop)
+        if state.phase == "refine":
+            result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
+                              mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
+            history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start
+            summary = RunSummary(result.centroids.astype(data.dtype), 0.0, loop.n_iter + result.n_iter,
+                                 result.stop_reason, result.converged, history)
+        if plan.n_init > 1:
+            summary.score = objective(data, summary.centroids)
+        if state.best is None or summary.score < state.best.score:
+            state.best = summary
+        state.run, state.phase, state.loop = state.run + 1, "init", None
+        save()
+    return state.best
+
+
+# -- the whole fit ----------------------------------------------------------------------
+def callable_init(spec: FitSpec, data, seed: int, run: int) -> np.ndarray:
+    """Centroids from a user callable ``init(X, n_clusters, random_state)``, given the data's rows.
+
+    Like scikit-learn, the callable sees the data: here all rows when they fit one task's
+    budget, else a uniform sample of ``max(100 k, 10,000)`` rows (keyed by row index).
+    """
+    n = data.n_rows
+    size = min(n, max(100 * spec.n_clusters, 10_000))
+    rng = np.random.default_rng(derive_seed(seed, run) % 2**63)
+    idx = np.arange(n) if size == n else np.sort(rng.choice(n, size=size, replace=False))
+    X = data.rows(idx)
+    C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
+    return check_centroids(C, spec.n_clusters, data.n_features, data.dtype, name="init (the callable's result)")
+

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-bounds bench venv clean
+.PHONY: demo test test-quick test-bounds bench venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +23,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=10
 
+# The inner loop: every test but the system tests (tests/system/: subprocesses, faults,
+# out-of-core clusters, deploy recipes).
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m "not system"
+
 # `make test-bounds`: the kernel and default-path tests again with numba's bounds checks on
 # (NUMBA_BOUNDSCHECK=1, compiled afresh in a scratch cache): an out-of-range index in a compiled
 # loop raises IndexError there instead of corrupting memory. About 5 minutes on 2 cores.
-BOUNDS_TESTS := tests/test_kernels.py tests/test_kernels_targets.py tests/test_default_path.py \
-	tests/test_local_search.py tests/test_hartigan.py tests/test_minibatch.py
+BOUNDS_TESTS := tests/kernels/test_kernels.py tests/kernels/test_kernels_targets.py tests/fit/test_default_path.py \
+	tests/drivers/test_local_search.py tests/drivers/test_hartigan.py tests/drivers/test_minibatch.py
 
 test-bounds: $(STAMP)
 	cache=$$(mktemp -d) && NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$$cache $(BIN)/python -m pytest -q -ra \
@@ -47,16 +52,15 @@ clean:
 # versions pyproject.toml allows (the pins of .ci/oldest-constraints.txt, wheels only), on a
 # subset of the suite: fit, predict and scikit-learn's estimator checks, the functional API,
 # the CLI, DataFrames and Parquet, the kernels, the pass graph and the SPMD exchange (not the
-# slow tests that kill or restart a cluster). About 1 minute to install and 3-4 minutes of
+# system tests, which kill or restart clusters). About 1 minute to install and 3-4 minutes of
 # tests on 2 busy cores, numba compiling every kernel afresh.
 OLDEST_VENV := .venv-oldest
 OLDEST_BIN := $(OLDEST_VENV)/bin
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 OLDEST_CONSTRAINTS := .ci/oldest-constraints.txt
-OLDEST_TESTS := tests/test_estimator.py tests/test_sklearn_checks.py tests/test_functional.py tests/test_cli.py \
-	tests/test_dataframe.py tests/test_kernels.py tests/test_graph.py tests/test_hartigan_faces.py \
-	tests/test_mailbox.py tests/test_spmd.py
-OLDEST_DESELECT := not killed_worker and not cluster_restart and not cannot_start
+OLDEST_TESTS := tests/faces/test_estimator.py tests/faces/test_sklearn_checks.py tests/faces/test_functional.py \
+	tests/faces/test_cli.py tests/faces/test_dataframe.py tests/kernels/test_kernels.py tests/engine/test_graph.py \
+	tests/faces/test_hartigan_faces.py tests/engine/test_mailbox.py tests/engine/test_spmd.py
 
 .PHONY: test-oldest
 
@@ -70,4 +74,4 @@ $(OLDEST_STAMP): $(OLDEST_BIN)/python pyproject.toml $(OLDEST_CONSTRAINTS)
 
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_BIN)/python .ci/check_oldest.py $(OLDEST_CONSTRAINTS)
-	$(OLDEST_BIN)/python -m pytest -q -ra --durations=10 -k "$(OLDEST_DESELECT)" $(OLDEST_TESTS)
+	$(OLDEST_BIN)/python -m pytest -q -ra --durations=10 -m "not system" $(OLDEST_TESTS)

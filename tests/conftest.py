@@ -113,9 +113,17 @@ def xp(request):
     return cupy
 
 
+@pytest.fixture
+def own_cluster():
+    """A separate 2-worker cluster with nannies, for tests that kill or restart its workers."""
+    with local_cluster(2) as c:
+        yield c
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "xp" in getattr(item, "fixturenames", ()) and "cupy" in item.name:
+        fixtures = getattr(item, "fixturenames", ())
+        if "xp" in fixtures and "cupy" in item.name:
             item.add_marker(pytest.mark.gpu)
-
-
+        if "own_cluster" in fixtures:  # kills or restarts workers of its own cluster: a system test
+            item.add_marker(pytest.mark.system)

@@ -4,10 +4,8 @@ uninterrupted fit ends, in memory (blocks of steps) and out of core (a position 
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 
 import dask.array as da
 import numpy as np
@@ -15,6 +13,7 @@ import pandas as pd
 import pytest
 
 import dkmeans
+from tests.helpers import kill_when
 from dkmeans import MiniBatchKMeans
 from dkmeans.engine.streamed import StreamedData
 from dkmeans.io.checkpoint import Checkpointer, CheckpointError
@@ -190,6 +189,7 @@ def test_lloyd_checkpoints_stay_version_1(X, tmp_path):
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
 
 
+@pytest.mark.system  # a CLI process killed and resumed
 def test_cli_minibatch_killed_mid_run_resumes_to_the_same_model(client, tmp_path):
     """``dkmeans fit --algorithm minibatch --checkpoint``, SIGKILLed after a checkpoint, resumed with --resume."""
     rng = np.random.default_rng(7)
@@ -204,20 +204,14 @@ def test_cli_minibatch_killed_mid_run_resumes_to_the_same_model(client, tmp_path
     checkpoint = tmp_path / "job.ckpt"
     run = base + ["--model", str(tmp_path / "resumed.npz"), "--checkpoint", str(checkpoint),
                   "--checkpoint-every", "200"]
-    proc = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline, step = time.monotonic() + 240, 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        if checkpoint.exists():
-            try:
-                step = Checkpointer(checkpoint, 1, {}).progress()["n_iter"]
-            except CheckpointError:  # caught between write and rename: read again
-                step = 0
-            if step >= 400:
-                break
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL and step >= 400, "the fit ended before it could be killed"
+    def steps_saved():
+        try:
+            step = Checkpointer(checkpoint, 1, {}).progress()["n_iter"] if checkpoint.exists() else 0
+        except CheckpointError:  # caught between write and rename: read again
+            step = 0
+        return step if step >= 400 else 0
+
+    step = kill_when(run, steps_saved)
     resumed = subprocess.run(run + ["--resume"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     a, b = (MiniBatchKMeans.load(tmp_path / name) for name in ("reference.npz", "resumed.npz"))

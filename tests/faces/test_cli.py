@@ -15,6 +15,7 @@ import pytest
 from dkmeans import KMeans
 from dkmeans.io import ModelFileError, load_model, save_model
 from dkmeans.model import Model
+from tests.helpers import run_cli
 
 
 def test_demo_small(tmp_path):
@@ -68,11 +69,6 @@ def test_estimator_save_writes_the_file_named(client, tmp_path):
         loaded = KMeans.load(tmp_path / name)
         np.testing.assert_array_equal(loaded.cluster_centers_, km.cluster_centers_)
         np.testing.assert_array_equal(loaded.predict(X), km.labels_)
-
-
-def run_cli(*args, cwd=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "dkmeans", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 RUN_LOCAL = DEPLOY / "local" / "run_local.sh"
 K, SEED, COLUMNS = 4, 7, ["a", "b", "c"]

@@ -28,6 +28,7 @@ import pytest
 
 from dkmeans.kernels.backends import cuda as _cuda
 from dkmeans.kernels.nearest import assign, assign_partials
+from tests.helpers import sq_distances as brute_sq
 
 # the module (dkmeans.kernels exports a function of the same name)
 assign_module = importlib.import_module("dkmeans.kernels.nearest")
@@ -96,15 +97,6 @@ def cp():
     return cupy
 
 
-def brute_sq(X, C):
-    """Exact float64 squared distances ``(n, k)`` from differences, in row blocks."""
-    X = np.asarray(X, np.float64)
-    C = np.asarray(C, np.float64)
-    out = np.empty((X.shape[0], C.shape[0]))
-    step = max(1, 2**22 // max(1, C.size))
-    for i in range(0, X.shape[0], step):
-        out[i : i + step] = ((X[i : i + step, None, :] - C[None, :, :]) ** 2).sum(-1)
-    return out
 
 
 def tie_tolerance(X, C, dtype):
@@ -430,6 +422,8 @@ def test_kmeans_fit_on_cupy_dask_array_matches_numpy_fit(cp, tmp_path):
         import dkmeans
         from dkmeans.engine.client import start_local_cuda_cluster
 
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})  # the tests package
         spec = importlib.util.spec_from_file_location("gpu_test_helpers", {str(Path(__file__).resolve())!r})
         helpers = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(helpers)

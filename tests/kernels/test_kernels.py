@@ -23,6 +23,7 @@ from dkmeans.kernels import (
     uniform_by_index,
     update_centroids,
 )
+from tests.helpers import sq_distances as brute_sq
 
 
 @pytest.fixture(autouse=True, params=["auto", "blas", "xp"])
@@ -31,12 +32,6 @@ def engine(request, monkeypatch):
     small d), compiled with BLAS always, and the namespace code."""
     monkeypatch.setattr(importlib.import_module("dkmeans.kernels.nearest"), "ENGINE", request.param)
     return request.param
-
-
-def brute_sq(X, C):
-    X = np.asarray(X, np.float64)
-    C = np.asarray(C, np.float64)
-    return ((X[:, None, :] - C[None, :, :]) ** 2).sum(-1)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import pytest
 
 import dkmeans
 import dkmeans.estimator
+from tests.helpers import kill_when
 from dkmeans.engine.persisted import PersistedData
 from dkmeans.io.checkpoint import Checkpointer
 from dkmeans.errors import ClusterRestartedError, InputLostError, NoWorkersError
@@ -26,13 +27,6 @@ from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
 
 # Failures of the cluster: in-memory input goes to the cluster too (not fitted in-process).
 pytestmark = pytest.mark.usefixtures("on_cluster")
-
-
-@pytest.fixture
-def own_cluster():
-    """A separate 2-worker cluster with nannies (a killed worker is restarted)."""
-    with local_cluster(2) as c:
-        yield c
 
 
 def test_killed_worker_mid_fit_gives_the_same_result(own_cluster):
@@ -222,18 +216,11 @@ def test_cli_fit_killed_mid_run_resumes_to_the_same_model(own_cluster, tmp_path)
     subprocess.run(base + ["--model", str(tmp_path / "reference.npz")], check=True, capture_output=True, timeout=300)
     checkpoint = tmp_path / "job.npz"
     run = base + ["--model", str(tmp_path / "resumed.npz"), "--checkpoint", str(checkpoint), "--checkpoint-every", "1"]
-    proc = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    iteration = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        if checkpoint.exists():
-            iteration = Checkpointer(checkpoint, 1, {}).progress()["n_iter"]
-            if iteration >= 3:
-                break
-        time.sleep(0.02)
-    proc.kill()
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL and iteration >= 3, "the fit ended before it could be killed"
+    def three_iterations_saved():
+        n_iter = Checkpointer(checkpoint, 1, {}).progress()["n_iter"] if checkpoint.exists() else 0
+        return n_iter if n_iter >= 3 else 0
+
+    iteration = kill_when(run, three_iterations_saved, poll=0.02)
     again = subprocess.run(run, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "--resume" in again.stderr  # an existing checkpoint is never overwritten
     resumed = subprocess.run(run + ["--resume"], capture_output=True, text=True, timeout=300)

@@ -29,6 +29,7 @@ import dkmeans
 from dkmeans.kernels import assign, assign_partials, distances
 from dkmeans.kernels.backends import compile as kernel_compile
 from dkmeans.kernels.seeding import Nearest, update_nearest
+from tests.helpers import sq_distances
 
 assign_module = importlib.import_module("dkmeans.kernels.nearest")
 
@@ -37,15 +38,9 @@ SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def _sq_dist64(X, C):
-    X = X.toarray() if sp.issparse(X) else np.asarray(X)
-    X64, C64 = X.astype(np.float64), np.asarray(C, dtype=np.float64)
-    return ((X64[:, None, :] - C64[None, :, :]) ** 2).sum(axis=2)
-
-
 def _assert_nearest(X, C, labels):
     """``labels`` name a nearest centre of each row (up to the float32 rounding of the distances)."""
-    D = _sq_dist64(X, C)
+    D = sq_distances(X, C)
     chosen = D[np.arange(D.shape[0]), np.asarray(labels)]
     best = D.min(axis=1)
     scale = (np.abs(X.toarray() if sp.issparse(X) else X).max() + np.abs(C).max()) ** 2
@@ -90,7 +85,7 @@ def test_default_estimators_fit_any_small_input(estimator, path, case):
     assert C.shape == (k, X.shape[1]) and np.all(np.isfinite(C))
     _assert_nearest(X, C, km.labels_)
     _assert_nearest(X, C, predicted)
-    reference = _sq_dist64(X, C).min(axis=1).sum()
+    reference = sq_distances(X, C).min(axis=1).sum()
     dense = X.toarray() if sp.issparse(X) else X
     rounding = X.shape[0] * float(np.finfo(X.dtype).eps) * 4 * float(np.max(dense ** 2, initial=0) + np.max(C ** 2))
     assert km.inertia_ == pytest.approx(reference, rel=1e-4, abs=rounding)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])

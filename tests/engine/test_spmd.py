@@ -14,20 +14,12 @@ import numpy as np
 import pytest
 from distributed import Client
 
-import dkmeans
 from dkmeans.engine.persisted import PersistedData
 from dkmeans.engine.spmd import run_spmd
 from dkmeans.errors import ClusterRestartedError, InvalidDataError
 from dkmeans.drivers.lloyd import CentroidShift
 from dkmeans.testing import fit_lloyd
-from dkmeans.testing import local_cluster, make_blobs, persist_rows, pick_rows
-
-
-@pytest.fixture
-def own_cluster():
-    """A separate 2-worker cluster with nannies (a killed worker is restarted)."""
-    with local_cluster(2) as c:
-        yield c
+from dkmeans.testing import make_blobs, persist_rows, pick_rows
 
 
 def _offsets_chunk(X, w, offset):

@@ -1,0 +1,54 @@
+"""Helpers shared by the tests: independent float64 references and a CLI runner.
+
+Fixtures live in ``tests/conftest.py``; this module holds plain functions, imported as
+``from tests.helpers import ...``.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def sq_distances(X, C) -> np.ndarray:
+    """Exact float64 squared distances ``(n, k)`` from differences (dense or sparse ``X``).
+
+    In row blocks of about 2**22 differences (32 MiB), whatever ``k`` and ``d``.
+    """
+    X = X.toarray() if sp.issparse(X) else np.asarray(X)
+    X, C = X.astype(np.float64), np.asarray(C, dtype=np.float64)
+    out = np.empty((X.shape[0], C.shape[0]))
+    step = max(1, 2**22 // max(1, C.size))
+    for start in range(0, X.shape[0], step):
+        out[start:start + step] = ((X[start:start + step, None, :] - C[None, :, :]) ** 2).sum(-1)
+    return out
+
+
+def run_cli(*args, cwd=None, timeout=180) -> subprocess.CompletedProcess:
+    """``python -m dkmeans ARGS`` in a subprocess (text output captured)."""
+    return subprocess.run([sys.executable, "-m", "dkmeans", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def kill_when(argv, reached, *, timeout: float = 240.0, poll: float = 0.01):
+    """Start ``argv``, SIGKILL it as soon as ``reached()`` returns a true value; return that value.
+
+    Fails when the process ends (or ``timeout`` passes) before ``reached`` is true: the test
+    could then not interrupt anything.
+    """
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline, value = time.monotonic() + timeout, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        value = reached()
+        if value:
+            break
+        time.sleep(poll)
+    proc.kill()
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and value, "the process ended before it could be killed"
+    return value

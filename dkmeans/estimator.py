@@ -11,15 +11,15 @@ import logging
 import sys
 import warnings
 
-import dask.array as da
-from dask.array.utils import meta_from_array
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans.fit import params as _params
 from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, to_device
+from dkmeans.fit import inference
 from dkmeans.fit.inputs import (
+    check_sample_weight,
     FLOAT_DTYPES,
     Dataset,
     check_dask_array,
@@ -28,7 +28,7 @@ from dkmeans.fit.inputs import (
     data_errors,
     is_dask_collection,
 )
-from dkmeans.kernels.namespace import get_namespace, is_cupy_array
+from dkmeans.kernels.namespace import is_cupy_array
 from dkmeans.engine.client import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.fit.spec import FitSpec
@@ -39,13 +39,8 @@ from dkmeans.io.dataframe import (
     feature_names,
     is_dask_dataframe,
     is_dataframe,
-    predict_series,
     select_columns,
-    transform_frame,
 )
-from dkmeans.kernels.inference import distances_block as _distances_block
-from dkmeans.kernels.inference import labels_block as _labels_block
-from dkmeans.kernels.inference import objective_block as _sq_dist_block
 from dkmeans.drivers.state import HartiganRecord, IterationRecord, LocalSearchRecord, MiniBatchRecord, history_dicts
 
 logger = logging.getLogger("dkmeans")
@@ -334,14 +329,7 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         labels : ndarray of int32, or a lazy Dask array for Dask input
         """
         X = self._check_test_data(X)
-        C, metric = self.cluster_centers_, self._fitted_metric()
-        if is_dask_dataframe(X):
-            return predict_series(X, C, metric=metric)
-        if isinstance(X, da.Array):
-            xp = get_namespace(meta_from_array(X))  # CuPy-backed input: CuPy labels
-            return X.map_blocks(_labels_block, C, metric, dtype=np.int32, drop_axis=1,
-                                meta=xp.empty((0,), np.int32))
-        return _labels_block(X, C, metric)  # NumPy was checked above; CuPy only here
+        return inference.labels(X, self.cluster_centers_, self._fitted_metric())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -360,15 +348,8 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         and the input's index.
         """
         X = self._check_test_data(X)
-        C, metric = self.cluster_centers_, self._fitted_metric()
-        if is_dask_dataframe(X):
-            return transform_frame(X, C, self.get_feature_names_out(), metric=metric)
-        if isinstance(X, da.Array):
-            return X.map_blocks(
-                _distances_block, C, metric, dtype=X.dtype, chunks=(X.chunks[0], (C.shape[0],)),
-                meta=get_namespace(meta_from_array(X)).empty((0, 0), X.dtype),
-            )
-        return _distances_block(X, C, metric)
+        return inference.distances(X, self.cluster_centers_, self._fitted_metric(),
+                                   names=self.get_feature_names_out())
 
     def fit_transform(self, X, y=None, sample_weight=None):
         """Fit, then return the distances of ``X`` to the cluster centres."""
@@ -377,21 +358,11 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric)."""
         X = self._check_test_data(X)
-        C, metric = self.cluster_centers_, self._fitted_metric()
-        if is_dask_dataframe(X):
-            X = X.to_dask_array(lengths=True if sample_weight is not None else None)
-        if isinstance(X, da.Array):
-            d2 = X.map_blocks(_sq_dist_block, C, metric, dtype=np.float64, drop_axis=1)
-            if sample_weight is not None:
-                d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
-            return -float(get_client().compute(d2.sum(), sync=True))
-        d2 = _sq_dist_block(X, C, metric)
-        if sample_weight is not None:
-            w = np.asarray(sample_weight, dtype=np.float64)
-            if w.shape != d2.shape:
-                raise InvalidDataError(f"sample_weight has shape {w.shape} but X has {d2.shape[0]} rows")
-            d2 = d2 * w
-        return -float(d2.sum())
+        dask_input = is_dask_collection(X)
+        n_rows = None if dask_input else X.shape[0]
+        weights = check_sample_weight(sample_weight, n_rows, positive_sum=False)
+        return -inference.objective(X, self.cluster_centers_, self._fitted_metric(), weights,
+                                    client=get_client() if dask_input else None)
 
 
     def _checked_params(self) -> dict:

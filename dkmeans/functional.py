@@ -23,15 +23,12 @@ import numpy as np
 
 from dkmeans.fit import params as _params
 from dkmeans.fit.inputs import as_dataset, check_float_dtype
-from dkmeans.fit.final_pass import assign_dataset, assign_local
+from dkmeans.fit import inference
 from dkmeans.engine.client import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
 from dkmeans.fit.spec import FitSpec
 from dkmeans.fit.service import run_fit
 from dkmeans.drivers.init import InitOptions
-from dkmeans.io.dataframe import predict_series
-from dkmeans.kernels.cosine import normalize_rows, objective_scale
-from dkmeans.fit.metric_inputs import prepare_array
 from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
 from dkmeans.model import InferResult, Model, TrainResult
 
@@ -239,14 +236,11 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
             f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
         )
     if dataset.local is not None:  # in-memory data: assigned right here, as the estimator's predict does
-        local = normalize_rows(dataset.local) if desc.metric == "cosine" else dataset.local
-        labels, objective = assign_local(local, model.centroids)
-        return InferResult(labels=labels, objective_function_value=objective * objective_scale(desc.metric))
-    client = get_client()
-    array = prepare_array(dataset.array, desc.metric)  # cosine: unit rows, as in train
-    labels, objective = assign_dataset(client, array, model.centroids, gather=not dataset.is_dask,
-                                       keep_labels=dataset.frame is None)
-    objective *= objective_scale(desc.metric)
-    if dataset.frame is not None:
-        labels = predict_series(dataset.frame, model.centroids.astype(array.dtype), metric=desc.metric)
+        labels, objective = inference.labels_and_objective(dataset.local, model.centroids, desc.metric)
+        return InferResult(labels=labels, objective_function_value=objective)
+    keep = "none" if dataset.frame is not None else "persist" if dataset.is_dask else "gather"
+    labels, objective = inference.labels_and_objective(dataset.array, model.centroids, desc.metric,
+                                                       client=get_client(), keep=keep)
+    if dataset.frame is not None:  # on the DataFrame's index
+        labels = inference.labels(dataset.frame, model.centroids.astype(dataset.array.dtype), desc.metric)
     return InferResult(labels=labels, objective_function_value=objective)

@@ -10,15 +10,9 @@ import dask.array as da
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from dkmeans.kernels.stats import check_finite_block
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels import assign, cluster_sums
-
-
-def _sq_dist_block(X, C):
-    min_sq = assign(X, C)[1]
-    check_finite_block(min_sq, X)  # NaN or infinity in X: the error fit gives, not a NaN objective
-    return min_sq.astype(np.float64)
+from dkmeans.fit import inference
+from dkmeans.kernels import cluster_sums
 
 
 def objective(X, centroids, sample_weight=None) -> float:
@@ -30,20 +24,11 @@ def objective(X, centroids, sample_weight=None) -> float:
     centroids : array-like, shape (k, d)
     sample_weight : array-like or dask.array.Array, shape (n,), optional
     """
-    C = np.asarray(centroids)
-    if isinstance(X, da.Array):
-        C = C.astype(X.dtype)
-        d2 = X.map_blocks(_sq_dist_block, C, dtype=np.float64, drop_axis=1, meta=np.empty((0,), np.float64))
-        if sample_weight is not None:
-            d2 = d2 * da.asarray(sample_weight).rechunk((X.chunks[0],))
-        return float(d2.sum().compute())
-    X = np.asarray(X)
-    if X.dtype not in (np.float32, np.float64):
-        X = X.astype(np.float64)
-    d2 = _sq_dist_block(X, C.astype(X.dtype))
-    if sample_weight is not None:
-        d2 = d2 * np.asarray(sample_weight, dtype=np.float64)
-    return float(d2.sum())
+    if not isinstance(X, da.Array):
+        X = np.asarray(X)
+        if X.dtype not in (np.float32, np.float64):
+            X = X.astype(np.float64)
+    return inference.objective(X, np.asarray(centroids).astype(X.dtype), sample_weight=sample_weight)
 
 
 def contingency_matrix(labels_true, labels_pred) -> np.ndarray:

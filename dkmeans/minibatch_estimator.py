@@ -15,8 +15,8 @@ import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
 from dkmeans.drivers.streams import resolve_seed
-from dkmeans.fit.inputs import FLOAT_DTYPES, check_n_clusters_vs_rows, data_errors, is_dask_collection
-from dkmeans.fit.final_pass import assign_local
+from dkmeans.fit.inputs import FLOAT_DTYPES, check_n_clusters_vs_rows, check_sample_weight, data_errors, is_dask_collection
+from dkmeans.fit.inference import labels_and_objective
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.estimator import _KMeansBase, _finish_progress, _progress_for
 from dkmeans.fit.spec import FitSpec
@@ -288,13 +288,9 @@ class MiniBatchKMeans(_KMeansBase):
                               ensure_min_samples=1)
         if first:
             check_n_clusters_vs_rows(spec.n_clusters, X.shape[0], "n_clusters")
-        w = None
-        if sample_weight is not None:
-            w = np.asarray(sample_weight, dtype=np.float64)
-            if w.shape != (X.shape[0],) or not np.all(np.isfinite(w)) or np.any(w < 0):
-                raise InvalidDataError(f"sample_weight must be {X.shape[0]} finite non-negative numbers")
-            if np.all(w == 1.0):
-                w = None  # unit weights: exactly the unweighted step, labels and inertia
+        w = check_sample_weight(sample_weight, X.shape[0], positive_sum=False)  # a batch may weigh nothing
+        if w is not None and np.all(w == 1.0):
+            w = None  # unit weights: exactly the unweighted step, labels and inertia
         if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
             raise InvalidDataError(NON_FINITE_INPUT)
         if first:
@@ -316,7 +312,7 @@ class MiniBatchKMeans(_KMeansBase):
         self.n_iter_ = getattr(self, "n_iter_", 0)
         self.history_ = list(getattr(self, "history_", [])) + history_dicts([record])
         if self.compute_labels:
-            self.labels_, self.inertia_ = assign_local(X, self.cluster_centers_, w)
+            self.labels_, self.inertia_ = labels_and_objective(X, self.cluster_centers_, weights=w)
         return self
 
 

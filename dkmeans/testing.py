@@ -168,11 +168,11 @@ class FitOutcome:
 
 
 def _with_assignment(data, result, keep_labels: bool) -> FitOutcome:
-    from dkmeans.fit.final_pass import assign_dataset
+    from dkmeans.fit.inference import labels_and_objective
 
-    labels, objective = assign_dataset(data.client, data.X, result.centroids, data.weights,
-                                       keep_labels=keep_labels, persist=data.kind == "persisted",
-                                       generation=data.generation)
+    keep = "none" if not keep_labels else "persist" if data.kind == "persisted" else "lazy"
+    labels, objective = labels_and_objective(data.X, result.centroids, weights=data.weights, client=data.client,
+                                             keep=keep, prepared=True, generation=data.generation)
     return FitOutcome(result, labels, objective)
 
 

@@ -23,8 +23,6 @@ DASK_OUTSIDE_ENGINE = {
     "dkmeans.config": {"dask.config", "dask.utils"},
     # to move behind the engine (issue 32, step 2): inputs, final pass, inference, testing helpers
     "dkmeans.cli": {"dask.dataframe", "distributed", "distributed.security"},
-    "dkmeans.estimator": {"dask.array", "dask.array.utils"},
-    "dkmeans.fit.final_pass": {"dask.array", "dask.array.utils", "distributed"},
     "dkmeans.fit.inputs": {"dask.array"},
     "dkmeans.fit.metric_inputs": {"dask.array.utils"},
     "dkmeans.fit.service": {"dask.array"},

@@ -6,5 +6,5 @@ the three faces), :mod:`~dkmeans.fit.inputs` (the dataset and weight checks),
 :mod:`~dkmeans.fit.spec` (what a face asks, what it gets), :mod:`~dkmeans.fit.placement`
 (where the data lives), :mod:`~dkmeans.fit.runs` (the runs and their phases),
 :mod:`~dkmeans.fit.minibatch` (the mini-batch fit), :mod:`~dkmeans.fit.checkpoint_job`,
-:mod:`~dkmeans.fit.final_pass` and :mod:`~dkmeans.fit.results` (the end of a fit).
+:mod:`~dkmeans.fit.inference` (labels, distances and objective for every input kind: every face's inference and the final pass) and :mod:`~dkmeans.fit.results` (the end of a fit).
 """

@@ -231,8 +231,13 @@ def check_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "ini
     return C
 
 
-def check_sample_weight(sample_weight, dataset: Dataset):
-    """Non-negative, finite weights, not all zero, one per row; as NumPy or Dask (matching the data)."""
+def check_sample_weight(sample_weight, n_rows: int | None, *, positive_sum: bool = True):
+    """The one check of ``sample_weight``: finite, non-negative, one per row (``n_rows``; None: unknown).
+
+    Fits also need a positive sum (``positive_sum``); scoring does not. Returns float64
+    weights, NumPy or Dask as given (NumPy weights stay NumPy: the fit service sends them
+    with the rows).
+    """
     if sample_weight is None:
         return None
     if is_dask_collection(sample_weight):
@@ -253,12 +258,12 @@ def check_sample_weight(sample_weight, dataset: Dataset):
         w = w.astype(np.float64)
         has_nan, w_min, w_sum = (not np.all(np.isfinite(w))), (w.min() if w.size else 0.0), w.sum()
     n_w = w.shape[0]
-    if dataset.n_rows is not None and not math.isnan(n_w) and n_w != dataset.n_rows:
-        raise InvalidDataError(f"sample_weight has {n_w} entries but X has {dataset.n_rows} rows")
+    if n_rows is not None and not math.isnan(n_w) and n_w != n_rows:
+        raise InvalidDataError(f"sample_weight has {n_w} entries but X has {n_rows} rows")
     if has_nan or not math.isfinite(w_sum):
         raise InvalidDataError("sample_weight contains NaN or infinity")
     if w_min < 0:
         raise InvalidDataError("sample_weight must be non-negative")
-    if w_sum <= 0:
+    if positive_sum and w_sum <= 0:
         raise InvalidDataError("sample_weight sums to zero: at least one sample needs a positive weight")
-    return w  # NumPy weights stay NumPy: the fit service sends them with the rows
+    return w

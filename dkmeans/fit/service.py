@@ -76,7 +76,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
         C0 = prepare_centroids(C0, spec.metric, name=spec.names.get("init", "init"))
     if dataset.n_rows is not None:
         check_n_clusters_vs_rows(k, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
-    weights = check_sample_weight(sample_weight, dataset)
+    weights = check_sample_weight(sample_weight, dataset.n_rows)
     seed = resolve_seed(spec.random_state)
     searches = supports_local_search(spec.metric, is_sparse_array(dataset.array), algorithm=spec.algorithm,
                                      refine=spec.refine, local_search=spec.local_search)

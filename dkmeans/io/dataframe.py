@@ -77,31 +77,3 @@ def check_feature_names(df, expected, name: str = "X") -> None:
             f"{name}: the feature names should match those that were passed during fit "
             f"(columns are {detail}): expected {want}, got {got}"
         )
-
-
-def _predict_partition(part, centroids, name, metric="euclidean"):
-    from dkmeans.kernels.inference import labels_block
-
-    X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))
-    # NaN in a partition raises when the labels are computed
-    return pd.Series(labels_block(X, centroids, metric), index=part.index, name=name)
-
-
-def _transform_partition(part, centroids, names, metric="euclidean"):
-    from dkmeans.kernels.inference import distances_block
-
-    X = np.ascontiguousarray(part.to_numpy(dtype=centroids.dtype))
-    return pd.DataFrame(distances_block(X, centroids, metric), index=part.index, columns=names)
-
-
-def predict_series(df, centroids: np.ndarray, name: str = "cluster", metric: str = "euclidean"):
-    """Nearest-centroid labels of a Dask DataFrame, partition by partition (index kept), in ``metric``."""
-    meta = pd.Series(np.empty(0, np.int32), name=name, index=df._meta.index)
-    return df.map_partitions(_predict_partition, centroids, name, metric, meta=meta)
-
-
-def transform_frame(df, centroids: np.ndarray, names, metric: str = "euclidean"):
-    """Distances (``metric``'s: Euclidean, or ``1 - cos``) to every centroid as a Dask DataFrame with named columns."""
-    names = [str(n) for n in names]
-    meta = pd.DataFrame({n: np.empty(0, centroids.dtype) for n in names}, index=df._meta.index)
-    return df.map_partitions(_transform_partition, centroids, names, metric, meta=meta)

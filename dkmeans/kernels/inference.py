@@ -30,6 +30,29 @@ def objective_block(X, C, metric: str = "euclidean"):
     return min_sq.astype(np.float64) * objective_scale(metric)
 
 
+def labels_objective_block(X, C, w=None, metric: str = "euclidean", normalize: bool = True):
+    """Labels and (weighted) objective terms of a chunk as one ``(n, 2)`` float64 array.
+
+    Column 0: the label; column 1: the row's objective term (``w`` times the squared
+    distance, times the metric's :func:`~dkmeans.kernels.cosine.objective_scale`). Rows
+    already prepared for the metric (a fit's unit rows) pass ``normalize=False``. Raises
+    on NaN or infinity.
+    """
+    from dkmeans.kernels.namespace import get_namespace
+
+    Xm = normalize_rows(X) if metric == "cosine" and normalize else X
+    labels, min_sq = assign(Xm, C)
+    check_finite_block(min_sq, X)
+    d2 = min_sq.astype(np.float64)
+    xp = get_namespace(labels)
+    if w is not None:
+        d2 = d2 * w.reshape(-1)
+    scale = objective_scale(metric)
+    if scale != 1.0:
+        d2 = d2 * scale  # exact: 0.5 for cosine
+    return xp.stack([labels.astype(xp.float64), d2], axis=1)
+
+
 def distances_block(X, C, metric: str = "euclidean"):
     """Distances (n, k) of a chunk to every centroid: Euclidean, or ``1 - cos`` for cosine."""
     out = cosine_distances(X, C) if metric == "cosine" else distances(X, C)
@@ -37,4 +60,4 @@ def distances_block(X, C, metric: str = "euclidean"):
     return out
 
 
-__all__ = ["distances_block", "labels_block", "objective_block"]
+__all__ = ["distances_block", "labels_block", "labels_objective_block", "objective_block"]

@@ -1,0 +1,109 @@
+"""One inference path: labels, distances and the objective of fixed centroids, for every input kind.
+
+``predict``, ``transform`` and ``score`` of both estimators, :func:`dkmeans.infer`, the
+DataFrame helpers and the fit's final assignment all come here. In-memory rows (NumPy, CuPy,
+SciPy CSR) are computed at once; a Dask array gives lazy results (or one pass, for an
+objective); a Dask DataFrame gives results on its index. Each chunk runs the kernels of
+:mod:`dkmeans.kernels.inference` under the caller's kernel path, with the same
+normalisation as the fit, so training labels are what ``predict`` gives.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+
+from dkmeans.engine.rowwise import (as_array, index_meta, is_dask_array, labelled_pass, map_partitions,
+                                    map_row_blocks, sum_on_cluster)
+from dkmeans.io.dataframe import is_dask_dataframe
+from dkmeans.kernels.backends.compile import call_pinned, current_path
+from dkmeans.kernels.inference import distances_block, labels_block, labels_objective_block, objective_block
+
+
+def _pinned(fn):
+    """``fn`` run on the caller's kernel code path (a fit's one path), in tasks too."""
+    return functools.partial(call_pinned, current_path(), fn)
+
+
+def _rows(part, C):
+    return np.ascontiguousarray(part.to_numpy(dtype=C.dtype))
+
+
+def _labels_partition(part, C, name, metric):
+    return pd.Series(labels_block(_rows(part, C), C, metric), index=part.index, name=name)
+
+
+def _distances_partition(part, C, names, metric):
+    return pd.DataFrame(distances_block(_rows(part, C), C, metric), index=part.index, columns=names)
+
+
+def labels(X, C, metric: str = "euclidean", *, name: str = "cluster"):
+    """Index of the nearest centroid of every row (int32).
+
+    Returns a NumPy/CuPy array for in-memory rows, a lazy Dask array for a Dask array, and a
+    Dask Series on the input's index (named ``name``) for a Dask DataFrame.
+    """
+    C = np.asarray(C)
+    if is_dask_dataframe(X):
+        meta = pd.Series(np.empty(0, np.int32), name=name, index=index_meta(X))
+        return map_partitions(X, _labels_partition, C, name, metric, meta=meta)
+    if is_dask_array(X):
+        return map_row_blocks(X, _pinned(labels_block), C, metric, dtype=np.int32)
+    return labels_block(X, C, metric)
+
+
+def distances(X, C, metric: str = "euclidean", *, names=None):
+    """Distances ``(n, k)`` of every row to every centroid: Euclidean, or ``1 - cos`` for cosine.
+
+    A Dask DataFrame gives a Dask DataFrame with columns ``names`` on the input's index.
+    """
+    C = np.asarray(C)
+    if is_dask_dataframe(X):
+        names = [str(n) for n in names]
+        meta = pd.DataFrame({n: np.empty(0, C.dtype) for n in names}, index=index_meta(X))
+        return map_partitions(X, _distances_partition, C, names, metric, meta=meta)
+    if is_dask_array(X):
+        return map_row_blocks(X, _pinned(distances_block), C, metric, dtype=X.dtype, width=C.shape[0])
+    return distances_block(X, C, metric)
+
+
+def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=None) -> float:
+    """The (weighted) objective: the sum over rows of the squared distance (``1 - cos``) to the nearest centroid.
+
+    ``sample_weight`` has been checked (:func:`dkmeans.fit.inputs.check_sample_weight`);
+    Dask input takes one pass on ``client``.
+    """
+    C = np.asarray(C)
+    if is_dask_dataframe(X):
+        X = as_array(X, lengths=sample_weight is not None)
+    if is_dask_array(X):
+        return sum_on_cluster(client, map_row_blocks(X, _pinned(objective_block), C, metric, dtype=np.float64),
+                              sample_weight)
+    d2 = objective_block(X, C, metric)
+    return float((d2 if sample_weight is None else d2 * np.asarray(sample_weight, np.float64)).sum())
+
+
+def labels_and_objective(X, C, metric: str = "euclidean", weights=None, *, client=None, keep: str = "gather",
+                         prepared: bool = False, generation: int | None = None):
+    """Labels and (weighted) objective in one pass: the fit's final assignment and :func:`dkmeans.infer`.
+
+    ``prepared``: the rows are already the metric's (a fit's unit rows for cosine), so they
+    are not normalised again. For Dask arrays ``keep`` says what becomes of the labels
+    ("persist", "gather", "lazy" or "none"; see :func:`dkmeans.engine.rowwise.labelled_pass`);
+    in-memory rows are labelled at once.
+    """
+    C = np.asarray(C).astype(X.dtype)
+    block = functools.partial(_labels_objective, metric=metric, normalize=not prepared)
+    if not is_dask_array(X):
+        out = block(X, C, None if weights is None else np.asarray(weights, np.float64))
+        return out[:, 0].astype(np.int32), float(out[:, 1].sum())
+    return labelled_pass(client, X, _pinned(block), (C,), weights, keep=keep, generation=generation)
+
+
+def _labels_objective(X, C, w=None, *, metric, normalize):
+    return labels_objective_block(X, C, w, metric=metric, normalize=normalize)
+
+
+__all__ = ["distances", "labels", "labels_and_objective", "objective"]

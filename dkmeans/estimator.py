@@ -7,6 +7,7 @@ scikit-learn, ``cluster_centers_``, ``inertia_``, ``n_iter_``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import warnings
@@ -16,15 +17,14 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans.fit import params as _params
-from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, to_device
+from dkmeans.engine.device import check_cupy_array
 from dkmeans.fit import inference
 from dkmeans.fit.inputs import (
+    as_dataset,
     check_sample_weight,
     FLOAT_DTYPES,
     Dataset,
     check_dask_array,
-    cluster_workers,
-    local_dataset,
     data_errors,
     is_dask_collection,
 )
@@ -149,33 +149,23 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
     bookkeeping, model files and inference. A subclass gives ``__init__`` and ``_fit_spec``."""
 
     # -- data ---------------------------------------------------------------------
-    def _fit_dataset(self, X) -> Dataset:
-        if is_cupy_array(X):
-            arr = to_device(chunk_cupy_array(check_cupy_array(X), cluster_workers()), self.device)
-            self.n_features_in_ = int(arr.shape[1])
-            return Dataset(arr, False, self.n_features_in_, int(arr.shape[0]))
-        dataset = self._host_dataset(X)
-        dataset.array = to_device(dataset.array, self.device)
-        if self.device == "gpu":
-            dataset.local = None  # the rows go to the GPUs: no fit in this process
-        return dataset
+    def _fit_dataset(self, X, *, reset: bool = True, in_memory: bool = False) -> Dataset:
+        """The fit's input through the one dataset check; records ``n_features_in_`` and the feature names.
 
-    def _host_dataset(self, X) -> Dataset:
+        ``in_memory`` (``partial_fit``'s batch): the rows stay in this process whatever ``device``.
+        """
         if is_dataframe(X):
             select_columns(X)  # every column must be numeric: say which are not
-        if is_dask_collection(X):
-            arr = check_dask_array(X)
-            self.n_features_in_ = int(arr.shape[1])
-            if is_dask_dataframe(X) and all(isinstance(c, str) for c in X.columns):
-                self.feature_names_in_ = feature_names(X)
+        dataset = as_dataset(X, device=None if in_memory else self.device, check_local=functools.partial(
+            validate_data, self, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=reset, ensure_min_samples=1))
+        if dataset.is_dask or is_cupy_array(X):  # validate_data records them for in-memory host input
+            self.n_features_in_ = dataset.n_features
+        if dataset.is_dask:
+            if dataset.frame is not None and all(isinstance(c, str) for c in dataset.frame.columns):
+                self.feature_names_in_ = feature_names(dataset.frame)
             elif hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
-            n = None if np.isnan(arr.shape[0]) else int(arr.shape[0])
-            return Dataset(arr, True, self.n_features_in_, n, frame=X if is_dask_dataframe(X) else None)
-        with data_errors("X"):
-            X = validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=True,
-                              ensure_min_samples=1)
-        return local_dataset(X)
+        return dataset
 
     def _check_test_data(self, X):
         """Validate predict/transform input: a NumPy array, a Dask array or a Dask DataFrame."""

@@ -12,12 +12,11 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils.validation import validate_data
 
 from dkmeans.drivers.streams import resolve_seed
-from dkmeans.fit.inputs import FLOAT_DTYPES, check_n_clusters_vs_rows, check_sample_weight, data_errors, is_dask_collection
+from dkmeans.fit.inputs import check_n_clusters_vs_rows, check_sample_weight, is_dask_collection
 from dkmeans.fit.inference import labels_and_objective
-from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
+from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError, NON_FINITE_INPUT
 from dkmeans.estimator import _KMeansBase, _finish_progress, _progress_for
 from dkmeans.fit.spec import FitSpec
 from dkmeans.fit.minibatch import run_partial_fit
@@ -283,9 +282,11 @@ class MiniBatchKMeans(_KMeansBase):
         if is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         first = not hasattr(self, "cluster_centers_")
-        with data_errors("X"):
-            X = validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=first,
-                              ensure_min_samples=1)
+        batch = self._fit_dataset(X, reset=first, in_memory=True).local  # the one dataset check
+        if batch is None:
+            raise DataTypeError("partial_fit takes rows in host memory (NumPy, SciPy CSR, pandas, or a Dask "
+                                f"collection it computes), got {type(X).__name__}")
+        X = batch
         if first:
             check_n_clusters_vs_rows(spec.n_clusters, X.shape[0], "n_clusters")
         w = check_sample_weight(sample_weight, X.shape[0], positive_sum=False)  # a batch may weigh nothing

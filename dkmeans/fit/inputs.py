@@ -175,12 +175,15 @@ def local_dataset(X: np.ndarray, device=None) -> Dataset:
                    local=X if device != "gpu" else None)
 
 
-def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None) -> Dataset:
+def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, check_local=None) -> Dataset:
     """Validate any supported input and return it as a row-chunked Dask array.
 
     DataFrames are restricted to ``columns`` (default: all), which must be numeric;
     ``Dataset.frame`` keeps a Dask DataFrame (restricted) for index-aligned outputs.
     ``device`` ("cpu", "gpu" or None: where the data is) says where the chunks go.
+    ``check_local`` checks in-memory input instead of :func:`check_local_array` (the
+    estimators pass scikit-learn's ``validate_data``, which also records the feature
+    names); every face and ``partial_fit`` validate through here.
     """
     from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, to_device
     from dkmeans.kernels.namespace import is_cupy_array
@@ -199,7 +202,10 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None) 
         arr = to_device(check_dask_array(data, dtype=dtype, name=name), device)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
         return Dataset(arr, True, int(arr.shape[1]), n, frame=frame)
-    return local_dataset(check_local_array(data, dtype=dtype, name=name), device)
+    if check_local is None:
+        return local_dataset(check_local_array(data, dtype=dtype, name=name), device)
+    with data_errors(name):
+        return local_dataset(check_local(data), device)
 
 
 def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_clusters") -> None:

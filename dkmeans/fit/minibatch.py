@@ -17,9 +17,9 @@ from dkmeans.engine.local import ChunkList
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 from dkmeans.fit.checkpoint_job import checkpoint_job
-from dkmeans.fit.inputs import Dataset, check_centroids, check_n_clusters_vs_rows
+from dkmeans.fit.inputs import Dataset, check_centroids
 from dkmeans.fit.metric_inputs import prepare_centroids
-from dkmeans.fit.placement import moments_chunk
+from dkmeans.fit.placement import check_rows_when_placed, moments_chunk
 from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.spec import FitResult, FitSpec
 from dkmeans.kernels import assign_partials
@@ -87,7 +87,7 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
     one_pass = data.kind in ("streamed", "hybrid")
     try:
         n = data.n_rows
-        check_n_clusters_vs_rows(k, n, spec.names.get("n_clusters", "n_clusters"))
+        check_rows_when_placed(spec, dataset, data)
         b, init_size = minibatch_sizes(spec, n)
         opts = dataclasses.replace(opts, batch_size=b)
         if one_pass:  # the stream's head: no pass of its own

@@ -15,7 +15,7 @@ from dkmeans.engine.hybrid import HybridData
 from dkmeans.engine.sources import parquet_source
 from dkmeans.engine.sparse_rows import sparse_row_bytes
 from dkmeans.engine.streamed import rows_in_block
-from dkmeans.fit.inputs import Dataset
+from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows
 from dkmeans.fit.spec import resolve_out_of_core
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
 from dkmeans.kernels import column_moments
@@ -130,3 +130,13 @@ def in_process_threads(dataset: Dataset, weights) -> int | None:
 def moments_chunk(X, w, offset):
     """Column moments of a chunk: the fit's first pass over its placed data."""
     return column_moments(X)
+
+
+def check_rows_when_placed(spec, dataset, data) -> None:
+    """``n_clusters`` against the rows, for data whose row count the metadata did not give.
+
+    Known counts are checked before placement (:func:`dkmeans.fit.service.run_fit`); this is
+    the same check, once, where the count is first known: the placed data.
+    """
+    if dataset.n_rows is None:
+        check_n_clusters_vs_rows(spec.n_clusters, data.n_rows, spec.names.get("n_clusters", "n_clusters"))

@@ -44,7 +44,7 @@ from dkmeans.fit.checkpoint_job import checkpoint_job
 from dkmeans.fit.inputs import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
 from dkmeans.fit.metric_inputs import prepare_centroids, prepare_dataset, supports_local_search
 from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fit
-from dkmeans.fit.placement import in_process_threads, moments_chunk, place_data
+from dkmeans.fit.placement import check_rows_when_placed, in_process_threads, moments_chunk, place_data
 from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
 from dkmeans.fit.spec import FitResult, FitSpec, resolve_out_of_core, two_level_clusters, wants_local_search
@@ -115,7 +115,7 @@ def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches:
     """The fit on placed data (in this process when ``client`` is None)."""
     k = spec.n_clusters
     try:
-        check_n_clusters_vs_rows(k, data.n_rows, spec.names.get("n_clusters", "n_clusters"))
+        check_rows_when_placed(spec, dataset, data)
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite data: reported below
             moments = data.map_reduce(moments_chunk, combine_moments)
             mean_variance = float(np.mean(moments.m2 / moments.count))

@@ -168,11 +168,17 @@ class FitOutcome:
 
 
 def _with_assignment(data, result, keep_labels: bool) -> FitOutcome:
-    from dkmeans.fit.inference import labels_and_objective
+    import functools
 
-    keep = "none" if not keep_labels else "persist" if data.kind == "persisted" else "lazy"
-    labels, objective = labels_and_objective(data.X, result.centroids, weights=data.weights, client=data.client,
-                                             keep=keep, prepared=True, generation=data.generation)
+    from dkmeans.fit.inference import labels
+    from dkmeans.kernels.inference import labels_objective_block
+
+    C = np.asarray(result.centroids).astype(data.dtype)
+    block = functools.partial(labels_objective_block, normalize=False)
+    found, objective = data.labelled_pass(block, (C,), keep_labels=keep_labels)
+    if found is None and keep_labels:  # rows read from their source: lazy labels
+        found = labels(data.X, C)
+    labels = found
     return FitOutcome(result, labels, objective)
 
 

@@ -24,8 +24,6 @@ DASK_OUTSIDE_ENGINE = {
     # to move behind the engine (issue 32, step 2): inputs, final pass, inference, testing helpers
     "dkmeans.cli": {"dask.dataframe", "distributed", "distributed.security"},
     "dkmeans.fit.inputs": {"dask.array"},
-    "dkmeans.fit.metric_inputs": {"dask.array.utils"},
-    "dkmeans.fit.service": {"dask.array"},
     "dkmeans.metrics": {"dask.array"},
     "dkmeans.testing": {"dask.array"},
 }

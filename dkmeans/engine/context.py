@@ -41,6 +41,9 @@ class InContext:
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), **kwargs) -> Any:
         return self._data.fold(self._wrap(chunk_fn), state, args, **kwargs)
 
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), **kwargs):
+        return self._data.labelled_pass(self._wrap(block_fn), args, **kwargs)
+
     def run_loop(self, fn: Callable, args: Sequence[Any] = (), **kwargs) -> Any:
         # the loop gets the data it runs over (in a task, or this object's own when it runs
         # here, one graph per pass) in the context too, so its passes' tasks are wrapped

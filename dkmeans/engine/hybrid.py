@@ -24,6 +24,7 @@ class HybridData:
     """The data protocol over a persisted head and a streamed tail (see the module docstring)."""
 
     kind = "hybrid"
+    in_memory = False
 
     def __init__(self, head: PersistedData, tail: StreamedData):
         if head.first_row != 0 or tail.first_row != head.n_rows:
@@ -95,6 +96,12 @@ class HybridData:
     def report(self, record: dict) -> None:
         if self._on_progress is not None:
             self._on_progress(record)
+
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: one read, no labels kept."""
+        from dkmeans.engine.rowwise import summed_pass
+
+        return None, summed_pass(self, block_fn, args)
 
     def release(self) -> None:
         self.head.release()

@@ -28,6 +28,7 @@ class ChunkList:
     """
 
     kind = "local"
+    in_memory = True
 
     def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None, threads: int = 1):
         self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(int(o) for o in offsets)
@@ -47,7 +48,23 @@ class ChunkList:
         bounds = np.linspace(0, X.shape[0], n_chunks + 1).astype(int)
         blocks = [X[a:b] for a, b in zip(bounds, bounds[1:])]
         w = [None if weights is None else weights[a:b] for a, b in zip(bounds, bounds[1:])]
-        return cls(blocks, w, bounds[:-1], X.dtype, X.shape[1], threads=threads)
+        chunks = cls(blocks, w, bounds[:-1], X.dtype, X.shape[1], threads=threads)
+        chunks._whole = (X, weights)  # one call over all rows where per-row results are wanted
+        return chunks
+
+    _whole = None
+
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass` (the rows are here: labels kept)."""
+        import numpy as np
+
+        self.passes += 1
+        if self._whole is not None:  # in one call, as inference on the same array computes it
+            X, w = self._whole
+            out = block_fn(X, *args, w)
+        else:
+            out = np.concatenate(self._each(lambda X, w: block_fn(X, *args, w), self.blocks, self.weights))
+        return (out[:, 0].astype(np.int32) if keep_labels else None), float(out[:, 1].sum())
 
     def _each(self, fn, *per_chunk):
         """``[fn(*items) for items in zip(*per_chunk)]``, on the pool when there is one.

@@ -143,6 +143,7 @@ class PersistedData:
     """
 
     kind = "persisted"
+    in_memory = True
 
     def __init__(self, client, X: da.Array, weights: da.Array | None = None, budget: MemoryBudget | None = None,
                  first_row: int = 0, row_bytes: float | None = None):
@@ -437,6 +438,14 @@ class PersistedData:
         blocks = [da.from_delayed(f, shape=(n,), dtype=first.dtype, meta=first[:0])
                   for f, n in zip(futures, self.chunk_rows)]
         return self.client.persist(da.concatenate(blocks)) if blocks else da.zeros((0,), dtype=np.int32)
+
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: labels persisted beside the rows."""
+        from dkmeans.engine.rowwise import labelled_pass
+
+        self.passes += 1
+        return labelled_pass(self.client, self.X, block_fn, args, self.weights,
+                             keep="persist" if keep_labels else "none", generation=self.generation)
 
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""

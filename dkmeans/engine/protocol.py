@@ -35,9 +35,23 @@ class ChunkedData(Protocol):
     n_features: int
     dtype: np.dtype
 
+    #: whether the rows stay in memory for the whole fit (in this process or persisted on the
+    #: workers); False: they are read from their source in every pass (out-of-core)
+    in_memory: bool
+    #: the passes made over the rows so far
+    passes: int
+
     @property
     def has_weights(self) -> bool:
         """Whether rows carry a ``sample_weight``."""
+
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+        """One pass of ``block_fn(X_i, *args, w_i)``, which gives ``(n_i, 2)`` float64: a label and a value per row.
+
+        Returns ``(labels, total)``: the labels (int32) where the rows are kept (an array in
+        this process, or a Dask array persisted beside persisted rows; None for rows read
+        from their source, or without ``keep_labels``) and the sum of the values.
+        """
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()) -> Any:
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk (host memory)."""

@@ -30,6 +30,11 @@ def map_row_blocks(X: da.Array, fn, *args, dtype, width: int | None = None) -> d
     return X.map_blocks(fn, *args, dtype=dtype, chunks=(X.chunks[0], (width,)), meta=xp.empty((0, width), dtype))
 
 
+def map_rows_like(X: da.Array, fn) -> da.Array:
+    """``fn(block)`` for every row block of ``X``, lazily, where ``fn`` keeps a block's shape and type."""
+    return X.map_blocks(fn, dtype=X.dtype, meta=meta_from_array(X))
+
+
 def map_partitions(df, fn, *args, meta):
     """``fn(partition, *args)`` for every partition of a Dask DataFrame, lazily (its index kept)."""
     return df.map_partitions(fn, *args, meta=meta)
@@ -48,6 +53,17 @@ def as_array(df, *, lengths: bool = False) -> da.Array:
 def row_weights(weights, X: da.Array) -> da.Array:
     """``weights`` (NumPy or Dask, one per row) chunked like ``X``'s rows."""
     return da.asarray(weights).rechunk((X.chunks[0],))
+
+
+def weights_beside(weights, X: da.Array):
+    """In-memory ``weights`` as a Dask array chunked like ``X``'s rows (one chunk while those are unknown).
+
+    Dask weights are returned as they are: the data they are placed with aligns them.
+    """
+    if not isinstance(weights, np.ndarray):
+        return weights
+    known = not any(np.isnan(c) for c in X.chunks[0])
+    return da.from_array(weights, chunks=X.chunks[0] if known else -1)
 
 
 def sum_on_cluster(client, values: da.Array, weights=None) -> float:
@@ -86,5 +102,20 @@ def labelled_pass(client, X: da.Array, block_fn, args=(), weights=None, *, keep:
     return labels, float(total)
 
 
-__all__ = ["as_array", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks",
-           "row_weights", "sum_on_cluster"]
+def _value_sum_chunk(block_fn, X, w, offset, *args):
+    return float(block_fn(X, *args, w)[:, 1].sum())
+
+
+def _sum(parts):
+    return float(sum(parts))
+
+
+def summed_pass(data, block_fn, args=()) -> float:
+    """The sum of ``block_fn``'s values (column 1) over ``data``'s chunks: a labelled pass that keeps no labels."""
+    import functools
+
+    return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
+
+
+__all__ = ["as_array", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
+           "row_weights", "sum_on_cluster", "summed_pass", "weights_beside"]

@@ -202,6 +202,7 @@ class StreamedData:
     """
 
     kind = "streamed"
+    in_memory = False
 
     def __init__(self, client, X: da.Array | None, weights: da.Array | None = None, budget: MemoryBudget | None = None,
                  read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None,
@@ -500,6 +501,12 @@ class StreamedData:
     def report(self, record: dict) -> None:
         if self._on_progress is not None:
             self._on_progress(record)
+
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: one read, no labels kept."""
+        from dkmeans.engine.rowwise import summed_pass
+
+        return None, summed_pass(self, block_fn, args)
 
     def release(self) -> None:
         """Nothing is held on the cluster between passes."""

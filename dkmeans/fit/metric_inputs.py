@@ -24,8 +24,8 @@ default ``local_search="auto"`` turns local search off).
 from __future__ import annotations
 
 import numpy as np
-from dask.array.utils import meta_from_array
 
+from dkmeans.engine.rowwise import map_rows_like
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.kernels.cosine import normalize_rows
 
@@ -38,7 +38,7 @@ def prepare_array(X, metric: str):
     """
     if metric != "cosine":
         return X
-    return X.map_blocks(normalize_rows, dtype=X.dtype, meta=meta_from_array(X))
+    return map_rows_like(X, normalize_rows)
 
 
 def prepare_dataset(dataset, metric: str):

@@ -84,7 +84,7 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
     """
     opts: MiniBatchOptions = spec.minibatch
     k = spec.n_clusters
-    one_pass = data.kind in ("streamed", "hybrid")
+    one_pass = not data.in_memory  # rows read from their source: one sequential pass
     try:
         n = data.n_rows
         check_rows_when_placed(spec, dataset, data)

@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-from dkmeans.drivers.lloyd import objective
+import functools
+
+import numpy as np
+
 from dkmeans.fit import inference
 from dkmeans.fit.inputs import Dataset
 from dkmeans.fit.spec import FitResult, FitSpec
-from dkmeans.kernels.cosine import objective_scale
+from dkmeans.kernels.inference import labels_objective_block
 
 
 def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
     """Labels and objective of ``centroids`` on the data (what inference gives), and the passes made."""
-    # the rows are the metric's already (a fit's unit rows for cosine)
-    if data.kind == "local":
-        labels, inertia = inference.labels_and_objective(dataset.local, centroids, spec.metric,
-                                                         data.weights[0] if data.has_weights else None,
-                                                         prepared=True)
-    elif data.kind == "persisted":
-        # a Dask DataFrame gets index-aligned labels below: the final pass needs only the objective
-        labels, inertia = inference.labels_and_objective(data.X, centroids, spec.metric, data.weights, client=client,
-                                                         keep="persist" if dataset.frame is None else "none",
-                                                         prepared=True, generation=data.generation)
-    else:  # labels stay lazy, computed from the source when used; the objective takes one pass
-        # cosine: 1 - cos is half the squared distance of unit vectors
-        inertia = objective(data, centroids) * objective_scale(spec.metric)
-        labels = inference.labels(dataset.array, centroids.astype(dataset.array.dtype))
-    n_passes = data.passes + 1 - (data.kind == "streamed" or data.kind == "hybrid")  # streamed: counted
+    # one pass where the rows are; the rows are the metric's already (a fit's unit rows for cosine)
+    block = functools.partial(labels_objective_block, metric=spec.metric, normalize=False)
+    C = np.asarray(centroids).astype(data.dtype)
+    # a Dask DataFrame gets index-aligned labels (fit_result): the final pass needs only the objective
+    labels, inertia = data.labelled_pass(block, (C,), keep_labels=dataset.frame is None)
+    if labels is None and dataset.frame is None:  # rows read from their source: labels stay lazy, read when used
+        labels = inference.labels(dataset.array, C)
+    n_passes = data.passes
     return labels, inertia, n_passes
 
 
@@ -39,9 +35,8 @@ def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_rea
         labels = None
     elif dataset.frame is not None:  # on the DataFrame's index, from its partitions (the final pass kept none)
         labels = inference.labels(dataset.frame, centroids, spec.metric)
-    elif not dataset.is_dask and data.kind != "local":
+    elif not dataset.is_dask and hasattr(labels, "compute"):  # in-memory input, labels from the cluster
         labels = labels.compute()
-    in_memory = data.kind in ("persisted", "local")
     return FitResult(centroids, labels, inertia, n_iter, stop_reason, converged, history,
-                     "in-memory" if in_memory else "out-of-core", n_passes, list(data.loop_modes), **extra)
+                     "in-memory" if data.in_memory else "out-of-core", n_passes, list(data.loop_modes), **extra)
 

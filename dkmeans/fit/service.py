@@ -28,7 +28,6 @@ import dataclasses
 import functools
 import math
 
-import dask.array as da
 import numpy as np
 from threadpoolctl import threadpool_limits
 
@@ -38,6 +37,7 @@ from dkmeans.drivers.streams import derive_seed, resolve_seed
 from dkmeans.engine.client import fit_client
 from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
+from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.fit.checkpoint_job import checkpoint_job
@@ -93,8 +93,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
             with threadpool_limits(limits=1) if threads > 1 else contextlib.nullcontext():
                 return fit(spec, dataset, data, C0, seed, None, searches)
         with fit_client() as client:
-            if isinstance(weights, np.ndarray):
-                weights = da.from_array(weights, chunks=dataset.array.chunks[0] if dataset.n_rows is not None else -1)
+            weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
             data = place_data(client, dataset, weights, spec.out_of_core, spec.n_clusters,
                               allow_hybrid=spec.algorithm != "minibatch")
             return fit(spec, dataset, InContext(data, functools.partial(call_pinned, path)), C0, seed, client,

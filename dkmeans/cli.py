@@ -29,21 +29,11 @@ logger = logging.getLogger("dkmeans")
 # -- the cluster -------------------------------------------------------------------
 def connect(args):
     """The client the command runs on: ``--scheduler``, ``--local``/``--gpu``, or the embedded one."""
-    import distributed
-
-    from dkmeans.engine.client import get_client
+    from dkmeans.engine.client import connect_scheduler, get_client
 
     if getattr(args, "scheduler", None):
-        security = None
-        if args.tls_ca_file or args.tls_cert or args.tls_key:
-            from distributed.security import Security
-
-            security = Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
-                                tls_client_key=args.tls_key, require_encryption=True)
-        try:
-            client = distributed.Client(args.scheduler, timeout=args.connect_timeout, security=security)
-        except (OSError, TimeoutError) as exc:
-            raise DKMeansError(f"cannot reach the scheduler at {args.scheduler}: {exc}") from None
+        client = connect_scheduler(args.scheduler, timeout=args.connect_timeout, tls_ca_file=args.tls_ca_file,
+                                   tls_cert=args.tls_cert, tls_key=args.tls_key)
         args.opened_client = client  # closed by main() before it returns
         return client
     # --local is the default: the embedded cluster (closed by main() before it returns). A
@@ -269,10 +259,10 @@ def _evaluate(args) -> int:
 
 
 def _demo(args) -> int:
-    import dask.dataframe as dd
     from sklearn.metrics import adjusted_rand_score
 
     from dkmeans import KMeans
+    from dkmeans.engine.files import write_labels_parquet
     from dkmeans.testing import make_blobs_dask
 
     for option, value in (("--n-samples", args.n_samples), ("--n-features", args.n_features)):
@@ -305,7 +295,7 @@ def _demo(args) -> int:
 
     model_path = km.save(out_dir / "model.npz")
     labels_path = out_dir / "labels.parquet"
-    dd.from_dask_array(km.labels_, columns="cluster").to_frame().to_parquet(labels_path, write_index=False)
+    write_labels_parquet(km.labels_, labels_path)
     plot_path = out_dir / "fit.png"
     try:
         from dkmeans.plot import save_fit_plot

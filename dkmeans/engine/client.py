@@ -177,6 +177,23 @@ def start_local_cuda_cluster(*, set_as_default: bool = True, **kwargs):
     return distributed.Client(LocalCUDACluster(**options), set_as_default=set_as_default)
 
 
+def connect_scheduler(address: str, *, timeout="30s", tls_ca_file=None, tls_cert=None, tls_key=None):
+    """A client of the scheduler at ``address`` (TLS when any of the files is given).
+
+    Raises :class:`~dkmeans.errors.DKMeansError` naming the address when it cannot be reached.
+    """
+    security = None
+    if tls_ca_file or tls_cert or tls_key:
+        from distributed.security import Security
+
+        security = Security(tls_ca_file=tls_ca_file, tls_client_cert=tls_cert, tls_client_key=tls_key,
+                            require_encryption=True)
+    try:
+        return distributed.Client(address, timeout=timeout, security=security)
+    except (OSError, TimeoutError) as exc:
+        raise DKMeansError(f"cannot reach the scheduler at {address}: {exc}") from None
+
+
 def get_client(*, gpu: bool = False, **kwargs):
     """The client to run on: the current one, else the embedded local cluster's.
 

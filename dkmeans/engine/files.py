@@ -73,3 +73,11 @@ def write_parquet(df, path, overwrite: bool = True) -> Path:
     """Write a Dask DataFrame as a Parquet directory, one file per partition (pyarrow)."""
     df.to_parquet(str(path), engine="pyarrow", write_index=True, overwrite=overwrite)
     return Path(path)
+
+
+def write_labels_parquet(labels, path, column: str = "cluster") -> Path:
+    """Write a Dask array of labels as a one-column Parquet directory (no index)."""
+    import dask.dataframe as dd
+
+    dd.from_dask_array(labels, columns=column).to_frame().to_parquet(str(path), write_index=False)
+    return Path(path)

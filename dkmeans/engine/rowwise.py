@@ -8,6 +8,8 @@ give CuPy results (the output's meta follows the input's namespace).
 
 from __future__ import annotations
 
+import math
+
 import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
@@ -15,11 +17,37 @@ from distributed import futures_of
 
 from dkmeans.engine.futures import gather
 from dkmeans.engine.passes import submitting_own_graph
-from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.namespace import get_namespace, is_sparse
 
 
 def is_dask_array(X) -> bool:
     return isinstance(X, da.Array)
+
+
+#: Target size of one chunk when an in-memory array is split for the cluster.
+CHUNK_BYTES = 64 * 2**20
+
+
+def chunked_rows(X: np.ndarray, n_workers: int = 1) -> da.Array:
+    """Split an in-memory array into row chunks of about 64 MiB (at least ``n_workers``).
+
+    Fewer chunks than the cluster has threads are split further where they are persisted
+    (:mod:`dkmeans.engine.placement`), so the cluster need not be known here. A
+    ``scipy.sparse`` CSR matrix gives CSR chunks (sized by their stored bytes).
+    """
+    n = X.shape[0]
+    sparse = is_sparse(X)
+    nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if sparse else X.nbytes
+    n_chunks = max(n_workers, math.ceil(nbytes / CHUNK_BYTES))
+    rows = max(1, math.ceil(n / max(1, min(n, n_chunks))))
+    if sparse:  # from_array would otherwise call np.asarray on every chunk
+        return da.from_array(X, chunks=(rows, X.shape[1]), asarray=False, meta=X[:0])
+    return da.from_array(X, chunks=(rows, X.shape[1]))
+
+
+def weight_stats(w: da.Array) -> tuple[float, float, float]:
+    """Whether a Dask array of weights holds NaN, its minimum and its sum, in one computation."""
+    return tuple(float(v) for v in da.stack([da.isnan(w).any(), w.min(), w.sum()]).compute())
 
 
 def map_row_blocks(X: da.Array, fn, *args, dtype, width: int | None = None) -> da.Array:
@@ -117,5 +145,5 @@ def summed_pass(data, block_fn, args=()) -> float:
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 
-__all__ = ["as_array", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
-           "row_weights", "sum_on_cluster", "summed_pass", "weights_beside"]
+__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
+           "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside"]

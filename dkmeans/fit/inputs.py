@@ -12,18 +12,16 @@ import math
 import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
-import dask.array as da
 import numpy as np
 from sklearn.utils import check_array
 
-from dkmeans.kernels.namespace import is_sparse
+from dkmeans.engine.rowwise import chunked_rows, is_dask_array, weight_stats
 from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
 
 FLOAT_DTYPES = (np.float64, np.float32)
-#: Target size of one chunk when an in-memory array is split for the cluster.
-CHUNK_BYTES = 64 * 2**20
 
 
 # -- parameters ----------------------------------------------------------------------
@@ -61,7 +59,7 @@ def check_float_dtype(dtype) -> np.dtype:
 class Dataset:
     """Validated input: a row-chunked Dask array plus what the faces need to know."""
 
-    array: da.Array
+    array: Any  # a row-chunked dask.array.Array
     is_dask: bool
     n_features: int
     n_rows: int | None  # None while a Dask input's row count is unknown
@@ -114,12 +112,12 @@ def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
         )
 
 
-def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
+def check_dask_array(data, *, dtype=None, name: str = "X"):
     """A 2-D numeric Dask array (metadata checks only), converted to float32/float64."""
     if is_dask_dataframe(data):
         # one chunk per partition; unknown lengths are read off the persisted chunks later
         data = select_columns(data, name=name).to_dask_array()
-    if not isinstance(data, da.Array):
+    if not is_dask_array(data):
         raise DataTypeError(f"{name}: expected an array or DataFrame, got {type(data).__name__}")
     if data.ndim != 2:
         raise InvalidDataError(
@@ -143,23 +141,6 @@ def check_dask_array(data, *, dtype=None, name: str = "X") -> da.Array:
     return data
 
 
-def chunk_local_array(X: np.ndarray, n_workers: int = 1) -> da.Array:
-    """Split an in-memory array into row chunks of about 64 MiB (at least ``n_workers``).
-
-    Fewer chunks than the cluster has threads are split further where they are persisted
-    (:mod:`dkmeans.engine.placement`), so the cluster need not be known here. A
-    ``scipy.sparse`` CSR matrix gives CSR chunks (sized by their stored bytes).
-    """
-    n = X.shape[0]
-    sparse = is_sparse(X)
-    nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if sparse else X.nbytes
-    n_chunks = max(n_workers, math.ceil(nbytes / CHUNK_BYTES))
-    rows = max(1, math.ceil(n / max(1, min(n, n_chunks))))
-    if sparse:  # from_array would otherwise call np.asarray on every chunk
-        return da.from_array(X, chunks=(rows, X.shape[1]), asarray=False, meta=X[:0])
-    return da.from_array(X, chunks=(rows, X.shape[1]))
-
-
 def cluster_workers() -> int:
     """Workers of the cluster dkmeans runs on (starting the embedded one if need be)."""
     from dkmeans.engine.client import get_client
@@ -171,7 +152,7 @@ def local_dataset(X: np.ndarray, device=None) -> Dataset:
     """A validated in-memory array as a :class:`Dataset` (the Dask array is lazy: nothing is sent)."""
     from dkmeans.engine.device import to_device
 
-    return Dataset(to_device(chunk_local_array(X), device), False, X.shape[1], X.shape[0],
+    return Dataset(to_device(chunked_rows(X), device), False, X.shape[1], X.shape[0],
                    local=X if device != "gpu" else None)
 
 
@@ -253,8 +234,7 @@ def check_sample_weight(sample_weight, n_rows: int | None, *, positive_sum: bool
         if w.ndim != 1:
             raise InvalidDataError(f"sample_weight must be 1-D, got shape {w.shape}")
         w = w.astype(np.float64)
-        stats = np.asarray(da.stack([da.isnan(w).any(), w.min(), w.sum()]).compute(), dtype=np.float64)
-        has_nan, w_min, w_sum = stats
+        has_nan, w_min, w_sum = weight_stats(w)
     else:
         w = np.asarray(sample_weight)
         if w.ndim != 1:

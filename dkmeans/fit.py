@@ -252,7 +252,8 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters
     """
     mode = resolve_out_of_core(out_of_core)
     budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES,
-                             centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize))
+                             centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize),
+                             kernels=None if is_sparse_array(dataset.array) else (dataset.array.dtype, dataset.n_features))
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     # Parquet behind a dd.read_parquet frame: the engine reads it in row batches, row counts from the footers

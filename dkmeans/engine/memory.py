@@ -109,7 +109,7 @@ class MemoryBudget:
         if kernels is not None:
             from dkmeans.kernels.compile import current_path
 
-            rss = client.run(prepare_worker, current_path(), *kernels)
+            rss = client.run(_prepare_in_thread, current_path(), *kernels)
             info = _next_reports(client, info) if _paused(info) else client.scheduler_info(n_workers=-1)["workers"]
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
@@ -194,6 +194,14 @@ def prepare_worker(path, dtype, n_features: int) -> int:
         _prepared.add(key)
     release_memory()
     return int(psutil.Process().memory_info().rss)
+
+
+async def _prepare_in_thread(path, dtype, n_features: int) -> int:
+    """:func:`prepare_worker` in a thread of the worker (``client.run`` awaits it on the worker's event
+    loop, which stays free for heartbeats and transfers during a compilation of several seconds)."""
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(None, prepare_worker, path, dtype, n_features)
 
 
 def _paused(info: dict) -> list:

@@ -9,6 +9,7 @@ import glob
 import os
 from pathlib import Path
 
+from dkmeans.engine.sources import register_csv
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 
 FORMATS = ("parquet", "csv")
@@ -40,8 +41,30 @@ def _check_local_exists(path: str) -> None:
         raise InvalidDataError(f"input {path!r} does not exist")
 
 
+def _csv_files(path: str):
+    """The CSV files of a file, directory or glob, sorted, and their fsspec filesystem (None: local)."""
+    import fsspec
+
+    fs, _ = fsspec.core.url_to_fs(path)
+    local = type(fs).__name__ == "LocalFileSystem"
+    stripped = fs._strip_protocol(path) if not local else path
+    if any(ch in path for ch in "*?["):
+        files = fs.glob(stripped)
+    elif fs.isdir(stripped):
+        files = [f for f in fs.ls(stripped, detail=False) if f.lower().endswith((".csv", ".csv.gz", ".tsv"))]
+    else:
+        files = [stripped]
+    files = sorted(str(f) for f in files)
+    if not files:
+        raise InvalidDataError(f"no CSV file matches {path!r}")
+    return files, (None if local else fs)
+
+
 def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB"):
     """Read Parquet (file, directory or glob, with pyarrow) or CSV into a Dask DataFrame.
+
+    CSV: ``dd.read_csv`` over the files (sorted), registered with the engine, which reads
+    a fit's feature columns of it in row batches itself (:mod:`dkmeans.engine.sources`).
 
     Parameters
     ----------
@@ -63,7 +86,16 @@ def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB"):
     try:
         if fmt == "parquet":
             return dd.read_parquet(path, columns=list(columns) if columns else None, engine="pyarrow")
-        df = dd.read_csv(path, blocksize=blocksize)
+        try:
+            files, fs = _csv_files(path)
+        except InvalidDataError:
+            raise
+        except Exception:  # noqa: BLE001 - a listing fsspec cannot make here: Dask reads the path itself
+            files, fs = None, None
+        df = dd.read_csv(path if files is None else files if fs is None else [fs.unstrip_protocol(f) for f in files],
+                         blocksize=blocksize)
+        if files and all(f.lower().endswith(".csv") for f in files):  # plain CSV: cut at line ends
+            register_csv(df, files, fs)  # a fit reads its feature columns in row batches (engine/sources.py)
         return df[list(columns)] if columns else df
     except (ValueError, KeyError) as exc:
         raise InvalidDataError(f"cannot read {path!r}: {exc}") from exc

@@ -175,9 +175,18 @@ def _stalled(client, futures):
                          f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB)")
     held = [a for a in paused if processing.get(a)]  # the paused workers holding tasks
     more = f" and {len(pending) - 3} more" if len(pending) > 3 else ""
+
+    def queued(a):
+        keys = [str(k) for k in processing.get(a, ())]
+        if not keys:
+            return "no task queued"
+        return f"{len(keys)} task(s) queued on it: " + ", ".join(repr(k) for k in keys[:3]) + (
+            ", ..." if len(keys) > 3 else "")
+
     message = (f"{'; '.join(notes)}{more}; paused workers: "
                + ", ".join(f"{a} ({int(workers[a].get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
-                           f"{int(workers[a].get('memory_limit') or 0) / 2**20:.0f} MiB)" for a in paused) + ".")
+                           f"{int(workers[a].get('memory_limit') or 0) / 2**20:.0f} MiB, {queued(a)})"
+                           for a in paused) + ".")
     return {"paused": held or paused, "message": message}
 
 

@@ -21,6 +21,13 @@ does. Two fractions of the limit, both Dask config keys (documented in the READM
   summed over the workers (below distributed's spill target of 60%); larger data is read
   from its source in every pass (out-of-core), except what fits, which stays persisted.
 
+A fit's compiled kernels take memory of the worker process too (numba and LLVM, the loaded
+machine code: about 260 MiB on a fresh worker, measured with the process's resident memory
+before and after): before the budget is read, the fit's kernels are loaded on every worker
+(``kernels``: their dtype and width; :func:`prepare_worker` runs them on a few rows, compiled
+or from numba's cache), so the budget counts that memory as the worker's own instead of
+meeting it in the first pass's tasks.
+
 When a worker's own memory leaves it less than its nominal task budget, the workers are first
 asked to give freed memory back to the operating system (``gc.collect()`` and glibc's
 ``malloc_trim(0)``, as distributed's documentation advises for unmanaged memory that stays
@@ -77,20 +84,30 @@ class MemoryBudget:
     centroid_bytes: int = 0
 
     @classmethod
-    def of(cls, client, scratch_bytes: int = 0, centroid_bytes: int = 0) -> "MemoryBudget":
+    def of(cls, client, scratch_bytes: int = 0, centroid_bytes: int = 0, kernels: tuple | None = None
+           ) -> "MemoryBudget":
         """The budget of ``client``'s cluster as the scheduler reports it now.
 
-        Where a worker's own memory cuts into its task budget, the workers first release
-        the memory their allocators keep (see the module docstring).
+        ``kernels``: ``(dtype, n_features)`` of the fit's compiled kernels, loaded on every
+        worker first (:func:`prepare_worker`, on the code path the caller pinned) so that
+        their memory is counted. Where a worker's own memory cuts into its task budget, the
+        workers first release the memory their allocators keep (see the module docstring).
         """
         info = client.scheduler_info(n_workers=-1)["workers"]
         if not info:  # no worker yet (starting, or restarting): plan once one is there
             info = _wait_for_workers(client)
-        budget = cls._from_info(info, scratch_bytes, centroid_bytes)
-        if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits) or _paused(info):
-            client.run(release_memory)
-            info = _next_reports(client, info)
+        if kernels is not None:
+            from dkmeans.kernels.backends.compile import current_path
+
+            rss = client.run(_prepare_in_thread, current_path(), *kernels)
+            info = _next_reports(client, info) if _paused(info) else client.scheduler_info(n_workers=-1)["workers"]
+            budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
+        else:
             budget = cls._from_info(info, scratch_bytes, centroid_bytes)
+            if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits) or _paused(info):
+                client.run(release_memory)
+                info = _next_reports(client, info)
+                budget = cls._from_info(info, scratch_bytes, centroid_bytes)
         paused = _paused(info)
         if paused and len(paused) == len(info):
             raise WorkersPausedError(
@@ -105,12 +122,15 @@ class MemoryBudget:
         return budget
 
     @classmethod
-    def _from_info(cls, info: dict, scratch_bytes: int, centroid_bytes: int = 0) -> "MemoryBudget":
+    def _from_info(cls, info: dict, scratch_bytes: int, centroid_bytes: int = 0, rss: dict | None = None
+                   ) -> "MemoryBudget":
+        """The budget from the scheduler's worker info; ``rss``: process memory measured on the workers just now."""
         limits = {addr: int(w.get("memory_limit") or 0) or HOST_MEMORY for addr, w in info.items()}
         unmanaged = {}
         for addr, w in info.items():
             metrics = w.get("metrics", {})
-            unmanaged[addr] = max(0, int(metrics.get("memory", 0)) - int(metrics.get("managed_bytes", 0)))
+            memory = int((rss or {}).get(addr) or metrics.get("memory", 0))
+            unmanaged[addr] = max(0, memory - int(metrics.get("managed_bytes", 0)))
         return cls(limits, int(scratch_bytes), unmanaged, int(centroid_bytes))
 
     def _nominal_task(self, address: str) -> float:
@@ -139,6 +159,39 @@ class MemoryBudget:
     def per_worker(self) -> dict:
         """:meth:`task_bytes` of every worker, by address."""
         return {addr: self.task_bytes(addr) for addr in self.limits}
+
+
+_prepared: set = set()
+
+
+def prepare_worker(path, dtype, n_features: int) -> int:
+    """Run on each worker before its memory is read: the fit's compiled kernels loaded, the allocators'
+    free memory released; returns the process's resident memory (bytes, as distributed measures it).
+
+    ``path``: the fit's kernel path (:func:`dkmeans.kernels.backends.compile.current_path`); the NumPy
+    path (or none pinned) loads nothing. The kernels run once on a few rows (compiling them,
+    or loading them from numba's cache), once per process and kind.
+    """
+    import psutil
+
+    key = (path, str(dtype), int(n_features))
+    if path == "compiled" and key not in _prepared:
+        from dkmeans.kernels.nearest import compiled_kinds
+        from dkmeans.kernels.backends.compile import call_pinned
+
+        for _, warm_up in compiled_kinds(dtype, int(n_features)):
+            call_pinned("compiled", warm_up)
+        _prepared.add(key)
+    release_memory()
+    return int(psutil.Process().memory_info().rss)
+
+
+async def _prepare_in_thread(path, dtype, n_features: int) -> int:
+    """:func:`prepare_worker` in a thread of the worker (``client.run`` awaits it on the worker's event
+    loop, which stays free for heartbeats and transfers during a compilation of several seconds)."""
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(None, prepare_worker, path, dtype, n_features)
 
 
 def _paused(info: dict) -> list:
@@ -218,4 +271,5 @@ __all__ = [
     "MemoryBudget",
     "check_chunks_fit",
     "group_by_bytes",
+    "prepare_worker",
 ]

@@ -13,6 +13,15 @@ The rows are those of the DataFrame, in its order (files in ``dask.utils.natural
 order, as ``dd.read_parquet`` sorts them, row groups in file order), so global row
 indices, and the draws keyed by them, are those of the in-memory fit.
 
+CSV files read through :func:`dkmeans.engine.files.read_table` (the CLI's input) are read the
+same way (:class:`CsvSource`): the frame is ``dd.read_csv`` over the listed files, registered
+here with those files (:func:`register_csv`); the engine splits each file at line ends
+into pieces of about :data:`PIECE_BYTES`, counts each piece's rows in one pass on the
+workers (one column converted), and streams a piece with pyarrow's ``open_csv`` (only the
+feature columns converted, straight to float arrays), in the files' order, as Dask does.
+Dask's graph of any other ``dd.read_csv`` frame names its files only inside private
+tasks, so such frames are read by Dask as before.
+
 How much memory a batch takes while read is measured, not guessed
 (:func:`measure_read`): a probe task on a worker releases what the allocators keep,
 resets the process's peak resident memory (Linux: ``/proc/self/clear_refs``, then
@@ -25,6 +34,7 @@ readers, decompression buffers). The batch size is then what a worker's task bud
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 import re
@@ -134,8 +144,9 @@ def to_array(batch, dtype) -> np.ndarray:
 
 
 # -- the files behind a Dask DataFrame --------------------------------------------------------
-def parquet_source(frame, dtype) -> ParquetSource | None:
-    """A :class:`ParquetSource` for ``frame`` when it is a plain ``dd.read_parquet`` of some columns, else None.
+def parquet_source(frame, dtype) -> "ParquetSource | CsvSource | None":
+    """A :class:`ParquetSource` for ``frame`` when it is a plain ``dd.read_parquet`` of some columns, a
+    :class:`CsvSource` when it is some columns of a CSV frame of :func:`register_csv`, else None.
 
     Plain: after Dask's optimisation the expression is the Parquet read itself (column
     projection folded in), with no filters and no partition selection. The path, columns,
@@ -145,6 +156,9 @@ def parquet_source(frame, dtype) -> ParquetSource | None:
     ``_partitions`` (a partition selection such as ``df.partitions[...]``) is a private
     operand: a frame that has one is not read here (it would change the rows).
     """
+    csv = _registered_csv(frame, dtype)
+    if csv is not None:
+        return csv
     try:
         expr = frame.optimize().expr
         parameters = getattr(expr, "_parameters", ())
@@ -216,6 +230,176 @@ def _plan_pieces(files, columns, dtype, fs) -> ParquetSource | None:
     return source
 
 
+# -- CSV files ---------------------------------------------------------------------------------
+#: pyarrow's CSV reader parses this many bytes at a time at most (its batches are blocks of bytes).
+CSV_BLOCK_BYTES = 4 * 2**20
+_csv_frames: dict = {}
+
+
+def register_csv(frame, files, filesystem=None) -> None:
+    """Remember that ``frame`` (a ``dd.read_csv`` with default parsing options) reads ``files`` in this order.
+
+    Column selections of it (``frame[cols]``) are then read by the engine (:class:`CsvSource`).
+    """
+    if len(_csv_frames) > 256:  # names of frames long gone: keep the registry small
+        _csv_frames.clear()
+    _csv_frames[frame.expr._name] = (list(files), filesystem, list(frame.columns))
+
+
+def _registered_csv(frame, dtype) -> "CsvSource | None":
+    """The :class:`CsvSource` of ``frame`` when it selects columns of a registered CSV frame."""
+    try:
+        expr = frame.expr
+        while expr._name not in _csv_frames and type(expr).__name__ == "Projection":
+            expr = expr.operand("frame")
+        if expr._name not in _csv_frames:
+            return None
+        files, fs, names = _csv_frames[expr._name]
+        columns = list(frame.columns)
+        if not columns or any(c not in names for c in columns):
+            return None
+        return CsvSource(files, columns, np.dtype(dtype), fs, names=names, pieces=_csv_pieces(files, fs))
+    except Exception:  # noqa: BLE001 - anything unexpected: Dask reads the frame as before
+        return None
+
+
+def _open_bytes(path, filesystem):
+    return filesystem.open(path, "rb") if filesystem is not None else open(path, "rb")
+
+
+def _line_end(f, offset: int, size: int) -> int:
+    """The offset just past the first newline at or after ``offset`` (``size`` if none)."""
+    if offset >= size:
+        return size
+    f.seek(offset)
+    while True:
+        chunk = f.read(65536)
+        if not chunk:
+            return size
+        at = chunk.find(b"\n")
+        if at >= 0:
+            return offset + at + 1
+        offset += len(chunk)
+
+
+def _csv_pieces(files, filesystem) -> list:
+    """``(file index, first byte, end byte, rows: None until counted)``: each file cut at line ends."""
+    pieces = []
+    for i, path in enumerate(files):
+        size = filesystem.size(path) if filesystem is not None else os.path.getsize(path)
+        with _open_bytes(path, filesystem) as f:
+            start = 0
+            while start < size:
+                stop = _line_end(f, start + PIECE_BYTES, size) if start + PIECE_BYTES < size else size
+                pieces.append((i, start, stop, None))
+                start = stop
+    return pieces
+
+
+class _ByteRange(io.RawIOBase):
+    """Bytes ``start:stop`` of an open binary file, as a readable stream."""
+
+    def __init__(self, f, start: int, stop: int):
+        self.f, self.left = f, stop - start
+        f.seek(start)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.left)
+        if n <= 0:
+            return 0
+        data = self.f.read(n)
+        buffer[:len(data)] = data
+        self.left -= len(data)
+        return len(data)
+
+
+@dataclass
+class CsvSource:
+    """Feature columns of CSV files (each with a header line), read by the engine in row batches.
+
+    ``pieces``: ``(file index, first byte, end byte, rows)`` in row order, cut at line ends;
+    rows are counted on the workers (:meth:`count_rows`) before the first pass. ``names``:
+    the files' columns (from the first file's header, as ``dd.read_csv`` takes them).
+    """
+
+    files: list
+    columns: list
+    dtype: np.dtype
+    filesystem: object = None
+    names: list = field(default_factory=list)
+    pieces: list = field(default_factory=list)
+    batch_rows: int = 65536
+
+    @property
+    def rows_known(self) -> bool:
+        return all(p[3] is not None for p in self.pieces)
+
+    @property
+    def n_rows(self) -> int:
+        return int(sum(p[3] for p in self.pieces))
+
+    @property
+    def piece_rows(self) -> tuple:
+        return tuple(int(p[3]) for p in self.pieces)
+
+    def _reader(self, piece: int, columns, batch_rows: int | None):
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        file_index, start, stop, rows = self.pieces[piece]
+        f = _open_bytes(self.files[file_index], self.filesystem)
+        line_bytes = (stop - start) / rows if rows else 64.0
+        block = int(min(CSV_BLOCK_BYTES, max(2**16, line_bytes * int(batch_rows or self.batch_rows))))
+        stream = io.BufferedReader(_ByteRange(f, start, stop), buffer_size=2**20)
+        reader = pcsv.open_csv(
+            stream,
+            read_options=pcsv.ReadOptions(column_names=list(self.names), skip_rows=1 if start == 0 else 0,
+                                          block_size=block, use_threads=False),
+            convert_options=pcsv.ConvertOptions(include_columns=list(columns),
+                                                column_types={c: pa.float64() for c in columns}))
+        return f, reader
+
+    def count(self, piece: int) -> int:
+        """Rows of a piece (runs on a worker: the piece parsed, its first feature column converted)."""
+        f, reader = self._reader(piece, self.columns[:1], None)
+        with contextlib.closing(f):
+            return int(sum(batch.num_rows for batch in reader))
+
+    def batches(self, piece: int, batch_rows: int | None = None, limit: int | None = None):
+        """The rows of ``piece`` as ``(row offset in the piece, array)`` batches (of about ``batch_rows``)."""
+        f, reader = self._reader(piece, self.columns, batch_rows)
+        start = 0
+        with contextlib.closing(f):
+            for batch in reader:
+                if not batch.num_rows:
+                    continue
+                X = to_array(batch.select(list(self.columns)), self.dtype)
+                del batch
+                yield start, X
+                start += X.shape[0]
+                if limit is not None and start >= limit:
+                    return
+
+    def read(self, piece: int) -> np.ndarray:
+        """The whole piece as one array."""
+        parts = [X for _, X in self.batches(piece)]
+        return np.concatenate(parts) if parts else np.empty((0, len(self.columns)), dtype=self.dtype)
+
+
+def count_rows(client, source, gather_fn, workers=None) -> None:
+    """Fill in the rows of every piece of ``source`` (a :class:`CsvSource`): one task per piece."""
+    if getattr(source, "rows_known", True):
+        return
+    placement = {"workers": list(workers), "allow_other_workers": False} if workers else {}
+    futures = client.map(source.count, range(len(source.pieces)), pure=False, **placement)
+    rows = gather_fn(futures)
+    source.pieces = [(i, a, b, int(n)) for (i, a, b, _), n in zip(source.pieces, rows)]
+    source.pieces = [p for p in source.pieces if p[3]]  # a header-only file, or trailing blank lines
+
+
 # -- measuring a read ----------------------------------------------------------------------------
 _STATUS = "/proc/self/status"
 
@@ -267,8 +451,9 @@ def _peak_of(fn) -> int | None:
 def measure_read(source: ParquetSource, small: int = 65536) -> ReadCost:
     """The peak memory of reading a batch of ``source`` (runs in a task on a worker; see the module docstring)."""
     row_bytes = len(source.columns) * source.dtype.itemsize
-    piece = max(range(len(source.pieces)), key=lambda i: source.pieces[i][2])
-    rows = source.pieces[piece][2]
+    piece_rows = source.piece_rows
+    piece = max(range(len(piece_rows)), key=lambda i: piece_rows[i])
+    rows = piece_rows[piece]
     small = max(1, min(small, rows // 4 or 1))
     large = min(rows, 4 * small)
 
@@ -287,4 +472,5 @@ def measure_read(source: ParquetSource, small: int = 65536) -> ReadCost:
     return ReadCost(float(per_row), float(fixed), True)
 
 
-__all__ = ["ParquetSource", "ReadCost", "measure_read", "parquet_source", "to_array"]
+__all__ = ["CsvSource", "ParquetSource", "ReadCost", "count_rows", "measure_read", "parquet_source",
+           "register_csv", "to_array"]

@@ -15,9 +15,10 @@ that built the state, from the same arguments, so it gets the same bits the in-m
 mode keeps (:class:`ReplayState`). That costs compute (the seedings' few passes each
 redo the earlier ones' distance updates) but no memory per row.
 
-Parquet files behind a ``dd.read_parquet`` DataFrame are read by the engine itself
+Parquet files behind a ``dd.read_parquet`` DataFrame (and CSV files read through
+:func:`dkmeans.engine.files.read_table`) are read by the engine itself
 (:mod:`dkmeans.engine.sources`): each task of a pass reads one piece of a file (row
-groups) in row batches sized from the measured peak memory of a read, so a task holds
+groups, or a byte range cut at line ends) in row batches sized from the measured peak memory of a read, so a task holds
 one batch plus the kernel's scratch whatever the file's size. Tasks go only to workers
 that are not paused by distributed's memory monitor: a pass whose tasks wait on a
 worker that stays paused (its memory is its own, not Dask's data) is submitted again
@@ -41,7 +42,7 @@ from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import WorkersStalledError, gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, release_memory
 from dkmeans.engine.sources import (KERNEL_ROW_VALUES, MAX_BATCH_ROWS, MIN_BATCH_ROWS, ParquetSource,
-                                    measure_read, task_peak, task_peak_start)
+                                    count_rows, measure_read, task_peak, task_peak_start)
 from dkmeans.errors import WorkersPausedError
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
 
@@ -63,13 +64,35 @@ def _replay(X, w, offset, steps):
     return state, out
 
 
-def _stream_chunk(chunk_fn, args, offset, X, w=None):
-    return to_host(chunk_fn(X, w, offset, *args)), False
+def _row_batches(X, w, batch_rows):
+    """``(row offset in the chunk, X, w)`` slices of at most ``batch_rows`` rows of a dense chunk (views, no
+    copy; other chunks, and chunks of at most ``batch_rows`` rows, whole)."""
+    n = X.shape[0]
+    if not batch_rows or n <= batch_rows or not isinstance(X, np.ndarray):
+        yield 0, X, w
+        return
+    for start in range(0, n, batch_rows):
+        stop = min(n, start + batch_rows)
+        yield start, X[start:stop], (None if w is None else w[start:stop])
 
 
-def _stream_chunk_counting(chunk_fn, args, index, X, w=None):
+def _at(offset, start):
+    return None if offset is None else offset + start
+
+
+def _sliced(chunk_fn, combine_fn, args, offset, batch_rows, X, w):
+    """``chunk_fn`` over the chunk's row batches, combined (one batch: its result as it is)."""
+    results = [to_host(chunk_fn(Xb, wb, _at(offset, s), *args)) for s, Xb, wb in _row_batches(X, w, batch_rows)]
+    return results[0] if len(results) == 1 else combine_fn(results)
+
+
+def _stream_chunk(chunk_fn, combine_fn, args, offset, batch_rows, X, w=None):
+    return _sliced(chunk_fn, combine_fn, args, offset, batch_rows, X, w), False
+
+
+def _stream_chunk_counting(chunk_fn, combine_fn, args, index, batch_rows, X, w=None):
     """A first pass over chunks of unknown length: the result, and the chunk's row count."""
-    return (to_host(chunk_fn(X, w, None, *args)), {index: int(X.shape[0])}), False
+    return (_sliced(chunk_fn, combine_fn, args, None, batch_rows, X, w), {index: int(X.shape[0])}), False
 
 
 class _CountingCombine:
@@ -85,12 +108,26 @@ class _CountingCombine:
         return self.combine_fn([value for value, _ in parts]), rows
 
 
-def _stream_chunk_stateful(steps, offset, X, w=None):
-    return to_host(_replay(X, w, offset, steps)[1]), False
+def _stream_chunk_stateful(steps, combine_fn, offset, batch_rows, X, w=None):
+    results = [to_host(_replay(Xb, wb, offset + s, steps)[1]) for s, Xb, wb in _row_batches(X, w, batch_rows)]
+    return (results[0] if len(results) == 1 else combine_fn(results)), False
 
 
-def _state_block(steps, name, offset, X, w=None):
-    return _replay(X, w, offset, steps)[0][name]
+def _state_block(steps, name, offset, batch_rows, X, w=None):
+    parts = [_replay(Xb, wb, offset + s, steps)[0][name] for s, Xb, wb in _row_batches(X, w, batch_rows)]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+class _SlicedFold:
+    """A fold step over a whole chunk: ``chunk_fn`` applied to its row batches in order."""
+
+    def __init__(self, batch_rows, chunk_fn):
+        self.batch_rows, self.chunk_fn = batch_rows, chunk_fn
+
+    def __call__(self, X, w, offset, state, *args):
+        for start, Xb, wb in _row_batches(X, w, self.batch_rows):
+            state = to_host(self.chunk_fn(Xb, wb, offset + start, state, *args))
+        return state
 
 
 def _piece_batches(source: ParquetSource, piece: int, batch_rows: int, w):
@@ -150,9 +187,9 @@ def _read_rows(source, piece, start, stop, batch_rows):
 
 def source_array(source: ParquetSource, block_rows: int) -> da.Array:
     """The source's rows as a Dask array of blocks of at most ``block_rows`` rows, each read by the engine."""
-    name = f"dkmeans-parquet-{uuid.uuid4().hex[:12]}"
+    name = f"dkmeans-files-{uuid.uuid4().hex[:12]}"
     tasks, rows = {}, []
-    for p, (_, _, n) in enumerate(source.pieces):
+    for p, n in enumerate(source.piece_rows):
         for start in range(0, n, block_rows):
             stop = min(n, start + block_rows)
             key = (name, len(rows), 0)
@@ -172,6 +209,15 @@ def _worker_memory(client, workers=None) -> str:
 
 def rows_in_block(X):
     return np.array([X.shape[0]], dtype=np.int64)
+
+
+def kernel_batch_rows(scratch_bytes: float, n_features: int) -> int:
+    """Rows of a chunk's batch whose kernel temporaries (:data:`~dkmeans.engine.sources.KERNEL_ROW_VALUES`
+    float64 values per feature and row) fit ``scratch_bytes``, within [MIN_BATCH_ROWS, MAX_BATCH_ROWS]."""
+    if scratch_bytes <= 0:
+        return MAX_BATCH_ROWS
+    rows = int(scratch_bytes // (KERNEL_ROW_VALUES * 8 * max(1, int(n_features))))
+    return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, rows)))
 
 
 class StreamedData:
@@ -218,11 +264,16 @@ class StreamedData:
             self.excluded = {a for a in client.scheduler_info(n_workers=-1)["workers"] if a not in self.budget.limits}
         self.read_cost = None
         if source is not None:
+            # CSV pieces: their rows counted first (one task per piece), so that offsets are known
+            count_rows(client, source, lambda f: gather(client, f), workers=list(self.budget.limits))
             self.read_cost, source.batch_rows = self._batch_rows(source)
             X = source_array(source, source.batch_rows)
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
         self.row_bytes = float(row_bytes or X.shape[1] * X.dtype.itemsize)
+        # a chunk's kernels run on row batches of at most this many rows, so that their per-row
+        # temporaries stay within the budget's kernel scratch whatever the chunk's size
+        self.kernel_rows = kernel_batch_rows(self.budget.scratch_bytes, X.shape[1])
         if weights is not None and any(np.isnan(c) for c in X.chunks[0]):
             X = self._with_chunk_sizes(X)  # weights need the rows' chunks now
         if weights is not None:
@@ -278,14 +329,14 @@ class StreamedData:
         rows = min(MAX_BATCH_ROWS, max(source.piece_rows), cost.rows_for(task_bytes, self._kernel_per_row(source)))
         if rows < min(MIN_BATCH_ROWS, max(source.piece_rows)):
             raise WorkersPausedError(
-                f"The workers have no room to read even {MIN_BATCH_ROWS} rows of the Parquet files at a time: a "
+                f"The workers have no room to read even {MIN_BATCH_ROWS} rows of the files at a time: a "
                 f"read takes {cost.fixed / 2**20:.1f} MiB plus {cost.per_row:.0f} bytes per row (measured), a task "
                 f"may take {task_bytes / 2**20:.1f} MiB ({_worker_memory(self.client)}). The workers' processes "
                 f"keep that memory themselves (imports, a previous computation's allocations); give the workers "
                 f"more memory, restart them (client.restart()) before the fit, or use fewer worker processes with "
                 f"more memory each."
             )
-        logger.info("reading %d Parquet pieces in batches of %d rows: a read takes %.1f MiB + %.0f bytes per row "
+        logger.info("reading %d file pieces in batches of %d rows: a read takes %.1f MiB + %.0f bytes per row "
                     "(%s), a task may take %.1f MiB", len(source.pieces), rows, cost.fixed / 2**20, cost.per_row,
                     "measured" if cost.measured else "not measured: a default", task_bytes / 2**20)
         return cost, int(rows)
@@ -380,6 +431,8 @@ class StreamedData:
             except WorkersStalledError as exc:
                 self.client.cancel(futures)
                 self.excluded |= set(exc.workers)
+                logger.warning("a pass waited on workers paused by memory of their own while the others were idle "
+                               "(%s): submitted again without %s", exc, ", ".join(exc.workers))
                 continue
             self.passes += 1
             self._check_task_peak(max((float(p) for _, p in parts), default=0.0))
@@ -407,7 +460,8 @@ class StreamedData:
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
         if self.chunk_rows is None:  # the first pass also counts the rows of each chunk
-            value, rows = self._pass(lambda key, i, refs, a: Task(key, _stream_chunk_counting, chunk_fn, a, i, *refs),
+            value, rows = self._pass(lambda key, i, refs, a: Task(key, _stream_chunk_counting, chunk_fn, combine_fn, a, i,
+                                                                  self.kernel_rows, *refs),
                                      _CountingCombine(combine_fn), args=args)
             self._set_chunk_rows([rows[i] for i in range(self.n_chunks)])
             return value
@@ -415,8 +469,8 @@ class StreamedData:
             src, rows = self.source, self.source.batch_rows
             return self._pass(lambda key, i, refs, a: Task(key, _stream_piece, src, i, rows, chunk_fn, combine_fn, a,
                                                            self.offsets[i], *refs), combine_fn, args=args)
-        return self._pass(lambda key, i, refs, a: Task(key, _stream_chunk, chunk_fn, a, self.offsets[i], *refs),
-                          combine_fn, args=args)
+        return self._pass(lambda key, i, refs, a: Task(key, _stream_chunk, chunk_fn, combine_fn, a, self.offsets[i],
+                                                       self.kernel_rows, *refs), combine_fn, args=args)
 
     def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
                             state: ReplayState | None = None):
@@ -428,8 +482,8 @@ class StreamedData:
             value = self._pass(lambda key, i, refs, _: Task(key, _stream_piece_stateful, src, i, rows, steps, combine_fn,
                                                             self.offsets[i], *refs), combine_fn)
         else:
-            value = self._pass(lambda key, i, refs, _: Task(key, _stream_chunk_stateful, steps, self.offsets[i],
-                                                            *refs), combine_fn)
+            value = self._pass(lambda key, i, refs, _: Task(key, _stream_chunk_stateful, steps, combine_fn,
+                                                            self.offsets[i], self.kernel_rows, *refs), combine_fn)
         return value, ReplayState(steps)
 
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
@@ -450,6 +504,8 @@ class StreamedData:
             window = max(2, len(self.budget.per_worker()))  # about one chunk per worker at a time
         if self.source is not None:  # the task reads its piece itself, batch by batch
             chunk_fn = _PieceFold(self.source, self.source.batch_rows, chunk_fn)
+        else:
+            chunk_fn = _SlicedFold(self.kernel_rows, chunk_fn)
 
         def refs(i):
             return ([i] if self.source is not None else []) + self._chunk_refs(i)
@@ -474,7 +530,7 @@ class StreamedData:
             return da.concatenate(pieces) if pieces else da.zeros((0,), dtype=np.int32)
         x_blocks = self.X.to_delayed().ravel()
         for i, (xb, wb) in enumerate(zip(x_blocks, w_blocks)):
-            block = dask.delayed(_state_block)(state.steps, name, self.offsets[i], xb, wb)
+            block = dask.delayed(_state_block)(state.steps, name, self.offsets[i], self.kernel_rows, xb, wb)
             pieces.append(da.from_delayed(block, shape=(self.chunk_rows[i],), dtype=np.int32))
         return da.concatenate(pieces) if pieces else da.zeros((0,), dtype=np.int32)
 

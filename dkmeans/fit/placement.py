@@ -13,7 +13,7 @@ from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
 from dkmeans.engine.client import current_client, in_daemon_process
 from dkmeans.engine.hybrid import HybridData
 from dkmeans.engine.sources import parquet_source
-from dkmeans.engine.sparse_rows import sparse_row_bytes
+from dkmeans.engine.sparse_rows import is_sparse_array, sparse_row_bytes
 from dkmeans.engine.streamed import rows_in_block
 from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows
 from dkmeans.fit.spec import resolve_out_of_core
@@ -57,7 +57,8 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters
     """
     mode = resolve_out_of_core(out_of_core)
     budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES,
-                             centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize))
+                             centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize),
+                             kernels=None if is_sparse_array(dataset.array) else (dataset.array.dtype, dataset.n_features))
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     # Parquet behind a dd.read_parquet frame: the engine reads it in row batches, row counts from the footers

@@ -437,3 +437,64 @@ def test_default_fit_escapes_a_stuck_start_through_the_coreset():
     searched = KMeans(25, init=stuck, n_init=1, local_search=True).fit(X)
     assert searched.inertia_ < 0.9 * plain.inertia_
     assert any(h.get("algorithm") == "local-search" for h in searched.history_)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_trial_step_by_matrix_products_matches_swap_partials(weighted):
+    """From TRIAL_PRODUCT_MIN_K centroids the trial step assigns to each trial's centroids with Lloyd's kernels."""
+    from dkmeans.drivers.local_search import TRIAL_PRODUCT_MIN_K, _trial_chunk
+
+    rng = np.random.default_rng(5)
+    k = TRIAL_PRODUCT_MIN_K + 16
+    X = rng.normal(size=(3000, 5)) * 4
+    w = rng.uniform(0.5, 2.0, len(X)) if weighted else None
+    C, P = X[rng.choice(len(X), k, replace=False)], X[rng.choice(len(X), 6, replace=False)]
+    none = np.empty(0, dtype=np.int64)
+    trials = [(none, none), (np.array([0]), np.array([3])), (np.array([1, 2, 5]), np.array([7, 0, k - 1]))]
+    got = _trial_chunk(X, w, 0, C, P, trials)
+    want = swap_partials(X, C, P, trials, w)
+    np.testing.assert_allclose(got.objective, want.objective, rtol=1e-9)
+    np.testing.assert_allclose(got.counts, want.counts)
+    np.testing.assert_allclose(got.sums, want.sums, rtol=1e-9, atol=1e-9)
+
+
+def test_coreset_search_does_not_depend_on_the_machines_cores(monkeypatch):
+    """The sample's chunks follow its size, never the core count: the same search with 1 or 8 threads."""
+    import dkmeans.drivers.local_search as ls
+
+    monkeypatch.setattr(ls, "CORESET_CHUNK_ROWS", 1024)  # 4 chunks of the 4,096-row sample
+    X, centers = _grid(n=20_000)
+    C = _stuck_start(X, centers)
+    results = []
+    for cores in (1, 8):
+        monkeypatch.setattr(ls.os, "cpu_count", lambda: cores)
+        data = ChunkList.from_array(X, None, n_chunks=2)
+        results.append(ls.coreset_local_search(data, C, seed=0, stop_rule=CentroidShift(0.0), max_iter=3))
+    assert ls.coreset_chunks(ls.coreset_size(len(X), 25)) == 4
+    assert results[0].kept
+    np.testing.assert_array_equal(results[0].centroids, results[1].centroids)
+    assert results[0].objective == results[1].objective
+
+
+def test_capped_confirmation_then_lloyd_goes_on_to_its_stop_rule():
+    """A confirmation runs CONFIRM_ITERS updates at most; Lloyd then continues to its own stop rule."""
+    from dkmeans import KMeans
+    from dkmeans.drivers.local_search import CONFIRM_ITERS
+
+    X, centers = _grid()
+    stuck = _stuck_start(X, centers)
+    km = KMeans(25, init="k-means++", n_init=1, random_state=4, local_search=True, tol=0, max_iter=300)
+    km.fit(X)
+    kinds = [h["algorithm"] for h in km.history_]
+    assert km.stop_reason_ in ("centroid-shift", "fixed-point")
+    assert km.n_iter_ <= 300
+    searches = [i for i, kind in enumerate(kinds) if kind == "local-search"]
+    assert searches
+    for i in searches:
+        assert km.history_[i]["lloyd_iterations"] <= CONFIRM_ITERS
+    # an escape from the stuck start: confirmed in CONFIRM_ITERS updates, then Lloyd to its fixed point
+    km = KMeans(25, init=stuck, n_init=1, local_search=True, tol=0).fit(X)
+    kinds = [h["algorithm"] for h in km.history_]
+    kept = [h for h in km.history_ if h["algorithm"] == "local-search" and h["kept"]]
+    assert kept and all(h["lloyd_iterations"] <= CONFIRM_ITERS for h in kept)
+    assert km.stop_reason_ in ("centroid-shift", "fixed-point")

@@ -70,3 +70,50 @@ def test_a_frame_that_is_not_a_plain_parquet_read_is_read_by_dask(tmp_path):
     assert parquet_source(dd.read_parquet(path, filters=[("f0", ">", 3)]), np.float32) is None
     df = dd.read_parquet(path)
     assert parquet_source(df[df.f0 > 3], np.float32) is None
+
+
+def test_csv_files_read_through_read_table_are_streamed_in_row_batches_with_the_in_memory_fit(client, tmp_path,
+                                                                                              monkeypatch):
+    """CSV read with :func:`dkmeans.engine.files.read_table` (the CLI's input): the engine cuts each file at
+    line ends (pieces of at most 60 kB here, several per file), counts their rows on the workers and
+    reads only the feature columns in batches; the fit equals the in-memory one, where Dask parses
+    the files with pandas."""
+    import pandas as pd
+
+    import dkmeans.engine.sources as sources
+    from dkmeans.engine.files import read_table
+
+    monkeypatch.setattr(sources, "PIECE_BYTES", 60_000)
+    rng = np.random.default_rng(4)
+    centers = rng.uniform(-10, 10, size=(K, D))
+    sizes = [7000, 3000, 9000]
+    for i, n in enumerate(sizes):
+        X = centers[rng.integers(0, K, n)] + rng.normal(size=(n, D))
+        frame = pd.DataFrame(X, columns=COLUMNS)
+        frame.insert(2, "name", [f"row {j}, file {i}" for j in range(n)])  # quoted, with a comma: not read
+        frame.to_csv(tmp_path / f"part.{i}.csv", index=False)
+    with open(tmp_path / "part.1.csv", "a") as f:
+        f.write("\n\n")  # blank lines at the end: no rows, for pandas as for pyarrow
+    df = read_table(str(tmp_path / "*.csv"), columns=COLUMNS)
+    source = sources.parquet_source(df, np.float64)
+    assert isinstance(source, sources.CsvSource) and len(source.pieces) > 2 * len(sizes)
+    C0 = centers + rng.normal(scale=2.0, size=centers.shape)
+    ours = dkmeans.KMeans(K, init=C0, n_init=1, max_iter=5, tol=0.0, out_of_core=True).fit(df)
+    ref = dkmeans.KMeans(K, init=C0, n_init=1, max_iter=5, tol=0.0, out_of_core=False).fit(df)
+    assert ours.data_mode_ == "out-of-core" and ref.data_mode_ == "in-memory"
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=1e-10, atol=1e-10)
+    assert ours.inertia_ == pytest.approx(ref.inertia_, rel=1e-10) and ours.n_iter_ == ref.n_iter_
+    # every row, in the files' order: the source's pieces read back are pandas' parse of the files
+    source = sources.parquet_source(df, np.float64)
+    sources.count_rows(client, source, client.gather)
+    assert source.n_rows == sum(sizes)
+    read = np.concatenate([source.read(p) for p in range(len(source.pieces))])
+    np.testing.assert_array_equal(read, df.compute().to_numpy())
+
+
+def test_csv_frames_not_read_through_read_table_are_read_by_dask(tmp_path):
+    from dkmeans.engine.sources import parquet_source
+
+    path = tmp_path / "a.csv"
+    path.write_text("a,b\n1,2\n3,4\n")
+    assert parquet_source(dd.read_csv(str(path)), np.float64) is None

@@ -78,6 +78,40 @@ def test_hybrid_mode_persists_the_head_and_streams_the_rest(client, small):
     np.testing.assert_array_equal(ours.labels_.compute(), ref.labels_.compute())
 
 
+@pytest.mark.parametrize("options", [dict(init="k-means||"), dict(init="k-means++"), dict(init="random"),
+                                     dict(init="k-means||", algorithm="hartigan")],
+                         ids=["k-means||", "k-means++", "random", "hartigan"])
+def test_large_chunks_are_run_in_row_batches_with_the_unsliced_results(client, small, monkeypatch, options):
+    """Streamed chunks larger than a kernel's batch run batch by batch (here 700-row chunks in batches of
+    300 rows: 300, 300, 100) with the offsets of their rows: the same fit as in memory, where every chunk
+    is whole (map_reduce, the replayed stateful passes, a per-row state column, Hartigan's fold)."""
+    import dkmeans.engine.streamed as streamed
+
+    monkeypatch.setattr(streamed, "MAX_BATCH_ROWS", 300)
+    X, w = small
+    ours = _fit(X, True, max_iter=20, sample_weight=w, **options)
+    monkeypatch.undo()
+    ref = _fit(X, False, max_iter=20, sample_weight=w, **options)
+    assert ours.data_mode_ == "out-of-core" and ref.data_mode_ == "in-memory"
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(ours.labels_.compute(), ref.labels_.compute())
+    assert ours.inertia_ == pytest.approx(ref.inertia_, rel=1e-9) and ours.n_iter_ == ref.n_iter_
+
+
+def test_row_batches_cover_a_chunk_in_order_as_views():
+    from dkmeans.engine.streamed import _row_batches, kernel_batch_rows
+
+    X, w = np.arange(70.0).reshape(35, 2), np.arange(35.0)
+    parts = list(_row_batches(X, w, 10))
+    assert [s for s, _, _ in parts] == [0, 10, 20, 30]
+    np.testing.assert_array_equal(np.concatenate([b for _, b, _ in parts]), X)
+    np.testing.assert_array_equal(np.concatenate([v for _, _, v in parts]), w)
+    assert all(np.shares_memory(b, X) for _, b, _ in parts)
+    assert [s for s, _, _ in _row_batches(X, None, 35)] == [0]
+    # 32 MiB of scratch at 2 float64 temporaries per feature: 131,072 rows of 16 features
+    assert kernel_batch_rows(32 * 2**20, 16) == 131_072
+
+
 def test_dataframe_of_unknown_lengths_streams_and_labels_by_index(client, small):
     import dask.dataframe as dd
     import pandas as pd

@@ -17,9 +17,9 @@ from dkmeans.engine.local import ChunkList
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 from dkmeans.fit.checkpoint_job import checkpoint_job
+from dkmeans.fit.first_pass import check_rows_when_placed, moments_chunk
 from dkmeans.fit.inputs import Dataset, check_centroids
 from dkmeans.fit.metric_inputs import prepare_centroids
-from dkmeans.fit.placement import check_rows_when_placed, moments_chunk
 from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.spec import FitResult, FitSpec
 from dkmeans.kernels import assign_partials

@@ -7,10 +7,10 @@ the rest:
 1. the checks that need the validated data (initial centroids, ``n_clusters`` against
    the rows, weights, the seed);
 2. the kernels' code path for the whole fit, and where the data lives
-   (:mod:`dkmeans.fit.placement`): in this process, persisted on the workers, or read from
-   its source in every pass (out-of-core);
-3. the first pass (column moments: finiteness, the scale of scikit-learn's ``tol``, the
-   checkpoint's fingerprint of the data) and the checkpoint job
+   (the engine's :mod:`dkmeans.engine.place`): in this process, persisted on the workers, or
+   read from its source in every pass (out-of-core);
+3. the first pass (:mod:`dkmeans.fit.first_pass`: column moments: finiteness, the scale of
+   scikit-learn's ``tol``, the checkpoint's fingerprint of the data) and the checkpoint job
    (:mod:`dkmeans.fit.checkpoint_job`);
 4. ``n_init`` runs, each: initialisation, Lloyd, local search and/or Hartigan
    (:mod:`dkmeans.fit.runs`), or the mini-batch fit (:mod:`dkmeans.fit.minibatch`);
@@ -37,14 +37,15 @@ from dkmeans.drivers.streams import derive_seed, resolve_seed
 from dkmeans.engine.client import fit_client
 from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
+from dkmeans.engine.place import in_process_threads, place_data
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.fit.checkpoint_job import checkpoint_job
+from dkmeans.fit.first_pass import check_rows_when_placed, moments_chunk
 from dkmeans.fit.inputs import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
 from dkmeans.fit.metric_inputs import prepare_centroids, prepare_dataset, supports_local_search
 from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fit
-from dkmeans.fit.placement import check_rows_when_placed, in_process_threads, moments_chunk, place_data
 from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
 from dkmeans.fit.spec import FitResult, FitSpec, resolve_out_of_core, two_level_clusters, wants_local_search
@@ -94,7 +95,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
                 return fit(spec, dataset, data, C0, seed, None, searches)
         with fit_client() as client:
             weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
-            data = place_data(client, dataset, weights, spec.out_of_core, spec.n_clusters,
+            data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core), spec.n_clusters,
                               allow_hybrid=spec.algorithm != "minibatch")
             return fit(spec, dataset, InContext(data, functools.partial(call_pinned, path)), C0, seed, client,
                        searches)

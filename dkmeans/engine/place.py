@@ -1,4 +1,10 @@
-"""Where a fit's data lives: in this process, persisted on the workers, streamed from its source, or both."""
+"""Where a fit's data lives: in the calling process, persisted on the workers, streamed from its source, or both.
+
+The placement policy of the engine. ``dataset`` is the fit service's validated input, read
+by its attributes only: ``array`` (a row-chunked Dask array), ``frame`` (the Dask DataFrame
+it came from, or None), ``n_rows`` (None when unknown), ``n_features`` and ``local`` (the
+in-memory rows, or None).
+"""
 
 from __future__ import annotations
 
@@ -15,18 +21,13 @@ from dkmeans.engine.hybrid import HybridData
 from dkmeans.engine.sources import parquet_source
 from dkmeans.engine.sparse_rows import is_sparse_array, sparse_row_bytes
 from dkmeans.engine.streamed import rows_in_block
-from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows
-from dkmeans.fit.spec import resolve_out_of_core
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
-from dkmeans.kernels import column_moments
 from dkmeans.kernels.common import centroid_bytes
 from dkmeans.kernels.namespace import is_sparse
-
 
 logger = logging.getLogger("dkmeans")
 
 
-# -- where the data lives ---------------------------------------------------------------
 #: Out-of-core data keeps its leading chunks persisted when they hold at least this share
 #: of the rows (and fit the persist budget); below it, streaming all of it is as fast.
 HYBRID_MIN_SHARE = 0.2
@@ -45,7 +46,7 @@ def _estimated_rows(client, X) -> int:
     return int(gather(client, client.compute(first))[0]) * X.numblocks[0]
 
 
-def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters: int = 0,
+def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
                allow_hybrid: bool = True):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
@@ -55,7 +56,7 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters
     exactly in its first pass. The budget counts the memory the ``n_clusters`` centroids
     take on each worker during a pass (:func:`~dkmeans.kernels.common.centroid_bytes`).
     """
-    mode = resolve_out_of_core(out_of_core)
+    mode = out_of_core
     budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES,
                              centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize),
                              kernels=None if is_sparse_array(dataset.array) else (dataset.array.dtype, dataset.n_features))
@@ -102,7 +103,7 @@ def place_data(client, dataset: Dataset, weights, out_of_core="auto", n_clusters
     return streamed
 
 
-def in_process_threads(dataset: Dataset, weights) -> int | None:
+def in_process_threads(dataset, weights) -> int | None:
     """Threads to fit in this process with, or None to fit on a cluster (Dask config ``dkmeans.in-process-bytes``).
 
     In-memory data (NumPy or pandas) of at most ``dkmeans.in-process-bytes`` is fitted
@@ -128,16 +129,4 @@ def in_process_threads(dataset: Dataset, weights) -> int | None:
     return None
 
 
-def moments_chunk(X, w, offset):
-    """Column moments of a chunk: the fit's first pass over its placed data."""
-    return column_moments(X)
-
-
-def check_rows_when_placed(spec, dataset, data) -> None:
-    """``n_clusters`` against the rows, for data whose row count the metadata did not give.
-
-    Known counts are checked before placement (:func:`dkmeans.fit.service.run_fit`); this is
-    the same check, once, where the count is first known: the placed data.
-    """
-    if dataset.n_rows is None:
-        check_n_clusters_vs_rows(spec.n_clusters, data.n_rows, spec.names.get("n_clusters", "n_clusters"))
+__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data"]

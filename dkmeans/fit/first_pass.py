@@ -1,0 +1,21 @@
+"""The fit's first pass over its placed data, and the check it makes possible."""
+
+from __future__ import annotations
+
+from dkmeans.fit.inputs import check_n_clusters_vs_rows
+from dkmeans.kernels import column_moments
+
+
+def moments_chunk(X, w, offset):
+    """Column moments of a chunk: the fit's first pass over its placed data."""
+    return column_moments(X)
+
+
+def check_rows_when_placed(spec, dataset, data) -> None:
+    """``n_clusters`` against the rows, for data whose row count the metadata did not give.
+
+    Known counts are checked before placement (:func:`dkmeans.fit.service.run_fit`); this is
+    the same check, once, where the count is first known: the placed data.
+    """
+    if dataset.n_rows is None:
+        check_n_clusters_vs_rows(spec.n_clusters, data.n_rows, spec.names.get("n_clusters", "n_clusters"))

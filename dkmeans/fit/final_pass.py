@@ -21,7 +21,7 @@ from dkmeans.kernels.namespace import get_namespace
 from dkmeans.engine import gather as gather_results
 from dkmeans.engine.passes import submitting_own_graph
 from dkmeans.kernels import assign
-from dkmeans.kernels.backends.compile import call_pinned, current_path
+from dkmeans.kernels.backends.compile import call_pinned, current_pin
 
 
 def _label_block(X, C, w=None):
@@ -63,9 +63,9 @@ def assign_dataset(client, X: da.Array, centroids: np.ndarray, weights: da.Array
     C = np.asarray(centroids).astype(X.dtype)
     # weights as an (n, 1) column so blockwise aligns them with X's rows
     args = [X, C] if weights is None else [X, C, weights.rechunk((X.chunks[0],))[:, None]]
-    # the caller's kernel path (a fit's one path), in the tasks too
+    # the caller's kernel path and backend setting (a fit's), in the tasks too
     blocks = da.map_blocks(
-        functools.partial(call_pinned, current_path(), _label_block), *args, dtype=np.float64, chunks=(X.chunks[0], (2,)),
+        functools.partial(call_pinned, current_pin(), _label_block), *args, dtype=np.float64, chunks=(X.chunks[0], (2,)),
         meta=get_namespace(meta_from_array(X)).empty((0, 2), dtype=np.float64),  # CuPy chunks give CuPy labels
     )
     labels = blocks[:, 0].astype(np.int32)

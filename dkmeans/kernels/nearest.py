@@ -75,13 +75,20 @@ def _backend(X, k: int) -> Backend:
     plus a compiled argmin the rest (and every shape under the setting ``"blas"``).
     """
     d = X.shape[1]
-    if k == 0 or d == 0 or np.dtype(X.dtype) not in _FLOATS:  # no loops to offer (nor to compile)
+    dtype = np.dtype(X.dtype)
+    if k == 0 or d == 0 or dtype not in _FLOATS:  # no loops to offer (nor to compile)
         return select(X, cuda=True)
+    direct, blas = _loops(dtype, d, k)
+    return select(X, cuda=True, compiled=direct, blas=blas)
+
+
+@functools.lru_cache(maxsize=256)
+def _loops(dtype: np.dtype, d: int, k: int) -> tuple:
+    """The direct loops (None where they do not suit the shape) and the BLAS loops of one shape
+    (cached: built on every call they cost as much as the rest of the choice)."""
+    warm_up = functools.partial(_warm_up, dtype, d, k)
     direct = _compiled.direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS
-    return select(X, cuda=True,
-                  compiled=Loops(_kind("direct", X.dtype, d), functools.partial(_warm_up, X.dtype, d, k)) if direct
-                  else None,
-                  blas=Loops(_kind("blas", X.dtype, d), functools.partial(_warm_up, X.dtype, d, k)))
+    return (Loops(_kind("direct", dtype, d), warm_up) if direct else None), Loops(_kind("blas", dtype, d), warm_up)
 
 
 def compiled_kinds(dtype, d: int) -> list:
@@ -175,7 +182,8 @@ def _run_compiled(backend: Backend, X, C, output: Output, weights, scratch_bytes
     if backend is Backend.COMPILED:
         kernel = _compiled.direct_kernel(_compiled.direct_width(d))
         groups = max(1, STREAM_BLOCK_BYTES // (d * _compiled.STREAM_GROUP * X.dtype.itemsize))
-        objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, output)
+        # the member's value: numba types an IntEnum argument in Python, about 15 us a call
+        objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, int(output))
         return labels, min_sq, sums, counts, objective
     best = np.empty(tile, dtype=X.dtype)
     buf = np.empty(block * tile, dtype=X.dtype)

@@ -318,7 +318,7 @@ def test_direct_kernel_without_a_cache_directory(monkeypatch, width, d):
     labels = np.empty(50, np.int32)
     empty = np.empty(0)
     kernel(X, C, 0.5 * (C * C).sum(1), 16, 1, labels, empty, empty, False, np.zeros((0, 0)), empty,
-           numba_mod.Output.LABELS)
+           int(numba_mod.Output.LABELS))
     np.testing.assert_array_equal(labels, brute_sq(X, C).argmin(1))
 
 

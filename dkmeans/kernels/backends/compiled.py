@@ -58,8 +58,12 @@ _REDUCE_MATH = {"reassoc", "contract"}
 
 
 class Output(enum.IntEnum):
-    """What a direct kernel computes besides the nearest centroid (an IntEnum: numba compiles
-    the comparisons like integer ones, and the generated loops name the member)."""
+    """What a direct kernel computes besides the nearest centroid.
+
+    The generated loops compare their ``output`` argument with the members by name (numba
+    freezes them as integer constants); callers pass ``int(member)``, which numba's dispatcher
+    types at C speed, where an enum member costs about 15 us a call.
+    """
 
     #: the labels (int32) only
     LABELS = 0
@@ -309,7 +313,7 @@ def direct_kernel(width: int | None):
 
     ``kernel(X, C, c_half, T, block_groups, labels, min_sq, weights, has_weights, sums,
     counts, output)`` assigns the rows of ``X`` in tiles of ``T`` rows using ``c_half =
-    ||c||^2 / 2`` in X's dtype: ``output`` (:class:`Output`) ``LABELS`` writes the labels (int32)
+    ||c||^2 / 2`` in X's dtype: ``output`` (``int`` of an :class:`Output`) ``LABELS`` writes the labels (int32)
     to ``labels``, ``DISTANCES`` also the exact squared distances to ``min_sq``; ``PARTIALS`` neither
     (``labels`` may be empty) but folds each tile into ``sums``/``counts`` and returns the
     objective (0.0 otherwise). The streamed kernel takes ``block_groups`` groups of

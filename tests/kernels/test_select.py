@@ -66,3 +66,12 @@ def test_the_pin_carries_the_setting_read_once():
     assert kernel_compile.call_pinned(pin, select_module.setting) == "numpy"
     assert kernel_compile.call_pinned(pin, kernel_compile.current_path) == "compiled"
     assert kernel_compile.call_pinned("numpy", kernel_compile.current_pin) == kernel_compile.Pin("numpy", "auto")
+
+
+def test_the_numpy_setting_starts_no_compilation(monkeypatch):
+    """A fit under the setting "numpy" takes no compiled loops: its path is NumPy, nothing compiles for it."""
+    monkeypatch.setattr(kernel_compile, "_started", set())
+    kinds = [(("test-kind-numpy",), lambda: None)]
+    with dask.config.set({"dkmeans.compile": "background", "dkmeans.kernels.backend": "numpy"}):
+        assert kernel_compile.resolve_path(kinds, 10**12) == "numpy"  # large data compiles first otherwise
+    assert kernel_compile._started == set()

@@ -164,7 +164,8 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     """The one code path of a fit over ``n_elements`` (rows x features) whose kernels are ``kinds``.
 
     ``kinds``: the compiled kinds the fit's kernels may take, each with its warm-up. Eager
-    mode: compiled; off: NumPy. Background mode: compiled when every kind is compiled
+    mode: compiled; off: NumPy. Background mode (unless ``dkmeans.kernels.backend`` is ``"numpy"``,
+    which takes no compiled loops: NumPy): compiled when every kind is compiled
     already or the data has at least :data:`COMPILE_FIRST_ELEMENTS` elements (the fit then
     compiles first); otherwise the kinds start compiling, and the fit waits for them at most
     what the NumPy code would cost it (:data:`NUMPY_SECONDS_PER_ELEMENT`): compiled if they
@@ -173,6 +174,8 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     mode = compile_mode()
     if mode != "background":
         return "compiled" if mode == "eager" else "numpy"
+    if backend_setting() == "numpy":  # no kernel takes the compiled loops: neither wait for nor start them
+        return "numpy"
     kinds = list(kinds)
     if all(kind in _ready for kind, _ in kinds) or n_elements >= COMPILE_FIRST_ELEMENTS:
         return "compiled"

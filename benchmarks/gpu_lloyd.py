@@ -74,10 +74,16 @@ def load_cuda_kernels():
 
         return _cuda, "dkmeans.kernels.backends.cuda"
     except ImportError as exc:
-        path = ROOT / "dkmeans" / "kernels" / "_cuda.py"
-        spec = importlib.util.spec_from_file_location("dkmeans_cuda_standalone", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        # the module needs only NumPy of dkmeans' two plain kernel modules: load them by path
+        # under their names (an import finds a module in sys.modules without its packages)
+        kernels = ROOT / "dkmeans" / "kernels"
+        for name, path in (("dkmeans.kernels.common", kernels / "common.py"),
+                           ("dkmeans.kernels.namespace", kernels / "namespace.py"),
+                           ("dkmeans_cuda_standalone", kernels / "backends" / "cuda.py")):
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
         return module, f"{path} (by path: {exc})"
 
 

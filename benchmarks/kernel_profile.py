@@ -11,9 +11,9 @@ For each shape (chunk rows x d, k) it prints the best-of-N seconds of ``assign_p
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 
+import dask
 import numpy as np
 
 from dkmeans.kernels import assign, assign_partials
@@ -45,9 +45,10 @@ def main(argv=None):
     parser.add_argument("--shapes", nargs="+", default=["small", "tall", "wide", "manyk"], choices=sorted(SHAPES))
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--engine", default="auto")
+    parser.add_argument("--engine", default="auto", choices=["auto", "blas", "numpy"],
+                        help="Dask config dkmeans.kernels.backend for the whole run")
     args = parser.parse_args(argv)
-    importlib.import_module("dkmeans.kernels.nearest").ENGINE = args.engine
+    dask.config.set({"dkmeans.kernels.backend": args.engine})
     rng = np.random.default_rng(0)
     print(f"{'shape':>10} {'m x d, k':>20} {'partials ms':>12} {'assign ms':>10} {'gemm ms':>9} "
           f"{'gemm GF/s':>9} {'partials/gemm':>13}")

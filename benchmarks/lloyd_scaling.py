@@ -15,7 +15,7 @@ persisted, ``KMeans(init=C0, tol=0)`` so that a fit runs exactly ``max_iter`` up
   worker processes).
 * ``kernels``: ``assign_partials`` alone (no Dask, one thread) on one worker's share of
   ``tall``, ``wide`` and ``manyk`` (half the rows), with the kernel chosen per shape and with
-  BLAS plus the compiled argmin (``dkmeans.kernels.nearest.ENGINE = "blas"``).
+  BLAS plus the compiled argmin (Dask config ``dkmeans.kernels.backend = "blas"``).
 * ``memory``: resident memory of each worker, sampled every 2 ms by a thread in the
   worker, on ``tall``, ``wide``, ``manyk`` and ``manyk`` with k=8192 (data generated on
   the workers, 16 chunks; a fresh cluster per case, warmed up on a tiny array): the peak
@@ -369,14 +369,12 @@ def part_contention(args, repeats: int = 15) -> dict:
 
 def part_kernels(args, repeats: int = 7) -> dict:
     """One worker's share of tall, wide and manyk, one thread, no Dask: ``assign_partials``
-    with the kernel chosen per shape against BLAS plus the compiled argmin (``ENGINE``)."""
-    import importlib
-
+    with the kernel chosen per shape against BLAS plus the compiled argmin (Dask config
+    ``dkmeans.kernels.backend``)."""
     from threadpoolctl import threadpool_limits
 
     from dkmeans.kernels import assign_partials
 
-    assign_mod = importlib.import_module("dkmeans.kernels.nearest")
     rng = np.random.default_rng(0)
     out = {}
     with threadpool_limits(1):
@@ -387,11 +385,8 @@ def part_kernels(args, repeats: int = 7) -> dict:
             print(f"[kernels] {name} ...", file=sys.stderr, flush=True)
             times = {}
             for engine in ("auto", "blas"):
-                assign_mod.ENGINE = engine
-                try:
+                with dask.config.set({"dkmeans.kernels.backend": engine}):
                     times[engine] = _median_call_s(assign_partials, (X, C), repeats)
-                finally:
-                    assign_mod.ENGINE = "auto"
             out[name] = {"rows": n // 2, "d": d, "k": k, "auto_s": times["auto"], "blas_s": times["blas"],
                          "blas_over_auto": times["blas"] / times["auto"]}
     return out

@@ -86,6 +86,12 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("compile", "background", _one_of("background", "eager", "off"),
         "when the compiled kernels are built: 'background' (a first fit may run on the NumPy code "
         "while they compile), 'eager' (compile before the first call) or 'off' (NumPy code only)"),
+    Key("kernels.backend", "auto", _one_of("auto", "blas", "numpy"),
+        "which code the kernels run (dkmeans.kernels.backends.select): 'auto' (scipy.sparse rows the "
+        "CSR kernels, CuPy the fused CUDA kernels, NumPy float32/float64 the compiled loops, chosen per "
+        "shape, once compiled), 'blas' (as auto, but the nearest-centroid loops always around a BLAS "
+        "product) or 'numpy' (the namespace code, NumPy or CuPy; scipy.sparse rows keep the CSR kernels); "
+        "read where a fit starts and carried to its tasks"),
     Key("out-of-core", "auto", _one_of("auto", True, False),
         "the default of the out_of_core parameter: 'auto' (stream when the data does not fit the "
         "persist budget), True (always stream) or False (always persist)"),

@@ -100,6 +100,19 @@ def blobs():
     return make_blobs(3000, 4, 5, spread=1.0, box=10.0, seed=1)
 
 
+#: The values of Dask config ``dkmeans.kernels.backend``: the compiled loops chosen per shape,
+#: the compiled loops around BLAS products, the namespace code.
+KERNEL_BACKENDS = ("auto", "blas", "numpy")
+
+
+@pytest.fixture(params=KERNEL_BACKENDS)
+def kernel_backend(request):
+    """Runs the test under each ``dkmeans.kernels.backend`` setting (narrow it with
+    ``@pytest.mark.parametrize("kernel_backend", [...], indirect=True)``); yields the setting."""
+    with dask.config.set({"dkmeans.kernels.backend": request.param}):
+        yield request.param
+
+
 @pytest.fixture(params=["numpy", "cupy"])
 def xp(request):
     """Array namespaces to test kernels with (CuPy only where a GPU is present)."""

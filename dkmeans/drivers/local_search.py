@@ -15,7 +15,7 @@ one pass scores many swaps, and lets Lloyd settle each accepted swap. A round:
    (:func:`~dkmeans.kernels.swap.swap_costs`: ``m x k`` numbers per chunk, summed);
 3. one pass runs Lloyd's first update for several trials at once: the ``trials`` best
    single swaps by their exact cost, with ``max_swaps > 1`` a set of several improving
-   swaps that barely interact (:func:`~dkmeans.kernels.swap.select_swaps`), and no swap
+   swaps that barely interact (:func:`~dkmeans.drivers.swaps.select_swaps`), and no swap
    at all (what Lloyd alone would do). It returns each trial's partials
    (:func:`~dkmeans.kernels.swap.swap_partials`), hence its exact objective
    ``f(swapped)`` and its update ``mu``; ``f(swapped) - sum_j W_j ||c_j - mu_j||^2`` (the
@@ -66,17 +66,16 @@ from dkmeans.kernels import (
     combine_top,
     random_top_rows,
     objectives,
-    best_swaps,
     combine_samples,
     combine_swap_costs,
     combine_trial_partials,
     sample_by_cost,
-    select_swaps,
     swap_costs,
     swap_partials,
     update_centroids,
 )
 from dkmeans.drivers.state import LocalSearchRecord
+from dkmeans.drivers.swaps import best_swaps, select_swaps
 from dkmeans.drivers.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, fill_empty_clusters, lloyd
 
 #: Random streams (:mod:`dkmeans.drivers.streams`) of round ``r``'s candidate draw.

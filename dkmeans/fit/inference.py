@@ -18,13 +18,13 @@ import pandas as pd
 from dkmeans.engine.rowwise import (as_array, index_meta, is_dask_array, labelled_pass, map_partitions,
                                     map_row_blocks, sum_on_cluster)
 from dkmeans.io.dataframe import is_dask_dataframe
-from dkmeans.kernels.backends.compile import call_pinned, current_path
+from dkmeans.kernels.backends.compile import call_pinned, current_pin
 from dkmeans.kernels.inference import distances_block, labels_block, labels_objective_block, objective_block
 
 
 def _pinned(fn):
-    """``fn`` run on the caller's kernel code path (a fit's one path), in tasks too."""
-    return functools.partial(call_pinned, current_path(), fn)
+    """``fn`` run on the caller's kernel path and backend setting (a fit's, or the config's), in tasks too."""
+    return functools.partial(call_pinned, current_pin(), fn)
 
 
 def _rows(part, C):

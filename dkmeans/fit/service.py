@@ -50,7 +50,7 @@ from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
 from dkmeans.fit.spec import FitResult, FitSpec, resolve_out_of_core, two_level_clusters, wants_local_search
 from dkmeans.kernels import combine_moments
-from dkmeans.kernels.backends.compile import COMPILE_FIRST_ELEMENTS, call_pinned, pinned, resolve_path
+from dkmeans.kernels.backends.compile import COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path
 from dkmeans.kernels.nearest import compiled_kinds
 
 
@@ -86,7 +86,8 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
     path = _kernel_path(dataset)
-    with pinned(path):  # one code path for the whole fit: here, and (InContext) in its tasks
+    # one code path and one backend setting (read here, once) for the whole fit: here, and (InContext) in its tasks
+    with pinned(path):
         threads = in_process_threads(dataset, weights) if resolve_out_of_core(spec.out_of_core) != True else None
         if threads is not None:  # noqa: E712 - out_of_core True, not "auto", sends the data to a cluster
             data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
@@ -97,7 +98,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
             weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
             data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core), spec.n_clusters,
                               allow_hybrid=spec.algorithm != "minibatch")
-            return fit(spec, dataset, InContext(data, functools.partial(call_pinned, path)), C0, seed, client,
+            return fit(spec, dataset, InContext(data, functools.partial(call_pinned, current_pin())), C0, seed, client,
                        searches)
 
 

@@ -106,6 +106,41 @@ def unit_half_sq_norms(xp, C, c_half, dtype):
 MAX_CENTROID_BLOCK = 4096
 
 
+def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, *,
+               row_bytes: int | None = None, max_row_tile: int | None = None):
+    """Row-tile and centroid-block sizes that keep scratch memory under ``scratch_bytes``.
+
+    The one tile planner of the dense kernels (the namespace code, the compiled paths' bound,
+    the CUDA kernels, the seeding distances). Per row of a tile a call holds one block of
+    distances (``centroid_block`` values of ``itemsize`` bytes) and ``row_bytes`` more.
+
+    Parameters
+    ----------
+    n, k, d : int
+        Rows, centroids and features of the call.
+    itemsize : int
+        Bytes per value of the distance block.
+    scratch_bytes : int
+        The bound.
+    row_bytes : int, optional
+        Scratch per row besides its distances; default: the namespace code's one gathered
+        centroid and one float64 copy of the row, ``d * (itemsize + 8) + 16``.
+    max_row_tile : int, optional
+        A cap on the rows of a tile (the CUDA kernels' launch sizes).
+
+    Returns
+    -------
+    row_tile, centroid_block : int
+        ``1 <= row_tile <= max(n, 1)`` (and ``max_row_tile``),
+        ``1 <= centroid_block <= min(max(k, 1), MAX_CENTROID_BLOCK)``.
+    """
+    centroid_block = max(1, min(k, MAX_CENTROID_BLOCK))
+    extra = d * (itemsize + 8) + 16 if row_bytes is None else row_bytes
+    row_tile = max(1, int(scratch_bytes) // (centroid_block * itemsize + extra))
+    cap = max(n, 1) if max_row_tile is None else min(max(n, 1), max_row_tile)
+    return int(min(cap, row_tile)), int(centroid_block)
+
+
 class Moments(NamedTuple):
     """Row count, per-column mean and sum of squared deviations (float64)."""
 

@@ -16,7 +16,10 @@ A move is taken only if ``dcost < -rel_tol * (add + remove)``: rounding alone th
 cannot make a pair of rows move back and forth forever.
 
 Every function is pure (arrays in, arrays out, no Dask). :func:`best_moves` and
-:func:`sweep` have compiled loops for NumPy (numba); the namespace code serves CuPy.
+:func:`sweep` have compiled loops for NumPy float32/float64 rows
+(:mod:`dkmeans.kernels.backends.compiled_hartigan`, compiled in the call on first use);
+the namespace code serves CuPy, and every array under Dask config
+``dkmeans.kernels.backend = "numpy"`` (:func:`dkmeans.kernels.backends.select.select`).
 """
 
 from __future__ import annotations
@@ -25,149 +28,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dkmeans.kernels.backends import compiled_hartigan as _loops
+from dkmeans.kernels.backends.select import ALWAYS, Backend, select
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import cluster_sums
 
-try:
-    import numba
-except ImportError:  # pragma: no cover - numba is a dependency
-    numba = None
-
 #: Relative margin a cost change must beat to count as an improvement (see module doc).
 REL_TOL = 1e-12
-#: "auto": compiled loops for NumPy arrays when numba is available; "xp": namespace code only.
-ENGINE = "auto"
 #: Scratch memory of one namespace-code call (the (rows, k, d) difference tile).
 SCRATCH_BYTES = 32 * 2**20
-
-
-def _use_compiled(xp) -> bool:
-    return ENGINE == "auto" and numba is not None and xp is np
-
-
-# -- compiled loops ----------------------------------------------------------------------
-if numba is not None:
-
-    @numba.njit(cache=True, nogil=True)
-    def _row_best(X, i, l, wi, C, W, npos, rel_tol):  # pragma: no cover - compiled
-        """(target, dcost, ||x - c_l||^2) of row ``i`` in cluster ``l``; target -1 if no improving move."""
-        d = X.shape[1]
-        k = C.shape[0]
-        own = 0.0
-        for f in range(d):
-            diff = np.float64(X[i, f]) - C[l, f]
-            own += diff * diff
-        if wi <= 0.0 or npos[l] < 2 or W[l] - wi <= 0.0:
-            return -1, 0.0, own
-        remove = wi * W[l] / (W[l] - wi) * own
-        best_add = np.inf
-        best = -1
-        for j in range(k):
-            if j == l:
-                continue
-            if npos[j] == 0:
-                add = 0.0
-            else:
-                s = 0.0
-                for f in range(d):
-                    diff = np.float64(X[i, f]) - C[j, f]
-                    s += diff * diff
-                add = wi * W[j] / (W[j] + wi) * s
-            if add < best_add:  # strict: lowest cluster index on ties
-                best_add = add
-                best = j
-        # remove is the same for every target, so the smallest add is the best move
-        if best >= 0 and best_add * (1.0 + rel_tol) < remove * (1.0 - rel_tol):
-            return best, best_add - remove, own
-        return -1, 0.0, own
-
-    @numba.njit(cache=True, nogil=True)
-    def _best_moves_compiled(X, labels, C, W, npos, weights, has_weights, rel_tol,  # pragma: no cover
-                             target, dcost, own_sq):
-        """:func:`_row_best` for every row, bit for bit, over row tiles transposed to float64.
-
-        The loop over a tile's rows is innermost and contiguous, so it vectorises; each
-        distance still sums its features in order, exactly as :func:`_row_best` does.
-        """
-        n, d = X.shape
-        k = C.shape[0]
-        tile = 256
-        Xt = np.empty((d, tile))
-        acc = np.empty(tile)
-        best_add = np.empty(tile)
-        best_j = np.empty(tile, dtype=np.int64)
-        wt = np.empty(tile)
-        for i0 in range(0, n, tile):
-            m = min(tile, n - i0)
-            for i in range(m):
-                for f in range(d):
-                    Xt[f, i] = X[i0 + i, f]
-                wt[i] = weights[i0 + i] if has_weights else 1.0
-                best_add[i] = np.inf
-                best_j[i] = -1
-            for j in range(k):
-                for i in range(m):
-                    acc[i] = 0.0
-                for f in range(d):
-                    c = C[j, f]
-                    for i in range(m):
-                        diff = Xt[f, i] - c
-                        acc[i] += diff * diff
-                Wj = W[j]
-                empty = npos[j] == 0
-                unit = Wj / (Wj + 1.0)  # the factor of every row without weights
-                for i in range(m):
-                    if labels[i0 + i] == j:
-                        own_sq[i0 + i] = acc[i]
-                        continue
-                    if empty:
-                        add = 0.0
-                    elif has_weights:
-                        add = wt[i] * Wj / (Wj + wt[i]) * acc[i]
-                    else:
-                        add = unit * acc[i]
-                    if add < best_add[i]:  # strict: lowest cluster index on ties
-                        best_add[i] = add
-                        best_j[i] = j
-            for i in range(m):
-                r = i0 + i
-                l = labels[r]
-                wi = wt[i]
-                target[r] = -1
-                dcost[r] = 0.0
-                if wi <= 0.0 or npos[l] < 2 or W[l] - wi <= 0.0:
-                    continue
-                remove = wi * W[l] / (W[l] - wi) * own_sq[r]
-                if best_j[i] >= 0 and best_add[i] * (1.0 + rel_tol) < remove * (1.0 - rel_tol):
-                    target[r] = best_j[i]
-                    dcost[r] = best_add[i] - remove
-
-    @numba.njit(cache=True, nogil=True)
-    def _sweep_compiled(X, labels, C, W, npos, weights, has_weights, rel_tol):  # pragma: no cover - compiled
-        moves = 0
-        change = 0.0
-        d = X.shape[1]
-        for i in range(X.shape[0]):
-            wi = weights[i] if has_weights else 1.0
-            l = labels[i]
-            t, dc, own = _row_best(X, i, l, wi, C, W, npos, rel_tol)
-            if t < 0:
-                continue
-            # c1' = c1 + w (c1 - x) / (W1 - w);  c2' = c2 + w (x - c2) / (W2 + w)
-            a = wi / (W[l] - wi)
-            b = wi / (W[t] + wi)
-            for f in range(d):
-                x = np.float64(X[i, f])
-                C[l, f] += a * (C[l, f] - x)
-                C[t, f] += b * (x - C[t, f])
-            W[l] -= wi
-            W[t] += wi
-            npos[l] -= 1
-            npos[t] += 1
-            labels[i] = t
-            moves += 1
-            change += dc
-        return moves, change
 
 
 # -- best move per row ---------------------------------------------------------------------
@@ -221,19 +90,26 @@ def best_moves(X, labels, C, W, npos, weights=None, *, rel_tol: float = REL_TOL)
         Target (lowest cluster index among equally good ones), cost change, own distance.
     """
     xp = get_namespace(X, labels)
-    n, d = X.shape
-    k = C.shape[0]
+    n = X.shape[0]
     C = xp.ascontiguousarray(xp.asarray(C, dtype=xp.float64))
     W = xp.asarray(W, dtype=xp.float64)
     npos = xp.asarray(npos, dtype=xp.int64)
-    if _use_compiled(xp):
+    # the loops compile in the call on first use: no background compilation to wait for
+    if select(X, compiled=ALWAYS) is Backend.COMPILED:
         target = np.empty(n, dtype=np.int32)
         dcost = np.empty(n, dtype=np.float64)
         own_sq = np.empty(n, dtype=np.float64)
         w = np.ones(1) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-        _best_moves_compiled(np.ascontiguousarray(X), np.ascontiguousarray(labels, dtype=np.int32), C, W, npos,
+        _loops.best_moves(np.ascontiguousarray(X), np.ascontiguousarray(labels, dtype=np.int32), C, W, npos,
                              w, weights is not None, rel_tol, target, dcost, own_sq)
         return Moves(target, dcost, own_sq)
+    return _best_moves_namespace(xp, X, labels, C, W, npos, weights, rel_tol)
+
+
+def _best_moves_namespace(xp, X, labels, C, W, npos, weights, rel_tol) -> Moves:
+    """:func:`best_moves` in the namespace code (``C``, ``W``, ``npos`` already float64/int64)."""
+    n, d = X.shape
+    k = C.shape[0]
     target = xp.full(n, -1, dtype=xp.int32)
     dcost = xp.zeros(n, dtype=xp.float64)
     own_sq = xp.zeros(n, dtype=xp.float64)
@@ -306,14 +182,14 @@ def sweep(X, labels, C, W, npos, weights=None, *, rel_tol: float = REL_TOL):
     predicted_change : float
         Sum of the cost changes of the moves made (the objective change, up to rounding).
     """
-    if _use_compiled(np):
+    if select(X, compiled=ALWAYS) is Backend.COMPILED:
         w = np.ones(1) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-        moves, change = _sweep_compiled(np.ascontiguousarray(X), labels, C, W, npos, w, weights is not None, rel_tol)
+        moves, change = _loops.sweep(np.ascontiguousarray(X), labels, C, W, npos, w, weights is not None, rel_tol)
         return int(moves), float(change)
     moves, change = 0, 0.0
-    for i in range(X.shape[0]):  # plain loop: only without numba
-        m = best_moves(X[i : i + 1], labels[i : i + 1], C, W, npos,
-                       None if weights is None else weights[i : i + 1], rel_tol=rel_tol)
+    for i in range(X.shape[0]):  # plain loop: the namespace code (slow; the compiled loop is the default)
+        m = _best_moves_namespace(np, X[i : i + 1], labels[i : i + 1], C, W, npos,
+                                  None if weights is None else weights[i : i + 1], rel_tol)
         t = int(m.target[0])
         if t < 0:
             continue

@@ -17,8 +17,11 @@ distances, or the float64 sums, counts and objective, are computed per tile whil
 are in cache. The compiled loops are single-threaded and BLAS uses the threads it is given:
 dkmeans' workers start with one BLAS/OpenMP thread per worker thread
 (:func:`dkmeans.engine.client.start_local_cluster`).
-CuPy arrays, other dtypes and ``ENGINE = "xp"`` take the namespace code.
-``scipy.sparse`` rows go to the same functions of :mod:`.sparse` (never densified).
+CuPy float32/float64 arrays take the fused CUDA kernels (:mod:`.cuda`); other dtypes and
+Dask config ``dkmeans.kernels.backend = "numpy"`` the namespace code.
+``scipy.sparse`` rows go to the same functions of :mod:`.sparse` (never densified). Each
+public function asks :func:`~dkmeans.kernels.backends.select.select` once which of these
+serves the call (:func:`_backend`) and hands the answer to the helpers it calls.
 """
 
 from __future__ import annotations
@@ -31,17 +34,12 @@ from dkmeans.kernels.namespace import get_namespace, sparse_namespace
 from dkmeans.kernels.backends import cuda as _cuda  # fused CuPy kernels; imports CuPy only when called
 
 from dkmeans.kernels.backends import compiled as _compiled  # compiled loops of the NumPy path
-from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, MAX_CENTROID_BLOCK, Partials, TopRows, check_centroids,
+from dkmeans.kernels.backends.compiled import Output
+from dkmeans.kernels.backends.select import Backend, Loops, select
+from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, Partials, TopRows, check_centroids, plan_tiles,
                                     select_top)
-from dkmeans.kernels.backends.compile import compiled_ready
 from dkmeans.kernels.common import unit_half_sq_norms  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
 from dkmeans.kernels.backends import sparse as _sparse
-
-#: Which code runs for NumPy arrays: "auto" picks the compiled path per shape (the direct
-#: loops, or BLAS plus a compiled argmin for ``d > 16`` and very few centroids); "blas"
-#: always takes the BLAS compiled path; "xp" runs the namespace code (the path CuPy arrays
-#: take).
-ENGINE = "auto"
 
 #: Compiled BLAS path: target size in bytes of one ``C_block @ X_tile.T`` buffer (about
 #: the L2 cache: the buffer is read back by the argmin while it is still in cache).
@@ -70,23 +68,27 @@ def _kind(engine: str, dtype, d: int) -> tuple:
     return ("direct", dtype.str, _compiled.direct_width(d)) if engine == "direct" else ("blas", dtype.str)
 
 
-def _compiled_engine(xp, X, k: int) -> str | None:
-    """"direct", "blas", or None (namespace code) for the rows ``X``.
+def _backend(X, k: int) -> Backend:
+    """The backend of one nearest-centroid call on ``X`` against ``k`` centroids.
 
-    None also while the compiled loops of this kind are compiling in the background
-    (:mod:`dkmeans.kernels.backends.compile`), and for empty inputs (no rows or no features: Dask
-    probes functions with such arrays, and a compilation must not start from them).
+    The direct loops suit ``d <= 16`` and, streamed, ``k >= STREAM_MIN_CENTROIDS``; BLAS
+    plus a compiled argmin the rest (and every shape under the setting ``"blas"``).
     """
-    if ENGINE == "xp" or xp is not np or X.dtype not in _FLOATS:
-        return None
-    n, d = X.shape
-    if n == 0 or d == 0 or k == 0:
-        return None
-    if ENGINE == "auto" and (_compiled.direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS):
-        engine = "direct"
-    else:
-        engine = "blas"
-    return engine if compiled_ready(_kind(engine, X.dtype, d), functools.partial(_warm_up, X.dtype, d, k)) else None
+    d = X.shape[1]
+    dtype = np.dtype(X.dtype)
+    if k == 0 or d == 0 or dtype not in _FLOATS:  # no loops to offer (nor to compile)
+        return select(X, cuda=True)
+    direct, blas = _loops(dtype, d, k)
+    return select(X, cuda=True, compiled=direct, blas=blas)
+
+
+@functools.lru_cache(maxsize=256)
+def _loops(dtype: np.dtype, d: int, k: int) -> tuple:
+    """The direct loops (None where they do not suit the shape) and the BLAS loops of one shape
+    (cached: built on every call they cost as much as the rest of the choice)."""
+    warm_up = functools.partial(_warm_up, dtype, d, k)
+    direct = _compiled.direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS
+    return (Loops(_kind("direct", dtype, d), warm_up) if direct else None), Loops(_kind("blas", dtype, d), warm_up)
 
 
 def compiled_kinds(dtype, d: int) -> list:
@@ -118,22 +120,6 @@ def _warm_up(dtype, d: int, k: int) -> None:
     assign(X, C)
 
 
-def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
-    """Row-tile and centroid-block sizes that keep scratch memory under ``scratch_bytes``.
-
-    Per row of a tile the kernel holds one block of distances (``centroid_block``
-    values), one gathered centroid and one float64 copy of the row.
-
-    Returns
-    -------
-    row_tile, centroid_block : int
-    """
-    centroid_block = max(1, min(k, MAX_CENTROID_BLOCK))
-    per_row = centroid_block * itemsize + d * (itemsize + 8) + 16
-    row_tile = max(1, scratch_bytes // per_row)
-    return int(min(max(n, 1), row_tile)), int(centroid_block)
-
-
 def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
     """Index of the nearest centroid for each row of one tile."""
     m = Xt.shape[0]
@@ -160,10 +146,10 @@ def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
     return best_idx
 
 
-def _compiled_tiles(engine: str, n: int, k: int, d: int, itemsize: int, scratch_bytes: int):
+def _compiled_tiles(backend: Backend, n: int, k: int, d: int, itemsize: int, scratch_bytes: int):
     """Row tile and centroid block of a compiled path (within ``scratch_bytes``)."""
     budget_rows, block = plan_tiles(n, k, d, itemsize, scratch_bytes)
-    if engine == "direct":
+    if backend is Backend.COMPILED:  # the direct loops
         rows = DIRECT_TILE_ROWS
         if d > 16:  # the streamed kernel: a transposed tile of about STREAM_TILE_BYTES
             lo, hi = STREAM_TILE_ROWS
@@ -174,59 +160,58 @@ def _compiled_tiles(engine: str, n: int, k: int, d: int, itemsize: int, scratch_
     return max(1, min(cache_rows, budget_rows, n)), block
 
 
-def _run_compiled(engine, X, C, mode, weights, scratch_bytes):
-    """Labels of the nearest centroids, with (``mode``) 1: exact distances, 2: partials.
+def _run_compiled(backend: Backend, X, C, output: Output, weights, scratch_bytes):
+    """Labels of the nearest centroids, and the exact distances or the partials as ``output`` asks.
 
-    ``X`` and ``C`` are C-contiguous NumPy arrays of one float dtype. Works tile by
-    tile: the labels of a tile, then its exact distances or its partial sums while its
-    rows are in cache. Returns ``(labels, min_sq, sums, counts, objective)``.
+    ``backend``: :attr:`Backend.COMPILED` (the direct loops) or :attr:`Backend.BLAS`. ``X`` and
+    ``C`` are C-contiguous NumPy arrays of one float dtype. Works tile by tile: the labels of
+    a tile, then its exact distances or its partial sums while its rows are in cache.
+    Returns ``(labels, min_sq, sums, counts, objective)``.
     """
     n, d = X.shape
     k = C.shape[0]
-    labels = np.empty(n if mode != 2 else 0, dtype=np.int32)  # partials need a tile's labels only
-    min_sq = np.empty(n if mode == 1 else 0, dtype=X.dtype)
-    sums = np.zeros((k, d) if mode == 2 else (0, 0), dtype=np.float64)
-    counts = np.zeros(k if mode == 2 else 0, dtype=np.float64)
+    partials = output is Output.PARTIALS
+    labels = np.empty(0 if partials else n, dtype=np.int32)  # partials need a tile's labels only
+    min_sq = np.empty(n if output is Output.DISTANCES else 0, dtype=X.dtype)
+    sums = np.zeros((k, d) if partials else (0, 0), dtype=np.float64)
+    counts = np.zeros(k if partials else 0, dtype=np.float64)
     has_w = weights is not None
     w = np.ascontiguousarray(weights, dtype=np.float64) if has_w else np.empty(0, dtype=np.float64)
     c_half = unit_half_sq_norms(np, C, 0.5 * np.einsum("ij,ij->i", C, C), X.dtype)
-    tile, block = _compiled_tiles(engine, n, k, d, X.dtype.itemsize, scratch_bytes)
-    if engine == "direct":
+    tile, block = _compiled_tiles(backend, n, k, d, X.dtype.itemsize, scratch_bytes)
+    if backend is Backend.COMPILED:
         kernel = _compiled.direct_kernel(_compiled.direct_width(d))
         groups = max(1, STREAM_BLOCK_BYTES // (d * _compiled.STREAM_GROUP * X.dtype.itemsize))
-        objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, mode)
+        # the member's value: numba types an IntEnum argument in Python, about 15 us a call
+        objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, int(output))
         return labels, min_sq, sums, counts, objective
     best = np.empty(tile, dtype=X.dtype)
     buf = np.empty(block * tile, dtype=X.dtype)
-    tile_labels = np.empty(tile if mode == 2 else 0, dtype=np.int32)
+    tile_labels = np.empty(tile if partials else 0, dtype=np.int32)
     objective = 0.0
     for i0 in range(0, n, tile):
         i1 = min(n, i0 + tile)
         m = i1 - i0
         Xt_T = X[i0:i1].T
-        lab = tile_labels[:m] if mode == 2 else labels[i0:i1]
+        lab = tile_labels[:m] if partials else labels[i0:i1]
         for j0 in range(0, k, block):
             j1 = min(k, j0 + block)
             Dt = buf[: (j1 - j0) * m].reshape(j1 - j0, m)
             np.matmul(C[j0:j1], Xt_T, out=Dt)
             _compiled.running_argmin_t(Dt, c_half[j0:j1], j0, best[:m], lab, j0 == 0)
-        if mode == 1:
+        if output is Output.DISTANCES:
             _compiled.rows_exact_sq(X, i0, i1, C, labels, min_sq)
-        elif mode == 2:
+        elif partials:
             objective += _compiled.rows_partials(X, i0, i1, C, lab, i0, w, has_w, sums, counts)
     return labels, min_sq, sums, counts, objective
 
 
 def _nearest_labels(xp, X, C, scratch_bytes):
-    """Labels (int32) of the nearest centroid."""
+    """Labels (int32) of the nearest centroid (the namespace code)."""
     n, d = X.shape
     k = C.shape[0]
     if n == 0:
         return xp.empty(0, dtype=xp.int32)
-    engine = _compiled_engine(xp, X, C.shape[0])
-    if engine is not None:
-        X = np.ascontiguousarray(X)
-        return _run_compiled(engine, X, np.ascontiguousarray(C, dtype=X.dtype), 0, None, scratch_bytes)[0]
     labels = xp.empty(n, dtype=xp.int32)
     c_half_sq = unit_half_sq_norms(xp, C, 0.5 * xp.sum(C * C, axis=1), X.dtype)
     row_tile, block = plan_tiles(n, k, d, X.dtype.itemsize, scratch_bytes)
@@ -257,16 +242,20 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
         ``||x - c_label||^2`` computed from the difference.
     """
     check_centroids(X, C)
-    if _sparse.is_sparse(X):
+    return _assign(_backend(X, C.shape[0]), X, C, scratch_bytes)
+
+
+def _assign(backend: Backend, X, C, scratch_bytes):
+    """:func:`assign` on the chosen backend."""
+    if backend is Backend.SPARSE:
         return _sparse.assign(X, C, scratch_bytes=scratch_bytes)
-    xp = get_namespace(X, C)
-    if ENGINE != "xp" and _cuda.supports(X):  # 2-D CuPy float32/float64: the fused kernels
+    if backend is Backend.CUDA:
         return _cuda.assign_cuda(X, C, scratch_bytes=scratch_bytes)
+    xp = get_namespace(X, C)
     n, d = X.shape
     C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
-    engine = _compiled_engine(xp, X, C.shape[0])
-    if engine is not None and n > 0:
-        labels, min_sq, *_ = _run_compiled(engine, np.ascontiguousarray(X), C, 1, None, scratch_bytes)
+    if backend in (Backend.COMPILED, Backend.BLAS):
+        labels, min_sq, *_ = _run_compiled(backend, np.ascontiguousarray(X), C, Output.DISTANCES, None, scratch_bytes)
         return labels, min_sq
     labels = _nearest_labels(xp, X, C, scratch_bytes)
     min_sq = xp.empty(n, dtype=X.dtype)
@@ -298,25 +287,25 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
         Sums and counts accumulated in float64; objective in float64.
     """
     check_centroids(X, C)
-    if _sparse.is_sparse(X):
+    backend = _backend(X, C.shape[0])
+    if backend is Backend.SPARSE:
         return _sparse.assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
-    xp = get_namespace(X, C)
-    if ENGINE != "xp" and _cuda.supports(X):
+    if backend is Backend.CUDA:
         return Partials(*_cuda.partials_cuda(X, C, weights, scratch_bytes=scratch_bytes))
+    xp = get_namespace(X, C)
     n, d = X.shape
     k = C.shape[0]
     if n == 0:
         zeros = xp.zeros(k, dtype=xp.float64)
         return Partials(xp.zeros((k, d), dtype=xp.float64), zeros, xp.zeros((), dtype=xp.float64))
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
-    engine = _compiled_engine(xp, X, C.shape[0])
-    if engine is not None:
+    if backend in (Backend.COMPILED, Backend.BLAS):
         X = np.ascontiguousarray(X)
         C = np.ascontiguousarray(C, dtype=X.dtype)
-        _, _, sums, counts, objective = _run_compiled(engine, X, C, 2, w, scratch_bytes)
+        _, _, sums, counts, objective = _run_compiled(backend, X, C, Output.PARTIALS, w, scratch_bytes)
         return Partials(sums, counts, np.asarray(objective, dtype=np.float64))
-    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
-    sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)
+    labels, min_sq = _assign(backend, X, C, scratch_bytes)
+    sums, counts = _cluster_sums(backend, X, labels, k, w, scratch_bytes)
     d2 = min_sq.astype(xp.float64)
     objective = xp.sum(d2 if w is None else d2 * w)
     return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
@@ -332,7 +321,12 @@ def cluster_sums(X, labels, k: int, weights=None, *, scratch_bytes: int = DEFAUL
     sums : array, shape (k, d), float64
     counts : array, shape (k,), float64
     """
-    if _sparse.is_sparse(X):
+    return _cluster_sums(select(X), X, labels, k, weights, scratch_bytes)
+
+
+def _cluster_sums(backend: Backend, X, labels, k: int, weights, scratch_bytes):
+    """:func:`cluster_sums`: the CSR kernel, or the namespace code for every dense backend."""
+    if backend is Backend.SPARSE:
         return _sparse.cluster_sums(X, labels, k, weights, scratch_bytes=scratch_bytes)
     xp = get_namespace(X)
     n, d = X.shape
@@ -358,11 +352,15 @@ def nearest_sq64(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     The labels and distances of :func:`farthest_points` (sparse rows: computed in float64).
     """
     check_centroids(X, C)
-    if _sparse.is_sparse(X):
+    return _nearest_sq64(_backend(X, C.shape[0]), X, C, scratch_bytes)
+
+
+def _nearest_sq64(backend: Backend, X, C, scratch_bytes):
+    """:func:`nearest_sq64` on the chosen backend."""
+    if backend is Backend.SPARSE:
         return _sparse.assign64(X, C, scratch_bytes=scratch_bytes)
-    xp = get_namespace(X, C)
-    labels, min_sq = assign(X, C, scratch_bytes=scratch_bytes)
-    return labels, min_sq.astype(xp.float64)
+    labels, min_sq = _assign(backend, X, C, scratch_bytes)
+    return labels, min_sq.astype(get_namespace(X, C).float64)
 
 
 def farthest_from(X, d2, m: int, row_offset: int, weights=None) -> TopRows:
@@ -399,15 +397,15 @@ def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_byte
     return farthest_from(X, d2, m, row_offset, weights)
 
 
-def _choice_scores(X, C, labels):
+def _choice_scores(sparse: bool, X, C, labels):
     """``||c||^2/2 - x.c`` of each row for its centroid ``C[labels]``, in float64, with the unit rule
     of :func:`~dkmeans.kernels.common.unit_half_sq_norms`: the quantity every assignment kernel
     compares, so equal values are the ties a full assignment gives to the lower index."""
-    xp = np if _sparse.is_sparse(X) else get_namespace(X)
+    xp = np if sparse else get_namespace(X)
     C64 = xp.asarray(C, dtype=xp.float64)
     half = unit_half_sq_norms(xp, C64, 0.5 * xp.sum(C64 * C64, axis=1), X.dtype)
     picked = C64[labels]
-    if _sparse.is_sparse(X):
+    if sparse:
         dots = np.asarray(X.multiply(picked).sum(axis=1)).ravel()
     else:
         dots = xp.sum(xp.asarray(X, dtype=xp.float64) * picked, axis=1)
@@ -427,15 +425,18 @@ def refill_partials(X, live_labels, live_d2, L, R, live_index, refill_index, k: 
     full assignment; the squared distances differ there by rounding only.
     """
     xp = get_namespace(live_d2)
-    r_labels, r_d2 = nearest_sq64(X, R, scratch_bytes=scratch_bytes)
+    check_centroids(X, R)
+    backend = _backend(X, R.shape[0])
+    r_labels, r_d2 = _nearest_sq64(backend, X, R, scratch_bytes)
     live = xp.asarray(live_index)[live_labels]
     refill = xp.asarray(refill_index)[r_labels]
-    tie = _choice_scores(X, R, r_labels) == _choice_scores(X, L, live_labels)
+    sparse = backend is Backend.SPARSE
+    tie = _choice_scores(sparse, X, R, r_labels) == _choice_scores(sparse, X, L, live_labels)
     moved = xp.where(tie, refill < live, r_d2 < live_d2)
     labels = xp.where(moved, refill, live).astype(xp.int32)
     d2 = xp.where(moved, r_d2, live_d2)
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
-    sums, counts = cluster_sums(X, labels, k, w, scratch_bytes=scratch_bytes)
+    sums, counts = _cluster_sums(backend, X, labels, k, w, scratch_bytes)
     objective = xp.sum(d2 if w is None else d2 * w)
     return Partials(sums, counts, xp.asarray(objective, dtype=xp.float64))
 
@@ -452,9 +453,9 @@ def distances(X, C):
     output plus float64 blocks of rows of about ``DEFAULT_SCRATCH_BYTES``.
     """
     check_centroids(X, C)
-    if _sparse.is_sparse(X):
+    if select(X) is Backend.SPARSE:
         return _sparse.distances(X, C)
-    xp = get_namespace(X, C)
+    xp = get_namespace(X, C)  # every dense backend: the namespace code
     C64 = xp.asarray(C, dtype=xp.float64)
     c_sq = xp.sum(C64 * C64, axis=1)[None, :]
     n, k = X.shape[0], C64.shape[0]

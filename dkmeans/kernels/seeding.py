@@ -15,7 +15,8 @@ from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
 from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
 from dkmeans.kernels.backends import sparse as _sparse
-from dkmeans.kernels.backends.sparse import is_sparse, take_rows
+from dkmeans.kernels.backends.select import ALWAYS, Backend, select
+from dkmeans.kernels.backends.sparse import take_rows
 
 
 class Nearest(NamedTuple):
@@ -82,7 +83,7 @@ def rows_above(X, weights, offset: int, d2, seed: int, stream: int, threshold: f
 
 def sq_distances(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     """Squared distances (n, k) in float64, tiled; for a few centres (k-means++ trials)."""
-    if is_sparse(X):
+    if select(X) is Backend.SPARSE:
         return _sparse.sq_distances(X, C, scratch_bytes=scratch_bytes)
     xp = get_namespace(X)
     n, d = X.shape
@@ -234,7 +235,7 @@ def _kpp_local_xp(X, w, k: int, trials: int, u, first: int):
     return xp.asarray(chosen, dtype=xp.int64)
 
 
-def local_kmeans_plusplus(X, weights, k: int, seed: int, stream: int, trials: int = 1, *, compiled: bool = True):
+def local_kmeans_plusplus(X, weights, k: int, seed: int, stream: int, trials: int = 1):
     """k-means++ on rows held in memory (a sample on the client): the indices of the ``k`` chosen rows.
 
     The first row is drawn proportionally to ``weights``; each later step draws ``trials``
@@ -245,7 +246,8 @@ def local_kmeans_plusplus(X, weights, k: int, seed: int, stream: int, trials: in
     depends only on the rows and their order. If every row coincides with a chosen one,
     the remaining steps repeat the first row (the caller's empty-cluster rule separates them).
     Work: ``k * trials * n * d``; float64 throughout. NumPy rows run a compiled loop
-    (``compiled=False``: the namespace code, which makes the same choices).
+    (Dask config ``dkmeans.kernels.backend = "numpy"``: the namespace code, which makes the
+    same choices).
 
     Returns
     -------
@@ -261,7 +263,7 @@ def local_kmeans_plusplus(X, weights, k: int, seed: int, stream: int, trials: in
     while first > 0 and float(w[first]) <= 0:
         first -= 1
     u = draws[:-1]
-    if compiled and xp is np:
+    if select(X64, compiled=ALWAYS) is Backend.COMPILED:  # compiled in the call on first use
         from dkmeans.kernels.backends.compiled import kpp_local
 
         return kpp_local(X64, w, k, trials, np.ascontiguousarray(u), first)

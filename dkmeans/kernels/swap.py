@@ -25,8 +25,8 @@ are recomputed from the differences.
 ``w d1`` (the k-means++ "D^2" distribution), without replacement, keyed by global row
 index (exponential clocks, :func:`~dkmeans.kernels.seeding.weighted_sample_keys`, top
 ``m`` by :func:`~dkmeans.kernels.nearest.select_top`), so the sample does not depend on
-the chunking. :func:`best_swaps` and :func:`select_swaps` choose swaps from the reduced
-costs, on the client.
+the chunking. The driver chooses swaps from the reduced costs
+(:mod:`dkmeans.drivers.swaps`).
 
 Every function takes arrays of one namespace ``xp`` (NumPy or CuPy).
 """
@@ -36,12 +36,12 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple, Sequence
 
-import numba
 import numpy as np
 
+from dkmeans.kernels.backends import compiled_swap as _loops
+from dkmeans.kernels.backends.select import Backend, Loops, select
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import TopRows, assign, cluster_sums, select_top
-from dkmeans.kernels.backends.compile import compiled_ready
 from dkmeans.kernels.reduce import combine_top
 from dkmeans.kernels.sampling import uniform_by_index
 from dkmeans.kernels.seeding import weighted_sample_keys
@@ -141,19 +141,17 @@ def _sq_from_dot(xp, x_sq, dots, c_sq):
     return xp.maximum(dots, 0.0, out=dots)
 
 
-def _compiled_ready(xp, X) -> bool:
-    return xp is np and X.dtype in (np.float32, np.float64) and compiled_ready(
-        ("nearest_two", X.dtype.str), functools.partial(_warm_up_nearest_two, X.dtype))
+def _backend(X) -> Backend:
+    """The backend of one swap-kernel call on ``X``: the compiled loops of
+    :mod:`dkmeans.kernels.backends.compiled_swap` (one compile unit per dtype) or the namespace code."""
+    dtype = np.dtype(X.dtype)
+    return select(X, compiled=Loops(("nearest_two", dtype.str), functools.partial(_warm_up_nearest_two, dtype)))
 
 
 def _nearest_two_tile(xp, Xt, C64, c_sq):
-    """:class:`NearestTwo` of one tile of translated float64 rows ``Xt``."""
+    """:class:`NearestTwo` of one tile of translated float64 rows ``Xt`` (the namespace code)."""
     t = Xt.shape[0]
     k = C64.shape[0]
-    if k <= SWAP_LOOP_MAX_CANDIDATES and _compiled_ready(xp, Xt):
-        out = NearestTwo(np.empty(t, np.int32), np.empty(t, np.int32), np.empty(t), np.empty(t))
-        _nearest_two_rows(np.ascontiguousarray(Xt), np.zeros(Xt.shape[1]), C64, *out)
-        return out
     D = Xt @ C64.T
     D *= -2.0
     D += c_sq[None, :]  # ||x||^2 omitted: the same for every centroid of a row
@@ -174,102 +172,9 @@ def _nearest_two_tile(xp, Xt, C64, c_sq):
                       xp.where(flip, d2, d1), xp.where(flip, d1, d2))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _nearest_two_of_row(row, C64):  # pragma: no cover - compiled
-    """(nearest, its squared distance, second nearest, its squared distance) of one translated row."""
-    k, d = C64.shape
-    b1, b2, j1, j2 = np.inf, np.inf, 0, 0
-    for j in range(k):
-        s = 0.0
-        for f in range(d):
-            t = row[f] - C64[j, f]
-            s += t * t
-        if s < b1:  # strict: ties keep the lower index nearest
-            b2, j2, b1, j1 = b1, j1, s, j
-        elif s < b2:
-            b2, j2 = s, j
-    return j1, b1, j2, b2
-
-
-@numba.njit(cache=True, nogil=True)
-def _nearest_two_rows(X, origin, C64, first, second, d1, d2):  # pragma: no cover - compiled
-    """Compiled :func:`_nearest_two_tile` for host rows: exact translated float64 distances, row by row."""
-    n, d = X.shape
-    k = C64.shape[0]
-    row = np.empty(d, dtype=np.float64)
-    for i in range(n):
-        for f in range(d):
-            row[f] = X[i, f] - origin[f]
-        j1, b1, j2, b2 = _nearest_two_of_row(row, C64)
-        first[i], d1[i] = j1, b1
-        second[i], d2[i] = (j2, b2) if k > 1 else (j1, np.inf)
-
-
 def _host_weights(w):
     """Weights for the compiled loops: the array and whether it is real (ones otherwise)."""
     return (np.ones(1), False) if w is None else (np.ascontiguousarray(w, dtype=np.float64), True)
-
-
-@numba.njit(cache=True, nogil=True)
-def _swap_costs_rows(X, origin, C64, P64, w, weighted, per_candidate, per_cluster, objective):  # pragma: no cover
-    """Compiled :func:`swap_costs` for host rows (exact float64 differences, one row at a time)."""
-    n, d = X.shape
-    m = P64.shape[0]
-    row = np.empty(d, dtype=np.float64)
-    total = 0.0
-    for i in range(n):
-        for f in range(d):
-            row[f] = X[i, f] - origin[f]
-        j1, b1, _, b2 = _nearest_two_of_row(row, C64)
-        wi = w[i] if weighted else 1.0
-        total += wi * b1
-        for p in range(m):
-            s = 0.0
-            for f in range(d):
-                t = row[f] - P64[p, f]
-                s += t * t
-            keep = min(s, b1)
-            per_candidate[p] += wi * keep
-            per_cluster[j1, p] += wi * (min(s, b2) - keep)
-    objective[0] = total
-
-
-@numba.njit(cache=True, nogil=True)
-def _swap_partials_rows(X, origin, C64, P64, lengths, positions, replaced, removed, swapped, w, weighted,
-                        sums, counts, objective):  # pragma: no cover - compiled
-    """Compiled :func:`swap_partials` for host rows: each trial's labels from the nearest two and the candidates."""
-    n, d = X.shape
-    q = P64.shape[0]
-    T = positions.shape[0]
-    row = np.empty(d, dtype=np.float64)
-    dp = np.empty(q, dtype=np.float64)
-    for i in range(n):
-        for f in range(d):
-            row[f] = X[i, f] - origin[f]
-        j1, b1, j2, b2 = _nearest_two_of_row(row, C64)
-        for p in range(q):
-            s = 0.0
-            for f in range(d):
-                t = row[f] - P64[p, f]
-                s += t * t
-            dp[p] = s
-        wi = w[i] if weighted else 1.0
-        for t in range(T):
-            label, dist = j1, b1
-            if removed[t, j1]:
-                label, dist = j2, b2
-                if removed[t, j2]:  # nearest two both removed (rare): assign afresh
-                    label, dist, _, _ = _nearest_two_of_row(row, swapped[t])
-            best, to_new = 0, np.inf
-            for a in range(lengths[t]):
-                if dp[positions[t, a]] < to_new:
-                    best, to_new = a, dp[positions[t, a]]
-            if to_new < dist:
-                label, dist = replaced[t, best], to_new
-            for f in range(d):
-                sums[t, label, f] += wi * X[i, f]
-            counts[t, label] += wi
-            objective[t] += wi * dist
 
 
 def _warm_up_nearest_two(dtype) -> None:
@@ -305,14 +210,19 @@ def nearest_two(X, C, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> NearestTwo:
         Distances in float64, computed from the differences. On exact ties the lower
         centroid index is the nearest; ``d1 == d2`` then.
     """
+    return _nearest_two(_backend(X), X, C, scratch_bytes)
+
+
+def _nearest_two(backend: Backend, X, C, scratch_bytes) -> NearestTwo:
+    """:func:`nearest_two` on the chosen backend."""
     xp = get_namespace(X, C)
     n, d = X.shape
     C64, origin, c_sq = _translated(xp, C)
     k = C64.shape[0]
     out = NearestTwo(xp.empty(n, dtype=xp.int32), xp.empty(n, dtype=xp.int32),
                      xp.empty(n, dtype=xp.float64), xp.empty(n, dtype=xp.float64))
-    if k <= SWAP_LOOP_MAX_CANDIDATES and _compiled_ready(xp, X):  # few centroids: no n x k buffer, no tiles
-        _nearest_two_rows(np.ascontiguousarray(X), origin, C64, *out)
+    if k <= SWAP_LOOP_MAX_CANDIDATES and backend is Backend.COMPILED:  # few centroids: no n x k buffer, no tiles
+        _loops.nearest_two_rows(np.ascontiguousarray(X), origin, C64, *out)
         return out
     rows = _tile_rows(k, 0, d, scratch_bytes)
     for i0 in range(0, n, rows):
@@ -353,15 +263,16 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
     p_sq = xp.sum(P64 * P64, axis=1)
     k, m = C64.shape[0], P64.shape[0]
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
+    backend = _backend(X)
     if m > SWAP_LOOP_MAX_CANDIDATES:  # many candidates: matrix products, rows taken cluster by cluster
-        return _swap_costs_by_cluster(xp, X, C, origin, P64, p_sq, w, scratch_bytes)
+        return _swap_costs_by_cluster(backend, xp, X, C, origin, P64, p_sq, w, scratch_bytes)
     per_candidate = xp.zeros(m, dtype=xp.float64)  # sum_x w min(d1, dp)
     per_cluster = xp.zeros((k, m), dtype=xp.float64)  # sum_{a(x) = j} w (min(d2, dp) - min(d1, dp))
     objective = xp.zeros((), dtype=xp.float64)
-    if _compiled_ready(xp, X):  # one fused loop over rows: no tiles, no n x m temporaries
+    if backend is Backend.COMPILED:  # one fused loop over rows: no tiles, no n x m temporaries
         objective = np.zeros(1)
-        _swap_costs_rows(np.ascontiguousarray(X), origin, C64, P64, *_host_weights(w),
-                         per_candidate, per_cluster, objective)
+        _loops.swap_costs_rows(np.ascontiguousarray(X), origin, C64, P64, *_host_weights(w),
+                               per_candidate, per_cluster, objective)
         return SwapCosts(np.ascontiguousarray(per_candidate[:, None] + per_cluster.T), objective.reshape(()))
     rows = _tile_rows(k, m, d, scratch_bytes)
     for i0 in range(0, n, rows):
@@ -383,7 +294,7 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
     return SwapCosts(xp.ascontiguousarray(cost), xp.asarray(objective, dtype=xp.float64))
 
 
-def _swap_costs_by_cluster(xp, X, C, origin, P64, p_sq, w, scratch_bytes) -> SwapCosts:
+def _swap_costs_by_cluster(backend: Backend, xp, X, C, origin, P64, p_sq, w, scratch_bytes) -> SwapCosts:
     """:func:`swap_costs` for many candidates: blocks of rows in cluster order against all candidates.
 
     The distances to the candidates are one matrix product per block; a block's rows are
@@ -392,7 +303,7 @@ def _swap_costs_by_cluster(xp, X, C, origin, P64, p_sq, w, scratch_bytes) -> Swa
     """
     n, d = X.shape
     k, m = C.shape[0], P64.shape[0]
-    near = nearest_two(X, C, scratch_bytes=scratch_bytes)
+    near = _nearest_two(backend, X, C, scratch_bytes)
     order = xp.argsort(near.labels, kind="stable")
     d1 = near.d1 if w is None else near.d1 * w
     objective = xp.sum(d1)
@@ -480,14 +391,14 @@ def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SC
     sums = xp.zeros((T, k, d), dtype=xp.float64)
     counts = xp.zeros((T, k), dtype=xp.float64)
     objective = xp.zeros(T, dtype=xp.float64)
-    if T and _compiled_ready(xp, X):
+    if T and _backend(X) is Backend.COMPILED:
         lengths = np.array([pos.shape[0] for pos, _ in trials], dtype=np.int64)
         positions = np.zeros((T, int(lengths.max())), dtype=np.int64)  # ragged trials, padded
         replaced = np.zeros_like(positions)
         for t, (pos, js) in enumerate(trials):
             positions[t, : lengths[t]], replaced[t, : lengths[t]] = pos, js
-        _swap_partials_rows(np.ascontiguousarray(X), origin, C64, P64, lengths, positions, replaced, removed,
-                            np.stack([Ct for Ct, _ in swapped]), *_host_weights(w), sums, counts, objective)
+        _loops.swap_partials_rows(np.ascontiguousarray(X), origin, C64, P64, lengths, positions, replaced, removed,
+                                  np.stack([Ct for Ct, _ in swapped]), *_host_weights(w), sums, counts, objective)
         return TrialPartials(sums, counts, objective)
     rows = _tile_rows(k, q, d, scratch_bytes)
     for i0 in range(0, n, rows):
@@ -576,123 +487,17 @@ def combine_samples(parts: Sequence[CandidateSample], m: int) -> CandidateSample
     return CandidateSample(combine_top([p.top for p in parts], m), objective)
 
 
-def best_swaps(delta, candidate_index, n: int, resolution: float = 0.0):
-    """The ``n`` swaps with the lowest ``delta``, best first (ties: lower candidate row index, then
-    lower centroid index).
-
-    Parameters
-    ----------
-    delta : ndarray, shape (m, k), float64
-        Change of the objective under each swap (``cost - objective``), on the host.
-    candidate_index : ndarray, shape (m,), int64
-        Global row index of each candidate.
-    n : int
-    resolution : float
-        Changes are compared rounded down to multiples of this (0: exactly), so that sums
-        rounded differently (another chunking) order the swaps alike: swaps that are
-        equally good but for rounding (removing either of two centroids sharing a group)
-        are told apart by index.
-
-    Returns
-    -------
-    candidates, centroids : ndarray of int64
-        Positions of the candidates and the indices of the centroids they replace.
-    """
-    delta = np.asarray(delta, dtype=np.float64)
-    k = delta.shape[1] if delta.ndim == 2 else 0
-    flat = delta.ravel()
-    n = min(max(n, 0), flat.size)
-    if n == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    key = np.floor(flat / resolution) if resolution > 0 else flat
-    # every entry tied with the n-th smallest, so the tie-break sees them all
-    sel = np.flatnonzero(key <= np.partition(key, n - 1)[n - 1]) if n < flat.size else np.arange(flat.size)
-    cand, cent = np.divmod(sel, k)
-    order = np.lexsort((cent, np.asarray(candidate_index)[cand], key[sel]))[:n]
-    return cand[order].astype(np.int64), cent[order].astype(np.int64)
-
-
-def _nearest_other(C64, j: int) -> int:
-    """Index of the centroid nearest to centroid ``j`` (another one; ``-1`` when ``k == 1``)."""
-    d = np.sum((C64 - C64[j]) ** 2, axis=1)
-    d[j] = np.inf
-    return int(np.argmin(d)) if len(d) > 1 else -1
-
-
-def select_swaps(delta, candidate_index, P, C, max_swaps: int, threshold: float, resolution: float = 0.0):
-    """Improving swaps to make at once, best first, chosen greedily among those that barely interact.
-
-    The first is the best swap (as :func:`best_swaps`). Further swaps, in the same order,
-    are taken while their individual changes can be expected to add up: each removes a
-    different centroid and adds a different candidate, no candidate lies nearer to another
-    chosen candidate than to its own nearest centroid, no removed centroid is the nearest
-    centroid of a chosen candidate, and no two removed centroids are each other's nearest.
-    The sum of the changes is an estimate only: measure the result
-    (:func:`swap_partials`) before relying on it.
-
-    Parameters
-    ----------
-    delta : ndarray, shape (m, k), float64
-        Change of the objective under each swap (``cost - objective``), on the host.
-    candidate_index : ndarray, shape (m,), int64
-        Global row index of each candidate (tie-breaking).
-    P : ndarray, shape (m, d)
-    C : ndarray, shape (k, d)
-    max_swaps : int
-        At most this many swaps.
-    threshold : float
-        Only swaps with ``delta < threshold`` (negative: real improvements).
-    resolution : float
-        As in :func:`best_swaps`.
-
-    Returns
-    -------
-    candidates, centroids : ndarray of int64
-        Positions in ``P`` and the indices of the centroids they replace, in order.
-    """
-    delta = np.asarray(delta, dtype=np.float64)
-    cand, cent = best_swaps(delta, candidate_index, int(np.count_nonzero(delta < threshold)), resolution)
-    if cand.size == 0 or max_swaps <= 1:
-        return cand[: max(0, min(1, max_swaps))], cent[: max(0, min(1, max_swaps))]
-    P64 = np.asarray(P, dtype=np.float64)
-    C64 = np.asarray(C, dtype=np.float64)
-    home, home_sq = assign(P64, C64)  # each candidate's nearest centroid and squared distance to it
-    chosen_p: list[int] = []
-    chosen_j: list[int] = []
-    removed: set[int] = set()
-    guarded: set[int] = set()  # centroids that must stay: nearest to a chosen candidate or removed one
-    for p, j in zip(cand.tolist(), cent.tolist()):
-        if len(chosen_p) >= max_swaps:
-            break
-        if p in chosen_p or j in removed or j in guarded or int(home[p]) in removed:
-            continue
-        near = _nearest_other(C64, j)
-        if near in removed:
-            continue
-        if chosen_p:
-            sep = np.sum((P64[chosen_p] - P64[p]) ** 2, axis=1)
-            if np.any(sep < np.maximum(home_sq[p], home_sq[chosen_p])):
-                continue
-        chosen_p.append(p)
-        chosen_j.append(j)
-        removed.add(j)
-        guarded.update((int(home[p]), near))
-    return np.asarray(chosen_p, dtype=np.int64), np.asarray(chosen_j, dtype=np.int64)
-
-
 __all__ = [
     "CandidateSample",
     "NearestTwo",
     "SWAP_SCRATCH_BYTES",
     "SwapCosts",
     "TrialPartials",
-    "best_swaps",
     "combine_samples",
     "combine_swap_costs",
     "combine_trial_partials",
     "nearest_two",
     "sample_by_cost",
-    "select_swaps",
     "swap_costs",
     "swap_partials",
 ]

@@ -6,8 +6,7 @@ from the labels, exhaustive single-move searches, and a plain NumPy batch Hartig
 
 from __future__ import annotations
 
-import importlib
-
+import dask
 import numpy as np
 import pytest
 
@@ -110,11 +109,11 @@ def small():
     return X
 
 
-@pytest.fixture(params=["auto", "xp"])
-def engine(request, monkeypatch):
+@pytest.fixture(params=["auto", "numpy"])
+def engine(request):
     """Kernel tests run with the compiled loops and with the namespace code."""
-    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.hartigan"), "ENGINE", request.param)
-    return request.param
+    with dask.config.set({"dkmeans.kernels.backend": request.param}):
+        yield request.param
 
 
 # -- kernels ---------------------------------------------------------------------------------------
@@ -190,11 +189,10 @@ def test_compiled_and_namespace_kernels_agree(monkeypatch, weighted):
     W = np.bincount(labels, weights=ww, minlength=k)
     npos = positive_counts(labels, w, k)
     C = np.vstack([partition_means(X.astype(np.float64), labels, k - 1, ww), np.zeros((1, 5))])
-    module = importlib.import_module("dkmeans.kernels.hartigan")
     runs = []
-    for eng in ("auto", "xp"):
-        monkeypatch.setattr(module, "ENGINE", eng)
-        runs.append(best_moves(X, labels, C, W, npos, w))
+    for eng in ("auto", "numpy"):
+        with dask.config.set({"dkmeans.kernels.backend": eng}):
+            runs.append(best_moves(X, labels, C, W, npos, w))
     np.testing.assert_array_equal(runs[0].target, runs[1].target)
     np.testing.assert_allclose(runs[0].dcost, runs[1].dcost, rtol=1e-12)
     np.testing.assert_allclose(runs[0].own_sq, runs[1].own_sq, rtol=1e-12)

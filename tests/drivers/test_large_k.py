@@ -69,7 +69,8 @@ def test_local_kmeans_plusplus_compiled_equals_namespace_code_and_picks_distinct
     w[::7] = 0.0
     for trials in (1, 3):
         a = local_kmeans_plusplus(X, w, 40, seed=9, stream=3, trials=trials)
-        b = local_kmeans_plusplus(X, w, 40, seed=9, stream=3, trials=trials, compiled=False)
+        with dask.config.set({"dkmeans.kernels.backend": "numpy"}):  # the namespace code
+            b = local_kmeans_plusplus(X, w, 40, seed=9, stream=3, trials=trials)
         np.testing.assert_array_equal(a, b)
         assert len(np.unique(a)) == 40 and (w[a] > 0).all()
     # fewer distinct rows than k: the remaining steps repeat the first row (no error)
@@ -200,10 +201,8 @@ def test_plan_tiles_keeps_scratch_under_the_bound(k):
         assert rows * (block * itemsize + d * (itemsize + 8) + 16) <= DEFAULT_SCRATCH_BYTES
 
 
-@pytest.mark.parametrize("engine", ["auto", "blas", "xp"])
-def test_assign_at_large_k_is_exact_and_scratch_bounded(monkeypatch, engine):
+def test_assign_at_large_k_is_exact_and_scratch_bounded(monkeypatch, kernel_backend):
     """k = 9,000 (> one 4,096-centroid block): labels equal float64 brute force; temporaries stay bounded."""
-    monkeypatch.setattr(assign_module, "ENGINE", engine)
     monkeypatch.setitem(dask.config.config, "dkmeans", {**dask.config.get("dkmeans", {}), "compile": "eager"})
     rng = np.random.default_rng(6)
     X = rng.normal(size=(3000, 24)).astype(np.float32)

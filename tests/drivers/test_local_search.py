@@ -11,14 +11,13 @@ from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
 from dkmeans.kernels.swap import (
-    best_swaps,
     combine_samples,
     nearest_two,
     sample_by_cost,
-    select_swaps,
     swap_costs,
     swap_partials,
 )
+from dkmeans.drivers.swaps import best_swaps, select_swaps
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
 from dkmeans.drivers.local_search import local_search
 from dkmeans.testing import make_blobs

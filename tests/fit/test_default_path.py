@@ -157,12 +157,13 @@ def test_update_nearest_keeps_the_state_when_a_round_drew_nothing():
 # -- the warm-up (make demo once printed a ZeroDivisionError from it) -----------------------
 def test_empty_probes_start_no_compilation(monkeypatch):
     """Dask probes a block function with (0, 0) arrays: no compilation may start from them."""
+    from dkmeans.kernels.backends import select
+
     started = []
-    monkeypatch.setattr(kernel_compile, "compiled_ready", lambda kind, warm_up: started.append(kind) or False)
-    monkeypatch.setattr(assign_module, "compiled_ready", kernel_compile.compiled_ready)
+    monkeypatch.setattr(select, "compiled_ready", lambda kind, warm_up: started.append(kind) or False)
     with dask.config.set({"dkmeans.compile": "background"}):
         for X in (np.empty((0, 0), np.float32), np.empty((0, 5), np.float64), np.empty((4, 0), np.float32)):
-            assert assign_module._compiled_engine(np, X, 3) is None
+            assert assign_module._backend(X, 3) is select.Backend.NUMPY
     assert started == []
     with pytest.raises(ValueError, match="at least one feature"):
         assign_module._warm_up(np.dtype(np.float32), 0, 4)
@@ -182,16 +183,18 @@ def test_lazy_predict_warms_up_nothing_empty(client):
 # -- one code path per fit -------------------------------------------------------------------
 def _record_paths(monkeypatch):
     """The code path of every assignment kernel call made in this (main) thread."""
+    from dkmeans.kernels.backends.select import Backend
+
     seen = []
-    original = assign_module._compiled_engine
+    original = assign_module._backend
 
-    def spy(xp, X, k):
-        engine = original(xp, X, k)
+    def spy(X, k):
+        backend = original(X, k)
         if threading.current_thread() is threading.main_thread():
-            seen.append("numpy" if engine is None else "compiled")
-        return engine
+            seen.append("compiled" if backend in (Backend.COMPILED, Backend.BLAS) else "numpy")
+        return backend
 
-    monkeypatch.setattr(assign_module, "_compiled_engine", spy)
+    monkeypatch.setattr(assign_module, "_backend", spy)
     return seen
 
 
@@ -202,9 +205,9 @@ def test_a_fit_keeps_one_code_path_while_kernels_compile(monkeypatch):
     monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)  # the fit does not wait for it
     real_warm = kernel_compile._warm
 
-    def slow_warm(kind, warm_up):  # the compilation ends while the first fit runs
+    def slow_warm(*args):  # the compilation ends while the first fit runs
         time.sleep(0.2)
-        real_warm(kind, warm_up)
+        real_warm(*args)
 
     monkeypatch.setattr(kernel_compile, "_warm", slow_warm)
     seen = _record_paths(monkeypatch)
@@ -257,6 +260,14 @@ def _path_chunk(X, w, offset):
     return [kernel_compile.current_path()]
 
 
+def _pin_chunk(X, w, offset):
+    return [(kernel_compile.current_path(), kernel_compile.backend_setting())]
+
+
+def _pin_loop(data):
+    return data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))
+
+
 def _path_loop(data):
     return data.map_reduce(_path_chunk, lambda parts: sum(parts, []))
 
@@ -264,7 +275,7 @@ def _path_loop(data):
 @pytest.mark.parametrize("mode", ["graph_loop", "single_task", "spmd"])
 @pytest.mark.parametrize("path", ["numpy", "compiled"])
 def test_pinned_path_reaches_every_task(client, request, mode, path):
-    """The fit's path travels with its chunk functions: plain passes and loops in every mode."""
+    """The fit's path and backend setting travel with its chunk functions: plain passes and loops in every mode."""
     import dask.array as da
     import functools
 
@@ -278,6 +289,11 @@ def test_pinned_path_reaches_every_task(client, request, mode, path):
         pinned_data = InContext(data, functools.partial(kernel_compile.call_pinned, path))
         assert set(pinned_data.map_reduce(_path_chunk, lambda parts: sum(parts, []))) == {path}
         assert set(pinned_data.run_loop(_path_loop, work_per_row=1.0)) == {path}
+        # the client's dkmeans.kernels.backend travels in the pin (the workers' own config says "auto")
+        with dask.config.set({"dkmeans.kernels.backend": "numpy"}), kernel_compile.pinned(path):
+            pinned_data = InContext(data, functools.partial(kernel_compile.call_pinned, kernel_compile.current_pin()))
+        assert set(pinned_data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))) == {(path, "numpy")}
+        assert set(pinned_data.run_loop(_pin_loop, work_per_row=1.0)) == {(path, "numpy")}
     finally:
         data.release()
 

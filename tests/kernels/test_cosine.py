@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 
 import dask.array as da
 import numpy as np
@@ -345,11 +344,10 @@ def test_exact_ties_go_to_the_lowest_index_on_every_path(monkeypatch, dtype, d, 
     """A row orthogonal to every unit centroid gets label 0; one tied among TIED gets TIED[0] (dense and CSR)."""
     import dask
 
-    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.nearest"), "ENGINE", engine)
     C = tie_centroids(dtype, d)
     X, orthogonal = tie_rows(dtype, d)
     expected = np.where(orthogonal, 0, TIED[0])
-    with dask.config.set({"dkmeans.compile": compile_mode}):
+    with dask.config.set({"dkmeans.compile": compile_mode, "dkmeans.kernels.backend": engine}):
         np.testing.assert_array_equal(_assign_every_way(X, C, len(C)), expected)
         np.testing.assert_array_equal(_assign_every_way(sp.csr_matrix(X), C, len(C)), expected)
         np.testing.assert_array_equal(_assign_every_way(X, C[::-1].copy(), len(C)),

@@ -23,6 +23,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 
@@ -404,8 +405,8 @@ def test_assign_module_dispatches_to_fused_kernels(cp, monkeypatch):
     assign(cp.asarray(X), cp.asarray(C))
     assign_partials(cp.asarray(X), cp.asarray(C))
     assert calls == ["assign_cuda", "partials_cuda"], (
-        f"assign.py did not dispatch CuPy input to dkmeans.kernels.backends.cuda (calls: {calls}); "
-        f"ENGINE={assign_module.ENGINE!r}")
+        f"nearest.py did not dispatch CuPy input to dkmeans.kernels.backends.cuda (calls: {calls}); "
+        f"dkmeans.kernels.backend={dask.config.get('dkmeans.kernels.backend')!r}")
 
 
 # -- end to end on a LocalCUDACluster -------------------------------------------------------------

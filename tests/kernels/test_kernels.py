@@ -26,12 +26,11 @@ from dkmeans.kernels import (
 from tests.helpers import sq_distances as brute_sq
 
 
-@pytest.fixture(autouse=True, params=["auto", "blas", "xp"])
-def engine(request, monkeypatch):
+@pytest.fixture(autouse=True)
+def every_backend(kernel_backend):
     """Every kernel test runs with each NumPy path: compiled per shape (a direct loop for
     small d), compiled with BLAS always, and the namespace code."""
-    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.nearest"), "ENGINE", request.param)
-    return request.param
+    return kernel_backend
 
 
 @pytest.fixture
@@ -57,7 +56,7 @@ def test_assign_matches_brute_force(xp, data, dtype, scratch):
 
 def test_assign_centroid_blocks_equal_single_block(monkeypatch, data):
     """Tiling over centroids (large k) gives the same labels as one block."""
-    mod = importlib.import_module("dkmeans.kernels.nearest")
+    mod = importlib.import_module("dkmeans.kernels.common")  # the tile planner's bound
 
     X, C = data
     full = assign(X, C)[0]
@@ -66,7 +65,7 @@ def test_assign_centroid_blocks_equal_single_block(monkeypatch, data):
 
 
 def test_ties_go_to_lowest_index(monkeypatch):
-    mod = importlib.import_module("dkmeans.kernels.nearest")
+    mod = importlib.import_module("dkmeans.kernels.common")
 
     X = np.array([[0.0], [1.0], [2.0]])
     C = np.array([[1.0], [1.0], [3.0], [1.0]])  # centroids 0, 1 and 3 coincide
@@ -292,16 +291,17 @@ def test_non_contiguous_and_mixed_dtype_input():
     assert d2.dtype == np.float32
 
 
-def test_compiled_paths_agree_with_each_other(monkeypatch):
+def test_compiled_paths_agree_with_each_other():
     """The direct loop and the BLAS path give the same labels and partials."""
-    mod = importlib.import_module("dkmeans.kernels.nearest")
+    import dask
+
     rng = np.random.default_rng(4)
     X = rng.normal(size=(3000, 16)).astype(np.float32)
     C = X[rng.choice(3000, 70, replace=False)]
     out = {}
     for eng in ("auto", "blas"):
-        monkeypatch.setattr(mod, "ENGINE", eng)
-        out[eng] = (assign(X, C), assign_partials(X, C))
+        with dask.config.set({"dkmeans.kernels.backend": eng}):
+            out[eng] = (assign(X, C), assign_partials(X, C))
     np.testing.assert_array_equal(out["auto"][0][0], out["blas"][0][0])
     np.testing.assert_allclose(out["auto"][1].sums, out["blas"][1].sums, rtol=1e-12)
 
@@ -317,7 +317,8 @@ def test_direct_kernel_without_a_cache_directory(monkeypatch, width, d):
     C = X[:5].copy()
     labels = np.empty(50, np.int32)
     empty = np.empty(0)
-    kernel(X, C, 0.5 * (C * C).sum(1), 16, 1, labels, empty, empty, False, np.zeros((0, 0)), empty, 0)
+    kernel(X, C, 0.5 * (C * C).sum(1), 16, 1, labels, empty, empty, False, np.zeros((0, 0)), empty,
+           int(numba_mod.Output.LABELS))
     np.testing.assert_array_equal(labels, brute_sq(X, C).argmin(1))
 
 

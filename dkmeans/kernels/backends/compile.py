@@ -18,6 +18,11 @@ the path once (:func:`resolve_path`) and runs every kernel call of the fit, on t
 in its tasks, under :func:`pinned` (a context variable, so concurrent fits in other threads
 keep their own). Results then never depend on when a background compilation ended; a fit
 that starts after it took the compiled path.
+
+The pin also carries the Dask config ``dkmeans.kernels.backend`` as the client read it when
+the fit started (:class:`Pin`): the tasks of a fit run on workers whose own Dask config the
+client's ``dask.config.set`` never reaches, so the value travels with the chunk functions
+(:func:`call_pinned`) like the path. Kernel calls outside a pin read the key where they run.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import contextvars
 import logging
 import threading
 import time
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Hashable, Iterable, NamedTuple
 
 from dkmeans import config
 
@@ -52,11 +57,33 @@ _lock = threading.Lock()
 _ready: set = set()
 _started: set = set()
 _local = threading.local()
-_pinned: contextvars.ContextVar = contextvars.ContextVar("dkmeans_kernel_path", default=None)
+_pinned: contextvars.ContextVar = contextvars.ContextVar("dkmeans_kernel_pin", default=None)
+
+
+class Pin(NamedTuple):
+    """What every kernel call of one fit runs under, wherever it runs (resolved once, on the client).
+
+    Attributes
+    ----------
+    path : str or None
+        ``"compiled"`` or ``"numpy"`` (:data:`PATHS`); None: each call asks :func:`compiled_ready`.
+    backend : str
+        The value of Dask config ``dkmeans.kernels.backend`` (``"auto"``, ``"blas"`` or ``"numpy"``).
+    """
+
+    path: str | None
+    backend: str
 
 
 def compile_mode() -> str:
+    """The checked value of Dask config ``dkmeans.compile``."""
     return config.get("compile")
+
+
+def backend_setting() -> str:
+    """``dkmeans.kernels.backend`` for this call: the pinned value in a fit, else the config's here."""
+    pin = _pinned.get()
+    return pin.backend if pin is not None else config.get("kernels.backend")
 
 
 def compiled_ready(kind: Hashable, warm_up: Callable[[], None]) -> bool:
@@ -65,9 +92,9 @@ def compiled_ready(kind: Hashable, warm_up: Callable[[], None]) -> bool:
     ``warm_up()`` runs the kernels of ``kind`` once on a few rows; in the background mode
     it is started in a thread the first time ``kind`` is asked for.
     """
-    path = _pinned.get()
-    if path is not None:  # a fit's path: compiled loops compile in the call when needed
-        return path == "compiled"
+    pin = _pinned.get()
+    if pin is not None and pin.path is not None:  # a fit's path: compiled loops compile in the call when needed
+        return pin.path == "compiled"
     mode = compile_mode()
     if mode == "eager" or getattr(_local, "warming", False):
         return True
@@ -79,16 +106,28 @@ def compiled_ready(kind: Hashable, warm_up: Callable[[], None]) -> bool:
         if kind in _started:
             return False
         _started.add(kind)
-    threading.Thread(target=_warm, args=(kind, warm_up), name="dkmeans-compile", daemon=True).start()
+    # the thread starts with an empty context: it gets this call's backend setting (which loops to compile)
+    threading.Thread(target=_warm, args=(kind, warm_up, backend_setting()), name="dkmeans-compile",
+                     daemon=True).start()
     return False
 
 
 @contextlib.contextmanager
-def pinned(path: str | None):
-    """Run the enclosed kernel calls on one code path: ``"compiled"``, ``"numpy"`` (None: per call)."""
+def pinned(path: str | None, backend: str | None = None):
+    """Run the enclosed kernel calls on one code path and one backend setting.
+
+    Parameters
+    ----------
+    path : {"compiled", "numpy"} or None
+        None: each call asks :func:`compiled_ready`.
+    backend : {"auto", "blas", "numpy"}, optional
+        The ``dkmeans.kernels.backend`` setting of the calls; by default the one in force
+        here (an enclosing pin's, else this process's Dask config), read once, now.
+    """
     if path is not None and path not in PATHS:
         raise ValueError(f"kernel path must be one of {PATHS}, got {path!r}")
-    token = _pinned.set(path)
+    backend = backend_setting() if backend is None else config.KEYS["kernels.backend"].check(backend)
+    token = _pinned.set(Pin(path, backend))
     try:
         yield
     finally:
@@ -97,12 +136,27 @@ def pinned(path: str | None):
 
 def current_path() -> str | None:
     """The path :func:`pinned` set for this thread's context, or None."""
-    return _pinned.get()
+    pin = _pinned.get()
+    return None if pin is None else pin.path
 
 
-def call_pinned(path: str | None, fn: Callable, *args, **kwargs):
-    """``fn(*args, **kwargs)`` under :func:`pinned` (picklable with ``functools.partial``: tasks take it)."""
-    with pinned(path):
+def current_pin() -> Pin:
+    """The :class:`Pin` of this context (outside :func:`pinned`: no path, the config's backend setting).
+
+    Read on the client and handed to :func:`call_pinned`, it takes both to the tasks.
+    """
+    pin = _pinned.get()
+    return pin if pin is not None else Pin(None, backend_setting())
+
+
+def call_pinned(pin: Pin | str | None, fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)`` under :func:`pinned` (picklable with ``functools.partial``: tasks take it).
+
+    ``pin``: a :class:`Pin` (:func:`current_pin` on the client), or a bare path whose calls
+    keep the backend setting of the context they run in.
+    """
+    path, backend = pin if isinstance(pin, Pin) else (pin, None)
+    with pinned(path, backend):
         return fn(*args, **kwargs)
 
 
@@ -110,7 +164,8 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     """The one code path of a fit over ``n_elements`` (rows x features) whose kernels are ``kinds``.
 
     ``kinds``: the compiled kinds the fit's kernels may take, each with its warm-up. Eager
-    mode: compiled; off: NumPy. Background mode: compiled when every kind is compiled
+    mode: compiled; off: NumPy. Background mode (unless ``dkmeans.kernels.backend`` is ``"numpy"``,
+    which takes no compiled loops: NumPy): compiled when every kind is compiled
     already or the data has at least :data:`COMPILE_FIRST_ELEMENTS` elements (the fit then
     compiles first); otherwise the kinds start compiling, and the fit waits for them at most
     what the NumPy code would cost it (:data:`NUMPY_SECONDS_PER_ELEMENT`): compiled if they
@@ -119,20 +174,23 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     mode = compile_mode()
     if mode != "background":
         return "compiled" if mode == "eager" else "numpy"
+    if backend_setting() == "numpy":  # no kernel takes the compiled loops: neither wait for nor start them
+        return "numpy"
     kinds = list(kinds)
     if all(kind in _ready for kind, _ in kinds) or n_elements >= COMPILE_FIRST_ELEMENTS:
         return "compiled"
-    with pinned(None):
+    with pinned(None):  # not an enclosing fit's path: really start what is missing
         for kind, warm_up in kinds:
             compiled_ready(kind, warm_up)  # starts the background compilation of what is missing
     wait_compiled(timeout=n_elements * NUMPY_SECONDS_PER_ELEMENT)
     return "compiled" if all(kind in _ready for kind, _ in kinds) else "numpy"
 
 
-def _warm(kind, warm_up) -> None:
+def _warm(kind, warm_up, backend: str) -> None:
     _local.warming = True
     try:
-        warm_up()
+        with pinned(None, backend):
+            warm_up()
     except Exception:  # the NumPy code keeps serving; say why once
         logger.warning("compiling the kernels for %s failed; the NumPy code serves instead", kind, exc_info=True)
         return
@@ -150,5 +208,5 @@ def wait_compiled(timeout: float | None = None) -> bool:
         return _started <= _ready
 
 
-__all__ = ["COMPILE_FIRST_ELEMENTS", "PATHS", "call_pinned", "compile_mode", "compiled_ready",
-           "current_path", "pinned", "resolve_path", "wait_compiled"]
+__all__ = ["COMPILE_FIRST_ELEMENTS", "PATHS", "Pin", "backend_setting", "call_pinned", "compile_mode",
+           "compiled_ready", "current_path", "current_pin", "pinned", "resolve_path", "wait_compiled"]

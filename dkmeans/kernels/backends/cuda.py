@@ -5,10 +5,10 @@ Same semantics as the NumPy path of :func:`dkmeans.kernels.nearest.assign` and
 
 * **Choice of the centroid.** For a tile of rows and a block of centroids, cuBLAS computes
   ``G = X_tile @ C_block.T`` (``cupy.dot`` into a preallocated buffer) and the
-  :data:`KERNEL_SOURCE` kernel ``argmin_block`` folds ``||c||^2/2 - x.c`` (in the data
+  kernel ``argmin_block`` (:data:`SOURCE_FILE`) folds ``||c||^2/2 - x.c`` (in the data
   dtype; ``||c||^2/2`` from ``half_sq_norms``, summed in float64 and rounded, exactly 1/2
   for a centroid of norm 1 to rounding, as on the NumPy and sparse paths: see
-  :data:`UNIT_SQ_NORM_TOL`) into a running minimum per row. Within a block the lowest index
+  :data:`~dkmeans.kernels.common.UNIT_SQ_NORM_TOL`) into a running minimum per row. Within a block the lowest index
   wins an exact tie; across blocks the comparison is a strict ``<``, so the earlier block
   (lower index) keeps a tie: the result is that of one ``argmin`` over all ``k`` centroids.
   The product is full float32 (or float64) unless ``CUPY_TF32=1`` lets cuBLAS use TF32,
@@ -28,39 +28,48 @@ which combine with warp shuffles. Each call runs on the current CuPy stream; all
 call is ordered on it (cuBLAS included), and nothing is copied to the host.
 
 Memory: one call holds a ``row_tile x centroid_block`` product buffer plus a few vectors
-of ``row_tile`` entries, sized by :func:`plan_tiles` to stay within ``scratch_bytes``
+of ``row_tile`` entries, sized by :func:`plan_tiles` (the kernels' one tile planner,
+:func:`dkmeans.kernels.common.plan_tiles`, with this path's scratch per row) to stay within ``scratch_bytes``
 whatever ``k`` is (the ``n x k`` product is never formed). Besides that scratch, a call
 allocates its outputs, a copy of ``C`` when it is not already a C-contiguous array of the
 data dtype on the device, ``||c||^2/2`` (``k`` values), and a float64 copy of the weights
 when they are not one already.
 
 CuPy is imported inside the functions only: this module imports (and :func:`supports`
-answers False) where CuPy is absent. It imports nothing from dkmeans either, so a
-benchmark can load it by path on a machine with CuPy and NumPy alone.
+answers False) where CuPy is absent. Of dkmeans it imports only :mod:`dkmeans.kernels.common`
+and :mod:`dkmeans.kernels.namespace` (NumPy alone), so a benchmark can load the three by path
+on a machine with CuPy and NumPy alone (``benchmarks/gpu_lloyd.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.resources
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL
+from dkmeans.kernels.common import plan_tiles as _plan_tiles
+from dkmeans.kernels.common import MAX_CENTROID_BLOCK  # noqa: F401 - tests and benchmarks read it here
+from dkmeans.kernels.namespace import is_cupy_array
+
 __all__ = [
     "DEFAULT_SCRATCH_BYTES",
-    "KERNEL_SOURCE",
+    "SOURCE_FILE",
     "assign_cuda",
+    "kernel_code",
+    "kernel_source",
     "nearest_cuda",
     "partials_cuda",
     "plan_tiles",
     "supports",
 ]
 
-#: Scratch memory one call may use, in bytes (the product buffer and per-row vectors).
-#: The value of the NumPy path; ``benchmarks/gpu_lloyd.py --scratch-mib`` measures others.
-DEFAULT_SCRATCH_BYTES = 32 * 2**20
-#: Largest number of centroids in one matrix product.
-MAX_CENTROID_BLOCK = 4096
+# DEFAULT_SCRATCH_BYTES (one call's scratch: the product buffer and per-row vectors) and
+# MAX_CENTROID_BLOCK (centroids in one matrix product) are the other paths' values
+# (``benchmarks/gpu_lloyd.py --scratch-mib`` measures other scratch sizes).
 #: Largest number of rows in one tile (keeps launch sizes and 32-bit row indices small).
 MAX_ROW_TILE = 2**20
 #: Threads per block of every launch; a multiple of the warp size (the source assumes it).
@@ -68,240 +77,25 @@ THREADS = 256
 WARP = 32
 
 _FLOATS = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
-#: ``half_sq_norms`` gives exactly 1/2 to a centroid whose float64 squared norm is within
-#: this of 1 (per data dtype), so that exact ties in ``x.c`` among unit centroids (cosine:
-#: a row orthogonal to several) go to the lowest index. The values of
-#: ``dkmeans.kernels.common.UNIT_SQ_NORM_TOL``, which the other paths apply (this module
-#: imports nothing from dkmeans; tests/test_cosine.py checks that they agree).
-UNIT_SQ_NORM_TOL = {np.dtype(np.float32): 2.0**-20, np.dtype(np.float64): 2.0**-40}
+# ``half_sq_norms`` gives exactly 1/2 to a centroid whose float64 squared norm is within
+# UNIT_SQ_NORM_TOL (per data dtype) of 1, the other paths' rule, so that exact ties in
+# ``x.c`` among unit centroids (cosine: a row orthogonal to several) go to the lowest index.
 
-KERNEL_SOURCE = r"""
-// Fused nearest-centroid kernels of dkmeans (dkmeans/kernels/backends/cuda.py).
-// Defined in front of this source: the typedef `T` (the data dtype: float or double)
-// and THREADS (the block size of every launch, a multiple of 32).
-//
-// Layout shared by all kernels: a group of `lanes` consecutive threads handles one row.
-// `lanes` is a power of two <= 32, so a group never straddles a warp, and THREADS (the
-// block size of every launch) is a multiple of 32, so every warp is complete. Threads
-// past the last row stay alive (valid == false) and take part in the warp shuffles with
-// neutral values: every shuffle below runs with all 32 lanes of the warp.
+#: The CUDA C of the kernels, package data next to this module (read at first use, :func:`kernel_source`).
+SOURCE_FILE = "cuda_kernels.cu"
 
-#define FULL_MASK 0xffffffffu
-
-// float64 atomicAdd is native from compute capability 6.0; older devices use the
-// compare-and-swap loop of the CUDA C++ Programming Guide.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 600
-__device__ double atomic_add_f64(double* address, double val)
-{
-    unsigned long long int* address_as_ull = (unsigned long long int*)address;
-    unsigned long long int old = *address_as_ull, assumed;
-    do {
-        assumed = old;
-        old = atomicCAS(address_as_ull, assumed,
-                        __double_as_longlong(val + __longlong_as_double(assumed)));
-    } while (assumed != old);
-    return __longlong_as_double(old);
-}
-#else
-__device__ __forceinline__ double atomic_add_f64(double* address, double val)
-{
-    return atomicAdd(address, val);
-}
-#endif
-
-// Sum of `s` over the `lanes` threads of a row group; the total lands in the group's
-// lane 0 (the other lanes get partial sums).
-__device__ __forceinline__ double group_sum(double s, const int lanes)
-{
-    for (int off = lanes >> 1; off > 0; off >>= 1)
-        s += __shfl_down_sync(FULL_MASK, s, off, lanes);
-    return s;
-}
-
-// out[j] = ||c_j||^2 / 2 for the k centroids: squares summed in double, rounded to T;
-// exactly 1/2 for a unit centroid (|s - 1| <= UNIT_SQ_TOL), so exact ties in x.c stay ties.
-extern "C" __global__ void half_sq_norms(
-    const T* __restrict__ C,          // (k, d) centroids, row-major
-    const int k,
-    const int d,
-    const int lanes,                  // threads per row
-    T* __restrict__ out)              // (k,)
-{
-    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long row = tid / lanes;
-    const int lane = (int)(tid % lanes);
-    const bool valid = row < k;
-
-    double s = 0.0;
-    if (valid) {
-        const T* c = C + row * (long long)d;
-        for (int f = lane; f < d; f += lanes)
-            s += (double)c[f] * (double)c[f];
-    }
-    s = group_sum(s, lanes);
-    if (valid && lane == 0)
-        out[row] = (T)(0.5 * (fabs(s - 1.0) <= UNIT_SQ_TOL ? 1.0 : s));
-}
-
-// One centroid block of the running nearest-centroid search over a tile of m rows.
-//
-// G (m x kb, row-major) is X_tile @ C_block.T from cuBLAS: G[i * kb + j] = x_i . c_(j0+j);
-// c_half[j] = ||c_(j0+j)||^2 / 2 in T. The value c_half[j] - G[i, j] has the same argmin
-// over j as ||x_i - c_(j0+j)||^2. Lane l of row i's group scans columns l, l + lanes, ...
-// (coalesced reads) keeping its smallest value, the first one on ties; the group then
-// combines its lanes (smaller value wins; equal values: lower column). Lane 0 folds the
-// block's winner into best_val/best_idx: on the first block (first != 0) it writes,
-// otherwise it replaces only a strictly smaller value, so an exact tie keeps the centroid
-// of the earlier block, whose index is lower: one argmin over all centroids.
-extern "C" __global__ void argmin_block(
-    const T* __restrict__ G,        // (m, kb)
-    const T* __restrict__ c_half,   // (kb,)
-    const int m,                    // rows in the tile
-    const int kb,                   // centroids in the block (>= 1)
-    const int j0,                   // global index of the block's first centroid
-    const int first,                // 1 for the tile's first block
-    const int lanes,                // threads per row
-    T* __restrict__ best_val,       // (m,) running minimum of ||c||^2/2 - x.c
-    int* __restrict__ best_idx)     // (m,) its centroid index: the labels
-{
-    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long row = tid / lanes;
-    const int lane = (int)(tid % lanes);
-    const bool valid = row < m;
-
-    T v = (T)0;
-    int idx = -1;  // -1: no column seen (lanes >= kb, or a thread past the last row)
-    if (valid) {
-        const T* g = G + row * (long long)kb;
-        for (int j = lane; j < kb; j += lanes) {
-            const T t = c_half[j] - g[j];
-            if (idx < 0 || t < v) {
-                v = t;
-                idx = j;
-            }
-        }
-    }
-    for (int off = lanes >> 1; off > 0; off >>= 1) {
-        const T ov = __shfl_down_sync(FULL_MASK, v, off, lanes);
-        const int oi = __shfl_down_sync(FULL_MASK, idx, off, lanes);
-        if (oi >= 0 && (idx < 0 || ov < v || (ov == v && oi < idx))) {
-            v = ov;
-            idx = oi;
-        }
-    }
-    // lane 0 scanned column 0 (kb >= 1), so idx >= 0 here for a valid row
-    if (valid && lane == 0 && (first || v < best_val[row])) {
-        best_val[row] = v;
-        best_idx[row] = j0 + idx;
-    }
-}
-
-// out[i] = ||x_i - c_labels[i]||^2 for the m rows of a tile: each difference is rounded
-// in T (like NumPy's X - C[labels]); the squares are summed in double, rounded to T.
-extern "C" __global__ void exact_sq(
-    const T* __restrict__ X,          // (m, d) tile, row-major
-    const T* __restrict__ C,          // (k, d) centroids, row-major
-    const int* __restrict__ labels,   // (m,)
-    const int m,
-    const int d,
-    const int lanes,                  // threads per row
-    T* __restrict__ out)              // (m,)
-{
-    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long row = tid / lanes;
-    const int lane = (int)(tid % lanes);
-    const bool valid = row < m;
-
-    double s = 0.0;
-    if (valid) {
-        const T* x = X + row * (long long)d;
-        const T* c = C + (long long)labels[row] * d;
-        for (int f = lane; f < d; f += lanes) {
-            const T diff = x[f] - c[f];
-            s += (double)diff * (double)diff;
-        }
-    }
-    s = group_sum(s, lanes);
-    if (valid && lane == 0)
-        out[row] = (T)s;
-}
-
-// Folds the m rows of a tile into the float64 partials: sums[j, :] += w_i * x_i,
-// counts[j] += w_i and objective += w_i * ||x_i - c_j||^2 for j = labels[i]
-// (w_i = 1 when has_w == 0; w is not read then). The squared distance is the one of
-// exact_sq, kept in double. The objective is summed per thread block first, then added
-// with one atomic per block.
-extern "C" __global__ void partials(
-    const T* __restrict__ X,          // (m, d) tile, row-major
-    const T* __restrict__ C,          // (k, d) centroids, row-major
-    const int* __restrict__ labels,   // (m,)
-    const double* __restrict__ w,     // (m,) weights, read only when has_w != 0
-    const int has_w,
-    const int m,
-    const int d,
-    const int lanes,                  // threads per row
-    double* __restrict__ sums,        // (k, d), accumulated
-    double* __restrict__ counts,      // (k,), accumulated
-    double* __restrict__ objective)   // (1,), accumulated
-{
-    __shared__ double warp_total[THREADS / 32];
-    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long row = tid / lanes;
-    const int lane = (int)(tid % lanes);
-    const bool valid = row < m;
-
-    double s = 0.0;
-    double wt = 0.0;
-    if (valid) {
-        const int j = labels[row];
-        wt = has_w ? w[row] : 1.0;
-        const T* x = X + row * (long long)d;
-        const T* c = C + (long long)j * d;
-        double* srow = sums + (long long)j * d;
-        for (int f = lane; f < d; f += lanes) {
-            const T xf = x[f];
-            const T diff = xf - c[f];
-            s += (double)diff * (double)diff;
-            atomic_add_f64(srow + f, wt * (double)xf);
-        }
-        if (lane == 0)
-            atomic_add_f64(counts + j, wt);
-    }
-    s = group_sum(s, lanes);
-
-    // Block total of the objective: lane 0 of each row group holds its row's w * d2.
-    double o = (valid && lane == 0) ? wt * s : 0.0;
-    for (int off = 16; off > 0; off >>= 1)
-        o += __shfl_down_sync(FULL_MASK, o, off);
-    if ((threadIdx.x & 31) == 0)
-        warp_total[threadIdx.x >> 5] = o;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int i = 0; i < THREADS / 32; ++i)
-            total += warp_total[i];
-        atomic_add_f64(objective, total);
-    }
-}
-"""
-
-#: The kernels of :data:`KERNEL_SOURCE` (``extern "C"`` names).
+#: The kernels of :data:`SOURCE_FILE` (``extern "C"`` names).
 KERNEL_NAMES = ("half_sq_norms", "argmin_block", "exact_sq", "partials")
 
 
 # -- helpers without CuPy ----------------------------------------------------------------------
-def _is_cupy_array(x) -> bool:
-    """True for a CuPy array (checked without importing CuPy; as ``dkmeans.kernels.namespace``)."""
-    return type(x).__module__.split(".", 1)[0] == "cupy"
-
-
 def supports(X) -> bool:
     """True when the fused kernels handle ``X``: a 2-D CuPy array of float32 or float64."""
-    return _is_cupy_array(X) and getattr(X, "ndim", 0) == 2 and np.dtype(X.dtype) in _FLOATS
+    return is_cupy_array(X) and getattr(X, "ndim", 0) == 2 and np.dtype(X.dtype) in _FLOATS
 
 
 def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
-    """Row-tile and centroid-block sizes that keep one call's scratch under ``scratch_bytes``.
+    """:func:`dkmeans.kernels.common.plan_tiles` with this path's scratch per row and row cap.
 
     Per row of a tile a call holds one row of the product buffer (``centroid_block``
     values), a running minimum (``itemsize``), a label (4 bytes) and, for input that is
@@ -313,10 +107,8 @@ def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAU
         ``1 <= row_tile <= min(max(n, 1), MAX_ROW_TILE)``,
         ``1 <= centroid_block <= min(max(k, 1), MAX_CENTROID_BLOCK)``.
     """
-    block = max(1, min(k, MAX_CENTROID_BLOCK))
-    per_row = block * itemsize + itemsize + 4 + d * itemsize
-    row_tile = max(1, int(scratch_bytes) // per_row)
-    return int(min(row_tile, max(n, 1), MAX_ROW_TILE)), int(block)
+    return _plan_tiles(n, k, d, itemsize, scratch_bytes, row_bytes=itemsize + 4 + d * itemsize,
+                       max_row_tile=MAX_ROW_TILE)
 
 
 def _lanes(width: int) -> int:
@@ -344,16 +136,34 @@ def _cupy():
     return cupy
 
 
+@functools.lru_cache(maxsize=None)
+def kernel_source() -> str:
+    """The CUDA C of the kernels (:data:`SOURCE_FILE`), read once, at first use.
+
+    From the package's data (:mod:`importlib.resources`: also inside a wheel or a zip);
+    loaded by path outside the package (a benchmark), from the file next to this one.
+    """
+    package = __spec__.parent if __spec__ is not None else ""
+    if package:
+        return importlib.resources.files(package).joinpath(SOURCE_FILE).read_text(encoding="utf-8")
+    return (Path(__file__).parent / SOURCE_FILE).read_text(encoding="utf-8")
+
+
 def kernel_code(dtype) -> str:
-    """The CUDA source compiled for data of ``dtype`` (float32 or float64)."""
+    """The CUDA source compiled for data of ``dtype`` (float32 or float64).
+
+    The definitions the source expects in front of it (the data type ``T``, ``THREADS``,
+    ``UNIT_SQ_TOL``), then :func:`kernel_source`.
+    """
     dtype = np.dtype(dtype)
+    # the blank line in front of the source keeps the code CuPy compiled (and cached) before the .cu file
     return (f"typedef {_FLOATS[dtype]} T;\n#define THREADS {THREADS}\n#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[dtype]!r}\n"
-            f"{KERNEL_SOURCE}")
+            f"\n{kernel_source()}")
 
 
 @functools.lru_cache(maxsize=None)
 def _kernels(dtype_name: str) -> dict:
-    """The :data:`KERNEL_SOURCE` kernels for one data dtype (compiled on first launch, per
+    """The kernels of :data:`SOURCE_FILE` for one data dtype (compiled on first launch, per
     device, and cached on disk by CuPy)."""
     cp = _cupy()
     code = kernel_code(dtype_name)

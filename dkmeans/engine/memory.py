@@ -55,6 +55,8 @@ TASK_FRACTION_KEY = "dkmeans.memory.task-fraction"
 DEFAULT_TASK_FRACTION = 0.25
 PERSIST_FRACTION_KEY = "dkmeans.memory.persist-fraction"
 DEFAULT_PERSIST_FRACTION = 0.5
+#: Seconds the budget waits before measuring a worker again when its own memory cut into its task budget.
+RELEASE_SETTLE_S = 1.0
 
 
 def _fraction(key: str, default: float) -> float:
@@ -112,6 +114,12 @@ class MemoryBudget:
             rss = client.run(_prepare_in_thread, current_path(), *kernels)
             info = _next_reports(client, info) if _paused(info) else client.scheduler_info(n_workers=-1)["workers"]
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
+            if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
+                # a computation that just ended may still be releasing its data: look once more
+                time.sleep(RELEASE_SETTLE_S)
+                rss = client.run(_prepare_in_thread, current_path(), *kernels)
+                info = _next_reports(client, info)
+                budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
             budget = cls._from_info(info, scratch_bytes, centroid_bytes)
             if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits) or _paused(info):

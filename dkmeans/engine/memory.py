@@ -162,6 +162,12 @@ class MemoryBudget:
         return max(0.0, min(_fraction(TASK_FRACTION_KEY, DEFAULT_TASK_FRACTION) * limit, below_pause)
                    - self.scratch_bytes - self.centroid_bytes)
 
+    def remeasured(self, client) -> "MemoryBudget":
+        """This budget's workers measured again now, after releasing what their allocators keep."""
+        rss = client.run(_release_and_measure, workers=list(self.limits))
+        info = {a: w for a, w in client.scheduler_info(n_workers=-1)["workers"].items() if a in self.limits}
+        return self._from_info(info, self.scratch_bytes, self.centroid_bytes, rss) if info else self
+
     def task_bytes(self, address: str | None = None) -> float:
         """Bytes of input one task may take on this worker (the smallest budget of all without an address)."""
         if address in self.limits:
@@ -200,6 +206,14 @@ def prepare_worker(path, dtype, n_features: int) -> int:
         for _, warm_up in compiled_kinds(dtype, int(n_features)):
             call_pinned("compiled", warm_up)
         _prepared.add(key)
+    release_memory()
+    return int(psutil.Process().memory_info().rss)
+
+
+def _release_and_measure() -> int:
+    """Run on a worker: what the allocators keep released; the process's resident memory (bytes)."""
+    import psutil
+
     release_memory()
     return int(psutil.Process().memory_info().rss)
 

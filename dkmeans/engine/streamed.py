@@ -324,7 +324,9 @@ class StreamedData:
         workers = list(self.budget.limits)
         future = self.client.submit(measure_read, source, pure=False, workers=workers, allow_other_workers=False)
         cost = gather(self.client, future)
-        self.client.run(release_memory, workers=workers)  # what the probe's reads left in the pools
+        # what the probe's reads left in the pools released, and the memory measured again: the
+        # budget was read before (a computation that just ended may have been releasing its data)
+        self.budget = self.budget.remeasured(self.client)
         needed = min(MIN_BATCH_ROWS, max(source.piece_rows))
 
         def rows_on(address=None):

@@ -52,6 +52,8 @@ from dkmeans.engine.futures import worker_timeout
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
 
+#: Seconds the budget waits before measuring a worker again when its own memory cut into its task budget.
+RELEASE_SETTLE_S = 1.0
 
 
 def _mib(nbytes: float) -> str:
@@ -102,6 +104,12 @@ class MemoryBudget:
             rss = client.run(_prepare_in_thread, current_path(), *kernels)
             info = _next_reports(client, info) if _paused(info) else client.scheduler_info(n_workers=-1)["workers"]
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
+            if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
+                # a computation that just ended may still be releasing its data: look once more
+                time.sleep(RELEASE_SETTLE_S)
+                rss = client.run(_prepare_in_thread, current_path(), *kernels)
+                info = _next_reports(client, info)
+                budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
             budget = cls._from_info(info, scratch_bytes, centroid_bytes)
             if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits) or _paused(info):
@@ -144,6 +152,12 @@ class MemoryBudget:
         return max(0.0, min(config.get("memory.task-fraction") * limit, below_pause)
                    - self.scratch_bytes - self.centroid_bytes)
 
+    def remeasured(self, client) -> "MemoryBudget":
+        """This budget's workers measured again now, after releasing what their allocators keep."""
+        rss = client.run(_release_and_measure, workers=list(self.limits))
+        info = {a: w for a, w in client.scheduler_info(n_workers=-1)["workers"].items() if a in self.limits}
+        return self._from_info(info, self.scratch_bytes, self.centroid_bytes, rss) if info else self
+
     def task_bytes(self, address: str | None = None) -> float:
         """Bytes of input one task may take on this worker (the smallest budget of all without an address)."""
         if address in self.limits:
@@ -182,6 +196,14 @@ def prepare_worker(path, dtype, n_features: int) -> int:
         for _, warm_up in compiled_kinds(dtype, int(n_features)):
             call_pinned("compiled", warm_up)
         _prepared.add(key)
+    release_memory()
+    return int(psutil.Process().memory_info().rss)
+
+
+def _release_and_measure() -> int:
+    """Run on a worker: what the allocators keep released; the process's resident memory (bytes)."""
+    import psutil
+
     release_memory()
     return int(psutil.Process().memory_info().rss)
 

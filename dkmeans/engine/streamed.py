@@ -27,6 +27,7 @@ without it (see :func:`dkmeans.engine.futures.gather`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import Any, Callable, Sequence
@@ -324,10 +325,25 @@ class StreamedData:
         workers = list(self.budget.limits)
         future = self.client.submit(measure_read, source, pure=False, workers=workers, allow_other_workers=False)
         cost = gather(self.client, future)
-        self.client.run(release_memory, workers=workers)  # what the probe's reads left in the pools
+        # what the probe's reads left in the pools released, and the memory measured again: the
+        # budget was read before (a computation that just ended may have been releasing its data)
+        self.budget = self.budget.remeasured(self.client)
+        needed = min(MIN_BATCH_ROWS, max(source.piece_rows))
+
+        def rows_on(address=None):
+            task = self.budget.task_bytes(address)
+            return min(MAX_BATCH_ROWS, max(source.piece_rows), cost.rows_for(task, self._kernel_per_row(source)))
+
+        full = [a for a in workers if rows_on(a) < needed]
+        if full and len(full) < len(workers):  # as for paused workers: the others take their share
+            logger.warning("workers without room for %d rows of the files at a time get none of this fit's tasks: "
+                           "%s", needed, _worker_memory(self.client, full))
+            self.budget = dataclasses.replace(self.budget, limits={a: v for a, v in self.budget.limits.items()
+                                                                   if a not in full})
+            self.excluded |= set(full)
         task_bytes = self.budget.task_bytes()
-        rows = min(MAX_BATCH_ROWS, max(source.piece_rows), cost.rows_for(task_bytes, self._kernel_per_row(source)))
-        if rows < min(MIN_BATCH_ROWS, max(source.piece_rows)):
+        rows = rows_on()
+        if rows < needed:
             raise WorkersPausedError(
                 f"The workers have no room to read even {MIN_BATCH_ROWS} rows of the files at a time: a "
                 f"read takes {cost.fixed / 2**20:.1f} MiB plus {cost.per_row:.0f} bytes per row (measured), a task "

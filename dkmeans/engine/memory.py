@@ -84,6 +84,9 @@ class MemoryBudget:
     scratch_bytes: int = 0
     unmanaged: dict = field(default_factory=dict)
     centroid_bytes: int = 0
+    #: the kernel path the fit can afford on these workers: the caller's, or "numpy" where loading the
+    #: compiled kernels (numba and LLVM: about KERNELS_BYTES) would take a worker past its pause threshold
+    kernel_path: str | None = None
 
     @classmethod
     def of(cls, client, scratch_bytes: int = 0, centroid_bytes: int = 0, kernels: tuple | None = None
@@ -98,16 +101,20 @@ class MemoryBudget:
         info = client.scheduler_info(n_workers=-1)["workers"]
         if not info:  # no worker yet (starting, or restarting): plan once one is there
             info = _wait_for_workers(client)
+        path = None
         if kernels is not None:
             from dkmeans.kernels.backends.compile import current_path
 
-            rss = client.run(_prepare_in_thread, current_path(), *kernels)
+            path = current_path()
+            if path == "compiled" and not _room_for_kernels(client, info, *kernels):
+                path = "numpy"  # the NumPy kernels need no compiler in the workers
+            rss = client.run(_prepare_in_thread, path, *kernels)
             info = _next_reports(client, info) if _paused(info) else client.scheduler_info(n_workers=-1)["workers"]
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
             if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
                 # a computation that just ended may still be releasing its data: look once more
                 time.sleep(RELEASE_SETTLE_S)
-                rss = client.run(_prepare_in_thread, current_path(), *kernels)
+                rss = client.run(_prepare_in_thread, path, *kernels)
                 info = _next_reports(client, info)
                 budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
@@ -127,6 +134,7 @@ class MemoryBudget:
             )
         if paused:  # plan with the workers that run tasks; the paused ones get none of ours
             budget = dataclasses.replace(budget, limits={a: v for a, v in budget.limits.items() if a not in paused})
+        budget = dataclasses.replace(budget, kernel_path=path)
         return budget
 
     @classmethod
@@ -206,6 +214,35 @@ def _release_and_measure() -> int:
 
     release_memory()
     return int(psutil.Process().memory_info().rss)
+
+
+#: Memory a worker process takes to load the fit's compiled kernels (numba, llvmlite and the cached
+#: machine code), measured: 64 -> 327 MiB on a fresh worker; with a margin.
+KERNELS_BYTES = 300 * 2**20
+
+
+def _kernels_loaded(path, dtype, n_features: int) -> tuple[bool, int]:
+    """Whether this worker has the kernels of ``(path, dtype, n_features)`` loaded, and its memory after a release."""
+    import psutil
+
+    release_memory()
+    return (path, str(dtype), int(n_features)) in _prepared, int(psutil.Process().memory_info().rss)
+
+
+def _room_for_kernels(client, info: dict, dtype, n_features: int) -> bool:
+    """Whether every worker can load the compiled kernels and stay below its pause threshold.
+
+    A worker that already ran a plain Dask read pass holds its imports and allocators' memory
+    (about 410 MiB of 768 MiB, measured after a release); the kernels' :data:`KERNELS_BYTES`
+    on top would pause it before the fit's first task.
+    """
+    pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
+    state = client.run(_kernels_loaded, "compiled", dtype, n_features)
+    for address, (loaded, rss) in state.items():
+        limit = int(info.get(address, {}).get("memory_limit") or 0) or HOST_MEMORY
+        if not loaded and rss + KERNELS_BYTES > pause * limit:
+            return False
+    return True
 
 
 async def _prepare_in_thread(path, dtype, n_features: int) -> int:

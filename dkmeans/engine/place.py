@@ -46,7 +46,7 @@ def _estimated_rows(client, X) -> int:
     return int(gather(client, client.compute(first))[0]) * X.numblocks[0]
 
 
-def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
+def _place(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
                allow_hybrid: bool = True):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
@@ -127,6 +127,23 @@ def in_process_threads(dataset, weights) -> int | None:
         return 1 if in_daemon_process() else max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                                                  else (os.cpu_count() or 1))
     return None
+
+
+def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0, allow_hybrid: bool = True):
+    """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
+
+    Where the size is not in the metadata (a Dask DataFrame of unknown partition lengths,
+    read from Parquet or CSV), it is estimated from the first partition (read once) with a
+    margin of :data:`SIZE_ESTIMATE_MARGIN`; streamed data then counts its rows exactly in its
+    first pass. The budget counts the memory the ``n_clusters`` centroids take on each worker
+    during a pass and the fit's compiled kernels. ``data.kernel_path`` is the kernel path the
+    workers can afford: the caller's, or "numpy" where loading the compiled kernels would take
+    a worker past its pause threshold (:func:`dkmeans.engine.memory.MemoryBudget.of`).
+    """
+    data = _place(client, dataset, weights, out_of_core, n_clusters, allow_hybrid)
+    budget = data.tail.budget if isinstance(data, HybridData) else data.budget
+    data.kernel_path = budget.kernel_path
+    return data
 
 
 __all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 
 import numpy as np
@@ -52,6 +53,9 @@ from dkmeans.fit.spec import FitResult, FitSpec, resolve_out_of_core, two_level_
 from dkmeans.kernels import combine_moments
 from dkmeans.kernels.backends.compile import COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path
 from dkmeans.kernels.nearest import compiled_kinds
+
+
+logger = logging.getLogger("dkmeans")
 
 
 def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
@@ -98,8 +102,14 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
             weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
             data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core), spec.n_clusters,
                               allow_hybrid=spec.algorithm != "minibatch")
-            return fit(spec, dataset, InContext(data, functools.partial(call_pinned, current_pin())), C0, seed, client,
-                       searches)
+            # workers without room for the compiled kernels (full of a previous computation): NumPy kernels
+            narrowed = path == "compiled" and data.kernel_path == "numpy"
+            if narrowed:
+                logger.info("the workers have no room below their pause threshold for the compiled kernels: "
+                            "the fit runs the NumPy kernels")
+            with pinned("numpy") if narrowed else contextlib.nullcontext():
+                return fit(spec, dataset, InContext(data, functools.partial(call_pinned, current_pin())), C0, seed,
+                           client, searches)
 
 
 def _kernel_path(dataset: Dataset) -> str:

@@ -333,7 +333,11 @@ def test_memory_a_worker_keeps_after_a_computation_is_released_before_planning(s
     threshold) would leave almost no task budget; the budget asks the workers to release it and
     plans with the rest."""
     client = small_memory_cluster
+    # fresh workers: the baseline must not depend on what the module's earlier fits left on them
+    # (their loaded kernels and imports keep ~580 MiB of 768, which leaves no task budget to halve)
+    client.restart()
     before = MemoryBudget.of(client, 32 * 2**20).task_bytes()
+    assert before > 0, before
     try:
         # to 74% of the limit: below distributed's pause (80%) and restart (95%) thresholds
         own = client.run(_hold_freed_heap, 0.74 * MEMORY_LIMIT)

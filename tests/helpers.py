@@ -6,9 +6,11 @@ Fixtures live in ``tests/conftest.py``; this module holds plain functions, impor
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -52,3 +54,38 @@ def kill_when(argv, reached, *, timeout: float = 240.0, poll: float = 0.01):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL and value, "the process ended before it could be killed"
     return value
+
+
+class WorkerWatch:
+    """Watches the workers during a fit: their addresses (polled), process ids, and the scheduler's log.
+
+    A worker restarted by its nanny has a new process id (and usually a new address); one
+    that left the cluster, even briefly, leaves a "Remove worker" line in the scheduler's log.
+    """
+
+    def __init__(self, client):
+        self.client = client
+        self.before = set(client.scheduler_info(n_workers=-1)["workers"])
+        self.pids = client.run(os.getpid)
+        self.log_before = {line for _, line in client.get_scheduler_logs(n=10_000)}
+        self.seen = set(self.before)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        while not self._stop.wait(0.2):
+            self.seen |= set(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if exc[0] is None:
+            assert self.seen == self.before, f"workers changed during the fit: {self.seen ^ self.before}"
+            assert self.client.run(os.getpid) == self.pids, "a worker process was restarted"
+            new = [line for _, line in self.client.get_scheduler_logs(n=10_000) if line not in self.log_before]
+            lost = [line for line in new if "Remove worker" in line or "Register worker" in line]
+            assert not lost, "a worker left the cluster during the fit:\n" + "\n".join(lost)

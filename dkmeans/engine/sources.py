@@ -73,8 +73,20 @@ class ReadCost:
         return max(0, int((nbytes - self.fixed) // (self.per_row + kernel_per_row)))
 
 
+class _PieceRows:
+    """Rows of a file source: its pieces are tuples that end with their row count."""
+
+    @property
+    def n_rows(self) -> int:
+        return int(sum(p[-1] for p in self.pieces))
+
+    @property
+    def piece_rows(self) -> tuple:
+        return tuple(int(p[-1]) for p in self.pieces)
+
+
 @dataclass
-class ParquetSource:
+class ParquetSource(_PieceRows):
     """Feature columns of Parquet files, read by the engine in row batches (see the module docstring).
 
     ``pieces``: ``(file index, row groups, rows)``, in row order; every task of a pass
@@ -87,14 +99,6 @@ class ParquetSource:
     filesystem: object = None  # an fsspec filesystem (None: local paths)
     pieces: list = field(default_factory=list)
     batch_rows: int = 65536
-
-    @property
-    def n_rows(self) -> int:
-        return int(sum(p[2] for p in self.pieces))
-
-    @property
-    def piece_rows(self) -> tuple:
-        return tuple(int(p[2]) for p in self.pieces)
 
     def tail(self, first_piece: int) -> "ParquetSource":
         """The pieces from ``first_piece`` on (the streamed tail of hybrid data)."""
@@ -317,7 +321,7 @@ class _ByteRange(io.RawIOBase):
 
 
 @dataclass
-class CsvSource:
+class CsvSource(_PieceRows):
     """Feature columns of CSV files (each with a header line), read by the engine in row batches.
 
     ``pieces``: ``(file index, first byte, end byte, rows)`` in row order, cut at line ends;
@@ -336,14 +340,6 @@ class CsvSource:
     @property
     def rows_known(self) -> bool:
         return all(p[3] is not None for p in self.pieces)
-
-    @property
-    def n_rows(self) -> int:
-        return int(sum(p[3] for p in self.pieces))
-
-    @property
-    def piece_rows(self) -> tuple:
-        return tuple(int(p[3]) for p in self.pieces)
 
     def _reader(self, piece: int, columns, batch_rows: int | None):
         import pyarrow as pa

@@ -17,6 +17,7 @@ About 4 minutes on 2 busy cores.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -28,6 +29,7 @@ import numpy as np
 import pytest
 
 import dkmeans
+from tests.helpers import WorkerWatch
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -121,39 +123,8 @@ def _reference(folder: str, C0: np.ndarray, steps: int) -> np.ndarray:
     return C
 
 
-class WorkerWatch:
-    """The workers during a fit: addresses (polled), process ids, and the scheduler's log of workers leaving."""
-
-    def __init__(self, client):
-        self.client = client
-        self.before = set(client.scheduler_info(n_workers=-1)["workers"])
-        self.pids = client.run(os.getpid)
-        self.log_before = {line for _, line in client.get_scheduler_logs(n=10_000)}
-        self.seen = set(self.before)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self):
-        while not self._stop.wait(0.2):
-            self.seen |= set(self.client.scheduler_info(n_workers=-1)["workers"])
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        if exc[0] is None:
-            assert self.seen == self.before, f"workers changed during the fit: {self.seen ^ self.before}"
-            assert self.client.run(os.getpid) == self.pids, "a worker process was restarted"
-            new = [line for _, line in self.client.get_scheduler_logs(n=10_000) if line not in self.log_before]
-            lost = [line for line in new if "Remove worker" in line or "Register worker" in line]
-            assert not lost, "a worker left the cluster during the fit:\n" + "\n".join(lost)
-
-
-@pytest.fixture
-def new_cluster():
+@contextlib.contextmanager
+def _user_cluster():
     """A new user's cluster: 2 worker processes x 1 thread, 768 MiB each, distributed's defaults."""
     cluster = distributed.LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, memory_limit=MEMORY_LIMIT,
                                        processes=True, host="127.0.0.1", dashboard_address=None)
@@ -163,6 +134,13 @@ def new_cluster():
     finally:
         client.close()
         cluster.close()
+
+
+@pytest.fixture
+def new_cluster():
+    """Fresh workers for each scenario."""
+    with _user_cluster() as client:
+        yield client
 
 
 @pytest.mark.timeout(900)
@@ -238,14 +216,8 @@ def hang_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hang_cluster():
-    cluster = distributed.LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, memory_limit=MEMORY_LIMIT,
-                                       processes=True, host="127.0.0.1", dashboard_address=None)
-    client = distributed.Client(cluster, set_as_default=False)
-    try:
+    with _user_cluster() as client:
         yield client
-    finally:
-        client.close()
-        cluster.close()
 
 
 @pytest.mark.timeout(180)

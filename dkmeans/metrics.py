@@ -25,10 +25,10 @@ contingency table on the cluster; only the table comes back).
 
 from __future__ import annotations
 
-import dask.array as da
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from dkmeans.engine.rowwise import is_dask_array, pair_counts
 from dkmeans.errors import InvalidDataError
 from dkmeans.fit import inference, scoring
 from dkmeans.fit.quality import ClusterScores
@@ -44,7 +44,7 @@ def objective(X, centroids, sample_weight=None) -> float:
     centroids : array-like, shape (k, d)
     sample_weight : array-like or dask.array.Array, shape (n,), optional
     """
-    if not isinstance(X, da.Array):
+    if not is_dask_array(X):
         X = np.asarray(X)
         if X.dtype not in (np.float32, np.float64):
             X = X.astype(np.float64)
@@ -52,18 +52,13 @@ def objective(X, centroids, sample_weight=None) -> float:
 
 
 def contingency_matrix(labels_true, labels_pred) -> np.ndarray:
-    """Counts ``n_ij`` of rows with true class ``i`` and predicted cluster ``j`` (empty rows/columns dropped)."""
-    if isinstance(labels_true, da.Array) or isinstance(labels_pred, da.Array):
-        a = da.asarray(labels_true).astype(np.int64)
-        b = da.asarray(labels_pred).astype(np.int64)
-        if a.shape != b.shape:
-            raise InvalidDataError(f"label arrays differ in length: {a.shape} vs {b.shape}")
-        b = b.rechunk(a.chunks)
-        amin, amax, bmin, bmax = (int(v) for v in da.compute(a.min(), a.max(), b.min(), b.max()))
-        width = bmax - bmin + 1
-        code = (a - amin) * width + (b - bmin)
-        counts = da.bincount(code, minlength=(amax - amin + 1) * width).compute()
-        table = counts.reshape(amax - amin + 1, width)
+    """Counts ``n_ij`` of rows with true class ``i`` and predicted cluster ``j`` (empty rows/columns dropped).
+
+    Dask labels (integers) are counted on the cluster (:func:`dkmeans.engine.rowwise.pair_counts`);
+    only the table comes back.
+    """
+    if is_dask_array(labels_true) or is_dask_array(labels_pred):
+        table = pair_counts(labels_true, labels_pred)
     else:
         a = np.asarray(labels_true).ravel()
         b = np.asarray(labels_pred).ravel()

@@ -135,6 +135,26 @@ def with_label_column(X: da.Array, labels) -> da.Array:
                          meta=get_namespace(meta_from_array(X)).empty((0, width), dtype=np.float64))
 
 
+def pair_counts(labels_true, labels_pred) -> np.ndarray:
+    """The table of counts of each (true, predicted) pair of integer labels, counted on the cluster.
+
+    Row ``i`` is the true label ``min + i``, column ``j`` the predicted ``min + j`` (empty
+    rows and columns kept); one computation of the bounds, one of the counts.
+    """
+    from dkmeans.errors import InvalidDataError
+
+    a = da.asarray(labels_true).astype(np.int64)
+    b = da.asarray(labels_pred).astype(np.int64)
+    if a.shape != b.shape:
+        raise InvalidDataError(f"label arrays differ in length: {a.shape} vs {b.shape}")
+    b = b.rechunk(a.chunks)
+    amin, amax, bmin, bmax = (int(v) for v in da.compute(a.min(), a.max(), b.min(), b.max()))
+    width = bmax - bmin + 1
+    code = (a - amin) * width + (b - bmin)
+    counts = da.bincount(code, minlength=(amax - amin + 1) * width).compute()
+    return counts.reshape(amax - amin + 1, width)
+
+
 def sum_on_cluster(client, values: da.Array, weights=None) -> float:
     """The sum of a lazy 1-D array (times ``weights``), computed on the cluster."""
     if weights is not None:
@@ -219,4 +239,4 @@ def summed_pass(data, block_fn, args=(), per_label: int = 0):
 
 
 __all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
-           "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]
+           "pair_counts", "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]

@@ -81,6 +81,8 @@ class ClusterScores:
         Rows of the data.
     n_passes : int
         Passes over the data made for these scores.
+    data_mode : {"in-memory", "out-of-core"}
+        Whether the rows stayed in memory for the passes or were read from their source in each.
     """
 
     calinski_harabasz: float
@@ -93,6 +95,7 @@ class ClusterScores:
     n_labels: int
     n_rows: int
     n_passes: int
+    data_mode: str = "in-memory"
 
     @property
     def objective(self) -> float:
@@ -175,7 +178,7 @@ def cluster_scores(data, centroids=None, *, metric: str = "euclidean", passes: i
         calinski_harabasz=ch, davies_bouldin=db, simplified_silhouette=simplified, sizes=sizes,
         cluster_objective=objective, imbalance=imbalance_factor(sizes),
         labels=np.asarray(stats.keys) if not labelled else keys, n_labels=n_labels, n_rows=n_rows,
-        n_passes=data.passes - start)
+        n_passes=data.passes - start, data_mode="in-memory" if data.in_memory else "out-of-core")
 
 
 # -- the sampled silhouette ------------------------------------------------------------------------

@@ -237,8 +237,8 @@ def silhouette_score(X, labels_or_model, *, sample_size=None, random_state=None,
         The simplified silhouette of every row instead: ``(b - a) / max(a, b)`` with ``a``
         the distance to the row's own centre and ``b`` to the nearest other centre
         (centroids, or the clusters' means for labels), weighted mean. One pass with a model
-        or centroids, two with labels (the means first); O(k d) memory. Not equal to the
-        silhouette; cheap, and it ranks partitions much as the silhouette does.
+        or centroids, two with labels (the means first); O(k d) memory. A different number
+        from the silhouette (Hruschka et al. 2004), at the cost of a pass.
 
     Raises
     ------

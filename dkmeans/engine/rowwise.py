@@ -188,7 +188,8 @@ def labelled_pass(client, X: da.Array, block_fn, args=(), weights=None, *, keep:
     sums = []
     if per_label:
         sums = [blocks.map_blocks(_label_sums_block, per_label, dtype=np.float64,
-                                  chunks=((1,) * blocks.numblocks[0], (2 * per_label,))).sum(axis=0)]
+                                  chunks=((1,) * blocks.numblocks[0], (2 * per_label,)),
+                                  meta=get_namespace(meta_from_array(X)).empty((0, 0), dtype=np.float64)).sum(axis=0)]
     inputs = futures_of(X)
     with submitting_own_graph():  # the arguments (centroids) are in the graph once, on purpose (large k)
         if keep in ("none", "lazy"):

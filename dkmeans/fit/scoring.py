@@ -29,7 +29,8 @@ from dkmeans.engine.place import in_process_threads, place_data
 from dkmeans.engine.rowwise import as_array, chunked_rows, is_dask_array, weights_beside, with_label_column
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidDataError
-from dkmeans.fit.inputs import Dataset, as_dataset, check_centroids, check_sample_weight, is_dask_collection
+from dkmeans.fit.inputs import (Dataset, as_dataset, check_centroids, check_int, check_sample_weight,
+                                is_dask_collection)
 from dkmeans.fit.metric_inputs import prepare_dataset
 from dkmeans.fit.quality import ClusterScores, cluster_scores, sample_silhouette
 from dkmeans.fit.spec import resolve_out_of_core
@@ -76,8 +77,11 @@ def placed(dataset: Dataset, weights, *, out_of_core="auto", n_clusters: int = 0
         threads = in_process_threads(dataset, weights) if mode is not True else None
         if threads is not None:
             data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
-            with threadpool_limits(limits=1) if threads > 1 else contextlib.nullcontext():
-                yield data
+            try:
+                with threadpool_limits(limits=1) if threads > 1 else contextlib.nullcontext():
+                    yield data
+            finally:
+                data.release()
             return
         with fit_client() as client:
             data = place_data(client, dataset, weights_beside(weights, dataset.array), mode, n_clusters)
@@ -126,6 +130,8 @@ def scores(X, *, centroids=None, labels=None, sample_weight=None, metric: str = 
 def silhouette(X, *, centroids=None, labels=None, sample_size=None, random_state=None, sample_weight=None,
                metric: str = "euclidean", out_of_core="auto") -> float:
     """:func:`dkmeans.fit.quality.sample_silhouette` of ``X`` (all rows when ``sample_size`` is None)."""
+    if sample_size is not None:
+        sample_size = check_int("sample_size", sample_size, 1)
     dataset, weights, C, _ = _prepared(X, centroids=centroids, labels=labels, sample_weight=sample_weight,
                                        metric=metric)
     k = 0 if C is None else C.shape[0]

@@ -15,6 +15,7 @@ from sklearn import metrics as sk
 import dkmeans
 from dkmeans import metrics
 from dkmeans.drivers.streams import stream
+from dkmeans.fit import scoring
 from dkmeans.kernels.sampling import uniform_by_index
 from dkmeans.testing import make_blobs
 from tests.helpers import sq_distances
@@ -44,6 +45,8 @@ def test_centroids_give_scikit_learn_scores_of_the_nearest_centroid_labels(blobs
                                                                            rel=1e-10)
     scores = metrics.cluster_scores(X, C)
     assert scores.n_passes == 2 and scores.valid and scores.n_labels == 5
+    one = scoring.scores(X, centroids=C, passes=1)  # what calinski_harabasz_score and simplified=True run
+    assert one.n_passes == 1 and one.calinski_harabasz == scores.calinski_harabasz and np.isnan(one.davies_bouldin)
     np.testing.assert_array_equal(scores.sizes, np.bincount(labels, minlength=5))
     np.testing.assert_allclose(scores.cluster_objective,
                                np.bincount(labels, sq_distances(X, C).min(1), minlength=5), rtol=1e-10)

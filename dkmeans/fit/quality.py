@@ -41,9 +41,9 @@ import numpy as np
 from dkmeans.drivers.streams import resolve_seed, stream
 from dkmeans.kernels.cosine import objective_scale
 from dkmeans.kernels.inference import labels_block
-from dkmeans.kernels.quality import (calinski_harabasz_index, centroid_codes, centroid_stats, codes_of, combine_label_stats,
-                                     combine_mean_distances, davies_bouldin_index, imbalance_factor, label_stats,
-                                     mean_distances)
+from dkmeans.kernels.quality import (calinski_harabasz_index, centroid_codes, centroid_stats, codes_of,
+                                     combine_label_stats, combine_mean_distances, davies_bouldin_index,
+                                     imbalance_factor, label_stats, mean_distances)
 from dkmeans.kernels.reduce import combine_top
 from dkmeans.kernels.sampling import random_top_rows
 

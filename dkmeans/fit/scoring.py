@@ -26,7 +26,7 @@ from dkmeans.engine.client import fit_client
 from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
 from dkmeans.engine.place import in_process_threads, place_data
-from dkmeans.engine.rowwise import as_array, chunked_rows, is_dask_array, weights_beside, with_label_column
+from dkmeans.engine.rowwise import as_array, chunked_rows, weights_beside, with_label_column
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidDataError
 from dkmeans.fit.inputs import (Dataset, as_dataset, check_centroids, check_int, check_sample_weight,

@@ -301,7 +301,8 @@ def codes_of(labels, keys):
 
 
 def centroid_codes(X, C, keys):
-    """Each row's nearest centroid (:func:`~dkmeans.kernels.nearest.assign`, as ``predict``) as a position in ``keys``."""
+    """Each row's nearest centroid (:func:`~dkmeans.kernels.nearest.assign`, as ``predict``), as a position in
+    ``keys``."""
     xp = get_namespace(X)
     labels = assign(X, xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype)))[0]
     return codes_of(labels, keys)
@@ -366,5 +367,5 @@ def label_sums(out, k: int):
 
 
 __all__ = ["DB_BLOCK_BYTES", "LabelStats", "MeanDistances", "QUALITY_TILE_BYTES", "calinski_harabasz_index",
-           "centroid_codes", "centroid_stats", "codes_of", "combine_label_stats", "combine_mean_distances", "davies_bouldin_index",
-           "imbalance_factor", "label_sums", "label_stats", "mean_distances"]
+           "centroid_codes", "centroid_stats", "codes_of", "combine_label_stats", "combine_mean_distances",
+           "davies_bouldin_index", "imbalance_factor", "label_sums", "label_stats", "mean_distances"]

@@ -29,6 +29,7 @@ from dkmeans.fit.inputs import (
     is_dask_collection,
 )
 from dkmeans.kernels.namespace import is_cupy_array
+from dkmeans.kernels.quality import imbalance_factor
 from dkmeans.engine.client import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.fit.spec import FitSpec
@@ -237,6 +238,10 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         self.stop_reason_ = result.stop_reason
         self.data_mode_ = result.data_mode
         self.n_passes_ = result.n_passes
+        # per cluster, from the final assignment's pass (no pass of their own)
+        self.cluster_sizes_ = result.cluster_sizes
+        self.cluster_inertia_ = result.cluster_objective
+        self.imbalance_ = imbalance_factor(result.cluster_sizes)
         self._metric = spec.metric  # predict, transform and score use the fitted metric
         return self
 
@@ -517,6 +522,15 @@ class KMeans(_KMeansBase):
         Whether the data was persisted for the fit or read from its source in every pass.
     n_passes_ : int
         Passes over the data the fit made (moments, seeding, iterations, final assignment).
+    cluster_sizes_ : ndarray of shape (n_clusters,), float64
+        Weighted number of training rows in each cluster (``sample_weight`` summed; row
+        counts without weights), from the final assignment's pass (no pass of its own).
+    cluster_inertia_ : ndarray of shape (n_clusters,), float64
+        Each cluster's share of ``inertia_`` (same pass; they sum to ``inertia_`` up to
+        rounding).
+    imbalance_ : float
+        faiss's imbalance factor ``n_clusters * sum(cluster_sizes_**2) / sum(cluster_sizes_)**2``:
+        1.0 for clusters of equal size, up to ``n_clusters`` when one cluster holds all rows.
 
     Examples
     --------

@@ -1,17 +1,37 @@
-"""Clustering quality: objective, Hungarian-matched accuracy, Centroid Index, adjusted Rand index.
+"""Clustering quality: internal scores (Calinski-Harabasz, Davies-Bouldin, silhouettes, sizes),
+the objective, and comparisons with a reference (Hungarian-matched accuracy, Centroid Index,
+adjusted Rand index).
 
-Label-based metrics accept NumPy or Dask label arrays (Dask labels are reduced to a
+The internal scores take the rows as a fit does (NumPy, pandas, Dask arrays or Dask
+DataFrames, in memory or read from files; out of core when they do not fit the cluster,
+:mod:`dkmeans.fit.scoring`) and a partition as ``labels_or_model``:
+
+* a fitted :class:`~dkmeans.KMeans` (or anything with ``cluster_centers_``): each row's
+  label is its nearest centre, what ``predict`` gives (in the model's metric: with
+  ``metric="cosine"`` the scores are those of the normalised rows);
+* centroids, a 2-D array ``(k, n_features)``: the same, Euclidean;
+* labels, one per row (scikit-learn's signature): NumPy/pandas labels of any type, or
+  numeric Dask labels partitioned like ``X`` (e.g. ``model.predict(X)``); they are read
+  beside the rows, in the same passes. Cluster means are the means of the labels' rows.
+
+Each says its passes over the data and its memory. They equal scikit-learn's functions on
+data in memory up to float rounding, with ``sample_weight`` counting a row as that many
+copies of it. Where scikit-learn raises (fewer than 2 clusters, or as many as rows), they
+raise the same ``ValueError``.
+
+Label-comparison metrics accept NumPy or Dask label arrays (Dask labels are reduced to a
 contingency table on the cluster; only the table comes back).
 """
 
 from __future__ import annotations
 
-import dask.array as da
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from dkmeans.engine.rowwise import is_dask_array, pair_counts
 from dkmeans.errors import InvalidDataError
-from dkmeans.fit import inference
+from dkmeans.fit import inference, scoring
+from dkmeans.fit.quality import ClusterScores
 from dkmeans.kernels import cluster_sums
 
 
@@ -24,7 +44,7 @@ def objective(X, centroids, sample_weight=None) -> float:
     centroids : array-like, shape (k, d)
     sample_weight : array-like or dask.array.Array, shape (n,), optional
     """
-    if not isinstance(X, da.Array):
+    if not is_dask_array(X):
         X = np.asarray(X)
         if X.dtype not in (np.float32, np.float64):
             X = X.astype(np.float64)
@@ -32,18 +52,13 @@ def objective(X, centroids, sample_weight=None) -> float:
 
 
 def contingency_matrix(labels_true, labels_pred) -> np.ndarray:
-    """Counts ``n_ij`` of rows with true class ``i`` and predicted cluster ``j`` (empty rows/columns dropped)."""
-    if isinstance(labels_true, da.Array) or isinstance(labels_pred, da.Array):
-        a = da.asarray(labels_true).astype(np.int64)
-        b = da.asarray(labels_pred).astype(np.int64)
-        if a.shape != b.shape:
-            raise InvalidDataError(f"label arrays differ in length: {a.shape} vs {b.shape}")
-        b = b.rechunk(a.chunks)
-        amin, amax, bmin, bmax = (int(v) for v in da.compute(a.min(), a.max(), b.min(), b.max()))
-        width = bmax - bmin + 1
-        code = (a - amin) * width + (b - bmin)
-        counts = da.bincount(code, minlength=(amax - amin + 1) * width).compute()
-        table = counts.reshape(amax - amin + 1, width)
+    """Counts ``n_ij`` of rows with true class ``i`` and predicted cluster ``j`` (empty rows/columns dropped).
+
+    Dask labels (integers) are counted on the cluster (:func:`dkmeans.engine.rowwise.pair_counts`);
+    only the table comes back.
+    """
+    if is_dask_array(labels_true) or is_dask_array(labels_pred):
+        table = pair_counts(labels_true, labels_pred)
     else:
         a = np.asarray(labels_true).ravel()
         b = np.asarray(labels_pred).ravel()
@@ -111,3 +126,129 @@ def class_means(X, labels) -> np.ndarray:
     classes, inverse = np.unique(np.asarray(labels), return_inverse=True)
     sums, counts = cluster_sums(X, inverse.astype(np.int32), classes.size)
     return sums / counts[:, None]
+
+
+# -- internal scores: how good is a partition? ------------------------------------------------------
+def _partition(labels_or_model) -> dict:
+    """``centroids`` and ``metric``, or ``labels``, from a fitted model, centroids or labels."""
+    if hasattr(labels_or_model, "cluster_centers_") or hasattr(labels_or_model, "get_params"):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(labels_or_model, "cluster_centers_")
+        metric = getattr(labels_or_model, "_metric", None) or getattr(labels_or_model, "metric", "euclidean")
+        return dict(centroids=np.asarray(labels_or_model.cluster_centers_), metric=metric)
+    values = labels_or_model
+    if not hasattr(values, "ndim"):
+        values = np.asarray(values)
+    if values.ndim == 2 and not hasattr(values, "to_dask_array"):
+        return dict(centroids=values)
+    if values.ndim != 1:
+        raise InvalidDataError(f"labels_or_model: expected labels (1-D), centroids (2-D) or a fitted model, "
+                               f"got an array of {values.ndim} dimensions")
+    return dict(labels=labels_or_model)
+
+
+def _checked(result: ClusterScores) -> ClusterScores:
+    """scikit-learn's error where its scores are undefined."""
+    if not result.valid:
+        raise ValueError(f"Number of labels is {result.n_labels}. Valid values are 2 to n_samples - 1 (inclusive)")
+    return result
+
+
+def cluster_scores(X, labels_or_model, *, sample_weight=None, out_of_core="auto") -> ClusterScores:
+    """Every internal score of a partition of ``X``, in two passes over the data.
+
+    Parameters
+    ----------
+    X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+    labels_or_model : fitted KMeans, centroids (n_clusters, n_features) or labels (n_samples,)
+        See the module docstring.
+    sample_weight : array-like or Dask array of shape (n_samples,), optional
+        A row counts as ``sample_weight`` copies of itself.
+    out_of_core : {"auto", True, False}
+        Where the rows live during the passes, as for a fit.
+
+    Returns
+    -------
+    dkmeans.fit.quality.ClusterScores
+        ``calinski_harabasz``, ``davies_bouldin``, ``simplified_silhouette``, the weighted
+        ``sizes``, ``cluster_objective`` and ``imbalance`` per cluster; scores NaN where
+        scikit-learn's are undefined (``valid`` False). Two passes; O(k d) memory on
+        the caller and per task, plus the Davies-Bouldin ratios in blocks of about 32 MiB.
+    """
+    return scoring.scores(X, **_partition(labels_or_model), sample_weight=sample_weight, out_of_core=out_of_core)
+
+
+def calinski_harabasz_score(X, labels_or_model, *, sample_weight=None, out_of_core="auto") -> float:
+    """Calinski-Harabasz index (variance ratio criterion; higher is better): scikit-learn's, on distributed data.
+
+    ``(B / (k - 1)) / (W / (n - k))``: ``B`` the weighted squared distances of the cluster
+    means to the overall mean, ``W`` those of the rows to their cluster's mean, ``n`` the
+    total weight, ``k`` the clusters holding weight. One pass; ``W`` is exact (per-chunk
+    scatter combined by Chan's update, not ``sum |x|^2 - n |m|^2``); O(k d) memory.
+    Parameters as :func:`cluster_scores`.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 clusters, or as many as rows (scikit-learn's error).
+    """
+    part = _partition(labels_or_model)
+    return _checked(scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core,
+                                   passes=1)).calinski_harabasz
+
+
+def davies_bouldin_score(X, labels_or_model, *, sample_weight=None, out_of_core="auto") -> float:
+    """Davies-Bouldin index (lower is better, 0 best): scikit-learn's, on distributed data.
+
+    The mean over clusters ``i`` of ``max_{j != i} (s_i + s_j) / |m_i - m_j|``, ``m`` the
+    clusters' means (of their rows, not fitted centroids) and ``s`` the mean distance of
+    their rows to them. Two passes (the means, then the distances); O(k d) memory, and the
+    ``k x k`` ratios in blocks of about 32 MiB. Parameters as :func:`cluster_scores`.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 clusters, or as many as rows (scikit-learn's error).
+    """
+    part = _partition(labels_or_model)
+    return _checked(scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core)).davies_bouldin
+
+
+def silhouette_score(X, labels_or_model, *, sample_size=None, random_state=None, simplified: bool = False,
+                     sample_weight=None, out_of_core="auto") -> float:
+    """Silhouette coefficient (in [-1, 1], higher is better): exact on a sample, or simplified on all rows.
+
+    Parameters
+    ----------
+    X, labels_or_model, sample_weight, out_of_core
+        As :func:`cluster_scores`.
+    sample_size : int, optional
+        The exact silhouette (:func:`sklearn.metrics.silhouette_score`) of a sample of this
+        many rows drawn without replacement, uniformly (proportionally to ``sample_weight``
+        with weights), by keys of ``random_state`` and each row's global index, so the
+        sample does not depend on chunking, workers or placement: scikit-learn's value on
+        the same rows. One pass and the gather of the sample (``sample_size x n_features``),
+        then scikit-learn's O(sample_size^2) work on the caller. None: every row (gathered
+        to the caller: for data that fits there).
+    random_state : None, int, Generator or RandomState
+        Seeds the sample (None: fresh entropy).
+    simplified : bool
+        The simplified silhouette of every row instead: ``(b - a) / max(a, b)`` with ``a``
+        the distance to the row's own centre and ``b`` to the nearest other centre
+        (centroids, or the clusters' means for labels), weighted mean. One pass with a model
+        or centroids, two with labels (the means first); O(k d) memory. A different number
+        from the silhouette (Hruschka et al. 2004), at the cost of a pass.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 clusters, or as many as rows (in the sample for the exact score).
+    """
+    part = _partition(labels_or_model)
+    if simplified:
+        passes = 1 if "centroids" in part else 2
+        return _checked(scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core,
+                                       passes=passes)).simplified_silhouette
+    return scoring.silhouette(X, **part, sample_size=sample_size, random_state=random_state,
+                              sample_weight=sample_weight, out_of_core=out_of_core)

@@ -21,8 +21,6 @@ NAMES = {0: "base", 1: "kernels", 2: "engine", 3: "drivers", 4: "io", 5: "fit se
 DASK_OUTSIDE_ENGINE = {
     # the one configuration module: Dask's config system and its byte/time parsers, no computation
     "dkmeans.config": {"dask.config", "dask.utils"},
-    # label metrics reduce Dask label arrays to a contingency table (the metrics issue moves them behind the engine)
-    "dkmeans.metrics": {"dask.array"},
     # the test-data generators build Dask arrays (blobs generated on the workers) for tests and benchmarks
     "dkmeans.testing": {"dask.array"},
 }

@@ -48,6 +48,7 @@ STREAMS: dict[str, Stream] = {s.name: s for s in (
     Stream("two-level.sample", 5, 1, "row", "two-level k-means||: the sample's rows"),
     Stream("two-level.coarse-order", 6, 1, "row", "two-level k-means||: the order of the sample before the coarse step"),
     Stream("two-level.coarse", 7, 1, "row", "two-level k-means||: the coarse k-means++"),
+    Stream("silhouette.sample", 8, 1, "row", "silhouette_score(sample_size=): the sample's rows"),
     Stream("k-means||.rounds", 16, (1 << 20) - 16, "row", "k-means||: round r's candidates"),
     Stream("k-means++.steps", 1 << 20, (1 << 24) - (1 << 20), "row", "k-means++: step j's trials"),
     Stream("two-level.fine", 1 << 24, (1 << 32) - (1 << 24), "row", "two-level k-means||: group g's k-means++"),

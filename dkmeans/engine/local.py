@@ -54,9 +54,12 @@ class ChunkList:
 
     _whole = None
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
+                      per_label: int = 0):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass` (the rows are here: labels kept)."""
         import numpy as np
+
+        from dkmeans.kernels.quality import label_sums
 
         self.passes += 1
         if self._whole is not None:  # in one call, as inference on the same array computes it
@@ -64,7 +67,10 @@ class ChunkList:
             out = block_fn(X, *args, w)
         else:
             out = np.concatenate(self._each(lambda X, w: block_fn(X, *args, w), self.blocks, self.weights))
-        return (out[:, 0].astype(np.int32) if keep_labels else None), float(out[:, 1].sum())
+        labels = out[:, 0].astype(np.int32) if keep_labels else None
+        if per_label:
+            return labels, float(out[:, 1].sum()), to_host(label_sums(out, per_label))
+        return labels, float(out[:, 1].sum())
 
     def _each(self, fn, *per_chunk):
         """``[fn(*items) for items in zip(*per_chunk)]``, on the pool when there is one.

@@ -439,13 +439,15 @@ class PersistedData:
                   for f, n in zip(futures, self.chunk_rows)]
         return self.client.persist(da.concatenate(blocks)) if blocks else da.zeros((0,), dtype=np.int32)
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
+                      per_label: int = 0):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: labels persisted beside the rows."""
         from dkmeans.engine.rowwise import labelled_pass
 
         self.passes += 1
         return labelled_pass(self.client, self.X, block_fn, args, self.weights,
-                             keep="persist" if keep_labels else "none", generation=self.generation)
+                             keep="persist" if keep_labels else "none", generation=self.generation,
+                             per_label=per_label)
 
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""

@@ -45,12 +45,17 @@ class ChunkedData(Protocol):
     def has_weights(self) -> bool:
         """Whether rows carry a ``sample_weight``."""
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
+                      per_label: int = 0):
         """One pass of ``block_fn(X_i, *args, w_i)``, which gives ``(n_i, 2)`` float64: a label and a value per row.
 
         Returns ``(labels, total)``: the labels (int32) where the rows are kept (an array in
         this process, or a Dask array persisted beside persisted rows; None for rows read
         from their source, or without ``keep_labels``) and the sum of the values.
+        ``per_label=k`` (labels ``0 .. k-1``): ``block_fn`` gives ``(n_i, 3)``, a label, a
+        value and a weight per row, and ``(labels, total, sums)`` comes back, ``sums``
+        ``(k, 2)`` float64 the per-label sums of the values and of the weights, from the
+        same pass (:func:`dkmeans.kernels.quality.label_sums` per chunk, summed).
         """
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()) -> Any:

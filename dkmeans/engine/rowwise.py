@@ -17,7 +17,8 @@ from distributed import futures_of
 
 from dkmeans.engine.futures import gather
 from dkmeans.engine.passes import submitting_own_graph
-from dkmeans.kernels.namespace import get_namespace, is_sparse
+from dkmeans.kernels.namespace import get_namespace, is_sparse, to_host
+from dkmeans.kernels.quality import label_sums
 
 
 def is_dask_array(X) -> bool:
@@ -94,6 +95,66 @@ def weights_beside(weights, X: da.Array):
     return da.from_array(weights, chunks=X.chunks[0] if known else -1)
 
 
+def _with_column(X, labels):
+    xp = get_namespace(X)
+    if X.shape[0] != labels.shape[0]:
+        from dkmeans.errors import InvalidDataError
+
+        raise InvalidDataError(f"labels: a chunk of {labels.shape[0]} labels beside a partition of {X.shape[0]} rows; "
+                               "give labels partitioned like X (e.g. the model's predict(X))")
+    return xp.concatenate([xp.asarray(X, dtype=xp.float64), xp.asarray(labels, dtype=xp.float64).reshape(-1, 1)],
+                          axis=1)
+
+
+def with_label_column(X: da.Array, labels) -> da.Array:
+    """``X`` in float64 with ``labels`` beside it as one more column: a row's label travels with it in every pass.
+
+    ``labels``: one per row, NumPy or Dask (an array, or a Series of the same partitions
+    as the DataFrame ``X`` came from). Known row chunks: the labels are rechunked like
+    ``X``; unknown ones (a DataFrame read from files): the labels must have as many
+    chunks (a chunk of another length raises :class:`~dkmeans.errors.InvalidDataError`
+    when computed), and in-memory labels need ``X``'s chunk lengths (``X`` from
+    ``as_array(frame, lengths=True)``).
+    """
+    if hasattr(labels, "to_dask_array"):  # a Dask Series or one-column frame
+        labels = labels.to_dask_array()
+    if isinstance(labels, da.Array) and labels.ndim == 2:  # one column
+        labels = labels[:, 0]
+    known = not any(math.isnan(c) for c in X.chunks[0])
+    if not isinstance(labels, da.Array):
+        labels = da.from_array(np.asarray(labels).reshape(-1), chunks=(X.chunks[0],))
+    elif known and not any(math.isnan(c) for c in labels.chunks[0]):
+        labels = labels.rechunk((X.chunks[0],))
+    if labels.numblocks[0] != X.numblocks[0]:
+        from dkmeans.errors import InvalidDataError
+
+        raise InvalidDataError(f"labels come in {labels.numblocks[0]} chunks of unknown length beside X's "
+                               f"{X.numblocks[0]}: give labels partitioned like X (e.g. the model's predict(X))")
+    width = X.shape[1] + 1
+    return da.map_blocks(_with_column, X, labels[:, None], dtype=np.float64, chunks=(X.chunks[0], (width,)),
+                         meta=get_namespace(meta_from_array(X)).empty((0, width), dtype=np.float64))
+
+
+def pair_counts(labels_true, labels_pred) -> np.ndarray:
+    """The table of counts of each (true, predicted) pair of integer labels, counted on the cluster.
+
+    Row ``i`` is the true label ``min + i``, column ``j`` the predicted ``min + j`` (empty
+    rows and columns kept); one computation of the bounds, one of the counts.
+    """
+    from dkmeans.errors import InvalidDataError
+
+    a = da.asarray(labels_true).astype(np.int64)
+    b = da.asarray(labels_pred).astype(np.int64)
+    if a.shape != b.shape:
+        raise InvalidDataError(f"label arrays differ in length: {a.shape} vs {b.shape}")
+    b = b.rechunk(a.chunks)
+    amin, amax, bmin, bmax = (int(v) for v in da.compute(a.min(), a.max(), b.min(), b.max()))
+    width = bmax - bmin + 1
+    code = (a - amin) * width + (b - bmin)
+    counts = da.bincount(code, minlength=(amax - amin + 1) * width).compute()
+    return counts.reshape(amax - amin + 1, width)
+
+
 def sum_on_cluster(client, values: da.Array, weights=None) -> float:
     """The sum of a lazy 1-D array (times ``weights``), computed on the cluster."""
     if weights is not None:
@@ -102,31 +163,45 @@ def sum_on_cluster(client, values: da.Array, weights=None) -> float:
     return float(total.compute() if client is None else client.compute(total, sync=True))
 
 
+def _label_sums_block(out, k: int):
+    return label_sums(out, k).reshape(1, 2 * k)
+
+
 def labelled_pass(client, X: da.Array, block_fn, args=(), weights=None, *, keep: str = "persist",
-                  generation: int | None = None):
+                  generation: int | None = None, per_label: int = 0):
     """One pass of ``block_fn(X_block, *args[, w_block])``, which returns ``(n, 2)``: a label and a value per row.
 
     Returns the labels (int32) and the sum of the values. ``keep``: "persist" (labels
     persisted beside persisted ``X``), "gather" (labels as one in-memory array), "lazy"
     (labels stay lazy, recomputed from ``X``'s source when used) or "none" (no labels).
     ``generation``: the client's restart count when ``X`` was persisted (a restart is then
-    reported as such).
+    reported as such). ``per_label=k``: ``block_fn`` returns ``(n, 3)`` (a label, a value
+    and a weight per row) and the per-label sums ``(k, 2)`` of the values and weights
+    (:func:`~dkmeans.kernels.quality.label_sums`) come back third, from the same blocks.
     """
+    width = 3 if per_label else 2
     extra = [] if weights is None else [row_weights(weights, X)[:, None]]  # (n, 1): blockwise aligns rows
-    blocks = da.map_blocks(block_fn, X, *args, *extra, dtype=np.float64, chunks=(X.chunks[0], (2,)),
-                           meta=get_namespace(meta_from_array(X)).empty((0, 2), dtype=np.float64))
+    blocks = da.map_blocks(block_fn, X, *args, *extra, dtype=np.float64, chunks=(X.chunks[0], (width,)),
+                           meta=get_namespace(meta_from_array(X)).empty((0, width), dtype=np.float64))
     labels = blocks[:, 0].astype(np.int32)
     total = blocks[:, 1].sum()
+    sums = []
+    if per_label:
+        sums = [blocks.map_blocks(_label_sums_block, per_label, dtype=np.float64,
+                                  chunks=((1,) * blocks.numblocks[0], (2 * per_label,)),
+                                  meta=get_namespace(meta_from_array(X)).empty((0, 0), dtype=np.float64)).sum(axis=0)]
     inputs = futures_of(X)
     with submitting_own_graph():  # the arguments (centroids) are in the graph once, on purpose (large k)
         if keep in ("none", "lazy"):
-            total = gather(client, client.compute(total), inputs, generation)
+            total, *sums = gather(client, client.compute([total, *sums]), inputs, generation)
             labels = labels if keep == "lazy" else None
         elif keep == "gather":
-            labels, total = gather(client, client.compute([labels, total]), inputs, generation)
+            labels, total, *sums = gather(client, client.compute([labels, total, *sums]), inputs, generation)
         else:
-            labels, total = client.persist([labels, total])
-            total = gather(client, client.compute(total), inputs, generation)
+            labels, total, *sums = client.persist([labels, total, *sums])
+            total, *sums = gather(client, client.compute([total, *sums]), inputs, generation)
+    if per_label:
+        return labels, float(total), np.asarray(to_host(sums[0]), dtype=np.float64).reshape(per_label, 2)
     return labels, float(total)
 
 
@@ -134,16 +209,35 @@ def _value_sum_chunk(block_fn, X, w, offset, *args):
     return float(block_fn(X, *args, w)[:, 1].sum())
 
 
+def _value_label_sums_chunk(block_fn, per_label, X, w, offset, *args):
+    out = block_fn(X, *args, w)
+    return float(out[:, 1].sum()), to_host(label_sums(out, per_label))
+
+
 def _sum(parts):
     return float(sum(parts))
 
 
-def summed_pass(data, block_fn, args=()) -> float:
-    """The sum of ``block_fn``'s values (column 1) over ``data``'s chunks: a labelled pass that keeps no labels."""
+def _sum_pairs(parts):
+    total, sums = parts[0][0], parts[0][1].copy()
+    for value, more in parts[1:]:  # in chunk order
+        total += value
+        sums += more
+    return total, sums
+
+
+def summed_pass(data, block_fn, args=(), per_label: int = 0):
+    """The sum of ``block_fn``'s values (column 1) over ``data``'s chunks: a labelled pass that keeps no labels.
+
+    ``per_label=k``: also the per-label sums ``(k, 2)`` of the values and weights (columns 1
+    and 2 of ``block_fn``'s ``(n, 3)``), as :func:`labelled_pass` gives them.
+    """
     import functools
 
+    if per_label:
+        return data.map_reduce(functools.partial(_value_label_sums_chunk, block_fn, per_label), _sum_pairs, args)
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 
 __all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
-           "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside"]
+           "pair_counts", "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]

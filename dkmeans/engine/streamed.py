@@ -575,10 +575,13 @@ class StreamedData:
         if self._on_progress is not None:
             self._on_progress(record)
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
+                      per_label: int = 0):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: one read, no labels kept."""
         from dkmeans.engine.rowwise import summed_pass
 
+        if per_label:
+            return (None, *summed_pass(self, block_fn, args, per_label))
         return None, summed_pass(self, block_fn, args)
 
     def release(self) -> None:

@@ -124,8 +124,9 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
                                tol=tol, on_step=spec.on_iteration, resume=resume, **checkpointing)
         n_epochs = math.ceil(result.n_steps * b / n)
         centroids = result.centroids.astype(data.dtype)
+        per_cluster = {}
         if spec.compute_labels:
-            labels, inertia, n_passes = final_assignment(spec, dataset, data, client, centroids)
+            labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, centroids)
         else:
             total_weight = float(data.map_reduce(_weight_sum_chunk, sum)) if data.has_weights else float(n)
             ewa = result.state.ewa_objective
@@ -134,7 +135,8 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
     finally:
         data.release()
     return fit_result(spec, dataset, data, centroids, labels, inertia, n_epochs, result.stop_reason, result.converged,
-                   list(result.history), n_passes, with_labels=spec.compute_labels, minibatch_state=result.state)
+                   list(result.history), n_passes, with_labels=spec.compute_labels, minibatch_state=result.state,
+                   **per_cluster)
 
 
 def _minibatch_centers(spec: FitSpec, data, C0, seed: int, head, init_size: int) -> np.ndarray:

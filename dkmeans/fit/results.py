@@ -13,16 +13,17 @@ from dkmeans.kernels.inference import labels_objective_block
 
 
 def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
-    """Labels and objective of ``centroids`` on the data (what inference gives), and the passes made."""
+    """Labels and objective of ``centroids`` on the data (what inference gives), the passes made, and per cluster
+    the weighted sizes and objective (``dict(cluster_sizes=, cluster_objective=)``, float64), all from one pass."""
     # one pass where the rows are; the rows are the metric's already (a fit's unit rows for cosine)
-    block = functools.partial(labels_objective_block, metric=spec.metric, normalize=False)
+    block = functools.partial(labels_objective_block, metric=spec.metric, normalize=False, with_weights=True)
     C = np.asarray(centroids).astype(data.dtype)
     # a Dask DataFrame gets index-aligned labels (fit_result): the final pass needs only the objective
-    labels, inertia = data.labelled_pass(block, (C,), keep_labels=dataset.frame is None)
+    labels, inertia, sums = data.labelled_pass(block, (C,), keep_labels=dataset.frame is None, per_label=C.shape[0])
     if labels is None and dataset.frame is None:  # rows read from their source: labels stay lazy, read when used
         labels = inference.labels(dataset.array, C)
     n_passes = data.passes
-    return labels, inertia, n_passes
+    return labels, inertia, n_passes, dict(cluster_sizes=sums[:, 1], cluster_objective=sums[:, 0])
 
 
 def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_reason, converged, history, n_passes,

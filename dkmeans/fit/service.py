@@ -158,11 +158,11 @@ def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches:
             warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
         )
         best = fit_runs(data, plan, state, checkpointer)
-        labels, inertia, n_passes = final_assignment(spec, dataset, data, client, best.centroids)
+        labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, best.centroids)
     finally:
         data.release()
     return fit_result(spec, dataset, data, best.centroids, labels, inertia, best.n_iter, best.stop_reason,
-                   best.converged, list(best.history), n_passes)
+                   best.converged, list(best.history), n_passes, **per_cluster)
 
 
 __all__ = ["FitPlan", "FitResult", "FitSpec", "fit_runs", "minibatch_sizes", "place_data", "run_fit",

@@ -112,6 +112,9 @@ class FitResult:
         Passes over the data, the final assignment included.
     loop_modes : list of str
         How each loop ran ("one-task", "spmd", "graph", "streamed").
+    cluster_sizes, cluster_objective : ndarray (k,), float64, or None
+        Per cluster: the weighted row count and the (weighted) objective of its rows, from
+        the final assignment's pass (None where a fit made none).
     """
 
     centroids: np.ndarray
@@ -125,6 +128,8 @@ class FitResult:
     n_passes: int
     loop_modes: list
     minibatch_state: Any = None  # MiniBatchState of a mini-batch fit (to continue with partial_fit)
+    cluster_sizes: Any = None
+    cluster_objective: Any = None
 
 
 def resolve_out_of_core(requested) -> Any:

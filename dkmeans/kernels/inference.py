@@ -30,13 +30,15 @@ def objective_block(X, C, metric: str = "euclidean"):
     return min_sq.astype(np.float64) * objective_scale(metric)
 
 
-def labels_objective_block(X, C, w=None, metric: str = "euclidean", normalize: bool = True):
+def labels_objective_block(X, C, w=None, metric: str = "euclidean", normalize: bool = True,
+                           with_weights: bool = False):
     """Labels and (weighted) objective terms of a chunk as one ``(n, 2)`` float64 array.
 
     Column 0: the label; column 1: the row's objective term (``w`` times the squared
     distance, times the metric's :func:`~dkmeans.kernels.cosine.objective_scale`). Rows
-    already prepared for the metric (a fit's unit rows) pass ``normalize=False``. Raises
-    on NaN or infinity.
+    already prepared for the metric (a fit's unit rows) pass ``normalize=False``.
+    ``with_weights``: a third column holds the row's weight (1 without weights), for the
+    per-cluster sizes and objective of a labelled pass. Raises on NaN or infinity.
     """
     from dkmeans.kernels.namespace import get_namespace
 
@@ -50,7 +52,11 @@ def labels_objective_block(X, C, w=None, metric: str = "euclidean", normalize: b
     scale = objective_scale(metric)
     if scale != 1.0:
         d2 = d2 * scale  # exact: 0.5 for cosine
-    return xp.stack([labels.astype(xp.float64), d2], axis=1)
+    columns = [labels.astype(xp.float64), d2]
+    if with_weights:
+        columns.append(xp.ones(d2.shape[0], dtype=xp.float64) if w is None else
+                       xp.asarray(w, dtype=xp.float64).reshape(-1))
+    return xp.stack(columns, axis=1)
 
 
 def distances_block(X, C, metric: str = "euclidean"):

@@ -250,7 +250,7 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         """Write the fitted model to a safe model file (``.npz`` arrays + JSON, never pickle).
 
         The file holds the centroids, the parameters, feature names, dtype, objective,
-        iteration count and history; not the training labels.
+        iteration count, history and the cluster sizes and objectives; not the training labels.
 
         Returns
         -------
@@ -277,6 +277,9 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
             "stop_reason": self.stop_reason_,
             "history": self.history_,
         }
+        if getattr(self, "cluster_sizes_", None) is not None:  # from the final pass (absent: lazy out-of-core labels)
+            meta["cluster_sizes"] = [float(v) for v in self.cluster_sizes_]
+            meta["cluster_inertia"] = [float(v) for v in self.cluster_inertia_]
         return save_model(path, Model(self.cluster_centers_), meta)
 
     @classmethod
@@ -311,6 +314,10 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         est.n_iter_ = int(meta.get("iteration_count", 0))
         est.history_ = list(meta.get("history") or [])
         est.stop_reason_ = meta.get("stop_reason")
+        if meta.get("cluster_sizes") is not None:
+            est.cluster_sizes_ = np.asarray(meta["cluster_sizes"], dtype=np.float64)
+            est.cluster_inertia_ = np.asarray(meta["cluster_inertia"], dtype=np.float64)
+            est.imbalance_ = imbalance_factor(est.cluster_sizes_)
         est._n_features_out = model.centroids.shape[0]
         est._metric = getattr(est, "metric", "euclidean")
         return est

@@ -115,6 +115,9 @@ def test_estimator_save_load_round_trip(client, frame, tmp_path):
     assert loaded.get_params() == km.get_params()
     assert list(loaded.feature_names_in_) == ["x", "y", "z"]
     assert (loaded.inertia_, loaded.n_iter_, loaded.history_) == (km.inertia_, km.n_iter_, km.history_)
+    np.testing.assert_array_equal(loaded.cluster_sizes_, km.cluster_sizes_)
+    np.testing.assert_array_equal(loaded.cluster_inertia_, km.cluster_inertia_)
+    assert loaded.imbalance_ == km.imbalance_ and km.cluster_sizes_.sum() == len(frame)
     np.testing.assert_array_equal(loaded.predict(frame[["x", "y", "z"]]), km.predict(frame[["x", "y", "z"]]))
     bare = dkmeans.io.save_model(tmp_path / "bare", dkmeans.Model(km.cluster_centers_))
     assert bare == tmp_path / "bare"  # the file named, no suffix added

@@ -26,17 +26,23 @@ logger = logging.getLogger("dkmeans")
 
 #: The rule :func:`elbow` applies, as :attr:`SweepResult.rule` states it.
 ELBOW_RULE = ("elbow of the objective curve: the k farthest below the straight line from the first to the last "
-              "point, both axes scaled to [0, 1] (Kneedle); none where no point lies below that line")
+              "point, with k and the logarithm of the objective each scaled to [0, 1] (Kneedle on the log "
+              "objective; the objective itself where one is 0); none where no point lies below that line")
 
 
 def elbow(k_values, objectives) -> int | None:
     """The elbow of a decreasing objective curve (:data:`ELBOW_RULE`), or None.
 
-    ``k`` and the objective are each scaled to [0, 1]; the elbow is the k whose scaled
-    objective lies farthest below the chord from the first point to the last (the largest
-    vertical gap, which is the largest distance to the chord: the chord's slope is fixed).
-    None for fewer than three values, a flat curve, or a curve with no point below the chord
-    (straight or concave: no k where adding clusters starts to pay less).
+    ``k`` and ``log(objective)`` are each scaled to [0, 1]; the elbow is the k whose point
+    lies farthest below the chord from the first point to the last (the largest vertical
+    gap, which is the largest distance to the chord: the chord's slope is fixed). The
+    logarithm weighs each added cluster by the factor it cuts the objective by, so the
+    last of several large relative drops (well separated clusters found) stands out from
+    the slow tail after it; on the objective itself the tail's small absolute values hide
+    that last drop (20,000 rows of 6 blobs, k = 2..10: the objective's elbow is 5, the log
+    objective's 6). Where an objective is 0 (as many distinct rows as clusters) the objective
+    itself is scaled. None for fewer than three values, a flat curve, or a curve with no
+    point below the chord (straight or concave: no k after which clusters start to pay less).
 
     Parameters
     ----------
@@ -45,8 +51,10 @@ def elbow(k_values, objectives) -> int | None:
     """
     k = np.asarray(k_values, dtype=np.float64)
     f = np.asarray(objectives, dtype=np.float64)
-    if k.size < 3 or f[0] == f[-1] or not np.all(np.isfinite(f)):
+    if k.size < 3 or not np.all(np.isfinite(f)) or f.max() == f.min():
         return None
+    if f.min() > 0:
+        f = np.log(f)
     x = (k - k[0]) / (k[-1] - k[0])
     y = (f - f.min()) / (f.max() - f.min())
     gap = (y[0] + (y[-1] - y[0]) * x) - y  # chord minus curve: positive below the chord

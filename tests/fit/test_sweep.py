@@ -71,6 +71,21 @@ def test_dask_array_on_the_cluster(client, blobs):
         assert result.models[k].predict(blobs[:50]).shape == (50,)
 
 
+def test_out_of_core_each_k_is_the_single_fit(client, blobs):
+    """Rows read from their source in every pass: the k's stateful seedings replay their combined passes."""
+    X = da.from_array(blobs, chunks=(300, 3))
+    ks = [3, 6]
+    result = dkmeans.sweep(X, ks, random_state=2, out_of_core=True)
+    assert result.data_mode == "out-of-core"
+    for k in ks:
+        single = KMeans(k, random_state=2, out_of_core=True).fit(X)
+        np.testing.assert_allclose(result.models[k].cluster_centers_, single.cluster_centers_, rtol=1e-12)
+        np.testing.assert_array_equal(result.models[k].labels_.compute(), single.labels_.compute())
+        assert result.objective[k] == pytest.approx(single.inertia_, rel=1e-12)
+        assert result.passes[k] == single.n_passes_ and result.n_iter[k] == single.n_iter_
+    assert result.n_passes == max(result.passes.values())
+
+
 def test_results_do_not_depend_on_the_chunking(client, blobs):
     ks = [3, 6]
     one = dkmeans.sweep(da.from_array(blobs, chunks=(450, 3)), ks, random_state=1)

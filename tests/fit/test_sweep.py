@@ -79,9 +79,10 @@ def test_out_of_core_each_k_is_the_single_fit(client, blobs):
     assert result.data_mode == "out-of-core"
     for k in ks:
         single = KMeans(k, random_state=2, out_of_core=True).fit(X)
-        np.testing.assert_allclose(result.models[k].cluster_centers_, single.cluster_centers_, rtol=1e-12)
+        # the same passes over the same chunks, each combined as its own pass: equal to the bit
+        np.testing.assert_array_equal(result.models[k].cluster_centers_, single.cluster_centers_)
         np.testing.assert_array_equal(result.models[k].labels_.compute(), single.labels_.compute())
-        assert result.objective[k] == pytest.approx(single.inertia_, rel=1e-12)
+        assert result.objective[k] == single.inertia_
         assert result.passes[k] == single.n_passes_ and result.n_iter[k] == single.n_iter_
     assert result.n_passes == max(result.passes.values())
 

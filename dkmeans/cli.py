@@ -201,8 +201,6 @@ def _sweep(args) -> int:
 
     ks = parse_k_values(args.k_values)  # checked before the input is read or a cluster starts
     params = _fit_params(args, SWEEP_OPTIONS)
-    if params["algorithm"] == "minibatch":
-        raise InvalidParameterError("--algorithm minibatch: a sweep fits lloyd or hartigan")
     df = read_table(args.input)
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
@@ -427,7 +425,7 @@ def _auto_or_bool(text: str):
 
 def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> None:
     """The fit options of ``options`` (:data:`FIT_OPTIONS`): names and help from the parameter table, defaults
-    from ``KMeans``; with ``minibatch``, the mini-batch options too."""
+    from ``KMeans``; with ``minibatch``, ``--algorithm minibatch`` and the mini-batch options."""
     import inspect
 
     from dkmeans import KMeans, MiniBatchKMeans
@@ -446,7 +444,7 @@ def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> Non
                               "--algorithm minibatch)")
             default = None
         if isinstance(param.constraint, _params.OneOf) and all(isinstance(o, str) for o in param.constraint.options):
-            kwargs["choices"] = list(param.constraint.options)
+            kwargs["choices"] = [o for o in param.constraint.options if minibatch or o != "minibatch"]
         elif name == "init":
             kwargs["choices"] = list(_params.INIT_STRATEGIES)
         else:

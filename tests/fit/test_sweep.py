@@ -59,6 +59,20 @@ def test_each_k_is_the_single_fit_in_process(blobs, weighted):
     assert result.n_passes < sum(single)
 
 
+@pytest.mark.parametrize("params", [{"algorithm": "hartigan"}, {"refine": "hartigan"}, {"init": "k-means++"},
+                                    {"init": "random"}, {"metric": "cosine"}], ids=str)
+def test_every_algorithm_and_seeding(blobs, params):
+    """Hartigan's stateful rounds and labels, k-means++'s trials, n_init=10 runs, cosine: each k its single fit."""
+    ks = [2, 5]
+    result = dkmeans.sweep(blobs, ks, random_state=0, **params)
+    for k in ks:
+        single = KMeans(k, random_state=0, **params).fit(blobs)
+        np.testing.assert_array_equal(result.models[k].cluster_centers_, single.cluster_centers_)
+        np.testing.assert_array_equal(result.models[k].labels_, single.labels_)
+        assert result.objective[k] == single.inertia_ and result.passes[k] == single.n_passes_
+    assert result.n_passes == max(result.passes.values())
+
+
 def test_dask_array_on_the_cluster(client, blobs):
     """Persisted Dask data: a single fit's small loops run inside one task, the sweep's shared: equal to rounding."""
     X = da.from_array(blobs, chunks=((97, 300, 33, 200, 270), (3,)))

@@ -1,4 +1,4 @@
-"""Command line: ``dkmeans fit | predict | evaluate | demo`` (also ``python -m dkmeans``).
+"""Command line: ``dkmeans fit | sweep | predict | evaluate | demo`` (also ``python -m dkmeans``).
 
 Every user error ends with exit status 2 and one line on stderr. Progress is one line per
 iteration: printed on a terminal, otherwise logged (logger ``dkmeans``, INFO, timestamped)
@@ -128,13 +128,17 @@ FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state"
 ESTIMATOR_DEFAULTS = ("checkpoint_every",)
 
 
-def _fit_params(args) -> dict:
+#: The fit options of ``dkmeans sweep``: those of ``fit`` but ``-k`` (the values of k) and the checkpoint's.
+SWEEP_OPTIONS = tuple(name for name in FIT_OPTIONS if name not in ("n_clusters", "checkpoint_every"))
+
+
+def _fit_params(args, options=FIT_OPTIONS) -> dict:
     """The fit options as ``KMeans`` keywords, checked against the table under their CLI names.
 
     Options of :data:`ESTIMATOR_DEFAULTS` not given are left out, so the estimator's default applies.
     """
     names = _params.face_names("cli")
-    given = {p: getattr(args, "k" if p == "n_clusters" else _dest(names[p])) for p in FIT_OPTIONS}
+    given = {p: getattr(args, "k" if p == "n_clusters" else _dest(names[p])) for p in options}
     given = {p: value for p, value in given.items() if not (p in ESTIMATOR_DEFAULTS and value is None)}
     checked = _params.check("cli", {names[p]: value for p, value in given.items()})
     estimator = _params.face_names("estimator")
@@ -161,6 +165,59 @@ def _fit(args) -> int:
     print(f"model written to {path}")
     if args.plot:
         _write_plot(args.plot, km, X)
+    return 0
+
+
+def parse_k_values(text: str) -> list[int]:
+    """``-k`` of ``dkmeans sweep``: ``lo:hi[:step]`` (``hi`` included when on the step), ``2,4,8``, or both
+    (``2:10,16,32``); the values distinct and increasing."""
+    from dkmeans.ksweep import check_k_values
+
+    values = []
+    for item in str(text).split(","):
+        parts = item.strip().split(":")
+        try:
+            numbers = [int(p) for p in parts]
+        except ValueError:
+            raise InvalidParameterError(f"-k takes lo:hi[:step] ranges or lists like 2,4,8; got {text!r}") from None
+        if len(numbers) == 1:
+            values += numbers
+        elif len(numbers) in (2, 3):
+            lo, hi, step = numbers[0], numbers[1], numbers[2] if len(numbers) == 3 else 1
+            if step < 1 or hi < lo:
+                raise InvalidParameterError(f"-k range {item!r} needs lo <= hi and a step >= 1")
+            values += list(range(lo, hi + 1, step))
+        else:
+            raise InvalidParameterError(f"-k takes lo:hi[:step] ranges or lists like 2,4,8; got {text!r}")
+    try:
+        return check_k_values(values)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"-k: {exc}") from None
+
+
+def _sweep(args) -> int:
+    from dkmeans import sweep
+    from dkmeans.engine.files import read_table
+
+    ks = parse_k_values(args.k_values)  # checked before the input is read or a cluster starts
+    params = _fit_params(args, SWEEP_OPTIONS)
+    df = read_table(args.input)
+    columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
+    X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
+    connect(args)
+    result = sweep(X, ks, verbose=_verbose(args), device="gpu" if args.gpu else None, **params)
+    print(f"swept {len(ks)} values of k on {len(columns)} columns in {result.seconds:.2f} s "
+          f"(data {result.data_mode}, random_state {result.random_state}: any k refits alone with "
+          f"dkmeans fit -k K --random-state {result.random_state})")
+    print(result.format_table())
+    if args.save_models:
+        folder = Path(args.save_models)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = [result.models[k].save(folder / f"kmeans-k{k}.npz") for k in result.k_values]
+        print(f"models written to {folder}: {', '.join(p.name for p in paths)}")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"plot written to {args.plot}")
     return 0
 
 
@@ -366,8 +423,9 @@ def _auto_or_bool(text: str):
     return value
 
 
-def _add_fit_options(parser) -> None:
-    """The fit options of :data:`FIT_OPTIONS`: names and help from the parameter table, defaults from ``KMeans``."""
+def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> None:
+    """The fit options of ``options`` (:data:`FIT_OPTIONS`): names and help from the parameter table, defaults
+    from ``KMeans``; with ``minibatch``, ``--algorithm minibatch`` and the mini-batch options."""
     import inspect
 
     from dkmeans import KMeans, MiniBatchKMeans
@@ -377,7 +435,7 @@ def _add_fit_options(parser) -> None:
     estimator = _params.face_names("estimator")
     types = {"n_init": _int_or_auto, "out_of_core": _auto_or_bool, "local_search": _auto_or_bool, "tol": float,
              "random_state": int}
-    for name in FIT_OPTIONS:
+    for name in options:
         param = _params.PARAMS[name]
         default = defaults.get(estimator[name])
         kwargs = {"help": f"{param.doc} (default {default})" if name != "n_clusters" else param.doc}
@@ -386,7 +444,7 @@ def _add_fit_options(parser) -> None:
                               "--algorithm minibatch)")
             default = None
         if isinstance(param.constraint, _params.OneOf) and all(isinstance(o, str) for o in param.constraint.options):
-            kwargs["choices"] = list(param.constraint.options)
+            kwargs["choices"] = [o for o in param.constraint.options if minibatch or o != "minibatch"]
         elif name == "init":
             kwargs["choices"] = list(_params.INIT_STRATEGIES)
         else:
@@ -396,6 +454,8 @@ def _add_fit_options(parser) -> None:
         else:
             kwargs["default"] = default
         parser.add_argument(param.cli, **kwargs)
+    if not minibatch:
+        return
     batch = _params.PARAMS["batch_size"]
     parser.add_argument(batch.cli, type=int, default=DEFAULT_BATCH_SIZE,
                         help=f"{batch.doc}, with --algorithm minibatch (default {DEFAULT_BATCH_SIZE})")
@@ -422,6 +482,22 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(fit)
     fit.set_defaults(handler=_fit)
+
+    sweep = sub.add_parser("sweep", help="fit several values of k at once, sharing the passes over the data; "
+                                         "print the objective per k and a suggested k")
+    sweep.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
+    sweep.add_argument("-k", required=True, dest="k_values", metavar="VALUES",
+                       help="values of k: a range lo:hi[:step] (hi included when on the step), a list 2,4,8, "
+                            "or both: 2:10,16,32")
+    sweep.add_argument("--columns", nargs="+", help="columns to cluster on (default: all numeric columns)")
+    sweep.add_argument("--exclude", nargs="+", help="columns to leave out (e.g. known labels or ids)")
+    _add_fit_options(sweep, SWEEP_OPTIONS, minibatch=False)
+    sweep.add_argument("--save-models", metavar="DIR",
+                       help="write the model of every k to DIR/kmeans-k<K>.npz (as dkmeans fit writes them)")
+    sweep.add_argument("--plot", metavar="FILE", help="write the objective per k, the suggested k marked (PNG)")
+    sweep.add_argument("--quiet", action="store_true", help="no per-iteration progress")
+    _cluster_options(sweep)
+    sweep.set_defaults(handler=_sweep)
 
     predict = sub.add_parser("predict", help="label Parquet/CSV rows with a model; write Parquet")
     predict.add_argument("model", help="model file written by dkmeans fit (or KMeans.save)")

@@ -111,6 +111,9 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("worker-timeout", "120s", _seconds, "how long a pass may wait with no worker"),
     Key("stall-timeout", "30s", _seconds,
         "how long a wait may see no running worker process anything while our tasks are pending"),
+    Key("shared-pass-wait", "60s", _seconds,
+        "a sweep's combined pass waits at most this long for the fits still computing between "
+        "passes (such as a local search on a sample); then it runs without them, and they join the next"),
     Key("memory.task-fraction", 0.25, _fraction, "the share of a worker's memory limit one task may take"),
     Key("memory.persist-fraction", 0.5, _fraction, "the share of the workers' memory persisted data may take"),
     Key("init.two-level-clusters", 4096, _positive_int,

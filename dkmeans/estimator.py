@@ -229,6 +229,10 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         result = run_fit(spec, self._fit_dataset(X), sample_weight)
         _finish_progress(spec)
         # attributes are set only once everything succeeded (fit() restores them on failure)
+        return self._fitted(result, spec)
+
+    def _fitted(self, result, spec: FitSpec):
+        """The fitted attributes from the fit service's result (a fit's, or one k's of a sweep)."""
         self.cluster_centers_ = result.centroids
         self.labels_ = result.labels
         self._n_features_out = result.centroids.shape[0]

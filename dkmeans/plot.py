@@ -2,7 +2,9 @@
 
 :func:`plot_history` draws the objective per iteration; :func:`plot_clusters` draws 2-D
 data (or a 2-D projection on the first two principal axes) coloured by cluster, with the
-centroids; :func:`save_fit_plot` writes both side by side to a PNG.
+centroids; :func:`save_fit_plot` writes both side by side to a PNG. :func:`plot_sweep` draws the
+objective per k of a sweep (:func:`dkmeans.sweep`) with the suggested k; :func:`save_sweep_plot`
+writes it to a PNG.
 """
 
 from __future__ import annotations
@@ -79,6 +81,32 @@ def save_fit_plot(path, history, X_sample, labels_sample, centroids):
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
     plot_history(history, left)
     plot_clusters(X_sample, labels_sample, centroids, right)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_sweep(k_values, objectives, suggested_k=None, ax=None):
+    """The objective per k (a sweep's curve), the suggested k marked."""
+    plt = _pyplot()
+    ax = ax or plt.gca()
+    ax.plot(k_values, objectives, marker="o")
+    if suggested_k is not None and suggested_k in list(k_values):
+        ax.axvline(suggested_k, color="grey", linestyle="--", label=f"suggested k = {suggested_k}")
+        ax.legend(loc="best")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("k (clusters)")
+    ax.set_ylabel("objective (sum of squared distances)")
+    ax.set_title("objective per k")
+    return ax
+
+
+def save_sweep_plot(path, k_values, objectives, suggested_k=None):
+    """Write :func:`plot_sweep` to ``path`` (PNG); returns the path."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    plot_sweep(k_values, objectives, suggested_k, ax)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

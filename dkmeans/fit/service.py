@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import math
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -41,16 +40,15 @@ from dkmeans.engine.local import ChunkList
 from dkmeans.engine.place import in_process_threads, place_data
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
-from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
+from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.checkpoint_job import checkpoint_job
-from dkmeans.fit.first_pass import check_rows_when_placed, moments_chunk
+from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.inputs import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
 from dkmeans.fit.metric_inputs import prepare_centroids, prepare_dataset, supports_local_search
 from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fit
 from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
 from dkmeans.fit.spec import FitResult, FitSpec, resolve_out_of_core, two_level_clusters, wants_local_search
-from dkmeans.kernels import combine_moments
 from dkmeans.kernels.backends.compile import COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path
 from dkmeans.kernels.nearest import compiled_kinds
 
@@ -89,6 +87,19 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
+    with placed(spec, dataset, weights) as (data, client):
+        return fit(spec, dataset, data, C0, seed, client, searches)
+
+
+@contextlib.contextmanager
+def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = None):
+    """The fit's data where it runs, under the fit's kernel path: yields ``(data, client)``.
+
+    In this process (``client`` None) when :func:`~dkmeans.engine.place.in_process_threads`
+    says so, else placed on the cluster (:func:`~dkmeans.engine.place.place_data`), whose
+    memory budget counts ``n_clusters`` centroids (default ``spec.n_clusters``). The caller
+    releases the data.
+    """
     path = _kernel_path(dataset)
     # one code path and one backend setting (read here, once) for the whole fit: here, and (InContext) in its tasks
     with pinned(path):
@@ -97,10 +108,12 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
             data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
             # one BLAS thread per chunk thread, as on the workers
             with threadpool_limits(limits=1) if threads > 1 else contextlib.nullcontext():
-                return fit(spec, dataset, data, C0, seed, None, searches)
+                yield data, None
+            return
         with fit_client() as client:
             weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
-            data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core), spec.n_clusters,
+            data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core),
+                              spec.n_clusters if n_clusters is None else n_clusters,
                               allow_hybrid=spec.algorithm != "minibatch")
             # workers without room for the compiled kernels (full of a previous computation): NumPy kernels
             narrowed = path == "compiled" and data.kernel_path == "numpy"
@@ -108,8 +121,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
                 logger.info("the workers have no room below their pause threshold for the compiled kernels: "
                             "the fit runs the NumPy kernels")
             with pinned("numpy") if narrowed else contextlib.nullcontext():
-                return fit(spec, dataset, InContext(data, functools.partial(call_pinned, current_pin())), C0, seed,
-                           client, searches)
+                yield InContext(data, functools.partial(call_pinned, current_pin())), client
 
 
 def _kernel_path(dataset: Dataset) -> str:
@@ -124,46 +136,56 @@ def _kernel_path(dataset: Dataset) -> str:
 
 def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:
     """The fit on placed data (in this process when ``client`` is None)."""
-    k = spec.n_clusters
     try:
         check_rows_when_placed(spec, dataset, data)
-        with np.errstate(invalid="ignore", over="ignore"):  # non-finite data: reported below
-            moments = data.map_reduce(moments_chunk, combine_moments)
-            mean_variance = float(np.mean(moments.m2 / moments.count))
-        if not math.isfinite(mean_variance):
-            raise InvalidDataError(NON_FINITE_INPUT)
-        checkpointer, state = checkpoint_job(spec, data, moments, C0, seed)
-        if spec.stop_rule == "objective-decrease":
-            stop_rule = ObjectiveDecrease(spec.tol)
-        else:
-            stop_rule = CentroidShift(spec.tol * (mean_variance if spec.tol_relative else 1.0),
-                                      inclusive=spec.tol_inclusive)
-
-        def initialise(run: int) -> np.ndarray:
-            if C0 is not None:
-                return C0
-            if callable(spec.init):
-                return prepare_centroids(callable_init(spec, data, state.seed, run), spec.metric)
-            strategy = init_strategies.get_strategy(spec.init)
-            options = dataclasses.replace(spec.init_options, metric=spec.metric,
-                                          two_level_min_clusters=two_level_clusters())
-            return prepare_centroids(strategy(data, k, derive_seed(state.seed, run), options), spec.metric)
-
-        plan = FitPlan(
-            n_init=spec.n_init, initialise=initialise, max_iter=spec.max_iter, stop_rule=stop_rule,
-            lloyd=spec.algorithm == "lloyd", local_search=searches and wants_local_search(spec),
-            seed_of_run=lambda run: derive_seed(state.seed, run),
-            hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
-            hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
-            warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
-        )
-        best = fit_runs(data, plan, state, checkpointer)
-        labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, best.centroids)
+        moments, mean_variance = first_pass(data)
+        best, labels, inertia, n_passes, per_cluster = fit_placed(spec, dataset, data, C0, seed, client, searches,
+                                                                  moments, mean_variance)
     finally:
         data.release()
     return fit_result(spec, dataset, data, best.centroids, labels, inertia, best.n_iter, best.stop_reason,
-                   best.converged, list(best.history), n_passes, **per_cluster)
+                      best.converged, list(best.history), n_passes, **per_cluster)
 
 
-__all__ = ["FitPlan", "FitResult", "FitSpec", "fit_runs", "minibatch_sizes", "place_data", "run_fit",
-           "run_partial_fit"]
+def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool, moments,
+               mean_variance: float):
+    """The runs and the final assignment on placed data whose first pass was made.
+
+    Returns ``(best run, labels, objective, passes, per-cluster sums)``
+    (:func:`~dkmeans.fit.results.final_assignment`);
+    the caller releases the data. A sweep runs this once per k on a view of the same data
+    (:mod:`dkmeans.fit.sweep`).
+    """
+    k = spec.n_clusters
+    checkpointer, state = checkpoint_job(spec, data, moments, C0, seed)
+    if spec.stop_rule == "objective-decrease":
+        stop_rule = ObjectiveDecrease(spec.tol)
+    else:
+        stop_rule = CentroidShift(spec.tol * (mean_variance if spec.tol_relative else 1.0),
+                                  inclusive=spec.tol_inclusive)
+
+    def initialise(run: int) -> np.ndarray:
+        if C0 is not None:
+            return C0
+        if callable(spec.init):
+            return prepare_centroids(callable_init(spec, data, state.seed, run), spec.metric)
+        strategy = init_strategies.get_strategy(spec.init)
+        options = dataclasses.replace(spec.init_options, metric=spec.metric,
+                                      two_level_min_clusters=two_level_clusters())
+        return prepare_centroids(strategy(data, k, derive_seed(state.seed, run), options), spec.metric)
+
+    plan = FitPlan(
+        n_init=spec.n_init, initialise=initialise, max_iter=spec.max_iter, stop_rule=stop_rule,
+        lloyd=spec.algorithm == "lloyd", local_search=searches and wants_local_search(spec),
+        seed_of_run=lambda run: derive_seed(state.seed, run),
+        hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
+        hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
+        warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
+    )
+    best = fit_runs(data, plan, state, checkpointer)
+    labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, best.centroids)
+    return best, labels, inertia, n_passes, per_cluster
+
+
+__all__ = ["FitPlan", "FitResult", "FitSpec", "fit_placed", "fit_runs", "minibatch_sizes", "place_data", "placed",
+           "run_fit", "run_partial_fit"]

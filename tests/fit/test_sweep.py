@@ -1,0 +1,200 @@
+"""The k sweep: each k's model is the single fit's, the passes over the data are shared, the elbow rule."""
+
+from __future__ import annotations
+
+import threading
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+
+import dkmeans
+from dkmeans import KMeans
+from dkmeans.errors import InvalidParameterError
+from dkmeans.ksweep import ELBOW_RULE, elbow
+from dkmeans.testing import make_blobs
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, _, _ = make_blobs(900, 3, 5, spread=1.0, box=10.0, seed=2)
+    return X
+
+
+def _assert_single_fits(result, X, ks, exact: bool, **fit_kwargs):
+    """Each k's model against ``KMeans(n_clusters=k, random_state=result.random_state).fit(X)``; the single fits' passes."""
+    passes = []
+    for k in ks:
+        single = KMeans(n_clusters=k, random_state=result.random_state).fit(X, **fit_kwargs)
+        model = result.models[k]
+        got_labels, want_labels = np.asarray(model.labels_), np.asarray(single.labels_)
+        if hasattr(model.labels_, "compute"):
+            got_labels, want_labels = model.labels_.compute(), single.labels_.compute()
+        np.testing.assert_array_equal(got_labels, want_labels)
+        assert model.n_iter_ == single.n_iter_ and model.stop_reason_ == single.stop_reason_
+        assert model.n_passes_ == single.n_passes_ == result.passes[k]
+        if exact:
+            np.testing.assert_array_equal(model.cluster_centers_, single.cluster_centers_)
+            assert [h["objective"] for h in model.history_] == [h["objective"] for h in single.history_]
+        else:
+            np.testing.assert_allclose(model.cluster_centers_, single.cluster_centers_, rtol=1e-10, atol=1e-12)
+        assert model.inertia_ == pytest.approx(single.inertia_, rel=1e-12)
+        assert result.objective[k] == model.inertia_
+        passes.append(single.n_passes_)
+    return passes
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_each_k_is_the_single_fit_in_process(blobs, weighted):
+    """In-memory NumPy data fitted in this process: the same passes over the same chunks, so equal to the bit."""
+    X = blobs
+    w = np.random.default_rng(0).uniform(0.5, 2.0, len(X)) if weighted else None
+    ks = [1, 2, 5, 9]
+    result = dkmeans.sweep(X, ks, random_state=0, sample_weight=w)
+    assert result.k_values == ks and result.data_mode == "in-memory" and result.random_state == 0
+    single = _assert_single_fits(result, X, ks, exact=True, sample_weight=w)
+    # every pass serves every k still running: about the longest single fit's passes, far below their sum
+    assert max(single) <= result.n_passes <= max(single) + 2, (result.n_passes, single)
+    assert result.n_passes < sum(single)
+
+
+@pytest.mark.parametrize("params", [{"algorithm": "hartigan"}, {"refine": "hartigan"}, {"init": "k-means++"},
+                                    {"init": "random"}, {"metric": "cosine"}], ids=str)
+def test_every_algorithm_and_seeding(blobs, params):
+    """Hartigan's stateful rounds and labels, k-means++'s trials, n_init=10 runs, cosine: each k its single fit."""
+    ks = [2, 5]
+    result = dkmeans.sweep(blobs, ks, random_state=0, **params)
+    for k in ks:
+        single = KMeans(k, random_state=0, **params).fit(blobs)
+        np.testing.assert_array_equal(result.models[k].cluster_centers_, single.cluster_centers_)
+        np.testing.assert_array_equal(result.models[k].labels_, single.labels_)
+        assert result.objective[k] == single.inertia_ and result.passes[k] == single.n_passes_
+    assert result.n_passes == max(result.passes.values())
+
+
+def test_dask_array_on_the_cluster(client, blobs):
+    """Persisted Dask data: a single fit's small loops run inside one task, the sweep's shared: equal to rounding."""
+    X = da.from_array(blobs, chunks=((97, 300, 33, 200, 270), (3,)))
+    ks = [2, 7]
+    result = dkmeans.sweep(X, ks, random_state=3)
+    assert result.data_mode == "in-memory"
+    single = _assert_single_fits(result, X, ks, exact=False)
+    assert max(single) <= result.n_passes <= max(single) + 2, (result.n_passes, single)
+    for k in ks:
+        assert result.models[k].predict(blobs[:50]).shape == (50,)
+
+
+def test_out_of_core_each_k_is_the_single_fit(client, blobs):
+    """Rows read from their source in every pass: the k's stateful seedings replay their combined passes."""
+    X = da.from_array(blobs, chunks=(300, 3))
+    ks = [3, 6]
+    result = dkmeans.sweep(X, ks, random_state=2, out_of_core=True)
+    assert result.data_mode == "out-of-core"
+    for k in ks:
+        single = KMeans(k, random_state=2, out_of_core=True).fit(X)
+        # the same passes over the same chunks, each combined as its own pass: equal to the bit
+        np.testing.assert_array_equal(result.models[k].cluster_centers_, single.cluster_centers_)
+        np.testing.assert_array_equal(result.models[k].labels_.compute(), single.labels_.compute())
+        assert result.objective[k] == single.inertia_
+        assert result.passes[k] == single.n_passes_ and result.n_iter[k] == single.n_iter_
+    assert result.n_passes == max(result.passes.values())
+
+
+def test_results_do_not_depend_on_the_chunking(client, blobs):
+    ks = [3, 6]
+    one = dkmeans.sweep(da.from_array(blobs, chunks=(450, 3)), ks, random_state=1)
+    other = dkmeans.sweep(da.from_array(blobs, chunks=((13, 400, 287, 200), (3,))), ks, random_state=1)
+    local = dkmeans.sweep(blobs, ks, random_state=1)
+    for k in ks:
+        for res in (other, local):
+            np.testing.assert_allclose(res.models[k].cluster_centers_, one.models[k].cluster_centers_, rtol=1e-10)
+            np.testing.assert_array_equal(np.asarray(res.models[k].labels_), one.models[k].labels_.compute())
+            assert res.n_iter[k] == one.n_iter[k]
+
+
+@pytest.mark.filterwarnings("ignore:Number of distinct clusters:sklearn.exceptions.ConvergenceWarning")
+def test_tiny_data_up_to_k_equal_n():
+    X = np.array([[0, 0], [0, 1], [5, 5], [5, 6], [9, 0], [9, 1], [0, 0], [2, 8], [3, 3], [7, 7]], dtype=float)
+    ks = [1, 2, 9, 10]
+    result = dkmeans.sweep(X, ks, random_state=0)
+    _assert_single_fits(result, X, ks, exact=True)
+    assert result.objective[1] == pytest.approx(((X - X.mean(0)) ** 2).sum())
+    assert result.objective[10] == 0.0 and result.objective[9] == 0.0  # a duplicated row: 9 distinct rows
+
+
+def test_dataframe_columns_are_the_models_features(blobs):
+    df = pd.DataFrame(blobs, columns=["a", "b", "c"])
+    result = dkmeans.sweep(df, [2, 5], random_state=0)
+    for k in (2, 5):
+        assert list(result.models[k].feature_names_in_) == ["a", "b", "c"]
+        np.testing.assert_array_equal(result.models[k].predict(df), result.models[k].labels_)
+
+
+def test_a_k_larger_than_the_rows_is_refused_before_any_pass():
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    with pytest.raises(InvalidParameterError, match="n_samples=10 should be >= n_clusters=11"):
+        dkmeans.sweep(X, [2, 11])
+
+
+def test_a_failing_k_is_raised_naming_it_and_stops_the_others(blobs):
+    def init(X, k, random_state):
+        if k == 4:
+            raise ValueError("no start for four")
+        return X[:k]
+
+    before = threading.active_count()
+    with pytest.raises(ValueError, match="no start for four") as info:
+        dkmeans.sweep(blobs, [2, 4, 6], init=init, n_init=1, random_state=0)
+    assert any("n_clusters=4" in note for note in info.value.__notes__)
+    assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("k_values, message", [
+    ([], "empty"), ([2, 2], "distinct"), ([0, 2], ">= 1"), ([True, 2], ">= 1"), ("2:4", "sequence"),
+])
+def test_bad_k_values(blobs, k_values, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        dkmeans.sweep(blobs, k_values)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"n_clusters": 3}, "no n_clusters"), ({"checkpoint": "x.npz"}, "no checkpoint"),
+    ({"init": np.zeros((2, 3))}, "initial centroids"),
+])
+def test_parameters_a_sweep_does_not_take(blobs, params, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        dkmeans.sweep(blobs, [2, 3], **params)
+
+
+@pytest.mark.parametrize("ks, objectives, expected", [
+    # log10 = 3, 2, 1, .699, .602; scaled y = 1, .583, .166, .043, 0; x = 0, .25, .5, .75, 1;
+    # chord - curve = 0, .167, .334, .207, 0
+    ([1, 2, 3, 4, 5], [1000, 100, 10, 5, 4], 3),
+    # uneven k: log10 = 4, 2, 1, 0: y = 1, .5, .25, 0; x = 0, .143, .429, 1; chord - curve = 0, .357, .321, 0
+    ([2, 4, 8, 16], [1e4, 1e2, 1e1, 1e0], 4),
+    # the third point a little lower: log10 = 4, 2, .5, 0: y = 1, .5, .125, 0: .571 - .125 = .446 beats .357
+    ([2, 4, 8, 16], [1e4, 1e2, 10 ** 0.5, 1e0], 8),
+    # 6 blobs (the CLI's 20,000 rows, k = 2..10): the log finds the sixth; the objective itself the fifth
+    (list(range(2, 11)), [1.25e6, 8.41e5, 4.36e5, 1.57e5, 7.96e4, 7.74e4, 7.52e4, 7.31e4, 7.09e4], 6),
+    ([1, 2, 3], [100, 10, 0], 2),  # an objective of 0: scaled as it is; y = 1, .1, 0; chord - curve = 0, .4, 0
+    ([1, 2, 3, 4], [1e4, 1e3, 1e2, 1e1], None),  # straight in log: no elbow
+    ([1, 2, 3, 4], [40, 30, 20, 10], None),  # straight, so concave in log: no elbow
+    ([2, 3], [10, 1], None),  # two points: no elbow
+    ([2, 3, 4], [5, 5, 5], None),  # flat
+])
+def test_the_elbow_rule_on_hand_computed_curves(ks, objectives, expected):
+    assert elbow(ks, objectives) == expected
+
+
+def test_the_result_states_its_rule_table_and_plot(blobs, tmp_path):
+    result = dkmeans.sweep(blobs, [2, 3, 5, 8, 12], random_state=0)
+    assert result.rule == ELBOW_RULE
+    assert result.suggested_k == elbow(result.k_values, [result.objective[k] for k in result.k_values]) == 5
+    table = result.format_table()
+    assert "<- suggested" in table.splitlines()[3] and f"passes over the data: {result.n_passes} in all" in table
+    assert [row["k"] for row in result.rows()] == [2, 3, 5, 8, 12]
+    assert result.metrics[5] == {"objective": result.objective[5]}
+    pytest.importorskip("matplotlib")
+    path = result.plot(tmp_path / "sweep.png")
+    assert path == tmp_path / "sweep.png" and path.stat().st_size > 5_000

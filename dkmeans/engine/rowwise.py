@@ -218,7 +218,8 @@ def _sum(parts):
     return float(sum(parts))
 
 
-def _sum_pairs(parts):
+def sum_pairs(parts):
+    """``(total, per-label sums)`` of a pass's chunks, added in chunk order (associative)."""
     total, sums = parts[0][0], parts[0][1].copy()
     for value, more in parts[1:]:  # in chunk order
         total += value
@@ -235,7 +236,7 @@ def summed_pass(data, block_fn, args=(), per_label: int = 0):
     import functools
 
     if per_label:
-        return data.map_reduce(functools.partial(_value_label_sums_chunk, block_fn, per_label), _sum_pairs, args)
+        return data.map_reduce(functools.partial(_value_label_sums_chunk, block_fn, per_label), sum_pairs, args)
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 

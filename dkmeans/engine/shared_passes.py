@@ -47,6 +47,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dkmeans import config
+from dkmeans.engine.rowwise import sum_pairs
+from dkmeans.kernels.namespace import to_host
+from dkmeans.kernels.quality import label_sums
 
 logger = logging.getLogger("dkmeans")
 
@@ -82,8 +85,11 @@ def _one(kind, fn, args, X, w, offset, previous):
         return None, fn(X, w, offset, *args)
     if kind == _STATEFUL:
         return fn(X, w, offset, previous, *args)
-    block = fn(X, *args, w)  # a labelled pass's block: (n, 2) float64, label and value per row
+    per_label, *args = args  # a labelled pass's block: (n, 2) float64, label and value per row (+ weight)
+    block = fn(X, *args, w)
     value = float(block[:, 1].sum())
+    if per_label:  # and the per-label sums of values and weights, as the data's own labelled pass gives them
+        value = (value, to_host(label_sums(block, per_label)))
     return ({"labels": block[:, 0].astype(np.int32)} if kind == _LABELS else None), value
 
 
@@ -115,6 +121,11 @@ class _CombineEach:
 
 def _sum(parts):
     return float(sum(parts))  # as rowwise.summed_pass adds a labelled pass's values
+
+
+def _labelled(labels, result) -> tuple:
+    """A labelled pass's answer: ``(labels, total)``, or ``(labels, total, per-label sums)``."""
+    return (labels, *result) if isinstance(result, tuple) else (labels, result)
 
 
 # -- requests -----------------------------------------------------------------------------
@@ -198,10 +209,11 @@ class SharedView:
             raise TypeError(f"state must be one this view returned, got {type(state).__name__}")
         return self._ask(_Request(_STATEFUL, chunk_fn, combine_fn, tuple(args), state))
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True):
+    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
+                      per_label: int = 0):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: labels where the rows are kept."""
         kind = _LABELS if keep_labels and self.in_memory else _SUM
-        return self._ask(_Request(kind, block_fn, _sum, tuple(args)))
+        return self._ask(_Request(kind, block_fn, sum_pairs if per_label else _sum, (per_label, *args)))
 
     # -- the rest: straight to the data ---------------------------------------------------
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), **kwargs) -> Any:
@@ -394,16 +406,16 @@ class SharedPasses:
         if previous is None and all(r.kind in (_MAP, _SUM) for r in group):
             results = self.data.map_reduce(_each_chunk, combine, (items,))
             for request, result in zip(group, results):
-                request.result = (None, result) if request.kind == _SUM else result
+                request.result = _labelled(None, result) if request.kind == _SUM else result
             return
         results, state = self.data.map_reduce_stateful(_each_chunk_stateful, combine, (items,), previous)
         for slot, (request, result) in enumerate(zip(group, results)):
             if request.kind == _STATEFUL:
                 request.result = (result, SharedState(state, slot))
             elif request.kind == _LABELS:
-                request.result = (self.data.state_column(state, f"{slot}/labels"), result)
+                request.result = _labelled(self.data.state_column(state, f"{slot}/labels"), result)
             elif request.kind == _SUM:
-                request.result = (None, result)
+                request.result = _labelled(None, result)
             else:
                 request.result = result
 

@@ -8,12 +8,16 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score
 
 import dkmeans
 from dkmeans import KMeans
 from dkmeans.errors import InvalidParameterError
 from dkmeans.ksweep import ELBOW_RULE, elbow
 from dkmeans.testing import make_blobs
+
+#: the cluster scores of every k: two passes, combined across the k
+METRIC_PASSES = 2
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +59,16 @@ def test_each_k_is_the_single_fit_in_process(blobs, weighted):
     assert result.k_values == ks and result.data_mode == "in-memory" and result.random_state == 0
     single = _assert_single_fits(result, X, ks, exact=True, sample_weight=w)
     # every pass serves every k still running: about the longest single fit's passes, far below their sum
-    assert max(single) <= result.n_passes <= max(single) + 2, (result.n_passes, single)
+    assert max(single) + METRIC_PASSES <= result.n_passes <= max(single) + METRIC_PASSES + 2, (result.n_passes, single)
     assert result.n_passes < sum(single)
+    # each k's scores: scikit-learn's on the labels of its model (two combined passes for all k)
+    for k in ks[1:]:
+        labels, metrics = result.models[k].labels_, result.metrics[k]
+        assert metrics["objective"] == result.objective[k]
+        if not weighted:
+            assert metrics["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(X, labels), rel=1e-9)
+            assert metrics["davies_bouldin"] == pytest.approx(davies_bouldin_score(X, labels), rel=1e-9)
+        assert -1 <= metrics["simplified_silhouette"] <= 1 and metrics["imbalance"] >= 1
 
 
 @pytest.mark.parametrize("params", [{"algorithm": "hartigan"}, {"refine": "hartigan"}, {"init": "k-means++"},
@@ -70,7 +82,7 @@ def test_every_algorithm_and_seeding(blobs, params):
         np.testing.assert_array_equal(result.models[k].cluster_centers_, single.cluster_centers_)
         np.testing.assert_array_equal(result.models[k].labels_, single.labels_)
         assert result.objective[k] == single.inertia_ and result.passes[k] == single.n_passes_
-    assert result.n_passes == max(result.passes.values())
+    assert result.n_passes == max(result.passes.values()) + METRIC_PASSES
 
 
 def test_dask_array_on_the_cluster(client, blobs):
@@ -80,7 +92,7 @@ def test_dask_array_on_the_cluster(client, blobs):
     result = dkmeans.sweep(X, ks, random_state=3)
     assert result.data_mode == "in-memory"
     single = _assert_single_fits(result, X, ks, exact=False)
-    assert max(single) <= result.n_passes <= max(single) + 2, (result.n_passes, single)
+    assert max(single) + METRIC_PASSES <= result.n_passes <= max(single) + METRIC_PASSES + 2, (result.n_passes, single)
     for k in ks:
         assert result.models[k].predict(blobs[:50]).shape == (50,)
 
@@ -98,7 +110,7 @@ def test_out_of_core_each_k_is_the_single_fit(client, blobs):
         np.testing.assert_array_equal(result.models[k].labels_.compute(), single.labels_.compute())
         assert result.objective[k] == single.inertia_
         assert result.passes[k] == single.n_passes_ and result.n_iter[k] == single.n_iter_
-    assert result.n_passes == max(result.passes.values())
+    assert result.n_passes == max(result.passes.values()) + METRIC_PASSES
 
 
 def test_results_do_not_depend_on_the_chunking(client, blobs):
@@ -194,7 +206,9 @@ def test_the_result_states_its_rule_table_and_plot(blobs, tmp_path):
     table = result.format_table()
     assert "<- suggested" in table.splitlines()[3] and f"passes over the data: {result.n_passes} in all" in table
     assert [row["k"] for row in result.rows()] == [2, 3, 5, 8, 12]
-    assert result.metrics[5] == {"objective": result.objective[5]}
+    assert set(result.metrics[5]) == {"objective", "calinski_harabasz", "davies_bouldin", "simplified_silhouette",
+                                      "imbalance"}
+    assert "calinski_harabasz" in table.splitlines()[0]
     pytest.importorskip("matplotlib")
     path = result.plot(tmp_path / "sweep.png")
     assert path == tmp_path / "sweep.png" and path.stat().st_size > 5_000

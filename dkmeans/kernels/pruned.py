@@ -316,7 +316,13 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
 def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, cand, need, state, norm,
                       scratch_bytes) -> int:
     """Score the candidate rows ``cand`` against the groups ``need`` marks (all when None), set their
-    labels and bounds in ``state``; returns the distances computed."""
+    labels and bounds in ``state``; returns the distances computed.
+
+    Tiles of candidate rows are gathered once; a group that most of a tile's rows need (or every
+    group, when most of the tile's pairs are needed) is scored for the whole tile in blocks of
+    groups, the others for the rows that need them. The products write into buffers allocated once
+    per call: fresh multi-MiB outputs cost their page faults each time.
+    """
     m = cand.shape[0]
     if m == 0:
         return 0
@@ -326,25 +332,31 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     starts = groups.starts
     widths = np.diff(starts)
     widest = int(widths.max())
-    per_row = widest * itemsize + d * itemsize + G * 12 + 64  # scores of a group, the row's copy, gm/gi/gs
+    per_row = 2 * widest * itemsize + 2 * d * itemsize + G * 12 + 64  # scores, the row (twice), gm/gi/gs
     rows_per_tile = max(1, min(m, TILE_ROWS, int(scratch_bytes) // per_row))
     blocks = _group_blocks(widths, max(widest, SCORE_BLOCK_BYTES // (rows_per_tile * itemsize)))
+    block_cols = max(int(starts[g1] - starts[g0]) for g0, g1 in blocks)
     computed = 0
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
     scratch = (np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, np.int32))
+    scores = np.empty(max(block_cols, widest) * rows_per_tile, dtype=X.dtype)
+    scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
     for t0 in range(0, m, rows_per_tile):
         rows = cand[t0:t0 + rows_per_tile]
         mt = rows.shape[0]
-        Xt = X[t0:t0 + mt] if need is None else X[rows]  # every row (cand is 0..n-1): no gather
+        if need is None:  # every row (cand is 0..n-1): no gather
+            Xt = X[t0:t0 + mt]
+        else:
+            Xt = np.take(X, rows, axis=0)  # (faster than indexing, and than np.take into a buffer)
         local = np.arange(mt, dtype=np.int64)
-        gm = np.full((mt, G), np.inf, dtype=X.dtype)
-        gi = np.zeros((mt, G), dtype=np.int32)
-        gs = np.full((mt, G), np.inf, dtype=X.dtype)
+        gm = np.full((G, mt), np.inf, dtype=X.dtype)  # by group, then row: the loops over rows vectorise
+        gi = np.zeros((G, mt), dtype=np.int32)
+        gs = np.full((G, mt), np.inf, dtype=X.dtype)
         nd = None if need is None else need[t0:t0 + mt]
         if nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k:
             for g0, g1 in blocks:
                 a, b = int(starts[g0]), int(starts[g1])
-                St = prep.C_perm[a:b] @ Xt.T
+                St = np.matmul(prep.C_perm[a:b], Xt.T, out=scores[:(b - a) * mt].reshape(b - a, mt))
                 _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g0, g1, local, gm, gi, gs, *scratch)
             computed += mt * k
         else:
@@ -356,8 +368,8 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
                 if sel.shape[0] >= DENSE_SHARE * mt:  # nearly all rows need it: score them all, no gather
                     sel, Xg = local, Xt
                 else:
-                    Xg = Xt[sel]
-                St = _scores_t(prep.C_perm[a:b], Xg)
+                    Xg = np.take(Xt, sel, axis=0)
+                St = _scores_t(prep.C_perm[a:b], Xg, scores, scores_rt)
                 _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g, g + 1, sel, gm, gi, gs, *scratch)
                 computed += sel.shape[0] * (b - a)
         norm_up, sq_lo, sq_up = np.empty(mt), np.empty(mt), np.empty(mt)
@@ -379,13 +391,17 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     return computed
 
 
-def _scores_t(Cg, Xg):
-    """``Cg @ Xg.T`` (the layout :func:`block_minima` reads), by the faster BLAS call: for a narrow group
-    of wide rows, ``Xg @ Cg.T`` then a transposed copy ran 1.5x as fast (one thread, d >= 64 and
-    fewer than 64 centroids; the other way round otherwise)."""
-    if Cg.shape[0] < 64 and Cg.shape[1] >= 64:
-        return np.ascontiguousarray((Xg @ Cg.T).T)
-    return Cg @ Xg.T
+def _scores_t(Cg, Xg, out, work):
+    """``Cg @ Xg.T`` (the layout :func:`block_minima` reads) into ``out``, by the faster BLAS call: for a
+    narrow group of wide rows, ``Xg @ Cg.T`` then a transposed copy ran 1.5x as fast (one thread,
+    d >= 64 and fewer than 64 centroids; the other way round otherwise)."""
+    w, m = Cg.shape[0], Xg.shape[0]
+    St = out[:w * m].reshape(w, m)
+    if w < 64 and Cg.shape[1] >= 64:
+        S = np.matmul(Xg, Cg.T, out=work[:m * w].reshape(m, w))
+        St[...] = S.T
+        return St
+    return np.matmul(Cg, Xg.T, out=St)
 
 
 def warm_up(dtype, d: int) -> None:

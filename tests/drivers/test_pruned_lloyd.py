@@ -102,6 +102,7 @@ def test_auto_switches_off_and_back(monkeypatch, blobs32):
     a build, a pruned pass, then 8 plain ones. The run equals the unpruned one throughout."""
     monkeypatch.setattr(pruned_lloyd, "AUTO_OFF_FRACTION", 0.0)
     monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_WORK", 0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_ROW_WORK", 0)
     monkeypatch.setattr(pruned_lloyd, "AUTO_PLAIN_ABOVE", float("inf"))
     C0 = initial_rows(blobs32, 24, seed=5)
     chunks = ChunkList.from_array(blobs32, n_chunks=3)

@@ -4,9 +4,10 @@ Every loop here is O(rows x groups) or O(rows x features) bookkeeping, or a redu
 score blocks a BLAS product computed: no distance is computed here (the products are BLAS,
 the labels that need the assignment kernel's own arithmetic come from that kernel).
 
-The bounds are kept in float32 and must stay bounds after rounding: a lower bound moved by
-a drift is computed in float64 and rounded *down* to float32 (:func:`_down32`), an upper
-bound is float64 and enlarged by a relative ``2**-50`` after each addition.
+The bounds must stay bounds after rounding. Lower bounds are float32: set from a float64 root
+lowered by a relative ``2**-22`` before its conversion (which moves it by at most ``2**-24``),
+moved by drifts enlarged to cover the float32 subtraction's rounding (:func:`float32_shift`), and
+kept at least 0. Upper bounds are float64, enlarged by a relative ``2**-50`` after each addition.
 """
 
 from __future__ import annotations
@@ -15,15 +16,6 @@ import numba
 import numpy as np
 
 from dkmeans.kernels.backends.compiled import rows_partials
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _down32(v):  # pragma: no cover - compiled
-    """A float32 at most ``v`` (float64): ``v`` lowered by a relative ``2**-22`` before rounding to nearest
-    (rounding moves it by at most ``2**-24`` relative), ``+inf`` kept."""
-    if v == np.inf:
-        return np.float32(np.inf)
-    return np.float32(v - abs(v) * 2.0**-22 - 1e-30)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -118,7 +110,7 @@ def block_minima(St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1):  #
     :func:`~dkmeans.kernels.backends.compiled.running_argmin_t`). The score is ``h[j] - St[j, t]``;
     per group and row the smallest (the first in centroid order on ties: strict ``<``), its
     centroid's index ``order[...]`` and the second smallest go to ``gm``, ``gi``, ``gs`` at
-    ``[rows[t], g]``. ``b1``, ``b2``, ``j1`` are scratch of at least the tile's length.
+    ``[g, rows[t]]``. ``b1``, ``b2``, ``j1`` are scratch of at least the tile's length.
     """
     m = St.shape[1]
     base = starts[g0]
@@ -139,30 +131,35 @@ def block_minima(St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1):  #
                 b1[t] = v if less else b1[t]
         for t in range(m):
             r = rows[t]
-            gm[r, g] = b1[t]
-            gi[r, g] = order[j1[t] + base]
-            gs[r, g] = b2[t]
+            gm[g, r] = b1[t]
+            gi[g, r] = order[j1[t] + base]
+            gs[g, r] = b2[t]
     return None
 
 
 @numba.njit(cache=True, nogil=True)
 def choose(gm, gi, gs, margin, labels, ok):  # pragma: no cover - compiled
-    """Each row's best centroid over the computed groups (``gm`` is ``+inf`` for the others), and
+    """Each row's best centroid over the computed groups (``gm[g, t]`` is ``+inf`` for the others), and
     whether the runner-up trails it by more than ``margin[t]`` (then the assignment kernel, whose
-    scores differ from these by less than half the margin, picks it too)."""
-    m, G = gm.shape
+    scores differ from these by less than half the margin, picks it too). Loops over the rows
+    innermost (they vectorise); the first group holding the smallest wins ties."""
+    G, m = gm.shape
+    best = gm[0].copy()
+    gbest = np.zeros(m, dtype=np.int32)
+    for g in range(1, G):
+        row = gm[g]
+        for t in range(m):
+            less = row[t] < best[t]
+            best[t] = row[t] if less else best[t]
+            gbest[t] = g if less else gbest[t]
+    second = np.full(m, np.inf, dtype=gm.dtype)
+    for g in range(G):
+        for t in range(m):
+            v = gs[g, t] if gbest[t] == g else gm[g, t]
+            second[t] = min(second[t], v)
     for t in range(m):
-        gbest = 0
-        for g in range(1, G):
-            if gm[t, g] < gm[t, gbest]:
-                gbest = g
-        best = np.float64(gm[t, gbest])
-        second = np.float64(gs[t, gbest])
-        for g in range(G):
-            if g != gbest and gm[t, g] < second:
-                second = np.float64(gm[t, g])
-        labels[t] = gi[t, gbest]
-        ok[t] = second - best > margin[t]
+        labels[t] = gi[gbest[t], t]
+        ok[t] = np.float64(second[t]) - np.float64(best[t]) > margin[t]
     return None
 
 
@@ -174,31 +171,31 @@ def new_bounds(X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lo
 
     A computed group's lower bound is its smallest score (the second smallest where the smallest
     is the row's label) turned into a distance: ``||x - c||^2 >= ||x||^2 + 2 (score - slack[t])``,
-    rounded down; groups not computed keep theirs. The upper bound comes the same way from the
-    label's score (``<= ||x||^2 + 2 (score + slack[t])``, rounded up) where it is its group's
-    smallest, else from ``x - c`` in float64.
+    rounded down; groups not computed (``gm`` is ``+inf``) keep theirs. The upper bound comes the
+    same way from the label's score (``<= ||x||^2 + 2 (score + slack[t])``, rounded up) where it
+    is its group's smallest, else from ``x - c`` in float64.
     """
-    m, G = gm.shape
+    G, m = gm.shape
     d = X.shape[1]
     grow = 1.0 + (d + 4) * 2.0**-52
     largest = 0.0
+    for g in range(G):
+        for t in range(m):
+            if gm[g, t] == np.inf:
+                continue
+            v = np.float64(gs[g, t]) if gi[g, t] == labels[t] else np.float64(gm[g, t])
+            sq = max(sq_lo[t] + 2.0 * (v - slack[t]), 0.0)
+            # rounded down: the root's rounding and the float32 conversion's, below a relative 2^-22
+            bound = np.float32(np.sqrt(sq) * (1.0 - 2.0**-22) - 1e-30)
+            lower[rows[t], g] = bound
+            if bound != np.inf:
+                largest = max(largest, np.float64(bound))
     for t in range(m):
         i = rows[t]
         lab = labels[t]
-        for g in range(G):
-            if gm[t, g] == np.inf:
-                continue
-            v = np.float64(gs[t, g]) if gi[t, g] == lab else np.float64(gm[t, g])
-            if v == np.inf:
-                lower[i, g] = np.float32(np.inf)
-                continue
-            sq = sq_lo[t] + 2.0 * (v - slack[t])
-            bound = _down32(np.sqrt(sq) * (1.0 - 2.0**-50)) if sq > 0.0 else np.float32(0.0)
-            lower[i, g] = bound
-            largest = max(largest, np.float64(bound))
         own = group_of[lab]
-        if gi[t, own] == lab and gm[t, own] != np.inf:
-            sq = sq_up[t] + 2.0 * (np.float64(gm[t, own]) + slack[t])
+        if gi[own, t] == lab and gm[own, t] != np.inf:
+            sq = sq_up[t] + 2.0 * (np.float64(gm[own, t]) + slack[t])
             upper[i] = np.sqrt(max(sq, 0.0)) * (1.0 + 2.0**-50)
         else:
             s = 0.0

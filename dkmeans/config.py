@@ -95,7 +95,7 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("out-of-core", "auto", _one_of("auto", True, False),
         "the default of the out_of_core parameter: 'auto' (stream when the data does not fit the "
         "persist budget), True (always stream) or False (always persist)"),
-    Key("prune", False, _one_of("auto", True, False),
+    Key("prune", "auto", _one_of("auto", True, False),
         "the default of the prune parameter: 'auto' (prune Lloyd's passes over in-memory data where it "
         "pays, switching itself off when too few rows are settled), True (always) or False (never)"),
     Key("in-process-bytes", "32MiB", _bytes,

@@ -121,3 +121,21 @@ def test_out_of_core_is_not_pruned(blobs32):
     chunks.in_memory = False
     res = lloyd(chunks, initial_rows(blobs32, 8), max_iter=5, stop_rule=CentroidShift(0.0), prune=True)
     assert all(h.distances_computed == 1.0 for h in res.history)
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+def test_default_fit_prunes_and_equals_prune_false():
+    """KMeans' default prune ("auto") on a fit large enough for it (n k d >= 2^26, k d >= 2^14): the
+    same centroids, labels, objective and history as prune=False, with fewer distances computed."""
+    from dkmeans import KMeans
+
+    X, _, _ = make_blobs(8192, 64, 64, spread=1.0, box=5.0, seed=2, dtype=np.float32)
+    auto = KMeans(256, random_state=0).fit(X)
+    plain = KMeans(256, random_state=0, prune=False).fit(X)
+    np.testing.assert_array_equal(auto.cluster_centers_, plain.cluster_centers_)
+    np.testing.assert_array_equal(auto.labels_, plain.labels_)
+    assert auto.inertia_ == plain.inertia_ and auto.n_iter_ == plain.n_iter_
+    assert [h["objective"] for h in auto.history_] == [h["objective"] for h in plain.history_]
+    computed = [h["distances_computed"] for h in auto.history_ if h["algorithm"] == "lloyd"]
+    assert min(computed) < 0.5 and all(h["distances_computed"] == 1.0 for h in plain.history_
+                                       if h["algorithm"] == "lloyd"), computed

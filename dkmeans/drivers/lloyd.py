@@ -245,7 +245,7 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
     update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
-    passes = PrunedPasses(data, prune, len(C), n_groups)
+    passes = PrunedPasses(data, prune, len(C), n_groups, max_iter - n_iter)
     try:
         return _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale)
     finally:

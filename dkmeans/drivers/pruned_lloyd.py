@@ -19,7 +19,7 @@ rebuilds them after each block, and a resumed fit from its checkpoint.
 * ``True``: every pass pruned (the first of a block builds the bounds: every distance);
 * ``"auto"``: pruned where it pays: loops of at least :data:`AUTO_MIN_WORK` multiply-adds a
   pass and :data:`AUTO_MIN_ROW_WORK` a row (``k x d``; below, the compiled kernel is cheaper than
-  the bookkeeping); a chunk whose bounds leave more than :data:`AUTO_PLAIN_ABOVE` of its distances to
+  the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose bounds leave more than :data:`AUTO_PLAIN_ABOVE` of its distances to
   compute takes the unpruned kernel for that pass (and builds its bounds again in the next);
   a pass that still computed more than :data:`AUTO_OFF_FRACTION` of the distances switches
   pruning off (its bounds dropped) for a number of passes that doubles each time
@@ -54,6 +54,10 @@ AUTO_MIN_ROW_WORK = 2**14
 AUTO_OFF_FRACTION = 0.25
 #: ``prune="auto"``: passes without pruning after the first switch-off (doubled at each later one).
 AUTO_FIRST_PAUSE = 4
+#: ``prune="auto"`` prunes a block of at least this many iterations: building the bounds costs
+#: about two unpruned passes, which the pruned ones must win back (a local search's confirming
+#: Lloyd runs at most 3).
+AUTO_MIN_ITERS = 5
 #: ``prune="auto"``: a chunk whose bounds leave more than this share of its distances to compute
 #: takes the unpruned kernel for the pass (scoring that many candidates costs more) and builds
 #: its bounds again in the next.
@@ -99,13 +103,16 @@ class PrunedPasses:
     n_groups : int, optional
         Groups of centroids for the bounds (:func:`prune_groups` of the data the loop was
         planned on; 0: no room, no pruning); default: from ``data``.
+    iterations : int, optional
+        Iterations the block may run at most (``"auto"`` prunes at least :data:`AUTO_MIN_ITERS`).
     """
 
-    def __init__(self, data, prune, k: int, n_groups: int | None = None):
+    def __init__(self, data, prune, k: int, n_groups: int | None = None, iterations: int | None = None):
         self.mode = prune
         work = float(data.n_rows) * k * data.n_features
         self.n_groups = prune_groups(data, k) if n_groups is None else int(n_groups)
-        worth = work >= AUTO_MIN_WORK and k * data.n_features >= AUTO_MIN_ROW_WORK
+        worth = (work >= AUTO_MIN_WORK and k * data.n_features >= AUTO_MIN_ROW_WORK
+                 and (iterations is None or iterations >= AUTO_MIN_ITERS))
         self.on = bool(data.in_memory and k >= 2 and data.n_rows > 0 and self.n_groups > 0
                        and (prune is True or (prune == "auto" and worth)))
         self.k = k
@@ -143,4 +150,4 @@ class PrunedPasses:
         self.reference = None
 
 
-__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION", "AUTO_PLAIN_ABOVE", "PrunedPasses", "centroid_drift", "prune_groups"]
+__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION", "AUTO_PLAIN_ABOVE", "PrunedPasses", "centroid_drift", "prune_groups"]

@@ -139,3 +139,23 @@ def test_default_fit_prunes_and_equals_prune_false():
     computed = [h["distances_computed"] for h in auto.history_ if h["algorithm"] == "lloyd"]
     assert min(computed) < 0.5 and all(h["distances_computed"] == 1.0 for h in plain.history_
                                        if h["algorithm"] == "lloyd"), computed
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+def test_bounds_fit_the_room_the_budget_leaves(blobs32):
+    """The groups are planned with the data's row_state_bytes (the persist budget's room): fewer groups
+    in less room, and no pruning where not even one group's bounds fit."""
+    class Tight(ChunkList):
+        room = 0.0
+
+        def row_state_bytes(self):
+            return self.room
+
+    chunks = Tight.from_array(blobs32, n_chunks=2)
+    assert pruned_lloyd.prune_groups(chunks, 24) == 0
+    res = lloyd(chunks, initial_rows(blobs32, 24), max_iter=4, stop_rule=CentroidShift(0.0), prune=True)
+    assert all(h.distances_computed == 1.0 for h in res.history)
+    chunks.room = 16 + 4 * 1.5
+    assert pruned_lloyd.prune_groups(chunks, 24) == 1  # Hamerly's one bound: 20 bytes a row
+    chunks.room = float("inf")
+    assert pruned_lloyd.prune_groups(chunks, 24) == 2  # k / 10

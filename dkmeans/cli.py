@@ -121,7 +121,7 @@ def _numeric_columns(df, columns):
 # -- commands ----------------------------------------------------------------------
 #: The fit options taken from the parameter table, by their service names (see :func:`_add_fit_options`).
 FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "local_search",
-               "out_of_core", "checkpoint_every", "metric")
+               "out_of_core", "checkpoint_every", "metric", "prune")
 
 
 #: Options whose default is the estimator's (``KMeans``'s or ``MiniBatchKMeans``'s): left out unless given.
@@ -433,7 +433,8 @@ def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> Non
     defaults = {name: p.default for name, p in inspect.signature(KMeans).parameters.items()}
     minibatch_defaults = {name: p.default for name, p in inspect.signature(MiniBatchKMeans).parameters.items()}
     estimator = _params.face_names("estimator")
-    types = {"n_init": _int_or_auto, "out_of_core": _auto_or_bool, "local_search": _auto_or_bool, "tol": float,
+    types = {"n_init": _int_or_auto, "out_of_core": _auto_or_bool, "local_search": _auto_or_bool,
+             "prune": _auto_or_bool, "tol": float,
              "random_state": int}
     for name in options:
         param = _params.PARAMS[name]

@@ -95,6 +95,9 @@ KEYS: dict[str, Key] = {key.name: key for key in (
     Key("out-of-core", "auto", _one_of("auto", True, False),
         "the default of the out_of_core parameter: 'auto' (stream when the data does not fit the "
         "persist budget), True (always stream) or False (always persist)"),
+    Key("prune", "auto", _one_of("auto", True, False),
+        "the default of the prune parameter: 'auto' (prune Lloyd's passes over in-memory data where it "
+        "pays, switching itself off when too few rows are settled), True (always) or False (never)"),
     Key("in-process-bytes", "32MiB", _bytes,
         "in-memory data up to this size is fitted in the calling process, in one thread (larger "
         "in-memory data too when no Dask client exists); 0 sends all data to a cluster"),

@@ -390,9 +390,9 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
 
     def _job_params(self) -> dict:
         """The parameters a checkpoint's job is checked against: JSON values, without the
-        checkpoint's own parameters and ``verbose`` (which do not change the result)."""
+        checkpoint's own parameters, ``verbose`` and ``prune`` (which do not change the result)."""
         params = self.get_params()
-        for name in ("verbose", "checkpoint", "checkpoint_every"):
+        for name in ("verbose", "checkpoint", "checkpoint_every", "prune"):
             params.pop(name, None)
         if not isinstance(self.init, str):
             params["init"] = "callable" if callable(self.init) else "array"
@@ -505,6 +505,15 @@ class KMeans(_KMeansBase):
         no worker ever holds more than a few chunks; the Dask config ``dkmeans.out-of-core``
         can force either way. True: always stream; False: always persist. The results are
         the same either way (up to float rounding of the combined sums).
+    prune : {"auto", True, False}, default "auto"
+        Lloyd iterations over data kept in memory skip the distances that cannot change a
+        label: each row keeps bounds on its distances (Yinyang k-means: one per group of
+        centroids) where its chunk lives, moved by how far the centroids moved. The labels,
+        centroids and objective are exactly those of the unpruned iterations; only the time
+        and ``history_[i]["distances_computed"]`` differ. "auto": where it pays (large enough
+        passes; switched off for a while when an iteration still computes more than half the
+        distances), the Dask config ``dkmeans.prune`` can force either way. Out-of-core and
+        mini-batch fits are never pruned.
 
     Attributes
     ----------
@@ -524,8 +533,9 @@ class KMeans(_KMeansBase):
         Column names, when fitted on a DataFrame with string column names.
     history_ : list of dict
         Per iteration: ``algorithm`` ("lloyd" or "hartigan"), objective and seconds;
-        Lloyd adds centroid_shift and empty_clusters_fixed, Hartigan moves, proposals and
-        mode.
+        Lloyd adds centroid_shift, empty_clusters_fixed and distances_computed (the share of
+        row-to-centroid distances its assignment step computed: below 1 where pruning skipped
+        some, see ``prune``), Hartigan moves, proposals and mode.
     stop_reason_ : str
         ``"centroid-shift"``, ``"fixed-point"``, ``"no-improving-move"`` (Hartigan) or
         ``"max_iter"``.
@@ -573,6 +583,7 @@ class KMeans(_KMeansBase):
         device=None,
         out_of_core="auto",
         metric="euclidean",
+        prune="auto",
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -592,6 +603,7 @@ class KMeans(_KMeansBase):
         self.device = device
         self.out_of_core = out_of_core
         self.metric = metric
+        self.prune = prune
 
     # -- parameters ---------------------------------------------------------------
     def _fit_spec(self) -> FitSpec:
@@ -622,5 +634,6 @@ class KMeans(_KMeansBase):
             init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
             random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
             out_of_core=p["out_of_core"], on_iteration=_progress_for(p["verbose"], p["max_iter"]), metric=p["metric"],
+            prune=p["prune"],
             job={"estimator": "dkmeans.KMeans", "params": self._job_params()},
         )

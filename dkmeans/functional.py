@@ -98,7 +98,7 @@ def _check_descriptor(desc) -> Descriptor:
 
 def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
-          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False,
+          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False, prune="auto",
           batch_size: int = DEFAULT_BATCH_SIZE,
           max_no_improvement=10, reassignment_ratio: float = 0.01) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
@@ -137,6 +137,9 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     local_search : {"auto", True, False}, default False
         Swap-based local search after Lloyd, then Lloyd again (see :class:`dkmeans.KMeans`);
         off by default, so that ``train`` is oneDAL's Lloyd.
+    prune : {"auto", True, False}, default "auto"
+        Skip the distances that cannot change a label in Lloyd's iterations over data kept in
+        memory (see :class:`dkmeans.KMeans`); the results are the same either way.
     batch_size, max_no_improvement, reassignment_ratio
         With ``desc.method == "minibatch"`` (see :class:`dkmeans.MiniBatchKMeans`).
 
@@ -158,7 +161,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         "oversampling_factor": oversampling_factor, "init_rounds": init_rounds, "checkpoint": checkpoint,
         "checkpoint_every": checkpoint_every, "device": device, "out_of_core": out_of_core,
         "local_search": local_search, "batch_size": batch_size, "max_no_improvement": max_no_improvement,
-        "reassignment_ratio": reassignment_ratio,
+        "reassignment_ratio": reassignment_ratio, "prune": prune,
     })
     minibatch = None
     if desc.method == "minibatch":
@@ -190,6 +193,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         random_state=random_state if isinstance(initial_centroids, str) or desc.method == "minibatch" else 0,
         checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,
         names={"n_clusters": "cluster_count", "init": "initial_centroids"}, metric=desc.metric, minibatch=minibatch,
+        prune=p["prune"],
     )
     result = run_fit(spec, dataset, sample_weight)
     return TrainResult(

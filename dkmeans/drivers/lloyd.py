@@ -1,7 +1,8 @@
 """The Lloyd loop over the data protocol: stop rules, empty clusters, blocks of iterations.
 
-Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk, reduces the
-partials, and computes the new centroids. Where the iterations run (one graph per
+Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk (or its pruned
+equivalent, :mod:`dkmeans.drivers.pruned_lloyd`, which gives the same partials computing only
+the distances that can change a label), reduces the partials, and computes the new centroids. Where the iterations run (one graph per
 iteration, inside one task, SPMD on every worker thread, or streamed from the source) is
 the engine's choice (:meth:`dkmeans.engine.protocol.ChunkedData.run_loop`); see
 :func:`lloyd`. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
@@ -28,7 +29,6 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, distinct_clusters_message
 from dkmeans.kernels import (
-    assign_partials,
     combine_top,
     combine_partials,
     farthest_points,
@@ -37,6 +37,7 @@ from dkmeans.kernels import (
 )
 from dkmeans.kernels.nearest import farthest_from, nearest_sq64, refill_partials
 from dkmeans.kernels.cosine import objective_scale, unit_centroids
+from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
 from dkmeans.drivers.state import IterationRecord, LoopState
 
 logger = logging.getLogger("dkmeans")
@@ -84,10 +85,6 @@ class LloydResult:
 
 
 # -- chunk functions (run on workers) --------------------------------------------------
-def _partials_chunk(X, w, offset, C):
-    return assign_partials(X, C, w)
-
-
 def _farthest_chunk(X, w, offset, C, m):
     return farthest_points(X, C, m, offset, w)
 
@@ -161,6 +158,7 @@ def lloyd(
     on_state: Callable[[LoopState], None] | None = None,
     state_every: int | None = None,
     metric: str = "euclidean",
+    prune=False,
 ) -> LloydResult:
     """Run Lloyd iterations over the data protocol.
 
@@ -192,6 +190,10 @@ def lloyd(
         "cosine": spherical k-means on unit rows (:mod:`dkmeans.kernels.cosine`): the
         centroids are normalised after each update (a cluster whose rows cancel is treated
         as empty) and the objective is ``sum w (1 - cos)``, half the squared distance.
+    prune : {"auto", True, False}
+        Skip the distances that cannot change a label (bounds kept with the rows between
+        iterations, :mod:`dkmeans.drivers.pruned_lloyd`); the results are the same either way.
+        Only data kept in memory is pruned.
 
     Returns
     -------
@@ -208,11 +210,13 @@ def lloyd(
         reported = max(reported, record["iteration"])
 
     work_per_row = len(state.centroids) * data.n_features
+    n_groups = prune_groups(data, len(state.centroids)) if prune is not False else 0  # planned here, with the budget
     while True:
         end = max_iter
         if on_state is not None and state_every:
             end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
-        result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric), work_per_row=work_per_row,
+        result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric, prune, n_groups),
+                               work_per_row=work_per_row,
                                on_progress=report)
         for record in result.history[len(state.history):]:  # what a one-task block could not report live
             report(record.as_dict())
@@ -224,11 +228,14 @@ def lloyd(
             return result
 
 
-def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: str = "euclidean") -> LloydResult:
+def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: str = "euclidean",
+                     prune=False, n_groups: int | None = None) -> LloydResult:
     """Lloyd from ``state`` up to ``max_iter`` updates, one pass per iteration over ``data``.
 
     The body of :func:`lloyd`'s blocks: runs wherever ``data`` lives (in the caller, in one
-    task, on every SPMD rank), reporting each iteration through ``data.report``.
+    task, on every SPMD rank), reporting each iteration through ``data.report``. ``prune``:
+    see :func:`lloyd` (the bounds live as long as this call), with ``n_groups`` groups of
+    centroids (:func:`~dkmeans.drivers.pruned_lloyd.prune_groups`; default: from ``data``).
     """
     C = np.asarray(state.centroids).astype(data.dtype, copy=True)
     history: list[IterationRecord] = list(state.history)
@@ -237,12 +244,24 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     reason = stop_after_update(history[-1], stop_rule) if history else None
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
-    stop_reason, converged = "max_iter", False
     update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
+    passes = PrunedPasses(data, prune, len(C), n_groups, max_iter - n_iter)
+    try:
+        return _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale)
+    finally:
+        passes.close()
+
+
+def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale):
+    """The loop of :func:`lloyd_iterations`."""
+    stop_reason, converged = "max_iter", False
     carried = None  # the next iteration's partials, formed with an empty-cluster refill
     for it in range(n_iter, max_iter):
         t0 = time.perf_counter()
-        partials = carried if carried is not None else data.map_reduce(_partials_chunk, combine_partials, (C,))
+        if carried is not None:
+            partials, computed = carried, 1.0
+        else:
+            partials, computed = passes.partials(data, C)
         carried = None
         if it == 0:
             _check_finite(partials)
@@ -262,7 +281,7 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
             new = fill_empty_clusters(data, new, empty)
         new = new.astype(data.dtype)
         shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
-        record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0)
+        record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed)
         history.append(record)
         data.report(record.as_dict())
         C, n_iter, previous_objective = new, it + 1, objective

@@ -522,6 +522,7 @@ def coreset_local_search(
     lloyd_iters: int = RECOMMENDED["lloyd_iters"],
     metric: str = "euclidean",
     on_iteration: Callable | None = None,
+    prune=False,
 ) -> CoresetSearchResult:
     """Local search on a sample of the rows, confirmed by Lloyd on all of them.
 
@@ -555,7 +556,7 @@ def coreset_local_search(
     passes, lloyd_result, kept, objective = 1, None, False, f
     if search.swaps_accepted and max_iter > 0 and f > 0:
         lloyd_result = lloyd(data, np.asarray(search.centroids).astype(data.dtype), max_iter=max_iter,
-                             stop_rule=stop_rule, on_iteration=on_iteration, metric=metric)
+                             stop_rule=stop_rule, on_iteration=on_iteration, metric=metric, prune=prune)
         passes += _lloyd_passes(lloyd_result, stop_rule)
         confirmed = lloyd_result.history[-1].objective if lloyd_result.history else np.inf
         if confirmed < f * (1 - REL_TOL):

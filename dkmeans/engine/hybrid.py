@@ -70,6 +70,10 @@ class HybridData:
         state = self.head.fold(chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row)
         return self.tail.fold(chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row)
 
+    def row_state_bytes(self) -> float:
+        """The streamed tail keeps no per-row state for a whole loop."""
+        return 0.0
+
     def state_column(self, state, name: str) -> da.Array:
         return da.concatenate([self.head.state_column(state[0], name), self.tail.state_column(state[1], name)])
 

@@ -198,11 +198,16 @@ def prepare_worker(path, dtype, n_features: int) -> int:
 
     key = (path, str(dtype), int(n_features))
     if path == "compiled" and key not in _prepared:
+        import numpy as np
+
         from dkmeans.kernels.nearest import compiled_kinds
         from dkmeans.kernels.backends.compile import call_pinned
+        from dkmeans.kernels.pruned import warm_up as warm_up_pruned
 
         for _, warm_up in compiled_kinds(dtype, int(n_features)):
             call_pinned("compiled", warm_up)
+        if int(n_features) > 0 and np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64)):
+            call_pinned("compiled", warm_up_pruned, dtype, int(n_features))  # Lloyd's pruned passes
         _prepared.add(key)
     release_memory()
     return int(psutil.Process().memory_info().rss)

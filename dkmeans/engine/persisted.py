@@ -320,6 +320,10 @@ class PersistedData:
         per_row = self.row_bytes + (8 if self._w_keys is not None else 0)
         return int(self.n_rows * per_row)
 
+    def row_state_bytes(self) -> float:
+        """What the persist budget leaves per row beside the persisted rows (see the protocol)."""
+        return max(0.0, self.budget.persist_bytes() - self.nbytes) / max(1, self.n_rows)
+
     def fits_one_task(self, work_per_row: int) -> bool:
         """Whether a loop whose passes cost ``work_per_row`` multiply-adds per row should run in one task.
 

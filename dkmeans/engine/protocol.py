@@ -85,6 +85,11 @@ class ChunkedData(Protocol):
         saved the position). Not for use inside :meth:`run_loop`.
         """
 
+    def row_state_bytes(self) -> float:
+        """Bytes per row of per-chunk state (:meth:`map_reduce_stateful`) that the memory budget leaves
+        room for beside the rows, for a whole loop (``inf`` in this process; 0 for rows read from
+        their source, which keep no state between passes)."""
+
     def state_column(self, state: Any, name: str) -> Any:
         """The per-row array ``name`` of every chunk's state dict, in row order (a lazy handle)."""
 

@@ -534,6 +534,10 @@ class StreamedData:
         self.passes += 1
         return state
 
+    def row_state_bytes(self) -> float:
+        """Rows read from their source keep no per-row state for a whole loop."""
+        return 0.0
+
     def state_column(self, state: ReplayState, name: str) -> da.Array:
         """The per-row array ``name`` of the replayed states: a lazy Dask array (computed from the source)."""
         self._ensure_chunk_rows()

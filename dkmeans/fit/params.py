@@ -134,6 +134,7 @@ TIME_UNITS = ("batches", "points")
 HARTIGAN_MODES = ("safe", "unsafe")
 STOP_RULES = ("objective-decrease", "centroid-shift")
 OUT_OF_CORE = ("auto", True, False)
+PRUNE = ("auto", True, False)
 METRICS = ("euclidean", "cosine")
 
 PARAMS: dict[str, Param] = {p.name: p for p in (
@@ -194,6 +195,9 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           estimator="half_life"),
     Param("time_unit", OneOf(TIME_UNITS), "mini-batch: unit of decay and half_life: batches or points (rows)",
           estimator="time_unit"),
+    Param("prune", OneOf(PRUNE),
+          "Lloyd: skip the distances that cannot change a label (bounds kept with in-memory rows; the same "
+          "results); 'auto': where it pays", estimator="prune", functional="prune", cli="--prune"),
     Param("metric", OneOf(METRICS), "euclidean, or cosine (spherical k-means: unit rows and centroids, "
           "objective sum of w (1 - cos))", estimator="metric", functional="metric", cli="--metric"),
 )}
@@ -217,5 +221,5 @@ def check(face: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "Param", "STOP_RULES",
+__all__ = ["TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "PRUNE", "Param", "STOP_RULES",
            "check", "face_names"]

@@ -35,6 +35,7 @@ class FitPlan:
     seed_of_run: Callable[[int], int] = lambda run: run
     metric: str = "euclidean"
     warm_start: bool = True
+    prune: object = False
 
 
 #: Coreset searches of a run at most: another follows one whose result the data confirmed.
@@ -87,7 +88,7 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
     for attempt in range(CORESET_SEARCHES):  # again from a confirmed result, while the data confirms
         search = coreset_local_search(data, centroids, seed=derive_seed(plan.seed_of_run(run), attempt),
                                       stop_rule=plan.stop_rule, max_iter=min(CONFIRM_ITERS, end - n_iter),
-                                      metric=plan.metric, on_iteration=plan.on_iteration)
+                                      metric=plan.metric, on_iteration=plan.on_iteration, prune=plan.prune)
         record = dataclasses.replace(search.record, round=attempt + 1)
         if plan.on_iteration is not None:
             plan.on_iteration(record)
@@ -103,7 +104,7 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
     if (settled.stop_reason == "max_iter" if settled is not None else paused) and n_iter < end:
         # the last confirmation stopped at its cap, or Lloyd before the searches: Lloyd goes on
         result = lloyd(data, centroids, max_iter=end - n_iter, stop_rule=plan.stop_rule,
-                       on_iteration=plan.on_iteration, metric=plan.metric)
+                       on_iteration=plan.on_iteration, metric=plan.metric, prune=plan.prune)
         history += list(result.history)
         n_iter += result.n_iter
         summary = RunSummary(np.asarray(result.centroids).astype(data.dtype), 0.0, n_iter, result.stop_reason,
@@ -149,7 +150,8 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                                stop_rule=plan.stop_rule,
                                on_iteration=plan.on_iteration, resume=loop,
                                on_state=checkpoint.loop_hook(state) if checkpoint else None,
-                               state_every=checkpoint.every if checkpoint else None, metric=plan.metric)
+                               state_every=checkpoint.every if checkpoint else None, metric=plan.metric,
+                               prune=plan.prune)
                 loop = LoopState(result.centroids, result.n_iter, None, result.history)
                 summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                      list(result.history))

@@ -48,7 +48,8 @@ from dkmeans.fit.metric_inputs import prepare_centroids, prepare_dataset, suppor
 from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fit
 from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
-from dkmeans.fit.spec import FitResult, FitSpec, resolve_out_of_core, two_level_clusters, wants_local_search
+from dkmeans.fit.spec import (FitResult, FitSpec, resolve_out_of_core, resolve_prune, two_level_clusters,
+                              wants_local_search)
 from dkmeans.kernels.backends.compile import COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path
 from dkmeans.kernels.nearest import compiled_kinds
 
@@ -181,6 +182,7 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
         hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
         hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
+        prune=resolve_prune(spec.prune),
     )
     best = fit_runs(data, plan, state, checkpointer)
     labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, best.centroids)

@@ -42,6 +42,9 @@ class FitSpec:
     checkpoint : path or None
     checkpoint_every : int
     out_of_core : {"auto", True, False}
+    prune : {"auto", True, False}
+        Pruned Lloyd passes over in-memory data (:mod:`dkmeans.drivers.pruned_lloyd`); "auto"
+        resolves through the Dask config ``dkmeans.prune`` (:func:`resolve_prune`).
     on_iteration : callable, optional
         Progress callback for each Lloyd or Hartigan record.
     job : dict
@@ -82,6 +85,7 @@ class FitSpec:
     checkpoint: Any = None
     checkpoint_every: int = 10
     out_of_core: Any = "auto"
+    prune: Any = "auto"
     on_iteration: Callable | None = None
     job: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
@@ -137,6 +141,13 @@ def resolve_out_of_core(requested) -> Any:
     if requested != "auto":
         return requested
     return config.get("out-of-core")
+
+
+def resolve_prune(requested) -> Any:
+    """``requested`` unless it is "auto", else the Dask config ``dkmeans.prune`` (default "auto")."""
+    if requested != "auto":
+        return requested
+    return config.get("prune")
 
 
 def two_level_clusters() -> int:

@@ -110,7 +110,7 @@ def test_history_is_recorded(client, data):
     km = KMeans(n_clusters=7, init=C0, tol=0.0).fit(X)
     assert len(km.history_) == km.n_iter_
     assert set(km.history_[0]) == {"iteration", "objective", "centroid_shift", "empty_clusters_fixed", "seconds",
-                                   "algorithm"}
+                                   "distances_computed", "algorithm"}
     objs = [h["objective"] for h in km.history_]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objs, objs[1:]))
     assert objs[-1] >= km.inertia_ * (1 - 1e-12)

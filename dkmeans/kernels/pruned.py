@@ -1,0 +1,438 @@
+"""Pruned exact assignment: a Lloyd pass that computes only the distances that can change a label.
+
+Each row keeps, between passes, its label, an upper bound ``u`` on its distance to its
+centroid and, per group of centroids, a lower bound on its distance to every other centroid of
+the group (Yinyang k-means, Ding et al., ICML 2015; one group is Hamerly's single bound). When
+the centroids move, ``u`` grows by its centroid's drift and a group's bound shrinks by the
+largest drift in the group; a row whose smallest group bound still exceeds ``u`` by the margin
+below keeps its label without any distance computed (*settled*). For the others, ``u`` is first
+recomputed exactly; those still unsettled (*candidates*) are scored against the groups their
+bounds do not exclude, in blocks of rows against a group's centroids with one BLAS product,
+and their bounds are set again from the scores.
+
+**The same labels as the assignment kernel, to the bit.** Unpruned Lloyd chooses with the
+compiled kernels' float arithmetic (:mod:`dkmeans.kernels.nearest`): the smallest
+``h_j - x.c_j``, ``h_j = ||c_j||^2 / 2`` as computed in the data dtype, ties to the lowest
+index. Its result differs from the exact ``(||x - c_j||^2 - ||x||^2) / 2`` by at most
+``E + dh`` per centroid, with ``E = gamma_(d+2) (||x|| max||c|| + max h)`` (the rounding of
+the dot product and the subtraction, ``gamma_m = m eps / (1 - m eps)`` with the dtype's
+``eps``, twice the unit roundoff) and ``dh`` the rounding of ``h`` (or the unit rule of
+:func:`~dkmeans.kernels.common.unit_half_sq_norms`). So when the true squared distances
+satisfy ``D_j - D_a > 4 (E + dh)`` for every ``j != a``, the kernel picks ``a``; the tests
+here ask twice that (``margin``). A row is settled only when its bounds prove that, and a
+candidate takes the best centroid of its BLAS scores only when the runner-up trails by the
+margin; the few rows within the margin of a tie (duplicated centroids, rows midway) are
+assigned by the kernel itself, on those rows only. The compiled kernels compute every row
+on its own (its lane's multiply-add chain over the features, the centroids compared in index
+order), so a row's label does not depend on which other rows are in the call. Pruning
+therefore runs only where the call's backend is the compiled direct loops
+(:attr:`~dkmeans.kernels.backends.select.Backend.COMPILED`); other backends (BLAS, NumPy,
+CUDA, sparse) get the unpruned partials, flagged so that the driver stops asking.
+
+The partials (per-cluster sums, counts, objective) are then folded from the labels by the
+same compiled loop, on the same tiles, as the unpruned kernel folds them: equal to the bit.
+
+Bounds are rigorous after rounding: lower bounds are float32 rounded down, upper bounds
+float64 rounded up (:mod:`dkmeans.kernels.backends.compiled_pruned`). Their memory is
+``4 G + 16`` bytes per row for ``G`` groups (:func:`group_count` keeps ``4 G`` within half the
+row's bytes, and the caller fits it in the memory budget's room).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dkmeans.kernels.backends import compiled_pruned as _loops
+from dkmeans.kernels.backends.select import Backend
+from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL, Partials, check_centroids,
+                                    unit_half_sq_norms)
+from dkmeans.kernels.nearest import _assign, _backend, _compiled_tiles, assign_partials
+
+#: Yinyang's group size: about this many centroids per group (Ding et al. use k / 10).
+CENTROIDS_PER_GROUP = 10
+#: At most this many groups (the bounds take 4 bytes per row and group).
+MAX_GROUPS = 64
+#: The bounds of a row take at most this share of the row's own bytes.
+BOUNDS_SHARE = 0.5
+#: The margins ask this many times the rounding error bound.
+SAFETY = 2.0
+#: A tile of candidates is scored against every centroid, in blocks of whole groups, when at least
+#: this share of its row-and-centroid pairs is needed (wide products beat a product per group).
+DENSE_SHARE = 0.8
+#: Candidate rows per tile (a tile's rows are gathered once; its bounds bookkeeping is per tile).
+TILE_ROWS = 8192
+#: Rows per score block where a tile is scored against every group (then the block's scores
+#: stay in cache for the reductions): 1,024 rows took 0.8x the time of 8,192 (31k x 128, k = 256).
+DENSE_ROWS = 1024
+#: Bytes of one block of scores (rows x centroids of whole groups): about the L2 cache, so that
+#: the reductions read it while it is there.
+SCORE_BLOCK_BYTES = 2**20
+
+
+#: Bytes of a row's state besides its group bounds: label (4), upper bound (8), norm (4).
+ROW_STATE_BYTES = 16
+
+
+def group_count(k: int, d: int, itemsize: int, room: float = float("inf")) -> int:
+    """Groups of centroids for ``k`` centroids of ``d`` features: about ``k / 10``, at most
+    :data:`MAX_GROUPS`, ``4 G`` bytes of bounds per row within :data:`BOUNDS_SHARE` of the row's
+    bytes, and the whole state (:func:`state_bytes`) within ``room`` bytes per row; 0 where not
+    even one group fits (no pruning)."""
+    if room < state_bytes(1):
+        return 0
+    share = max(1, int(BOUNDS_SHARE * d * itemsize) // 4)
+    fits = int(min(room, 2.0**40) - ROW_STATE_BYTES) // 4
+    return int(max(1, min(k // CENTROIDS_PER_GROUP, share, fits, MAX_GROUPS)))
+
+
+def state_bytes(n_groups: int) -> int:
+    """Bytes per row of a pruned pass's state with ``n_groups`` groups."""
+    return ROW_STATE_BYTES + 4 * int(n_groups)
+
+
+class CentroidGroups(NamedTuple):
+    """A partition of the centroids into groups (fixed while bounds refer to it).
+
+    Attributes
+    ----------
+    order : ndarray (k,), int64
+        The centroid indices group by group.
+    starts : ndarray (G + 1,), int64
+        Group ``g`` is ``order[starts[g]:starts[g + 1]]`` (never empty).
+    group_of : ndarray (k,), int32
+        Each centroid's group.
+    token : int
+        Names the partition: state built for another partition is rebuilt.
+    """
+
+    order: Any
+    starts: Any
+    group_of: Any
+    token: int = 0
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.starts) - 1
+
+
+def centroid_groups(C, n_groups: int, token: int = 0, iterations: int = 5) -> CentroidGroups:
+    """Groups of nearby centroids: a few float64 Lloyd steps on the centroids themselves, from
+    ``n_groups`` of them evenly spaced in index order (Yinyang's grouping; deterministic).
+
+    Empty groups are dropped. Nearby centroids in one group keep its bound tight: a row far
+    from the group's region is far from every centroid in it.
+    """
+    C = np.asarray(C, dtype=np.float64)
+    k = C.shape[0]
+    n_groups = max(1, min(int(n_groups), k))
+    if n_groups == 1:
+        group_of = np.zeros(k, dtype=np.int32)
+    else:
+        centers = C[np.linspace(0, k - 1, n_groups).round().astype(np.int64)]
+        c_sq = np.einsum("ij,ij->i", C, C)
+        for _ in range(iterations):
+            d2 = c_sq[:, None] - 2.0 * C @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
+            group_of = np.argmin(d2, axis=1)
+            counts = np.bincount(group_of, minlength=n_groups)
+            sums = np.zeros_like(centers)
+            np.add.at(sums, group_of, C)
+            keep = counts > 0
+            centers = np.where(keep[:, None], sums / np.maximum(counts, 1)[:, None], centers)
+        d2 = c_sq[:, None] - 2.0 * C @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
+        group_of = np.unique(np.argmin(d2, axis=1), return_inverse=True)[1].astype(np.int32).ravel()
+    order = np.argsort(group_of, kind="stable").astype(np.int64)
+    counts = np.bincount(group_of)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return CentroidGroups(order, starts, group_of.astype(np.int32), int(token))
+
+
+class PrunedPartials(NamedTuple):
+    """A pruned pass's :class:`Partials` and what it computed.
+
+    Attributes
+    ----------
+    partials : Partials
+        Equal to :func:`~dkmeans.kernels.nearest.assign_partials`' for the same rows and centroids.
+    distances : float
+        Row-to-centroid distances computed (scored pairs, exact distances to a row's own
+        centroid included).
+    pairs : float
+        Rows times centroids: what an unpruned pass computes.
+    pruned : bool
+        Whether every chunk took the pruned path (False: some backend cannot prune).
+    """
+
+    partials: Partials
+    distances: float
+    pairs: float
+    pruned: bool
+
+
+def combine_pruned(parts) -> PrunedPartials:
+    """Sum :class:`PrunedPartials` in the given order (the partials as :func:`combine_partials` sums them)."""
+    from dkmeans.kernels.reduce import combine_partials
+
+    parts = [p for p in parts if p is not None]
+    return PrunedPartials(combine_partials([p.partials for p in parts]), float(sum(p.distances for p in parts)),
+                          float(sum(p.pairs for p in parts)), all(p.pruned for p in parts))
+
+
+class _Prepared(NamedTuple):
+    """What every chunk of one pass derives from the centroids (computed once per process and pass)."""
+
+    C_perm: Any  # (k, d) the centroids group by group, data dtype
+    h_perm: Any  # (k,) their h in the same order, data dtype
+    k0: float  # the kernel-choice margin is k0 * ||x|| + k1 (squared-distance units)
+    k1: float
+
+
+_cache_lock = threading.Lock()
+_cache: dict = {}
+
+
+def _prepare(C, groups: CentroidGroups) -> _Prepared:
+    with _cache_lock:
+        hit = _cache.get("last")
+        if hit is not None and hit[0]() is C and hit[1] == groups.token and hit[2] is groups.order:
+            return hit[3]
+    d = C.shape[1]
+    dtype = C.dtype
+    h = unit_half_sq_norms(np, C, 0.5 * np.einsum("ij,ij->i", C, C), dtype)  # as the kernel computes it
+    C64 = C.astype(np.float64)
+    cmax = float(np.sqrt(np.max(np.einsum("ij,ij->i", C64, C64)))) * (1 + 2.0**-40)
+    hmax = float(np.max(np.abs(h.astype(np.float64))))
+    eps = float(np.finfo(dtype).eps)
+    gamma = (d + 2) * eps / (1 - (d + 2) * eps)
+    dh = gamma * hmax + UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
+    scale = 4.0 * SAFETY  # D_j - D_a > 4 (E + dh), asked SAFETY times
+    prep = _Prepared(np.ascontiguousarray(C[groups.order]), np.ascontiguousarray(h[groups.order]),
+                     scale * gamma * cmax, scale * (gamma * hmax + dh))
+    try:
+        ref = weakref.ref(C)
+    except TypeError:  # pragma: no cover - arrays take weak references
+        return prep
+    with _cache_lock:
+        _cache["last"] = (ref, groups.token, groups.order, prep)
+    return prep
+
+
+def _empty_partials(k: int, d: int) -> Partials:
+    return Partials(np.zeros((k, d)), np.zeros(k), np.zeros((), dtype=np.float64))
+
+
+def new_state(n: int, n_groups: int, token: int) -> dict:
+    """Bounds of ``n`` rows before any pass: every row a candidate."""
+    return {"labels": np.zeros(n, dtype=np.int32), "upper": np.full(n, np.inf),
+            "lower": np.zeros((n, n_groups), dtype=np.float32), "norm": None, "lmax": 0.0, "token": int(token)}
+
+
+def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = None, drift=None, *,
+                    plain_above: float = float("inf"), scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+    """One pruned Lloyd pass over a chunk: ``(new_state, PrunedPartials)``.
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, d)
+        The chunk's rows (NumPy float32 or float64; anything else gets the unpruned partials).
+    C : ndarray, shape (k, d)
+        The centroids, in ``X``'s dtype (as the unpruned kernel is given them).
+    state : dict or None
+        This chunk's bounds from the previous pass (updated in place and returned), or None
+        (the first pass, or bounds lost: every row is scored against every centroid).
+    weights : ndarray, shape (n,), optional
+    groups : CentroidGroups
+        The partition the bounds refer to (default: one group).
+    drift : ndarray, shape (k,), float64, optional
+        Upper bounds on how far each centroid moved since the pass that left ``state``
+        (required with a state).
+    plain_above : float
+        When the bounds leave more than this share of the distances to compute, the chunk takes
+        the unpruned kernel instead (as fast, and no bookkeeping) and drops its bounds (returns
+        no state: the next pass builds them again).
+    scratch_bytes : int
+        Bound on the temporary memory of the call (score blocks and gathered rows), besides
+        the bounds themselves.
+
+    Returns
+    -------
+    state : dict or None
+        ``labels`` (int32), ``upper`` (float64), ``lower`` (float32, ``(n, G)``), ``norm``
+        (float32, ``||x||`` rounded up), ``token``; None where the backend cannot prune.
+    PrunedPartials
+    """
+    check_centroids(X, C)
+    n, d = X.shape
+    k = C.shape[0]
+    if groups is None:
+        groups = CentroidGroups(np.arange(k, dtype=np.int64), np.array([0, k], dtype=np.int64),
+                                np.zeros(k, dtype=np.int32))
+    if n == 0:
+        return new_state(0, groups.n_groups, groups.token), PrunedPartials(_empty_partials(k, d), 0.0, 0.0, True)
+    backend = _backend(X, k) if isinstance(X, np.ndarray) else None
+    if backend is not Backend.COMPILED:  # only the compiled loops give a row's label independently of the call
+        return None, PrunedPartials(assign_partials(X, C, weights, scratch_bytes=scratch_bytes), float(n * k),
+                                    float(n * k), False)
+    X = np.ascontiguousarray(X)
+    C = np.ascontiguousarray(C, dtype=X.dtype)
+    prep = _prepare(C, groups)
+    G = groups.n_groups
+    fresh = state is None or state.get("token") != groups.token or len(state["labels"]) != n \
+        or state["lower"].shape[1] != G or drift is None
+    if fresh:
+        state = new_state(n, G, groups.token)
+    labels, upper, lower = state["labels"], state["upper"], state["lower"]
+    if state["norm"] is None:  # filled with the rows' norms as the candidates (every row) are scored
+        state["norm"] = np.empty(n, dtype=np.float32)
+    norm = state["norm"]
+    computed = 0
+    if fresh:
+        cand = np.arange(n, dtype=np.int64)
+        need = None
+    else:
+        drift = np.asarray(drift, dtype=np.float64)
+        shift = _loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
+        cand = np.empty(n, dtype=np.int64)
+        m = _loops.settle(labels, upper, lower, norm, drift, shift, prep.k0, prep.k1, cand)
+        m = _loops.tighten(X, C, labels, upper, lower, norm, prep.k0, prep.k1, cand, m)
+        computed += m
+        cand = cand[:m]
+        need = np.empty((m, G), dtype=np.bool_)
+        _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, cand, m, need)
+        if float(need.sum(axis=0) @ np.diff(groups.starts)) > plain_above * n * k:
+            partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
+            return None, PrunedPartials(partials, float(n * k + computed), float(n * k), True)
+    computed += _score_candidates(X, C, prep, groups, backend, cand, need, state, norm, scratch_bytes)
+    sums = np.zeros((k, d), dtype=np.float64)
+    counts = np.zeros(k, dtype=np.float64)
+    has_w = weights is not None
+    w = np.ascontiguousarray(weights, dtype=np.float64) if has_w else np.empty(0, dtype=np.float64)
+    tile, _ = _compiled_tiles(backend, n, k, d, X.dtype.itemsize, scratch_bytes)  # the unpruned kernel's tiles
+    objective = _loops.tiled_partials(X, C, labels, tile, w, has_w, sums, counts)
+    partials = Partials(sums, counts, np.asarray(objective, dtype=np.float64))
+    return state, PrunedPartials(partials, float(computed), float(n * k), True)
+
+
+def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, cand, need, state, norm,
+                      scratch_bytes) -> int:
+    """Score the candidate rows ``cand`` against the groups ``need`` marks (all when None), set their
+    labels and bounds in ``state``; returns the distances computed.
+
+    Tiles of candidate rows are gathered once; a group that most of a tile's rows need (or every
+    group, when most of the tile's pairs are needed) is scored for the whole tile in blocks of
+    groups, the others for the rows that need them. The products write into buffers allocated once
+    per call: fresh multi-MiB outputs cost their page faults each time.
+    """
+    m = cand.shape[0]
+    if m == 0:
+        return 0
+    k, d = C.shape
+    G = groups.n_groups
+    itemsize = X.dtype.itemsize
+    starts = groups.starts
+    widths = np.diff(starts)
+    widest = int(widths.max())
+    per_row = 2 * widest * itemsize + 2 * d * itemsize + G * 12 + 64  # scores, the row (twice), gm/gi/gs
+    rows_per_tile = max(1, min(m, TILE_ROWS, int(scratch_bytes) // per_row))
+    blocks = _group_blocks(widths, max(widest, SCORE_BLOCK_BYTES // (DENSE_ROWS * itemsize)))
+    block_cols = max(int(starts[g1] - starts[g0]) for g0, g1 in blocks)
+    computed = 0
+    labels, upper, lower = state["labels"], state["upper"], state["lower"]
+    scratch = (np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, np.int32))
+    scores = np.empty(max(block_cols * min(DENSE_ROWS, rows_per_tile), widest * rows_per_tile), dtype=X.dtype)
+    scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
+    for t0 in range(0, m, rows_per_tile):
+        rows = cand[t0:t0 + rows_per_tile]
+        mt = rows.shape[0]
+        if need is None:  # every row (cand is 0..n-1): no gather
+            Xt = X[t0:t0 + mt]
+        else:
+            Xt = np.take(X, rows, axis=0)  # (faster than indexing, and than np.take into a buffer)
+        local = np.arange(mt, dtype=np.int64)
+        gm = np.full((G, mt), np.inf, dtype=X.dtype)  # by group, then row: the loops over rows vectorise
+        gi = np.zeros((G, mt), dtype=np.int32)
+        gs = np.full((G, mt), np.inf, dtype=X.dtype)
+        nd = None if need is None else need[t0:t0 + mt]
+        if nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k:
+            for r0 in range(0, mt, DENSE_ROWS):
+                r1 = min(mt, r0 + DENSE_ROWS)
+                for g0, g1 in blocks:
+                    a, b = int(starts[g0]), int(starts[g1])
+                    St = np.matmul(prep.C_perm[a:b], Xt[r0:r1].T, out=scores[:(b - a) * (r1 - r0)].reshape(b - a, r1 - r0))
+                    _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g0, g1, local[r0:r1], gm, gi, gs,
+                                        *scratch)
+            computed += mt * k
+        else:
+            for g in range(G):
+                sel = np.flatnonzero(nd[:, g])
+                if sel.shape[0] == 0:
+                    continue
+                a, b = int(starts[g]), int(starts[g + 1])
+                if sel.shape[0] >= DENSE_SHARE * mt:  # nearly all rows need it: score them all, no gather
+                    sel, Xg = local, Xt
+                else:
+                    Xg = np.take(Xt, sel, axis=0)
+                St = _scores_t(prep.C_perm[a:b], Xg, scores, scores_rt)
+                _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g, g + 1, sel, gm, gi, gs, *scratch)
+                computed += sel.shape[0] * (b - a)
+        norm_up, sq_lo, sq_up = np.empty(mt), np.empty(mt), np.empty(mt)
+        _loops.row_norms(X, rows, norm_up, sq_lo, sq_up)
+        if need is None:  # the state's norms: float32, rounded up
+            up32 = norm_up.astype(np.float32)
+            norm[t0:t0 + mt] = np.where(up32.astype(np.float64) < norm_up, np.nextafter(up32, np.float32(np.inf)), up32)
+        margin = prep.k0 * norm_up + prep.k1
+        lab = np.empty(mt, dtype=np.int32)
+        ok = np.empty(mt, dtype=np.bool_)
+        _loops.choose(gm, gi, gs, margin, lab, ok)
+        near_tie = np.flatnonzero(~ok)
+        if near_tie.shape[0]:  # the kernel's own choice, on these rows only (its rows do not interact)
+            lab[near_tie] = _assign(backend, Xt[near_tie], C, scratch_bytes)[0]
+            computed += near_tie.shape[0] * k
+        largest = _loops.new_bounds(X, C, rows, lab, gm, gi, gs, groups.group_of, sq_lo, sq_up,
+                                    margin / (2.0 * SAFETY), lower, upper, labels)
+        state["lmax"] = max(state["lmax"], float(largest))
+    return computed
+
+
+def _scores_t(Cg, Xg, out, work):
+    """``Cg @ Xg.T`` (the layout :func:`block_minima` reads) into ``out``, by the faster BLAS call: for a
+    narrow group of wide rows, ``Xg @ Cg.T`` then a transposed copy ran 1.5x as fast (one thread,
+    d >= 64 and fewer than 64 centroids; the other way round otherwise)."""
+    w, m = Cg.shape[0], Xg.shape[0]
+    St = out[:w * m].reshape(w, m)
+    if w < 64 and Cg.shape[1] >= 64:
+        S = np.matmul(Xg, Cg.T, out=work[:m * w].reshape(m, w))
+        St[...] = S.T
+        return St
+    return np.matmul(Cg, Xg.T, out=St)
+
+
+def warm_up(dtype, d: int) -> None:
+    """Run the pruned pass's compiled loops once on a few rows (compiling them, or loading numba's cache)."""
+    rng = np.random.default_rng(0)
+    X = rng.random((300, d)).astype(dtype)
+    C = X[:3].copy()
+    groups = centroid_groups(C, 2)
+    moved = C + np.asarray(0.01, dtype=dtype)
+    for w in (None, np.ones(len(X))):
+        state, _ = pruned_partials(X, C, None, w, groups)
+        pruned_partials(X, moved, state, w, groups, np.full(len(C), 0.02 * np.sqrt(d)))
+
+
+def _group_blocks(widths, columns: int) -> list:
+    """Consecutive groups ``(g0, g1)`` of at most ``columns`` centroids together (at least one group each)."""
+    blocks, g0, total = [], 0, 0
+    for g, w in enumerate(widths):
+        if g > g0 and total + w > columns:
+            blocks.append((g0, g))
+            g0, total = g, 0
+        total += int(w)
+    blocks.append((g0, len(widths)))
+    return blocks
+
+
+__all__ = ["CentroidGroups", "PrunedPartials", "centroid_groups", "combine_pruned", "group_count", "new_state",
+           "pruned_partials", "state_bytes", "warm_up"]

@@ -1,0 +1,152 @@
+"""The pruned assignment against the unpruned kernel (to the bit) and float64 bounds references.
+
+Each test runs a short Lloyd sequence twice from the same centroids: once with
+:func:`assign_partials` (the unpruned kernel) and once with :func:`pruned_partials` carrying its
+bounds from pass to pass. Asserted exactly: the labels equal :func:`assign`'s, the sums, counts
+and objective equal the unpruned partials' bit for bit (so the centroid sequences coincide).
+Asserted against float64 NumPy distances (from differences): every upper bound is at least the
+row's distance to its centroid and every group bound at most the distance to any other centroid
+of the group.
+"""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dkmeans.kernels import assign, assign_partials, update_centroids
+from dkmeans.kernels.backends.select import Backend
+from dkmeans.kernels.nearest import _backend
+from dkmeans.kernels.pruned import (CentroidGroups, centroid_groups, combine_pruned, group_count,
+                                    pruned_partials)
+from dkmeans.testing import make_blobs
+
+
+def _drift(new, old):
+    diff = new.astype(np.float64) - old.astype(np.float64)
+    return np.sqrt(np.einsum("ij,ij->i", diff, diff)) * (1 + 2.0**-40)
+
+
+def _check_bounds(X, C, state, groups):
+    X64, C64 = X.astype(np.float64), C.astype(np.float64)
+    D = np.sqrt(((X64[:, None, :] - C64[None, :, :]) ** 2).sum(axis=2))
+    rows = np.arange(len(X))
+    labels = state["labels"]
+    assert np.all(state["upper"] >= D[rows, labels])
+    for g in range(groups.n_groups):
+        members = groups.order[groups.starts[g]:groups.starts[g + 1]]
+        Dg = D[:, members].copy()
+        Dg[labels[:, None] == members[None, :]] = np.inf
+        assert np.all(state["lower"][:, g].astype(np.float64) <= Dg.min(axis=1))
+
+
+def run_both(X, C0, iters, weights=None, n_groups=None, check_bounds=True):
+    """Lloyd ``iters`` passes unpruned and pruned; asserts equality each pass; returns the fractions computed."""
+    k = len(C0)
+    groups = centroid_groups(C0, n_groups or group_count(k, X.shape[1], X.dtype.itemsize), token=1)
+    C = C0.astype(X.dtype)
+    state, previous, fractions = None, None, []
+    prunable = _backend(X, k) is Backend.COMPILED  # d > 16 with k < 3 takes BLAS: the unpruned partials
+    for _ in range(iters):
+        ref = assign_partials(X, C, weights)
+        drift = None if previous is None else _drift(C, previous)
+        state, out = pruned_partials(X, C, state, weights, groups, drift)
+        assert out.pruned == prunable
+        if prunable:
+            np.testing.assert_array_equal(state["labels"], assign(X, C)[0])
+        np.testing.assert_array_equal(out.partials.sums, ref.sums)
+        np.testing.assert_array_equal(out.partials.counts, ref.counts)
+        assert float(out.partials.objective) == float(ref.objective)
+        if check_bounds and prunable:
+            _check_bounds(X, C, state, groups)
+        fractions.append(out.distances / out.pairs)
+        new, empty = update_centroids(ref, C)
+        previous, C = C, new.astype(X.dtype)
+    return fractions
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d,k", [(2, 3), (7, 20), (16, 40), (24, 64), (33, 9)])
+def test_equals_unpruned_and_bounds_hold(dtype, d, k):
+    X, _, _ = make_blobs(1500, d, max(2, k // 2), spread=2.0, box=6.0, seed=d + k, dtype=dtype)
+    C0 = X[np.random.default_rng(k).choice(len(X), k, replace=False)]
+    fractions = run_both(X, C0, 8)
+    assert fractions[0] >= 1.0  # the first pass builds the bounds: every distance
+
+
+def test_well_separated_blobs_compute_few_distances():
+    X, _, centers = make_blobs(4000, 16, 40, spread=0.3, box=20.0, seed=5, dtype=np.float32)
+    C0 = (centers + 0.5).astype(np.float32)
+    fractions = run_both(X, C0, 6, check_bounds=False)
+    assert fractions[-1] < 0.2, fractions
+
+
+def test_weights_and_zero_weights():
+    X, _, _ = make_blobs(1200, 5, 8, spread=2.0, box=5.0, seed=2, dtype=np.float32)
+    w = np.random.default_rng(0).uniform(0, 3, len(X))
+    w[:100] = 0.0
+    run_both(X, X[:12].copy(), 6, weights=w)
+
+
+def test_duplicated_rows_and_centroids_tie_to_the_lowest_index():
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(30, 6)).astype(np.float32)
+    X = np.repeat(base, 20, axis=0)
+    C0 = np.concatenate([base[:5], base[:5], base[5:10]])  # exact duplicates: every score ties
+    run_both(X, C0, 5)
+    mid = np.concatenate([(base[:1] + base[1:2]) / 2] * 50)  # rows midway between two centroids
+    run_both(np.concatenate([X, mid]).astype(np.float32), np.concatenate([base[:1], base[1:2], base[2:6]]), 4)
+
+
+def test_k_close_to_n_and_k_two():
+    X = np.random.default_rng(4).normal(size=(40, 3))
+    run_both(X, X[:38].copy(), 4)
+    run_both(X, X[:2].copy(), 4)
+
+
+def test_other_backends_are_not_pruned():
+    X = np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32)
+    C = X[:5].copy()
+    with dask.config.set({"dkmeans.kernels.backend": "numpy"}):
+        state, out = pruned_partials(X, C, None, None, centroid_groups(C, 1))
+    assert state is None and not out.pruned and out.distances == out.pairs
+    ref = assign_partials(X, C)
+    np.testing.assert_array_equal(out.partials.sums, ref.sums)
+
+
+def test_empty_chunk_and_combine():
+    C = np.eye(3, dtype=np.float32)
+    groups = centroid_groups(C, 1)
+    state, empty = pruned_partials(np.empty((0, 3), np.float32), C, None, None, groups)
+    X = np.eye(3, dtype=np.float32)
+    _, full = pruned_partials(X, C, None, None, groups)
+    both = combine_pruned([empty, full])
+    np.testing.assert_array_equal(both.partials.counts, [1, 1, 1])
+    assert both.pairs == 9 and both.pruned
+
+
+def test_groups_partition_the_centroids():
+    C = np.random.default_rng(0).normal(size=(100, 4))
+    groups = centroid_groups(C, 10)
+    assert isinstance(groups, CentroidGroups)
+    assert sorted(groups.order.tolist()) == list(range(100))
+    assert groups.starts[0] == 0 and groups.starts[-1] == 100 and np.all(np.diff(groups.starts) > 0)
+    for g in range(groups.n_groups):
+        assert np.all(groups.group_of[groups.order[groups.starts[g]:groups.starts[g + 1]]] == g)
+    assert group_count(1, 4, 4) == 1 and group_count(10_000, 128, 4) == 16 * 4 and group_count(2048, 16, 4) == 8
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 120), d=st.integers(1, 20), k=st.integers(2, 30), dup=st.integers(1, 4),
+       dtype=st.sampled_from([np.float32, np.float64]), weighted=st.booleans(), seed=st.integers(0, 2**16),
+       n_groups=st.integers(1, 6), scale=st.sampled_from([1e-3, 1.0, 1e3]), offset=st.sampled_from([0.0, 100.0]))
+def test_property_equals_unpruned(n, d, k, dup, dtype, weighted, seed, n_groups, scale, offset):
+    rng = np.random.default_rng(seed)
+    X = (offset + scale * np.repeat(rng.integers(-3, 4, size=(n, d)) / 2.0, dup, axis=0)).astype(dtype)
+    k = min(k, len(X))
+    C0 = X[rng.choice(len(X), k, replace=False)]
+    w = rng.uniform(0, 2, len(X)) if weighted else None
+    run_both(X, C0, 4, weights=w, n_groups=n_groups)

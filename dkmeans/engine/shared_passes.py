@@ -193,6 +193,10 @@ class SharedView:
     def passes(self) -> int:
         return self._base + self._own
 
+    def row_state_bytes(self) -> float:
+        """The data's room for per-row state, shared by the jobs: each may keep its share between passes."""
+        return self._shared.data.row_state_bytes() / max(1, self._shared.n_jobs)
+
     # -- shared passes ------------------------------------------------------------------
     def _ask(self, request: _Request):
         self._own += 1
@@ -273,6 +277,7 @@ class SharedPasses:
         self.data = data
         self.wait_s = shared_pass_wait() if wait_s is None else float(wait_s)
         self.rounds = 0
+        self.n_jobs = 1
         self._cond = threading.Condition()
         self._data_lock = threading.Lock()  # one pass or direct call on the data at a time
         self._queue: list[_Request] = []
@@ -311,6 +316,7 @@ class SharedPasses:
         ``wait_s`` for jobs still computing (they stop at their next request).
         """
         names = list(names) if names is not None else [f"job {i}" for i in range(len(jobs))]
+        self.n_jobs = len(jobs)
         views = [SharedView(self, self.data.passes) for _ in jobs]
         outcomes: list = [None] * len(jobs)
         failures: list[tuple[int, BaseException]] = []

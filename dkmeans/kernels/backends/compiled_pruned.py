@@ -179,17 +179,18 @@ def new_bounds(X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lo
     d = X.shape[1]
     grow = 1.0 + (d + 4) * 2.0**-52
     largest = 0.0
+    bound = np.empty(m, dtype=np.float32)
     for g in range(G):
-        for t in range(m):
-            if gm[g, t] == np.inf:
-                continue
+        for t in range(m):  # branch-free: it vectorises
             v = np.float64(gs[g, t]) if gi[g, t] == labels[t] else np.float64(gm[g, t])
             sq = max(sq_lo[t] + 2.0 * (v - slack[t]), 0.0)
             # rounded down: the root's rounding and the float32 conversion's, below a relative 2^-22
-            bound = np.float32(np.sqrt(sq) * (1.0 - 2.0**-22) - 1e-30)
-            lower[rows[t], g] = bound
-            if bound != np.inf:
-                largest = max(largest, np.float64(bound))
+            bound[t] = np.float32(np.sqrt(sq) * (1.0 - 2.0**-22) - 1e-30)
+        for t in range(m):
+            if gm[g, t] != np.inf:  # computed: the new bound
+                lower[rows[t], g] = bound[t]
+                if bound[t] != np.inf:
+                    largest = max(largest, np.float64(bound[t]))
     for t in range(m):
         i = rows[t]
         lab = labels[t]

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import os
 import re
 from dataclasses import dataclass, field

@@ -77,6 +77,7 @@ from dkmeans.kernels import (
 from dkmeans.drivers.state import LocalSearchRecord
 from dkmeans.drivers.swaps import best_swaps, select_swaps
 from dkmeans.drivers.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, fill_empty_clusters, lloyd
+from dkmeans.drivers.lloyd import objective as objective_of
 
 #: Random streams (:mod:`dkmeans.drivers.streams`) of round ``r``'s candidate draw.
 ROUND_STREAMS = STREAMS["local-search.rounds"]
@@ -434,11 +435,12 @@ class _CoresetPass(NamedTuple):
 
 def _coreset_chunk(X, w, offset, C, s, seed, stream):
     top = random_top_rows(X, w, offset, s, seed, stream)
-    return _CoresetPass(top, objectives(X, w, [C])[0])
+    return _CoresetPass(top, None if C is None else objectives(X, w, [C])[0])
 
 
 def _combine_coreset(parts, s):
-    return _CoresetPass(combine_top([p.top for p in parts], s), sum(p.objective for p in parts))
+    objective = None if parts[0].objective is None else sum(p.objective for p in parts)
+    return _CoresetPass(combine_top([p.top for p in parts], s), objective)
 
 
 def coreset_chunks(s: int) -> int:
@@ -450,20 +452,26 @@ def coreset_chunks(s: int) -> int:
     return int(max(1, min(CORESET_MAX_CHUNKS, s // CORESET_CHUNK_ROWS)))
 
 
-def _draw_coreset(data, C: np.ndarray, seed: int, stream: int):
-    """One pass: the sample of :func:`coreset_size` rows (in this process) and the data's objective of ``C``.
+def _draw_coreset(data, k: int, seed: int, stream: int, measure: np.ndarray | None = None):
+    """One pass: the sample of :func:`coreset_size` rows for ``k`` centroids (in this process) and, with
+    ``measure``, the data's objective of those centroids (else None).
 
-    The sample is split into :func:`coreset_chunks` chunks, searched on a thread each; release
-    it (``core.release()``) when done.
+    The sample is uniform (by weight) and keyed by row index, so it needs no distances: without
+    ``measure`` the pass only draws keys. The sample is split into :func:`coreset_chunks` chunks,
+    searched on a thread each; release it (``core.release()``) when done.
     """
-    s = coreset_size(data.n_rows, C.shape[0])
-    sample = data.map_reduce(_coreset_chunk, functools.partial(_combine_coreset, s=s), (C, s, seed, stream))
-    f = float(sample.objective)
-    if not np.isfinite(f):
-        raise InvalidDataError(NON_FINITE_INPUT)
+    s = coreset_size(data.n_rows, k)
+    sample = data.map_reduce(_coreset_chunk, functools.partial(_combine_coreset, s=s), (measure, s, seed, stream))
+    f = None if measure is None else _finite(float(sample.objective))
     rows = np.asarray(sample.top.rows).astype(data.dtype)
     n_chunks = coreset_chunks(rows.shape[0])
     return ChunkList.from_array(rows, None, n_chunks=n_chunks, threads=min(n_chunks, os.cpu_count() or 1)), f
+
+
+def _finite(f: float) -> float:
+    if not np.isfinite(f):
+        raise InvalidDataError(NON_FINITE_INPUT)
+    return f
 
 
 def _fits_sample(n_rows: int, k: int) -> bool:
@@ -527,8 +535,9 @@ def coreset_local_search(
     """Local search on a sample of the rows, confirmed by Lloyd on all of them.
 
     1. One pass draws a uniform sample of :func:`coreset_size` rows (proportional to
-       ``sample_weight``, keyed by global row index: independent of the chunking) and
-       measures the objective ``f`` of ``centroids``.
+       ``sample_weight``, keyed by global row index: independent of the chunking); out of
+       core the same read measures the objective ``f`` of ``centroids``, in memory a pass
+       of its own does, and only when step 2 moved centroids.
     2. :func:`local_search` runs on the sample, in this process (:func:`coreset_chunks`
        threads), with :func:`coreset_candidates` candidates per round (the ``m x k`` cost
        matrix stays within :data:`CORESET_COST_ENTRIES` whatever ``k``), until a round
@@ -541,19 +550,25 @@ def coreset_local_search(
        ``max_iter`` is a lower objective, not yet Lloyd's fixed point: the caller's Lloyd
        goes on from it.
 
-    A search that finds nothing costs one pass over the data.
+    A search that moves nothing on the sample costs one pass over the data, which only draws the
+    sample (in memory: no distances; its record's objectives are then nan, not measured).
     """
     t0 = time.perf_counter()
     C = np.asarray(centroids, dtype=data.dtype)
     k = C.shape[0]
     if not _fits_sample(data.n_rows, k):
         rounds = min(rounds, 1)
-    core, f = _draw_coreset(data, C, seed, CORESET_STREAMS(0))
+    # the objective of the start is needed only to confirm moves: out of core it rides on the
+    # sample's read; in memory a pass measures it only when the sample moved centroids
+    core, f = _draw_coreset(data, k, seed, CORESET_STREAMS(0), measure=None if data.in_memory else C)
     try:
         search = _search_coreset(core, C, seed, stop_rule, rounds, lloyd_iters)
     finally:
         core.release()
-    passes, lloyd_result, kept, objective = 1, None, False, f
+    passes = 1
+    if f is None and search.swaps_accepted and max_iter > 0:
+        f, passes = _finite(objective_of(data, C)), passes + 1
+    lloyd_result, kept, objective = None, False, np.nan if f is None else f
     if search.swaps_accepted and max_iter > 0 and f > 0:
         lloyd_result = lloyd(data, np.asarray(search.centroids).astype(data.dtype), max_iter=max_iter,
                              stop_rule=stop_rule, on_iteration=on_iteration, metric=metric, prune=prune)
@@ -562,7 +577,8 @@ def coreset_local_search(
         if confirmed < f * (1 - REL_TOL):
             C, objective, kept = np.asarray(lloyd_result.centroids).astype(data.dtype), float(confirmed), True
     n_lloyd = lloyd_result.n_iter if lloyd_result is not None else 0
-    record = LocalSearchRecord(1, objective, f, objective - f, 0.0, 0.0, search.swaps_tried, search.rounds,
+    before = np.nan if f is None else f
+    record = LocalSearchRecord(1, objective, before, objective - before, 0.0, 0.0, search.swaps_tried, search.rounds,
                                search.swaps_accepted if kept else 0, n_lloyd, passes, kept,
                                time.perf_counter() - t0)
     return CoresetSearchResult(C, objective, kept, lloyd_result, search, passes, record)
@@ -590,7 +606,7 @@ def coreset_start(
     measured on the data.
     """
     C = np.asarray(centroids, dtype=data.dtype)
-    core, _ = _draw_coreset(data, C, seed, CORESET_STREAMS(1))
+    core, _ = _draw_coreset(data, C.shape[0], seed, CORESET_STREAMS(1))  # the start's objective is never needed
     try:
         settled = np.asarray(lloyd(core, C, max_iter=300, stop_rule=stop_rule).centroids).astype(data.dtype)
         if not _fits_sample(data.n_rows, C.shape[0]):

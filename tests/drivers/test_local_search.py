@@ -379,7 +379,23 @@ def test_coreset_search_escapes_and_is_confirmed_on_the_data():
     np.testing.assert_allclose(objective(X, result.centroids), best, rtol=1e-6)
     assert result.objective >= objective(X, result.centroids) - 1e-9 * best  # an upper bound of the kept result
     assert result.objective < objective(X, C)
-    assert result.passes == 1 + result.lloyd.n_iter
+    assert result.passes == 2 + result.lloyd.n_iter  # the sample's draw, the start's objective, Lloyd
+
+
+def test_coreset_search_that_moves_nothing_computes_no_distances(monkeypatch):
+    """In memory, the draw needs no distances; the start's objective is measured only to confirm moves."""
+    import dkmeans.drivers.local_search as ls
+
+    X, centers = _grid()
+    C = lloyd(ChunkList.from_array(X, None), centers, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
+    calls = []
+    monkeypatch.setattr(ls, "objective_of", lambda data, C: calls.append(1) or objective(X, C))
+    monkeypatch.setattr(ls, "objectives", lambda *a: pytest.fail("the draw computed distances"))
+    result = ls.coreset_local_search(ChunkList.from_array(X, None, n_chunks=2), C, seed=0,
+                                     stop_rule=CentroidShift(0.0), max_iter=3)
+    assert not result.kept and result.coreset.swaps_accepted == 0 and not calls
+    assert result.passes == 1 and np.isnan(result.record.objective)
+    np.testing.assert_array_equal(result.centroids, C.astype(result.centroids.dtype))
 
 
 def test_coreset_search_never_keeps_a_worse_result(monkeypatch):

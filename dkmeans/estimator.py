@@ -429,7 +429,7 @@ class KMeans(_KMeansBase):
     max_iter : int, default 300
         Maximum number of Lloyd iterations on the data in a run, whatever phases it has
         (scikit-learn's meaning). With local search they are shared: Lloyd's first 5, then
-        the confirmations of the searches (3 at most each), then Lloyd again to its stop
+        the confirmations of the searches (2 at most each), then Lloyd again to its stop
         rule with what is left; with none left there is no search after Lloyd.
     tol : float, default 1e-4
         Relative tolerance as in scikit-learn: stop when the total squared centroid
@@ -450,7 +450,7 @@ class KMeans(_KMeansBase):
         after Lloyd a search on a new sample is confirmed by Lloyd on the data and kept only
         if the data's objective is lower (one pass when it finds nothing); the searches
         start after Lloyd's first 5 iterations, at most 3 of them, each confirmed by at most
-        3 Lloyd iterations on the data, and Lloyd then continues to its stop rule. On the SIPU
+        2 Lloyd iterations on the data, and Lloyd then continues to its stop rule. On the SIPU
         benchmark sets it reaches the quality of scikit-learn with ``n_init=10`` at 0.6-1.2
         times the passes of Lloyd alone (benchmarks/quality.py). "auto": when ``init`` is a
         seeding strategy (not given centroids, whose Lloyd result stays scikit-learn's).

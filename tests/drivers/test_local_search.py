@@ -107,6 +107,35 @@ def test_swap_costs_match_brute_force(xp, rows, dtype, weighted, scratch, compil
     np.testing.assert_allclose(float(out.objective), objective(X, C, w), rtol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("scratch", [3000, 4 * 2**20])
+def test_swap_costs_of_many_candidates_match_brute_force(xp, rows, dtype, weighted, scratch):
+    """More candidates than SWAP_LOOP_MAX_CANDIDATES: blocks of rows in cluster order by matrix products,
+    float32 distances for float32 rows (the costs propose swaps; the search measures the ones it makes)."""
+    from dkmeans.kernels.swap import SWAP_LOOP_MAX_CANDIDATES
+
+    X, C, _, w = rows
+    P = X[np.random.default_rng(2).choice(len(X), SWAP_LOOP_MAX_CANDIDATES + 9, replace=False)]
+    X, C, P = X.astype(dtype), C.astype(dtype), P.astype(dtype)
+    w = w if weighted else None
+    out = to_host(swap_costs(xp.asarray(X), xp.asarray(C), xp.asarray(P), None if w is None else xp.asarray(w),
+                             scratch_bytes=scratch))
+    ref = np.empty((len(P), len(C)))
+    for p in range(len(P)):
+        for j in range(len(C)):
+            swapped = C.astype(np.float64)
+            swapped[j] = P[p]
+            ref[p, j] = objective(X, swapped, w)
+    base = objective(X, C, w)
+    assert out.cost.dtype == np.float64 and out.cost.shape == (len(P), len(C))
+    # float32: each distance to a candidate within a few float32 ulps of the rows' spread
+    tol = 1e-9 if dtype == np.float64 or xp is not np else 1e-5
+    np.testing.assert_allclose(out.cost, ref, rtol=0, atol=tol * base)
+    np.testing.assert_allclose(float(out.objective), base, rtol=1e-9)
+    assert np.argmin(out.cost) == np.argmin(ref)
+
+
 @pytest.mark.parametrize("k", [1, 2, 9])
 def test_nearest_two_matches_brute_force(xp, rows, k, compiled):
     X, C, _, _ = rows

@@ -87,8 +87,9 @@ def select_swaps(delta, candidate_index, P, C, max_swaps: int, threshold: float,
         Positions in ``P`` and the indices of the centroids they replace, in order.
     """
     delta = np.asarray(delta, dtype=np.float64)
-    cand, cent = best_swaps(delta, candidate_index, int(np.count_nonzero(delta < threshold)), resolution)
-    if cand.size == 0 or max_swaps <= 1:
+    improving = int(np.count_nonzero(delta < threshold))
+    if improving == 0 or max_swaps <= 1:
+        cand, cent = best_swaps(delta, candidate_index, min(improving, max(0, max_swaps)), resolution)
         return cand[: max(0, min(1, max_swaps))], cent[: max(0, min(1, max_swaps))]
     P64 = np.asarray(P, dtype=np.float64)
     C64 = np.asarray(C, dtype=np.float64)
@@ -97,23 +98,33 @@ def select_swaps(delta, candidate_index, P, C, max_swaps: int, threshold: float,
     chosen_j: list[int] = []
     removed: set[int] = set()
     guarded: set[int] = set()  # centroids that must stay: nearest to a chosen candidate or removed one
-    for p, j in zip(cand.tolist(), cent.tolist()):
-        if len(chosen_p) >= max_swaps:
-            break
-        if p in chosen_p or j in removed or j in guarded or int(home[p]) in removed:
-            continue
-        near = _nearest_other(C64, j)
-        if near in removed:
-            continue
-        if chosen_p:
-            sep = np.sum((P64[chosen_p] - P64[p]) ** 2, axis=1)
-            if np.any(sep < np.maximum(home_sq[p], home_sq[chosen_p])):
+    # the improving swaps in order, a growing prefix at a time (best_swaps(n) is the first n of the
+    # whole order): the greedy choice usually ends long before the last of them (manyk: millions)
+    seen, batch = 0, min(improving, SELECT_FIRST_BATCH * max_swaps)
+    while len(chosen_p) < max_swaps and seen < improving:
+        cand, cent = best_swaps(delta, candidate_index, batch, resolution)
+        for p, j in zip(cand[seen:].tolist(), cent[seen:].tolist()):
+            if len(chosen_p) >= max_swaps:
+                break
+            if p in chosen_p or j in removed or j in guarded or int(home[p]) in removed:
                 continue
-        chosen_p.append(p)
-        chosen_j.append(j)
-        removed.add(j)
-        guarded.update((int(home[p]), near))
+            near = _nearest_other(C64, j)
+            if near in removed:
+                continue
+            if chosen_p:
+                sep = np.sum((P64[chosen_p] - P64[p]) ** 2, axis=1)
+                if np.any(sep < np.maximum(home_sq[p], home_sq[chosen_p])):
+                    continue
+            chosen_p.append(p)
+            chosen_j.append(j)
+            removed.add(j)
+            guarded.update((int(home[p]), near))
+        seen, batch = batch, min(improving, 8 * batch)
     return np.asarray(chosen_p, dtype=np.int64), np.asarray(chosen_j, dtype=np.int64)
+
+
+#: :func:`select_swaps` orders this many improving swaps per swap it may make, then more if needed.
+SELECT_FIRST_BATCH = 64
 
 
 __all__ = ["best_swaps", "select_swaps"]

@@ -203,6 +203,25 @@ def test_sample_by_cost_does_not_depend_on_chunking(rows, weighted):
         assert not np.any(w[samples[0].top.index] == 0)
 
 
+def test_select_swaps_in_batches_chooses_as_from_the_whole_order(monkeypatch):
+    """select_swaps orders the improving swaps a prefix at a time: the same choice as from all of them."""
+    import dkmeans.drivers.swaps as swaps
+
+    rng = np.random.default_rng(3)
+    C = rng.normal(size=(40, 2)) * 10
+    P = rng.normal(size=(60, 2)) * 10
+    delta = rng.normal(size=(60, 40))
+    delta[rng.random(delta.shape) < 0.3] = -1.0  # ties, broken by index
+    index = rng.permutation(1000)[:60]
+    monkeypatch.setattr(swaps, "SELECT_FIRST_BATCH", 10**6)
+    whole = select_swaps(delta, index, P, C, 12, 0.0, 1e-9)
+    monkeypatch.setattr(swaps, "SELECT_FIRST_BATCH", 1)
+    batched = select_swaps(delta, index, P, C, 12, 0.0, 1e-9)
+    assert len(whole[0]) > 1
+    np.testing.assert_array_equal(batched[0], whole[0])
+    np.testing.assert_array_equal(batched[1], whole[1])
+
+
 def test_best_swaps_order_and_ties():
     delta = np.array([[3.0, -1.0, 0.5], [-1.0, 2.0, -1.0], [0.0, -2.0, 4.0]])
     index = np.array([30, 10, 20])  # candidate 1 has the lowest row index

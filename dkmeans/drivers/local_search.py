@@ -500,7 +500,8 @@ class CoresetSearchResult:
     objective : float
         Objective of the starting centroids on the data (measured), or an upper bound on
         that of the confirmed result (the objective of its last assignment, which its last
-        Lloyd update can only lower).
+        Lloyd update can only lower); when nothing moved on the sample of data in memory,
+        the caller's ``objective_bound`` (not measured).
     kept : bool
         Whether the confirmed result replaced the starting centroids.
     lloyd : LloydResult or None
@@ -534,6 +535,7 @@ def coreset_local_search(
     metric: str = "euclidean",
     on_iteration: Callable | None = None,
     prune=False,
+    objective_bound: float = np.nan,
 ) -> CoresetSearchResult:
     """Local search on a sample of the rows, confirmed by Lloyd on all of them.
 
@@ -554,7 +556,9 @@ def coreset_local_search(
        goes on from it.
 
     A search that moves nothing on the sample costs one pass over the data, which only draws the
-    sample (in memory: no distances; its record's objectives are then nan, not measured).
+    sample (in memory: no distances). Its result's objective is then ``objective_bound``: the
+    caller's upper bound on that of ``centroids`` (the fit's last measured assignment), not a
+    measurement.
     """
     t0 = time.perf_counter()
     C = np.asarray(centroids, dtype=data.dtype)
@@ -571,7 +575,7 @@ def coreset_local_search(
     passes = 1
     if f is None and search.swaps_accepted and max_iter > 0:
         f, passes = _finite(objective_of(data, C)), passes + 1
-    lloyd_result, kept, objective = None, False, np.nan if f is None else f
+    lloyd_result, kept, objective = None, False, float(objective_bound) if f is None else f
     if search.swaps_accepted and max_iter > 0 and f > 0:
         lloyd_result = lloyd(data, np.asarray(search.centroids).astype(data.dtype), max_iter=max_iter,
                              stop_rule=stop_rule, on_iteration=on_iteration, metric=metric, prune=prune)
@@ -580,7 +584,7 @@ def coreset_local_search(
         if confirmed < f * (1 - REL_TOL):
             C, objective, kept = np.asarray(lloyd_result.centroids).astype(data.dtype), float(confirmed), True
     n_lloyd = lloyd_result.n_iter if lloyd_result is not None else 0
-    before = np.nan if f is None else f
+    before = objective if f is None else f
     record = LocalSearchRecord(1, objective, before, objective - before, 0.0, 0.0, search.swaps_tried, search.rounds,
                                search.swaps_accepted if kept else 0, n_lloyd, passes, kept,
                                time.perf_counter() - t0)

@@ -86,9 +86,11 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
     end = loop.n_iter + budget  # the run's last Lloyd update
     settled = None
     for attempt in range(CORESET_SEARCHES):  # again from a confirmed result, while the data confirms
+        bound = history[-1].objective if history else np.nan  # the last assignment's: >= the centroids'
         search = coreset_local_search(data, centroids, seed=derive_seed(plan.seed_of_run(run), attempt),
                                       stop_rule=plan.stop_rule, max_iter=min(CONFIRM_ITERS, end - n_iter),
-                                      metric=plan.metric, on_iteration=plan.on_iteration, prune=plan.prune)
+                                      metric=plan.metric, on_iteration=plan.on_iteration, prune=plan.prune,
+                                      objective_bound=bound)
         record = dataclasses.replace(search.record, round=attempt + 1)
         if plan.on_iteration is not None:
             plan.on_iteration(record)

@@ -101,7 +101,7 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
     memory budget counts ``n_clusters`` centroids (default ``spec.n_clusters``). The caller
     releases the data.
     """
-    path = _kernel_path(dataset)
+    path = _kernel_path(dataset, (spec.n_clusters if n_clusters is None else n_clusters) * max(1, spec.n_init))
     # one code path and one backend setting (read here, once) for the whole fit: here, and (InContext) in its tasks
     with pinned(path):
         threads = in_process_threads(dataset, weights) if resolve_out_of_core(spec.out_of_core) != True else None
@@ -125,14 +125,15 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
                 yield InContext(data, functools.partial(call_pinned, current_pin())), client
 
 
-def _kernel_path(dataset: Dataset) -> str:
+def _kernel_path(dataset: Dataset, n_clusters: int) -> str:
     """The kernels' code path for this whole fit (:func:`dkmeans.kernels.backends.compile.resolve_path`).
 
-    Rows of unknown count (a DataFrame of unknown partition lengths) count as large.
+    ``n_clusters``: the centroids the fit computes in all (times its runs). Rows of unknown
+    count (a DataFrame of unknown partition lengths) count as large.
     """
     n_rows = dataset.n_rows if dataset.n_rows is not None else COMPILE_FIRST_ELEMENTS
     kinds = [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
-    return resolve_path(kinds, n_rows * max(1, dataset.n_features))
+    return resolve_path(kinds, n_rows * max(1, dataset.n_features), n_clusters)
 
 
 def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:

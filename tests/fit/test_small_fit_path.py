@@ -68,12 +68,13 @@ def _compiling() -> bool:
 
 def test_a_small_fit_runs_numpy_and_no_compilation_competes_with_it(monkeypatch, fresh_compile_state):
     assert kernel_compile.wait_compiled(timeout=60)  # nothing of another test still compiling
-    seen = []
+    seen, blas = [], set()
     original = nearest._backend
 
     def spy(X, k):
         backend = original(X, k)
         seen.append((backend.value, _compiling()))
+        blas.update(pool["num_threads"] for pool in service._blas_pools().info() if pool["user_api"] == "blas")
         return backend
 
     monkeypatch.setattr(nearest, "_backend", spy)
@@ -82,6 +83,7 @@ def test_a_small_fit_runs_numpy_and_no_compilation_competes_with_it(monkeypatch,
         dkmeans.KMeans(n_clusters=10, random_state=0).fit(X)
     assert seen and set(seen) == {("numpy", False)}
     assert kernel_compile._started == set()
+    assert blas <= {1}, "its small BLAS products run in one thread"
 
 
 def test_the_fit_service_counts_centroids_and_runs(monkeypatch):

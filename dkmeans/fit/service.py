@@ -50,7 +50,8 @@ from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
 from dkmeans.fit.spec import (FitResult, FitSpec, resolve_out_of_core, resolve_prune, two_level_clusters,
                               wants_local_search)
-from dkmeans.kernels.backends.compile import COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path
+from dkmeans.kernels.backends.compile import (COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path,
+                                              small_fit)
 from dkmeans.kernels.nearest import compiled_kinds
 
 
@@ -101,14 +102,17 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
     memory budget counts ``n_clusters`` centroids (default ``spec.n_clusters``). The caller
     releases the data.
     """
-    path = _kernel_path(dataset, (spec.n_clusters if n_clusters is None else n_clusters) * max(1, spec.n_init))
+    n_elements = _elements(dataset)
+    centroids = (spec.n_clusters if n_clusters is None else n_clusters) * max(1, spec.n_init)  # of all its runs
+    path = _kernel_path(dataset, n_elements, centroids)
     # one code path and one backend setting (read here, once) for the whole fit: here, and (InContext) in its tasks
     with pinned(path):
         threads = in_process_threads(dataset, weights) if resolve_out_of_core(spec.out_of_core) != True else None
         if threads is not None:  # noqa: E712 - out_of_core True, not "auto", sends the data to a cluster
             data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
             # one BLAS thread per chunk thread, as on the workers
-            with threadpool_limits(limits=1) if threads > 1 else _one_blas_thread(path):
+            small = path == "numpy" and small_fit(n_elements, centroids)
+            with threadpool_limits(limits=1) if threads > 1 else _one_blas_thread(small):
                 yield data, None
             return
         with fit_client() as client:
@@ -125,8 +129,8 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
                 yield InContext(data, functools.partial(call_pinned, current_pin())), client
 
 
-def _one_blas_thread(path: str):
-    """A fit in this process's one thread on the NumPy code (a small one): under one BLAS thread.
+def _one_blas_thread(small: bool):
+    """A small fit on the NumPy code in this process's one thread: under one BLAS thread.
 
     Its BLAS products are small (k x d by d x rows); BLAS threads that wake and spin for each
     cost more than they share, the more so on a busy machine. Measured, a first default fit
@@ -134,7 +138,7 @@ def _one_blas_thread(path: str):
     one OpenBLAS thread, 0.21-0.25 s under two. The thread pools are found once per process
     (:func:`_blas_pools`).
     """
-    return _blas_pools().limit(limits=1, user_api="blas") if path == "numpy" else contextlib.nullcontext()
+    return _blas_pools().limit(limits=1, user_api="blas") if small else contextlib.nullcontext()
 
 
 @functools.lru_cache(maxsize=1)
@@ -143,15 +147,17 @@ def _blas_pools() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def _kernel_path(dataset: Dataset, n_clusters: int) -> str:
-    """The kernels' code path for this whole fit (:func:`dkmeans.kernels.backends.compile.resolve_path`).
-
-    ``n_clusters``: the centroids the fit computes in all (times its runs). Rows of unknown
-    count (a DataFrame of unknown partition lengths) count as large.
-    """
+def _elements(dataset: Dataset) -> int:
+    """Rows x features; rows of unknown count (a DataFrame of unknown partition lengths) count as large."""
     n_rows = dataset.n_rows if dataset.n_rows is not None else COMPILE_FIRST_ELEMENTS
+    return n_rows * max(1, dataset.n_features)
+
+
+def _kernel_path(dataset: Dataset, n_elements: int, n_clusters: int) -> str:
+    """The kernels' code path for this whole fit (:func:`dkmeans.kernels.backends.compile.resolve_path`)
+    over ``n_elements``, computing ``n_clusters`` centroids in all (times its runs)."""
     kinds = [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
-    return resolve_path(kinds, n_rows * max(1, dataset.n_features), n_clusters)
+    return resolve_path(kinds, n_elements, n_clusters)
 
 
 def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:

@@ -211,7 +211,7 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     kinds = list(kinds)
     if all(kind in _ready for kind, _ in kinds):
         return "compiled"
-    if n_clusters is not None and n_elements * max(1, n_clusters) < NUMPY_FIT_WORK:
+    if small_fit(n_elements, n_clusters):
         return "numpy"
     if n_elements >= COMPILE_FIRST_ELEMENTS:
         return "compiled"
@@ -220,6 +220,12 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
             compiled_ready(kind, warm_up)  # starts the background compilation of what is missing
     wait_compiled(timeout=n_elements * NUMPY_SECONDS_PER_ELEMENT)
     return "compiled" if all(kind in _ready for kind, _ in kinds) else "numpy"
+
+
+def small_fit(n_elements: int, n_clusters: int | None) -> bool:
+    """Whether a fit over ``n_elements`` computing ``n_clusters`` centroids (times its runs; None:
+    unknown) is below :data:`NUMPY_FIT_WORK`, where the NumPy code serves it best."""
+    return n_clusters is not None and n_elements * max(1, n_clusters) < NUMPY_FIT_WORK
 
 
 def _warm(kind, warm_up, backend: str) -> None:
@@ -257,4 +263,5 @@ def wait_compiled(timeout: float | None = None) -> bool:
 
 
 __all__ = ["COMPILE_FIRST_ELEMENTS", "NUMPY_FIT_WORK", "PATHS", "Pin", "backend_setting", "call_pinned", "compile_mode",
-           "compiled_ready", "current_path", "current_pin", "finish_at_exit", "pinned", "resolve_path", "wait_compiled"]
+           "compiled_ready", "current_path", "current_pin", "finish_at_exit", "pinned", "resolve_path", "small_fit",
+           "wait_compiled"]

@@ -50,8 +50,8 @@ from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
 from dkmeans.fit.spec import (FitResult, FitSpec, resolve_out_of_core, resolve_prune, two_level_clusters,
                               wants_local_search)
-from dkmeans.kernels.backends.compile import (COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path,
-                                              small_fit)
+from dkmeans.kernels.backends.compile import (COMPILE_FIRST_ELEMENTS, after_small_fit, call_pinned, current_pin, pinned,
+                                              resolve_path, small_fit)
 from dkmeans.kernels.nearest import compiled_kinds
 
 
@@ -114,6 +114,8 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
             small = path == "numpy" and small_fit(n_elements, centroids)
             with threadpool_limits(limits=1) if threads > 1 else _one_blas_thread(small):
                 yield data, None
+            if small:  # ended: a process fitting small data repeatedly compiles for its next fits
+                after_small_fit(_kinds(dataset))
             return
         with fit_client() as client:
             weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
@@ -153,11 +155,15 @@ def _elements(dataset: Dataset) -> int:
     return n_rows * max(1, dataset.n_features)
 
 
+def _kinds(dataset: Dataset) -> list:
+    """The compiled kinds a fit's kernels may take on these rows (none for sparse rows)."""
+    return [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
+
+
 def _kernel_path(dataset: Dataset, n_elements: int, n_clusters: int) -> str:
     """The kernels' code path for this whole fit (:func:`dkmeans.kernels.backends.compile.resolve_path`)
     over ``n_elements``, computing ``n_clusters`` centroids in all (times its runs)."""
-    kinds = [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
-    return resolve_path(kinds, n_elements, n_clusters)
+    return resolve_path(_kinds(dataset), n_elements, n_clusters)
 
 
 def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:

@@ -57,9 +57,10 @@ def test_numpy_and_compiled_paths_give_the_same_fit(n, d, k, kind, dtype):
 
 @pytest.fixture
 def fresh_compile_state(monkeypatch):
-    """No kind compiled or started in this process (as in a fresh one)."""
+    """No kind compiled or started in this process, and no small fit counted (as in a fresh one)."""
     monkeypatch.setattr(kernel_compile, "_ready", set())
     monkeypatch.setattr(kernel_compile, "_started", set())
+    monkeypatch.setattr(kernel_compile, "_small_fits", 0)
 
 
 def _compiling() -> bool:
@@ -84,6 +85,27 @@ def test_a_small_fit_runs_numpy_and_no_compilation_competes_with_it(monkeypatch,
     assert seen and set(seen) == {("numpy", False)}
     assert kernel_compile._started == set()
     assert blas <= {1}, "its small BLAS products run in one thread"
+
+
+def test_repeated_small_fits_compile_after_a_fit_for_the_next(monkeypatch, fresh_compile_state):
+    """After SMALL_FITS_BEFORE_COMPILING small fits the compilation starts, when a fit has ended."""
+    assert kernel_compile.wait_compiled(timeout=60)
+    monkeypatch.setattr(kernel_compile, "SMALL_FITS_BEFORE_COMPILING", 2)
+    warmed = []
+    monkeypatch.setattr(kernel_compile, "_warm", lambda kind, warm_up, backend: warmed.append(kind))  # no compiling
+    during = []
+    original = nearest._backend
+    monkeypatch.setattr(nearest, "_backend", lambda X, k: during.append(_compiling()) or original(X, k))
+    X = _data(5_000, 8, 4, "blobs", np.float32)
+    kinds = {kind for kind, _ in nearest.compiled_kinds(np.float32, 8)}
+    with dask.config.set({"dkmeans.compile": "background"}):
+        dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
+        assert kernel_compile._started == set()
+        dkmeans.KMeans(n_clusters=4, random_state=1).fit(X)
+        assert kernel_compile._started == kinds, "the second small fit's end starts the compilation"
+    kernel_compile.wait_compiled(timeout=30)
+    assert set(warmed) == kinds
+    assert during and not any(during), "no compilation ran during a fit"
 
 
 def test_the_fit_service_counts_centroids_and_runs(monkeypatch):

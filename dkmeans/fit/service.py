@@ -102,13 +102,16 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
     memory budget counts ``n_clusters`` centroids (default ``spec.n_clusters``). The caller
     releases the data.
     """
+    # out_of_core True, not "auto", sends the data to a cluster
+    in_process = resolve_out_of_core(spec.out_of_core) != True  # noqa: E712
+    threads = in_process_threads(dataset, weights) if in_process else None
     n_elements = _elements(dataset)
     centroids = (spec.n_clusters if n_clusters is None else n_clusters) * max(1, spec.n_init)  # of all its runs
-    path = _kernel_path(dataset, n_elements, centroids)
+    # the size rule is this process's (a cluster's workers load the compiled loops in theirs): in-process fits only
+    path = _kernel_path(dataset, n_elements, centroids if threads is not None else None)
     # one code path and one backend setting (read here, once) for the whole fit: here, and (InContext) in its tasks
     with pinned(path):
-        threads = in_process_threads(dataset, weights) if resolve_out_of_core(spec.out_of_core) != True else None
-        if threads is not None:  # noqa: E712 - out_of_core True, not "auto", sends the data to a cluster
+        if threads is not None:
             data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
             # one BLAS thread per chunk thread, as on the workers
             small = path == "numpy" and small_fit(n_elements, centroids)
@@ -160,9 +163,9 @@ def _kinds(dataset: Dataset) -> list:
     return [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
 
 
-def _kernel_path(dataset: Dataset, n_elements: int, n_clusters: int) -> str:
+def _kernel_path(dataset: Dataset, n_elements: int, n_clusters: int | None) -> str:
     """The kernels' code path for this whole fit (:func:`dkmeans.kernels.backends.compile.resolve_path`)
-    over ``n_elements``, computing ``n_clusters`` centroids in all (times its runs)."""
+    over ``n_elements``, computing ``n_clusters`` centroids in all (times its runs; None: no size rule)."""
     return resolve_path(_kinds(dataset), n_elements, n_clusters)
 
 

@@ -122,6 +122,15 @@ def test_the_fit_service_counts_centroids_and_runs(monkeypatch):
     assert asked == [(500 * 6, 4 * 3)]
 
 
+def test_a_fit_on_the_cluster_takes_no_size_rule(monkeypatch, client, on_cluster):
+    """The size rule weighs this process's load of the compiled loops: a cluster's workers load them in theirs."""
+    asked = []
+    original = service.resolve_path
+    monkeypatch.setattr(service, "resolve_path", lambda kinds, n, k=None: asked.append((n, k)) or original(kinds, n, k))
+    dkmeans.KMeans(n_clusters=3, random_state=0).fit(_data(400, 5, 3, "blobs", np.float32))
+    assert asked == [(400 * 5, None)]
+
+
 def test_the_path_is_chosen_by_size(monkeypatch, fresh_compile_state):
     release = threading.Event()
     kind = ("test-small-fit", 1)

@@ -64,10 +64,10 @@ NUMPY_SECONDS_PER_ELEMENT = 0.5e-6
 #: thread holds the GIL against the fit it would serve. Measured on 2 cores (a warm process,
 #: one BLAS thread, CPU seconds of a default fit, NumPy against compiled): 100,000 x 8, k = 10
 #: (8e6): 0.076 against 0.046; 200,000 x 8, k = 10 (1.6e7): 0.145 against 0.075; 400,000 x 8,
-#: k = 10 (3.2e7): 0.24 against 0.135; 100,000 x 8,
-#: k = 100 (8e7): 0.35 against 0.14. The NumPy code costs less than the load plus the compiled
-#: fit up to about 3e7; the bound keeps a margin below that (the NumPy code's BLAS products
-#: suffer more from a busy machine than the compiled loops).
+#: k = 10 (3.2e7): 0.24 against 0.135; 100,000 x 8, k = 100 (8e7): 0.35 against 0.14. The
+#: NumPy code costs less than the load plus the compiled fit up to about 3e7; the bound keeps
+#: a margin below that (the NumPy code's BLAS products suffer more from a busy machine than
+#: the compiled loops). Fits on a cluster are not weighed so (their workers load the loops).
 NUMPY_FIT_WORK = 2**24
 
 #: Background mode: small fits (below :data:`NUMPY_FIT_WORK`) a process ends before their kinds

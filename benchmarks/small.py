@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_json  # noqa: E402
 
 COLD = """
-import json, time
+import json, sys, time
+sys.path.insert(0, {root!r})  # this checkout's dkmeans, whatever is installed
 t0 = time.perf_counter()
 import numpy as np, dkmeans
 from sklearn.datasets import make_blobs
@@ -39,7 +40,7 @@ X = make_blobs(100_000, 8, centers=10, random_state=0)[0].astype(np.float32)
 t1 = time.perf_counter()
 km = dkmeans.KMeans(10, random_state=0).fit(X)
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "fit_s": t2 - t1, "mode": km.data_mode_}))
+print(json.dumps({{"import_s": t1 - t0, "fit_s": t2 - t1, "mode": km.data_mode_, "dkmeans": dkmeans.__file__}}))
 """
 
 
@@ -76,7 +77,8 @@ def main() -> None:
     for _ in range(args.cold_repeats):
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-            out = subprocess.run([sys.executable, "-c", COLD], capture_output=True, text=True, env=env, check=True)
+            code = COLD.format(root=str(Path(__file__).resolve().parent.parent))
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
             cold.append(json.loads(out.stdout.strip().splitlines()[-1]))
     result = {
         "machine": machine(), "ours_s": ours, "sklearn_s": theirs, "objective_ratio": ratio_obj, "cold": cold,

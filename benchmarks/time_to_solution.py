@@ -49,7 +49,7 @@ ONE_FIT = """
 import json, os, sys, time
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 import numpy as np
-sys.path.insert(0, {bench!r})
+sys.path[:0] = [{root!r}, {bench!r}]  # this checkout's dkmeans, whatever is installed
 from lloyd import make_data, objective
 import sklearn.cluster, dkmeans
 n, d, k = {shape}
@@ -60,12 +60,14 @@ est.fit(X)
 seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
 C = np.asarray(est.cluster_centers_)
 print("RESULT " + json.dumps(dict(seconds=seconds, cpu_seconds=cpu_seconds, objective=objective(X, C),
-                                  n_iter=int(np.max(est.n_iter_)), n_passes=getattr(est, "n_passes_", None))))
+                                  n_iter=int(np.max(est.n_iter_)), n_passes=getattr(est, "n_passes_", None),
+                                  dkmeans=os.path.dirname(dkmeans.__file__))))
 """
 
 
 def one_fit(shape, config: str, timeout: float) -> dict:
-    code = ONE_FIT.format(bench=str(Path(__file__).resolve().parent), shape=tuple(shape), config=CONFIGS[config])
+    bench = Path(__file__).resolve().parent
+    code = ONE_FIT.format(root=str(bench.parent), bench=str(bench), shape=tuple(shape), config=CONFIGS[config])
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -44,6 +44,7 @@ from dkmeans.kernels.seeding import (  # noqa: E402
     rows_above,
     sq_distances,
     update_nearest,
+    weighted_lloyd,
 )
 
 __all__ += [
@@ -60,6 +61,7 @@ __all__ += [
     "sq_distances",
     "take_rows",
     "update_nearest",
+    "weighted_lloyd",
 ]
 
 from dkmeans.kernels.swap import (  # noqa: E402

@@ -61,6 +61,14 @@ STREAM_BLOCK_BYTES = 256 * 2**10
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
+#: The namespace code: up to this many centroids (one block), the nearest is found from
+#: distances laid out centroid-major (:func:`_nearest_narrow`), a vectorised minimum over
+#: centroids, instead of an argmin over each row's few values. Measured (:func:`assign`,
+#: 100,000 x 8 float32 rows, one BLAS thread): 1.6 ms at k = 10 against 4.5 by argmin, 4.9
+#: against 9.1 at k = 40, equal at k = 100 and 160 (14 and 18 ms), the argmin 5% faster at 255;
+#: at d = 32 alike (5.3 against 6.3 ms at k = 10, equal at 160).
+NARROW_CENTROIDS = 128  # at most 255: the ranks of :func:`_nearest_narrow` are uint8
+
 
 def _kind(engine: str, dtype, d: int) -> tuple:
     """The compile unit of a compiled path: its loops for one dtype (and, direct, one width)."""
@@ -124,6 +132,8 @@ def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
     """Index of the nearest centroid for each row of one tile."""
     m = Xt.shape[0]
     k = C.shape[0]
+    if k <= min(NARROW_CENTROIDS, centroid_block):
+        return _nearest_narrow(xp, Xt, C, c_half_sq, dist_buf)
     best_idx = None
     best_val = None
     rows = xp.arange(m)
@@ -144,6 +154,31 @@ def _nearest_in_tile(xp, Xt, C, c_half_sq, centroid_block, dist_buf):
             best_val = xp.where(better, val, best_val)
             best_idx = xp.where(better, idx + j0, best_idx)
     return best_idx
+
+
+def _nearest_narrow(xp, Xt, C, c_half_sq, dist_buf):
+    """:func:`_nearest_in_tile` for at most :data:`NARROW_CENTROIDS` centroids (one block).
+
+    The distances are laid out centroid-major (``k x m``): the minimum over centroids is then
+    one vectorised reduction, and the label the lowest index reaching it (the ties an argmin
+    gives), where an argmin over rows of a few values pays its per-row cost.
+    """
+    m = Xt.shape[0]
+    k = C.shape[0]
+    if k == 1:
+        return xp.zeros(m, dtype=xp.int32)
+    D = dist_buf.reshape(-1)[: k * m].reshape(k, m)
+    xp.matmul(C, Xt.T, out=D)
+    xp.subtract(c_half_sq[:, None], D, out=D)
+    best = D.min(axis=0)
+    # the lowest index reaching the minimum: the largest of (D == best) * (k - j), a product and a
+    # maximum over contiguous rows (a where() or an argmax over the centroids is 20x slower)
+    rank = xp.arange(k, 0, -1, dtype=xp.uint8)[:, None]
+    labels = k - ((D == best).view(xp.uint8) * rank).max(axis=0).astype(xp.int32)
+    missed = labels == k  # a NaN distance (overflow) matches nothing: argmin's choice, as the wide path's
+    if bool(missed.any()):
+        labels[missed] = xp.argmin(D[:, missed], axis=0)
+    return labels
 
 
 def _compiled_tiles(backend: Backend, n: int, k: int, d: int, itemsize: int, scratch_bytes: int):
@@ -264,8 +299,10 @@ def _assign(backend: Backend, X, C, scratch_bytes):
     row_tile, _ = plan_tiles(n, C.shape[0], d, X.dtype.itemsize, scratch_bytes)
     for i0 in range(0, n, row_tile):
         i1 = min(n, i0 + row_tile)
-        diff = X[i0:i1] - C[labels[i0:i1]]
-        min_sq[i0:i1] = xp.sum(diff * diff, axis=1)
+        diff = xp.take(C, labels[i0:i1], axis=0)  # take, not C[labels]: 10x faster at d = 8
+        xp.subtract(X[i0:i1], diff, out=diff)
+        # einsum: a row's few products summed in one pass (sum over axis 1 pays per row: 2x slower at d = 8)
+        xp.einsum("ij,ij->i", diff, diff, out=min_sq[i0:i1])
     return labels, min_sq
 
 

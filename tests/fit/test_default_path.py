@@ -182,7 +182,10 @@ def test_lazy_predict_warms_up_nothing_empty(client):
 
 # -- one code path per fit -------------------------------------------------------------------
 def _record_paths(monkeypatch):
-    """The code path of every assignment kernel call made in this (main) thread."""
+    """The code path of every assignment kernel call on float32 rows made in this (main) thread.
+
+    (The k-means|| recluster runs the NumPy code on its float64 candidates whatever the fit's path.)
+    """
     from dkmeans.kernels.backends.select import Backend
 
     seen = []
@@ -190,7 +193,7 @@ def _record_paths(monkeypatch):
 
     def spy(X, k):
         backend = original(X, k)
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread() and X.dtype == np.float32:
             seen.append("compiled" if backend in (Backend.COMPILED, Backend.BLAS) else "numpy")
         return backend
 
@@ -203,6 +206,7 @@ def test_a_fit_keeps_one_code_path_while_kernels_compile(monkeypatch):
     monkeypatch.setattr(kernel_compile, "_ready", set())
     monkeypatch.setattr(kernel_compile, "_started", set())
     monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)  # the fit does not wait for it
+    monkeypatch.setattr(kernel_compile, "NUMPY_FIT_WORK", 0)  # a fit this small would start no compilation
     real_warm = kernel_compile._warm
 
     def slow_warm(*args):  # the compilation ends while the first fit runs
@@ -228,6 +232,7 @@ def test_small_data_waits_for_a_compilation_that_costs_less_than_numpy(monkeypat
     monkeypatch.setattr(kernel_compile, "_ready", set())
     monkeypatch.setattr(kernel_compile, "_started", set())
     monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 1.0)  # any compilation is cheaper
+    monkeypatch.setattr(kernel_compile, "NUMPY_FIT_WORK", 0)  # a fit this small would start no compilation
     seen = _record_paths(monkeypatch)
     X = np.random.default_rng(0).normal(size=(500, 5)).astype(np.float32)
     with dask.config.set({"dkmeans.compile": "background"}):

@@ -35,7 +35,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.cluster import KMeans as _LocalKMeans
 from sklearn.cluster import kmeans_plusplus
 
 from dkmeans.drivers.streams import STREAMS
@@ -53,6 +52,7 @@ from dkmeans.kernels import (
     oversample_scores,
     rows_above,
     update_nearest,
+    weighted_lloyd,
 )
 
 STREAM_FIRST = STREAMS["k-means||.first"]()
@@ -165,6 +165,10 @@ def farthest_points_all(data, C, m) -> TopRows:
 def recluster(C: np.ndarray, weights: np.ndarray, k: int, seed: int, metric: str = "euclidean") -> np.ndarray:
     """Weighted greedy k-means++ then weighted Lloyd on the candidates (on the client).
 
+    scikit-learn's k-means++; Lloyd by scikit-learn's rules, our kernel
+    (:func:`~dkmeans.kernels.seeding.weighted_lloyd`: a first fit of a process does not pay
+    scikit-learn's thread-pool scan).
+
     With ``metric="cosine"`` the candidates are unit rows, so k-means++'s draws are already
     proportional to ``1 - cos``; the Lloyd step is spherical (:func:`_spherical_lloyd`).
     """
@@ -173,8 +177,7 @@ def recluster(C: np.ndarray, weights: np.ndarray, k: int, seed: int, metric: str
     start, _ = kmeans_plusplus(C64, k, sample_weight=weights, random_state=rs)
     if metric == "cosine":
         return _spherical_lloyd(C64, weights, start)
-    local = _LocalKMeans(k, init=start, n_init=1, algorithm="lloyd", max_iter=300, tol=1e-6)
-    return local.fit(C64, sample_weight=weights).cluster_centers_
+    return weighted_lloyd(C64, weights, start, max_iter=300, tol=1e-6)
 
 
 def _spherical_lloyd(C64: np.ndarray, weights: np.ndarray, start: np.ndarray) -> np.ndarray:

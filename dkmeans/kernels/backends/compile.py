@@ -7,8 +7,11 @@ call does meanwhile:
 
 * ``"background"`` (default): the first call of a kind starts compiling that kind in a
   background thread (by running the kernels on a few rows) and is served by the NumPy
-  code; calls after the compilation take the compiled path. A first fit on small data
-  therefore costs what NumPy costs, not the compilation.
+  code; calls after the compilation take the compiled path. A fit chooses by its size
+  (:func:`resolve_path`): a small one runs the NumPy code unless the loops are compiled
+  already, and starts no compilation (a first fit on small data costs what NumPy costs, not
+  the compilation, nor a compiling thread's hold on the GIL); a larger one starts the
+  compilation, and waits for it as long as it pays.
 * ``"eager"``: compile on first use, in the call (results then never mix the two paths,
   which agree up to float rounding; the test suite uses this).
 * ``"off"``: the NumPy code always.
@@ -27,9 +30,11 @@ client's ``dask.config.set`` never reaches, so the value travels with the chunk 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import logging
+import multiprocessing
 import threading
 import time
 from typing import Callable, Hashable, Iterable, NamedTuple
@@ -52,8 +57,36 @@ COMPILE_FIRST_ELEMENTS = 2**22
 #: it (this many seconds per element): a compilation from the disk cache then serves the fit,
 #: a cold one is left to finish in the background for the next fit.
 NUMPY_SECONDS_PER_ELEMENT = 0.5e-6
+#: Background mode: a fit of less work than this (elements x centroids x runs) runs on the
+#: NumPy code unless the compiled loops are ready, and starts no compilation. Loading the
+#: compiled loops costs a fresh process 0.12-0.16 s of CPU even from numba's disk cache (its
+#: type registries: most of it is numba's first dispatch in the process), and a compilation
+#: thread holds the GIL against the fit it would serve. Measured on 2 cores (a warm process,
+#: one BLAS thread, CPU seconds of a default fit, NumPy against compiled): 100,000 x 8, k = 10
+#: (8e6): 0.076 against 0.046; 200,000 x 8, k = 10 (1.6e7): 0.145 against 0.075; 400,000 x 8,
+#: k = 10 (3.2e7): 0.24 against 0.135; 100,000 x 8, k = 100 (8e7): 0.35 against 0.14. The
+#: NumPy code costs less than the load plus the compiled fit up to about 3e7; the bound keeps
+#: a margin below that (the NumPy code's BLAS products suffer more from a busy machine than
+#: the compiled loops). Fits on a cluster are not weighed so (their workers load the loops).
+NUMPY_FIT_WORK = 2**24
+
+#: Background mode: small fits (below :data:`NUMPY_FIT_WORK`) a process ends before their kinds
+#: start compiling in the background, for its later fits (:func:`after_small_fit`). A script
+#: that fits a few times never pays for the compiled loops; one that fits in a loop gets them:
+#: at 100,000 x 8, k = 10, a warm fit takes 0.043 s compiled against 0.072 s on the NumPy code
+#: (in one process, 2 cores), so the load (0.12-0.16 s) is paid back within 5 fits. The
+#: compilation starts when a fit has ended, never while one runs.
+SMALL_FITS_BEFORE_COMPILING = 4
+
+#: A process waits at its exit at most this long for the background compilation it started:
+#: numba writes its disk cache as each kernel compiles, so a compilation cut short is redone by
+#: the next process, and scripts shorter than a cold compilation (6-9 s on 2 cores) would each
+#: start it again and never leave the cache for the next (:func:`finish_at_exit`).
+COMPILE_AT_EXIT_SECONDS = 30.0
 
 _lock = threading.Lock()
+_at_exit: list = []
+_small_fits = 0
 _ready: set = set()
 _started: set = set()
 _local = threading.local()
@@ -106,6 +139,8 @@ def compiled_ready(kind: Hashable, warm_up: Callable[[], None]) -> bool:
         if kind in _started:
             return False
         _started.add(kind)
+        if not _at_exit and multiprocessing.parent_process() is None:  # a worker process's exit waits for nothing
+            _at_exit.append(atexit.register(finish_at_exit))
     # the thread starts with an empty context: it gets this call's backend setting (which loops to compile)
     threading.Thread(target=_warm, args=(kind, warm_up, backend_setting()), name="dkmeans-compile",
                      daemon=True).start()
@@ -160,16 +195,23 @@ def call_pinned(pin: Pin | str | None, fn: Callable, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_elements: int) -> str:
+def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_elements: int,
+                 n_clusters: int | None = None) -> str:
     """The one code path of a fit over ``n_elements`` (rows x features) whose kernels are ``kinds``.
 
-    ``kinds``: the compiled kinds the fit's kernels may take, each with its warm-up. Eager
-    mode: compiled; off: NumPy. Background mode (unless ``dkmeans.kernels.backend`` is ``"numpy"``,
-    which takes no compiled loops: NumPy): compiled when every kind is compiled
-    already or the data has at least :data:`COMPILE_FIRST_ELEMENTS` elements (the fit then
-    compiles first); otherwise the kinds start compiling, and the fit waits for them at most
-    what the NumPy code would cost it (:data:`NUMPY_SECONDS_PER_ELEMENT`): compiled if they
-    are ready by then, NumPy otherwise (they go on compiling for later fits).
+    ``kinds``: the compiled kinds the fit's kernels may take, each with its warm-up;
+    ``n_clusters``: the centroids the fit computes (times its runs), None when unknown.
+    Eager mode: compiled; off: NumPy. Background mode (unless ``dkmeans.kernels.backend`` is
+    ``"numpy"``, which takes no compiled loops: NumPy): compiled when every kind is compiled
+    already. Otherwise by size: below :data:`NUMPY_FIT_WORK` (``n_elements x n_clusters``)
+    NumPy, without waiting and without starting a compilation (none competes with the fit
+    for the GIL; the first larger fit starts it, or :func:`after_small_fit` once the process
+    has fitted small data repeatedly); from :data:`COMPILE_FIRST_ELEMENTS`
+    elements compiled (the fit compiles first); between the two the kinds start compiling,
+    and the fit waits for them at most what the NumPy code would cost it
+    (:data:`NUMPY_SECONDS_PER_ELEMENT`): compiled if they are ready by then, NumPy otherwise
+    (they go on compiling for later fits, and the process finishes them before it exits,
+    :func:`finish_at_exit`, so that numba's disk cache serves the next process).
     """
     mode = compile_mode()
     if mode != "background":
@@ -177,13 +219,38 @@ def resolve_path(kinds: Iterable[tuple[Hashable, Callable[[], None]]], n_element
     if backend_setting() == "numpy":  # no kernel takes the compiled loops: neither wait for nor start them
         return "numpy"
     kinds = list(kinds)
-    if all(kind in _ready for kind, _ in kinds) or n_elements >= COMPILE_FIRST_ELEMENTS:
+    if all(kind in _ready for kind, _ in kinds):
+        return "compiled"
+    if small_fit(n_elements, n_clusters):
+        return "numpy"
+    if n_elements >= COMPILE_FIRST_ELEMENTS:
         return "compiled"
     with pinned(None):  # not an enclosing fit's path: really start what is missing
         for kind, warm_up in kinds:
             compiled_ready(kind, warm_up)  # starts the background compilation of what is missing
     wait_compiled(timeout=n_elements * NUMPY_SECONDS_PER_ELEMENT)
     return "compiled" if all(kind in _ready for kind, _ in kinds) else "numpy"
+
+
+def after_small_fit(kinds: Iterable[tuple[Hashable, Callable[[], None]]]) -> None:
+    """Count a small fit that has ended (background mode); after :data:`SMALL_FITS_BEFORE_COMPILING`
+    of them, start compiling ``kinds`` in the background for the next fits (see there)."""
+    global _small_fits
+    if compile_mode() != "background" or backend_setting() == "numpy":
+        return
+    with _lock:
+        _small_fits += 1
+        if _small_fits < SMALL_FITS_BEFORE_COMPILING:
+            return
+    with pinned(None):  # not an enclosing fit's path: really start what is missing
+        for kind, warm_up in kinds:
+            compiled_ready(kind, warm_up)
+
+
+def small_fit(n_elements: int, n_clusters: int | None) -> bool:
+    """Whether a fit over ``n_elements`` computing ``n_clusters`` centroids (times its runs; None:
+    unknown) is below :data:`NUMPY_FIT_WORK`, where the NumPy code serves it best."""
+    return n_clusters is not None and n_elements * max(1, n_clusters) < NUMPY_FIT_WORK
 
 
 def _warm(kind, warm_up, backend: str) -> None:
@@ -198,6 +265,18 @@ def _warm(kind, warm_up, backend: str) -> None:
     logger.debug("compiled kernels ready: %s", kind)
 
 
+def finish_at_exit(timeout: float | None = None) -> bool:
+    """Let the background compilations end (at most ``timeout``, default :data:`COMPILE_AT_EXIT_SECONDS`).
+
+    Registered with :mod:`atexit` when a process (not a worker process) starts one, so that
+    numba's disk cache serves the next process. True if none is left running.
+    """
+    if any(t.name == "dkmeans-compile" and t.is_alive() for t in threading.enumerate()):
+        logger.info("finishing the compilation of the kernels for the next processes (numba's disk cache)")
+        wait_compiled(COMPILE_AT_EXIT_SECONDS if timeout is None else timeout)
+    return not any(t.name == "dkmeans-compile" and t.is_alive() for t in threading.enumerate())
+
+
 def wait_compiled(timeout: float | None = None) -> bool:
     """Wait until every background compilation started so far has ended (at most ``timeout``
     seconds in all); True if all succeeded."""
@@ -208,5 +287,6 @@ def wait_compiled(timeout: float | None = None) -> bool:
         return _started <= _ready
 
 
-__all__ = ["COMPILE_FIRST_ELEMENTS", "PATHS", "Pin", "backend_setting", "call_pinned", "compile_mode",
-           "compiled_ready", "current_path", "current_pin", "pinned", "resolve_path", "wait_compiled"]
+__all__ = ["COMPILE_FIRST_ELEMENTS", "NUMPY_FIT_WORK", "PATHS", "Pin", "after_small_fit", "backend_setting",
+           "call_pinned", "compile_mode", "compiled_ready", "current_path", "current_pin", "finish_at_exit", "pinned",
+           "resolve_path", "small_fit", "wait_compiled"]

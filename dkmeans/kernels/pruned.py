@@ -71,6 +71,14 @@ DENSE_ROWS = 1024
 #: Bytes of one block of scores (rows x centroids of whole groups): about the L2 cache, so that
 #: the reductions read it while it is there.
 SCORE_BLOCK_BYTES = 2**20
+#: With ``plain_above`` set, a chunk where more than this share of the rows fail the first test (the
+#: centroids moved far) takes the unpruned kernel at once: the exact upper bounds and the groups'
+#: needs of every row would cost 0.2x an unpruned pass before it (62,500 x 128, k = 256, one thread).
+PLAIN_UNSETTLED = 0.95
+#: ... and where more than ``plain_above`` of the rows fail it, every this-many-th of them is
+#: tightened and its groups' needs counted first: the estimate of the pairs to compute decides
+#: (a sample of rows, in row order: the same rows whatever the timing).
+NEED_SAMPLE_STRIDE = 16
 
 
 #: Bytes of a row's state besides its group bounds: label (4), upper bound (8), norm (4).
@@ -297,6 +305,9 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         shift = _loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
         cand = np.empty(n, dtype=np.int64)
         m = _loops.settle(labels, upper, lower, norm, drift, shift, prep.k0, prep.k1, cand)
+        if m > plain_above * n and _hopeless(X, C, state, prep, groups, cand[:m], n, plain_above):
+            partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
+            return None, PrunedPartials(partials, float(n * k), float(n * k), True)
         m = _loops.tighten(X, C, labels, upper, lower, norm, prep.k0, prep.k1, cand, m)
         computed += m
         cand = cand[:m]
@@ -314,6 +325,23 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     objective = _loops.tiled_partials(X, C, labels, tile, w, has_w, sums, counts)
     partials = Partials(sums, counts, np.asarray(objective, dtype=np.float64))
     return state, PrunedPartials(partials, float(computed), float(n * k), True)
+
+
+def _hopeless(X, C, state, prep: _Prepared, groups: CentroidGroups, cand, n: int, plain_above: float) -> bool:
+    """Whether the rows ``cand`` that failed the first test leave more than ``plain_above`` of the
+    chunk's distances to compute: at once where more than :data:`PLAIN_UNSETTLED` of the rows
+    failed, else estimated from every :data:`NEED_SAMPLE_STRIDE`-th of them (their exact upper
+    bounds, kept: they are bounds all the same, and the groups they need)."""
+    m = cand.shape[0]
+    if m > PLAIN_UNSETTLED * n:
+        return True
+    sample = np.ascontiguousarray(cand[::NEED_SAMPLE_STRIDE])
+    labels, upper, lower, norm = state["labels"], state["upper"], state["lower"], state["norm"]
+    s = _loops.tighten(X, C, labels, upper, lower, norm, prep.k0, prep.k1, sample, sample.shape[0])
+    need = np.empty((s, groups.n_groups), dtype=np.bool_)
+    _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, sample, s, need)
+    pairs = float(need.sum(axis=0) @ np.diff(groups.starts)) * m / sample.shape[0]
+    return pairs > plain_above * n * C.shape[0]
 
 
 def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, cand, need, state, norm,

@@ -150,3 +150,43 @@ def test_property_equals_unpruned(n, d, k, dup, dtype, weighted, seed, n_groups,
     C0 = X[rng.choice(len(X), k, replace=False)]
     w = rng.uniform(0, 2, len(X)) if weighted else None
     run_both(X, C0, 4, weights=w, n_groups=n_groups)
+
+
+def _far_move_case():
+    X, _, centers = make_blobs(3000, 8, 30, spread=0.5, box=20.0, seed=4, dtype=np.float32)
+    C0 = centers.astype(np.float32)
+    groups = centroid_groups(C0, 3, token=1)
+    state, _ = pruned_partials(X, C0, None, None, groups)
+    return X, C0, groups, state
+
+
+def test_a_chunk_whose_rows_all_fail_the_first_test_takes_the_unpruned_kernel_at_once():
+    """Centroids that moved across the data leave no row settled: with ``plain_above`` set the chunk
+    gets the unpruned partials (to the bit) and drops its bounds, before any exact upper bound."""
+    X, C0, groups, state = _far_move_case()
+    C1 = C0[::-1].copy()  # every centroid jumps to another blob
+    state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=0.3)
+    assert state is None and out.pruned and out.distances == out.pairs
+    ref = assign_partials(X, C1)
+    np.testing.assert_array_equal(out.partials.sums, ref.sums)
+    np.testing.assert_array_equal(out.partials.counts, ref.counts)
+    assert float(out.partials.objective) == float(ref.objective)
+
+
+@pytest.mark.parametrize("plain_above,falls_back", [(0.0, True), (1.0, False)])
+def test_the_sampled_estimate_decides_where_some_rows_fail(plain_above, falls_back):
+    """Where some rows, not nearly all, fail the first test, a sample of them estimates the pairs to
+    compute: above ``plain_above`` (0: any) the unpruned kernel, below it the pruned pass; both
+    give the unpruned partials, and the pruned pass's bounds still hold."""
+    X, C0, groups, state = _far_move_case()
+    C1 = C0.copy()
+    C1[:3] += np.float32(5.0)  # three centroids move: a tenth of the rows fail, the others settle
+    state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=plain_above)
+    assert (state is None) == falls_back and out.pruned
+    assert (out.distances == out.pairs) == falls_back
+    ref = assign_partials(X, C1)
+    np.testing.assert_array_equal(out.partials.sums, ref.sums)
+    assert float(out.partials.objective) == float(ref.objective)
+    if not falls_back:
+        np.testing.assert_array_equal(state["labels"], assign(X, C1)[0])
+        _check_bounds(X, C1, state, groups)

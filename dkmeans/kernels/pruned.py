@@ -50,7 +50,7 @@ from dkmeans.kernels.backends import compiled_pruned as _loops
 from dkmeans.kernels.backends.select import Backend
 from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL, Partials, check_centroids,
                                     unit_half_sq_norms)
-from dkmeans.kernels.nearest import _assign, _backend, _compiled_tiles, assign_partials
+from dkmeans.kernels.nearest import STREAM_BLOCK_BYTES, _assign, _backend, _compiled_tiles, assign_partials
 
 #: Yinyang's group size: about this many centroids per group (Ding et al. use k / 10).
 CENTROIDS_PER_GROUP = 10
@@ -71,6 +71,10 @@ DENSE_ROWS = 1024
 #: Bytes of one block of scores (rows x centroids of whole groups): about the L2 cache, so that
 #: the reductions read it while it is there.
 SCORE_BLOCK_BYTES = 2**20
+#: A tile scored against every centroid takes the streamed kernel's products
+#: (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`) where the scores of one of its
+#: tiles of rows against every centroid take at most these bytes, BLAS blocks above (many centroids).
+STREAMED_SCORES_BYTES = 4 * 2**20
 #: With ``plain_above`` set, a chunk where more than this share of the rows fail the first test (the
 #: centroids moved far) takes the unpruned kernel at once: the exact upper bounds and the groups'
 #: needs of every row would cost 0.2x an unpruned pass before it (62,500 x 128, k = 256, one thread).
@@ -194,6 +198,7 @@ class _Prepared(NamedTuple):
 
     C_perm: Any  # (k, d) the centroids group by group, data dtype
     h_perm: Any  # (k,) their h in the same order, data dtype
+    CG: Any  # C_perm packed for the streamed products (compiled_pruned.packed_groups)
     k0: float  # the kernel-choice margin is k0 * ||x|| + k1 (squared-distance units)
     k1: float
 
@@ -217,7 +222,8 @@ def _prepare(C, groups: CentroidGroups) -> _Prepared:
     gamma = (d + 2) * eps / (1 - (d + 2) * eps)
     dh = gamma * hmax + UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
     scale = 4.0 * SAFETY  # D_j - D_a > 4 (E + dh), asked SAFETY times
-    prep = _Prepared(np.ascontiguousarray(C[groups.order]), np.ascontiguousarray(h[groups.order]),
+    C_perm = np.ascontiguousarray(C[groups.order])
+    prep = _Prepared(C_perm, np.ascontiguousarray(h[groups.order]), _loops.packed_groups(C_perm),
                      scale * gamma * cmax, scale * (gamma * hmax + dh))
     try:
         ref = weakref.ref(C)
@@ -372,6 +378,7 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     scratch = (np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, np.int32))
     scores = np.empty(max(block_cols * min(DENSE_ROWS, rows_per_tile), widest * rows_per_tile), dtype=X.dtype)
     scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
+    streamed = _streamed_scratch(X, k, d, backend, scratch_bytes)
     for t0 in range(0, m, rows_per_tile):
         rows = cand[t0:t0 + rows_per_tile]
         mt = rows.shape[0]
@@ -384,7 +391,12 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
         gi = np.zeros((G, mt), dtype=np.int32)
         gs = np.full((G, mt), np.inf, dtype=X.dtype)
         nd = None if need is None else need[t0:t0 + mt]
-        if nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k:
+        if (nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k) and streamed is not None:
+            T, block_groups, XT, S = streamed
+            _loops.dense_minima(Xt, 0, mt, prep.CG, block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,
+                                gm, gi, gs, *scratch)
+            computed += mt * k
+        elif nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k:
             for r0 in range(0, mt, DENSE_ROWS):
                 r1 = min(mt, r0 + DENSE_ROWS)
                 for g0, g1 in blocks:
@@ -423,6 +435,21 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
                                     margin / (2.0 * SAFETY), lower, upper, labels)
         state["lmax"] = max(state["lmax"], float(largest))
     return computed
+
+
+def _streamed_scratch(X, k: int, d: int, backend, scratch_bytes):
+    """``(T, block_groups, XT, S)`` of :func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`
+    (the assignment kernel's tiles of rows and blocks of centroids), or None where the scores of a tile
+    would exceed :data:`STREAMED_SCORES_BYTES` (BLAS blocks then)."""
+    itemsize = X.dtype.itemsize
+    T, _ = _compiled_tiles(backend, X.shape[0], k, d, itemsize, scratch_bytes)
+    rows = _loops.STREAM_ROW_VECTORS * (_loops.VECTOR_BYTES // itemsize)
+    cols = -(-T // rows) * rows
+    padded = -(-k // _loops.STREAM_GROUP) * _loops.STREAM_GROUP
+    if padded * cols * itemsize > STREAMED_SCORES_BYTES:
+        return None
+    block_groups = max(1, STREAM_BLOCK_BYTES // (d * _loops.STREAM_GROUP * itemsize))
+    return T, block_groups, np.zeros((d, cols), dtype=X.dtype), np.empty((padded, cols), dtype=X.dtype)
 
 
 def _scores_t(Cg, Xg, out, work):

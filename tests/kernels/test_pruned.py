@@ -190,3 +190,46 @@ def test_the_sampled_estimate_decides_where_some_rows_fail(plain_above, falls_ba
     if not falls_back:
         np.testing.assert_array_equal(state["labels"], assign(X, C1)[0])
         _check_bounds(X, C1, state, groups)
+
+
+@pytest.mark.parametrize("d,k", [(3, 5), (24, 17), (128, 40)])
+def test_streamed_group_minima_against_float64(d, k):
+    """The build's group minima (the streamed products, tile by tile, a short last tile) against float64
+    NumPy scores: the smallest and second smallest score of every group within rounding, and the
+    same centroid where the runner-up trails clearly."""
+    from dkmeans.kernels.backends import compiled_pruned as loops
+
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(300, d)).astype(np.float32)
+    C = rng.normal(size=(k, d)).astype(np.float32)
+    groups = centroid_groups(C, 3)
+    Cp = np.ascontiguousarray(C[groups.order])
+    h = (0.5 * np.einsum("ij,ij->i", Cp, Cp)).astype(np.float32)
+    G, n, T = groups.n_groups, len(X), 64
+    cols = -(-T // (loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // 4)) * (loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // 4)
+    gm, gs = np.full((G, n), np.inf, np.float32), np.full((G, n), np.inf, np.float32)
+    gi = np.zeros((G, n), np.int32)
+    CG = loops.packed_groups(Cp)
+    loops.dense_minima(X, 0, n, CG, 1, h, groups.order, groups.starts, T, np.zeros((d, cols), np.float32),
+                       np.empty((CG.shape[0] * loops.STREAM_GROUP, cols), np.float32), np.arange(n), gm, gi, gs,
+                       np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.int32))
+    scores = h.astype(np.float64)[None, :] - X.astype(np.float64) @ Cp.astype(np.float64).T
+    tol = 1e-4 * (1 + np.abs(scores).max())
+    for g in range(G):
+        part = scores[:, groups.starts[g]:groups.starts[g + 1]]
+        two = np.sort(part, axis=1)[:, :2] if part.shape[1] > 1 else np.c_[part, np.full(n, np.inf)]
+        np.testing.assert_allclose(gm[g], two[:, 0], atol=tol)
+        finite = np.isfinite(two[:, 1])
+        np.testing.assert_allclose(gs[g][finite], two[finite, 1], atol=tol)
+        assert np.all(np.isinf(gs[g][~finite]))
+        clear = two[:, 1] - two[:, 0] > 4 * tol
+        np.testing.assert_array_equal(gi[g][clear], groups.order[groups.starts[g] + part.argmin(axis=1)][clear])
+
+
+def test_blas_blocks_where_the_streamed_scores_do_not_fit(monkeypatch):
+    """Many centroids: the build scores tiles by BLAS blocks instead; the same labels and partials."""
+    import dkmeans.kernels.pruned as pruned
+
+    monkeypatch.setattr(pruned, "STREAMED_SCORES_BYTES", 0)
+    X, _, _ = make_blobs(1500, 24, 16, spread=2.0, box=6.0, seed=7, dtype=np.float32)
+    run_both(X, X[np.random.default_rng(7).choice(len(X), 32, replace=False)], 5)

@@ -22,6 +22,13 @@ than ``benchmarks/embeddings.py``'s) and measures, in one run on the same 2 core
   ``(T(1 + iters) - T(1)) / iters`` (a mean: it reports no per-iteration times); skipped where
   ``k * n`` is above ``--sklearn-max-pairs``.
 
+* **iterations that prune little**: the fixed-start fits begin far from convergence (``C0`` is
+  ``k`` rows of overlapping blobs), so their first pruned passes leave most rows unsettled; the
+  table's ``little`` line gives, over the fixed-start iterations after the first that computed at
+  least half the distances, the mean of pruned over unpruned seconds at the same index (issue 34:
+  at most 1.05x). ``--little`` adds a fixed-start fit of ``--little-iters`` iterations with
+  ``prune=True`` (no switching off: every pass pruned, whatever it costs) beside it.
+
 Reported per shape: per iteration index the seconds pruned and unpruned, each over the floor,
 and the distances computed; the mean over the whole default-started fit and from the goal's
 iteration on (issue 34: wide and manyk at most 0.5x the floor over the fit and 0.25x from the
@@ -35,6 +42,7 @@ From the repository root, on a quiet machine (``--wait-load`` waits for it)::
     .venv/bin/python benchmarks/pruned.py                         # all shapes
     .venv/bin/python benchmarks/pruned.py --shapes wide manyk --iters 12
     .venv/bin/python benchmarks/pruned.py --quick                 # smaller n, a smoke run
+    .venv/bin/python benchmarks/pruned.py --shapes wide --little   # and prune=True from a far start
 
 The tables go to stdout and everything to ``benchmarks/results/pruned[_quick].json``.
 """
@@ -131,6 +139,22 @@ def summary(seconds, floor: float, start: int) -> dict:
             "iterations": len(seconds)}
 
 
+def little_summary(runs) -> dict:
+    """Pruned over unpruned seconds at the same index, over the fixed-start iterations after the first
+    that computed at least half the distances (``prune="auto"``), and per iteration of the
+    ``prune=True`` run (``--little``)."""
+    p, u = runs["fixed-pruned"], runs["fixed-unpruned"]
+    idx = [i for i in range(1, min(len(p["seconds"]), len(u["seconds"]))) if p["computed"][i] >= 0.5]
+    ratios = [p["seconds"][i] / u["seconds"][i] for i in idx]
+    out = {"auto": {"iterations": [i + 1 for i in idx], "ratios": ratios,
+                    "mean": statistics.fmean(ratios) if ratios else None}}
+    if "little-true" in runs:
+        t = runs["little-true"]
+        n = min(len(t["seconds"]), len(u["seconds"]))
+        out["true"] = {"ratios": [t["seconds"][i] / u["seconds"][i] for i in range(n)], "computed": t["computed"][:n]}
+    return out
+
+
 def bench(name, spec, client, args) -> dict:
     n, d, k, start, late_goal, whole_goal = spec
     metric = "cosine" if name == "cosine" else "euclidean"
@@ -151,6 +175,11 @@ def bench(name, spec, client, args) -> dict:
         if not args.skip_default:
             print(f"[{name}] default start, {label} ...", file=sys.stderr, flush=True)
             runs[f"default-{label}"] = fit_default(Xd, k, prune, metric)
+    if args.little:
+        if args.wait_load:
+            wait_for_load(args.wait_load, args.max_wait)
+        print(f"[{name}] fixed start, prune=True, {args.little_iters} iterations ...", file=sys.stderr, flush=True)
+        runs["little-true"] = fit_fixed(Xd, C0, args.little_iters, True, metric)
     same = bool(np.array_equal(runs["fixed-pruned"]["centers"], runs["fixed-unpruned"]["centers"]))
     if not args.skip_default:
         same = same and bool(np.array_equal(runs["default-pruned"]["centers"], runs["default-unpruned"]["centers"]))
@@ -162,6 +191,7 @@ def bench(name, spec, client, args) -> dict:
         run.pop("centers")
         run["summary"] = summary(run["seconds"], fl, start)
     out["runs"] = runs
+    out["little"] = little_summary(runs)
     out["goals"] = {"late": {"from_iteration": start, "goal": late_goal,
                              "fixed": runs["fixed-pruned"]["summary"]["late_mean_over_floor"]}}
     if not args.skip_default:
@@ -187,6 +217,14 @@ def table(name: str, res: dict) -> str:
     if "sklearn_seconds_per_iter" in res:
         sk = res["sklearn_seconds_per_iter"]
         lines.append(f"scikit-learn (fixed start, mean): {sk:.4f} s/iteration = {sk / fl:.2f}x floor")
+    little = res["little"]["auto"]
+    lines.append(f"little pruned (fixed start, iterations {little['iterations'] or '-'} computing >= half the "
+                 f"distances): pruned / unpruned {_f(little['mean'])} (mean; "
+                 f"{', '.join(f'{r:.3f}' for r in little['ratios']) or '-'})")
+    if "true" in res["little"]:
+        t = res["little"]["true"]
+        lines.append("prune=True, fixed start, per iteration: pruned / unpruned " + ", ".join(
+            f"{r:.2f} ({c:.3f})" for r, c in zip(t["ratios"], t["computed"])) + " (distances computed)")
     for start in ("fixed", "default"):
         if f"{start}-pruned" not in res["runs"]:
             continue
@@ -213,6 +251,8 @@ def parse_args(argv=None):
     p.add_argument("--prune", default="auto", choices=["auto", "true"],
                    help="the pruned runs' prune parameter")
     p.add_argument("--skip-default", action="store_true", help="only the fixed-start fits")
+    p.add_argument("--little", action="store_true", help="also a fixed-start fit with prune=True")
+    p.add_argument("--little-iters", type=int, default=4, help="iterations of the --little fit")
     p.add_argument("--sklearn-max-pairs", type=float, default=2e9, help="rows x k above which scikit-learn is skipped")
     p.add_argument("--wait-load", type=float, default=0.0, help="wait until the 1-minute load is below this")
     p.add_argument("--max-wait", type=float, default=600.0)

@@ -241,7 +241,7 @@ def _empty_partials(k: int, d: int) -> Partials:
 def new_state(n: int, n_groups: int, token: int) -> dict:
     """Bounds of ``n`` rows before any pass: every row a candidate."""
     return {"labels": np.zeros(n, dtype=np.int32), "upper": np.full(n, np.inf),
-            "lower": np.zeros((n, n_groups), dtype=np.float32), "norm": None, "lmax": 0.0, "token": int(token)}
+            "lower": np.zeros((n_groups, n), dtype=np.float32), "norm": None, "lmax": 0.0, "token": int(token)}
 
 
 def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = None, drift=None, *,
@@ -274,7 +274,7 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     Returns
     -------
     state : dict or None
-        ``labels`` (int32), ``upper`` (float64), ``lower`` (float32, ``(n, G)``), ``norm``
+        ``labels`` (int32), ``upper`` (float64), ``lower`` (float32, ``(G, n)``: group by group), ``norm``
         (float32, ``||x||`` rounded up), ``token``; None where the backend cannot prune.
     PrunedPartials
     """
@@ -295,7 +295,7 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     prep = _prepare(C, groups)
     G = groups.n_groups
     fresh = state is None or state.get("token") != groups.token or len(state["labels"]) != n \
-        or state["lower"].shape[1] != G or drift is None
+        or state["lower"].shape[0] != G or drift is None
     if fresh:
         state = new_state(n, G, groups.token)
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
@@ -310,16 +310,17 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         drift = np.asarray(drift, dtype=np.float64)
         shift = _loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
         cand = np.empty(n, dtype=np.int64)
-        m = _loops.settle(labels, upper, lower, norm, drift, shift, prep.k0, prep.k1, cand)
-        if m > plain_above * n and _hopeless(X, C, state, prep, groups, cand[:m], n, plain_above):
+        lmin = np.empty(n, dtype=np.float32)
+        m = _loops.settle(labels, upper, lower, norm, drift, shift, prep.k0, prep.k1, cand, lmin)
+        if m > plain_above * n and _hopeless(X, C, state, lmin, prep, groups, cand[:m], n, plain_above):
             partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
             return None, PrunedPartials(partials, float(n * k), float(n * k), True)
-        m = _loops.tighten(X, C, labels, upper, lower, norm, prep.k0, prep.k1, cand, m)
+        m = _loops.tighten(X, C, labels, upper, lmin, norm, prep.k0, prep.k1, cand, m)
         computed += m
         cand = cand[:m]
-        need = np.empty((m, G), dtype=np.bool_)
+        need = np.empty((G, m), dtype=np.bool_)
         _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, cand, m, need)
-        if float(need.sum(axis=0) @ np.diff(groups.starts)) > plain_above * n * k:
+        if float(need.sum(axis=1) @ np.diff(groups.starts)) > plain_above * n * k:
             partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
             return None, PrunedPartials(partials, float(n * k + computed), float(n * k), True)
     computed += _score_candidates(X, C, prep, groups, backend, cand, need, state, norm, scratch_bytes)
@@ -333,7 +334,7 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     return state, PrunedPartials(partials, float(computed), float(n * k), True)
 
 
-def _hopeless(X, C, state, prep: _Prepared, groups: CentroidGroups, cand, n: int, plain_above: float) -> bool:
+def _hopeless(X, C, state, lmin, prep: _Prepared, groups: CentroidGroups, cand, n: int, plain_above: float) -> bool:
     """Whether the rows ``cand`` that failed the first test leave more than ``plain_above`` of the
     chunk's distances to compute: at once where more than :data:`PLAIN_UNSETTLED` of the rows
     failed, else estimated from every :data:`NEED_SAMPLE_STRIDE`-th of them (their exact upper
@@ -343,10 +344,10 @@ def _hopeless(X, C, state, prep: _Prepared, groups: CentroidGroups, cand, n: int
         return True
     sample = np.ascontiguousarray(cand[::NEED_SAMPLE_STRIDE])
     labels, upper, lower, norm = state["labels"], state["upper"], state["lower"], state["norm"]
-    s = _loops.tighten(X, C, labels, upper, lower, norm, prep.k0, prep.k1, sample, sample.shape[0])
-    need = np.empty((s, groups.n_groups), dtype=np.bool_)
+    s = _loops.tighten(X, C, labels, upper, lmin, norm, prep.k0, prep.k1, sample, sample.shape[0])
+    need = np.empty((groups.n_groups, s), dtype=np.bool_)
     _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, sample, s, need)
-    pairs = float(need.sum(axis=0) @ np.diff(groups.starts)) * m / sample.shape[0]
+    pairs = float(need.sum(axis=1) @ np.diff(groups.starts)) * m / sample.shape[0]
     return pairs > plain_above * n * C.shape[0]
 
 
@@ -390,13 +391,14 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
         gm = np.full((G, mt), np.inf, dtype=X.dtype)  # by group, then row: the loops over rows vectorise
         gi = np.zeros((G, mt), dtype=np.int32)
         gs = np.full((G, mt), np.inf, dtype=X.dtype)
-        nd = None if need is None else need[t0:t0 + mt]
-        if (nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k) and streamed is not None:
+        nd = None if need is None else need[:, t0:t0 + mt]
+        dense = nd is None or float(nd.sum(axis=1) @ widths) >= DENSE_SHARE * mt * k
+        if dense and streamed is not None:
             T, block_groups, XT, S = streamed
             _loops.dense_minima(Xt, 0, mt, prep.CG, block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,
                                 gm, gi, gs, *scratch)
             computed += mt * k
-        elif nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k:
+        elif dense:
             for r0 in range(0, mt, DENSE_ROWS):
                 r1 = min(mt, r0 + DENSE_ROWS)
                 for g0, g1 in blocks:
@@ -407,7 +409,7 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
             computed += mt * k
         else:
             for g in range(G):
-                sel = np.flatnonzero(nd[:, g])
+                sel = np.flatnonzero(nd[g])
                 if sel.shape[0] == 0:
                     continue
                 a, b = int(starts[g]), int(starts[g + 1])

@@ -40,7 +40,7 @@ def _check_bounds(X, C, state, groups):
         members = groups.order[groups.starts[g]:groups.starts[g + 1]]
         Dg = D[:, members].copy()
         Dg[labels[:, None] == members[None, :]] = np.inf
-        assert np.all(state["lower"][:, g].astype(np.float64) <= Dg.min(axis=1))
+        assert np.all(state["lower"][g].astype(np.float64) <= Dg.min(axis=1))
 
 
 def run_both(X, C0, iters, weights=None, n_groups=None, check_bounds=True):

@@ -25,29 +25,33 @@ from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VEC
 
 
 @numba.njit(cache=True, nogil=True)
-def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand):  # pragma: no cover - compiled
+def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pragma: no cover - compiled
     """Move every row's bounds by the centroids' drift; list the rows the bounds do not settle.
 
-    ``upper[i] += drift[labels[i]]`` (float64, rounded up); ``lower[i, g] = max(lower[i, g] -
+    ``upper[i] += drift[labels[i]]`` (float64, rounded up); ``lower[g, i] = max(lower[g, i] -
     shift[g], 0)`` in the bounds' float32, where ``shift`` (float32) is the group's largest drift
-    enlarged by the rounding of that subtraction (see :func:`float32_shift`). Row ``i`` is settled
-    when ``min_g lower[i, g] > upper[i]`` and ``min_g lower^2 - upper^2 > k0 * norm[i] + k1`` (the
-    margin of the assignment kernel's rounding). The others go to ``cand`` in row order; returns
-    how many.
+    enlarged by the rounding of that subtraction (see :func:`float32_shift`); ``lmin[i]`` (float32)
+    gets ``min_g lower[g, i]``. Row ``i`` is settled when ``lmin[i] > upper[i]`` and ``lmin^2 -
+    upper^2 > k0 * norm[i] + k1`` (the margin of the assignment kernel's rounding). The others go
+    to ``cand`` in row order; returns how many. The bounds lie group by group (``(G, n)``): the
+    loops over the rows vectorise (0.3x the time of a row's groups side by side, G = 25).
     """
-    n, G = lower.shape
-    m = 0
+    G, n = lower.shape
     zero = lower.dtype.type(0)
     for i in range(n):
-        u = (upper[i] + drift[labels[i]]) * (1.0 + 2.0**-50)
-        upper[i] = u
-        lmin = lower.dtype.type(np.inf)
-        row = lower[i]
-        for g in range(G):
-            v = max(row[g] - shift[g], zero)
-            row[g] = v
-            lmin = min(lmin, v)
-        low = np.float64(lmin)
+        upper[i] = (upper[i] + drift[labels[i]]) * (1.0 + 2.0**-50)
+        lmin[i] = np.inf
+    for g in range(G):
+        row = lower[g]
+        sg = shift[g]
+        for i in range(n):
+            v = max(row[i] - sg, zero)
+            row[i] = v
+            lmin[i] = min(lmin[i], v)
+    m = 0
+    for i in range(n):
+        low = np.float64(lmin[i])
+        u = upper[i]
         if not (low > u and low * low - u * u > k0 * norm[i] + k1):
             cand[m] = i
             m += 1
@@ -59,11 +63,11 @@ _SUM_MATH = {"reassoc", "contract"}
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
-def tighten(X, C, labels, upper, lower, norm, k0, k1, cand, m):  # pragma: no cover - compiled
+def tighten(X, C, labels, upper, lmin, norm, k0, k1, cand, m):  # pragma: no cover - compiled
     """Exact upper bounds for the rows ``cand[:m]`` (from ``x - c_label`` in float64); the rows still
-    not settled are moved to the front of ``cand``; returns their count."""
+    not settled by their smallest group bound ``lmin`` (:func:`settle`'s) are moved to the front of
+    ``cand``; returns their count."""
     d = X.shape[1]
-    G = lower.shape[1]
     grow = 1.0 + (d + 4) * 2.0**-52  # float64 rounding of d squares, their sum and the root
     r = 0
     for t in range(m):
@@ -75,11 +79,7 @@ def tighten(X, C, labels, upper, lower, norm, k0, k1, cand, m):  # pragma: no co
             s += diff * diff
         u = np.sqrt(s) * grow
         upper[i] = u
-        lmin = np.inf
-        for g in range(G):
-            if lower[i, g] < lmin:
-                lmin = lower[i, g]
-        low = np.float64(lmin)
+        low = np.float64(lmin[i])
         if not (low > u and low * low - u * u > k0 * norm[i] + k1):
             cand[r] = i
             r += 1
@@ -88,21 +88,23 @@ def tighten(X, C, labels, upper, lower, norm, k0, k1, cand, m):  # pragma: no co
 
 @numba.njit(cache=True, nogil=True)
 def group_needs(labels, upper, lower, norm, k0, k1, group_of, cand, m, need):  # pragma: no cover - compiled
-    """``need[t, g]``: group ``g`` may hold a centroid the kernel prefers to row ``cand[t]``'s label
+    """``need[g, t]``: group ``g`` may hold a centroid the kernel prefers to row ``cand[t]``'s label
     (its bound does not exclude it), or holds the label itself; returns how many pairs of rows and
     groups are needed."""
-    G = lower.shape[1]
+    G = lower.shape[0]
     total = 0
+    for g in range(G):
+        row = lower[g]
+        for t in range(m):
+            i = cand[t]
+            v = np.float64(row[i])
+            u = upper[i]
+            need[g, t] = not (v > u and v * v - u * u > k0 * norm[i] + k1)
     for t in range(m):
-        i = cand[t]
-        u = upper[i]
-        margin = k0 * norm[i] + k1
-        for g in range(G):
-            v = np.float64(lower[i, g])
-            need[t, g] = not (v > u and v * v - u * u > margin)
-        need[t, group_of[labels[i]]] = True
-        for g in range(G):
-            total += need[t, g]
+        need[group_of[labels[cand[t]]], t] = True
+    for g in range(G):
+        for t in range(m):
+            total += need[g, t]
     return total
 
 
@@ -213,7 +215,7 @@ def new_bounds(X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lo
             bound[t] = np.float32(np.sqrt(sq) * (1.0 - 2.0**-22) - 1e-30)
         for t in range(m):
             if gm[g, t] != np.inf:  # computed: the new bound
-                lower[rows[t], g] = bound[t]
+                lower[g, rows[t]] = bound[t]
                 if bound[t] != np.inf:
                     largest = max(largest, np.float64(bound[t]))
     for t in range(m):

@@ -82,7 +82,7 @@ PLAIN_UNSETTLED = 0.95
 #: ... and where more than ``plain_above`` of the rows fail it, every this-many-th of them is
 #: tightened and its groups' needs counted first: the estimate of the pairs to compute decides
 #: (a sample of rows, in row order: the same rows whatever the timing).
-NEED_SAMPLE_STRIDE = 16
+NEED_SAMPLE_STRIDE = 32
 
 
 #: Bytes of a row's state besides its group bounds: label (4), upper bound (8), norm (4).

@@ -32,6 +32,19 @@ CUDA, sparse) get the unpruned partials, flagged so that the driver stops asking
 The partials (per-cluster sums, counts, objective) are then folded from the labels by the
 same compiled loop, on the same tiles, as the unpruned kernel folds them: equal to the bit.
 
+**The build** (the first pass of a block, or bounds lost) scores every row against every
+centroid. Its products come from the assignment kernel's own streamed loop, with stores for
+compares (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`), tile by tile while
+the tile and its scores are in cache, where a BLAS product took 1.1-1.2x the kernel's time;
+above :data:`STREAMED_SCORES_BYTES` of scores per tile (many centroids) BLAS blocks do it. On one
+thread the build took 1.19x an unpruned pass at 25,000 x 64, k = 2,048 and 1.37x at
+62,500 x 128, k = 256 (BLAS blocks: 1.71x and 1.77x).
+
+**Passes that prune little.** With ``plain_above`` (``prune="auto"``), a chunk whose bounds
+leave more than that share of its distances goes to the unpruned kernel, decided before the
+per-row work that decision would otherwise need (:data:`PLAIN_UNSETTLED`,
+:data:`NEED_SAMPLE_STRIDE`): such a pass cost 1.02-1.03x the unpruned one (1.17x before).
+
 Bounds are rigorous after rounding: lower bounds are float32 rounded down, upper bounds
 float64 rounded up (:mod:`dkmeans.kernels.backends.compiled_pruned`). Their memory is
 ``4 G + 16`` bytes per row for ``G`` groups (:func:`group_count` keeps ``4 G`` within half the

@@ -434,7 +434,7 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
                 _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g, g + 1, sel, gm, gi, gs, *scratch)
                 computed += sel.shape[0] * (b - a)
         norm_up, sq_lo, sq_up = np.empty(mt), np.empty(mt), np.empty(mt)
-        _loops.row_norms(X, rows, norm_up, sq_lo, sq_up)
+        _loops.row_norms(Xt, local, norm_up, sq_lo, sq_up)  # the gathered rows: in cache
         if need is None:  # the state's norms: float32, rounded up
             up32 = norm_up.astype(np.float32)
             norm[t0:t0 + mt] = np.where(up32.astype(np.float64) < norm_up, np.nextafter(up32, np.float32(np.inf)), up32)

@@ -108,6 +108,17 @@ def group_needs(labels, upper, lower, norm, k0, k1, group_of, cand, m, need):  #
     return total
 
 
+@numba.njit(cache=True, nogil=True)
+def gather_rows(X, idx, out):  # pragma: no cover - compiled
+    """``out[t] = X[idx[t]]`` (rows of C-contiguous arrays)."""
+    d = X.shape[1]
+    for t in range(idx.shape[0]):
+        i = idx[t]
+        for f in range(d):
+            out[t, f] = X[i, f]
+    return None
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _fold_score(v, b1, b2, j1, j):  # pragma: no cover - compiled
     """One score into a row's smallest, second smallest and the smallest's index (strict ``<``: the

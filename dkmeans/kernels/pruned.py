@@ -393,6 +393,8 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     # gathered rows go to buffers allocated once per call: a fresh output per gather paid its page
     # faults each time (8-group gathers of a 62,500-row chunk took 12 ms as np.take, 270 ns a row)
     tile_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
+    minima = (np.empty(G * rows_per_tile, X.dtype), np.empty(G * rows_per_tile, np.int32),
+              np.empty(G * rows_per_tile, X.dtype))
     group_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
     scores = np.empty(max(block_cols * min(DENSE_ROWS, rows_per_tile), widest * rows_per_tile), dtype=X.dtype)
     scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
@@ -406,11 +408,14 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
             Xt = tile_rows[:mt]
             _loops.gather_rows(X, rows, Xt)
         local = np.arange(mt, dtype=np.int64)
-        gm = np.full((G, mt), np.inf, dtype=X.dtype)  # by group, then row: the loops over rows vectorise
-        gi = np.zeros((G, mt), dtype=np.int32)
-        gs = np.full((G, mt), np.inf, dtype=X.dtype)
+        # by group, then row (the loops over rows vectorise); +inf: a group not scored
+        gm, gi, gs = (buf[:G * mt].reshape(G, mt) for buf in minima)
         nd = None if need is None else need[:, t0:t0 + mt]
         dense = nd is None or float(nd.sum(axis=1) @ widths) >= DENSE_SHARE * mt * k
+        if not dense:  # (the dense paths write every group)
+            gm.fill(np.inf)
+            gi.fill(0)
+            gs.fill(np.inf)
         if dense and streamed is not None:
             T, block_groups, XT, S = streamed
             _loops.dense_minima(Xt, 0, mt, prep.CG, block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,

@@ -38,20 +38,24 @@ def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pra
     """
     G, n = lower.shape
     zero = lower.dtype.type(0)
-    for i in range(n):
-        upper[i] = (upper[i] + drift[labels[i]]) * (1.0 + 2.0**-50)
-        lmin[i] = np.inf
-    for g in range(G):
+    for g in range(G):  # (G >= 1)
         row = lower[g]
         sg = shift[g]
-        for i in range(n):
-            v = max(row[i] - sg, zero)
-            row[i] = v
-            lmin[i] = min(lmin[i], v)
+        if g == 0:
+            for i in range(n):
+                v = max(row[i] - sg, zero)
+                row[i] = v
+                lmin[i] = v
+        else:
+            for i in range(n):
+                v = max(row[i] - sg, zero)
+                row[i] = v
+                lmin[i] = min(lmin[i], v)
     m = 0
     for i in range(n):
+        u = (upper[i] + drift[labels[i]]) * (1.0 + 2.0**-50)
+        upper[i] = u
         low = np.float64(lmin[i])
-        u = upper[i]
         if not (low > u and low * low - u * u > k0 * norm[i] + k1):
             cand[m] = i
             m += 1

@@ -398,7 +398,7 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     group_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
     scores = np.empty(max(block_cols * min(DENSE_ROWS, rows_per_tile), widest * rows_per_tile), dtype=X.dtype)
     scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
-    streamed = _streamed_scratch(X, k, d, backend, scratch_bytes)
+    streamed = _streamed_plan(X, k, d, backend, scratch_bytes)
     for t0 in range(0, m, rows_per_tile):
         rows = cand[t0:t0 + rows_per_tile]
         mt = rows.shape[0]
@@ -417,7 +417,7 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
             gi.fill(0)
             gs.fill(np.inf)
         if dense and streamed is not None:
-            T, block_groups, XT, S = streamed
+            T, block_groups, XT, S = streamed = _streamed_scratch(streamed, X.dtype)
             _loops.dense_minima(Xt, 0, mt, prep.CG, block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,
                                 gm, gi, gs, *scratch)
             computed += mt * k
@@ -463,19 +463,27 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     return computed
 
 
-def _streamed_scratch(X, k: int, d: int, backend, scratch_bytes):
-    """``(T, block_groups, XT, S)`` of :func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`
+def _streamed_plan(X, k: int, d: int, backend, scratch_bytes):
+    """``(T, block_groups, XT shape, S shape)`` of :func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`
     (the assignment kernel's tiles of rows and blocks of centroids), or None where the scores of a tile
-    would exceed :data:`STREAMED_SCORES_BYTES` (BLAS blocks then)."""
+    would exceed :data:`STREAMED_SCORES_BYTES` or a quarter of ``scratch_bytes`` (BLAS blocks then)."""
     itemsize = X.dtype.itemsize
     T, _ = _compiled_tiles(backend, X.shape[0], k, d, itemsize, scratch_bytes)
     rows = _loops.STREAM_ROW_VECTORS * (_loops.VECTOR_BYTES // itemsize)
     cols = -(-T // rows) * rows
     padded = -(-k // _loops.STREAM_GROUP) * _loops.STREAM_GROUP
-    if padded * cols * itemsize > STREAMED_SCORES_BYTES:
+    if padded * cols * itemsize > min(STREAMED_SCORES_BYTES, scratch_bytes // 4):
         return None
     block_groups = max(1, STREAM_BLOCK_BYTES // (d * _loops.STREAM_GROUP * itemsize))
-    return T, block_groups, np.zeros((d, cols), dtype=X.dtype), np.empty((padded, cols), dtype=X.dtype)
+    return T, block_groups, (d, cols), (padded, cols)
+
+
+def _streamed_scratch(plan, dtype):
+    """The plan with its buffers (allocated at the first tile that needs them, kept for the call)."""
+    T, block_groups, XT, S = plan
+    if isinstance(XT, tuple):
+        XT, S = np.zeros(XT, dtype=dtype), np.empty(S, dtype=dtype)
+    return T, block_groups, XT, S
 
 
 def _scores_t(Cg, Xg, out, work):

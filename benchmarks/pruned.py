@@ -45,6 +45,16 @@ From the repository root, on a quiet machine (``--wait-load`` waits for it)::
     .venv/bin/python benchmarks/pruned.py --shapes wide --little   # and prune=True from a far start
 
 The tables go to stdout and everything to ``benchmarks/results/pruned[_quick].json``.
+
+``--passes`` measures instead, in this process on one thread, the passes of one chunk
+(``--chunk-rows`` rows of the shape's data, its ``k`` first centroids ``C0``): unpruned Lloyd from
+``C0`` gives the centroids ``C_i``; for each ``i`` the bounds are built at ``C_(i-1)``, then the
+pass at ``C_i`` is timed (CPU time of the thread, best of ``--repeats``) unpruned, building the
+bounds, pruned with ``prune=True`` (every pass pruned) and as ``prune="auto"`` runs it (a chunk that
+settles little takes the unpruned kernel); the table gives each over the unpruned pass and the share
+of distances computed::
+
+    .venv/bin/python benchmarks/pruned.py --passes --shapes wide manyk
 """
 
 from __future__ import annotations
@@ -243,6 +253,64 @@ def table(name: str, res: dict) -> str:
     return "\n".join(lines)
 
 
+def chunk_passes(name: str, spec, args) -> dict:
+    """One chunk's pass costs in this process (``--passes``; see the module docstring)."""
+    from threadpoolctl import threadpool_limits
+
+    from dkmeans.drivers.pruned_lloyd import AUTO_PLAIN_ABOVE, centroid_drift
+    from dkmeans.kernels import assign_partials, update_centroids
+    from dkmeans.kernels.pruned import centroid_groups, group_count, pruned_partials, warm_up
+
+    n, d, k = args.chunk_rows, spec[1], spec[2]
+    X, C = shape_data(name, n, d, min(k, n // 2))
+    k = len(C)
+    warm_up(X.dtype, d)
+    groups = centroid_groups(C, group_count(k, d, X.dtype.itemsize), token=1)
+
+    def best(fn):
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.thread_time()
+            out = fn()
+            times.append(time.thread_time() - t0)
+        return min(times), out
+
+    def copy(state):
+        return {key: (v.copy() if isinstance(v, np.ndarray) else v) for key, v in state.items()}
+
+    rows = []
+    with threadpool_limits(1):
+        while pruned_partials(X, C, None, None, groups)[0] is None:  # the compiled loops still loading
+            time.sleep(0.2)
+        seq = [C]
+        for _ in range(args.passes_iters):
+            seq.append(update_centroids(assign_partials(X, seq[-1]), seq[-1])[0].astype(X.dtype))
+        for i in range(1, len(seq)):
+            prev, cur = seq[i - 1], seq[i]
+            state, _ = pruned_partials(X, prev, None, None, groups)
+            drift = centroid_drift(cur, prev)
+            plain, _ = best(lambda: assign_partials(X, cur))
+            build, _ = best(lambda: pruned_partials(X, cur, None, None, groups))
+            forced, (_, fo) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift))
+            auto, (_, ao) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift,
+                                                         plain_above=AUTO_PLAIN_ABOVE))
+            rows.append({"pass": i + 1, "unpruned_s": plain, "build": build / plain, "true": forced / plain,
+                         "true_computed": fo.distances / fo.pairs, "auto": auto / plain,
+                         "auto_computed": ao.distances / ao.pairs})
+    return {"shape": [n, d, k], "groups": groups.n_groups, "rows": rows, "load": os.getloadavg()[0]}
+
+
+def passes_table(name: str, res: dict) -> str:
+    n, d, k = res["shape"]
+    lines = [f"### {name}, one chunk: {n:,} x {d}, k = {k:,}, {res['groups']} groups, one thread (load {res['load']:.2f})",
+             "| pass | unpruned s | build / unpruned | prune=True / unpruned | computed | auto / unpruned | computed |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['pass']} | {r['unpruned_s']:.4f} | {r['build']:.2f} | {r['true']:.2f} | "
+                     f"{r['true_computed']:.3f} | {r['auto']:.2f} | {r['auto_computed']:.3f} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -253,6 +321,10 @@ def parse_args(argv=None):
     p.add_argument("--skip-default", action="store_true", help="only the fixed-start fits")
     p.add_argument("--little", action="store_true", help="also a fixed-start fit with prune=True")
     p.add_argument("--little-iters", type=int, default=4, help="iterations of the --little fit")
+    p.add_argument("--passes", action="store_true", help="one chunk's pass costs in this process, no cluster")
+    p.add_argument("--chunk-rows", type=int, default=62_500, help="rows of the --passes chunk")
+    p.add_argument("--passes-iters", type=int, default=10, help="Lloyd iterations the --passes table covers")
+    p.add_argument("--repeats", type=int, default=3, help="--passes: best of this many timings")
     p.add_argument("--sklearn-max-pairs", type=float, default=2e9, help="rows x k above which scikit-learn is skipped")
     p.add_argument("--wait-load", type=float, default=0.0, help="wait until the 1-minute load is below this")
     p.add_argument("--max-wait", type=float, default=600.0)
@@ -265,6 +337,13 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     shapes = QUICK if args.quick else SHAPES
+    if args.passes:
+        results = {"machine": machine(), "argv": sys.argv[1:], "shapes": {}}
+        for name in args.shapes:
+            results["shapes"][name] = chunk_passes(name, shapes[name], args)
+            write_json(args.output or "pruned_passes.json", results)
+            print(passes_table(name, results["shapes"][name]), flush=True)
+        return
     client = start_cluster()
     results = {"machine": machine(), "argv": sys.argv[1:], "shapes": {}}
     try:

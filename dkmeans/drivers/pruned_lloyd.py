@@ -62,11 +62,13 @@ AUTO_FIRST_PAUSE = 4
 AUTO_MIN_ITERS = 8
 #: ``prune="auto"``: a chunk whose bounds leave more than this share of its distances to compute
 #: takes the unpruned kernel for the pass (scoring that many candidates costs more) and builds
-#: its bounds again in the next. The decision costs little: where nearly every row fails the
-#: bounds' first test, none is looked at further, else a sample of them estimates the share
-#: (:data:`~dkmeans.kernels.pruned.PLAIN_UNSETTLED`): such a pass took 1.00-1.05x the unpruned
-#: pass (62,500 x 128, k = 256, one thread; 1.14-1.24x when every failing row was looked at).
-AUTO_PLAIN_ABOVE = 0.3
+#: its bounds again in the next. The decision costs little: a sample of the rows that fail the
+#: bounds' first test estimates the share (:data:`~dkmeans.kernels.pruned.NEED_SAMPLE_STRIDE`):
+#: such a pass took 1.00-1.04x the unpruned pass (62,500 x 128, k = 256, one thread; 1.14-1.24x
+#: when every failing row was looked at first). On that chunk (one thread, ``benchmarks/pruned.py
+#: --passes``) a pruned pass computing 16% of the distances took 0.94-0.99x the unpruned pass and
+#: one computing 27% 1.19-1.22x: at this share a pruned pass costs about 1.05x.
+AUTO_PLAIN_ABOVE = 0.2
 
 _tokens = itertools.count(1)
 

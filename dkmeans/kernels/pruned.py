@@ -42,8 +42,7 @@ thread the build took 1.19x an unpruned pass at 25,000 x 64, k = 2,048 and 1.37x
 
 **Passes that prune little.** With ``plain_above`` (``prune="auto"``), a chunk whose bounds
 leave more than that share of its distances goes to the unpruned kernel, decided before the
-per-row work that decision would otherwise need (:data:`PLAIN_UNSETTLED`,
-:data:`NEED_SAMPLE_STRIDE`): such a pass cost 1.02-1.03x the unpruned one (1.17x before).
+per-row work that decision would otherwise need (a sample, :data:`NEED_SAMPLE_STRIDE`): such a pass cost 1.02-1.03x the unpruned one (1.17x before).
 
 Bounds are rigorous after rounding: lower bounds are float32 rounded down, upper bounds
 float64 rounded up (:mod:`dkmeans.kernels.backends.compiled_pruned`). Their memory is
@@ -88,13 +87,12 @@ SCORE_BLOCK_BYTES = 2**20
 #: (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`) where the scores of one of its
 #: tiles of rows against every centroid take at most these bytes, BLAS blocks above (many centroids).
 STREAMED_SCORES_BYTES = 4 * 2**20
-#: With ``plain_above`` set, a chunk where more than this share of the rows fail the first test (the
-#: centroids moved far) takes the unpruned kernel at once: the exact upper bounds and the groups'
-#: needs of every row would cost 0.2x an unpruned pass before it (62,500 x 128, k = 256, one thread).
-PLAIN_UNSETTLED = 0.95
-#: ... and where more than ``plain_above`` of the rows fail it, every this-many-th of them is
-#: tightened and its groups' needs counted first: the estimate of the pairs to compute decides
-#: (a sample of rows, in row order: the same rows whatever the timing).
+#: With ``plain_above`` set, where more than that share of the rows fail the bounds' first test, every
+#: this-many-th of them is tightened and its groups' needs counted before the others: the estimate
+#: of the pairs to compute decides between the pruned pass and the unpruned kernel (a sample of
+#: rows in row order: the same rows whatever the timing). Failing the first test says little by
+#: itself: with the exact upper bounds most rows settled again in passes where all had failed it
+#: (62,500 x 128, k = 256: 16% of the distances left to compute).
 NEED_SAMPLE_STRIDE = 32
 
 
@@ -349,12 +347,9 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
 
 def _hopeless(X, C, state, lmin, prep: _Prepared, groups: CentroidGroups, cand, n: int, plain_above: float) -> bool:
     """Whether the rows ``cand`` that failed the first test leave more than ``plain_above`` of the
-    chunk's distances to compute: at once where more than :data:`PLAIN_UNSETTLED` of the rows
-    failed, else estimated from every :data:`NEED_SAMPLE_STRIDE`-th of them (their exact upper
-    bounds, kept: they are bounds all the same, and the groups they need)."""
+    chunk's distances to compute, estimated from every :data:`NEED_SAMPLE_STRIDE`-th of them (their
+    exact upper bounds, kept: they are bounds all the same, and the groups they need)."""
     m = cand.shape[0]
-    if m > PLAIN_UNSETTLED * n:
-        return True
     sample = np.ascontiguousarray(cand[::NEED_SAMPLE_STRIDE])
     labels, upper, lower, norm = state["labels"], state["upper"], state["lower"], state["norm"]
     s = _loops.tighten(X, C, labels, upper, lmin, norm, prep.k0, prep.k1, sample, sample.shape[0])

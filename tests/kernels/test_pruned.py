@@ -160,9 +160,9 @@ def _far_move_case():
     return X, C0, groups, state
 
 
-def test_a_chunk_whose_rows_all_fail_the_first_test_takes_the_unpruned_kernel_at_once():
-    """Centroids that moved across the data leave no row settled: with ``plain_above`` set the chunk
-    gets the unpruned partials (to the bit) and drops its bounds, before any exact upper bound."""
+def test_a_chunk_whose_rows_all_fail_the_first_test_takes_the_unpruned_kernel():
+    """Centroids that moved across the data leave no row settled: with ``plain_above`` set the sample's
+    estimate sends the chunk to the unpruned kernel (its partials to the bit); it drops its bounds."""
     X, C0, groups, state = _far_move_case()
     C1 = C0[::-1].copy()  # every centroid jumps to another blob
     state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=0.3)

@@ -257,7 +257,7 @@ def chunk_passes(name: str, spec, args) -> dict:
     """One chunk's pass costs in this process (``--passes``; see the module docstring)."""
     from threadpoolctl import threadpool_limits
 
-    from dkmeans.drivers.pruned_lloyd import AUTO_PLAIN_ABOVE, centroid_drift
+    from dkmeans.drivers.pruned_lloyd import centroid_drift, plain_share
     from dkmeans.kernels import assign_partials, update_centroids
     from dkmeans.kernels.pruned import centroid_groups, group_count, pruned_partials, warm_up
 
@@ -293,7 +293,7 @@ def chunk_passes(name: str, spec, args) -> dict:
             build, _ = best(lambda: pruned_partials(X, cur, None, None, groups))
             forced, (_, fo) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift))
             auto, (_, ao) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift,
-                                                         plain_above=AUTO_PLAIN_ABOVE))
+                                                         plain_above=plain_share(k, groups.n_groups)))
             rows.append({"pass": i + 1, "unpruned_s": plain, "build": build / plain, "true": forced / plain,
                          "true_computed": fo.distances / fo.pairs, "auto": auto / plain,
                          "auto_computed": ao.distances / ao.pairs})

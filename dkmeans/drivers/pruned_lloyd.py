@@ -19,8 +19,9 @@ rebuilds them after each block, and a resumed fit from its checkpoint.
 * ``True``: every pass pruned (the first of a block builds the bounds: every distance);
 * ``"auto"``: pruned where it pays: loops of at least :data:`AUTO_MIN_WORK` multiply-adds a
   pass and :data:`AUTO_MIN_ROW_WORK` a row (``k x d``; below, the compiled kernel is cheaper than
-  the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose bounds leave more than :data:`AUTO_PLAIN_ABOVE` of its distances to
-  compute takes the unpruned kernel for that pass (and builds its bounds again in the next);
+  the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose
+  bounds leave more than :func:`plain_share` of its distances to compute (20-40%, by the groups'
+  width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
   a pass that still computed more than :data:`AUTO_OFF_FRACTION` of the distances switches
   pruning off (its bounds dropped) for a number of passes that doubles each time
   (:data:`AUTO_FIRST_PAUSE`), after which the bounds are built again;
@@ -33,6 +34,7 @@ partials, and pruning stops for the block.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -67,8 +69,17 @@ AUTO_MIN_ITERS = 8
 #: such a pass took 1.00-1.04x the unpruned pass (62,500 x 128, k = 256, one thread; 1.14-1.24x
 #: when every failing row was looked at first). On that chunk (one thread, ``benchmarks/pruned.py
 #: --passes``) a pruned pass computing 16% of the distances took 0.94-0.99x the unpruned pass and
-#: one computing 27% 1.19-1.22x: at this share a pruned pass costs about 1.05x.
+#: one computing 27% 1.19-1.22x: at this share a pruned pass costs about 1.05x. That holds for
+#: narrow groups (here about 10 centroids each); see :data:`AUTO_PLAIN_ABOVE_WIDE`.
 AUTO_PLAIN_ABOVE = 0.2
+#: ``prune="auto"``: the share of :data:`AUTO_PLAIN_ABOVE` for groups of many centroids, whose
+#: candidates are scored by wider products: on a 25,000 x 64 chunk with k = 2,048 in 32 groups a
+#: pruned pass computing 41% of the distances took 1.01x the unpruned one, 24% 0.60x (17%: 0.47x).
+AUTO_PLAIN_ABOVE_WIDE = 0.4
+#: Centroids per group (mean) at and below which :data:`AUTO_PLAIN_ABOVE` holds, and at and above
+#: which :data:`AUTO_PLAIN_ABOVE_WIDE` does; in between, the share goes from one to the other
+#: with the logarithm of the width.
+AUTO_PLAIN_WIDTHS = (16, 64)
 
 _tokens = itertools.count(1)
 
@@ -90,6 +101,19 @@ def prune_groups(data, k: int) -> int:
     if not data.in_memory:
         return 0
     return group_count(k, data.n_features, np.dtype(data.dtype).itemsize, data.row_state_bytes())
+
+
+def plain_share(k: int, n_groups: int) -> float:
+    """``prune="auto"``'s ``plain_above`` for ``k`` centroids in ``n_groups`` groups (see
+    :data:`AUTO_PLAIN_ABOVE`, :data:`AUTO_PLAIN_ABOVE_WIDE`, :data:`AUTO_PLAIN_WIDTHS`)."""
+    lo, hi = AUTO_PLAIN_WIDTHS
+    width = k / max(1, n_groups)
+    if width <= lo:
+        return AUTO_PLAIN_ABOVE
+    if width >= hi:
+        return AUTO_PLAIN_ABOVE_WIDE
+    t = math.log(width / lo) / math.log(hi / lo)
+    return AUTO_PLAIN_ABOVE + t * (AUTO_PLAIN_ABOVE_WIDE - AUTO_PLAIN_ABOVE)
 
 
 def centroid_drift(new: np.ndarray, old: np.ndarray) -> np.ndarray:
@@ -138,7 +162,7 @@ class PrunedPasses:
             self.groups = centroid_groups(C, self.n_groups, token=next(_tokens))
         else:
             drift = centroid_drift(C, self.reference)
-        plain_above = AUTO_PLAIN_ABOVE if self.mode == "auto" else float("inf")
+        plain_above = plain_share(self.k, self.groups.n_groups) if self.mode == "auto" else float("inf")
         out, self.state = data.map_reduce_stateful(_pruned_chunk, combine_pruned,
                                                    (C, self.groups, drift, plain_above), self.state)
         self.reference = C
@@ -157,4 +181,5 @@ class PrunedPasses:
         self.reference = None
 
 
-__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION", "AUTO_PLAIN_ABOVE", "PrunedPasses", "centroid_drift", "prune_groups"]
+__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION", "AUTO_PLAIN_ABOVE",
+           "AUTO_PLAIN_ABOVE_WIDE", "AUTO_PLAIN_WIDTHS", "PrunedPasses", "centroid_drift", "plain_share", "prune_groups"]

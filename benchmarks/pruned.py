@@ -302,7 +302,8 @@ def chunk_passes(name: str, spec, args) -> dict:
 
 def passes_table(name: str, res: dict) -> str:
     n, d, k = res["shape"]
-    lines = [f"### {name}, one chunk: {n:,} x {d}, k = {k:,}, {res['groups']} groups, one thread (load {res['load']:.2f})",
+    lines = [f"### {name}, one chunk: {n:,} x {d}, k = {k:,}, {res['groups']} groups, one thread "
+             f"(load {res['load']:.2f})",
              "| pass | unpruned s | build / unpruned | prune=True / unpruned | computed | auto / unpruned | computed |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res["rows"]:

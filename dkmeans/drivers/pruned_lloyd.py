@@ -59,8 +59,9 @@ AUTO_FIRST_PAUSE = 4
 #: ``prune="auto"`` prunes a block of at least this many iterations: building the bounds cost 1.9x
 #: an unpruned pass in one process and 2.2-3.3x on two workers when this was chosen (since, with
 #: the streamed build, 1.2-1.4x in one process: see :mod:`dkmeans.kernels.pruned`; not measured
-#: again for this choice), which the pruned passes must win back (a local search's confirming Lloyd runs at most 3 iterations, the Lloyd before the searches
-#: 5, and right after the seeding the centroids still move far).
+#: again for this choice), which the pruned passes must win back (a local search's confirming
+#: Lloyd runs at most 3 iterations, the Lloyd before the searches 5, and right after the seeding
+#: the centroids still move far).
 AUTO_MIN_ITERS = 8
 #: ``prune="auto"``: a chunk whose bounds leave more than this share of its distances to compute
 #: takes the unpruned kernel for the pass (scoring that many candidates costs more) and builds
@@ -181,5 +182,6 @@ class PrunedPasses:
         self.reference = None
 
 
-__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION", "AUTO_PLAIN_ABOVE",
-           "AUTO_PLAIN_ABOVE_WIDE", "AUTO_PLAIN_WIDTHS", "PrunedPasses", "centroid_drift", "plain_share", "prune_groups"]
+__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION",
+           "AUTO_PLAIN_ABOVE", "AUTO_PLAIN_ABOVE_WIDE", "AUTO_PLAIN_WIDTHS", "PrunedPasses", "centroid_drift",
+           "plain_share", "prune_groups"]

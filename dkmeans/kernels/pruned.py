@@ -41,8 +41,9 @@ thread the build took 1.19x an unpruned pass at 25,000 x 64, k = 2,048 and 1.37x
 62,500 x 128, k = 256 (BLAS blocks: 1.71x and 1.77x).
 
 **Passes that prune little.** With ``plain_above`` (``prune="auto"``), a chunk whose bounds
-leave more than that share of its distances goes to the unpruned kernel, decided before the
-per-row work that decision would otherwise need (a sample, :data:`NEED_SAMPLE_STRIDE`): such a pass cost 1.02-1.03x the unpruned one (1.17x before).
+leave more than that share of its distances goes to the unpruned kernel, decided from a sample
+of its rows (:data:`NEED_SAMPLE_STRIDE`) before the per-row work of the others: such a pass cost
+1.00-1.06x the unpruned one (1.14-1.24x when every row was tightened first).
 
 Bounds are rigorous after rounding: lower bounds are float32 rounded down, upper bounds
 float64 rounded up (:mod:`dkmeans.kernels.backends.compiled_pruned`). Their memory is
@@ -386,7 +387,7 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
     scratch = (np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, np.int32))
     # gathered rows go to buffers allocated once per call: a fresh output per gather paid its page
-    # faults each time (8-group gathers of a 62,500-row chunk took 12 ms as np.take, 270 ns a row)
+    # faults each time (a pass's per-group gathers on a 62,500-row chunk took 12 ms by np.take)
     tile_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
     minima = (np.empty(G * rows_per_tile, X.dtype), np.empty(G * rows_per_tile, np.int32),
               np.empty(G * rows_per_tile, X.dtype))
@@ -421,7 +422,8 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
                 r1 = min(mt, r0 + DENSE_ROWS)
                 for g0, g1 in blocks:
                     a, b = int(starts[g0]), int(starts[g1])
-                    St = np.matmul(prep.C_perm[a:b], Xt[r0:r1].T, out=scores[:(b - a) * (r1 - r0)].reshape(b - a, r1 - r0))
+                    out = scores[:(b - a) * (r1 - r0)].reshape(b - a, r1 - r0)
+                    St = np.matmul(prep.C_perm[a:b], Xt[r0:r1].T, out=out)
                     _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g0, g1, local[r0:r1], gm, gi, gs,
                                         *scratch)
             computed += mt * k

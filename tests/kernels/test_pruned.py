@@ -206,7 +206,8 @@ def test_streamed_group_minima_against_float64(d, k):
     Cp = np.ascontiguousarray(C[groups.order])
     h = (0.5 * np.einsum("ij,ij->i", Cp, Cp)).astype(np.float32)
     G, n, T = groups.n_groups, len(X), 64
-    cols = -(-T // (loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // 4)) * (loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // 4)
+    call_rows = loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // 4
+    cols = -(-T // call_rows) * call_rows
     gm, gs = np.full((G, n), np.inf, np.float32), np.full((G, n), np.inf, np.float32)
     gi = np.zeros((G, n), np.int32)
     CG = loops.packed_groups(Cp)

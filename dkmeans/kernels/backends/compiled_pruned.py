@@ -333,7 +333,8 @@ def dots_streamed(typingctx, XT, r, CG, g0, g1, S):
                       for col in columns]
                 base = builder.add(group_base, builder.mul(q, ir.Constant(intp, G)))
                 for b in range(G):
-                    c = _splat(builder, builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))])), vec)
+                    cb = builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))]))
+                    c = _splat(builder, cb, vec)
                     for rho in range(R):
                         builder.store(_fma(builder, xs[rho], c, builder.load(accs[rho][b])), accs[rho][b])
             for b in range(G):

@@ -22,7 +22,7 @@ rebuilds them after each block, and a resumed fit from its checkpoint.
   the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose
   bounds leave more than :func:`plain_share` of its distances to compute (20-40%, by the groups'
   width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
-  a pass that still computed more than :data:`AUTO_OFF_FRACTION` of the distances switches
+  a pass that still computed more than :func:`off_share` of the distances (25-45%) switches
   pruning off (its bounds dropped) for a number of passes that doubles each time
   (:data:`AUTO_FIRST_PAUSE`), after which the bounds are built again;
 * ``False``: never.
@@ -52,7 +52,8 @@ AUTO_MIN_WORK = 2**26
 AUTO_MIN_ROW_WORK = 2**14
 #: ``prune="auto"``: a pruned pass computing more than this share of the distances switches pruning
 #: off. Measured on 31k x 128, k = 256 (one core): a pass computing 20% of the distances took 1.4x
-#: the unpruned pass, 2.3% took 0.36x, none 0.14x (the partials alone).
+#: the unpruned pass, 2.3% took 0.36x, none 0.14x (the partials alone). For groups of many
+#: centroids it grows as :func:`plain_share` does (:func:`off_share`).
 AUTO_OFF_FRACTION = 0.25
 #: ``prune="auto"``: passes without pruning after the first switch-off (doubled at each later one).
 AUTO_FIRST_PAUSE = 4
@@ -104,17 +105,28 @@ def prune_groups(data, k: int) -> int:
     return group_count(k, data.n_features, np.dtype(data.dtype).itemsize, data.row_state_bytes())
 
 
+def _wide(k: int, n_groups: int) -> float:
+    """0 for groups of at most ``AUTO_PLAIN_WIDTHS[0]`` centroids, 1 from ``AUTO_PLAIN_WIDTHS[1]`` on,
+    the logarithm of the width in between."""
+    lo, hi = AUTO_PLAIN_WIDTHS
+    width = k / max(1, n_groups)
+    return min(1.0, max(0.0, math.log(width / lo) / math.log(hi / lo)))
+
+
 def plain_share(k: int, n_groups: int) -> float:
     """``prune="auto"``'s ``plain_above`` for ``k`` centroids in ``n_groups`` groups (see
     :data:`AUTO_PLAIN_ABOVE`, :data:`AUTO_PLAIN_ABOVE_WIDE`, :data:`AUTO_PLAIN_WIDTHS`)."""
-    lo, hi = AUTO_PLAIN_WIDTHS
-    width = k / max(1, n_groups)
-    if width <= lo:
-        return AUTO_PLAIN_ABOVE
-    if width >= hi:
-        return AUTO_PLAIN_ABOVE_WIDE
-    t = math.log(width / lo) / math.log(hi / lo)
+    t = _wide(k, n_groups)
+    if t <= 0.0 or t >= 1.0:  # (exactly the ends, whatever they are)
+        return AUTO_PLAIN_ABOVE if t <= 0.0 else AUTO_PLAIN_ABOVE_WIDE
     return AUTO_PLAIN_ABOVE + t * (AUTO_PLAIN_ABOVE_WIDE - AUTO_PLAIN_ABOVE)
+
+
+def off_share(k: int, n_groups: int) -> float:
+    """``prune="auto"`` switches pruning off after a pass computing more than this share of the
+    distances: :data:`AUTO_OFF_FRACTION`, raised for wide groups by as much as :func:`plain_share` is."""
+    t = _wide(k, n_groups)
+    return AUTO_OFF_FRACTION if t <= 0.0 else AUTO_OFF_FRACTION + t * (AUTO_PLAIN_ABOVE_WIDE - AUTO_PLAIN_ABOVE)
 
 
 def centroid_drift(new: np.ndarray, old: np.ndarray) -> np.ndarray:
@@ -171,7 +183,7 @@ class PrunedPasses:
         if not out.pruned:  # a backend that cannot prune: unpruned passes from now on
             self.on = False
             self.close()
-        elif self.mode == "auto" and drift is not None and fraction > AUTO_OFF_FRACTION:
+        elif self.mode == "auto" and drift is not None and fraction > off_share(self.k, self.groups.n_groups):
             self.close()
             self.pause, self.next_pause = self.next_pause, 2 * self.next_pause
         return out.partials, fraction
@@ -184,4 +196,4 @@ class PrunedPasses:
 
 __all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION",
            "AUTO_PLAIN_ABOVE", "AUTO_PLAIN_ABOVE_WIDE", "AUTO_PLAIN_WIDTHS", "PrunedPasses", "centroid_drift",
-           "plain_share", "prune_groups"]
+           "off_share", "plain_share", "prune_groups"]

@@ -182,10 +182,12 @@ def test_bounds_fit_the_room_the_budget_leaves(blobs32):
 @pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
 def test_plain_share_follows_the_groups_width():
     """prune="auto"'s fallback share: the narrow groups' value up to 16 centroids a group, the wide
-    groups' from 64 on, in between growing with the width."""
+    groups' from 64 on, in between growing with the width; the switch-off share grows as much."""
     narrow, wide = pruned_lloyd.AUTO_PLAIN_ABOVE, pruned_lloyd.AUTO_PLAIN_ABOVE_WIDE
     assert pruned_lloyd.plain_share(256, 25) == narrow and pruned_lloyd.plain_share(16, 1) == narrow
     assert pruned_lloyd.plain_share(2048, 32) == wide and pruned_lloyd.plain_share(65_536, 64) == wide
     middle = [pruned_lloyd.plain_share(32 * w, 32) for w in (20, 32, 48)]
     assert narrow < middle[0] < middle[1] < middle[2] < wide
     assert middle[1] == pytest.approx((narrow + wide) / 2)
+    assert pruned_lloyd.off_share(256, 25) == pruned_lloyd.AUTO_OFF_FRACTION
+    assert pruned_lloyd.off_share(2048, 32) == pytest.approx(pruned_lloyd.AUTO_OFF_FRACTION + wide - narrow)

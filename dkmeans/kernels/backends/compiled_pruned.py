@@ -20,8 +20,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from dkmeans.kernels.backends.compiled import rows_partials
-from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VECTOR_BYTES, _fma, _splat,
-                                           _vector_pointer, transpose_tile)
+from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VECTOR_BYTES, _vector_pointer,
+                                           streamed_group_dots, transpose_tile)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -323,20 +323,7 @@ def dots_streamed(typingctx, XT, r, CG, g0, g1, S):
         columns = [builder.add(r, ir.Constant(intp, rho * vec.count)) for rho in range(R)]
         accs = [[cgutils.alloca_once(builder, vec) for _ in range(G)] for _ in range(R)]
         with cgutils.for_range_slice(builder, g0, g1, ir.Constant(intp, 1)) as (g, _):
-            for row_accs in accs:
-                for acc in row_accs:
-                    builder.store(ir.Constant(vec, 0.0), acc)
-            group_base = builder.mul(g, builder.mul(d, ir.Constant(intp, G)))
-            with cgutils.for_range(builder, d) as feature_loop:
-                q = feature_loop.index
-                xs = [builder.load(_vector_pointer(context, builder, tty, args[0], q, col, vec), align=itemsize)
-                      for col in columns]
-                base = builder.add(group_base, builder.mul(q, ir.Constant(intp, G)))
-                for b in range(G):
-                    cb = builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))]))
-                    c = _splat(builder, cb, vec)
-                    for rho in range(R):
-                        builder.store(_fma(builder, xs[rho], c, builder.load(accs[rho][b])), accs[rho][b])
+            streamed_group_dots(context, builder, tty, args[0], cdata, d, g, columns, accs, vec)
             for b in range(G):
                 j = builder.add(builder.mul(g, ir.Constant(intp, G)), ir.Constant(intp, b))
                 for rho in range(R):

@@ -210,7 +210,7 @@ class _Prepared(NamedTuple):
 
     C_perm: Any  # (k, d) the centroids group by group, data dtype
     h_perm: Any  # (k,) their h in the same order, data dtype
-    CG: Any  # C_perm packed for the streamed products (compiled_pruned.packed_groups)
+    CG: Any  # [C_perm packed for the streamed products], filled by the first build that needs it
     k0: float  # the kernel-choice margin is k0 * ||x|| + k1 (squared-distance units)
     k1: float
 
@@ -235,7 +235,7 @@ def _prepare(C, groups: CentroidGroups) -> _Prepared:
     dh = gamma * hmax + UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
     scale = 4.0 * SAFETY  # D_j - D_a > 4 (E + dh), asked SAFETY times
     C_perm = np.ascontiguousarray(C[groups.order])
-    prep = _Prepared(C_perm, np.ascontiguousarray(h[groups.order]), _loops.packed_groups(C_perm),
+    prep = _Prepared(C_perm, np.ascontiguousarray(h[groups.order]), [None],
                      scale * gamma * cmax, scale * (gamma * hmax + dh))
     try:
         ref = weakref.ref(C)
@@ -414,7 +414,9 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
             gs.fill(np.inf)
         if dense and streamed is not None:
             T, block_groups, XT, S = streamed = _streamed_scratch(streamed, X.dtype)
-            _loops.dense_minima(Xt, 0, mt, prep.CG, block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,
+            if prep.CG[0] is None:  # (a k x d copy: only passes that score whole tiles need it)
+                prep.CG[0] = _loops.packed_groups(prep.C_perm)
+            _loops.dense_minima(Xt, 0, mt, prep.CG[0], block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,
                                 gm, gi, gs, *scratch)
             computed += mt * k
         elif dense:

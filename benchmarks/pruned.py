@@ -22,6 +22,13 @@ than ``benchmarks/embeddings.py``'s) and measures, in one run on the same 2 core
   ``(T(1 + iters) - T(1)) / iters`` (a mean: it reports no per-iteration times); skipped where
   ``k * n`` is above ``--sklearn-max-pairs``.
 
+* **iterations that prune little**: the fixed-start fits begin far from convergence (``C0`` is
+  ``k`` rows of overlapping blobs), so their first pruned passes leave most rows unsettled; the
+  table's ``little`` line gives, over the fixed-start iterations after the first that computed at
+  least half the distances, the mean of pruned over unpruned seconds at the same index (issue 34:
+  at most 1.05x). ``--little`` adds a fixed-start fit of ``--little-iters`` iterations with
+  ``prune=True`` (no switching off: every pass pruned, whatever it costs) beside it.
+
 Reported per shape: per iteration index the seconds pruned and unpruned, each over the floor,
 and the distances computed; the mean over the whole default-started fit and from the goal's
 iteration on (issue 34: wide and manyk at most 0.5x the floor over the fit and 0.25x from the
@@ -35,8 +42,19 @@ From the repository root, on a quiet machine (``--wait-load`` waits for it)::
     .venv/bin/python benchmarks/pruned.py                         # all shapes
     .venv/bin/python benchmarks/pruned.py --shapes wide manyk --iters 12
     .venv/bin/python benchmarks/pruned.py --quick                 # smaller n, a smoke run
+    .venv/bin/python benchmarks/pruned.py --shapes wide --little   # and prune=True from a far start
 
 The tables go to stdout and everything to ``benchmarks/results/pruned[_quick].json``.
+
+``--passes`` measures instead, in this process on one thread, the passes of one chunk
+(``--chunk-rows`` rows of the shape's data, its ``k`` first centroids ``C0``): unpruned Lloyd from
+``C0`` gives the centroids ``C_i``; for each ``i`` the bounds are built at ``C_(i-1)``, then the
+pass at ``C_i`` is timed (CPU time of the thread, best of ``--repeats``) unpruned, building the
+bounds, pruned with ``prune=True`` (every pass pruned) and as ``prune="auto"`` runs it (a chunk that
+settles little takes the unpruned kernel); the table gives each over the unpruned pass and the share
+of distances computed::
+
+    .venv/bin/python benchmarks/pruned.py --passes --shapes wide manyk
 """
 
 from __future__ import annotations
@@ -131,6 +149,22 @@ def summary(seconds, floor: float, start: int) -> dict:
             "iterations": len(seconds)}
 
 
+def little_summary(runs) -> dict:
+    """Pruned over unpruned seconds at the same index, over the fixed-start iterations after the first
+    that computed at least half the distances (``prune="auto"``), and per iteration of the
+    ``prune=True`` run (``--little``)."""
+    p, u = runs["fixed-pruned"], runs["fixed-unpruned"]
+    idx = [i for i in range(1, min(len(p["seconds"]), len(u["seconds"]))) if p["computed"][i] >= 0.5]
+    ratios = [p["seconds"][i] / u["seconds"][i] for i in idx]
+    out = {"auto": {"iterations": [i + 1 for i in idx], "ratios": ratios,
+                    "mean": statistics.fmean(ratios) if ratios else None}}
+    if "little-true" in runs:
+        t = runs["little-true"]
+        n = min(len(t["seconds"]), len(u["seconds"]))
+        out["true"] = {"ratios": [t["seconds"][i] / u["seconds"][i] for i in range(n)], "computed": t["computed"][:n]}
+    return out
+
+
 def bench(name, spec, client, args) -> dict:
     n, d, k, start, late_goal, whole_goal = spec
     metric = "cosine" if name == "cosine" else "euclidean"
@@ -151,6 +185,11 @@ def bench(name, spec, client, args) -> dict:
         if not args.skip_default:
             print(f"[{name}] default start, {label} ...", file=sys.stderr, flush=True)
             runs[f"default-{label}"] = fit_default(Xd, k, prune, metric)
+    if args.little:
+        if args.wait_load:
+            wait_for_load(args.wait_load, args.max_wait)
+        print(f"[{name}] fixed start, prune=True, {args.little_iters} iterations ...", file=sys.stderr, flush=True)
+        runs["little-true"] = fit_fixed(Xd, C0, args.little_iters, True, metric)
     same = bool(np.array_equal(runs["fixed-pruned"]["centers"], runs["fixed-unpruned"]["centers"]))
     if not args.skip_default:
         same = same and bool(np.array_equal(runs["default-pruned"]["centers"], runs["default-unpruned"]["centers"]))
@@ -162,6 +201,7 @@ def bench(name, spec, client, args) -> dict:
         run.pop("centers")
         run["summary"] = summary(run["seconds"], fl, start)
     out["runs"] = runs
+    out["little"] = little_summary(runs)
     out["goals"] = {"late": {"from_iteration": start, "goal": late_goal,
                              "fixed": runs["fixed-pruned"]["summary"]["late_mean_over_floor"]}}
     if not args.skip_default:
@@ -187,6 +227,14 @@ def table(name: str, res: dict) -> str:
     if "sklearn_seconds_per_iter" in res:
         sk = res["sklearn_seconds_per_iter"]
         lines.append(f"scikit-learn (fixed start, mean): {sk:.4f} s/iteration = {sk / fl:.2f}x floor")
+    little = res["little"]["auto"]
+    lines.append(f"little pruned (fixed start, iterations {little['iterations'] or '-'} computing >= half the "
+                 f"distances): pruned / unpruned {_f(little['mean'])} (mean; "
+                 f"{', '.join(f'{r:.3f}' for r in little['ratios']) or '-'})")
+    if "true" in res["little"]:
+        t = res["little"]["true"]
+        lines.append("prune=True, fixed start, per iteration: pruned / unpruned " + ", ".join(
+            f"{r:.2f} ({c:.3f})" for r, c in zip(t["ratios"], t["computed"])) + " (distances computed)")
     for start in ("fixed", "default"):
         if f"{start}-pruned" not in res["runs"]:
             continue
@@ -205,6 +253,65 @@ def table(name: str, res: dict) -> str:
     return "\n".join(lines)
 
 
+def chunk_passes(name: str, spec, args) -> dict:
+    """One chunk's pass costs in this process (``--passes``; see the module docstring)."""
+    from threadpoolctl import threadpool_limits
+
+    from dkmeans.drivers.pruned_lloyd import centroid_drift, plain_share
+    from dkmeans.kernels import assign_partials, update_centroids
+    from dkmeans.kernels.pruned import centroid_groups, group_count, pruned_partials, warm_up
+
+    n, d, k = args.chunk_rows, spec[1], spec[2]
+    X, C = shape_data(name, n, d, min(k, n // 2))
+    k = len(C)
+    warm_up(X.dtype, d)
+    groups = centroid_groups(C, group_count(k, d, X.dtype.itemsize), token=1)
+
+    def best(fn):
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.thread_time()
+            out = fn()
+            times.append(time.thread_time() - t0)
+        return min(times), out
+
+    def copy(state):
+        return {key: (v.copy() if isinstance(v, np.ndarray) else v) for key, v in state.items()}
+
+    rows = []
+    with threadpool_limits(1):
+        while pruned_partials(X, C, None, None, groups)[0] is None:  # the compiled loops still loading
+            time.sleep(0.2)
+        seq = [C]
+        for _ in range(args.passes_iters):
+            seq.append(update_centroids(assign_partials(X, seq[-1]), seq[-1])[0].astype(X.dtype))
+        for i in range(1, len(seq)):
+            prev, cur = seq[i - 1], seq[i]
+            state, _ = pruned_partials(X, prev, None, None, groups)
+            drift = centroid_drift(cur, prev)
+            plain, _ = best(lambda: assign_partials(X, cur))
+            build, _ = best(lambda: pruned_partials(X, cur, None, None, groups))
+            forced, (_, fo) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift))
+            auto, (_, ao) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift,
+                                                         plain_above=plain_share(k, groups.n_groups)))
+            rows.append({"pass": i + 1, "unpruned_s": plain, "build": build / plain, "true": forced / plain,
+                         "true_computed": fo.distances / fo.pairs, "auto": auto / plain,
+                         "auto_computed": ao.distances / ao.pairs})
+    return {"shape": [n, d, k], "groups": groups.n_groups, "rows": rows, "load": os.getloadavg()[0]}
+
+
+def passes_table(name: str, res: dict) -> str:
+    n, d, k = res["shape"]
+    lines = [f"### {name}, one chunk: {n:,} x {d}, k = {k:,}, {res['groups']} groups, one thread "
+             f"(load {res['load']:.2f})",
+             "| pass | unpruned s | build / unpruned | prune=True / unpruned | computed | auto / unpruned | computed |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['pass']} | {r['unpruned_s']:.4f} | {r['build']:.2f} | {r['true']:.2f} | "
+                     f"{r['true_computed']:.3f} | {r['auto']:.2f} | {r['auto_computed']:.3f} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
@@ -213,6 +320,12 @@ def parse_args(argv=None):
     p.add_argument("--prune", default="auto", choices=["auto", "true"],
                    help="the pruned runs' prune parameter")
     p.add_argument("--skip-default", action="store_true", help="only the fixed-start fits")
+    p.add_argument("--little", action="store_true", help="also a fixed-start fit with prune=True")
+    p.add_argument("--little-iters", type=int, default=4, help="iterations of the --little fit")
+    p.add_argument("--passes", action="store_true", help="one chunk's pass costs in this process, no cluster")
+    p.add_argument("--chunk-rows", type=int, default=62_500, help="rows of the --passes chunk")
+    p.add_argument("--passes-iters", type=int, default=10, help="Lloyd iterations the --passes table covers")
+    p.add_argument("--repeats", type=int, default=3, help="--passes: best of this many timings")
     p.add_argument("--sklearn-max-pairs", type=float, default=2e9, help="rows x k above which scikit-learn is skipped")
     p.add_argument("--wait-load", type=float, default=0.0, help="wait until the 1-minute load is below this")
     p.add_argument("--max-wait", type=float, default=600.0)
@@ -225,6 +338,13 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     shapes = QUICK if args.quick else SHAPES
+    if args.passes:
+        results = {"machine": machine(), "argv": sys.argv[1:], "shapes": {}}
+        for name in args.shapes:
+            results["shapes"][name] = chunk_passes(name, shapes[name], args)
+            write_json(args.output or "pruned_passes.json", results)
+            print(passes_table(name, results["shapes"][name]), flush=True)
+        return
     client = start_cluster()
     results = {"machine": machine(), "argv": sys.argv[1:], "shapes": {}}
     try:

@@ -19,9 +19,10 @@ rebuilds them after each block, and a resumed fit from its checkpoint.
 * ``True``: every pass pruned (the first of a block builds the bounds: every distance);
 * ``"auto"``: pruned where it pays: loops of at least :data:`AUTO_MIN_WORK` multiply-adds a
   pass and :data:`AUTO_MIN_ROW_WORK` a row (``k x d``; below, the compiled kernel is cheaper than
-  the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose bounds leave more than :data:`AUTO_PLAIN_ABOVE` of its distances to
-  compute takes the unpruned kernel for that pass (and builds its bounds again in the next);
-  a pass that still computed more than :data:`AUTO_OFF_FRACTION` of the distances switches
+  the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose
+  bounds leave more than :func:`plain_share` of its distances to compute (20-40%, by the groups'
+  width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
+  a pass that still computed more than :func:`off_share` of the distances (25-45%) switches
   pruning off (its bounds dropped) for a number of passes that doubles each time
   (:data:`AUTO_FIRST_PAUSE`), after which the bounds are built again;
 * ``False``: never.
@@ -33,6 +34,7 @@ partials, and pruning stops for the block.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -50,19 +52,36 @@ AUTO_MIN_WORK = 2**26
 AUTO_MIN_ROW_WORK = 2**14
 #: ``prune="auto"``: a pruned pass computing more than this share of the distances switches pruning
 #: off. Measured on 31k x 128, k = 256 (one core): a pass computing 20% of the distances took 1.4x
-#: the unpruned pass, 2.3% took 0.36x, none 0.14x (the partials alone).
+#: the unpruned pass, 2.3% took 0.36x, none 0.14x (the partials alone). For groups of many
+#: centroids it grows as :func:`plain_share` does (:func:`off_share`).
 AUTO_OFF_FRACTION = 0.25
 #: ``prune="auto"``: passes without pruning after the first switch-off (doubled at each later one).
 AUTO_FIRST_PAUSE = 4
 #: ``prune="auto"`` prunes a block of at least this many iterations: building the bounds cost 1.9x
-#: an unpruned pass in one process and 2.2-3.3x on two workers, which the pruned passes must win
-#: back (a local search's confirming Lloyd runs at most 3 iterations, the Lloyd before the searches
-#: 5, and right after the seeding the centroids still move far).
+#: an unpruned pass in one process and 2.2-3.3x on two workers when this was chosen (since, with
+#: the streamed build, 1.2-1.4x in one process: see :mod:`dkmeans.kernels.pruned`; not measured
+#: again for this choice), which the pruned passes must win back (a local search's confirming
+#: Lloyd runs at most 3 iterations, the Lloyd before the searches 5, and right after the seeding
+#: the centroids still move far).
 AUTO_MIN_ITERS = 8
 #: ``prune="auto"``: a chunk whose bounds leave more than this share of its distances to compute
 #: takes the unpruned kernel for the pass (scoring that many candidates costs more) and builds
-#: its bounds again in the next.
-AUTO_PLAIN_ABOVE = 0.3
+#: its bounds again in the next. The decision costs little: a sample of the rows that fail the
+#: bounds' first test estimates the share (:data:`~dkmeans.kernels.pruned.NEED_SAMPLE_STRIDE`):
+#: such a pass took 1.00-1.04x the unpruned pass (62,500 x 128, k = 256, one thread; 1.14-1.24x
+#: when every failing row was looked at first). On that chunk (one thread, ``benchmarks/pruned.py
+#: --passes``) a pruned pass computing 16% of the distances took 0.94-0.99x the unpruned pass and
+#: one computing 27% 1.19-1.22x: at this share a pruned pass costs about 1.05x. That holds for
+#: narrow groups (here about 10 centroids each); see :data:`AUTO_PLAIN_ABOVE_WIDE`.
+AUTO_PLAIN_ABOVE = 0.2
+#: ``prune="auto"``: the share of :data:`AUTO_PLAIN_ABOVE` for groups of many centroids, whose
+#: candidates are scored by wider products: on a 25,000 x 64 chunk with k = 2,048 in 32 groups a
+#: pruned pass computing 41% of the distances took 1.01x the unpruned one, 24% 0.60x (17%: 0.47x).
+AUTO_PLAIN_ABOVE_WIDE = 0.4
+#: Centroids per group (mean) at and below which :data:`AUTO_PLAIN_ABOVE` holds, and at and above
+#: which :data:`AUTO_PLAIN_ABOVE_WIDE` does; in between, the share goes from one to the other
+#: with the logarithm of the width.
+AUTO_PLAIN_WIDTHS = (16, 64)
 
 _tokens = itertools.count(1)
 
@@ -84,6 +103,30 @@ def prune_groups(data, k: int) -> int:
     if not data.in_memory:
         return 0
     return group_count(k, data.n_features, np.dtype(data.dtype).itemsize, data.row_state_bytes())
+
+
+def _wide(k: int, n_groups: int) -> float:
+    """0 for groups of at most ``AUTO_PLAIN_WIDTHS[0]`` centroids, 1 from ``AUTO_PLAIN_WIDTHS[1]`` on,
+    the logarithm of the width in between."""
+    lo, hi = AUTO_PLAIN_WIDTHS
+    width = k / max(1, n_groups)
+    return min(1.0, max(0.0, math.log(width / lo) / math.log(hi / lo)))
+
+
+def plain_share(k: int, n_groups: int) -> float:
+    """``prune="auto"``'s ``plain_above`` for ``k`` centroids in ``n_groups`` groups (see
+    :data:`AUTO_PLAIN_ABOVE`, :data:`AUTO_PLAIN_ABOVE_WIDE`, :data:`AUTO_PLAIN_WIDTHS`)."""
+    t = _wide(k, n_groups)
+    if t <= 0.0 or t >= 1.0:  # (exactly the ends, whatever they are)
+        return AUTO_PLAIN_ABOVE if t <= 0.0 else AUTO_PLAIN_ABOVE_WIDE
+    return AUTO_PLAIN_ABOVE + t * (AUTO_PLAIN_ABOVE_WIDE - AUTO_PLAIN_ABOVE)
+
+
+def off_share(k: int, n_groups: int) -> float:
+    """``prune="auto"`` switches pruning off after a pass computing more than this share of the
+    distances: :data:`AUTO_OFF_FRACTION`, raised for wide groups by as much as :func:`plain_share` is."""
+    t = _wide(k, n_groups)
+    return AUTO_OFF_FRACTION if t <= 0.0 else AUTO_OFF_FRACTION + t * (AUTO_PLAIN_ABOVE_WIDE - AUTO_PLAIN_ABOVE)
 
 
 def centroid_drift(new: np.ndarray, old: np.ndarray) -> np.ndarray:
@@ -132,7 +175,7 @@ class PrunedPasses:
             self.groups = centroid_groups(C, self.n_groups, token=next(_tokens))
         else:
             drift = centroid_drift(C, self.reference)
-        plain_above = AUTO_PLAIN_ABOVE if self.mode == "auto" else float("inf")
+        plain_above = plain_share(self.k, self.groups.n_groups) if self.mode == "auto" else float("inf")
         out, self.state = data.map_reduce_stateful(_pruned_chunk, combine_pruned,
                                                    (C, self.groups, drift, plain_above), self.state)
         self.reference = C
@@ -140,7 +183,7 @@ class PrunedPasses:
         if not out.pruned:  # a backend that cannot prune: unpruned passes from now on
             self.on = False
             self.close()
-        elif self.mode == "auto" and drift is not None and fraction > AUTO_OFF_FRACTION:
+        elif self.mode == "auto" and drift is not None and fraction > off_share(self.k, self.groups.n_groups):
             self.close()
             self.pause, self.next_pause = self.next_pause, 2 * self.next_pause
         return out.partials, fraction
@@ -151,4 +194,6 @@ class PrunedPasses:
         self.reference = None
 
 
-__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION", "AUTO_PLAIN_ABOVE", "PrunedPasses", "centroid_drift", "prune_groups"]
+__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION",
+           "AUTO_PLAIN_ABOVE", "AUTO_PLAIN_ABOVE_WIDE", "AUTO_PLAIN_WIDTHS", "PrunedPasses", "centroid_drift",
+           "off_share", "plain_share", "prune_groups"]

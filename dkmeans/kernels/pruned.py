@@ -32,6 +32,19 @@ CUDA, sparse) get the unpruned partials, flagged so that the driver stops asking
 The partials (per-cluster sums, counts, objective) are then folded from the labels by the
 same compiled loop, on the same tiles, as the unpruned kernel folds them: equal to the bit.
 
+**The build** (the first pass of a block, or bounds lost) scores every row against every
+centroid. Its products come from the assignment kernel's own streamed loop, with stores for
+compares (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`), tile by tile while
+the tile and its scores are in cache, where a BLAS product took 1.1-1.2x the kernel's time;
+above :data:`STREAMED_SCORES_BYTES` of scores per tile (many centroids) BLAS blocks do it. On one
+thread the build took 1.19x an unpruned pass at 25,000 x 64, k = 2,048 and 1.37x at
+62,500 x 128, k = 256 (BLAS blocks: 1.71x and 1.77x).
+
+**Passes that prune little.** With ``plain_above`` (``prune="auto"``), a chunk whose bounds
+leave more than that share of its distances goes to the unpruned kernel, decided from a sample
+of its rows (:data:`NEED_SAMPLE_STRIDE`) before the per-row work of the others: such a pass cost
+1.00-1.06x the unpruned one (1.14-1.24x when every row was tightened first).
+
 Bounds are rigorous after rounding: lower bounds are float32 rounded down, upper bounds
 float64 rounded up (:mod:`dkmeans.kernels.backends.compiled_pruned`). Their memory is
 ``4 G + 16`` bytes per row for ``G`` groups (:func:`group_count` keeps ``4 G`` within half the
@@ -50,7 +63,7 @@ from dkmeans.kernels.backends import compiled_pruned as _loops
 from dkmeans.kernels.backends.select import Backend
 from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL, Partials, check_centroids,
                                     unit_half_sq_norms)
-from dkmeans.kernels.nearest import _assign, _backend, _compiled_tiles, assign_partials
+from dkmeans.kernels.nearest import STREAM_BLOCK_BYTES, _assign, _backend, _compiled_tiles, assign_partials
 
 #: Yinyang's group size: about this many centroids per group (Ding et al. use k / 10).
 CENTROIDS_PER_GROUP = 10
@@ -71,6 +84,17 @@ DENSE_ROWS = 1024
 #: Bytes of one block of scores (rows x centroids of whole groups): about the L2 cache, so that
 #: the reductions read it while it is there.
 SCORE_BLOCK_BYTES = 2**20
+#: A tile scored against every centroid takes the streamed kernel's products
+#: (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`) where the scores of one of its
+#: tiles of rows against every centroid take at most these bytes, BLAS blocks above (many centroids).
+STREAMED_SCORES_BYTES = 4 * 2**20
+#: With ``plain_above`` set, where more than that share of the rows fail the bounds' first test, every
+#: this-many-th of them is tightened and its groups' needs counted before the others: the estimate
+#: of the pairs to compute decides between the pruned pass and the unpruned kernel (a sample of
+#: rows in row order: the same rows whatever the timing). Failing the first test says little by
+#: itself: with the exact upper bounds most rows settled again in passes where all had failed it
+#: (62,500 x 128, k = 256: 16% of the distances left to compute).
+NEED_SAMPLE_STRIDE = 32
 
 
 #: Bytes of a row's state besides its group bounds: label (4), upper bound (8), norm (4).
@@ -186,6 +210,7 @@ class _Prepared(NamedTuple):
 
     C_perm: Any  # (k, d) the centroids group by group, data dtype
     h_perm: Any  # (k,) their h in the same order, data dtype
+    CG: Any  # [C_perm packed for the streamed products], filled by the first build that needs it
     k0: float  # the kernel-choice margin is k0 * ||x|| + k1 (squared-distance units)
     k1: float
 
@@ -209,7 +234,8 @@ def _prepare(C, groups: CentroidGroups) -> _Prepared:
     gamma = (d + 2) * eps / (1 - (d + 2) * eps)
     dh = gamma * hmax + UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
     scale = 4.0 * SAFETY  # D_j - D_a > 4 (E + dh), asked SAFETY times
-    prep = _Prepared(np.ascontiguousarray(C[groups.order]), np.ascontiguousarray(h[groups.order]),
+    C_perm = np.ascontiguousarray(C[groups.order])
+    prep = _Prepared(C_perm, np.ascontiguousarray(h[groups.order]), [None],
                      scale * gamma * cmax, scale * (gamma * hmax + dh))
     try:
         ref = weakref.ref(C)
@@ -227,7 +253,7 @@ def _empty_partials(k: int, d: int) -> Partials:
 def new_state(n: int, n_groups: int, token: int) -> dict:
     """Bounds of ``n`` rows before any pass: every row a candidate."""
     return {"labels": np.zeros(n, dtype=np.int32), "upper": np.full(n, np.inf),
-            "lower": np.zeros((n, n_groups), dtype=np.float32), "norm": None, "lmax": 0.0, "token": int(token)}
+            "lower": np.zeros((n_groups, n), dtype=np.float32), "norm": None, "lmax": 0.0, "token": int(token)}
 
 
 def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = None, drift=None, *,
@@ -260,7 +286,7 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     Returns
     -------
     state : dict or None
-        ``labels`` (int32), ``upper`` (float64), ``lower`` (float32, ``(n, G)``), ``norm``
+        ``labels`` (int32), ``upper`` (float64), ``lower`` (float32, ``(G, n)``: group by group), ``norm``
         (float32, ``||x||`` rounded up), ``token``; None where the backend cannot prune.
     PrunedPartials
     """
@@ -281,7 +307,7 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     prep = _prepare(C, groups)
     G = groups.n_groups
     fresh = state is None or state.get("token") != groups.token or len(state["labels"]) != n \
-        or state["lower"].shape[1] != G or drift is None
+        or state["lower"].shape[0] != G or drift is None
     if fresh:
         state = new_state(n, G, groups.token)
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
@@ -296,13 +322,17 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         drift = np.asarray(drift, dtype=np.float64)
         shift = _loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
         cand = np.empty(n, dtype=np.int64)
-        m = _loops.settle(labels, upper, lower, norm, drift, shift, prep.k0, prep.k1, cand)
-        m = _loops.tighten(X, C, labels, upper, lower, norm, prep.k0, prep.k1, cand, m)
+        lmin = np.empty(n, dtype=np.float32)
+        m = _loops.settle(labels, upper, lower, norm, drift, shift, prep.k0, prep.k1, cand, lmin)
+        if m > plain_above * n and _hopeless(X, C, state, lmin, prep, groups, cand[:m], n, plain_above):
+            partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
+            return None, PrunedPartials(partials, float(n * k), float(n * k), True)
+        m = _loops.tighten(X, C, labels, upper, lmin, norm, prep.k0, prep.k1, cand, m)
         computed += m
         cand = cand[:m]
-        need = np.empty((m, G), dtype=np.bool_)
+        need = np.empty((G, m), dtype=np.bool_)
         _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, cand, m, need)
-        if float(need.sum(axis=0) @ np.diff(groups.starts)) > plain_above * n * k:
+        if float(need.sum(axis=1) @ np.diff(groups.starts)) > plain_above * n * k:
             partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
             return None, PrunedPartials(partials, float(n * k + computed), float(n * k), True)
     computed += _score_candidates(X, C, prep, groups, backend, cand, need, state, norm, scratch_bytes)
@@ -314,6 +344,20 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     objective = _loops.tiled_partials(X, C, labels, tile, w, has_w, sums, counts)
     partials = Partials(sums, counts, np.asarray(objective, dtype=np.float64))
     return state, PrunedPartials(partials, float(computed), float(n * k), True)
+
+
+def _hopeless(X, C, state, lmin, prep: _Prepared, groups: CentroidGroups, cand, n: int, plain_above: float) -> bool:
+    """Whether the rows ``cand`` that failed the first test leave more than ``plain_above`` of the
+    chunk's distances to compute, estimated from every :data:`NEED_SAMPLE_STRIDE`-th of them (their
+    exact upper bounds, kept: they are bounds all the same, and the groups they need)."""
+    m = cand.shape[0]
+    sample = np.ascontiguousarray(cand[::NEED_SAMPLE_STRIDE])
+    labels, upper, lower, norm = state["labels"], state["upper"], state["lower"], state["norm"]
+    s = _loops.tighten(X, C, labels, upper, lmin, norm, prep.k0, prep.k1, sample, sample.shape[0])
+    need = np.empty((groups.n_groups, s), dtype=np.bool_)
+    _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, sample, s, need)
+    pairs = float(need.sum(axis=1) @ np.diff(groups.starts)) * m / sample.shape[0]
+    return pairs > plain_above * n * C.shape[0]
 
 
 def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, cand, need, state, norm,
@@ -342,44 +386,65 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     computed = 0
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
     scratch = (np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, np.int32))
+    # gathered rows go to buffers allocated once per call: a fresh output per gather paid its page
+    # faults each time (a pass's per-group gathers on a 62,500-row chunk took 12 ms by np.take)
+    tile_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
+    minima = (np.empty(G * rows_per_tile, X.dtype), np.empty(G * rows_per_tile, np.int32),
+              np.empty(G * rows_per_tile, X.dtype))
+    group_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
     scores = np.empty(max(block_cols * min(DENSE_ROWS, rows_per_tile), widest * rows_per_tile), dtype=X.dtype)
     scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
+    streamed = _streamed_plan(X, k, d, backend, scratch_bytes)
     for t0 in range(0, m, rows_per_tile):
         rows = cand[t0:t0 + rows_per_tile]
         mt = rows.shape[0]
         if need is None:  # every row (cand is 0..n-1): no gather
             Xt = X[t0:t0 + mt]
         else:
-            Xt = np.take(X, rows, axis=0)  # (faster than indexing, and than np.take into a buffer)
+            Xt = tile_rows[:mt]
+            _loops.gather_rows(X, rows, Xt)
         local = np.arange(mt, dtype=np.int64)
-        gm = np.full((G, mt), np.inf, dtype=X.dtype)  # by group, then row: the loops over rows vectorise
-        gi = np.zeros((G, mt), dtype=np.int32)
-        gs = np.full((G, mt), np.inf, dtype=X.dtype)
-        nd = None if need is None else need[t0:t0 + mt]
-        if nd is None or float(nd.sum(axis=0) @ widths) >= DENSE_SHARE * mt * k:
+        # by group, then row (the loops over rows vectorise); +inf: a group not scored
+        gm, gi, gs = (buf[:G * mt].reshape(G, mt) for buf in minima)
+        nd = None if need is None else need[:, t0:t0 + mt]
+        dense = nd is None or float(nd.sum(axis=1) @ widths) >= DENSE_SHARE * mt * k
+        if not dense:  # (the dense paths write every group)
+            gm.fill(np.inf)
+            gi.fill(0)
+            gs.fill(np.inf)
+        if dense and streamed is not None:
+            T, block_groups, XT, S = streamed = _streamed_scratch(streamed, X.dtype)
+            if prep.CG[0] is None:  # (a k x d copy: only passes that score whole tiles need it)
+                prep.CG[0] = _loops.packed_groups(prep.C_perm)
+            _loops.dense_minima(Xt, 0, mt, prep.CG[0], block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,
+                                gm, gi, gs, *scratch)
+            computed += mt * k
+        elif dense:
             for r0 in range(0, mt, DENSE_ROWS):
                 r1 = min(mt, r0 + DENSE_ROWS)
                 for g0, g1 in blocks:
                     a, b = int(starts[g0]), int(starts[g1])
-                    St = np.matmul(prep.C_perm[a:b], Xt[r0:r1].T, out=scores[:(b - a) * (r1 - r0)].reshape(b - a, r1 - r0))
+                    out = scores[:(b - a) * (r1 - r0)].reshape(b - a, r1 - r0)
+                    St = np.matmul(prep.C_perm[a:b], Xt[r0:r1].T, out=out)
                     _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g0, g1, local[r0:r1], gm, gi, gs,
                                         *scratch)
             computed += mt * k
         else:
             for g in range(G):
-                sel = np.flatnonzero(nd[:, g])
+                sel = np.flatnonzero(nd[g])
                 if sel.shape[0] == 0:
                     continue
                 a, b = int(starts[g]), int(starts[g + 1])
                 if sel.shape[0] >= DENSE_SHARE * mt:  # nearly all rows need it: score them all, no gather
                     sel, Xg = local, Xt
                 else:
-                    Xg = np.take(Xt, sel, axis=0)
+                    Xg = group_rows[:sel.shape[0]]
+                    _loops.gather_rows(Xt, sel, Xg)
                 St = _scores_t(prep.C_perm[a:b], Xg, scores, scores_rt)
                 _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g, g + 1, sel, gm, gi, gs, *scratch)
                 computed += sel.shape[0] * (b - a)
         norm_up, sq_lo, sq_up = np.empty(mt), np.empty(mt), np.empty(mt)
-        _loops.row_norms(X, rows, norm_up, sq_lo, sq_up)
+        _loops.row_norms(Xt, local, norm_up, sq_lo, sq_up)  # the gathered rows: in cache
         if need is None:  # the state's norms: float32, rounded up
             up32 = norm_up.astype(np.float32)
             norm[t0:t0 + mt] = np.where(up32.astype(np.float64) < norm_up, np.nextafter(up32, np.float32(np.inf)), up32)
@@ -395,6 +460,29 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
                                     margin / (2.0 * SAFETY), lower, upper, labels)
         state["lmax"] = max(state["lmax"], float(largest))
     return computed
+
+
+def _streamed_plan(X, k: int, d: int, backend, scratch_bytes):
+    """``(T, block_groups, XT shape, S shape)`` of :func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`
+    (the assignment kernel's tiles of rows and blocks of centroids), or None where the scores of a tile
+    would exceed :data:`STREAMED_SCORES_BYTES` or a quarter of ``scratch_bytes`` (BLAS blocks then)."""
+    itemsize = X.dtype.itemsize
+    T, _ = _compiled_tiles(backend, X.shape[0], k, d, itemsize, scratch_bytes)
+    rows = _loops.STREAM_ROW_VECTORS * (_loops.VECTOR_BYTES // itemsize)
+    cols = -(-T // rows) * rows
+    padded = -(-k // _loops.STREAM_GROUP) * _loops.STREAM_GROUP
+    if padded * cols * itemsize > min(STREAMED_SCORES_BYTES, scratch_bytes // 4):
+        return None
+    block_groups = max(1, STREAM_BLOCK_BYTES // (d * _loops.STREAM_GROUP * itemsize))
+    return T, block_groups, (d, cols), (padded, cols)
+
+
+def _streamed_scratch(plan, dtype):
+    """The plan with its buffers (allocated at the first tile that needs them, kept for the call)."""
+    T, block_groups, XT, S = plan
+    if isinstance(XT, tuple):
+        XT, S = np.zeros(XT, dtype=dtype), np.empty(S, dtype=dtype)
+    return T, block_groups, XT, S
 
 
 def _scores_t(Cg, Xg, out, work):

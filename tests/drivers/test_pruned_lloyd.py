@@ -116,6 +116,24 @@ def test_auto_switches_off_and_back(monkeypatch, blobs32):
 
 
 @pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+def test_auto_chunks_that_settle_little_take_the_unpruned_kernel(monkeypatch, blobs32):
+    """With the chunks' plain share at 0, a chunk where any row fails its bounds' first test takes the
+    unpruned kernel and builds its bounds again in the next pass (never pausing here): every pass
+    computes every distance, and the run equals the unpruned one."""
+    monkeypatch.setattr(pruned_lloyd, "AUTO_OFF_FRACTION", 2.0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_WORK", 0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_ROW_WORK", 0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_PLAIN_ABOVE", 0.0)
+    C0 = initial_rows(blobs32, 24, seed=5)
+    chunks = ChunkList.from_array(blobs32, n_chunks=3)
+    auto = lloyd(chunks, C0, max_iter=10, stop_rule=ObjectiveDecrease(-1.0), prune="auto")
+    plain = lloyd(chunks, C0, max_iter=10, stop_rule=ObjectiveDecrease(-1.0), prune=False)
+    np.testing.assert_array_equal(auto.centroids, plain.centroids)
+    assert [h.objective for h in auto.history] == [h.objective for h in plain.history]
+    assert all(h.distances_computed >= 1.0 for h in auto.history), [h.distances_computed for h in auto.history]
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
 def test_out_of_core_is_not_pruned(blobs32):
     chunks = ChunkList.from_array(blobs32, n_chunks=2)
     chunks.in_memory = False
@@ -159,3 +177,17 @@ def test_bounds_fit_the_room_the_budget_leaves(blobs32):
     assert pruned_lloyd.prune_groups(chunks, 24) == 1  # Hamerly's one bound: 20 bytes a row
     chunks.room = float("inf")
     assert pruned_lloyd.prune_groups(chunks, 24) == 2  # k / 10
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+def test_plain_share_follows_the_groups_width():
+    """prune="auto"'s fallback share: the narrow groups' value up to 16 centroids a group, the wide
+    groups' from 64 on, in between growing with the width; the switch-off share grows as much."""
+    narrow, wide = pruned_lloyd.AUTO_PLAIN_ABOVE, pruned_lloyd.AUTO_PLAIN_ABOVE_WIDE
+    assert pruned_lloyd.plain_share(256, 25) == narrow and pruned_lloyd.plain_share(16, 1) == narrow
+    assert pruned_lloyd.plain_share(2048, 32) == wide and pruned_lloyd.plain_share(65_536, 64) == wide
+    middle = [pruned_lloyd.plain_share(32 * w, 32) for w in (20, 32, 48)]
+    assert narrow < middle[0] < middle[1] < middle[2] < wide
+    assert middle[1] == pytest.approx((narrow + wide) / 2)
+    assert pruned_lloyd.off_share(256, 25) == pruned_lloyd.AUTO_OFF_FRACTION
+    assert pruned_lloyd.off_share(2048, 32) == pytest.approx(pruned_lloyd.AUTO_OFF_FRACTION + wide - narrow)

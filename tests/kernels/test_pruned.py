@@ -40,7 +40,7 @@ def _check_bounds(X, C, state, groups):
         members = groups.order[groups.starts[g]:groups.starts[g + 1]]
         Dg = D[:, members].copy()
         Dg[labels[:, None] == members[None, :]] = np.inf
-        assert np.all(state["lower"][:, g].astype(np.float64) <= Dg.min(axis=1))
+        assert np.all(state["lower"][g].astype(np.float64) <= Dg.min(axis=1))
 
 
 def run_both(X, C0, iters, weights=None, n_groups=None, check_bounds=True):
@@ -150,3 +150,87 @@ def test_property_equals_unpruned(n, d, k, dup, dtype, weighted, seed, n_groups,
     C0 = X[rng.choice(len(X), k, replace=False)]
     w = rng.uniform(0, 2, len(X)) if weighted else None
     run_both(X, C0, 4, weights=w, n_groups=n_groups)
+
+
+def _far_move_case():
+    X, _, centers = make_blobs(3000, 8, 30, spread=0.5, box=20.0, seed=4, dtype=np.float32)
+    C0 = centers.astype(np.float32)
+    groups = centroid_groups(C0, 3, token=1)
+    state, _ = pruned_partials(X, C0, None, None, groups)
+    return X, C0, groups, state
+
+
+def test_a_chunk_whose_rows_all_fail_the_first_test_takes_the_unpruned_kernel():
+    """Centroids that moved across the data leave no row settled: with ``plain_above`` set the sample's
+    estimate sends the chunk to the unpruned kernel (its partials to the bit); it drops its bounds."""
+    X, C0, groups, state = _far_move_case()
+    C1 = C0[::-1].copy()  # every centroid jumps to another blob
+    state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=0.3)
+    assert state is None and out.pruned and out.distances == out.pairs
+    ref = assign_partials(X, C1)
+    np.testing.assert_array_equal(out.partials.sums, ref.sums)
+    np.testing.assert_array_equal(out.partials.counts, ref.counts)
+    assert float(out.partials.objective) == float(ref.objective)
+
+
+@pytest.mark.parametrize("plain_above,falls_back", [(0.0, True), (1.0, False)])
+def test_the_sampled_estimate_decides_where_some_rows_fail(plain_above, falls_back):
+    """Where some rows, not nearly all, fail the first test, a sample of them estimates the pairs to
+    compute: above ``plain_above`` (0: any) the unpruned kernel, below it the pruned pass; both
+    give the unpruned partials, and the pruned pass's bounds still hold."""
+    X, C0, groups, state = _far_move_case()
+    C1 = C0.copy()
+    C1[:3] += np.float32(5.0)  # three centroids move: a tenth of the rows fail, the others settle
+    state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=plain_above)
+    assert (state is None) == falls_back and out.pruned
+    assert (out.distances == out.pairs) == falls_back
+    ref = assign_partials(X, C1)
+    np.testing.assert_array_equal(out.partials.sums, ref.sums)
+    assert float(out.partials.objective) == float(ref.objective)
+    if not falls_back:
+        np.testing.assert_array_equal(state["labels"], assign(X, C1)[0])
+        _check_bounds(X, C1, state, groups)
+
+
+@pytest.mark.parametrize("d,k", [(3, 5), (24, 17), (128, 40)])
+def test_streamed_group_minima_against_float64(d, k):
+    """The build's group minima (the streamed products, tile by tile, a short last tile) against float64
+    NumPy scores: the smallest and second smallest score of every group within rounding, and the
+    same centroid where the runner-up trails clearly."""
+    from dkmeans.kernels.backends import compiled_pruned as loops
+
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(300, d)).astype(np.float32)
+    C = rng.normal(size=(k, d)).astype(np.float32)
+    groups = centroid_groups(C, 3)
+    Cp = np.ascontiguousarray(C[groups.order])
+    h = (0.5 * np.einsum("ij,ij->i", Cp, Cp)).astype(np.float32)
+    G, n, T = groups.n_groups, len(X), 64
+    call_rows = loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // 4
+    cols = -(-T // call_rows) * call_rows
+    gm, gs = np.full((G, n), np.inf, np.float32), np.full((G, n), np.inf, np.float32)
+    gi = np.zeros((G, n), np.int32)
+    CG = loops.packed_groups(Cp)
+    loops.dense_minima(X, 0, n, CG, 1, h, groups.order, groups.starts, T, np.zeros((d, cols), np.float32),
+                       np.empty((CG.shape[0] * loops.STREAM_GROUP, cols), np.float32), np.arange(n), gm, gi, gs,
+                       np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.int32))
+    scores = h.astype(np.float64)[None, :] - X.astype(np.float64) @ Cp.astype(np.float64).T
+    tol = 1e-4 * (1 + np.abs(scores).max())
+    for g in range(G):
+        part = scores[:, groups.starts[g]:groups.starts[g + 1]]
+        two = np.sort(part, axis=1)[:, :2] if part.shape[1] > 1 else np.c_[part, np.full(n, np.inf)]
+        np.testing.assert_allclose(gm[g], two[:, 0], atol=tol)
+        finite = np.isfinite(two[:, 1])
+        np.testing.assert_allclose(gs[g][finite], two[finite, 1], atol=tol)
+        assert np.all(np.isinf(gs[g][~finite]))
+        clear = two[:, 1] - two[:, 0] > 4 * tol
+        np.testing.assert_array_equal(gi[g][clear], groups.order[groups.starts[g] + part.argmin(axis=1)][clear])
+
+
+def test_blas_blocks_where_the_streamed_scores_do_not_fit(monkeypatch):
+    """Many centroids: the build scores tiles by BLAS blocks instead; the same labels and partials."""
+    import dkmeans.kernels.pruned as pruned
+
+    monkeypatch.setattr(pruned, "STREAMED_SCORES_BYTES", 0)
+    X, _, _ = make_blobs(1500, 24, 16, spread=2.0, box=6.0, seed=7, dtype=np.float32)
+    run_both(X, X[np.random.default_rng(7).choice(len(X), 32, replace=False)], 5)

@@ -14,34 +14,48 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from dkmeans.kernels.backends.compiled import rows_partials
+from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VECTOR_BYTES, _vector_pointer,
+                                           streamed_group_dots, transpose_tile)
 
 
 @numba.njit(cache=True, nogil=True)
-def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand):  # pragma: no cover - compiled
+def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pragma: no cover - compiled
     """Move every row's bounds by the centroids' drift; list the rows the bounds do not settle.
 
-    ``upper[i] += drift[labels[i]]`` (float64, rounded up); ``lower[i, g] = max(lower[i, g] -
+    ``upper[i] += drift[labels[i]]`` (float64, rounded up); ``lower[g, i] = max(lower[g, i] -
     shift[g], 0)`` in the bounds' float32, where ``shift`` (float32) is the group's largest drift
-    enlarged by the rounding of that subtraction (see :func:`float32_shift`). Row ``i`` is settled
-    when ``min_g lower[i, g] > upper[i]`` and ``min_g lower^2 - upper^2 > k0 * norm[i] + k1`` (the
-    margin of the assignment kernel's rounding). The others go to ``cand`` in row order; returns
-    how many.
+    enlarged by the rounding of that subtraction (see :func:`float32_shift`); ``lmin[i]`` (float32)
+    gets ``min_g lower[g, i]``. Row ``i`` is settled when ``lmin[i] > upper[i]`` and ``lmin^2 -
+    upper^2 > k0 * norm[i] + k1`` (the margin of the assignment kernel's rounding). The others go
+    to ``cand`` in row order; returns how many. The bounds lie group by group (``(G, n)``): the
+    loops over the rows vectorise (0.3x the time of a row's groups side by side, G = 25).
     """
-    n, G = lower.shape
-    m = 0
+    G, n = lower.shape
     zero = lower.dtype.type(0)
+    for g in range(G):  # (G >= 1)
+        row = lower[g]
+        sg = shift[g]
+        if g == 0:
+            for i in range(n):
+                v = max(row[i] - sg, zero)
+                row[i] = v
+                lmin[i] = v
+        else:
+            for i in range(n):
+                v = max(row[i] - sg, zero)
+                row[i] = v
+                lmin[i] = min(lmin[i], v)
+    m = 0
     for i in range(n):
         u = (upper[i] + drift[labels[i]]) * (1.0 + 2.0**-50)
         upper[i] = u
-        lmin = lower.dtype.type(np.inf)
-        row = lower[i]
-        for g in range(G):
-            v = max(row[g] - shift[g], zero)
-            row[g] = v
-            lmin = min(lmin, v)
-        low = np.float64(lmin)
+        low = np.float64(lmin[i])
         if not (low > u and low * low - u * u > k0 * norm[i] + k1):
             cand[m] = i
             m += 1
@@ -53,11 +67,11 @@ _SUM_MATH = {"reassoc", "contract"}
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
-def tighten(X, C, labels, upper, lower, norm, k0, k1, cand, m):  # pragma: no cover - compiled
+def tighten(X, C, labels, upper, lmin, norm, k0, k1, cand, m):  # pragma: no cover - compiled
     """Exact upper bounds for the rows ``cand[:m]`` (from ``x - c_label`` in float64); the rows still
-    not settled are moved to the front of ``cand``; returns their count."""
+    not settled by their smallest group bound ``lmin`` (:func:`settle`'s) are moved to the front of
+    ``cand``; returns their count."""
     d = X.shape[1]
-    G = lower.shape[1]
     grow = 1.0 + (d + 4) * 2.0**-52  # float64 rounding of d squares, their sum and the root
     r = 0
     for t in range(m):
@@ -69,11 +83,7 @@ def tighten(X, C, labels, upper, lower, norm, k0, k1, cand, m):  # pragma: no co
             s += diff * diff
         u = np.sqrt(s) * grow
         upper[i] = u
-        lmin = np.inf
-        for g in range(G):
-            if lower[i, g] < lmin:
-                lmin = lower[i, g]
-        low = np.float64(lmin)
+        low = np.float64(lmin[i])
         if not (low > u and low * low - u * u > k0 * norm[i] + k1):
             cand[r] = i
             r += 1
@@ -82,26 +92,46 @@ def tighten(X, C, labels, upper, lower, norm, k0, k1, cand, m):  # pragma: no co
 
 @numba.njit(cache=True, nogil=True)
 def group_needs(labels, upper, lower, norm, k0, k1, group_of, cand, m, need):  # pragma: no cover - compiled
-    """``need[t, g]``: group ``g`` may hold a centroid the kernel prefers to row ``cand[t]``'s label
+    """``need[g, t]``: group ``g`` may hold a centroid the kernel prefers to row ``cand[t]``'s label
     (its bound does not exclude it), or holds the label itself; returns how many pairs of rows and
     groups are needed."""
-    G = lower.shape[1]
+    G = lower.shape[0]
     total = 0
+    for g in range(G):
+        row = lower[g]
+        for t in range(m):
+            i = cand[t]
+            v = np.float64(row[i])
+            u = upper[i]
+            need[g, t] = not (v > u and v * v - u * u > k0 * norm[i] + k1)
     for t in range(m):
-        i = cand[t]
-        u = upper[i]
-        margin = k0 * norm[i] + k1
-        for g in range(G):
-            v = np.float64(lower[i, g])
-            need[t, g] = not (v > u and v * v - u * u > margin)
-        need[t, group_of[labels[i]]] = True
-        for g in range(G):
-            total += need[t, g]
+        need[group_of[labels[cand[t]]], t] = True
+    for g in range(G):
+        for t in range(m):
+            total += need[g, t]
     return total
 
 
 @numba.njit(cache=True, nogil=True)
-def block_minima(St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1):  # pragma: no cover - compiled
+def gather_rows(X, idx, out):  # pragma: no cover - compiled
+    """``out[t] = X[idx[t]]`` (rows of C-contiguous arrays)."""
+    d = X.shape[1]
+    for t in range(idx.shape[0]):
+        i = idx[t]
+        for f in range(d):
+            out[t, f] = X[i, f]
+    return None
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fold_score(v, b1, b2, j1, j):  # pragma: no cover - compiled
+    """One score into a row's smallest, second smallest and the smallest's index (strict ``<``: the
+    first on ties); branch-free, so that the loop over rows vectorises."""
+    return min(b1, v), min(b2, max(b1, v)), (j if v < b1 else j1)
+
+
+@numba.njit(cache=True, nogil=True)
+def block_minima(St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1, m=-1):  # pragma: no cover - compiled
     """Per group of a block of scores, each row's smallest score, its centroid and the second smallest.
 
     ``St`` is ``C_block @ X_tile.T`` (``x.c`` of every centroid of groups ``g0 <= g < g1``, laid out
@@ -110,9 +140,12 @@ def block_minima(St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1):  #
     :func:`~dkmeans.kernels.backends.compiled.running_argmin_t`). The score is ``h[j] - St[j, t]``;
     per group and row the smallest (the first in centroid order on ties: strict ``<``), its
     centroid's index ``order[...]`` and the second smallest go to ``gm``, ``gi``, ``gs`` at
-    ``[g, rows[t]]``. ``b1``, ``b2``, ``j1`` are scratch of at least the tile's length.
+    ``[g, rows[t]]``. ``b1``, ``b2``, ``j1`` are scratch of at least the tile's length; ``m``: the
+    tile's rows, the first ``m`` columns of ``St`` (default: all). Four centroids go per pass over
+    the rows: the running minima are read and written once for the four (0.7x the time of one).
     """
-    m = St.shape[1]
+    if m < 0:
+        m = St.shape[1]
     base = starts[g0]
     for g in range(g0, g1):
         lo, hi = starts[g] - base, starts[g + 1] - base
@@ -120,15 +153,24 @@ def block_minima(St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1):  #
             b1[t] = np.inf
             b2[t] = np.inf
             j1[t] = lo
-        for j in range(lo, hi):
-            hj = h[j]
-            row = St[j]
+        j = lo
+        while j + 4 <= hi:
+            ha, hb, hc, hd = h[j], h[j + 1], h[j + 2], h[j + 3]
+            ra, rb, rc, rd = St[j], St[j + 1], St[j + 2], St[j + 3]
+            ja, jb, jc, jd = np.int32(j), np.int32(j + 1), np.int32(j + 2), np.int32(j + 3)
             for t in range(m):
-                v = hj - row[t]
-                less = v < b1[t]
-                b2[t] = b1[t] if less else min(b2[t], v)
-                j1[t] = j if less else j1[t]
-                b1[t] = v if less else b1[t]
+                o, s, i = _fold_score(ha - ra[t], b1[t], b2[t], j1[t], ja)
+                o, s, i = _fold_score(hb - rb[t], o, s, i, jb)
+                o, s, i = _fold_score(hc - rc[t], o, s, i, jc)
+                o, s, i = _fold_score(hd - rd[t], o, s, i, jd)
+                b1[t], b2[t], j1[t] = o, s, i
+            j += 4
+        while j < hi:
+            hj, row, jj = h[j], St[j], np.int32(j)
+            for t in range(m):
+                o, s, i = _fold_score(hj - row[t], b1[t], b2[t], j1[t], jj)
+                b1[t], b2[t], j1[t] = o, s, i
+            j += 1
         for t in range(m):
             r = rows[t]
             gm[g, r] = b1[t]
@@ -188,7 +230,7 @@ def new_bounds(X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lo
             bound[t] = np.float32(np.sqrt(sq) * (1.0 - 2.0**-22) - 1e-30)
         for t in range(m):
             if gm[g, t] != np.inf:  # computed: the new bound
-                lower[rows[t], g] = bound[t]
+                lower[g, rows[t]] = bound[t]
                 if bound[t] != np.inf:
                     largest = max(largest, np.float64(bound[t]))
     for t in range(m):
@@ -246,3 +288,80 @@ def float32_shift(shift, lower_max: float):
     wanted = np.where(shift > 0, shift + 2.0**-23 * (lower_max + shift), 0.0)
     out = wanted.astype(np.float32)
     return np.where(out.astype(np.float64) < wanted, np.nextafter(out, np.float32(np.inf)), out)
+
+
+# -- the bounds' build: every score of a tile of rows, by the streamed kernel's arithmetic ---------
+@intrinsic
+def dots_streamed(typingctx, XT, r, CG, g0, g1, S):
+    """``S[j, r:r + R L] = x . c_j`` for the centroids ``j`` of groups ``g0 <= g < g1`` (of
+    ``STREAM_GROUP``) and ``R = STREAM_ROW_VECTORS`` vectors of ``L`` rows from column ``r`` of ``XT``.
+
+    :func:`~dkmeans.kernels.backends.simd.nearest_block_streamed` with its products stored instead
+    of compared: the same registers (a group's ``R x STREAM_GROUP`` dot products, each a chain of
+    multiply-adds in feature order, fed by one load of a feature's rows), so the same speed as the
+    assignment kernel, where a BLAS product of the tile's scores took 1.1-1.2x its time (one thread,
+    d = 128, k = 256). ``S`` has a row per centroid of ``CG`` (padding included) and at least
+    ``r + R L`` columns. All C-contiguous, one float dtype; nothing is bounds-checked.
+    """
+    arrays = (XT, CG, S)
+    ok = (all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
+          and XT.ndim == 2 and CG.ndim == 3 and S.ndim == 2
+          and XT.dtype == CG.dtype == S.dtype and XT.dtype in (types.float32, types.float64))
+    if not ok:
+        return None
+
+    def codegen(context, builder, signature, args):
+        tty, rty, gty, g0ty, g1ty, sty = signature.args
+        itemsize = tty.dtype.bitwidth // 8
+        vec = ir.VectorType(context.get_data_type(tty.dtype), VECTOR_BYTES // itemsize)
+        intp = context.get_value_type(types.intp)
+        G, R = STREAM_GROUP, STREAM_ROW_VECTORS
+        r, g0, g1 = (context.cast(builder, v, ty, types.intp) for v, ty in
+                     ((args[1], rty), (args[3], g0ty), (args[4], g1ty)))
+        d = cgutils.unpack_tuple(builder, context.make_array(tty)(context, builder, args[0]).shape, 2)[0]
+        cdata = context.make_array(gty)(context, builder, args[2]).data
+        columns = [builder.add(r, ir.Constant(intp, rho * vec.count)) for rho in range(R)]
+        accs = [[cgutils.alloca_once(builder, vec) for _ in range(G)] for _ in range(R)]
+        with cgutils.for_range_slice(builder, g0, g1, ir.Constant(intp, 1)) as (g, _):
+            streamed_group_dots(context, builder, tty, args[0], cdata, d, g, columns, accs, vec)
+            for b in range(G):
+                j = builder.add(builder.mul(g, ir.Constant(intp, G)), ir.Constant(intp, b))
+                for rho in range(R):
+                    out = _vector_pointer(context, builder, sty, args[5], j, columns[rho], vec)
+                    builder.store(builder.load(accs[rho][b]), out, align=itemsize)
+        return context.get_dummy_value()
+
+    return types.none(XT, r, CG, g0, g1, S), codegen
+
+
+def packed_groups(C):
+    """``C`` (k, d) packed for :func:`dots_streamed`: ``(ceil(k / STREAM_GROUP), d, STREAM_GROUP)``, one
+    group's coordinates of a feature side by side, zeros past ``k``."""
+    k, d = C.shape
+    groups = -(-k // STREAM_GROUP)
+    CG = np.zeros((groups * STREAM_GROUP, d), dtype=C.dtype)
+    CG[:k] = C
+    return np.ascontiguousarray(CG.reshape(groups, STREAM_GROUP, d).transpose(0, 2, 1))
+
+
+@numba.njit(cache=True, nogil=True)
+def dense_minima(X, i0, i1, CG, block_groups, h, order, starts, T, XT, S, rows, gm, gi, gs, b1, b2,
+                 j1):  # pragma: no cover - compiled
+    """:func:`block_minima` of every group for the rows ``i0 <= i < i1`` of ``X``, their scores computed
+    tile by tile (``T`` rows) by :func:`dots_streamed` while the tile and its scores are in cache.
+
+    ``XT`` (d, >= T rounded up to the rows of a call) and ``S`` (rows of ``CG``, ``XT``'s columns)
+    are scratch; ``rows`` (>= i1 - i0) numbers the rows' columns of ``gm``, ``gi``, ``gs``
+    (``rows[t] = t``). ``block_groups`` groups of ``CG`` per pass over a tile's rows (they stay in L2).
+    """
+    B = STREAM_ROW_VECTORS * (VECTOR_BYTES // X.itemsize)
+    groups = CG.shape[0]
+    G = starts.shape[0] - 1
+    for t0 in range(i0, i1, T):
+        m = min(T, i1 - t0)
+        transpose_tile(X, t0, m, XT)
+        for g0 in range(0, groups, block_groups):
+            for r in range(0, m, B):
+                dots_streamed(XT, r, CG, g0, min(groups, g0 + block_groups), S)
+        block_minima(S, h, order, starts, 0, G, rows[t0 - i0:t0 - i0 + m], gm, gi, gs, b1, b2, j1, m)
+    return None

@@ -464,6 +464,31 @@ STREAM_GROUP = 8
 STREAM_ROW_VECTORS = 2 if VECTOR_BYTES == 64 else 1
 
 
+def streamed_group_dots(context, builder, tty, XT, cdata, d, g, columns, accs, vec):
+    """Emit the dot products of group ``g`` of packed centroids with vectors of rows (LLVM IR, for
+    the intrinsics' code generators).
+
+    ``cdata`` points at ``CG`` (groups, d, ``G``) and ``XT`` (numba type ``tty``) holds the rows
+    feature by feature; ``accs[rho][b]`` (allocas of type ``vec``) get the products of centroid
+    ``b`` of the group with the ``vec.count`` rows at column ``columns[rho]``, each a chain of
+    multiply-adds in feature order from 0: one load of a feature's rows feeds ``G`` of them.
+    """
+    intp = context.get_value_type(types.intp)
+    G, itemsize = len(accs[0]), tty.dtype.bitwidth // 8
+    for row_accs in accs:
+        for acc in row_accs:
+            builder.store(ir.Constant(vec, 0.0), acc)
+    group_base = builder.mul(g, builder.mul(d, ir.Constant(intp, G)))
+    with cgutils.for_range(builder, d) as feature_loop:
+        q = feature_loop.index
+        xs = [builder.load(_vector_pointer(context, builder, tty, XT, q, col, vec), align=itemsize) for col in columns]
+        base = builder.add(group_base, builder.mul(q, ir.Constant(intp, G)))
+        for b in range(G):
+            c = _splat(builder, builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))])), vec)
+            for rho in range(len(accs)):
+                builder.store(_fma(builder, xs[rho], c, builder.load(accs[rho][b])), accs[rho][b])
+
+
 @intrinsic
 def nearest_block_streamed(typingctx, XT, r, CG, h_pad, g0, g1, best, lab):
     """:func:`nearest_block` for any ``d``, the rows streamed from ``XT`` feature by feature.
@@ -514,19 +539,7 @@ def nearest_block_streamed(typingctx, XT, r, CG, h_pad, g0, g1, best, lab):
             builder.store(builder.load(label_ptrs[rho], align=4), label[rho])
         accs = [[cgutils.alloca_once(builder, vec) for _ in range(G)] for _ in range(R)]
         with cgutils.for_range_slice(builder, g0, g1, ir.Constant(intp, 1)) as (g, _):
-            for row_accs in accs:
-                for acc in row_accs:
-                    builder.store(ir.Constant(vec, 0.0), acc)
-            group_base = builder.mul(g, builder.mul(d, ir.Constant(intp, G)))
-            with cgutils.for_range(builder, d) as feature_loop:
-                q = feature_loop.index
-                xs = [builder.load(_vector_pointer(context, builder, tty, args[0], q, col, vec), align=itemsize)
-                      for col in columns]
-                base = builder.add(group_base, builder.mul(q, ir.Constant(intp, G)))
-                for b in range(G):
-                    c = _splat(builder, builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))])), vec)
-                    for rho in range(R):
-                        builder.store(_fma(builder, xs[rho], c, builder.load(accs[rho][b])), accs[rho][b])
+            streamed_group_dots(context, builder, tty, args[0], cdata, d, g, columns, accs, vec)
             for b in range(G):
                 j = builder.add(builder.mul(g, ir.Constant(intp, G)), ir.Constant(intp, b))
                 h = _splat(builder, builder.load(builder.gep(hdata, [j])), vec)

@@ -77,7 +77,7 @@ from dkmeans.kernels import (
 from dkmeans.drivers.state import LocalSearchRecord
 from dkmeans.drivers.swaps import best_swaps, select_swaps
 from dkmeans.drivers.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, fill_empty_clusters, lloyd
-from dkmeans.drivers.lloyd import objective as objective_of
+from dkmeans.drivers.lloyd import objective as objective_of  # `objective` names the fit's value here
 
 #: Random streams (:mod:`dkmeans.drivers.streams`) of round ``r``'s candidate draw.
 ROUND_STREAMS = STREAMS["local-search.rounds"]

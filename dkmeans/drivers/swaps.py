@@ -88,9 +88,8 @@ def select_swaps(delta, candidate_index, P, C, max_swaps: int, threshold: float,
     """
     delta = np.asarray(delta, dtype=np.float64)
     improving = int(np.count_nonzero(delta < threshold))
-    if improving == 0 or max_swaps <= 1:
-        cand, cent = best_swaps(delta, candidate_index, min(improving, max(0, max_swaps)), resolution)
-        return cand[: max(0, min(1, max_swaps))], cent[: max(0, min(1, max_swaps))]
+    if improving == 0 or max_swaps <= 1:  # the best swap alone, if any may be made
+        return best_swaps(delta, candidate_index, min(improving, max(0, max_swaps)), resolution)
     P64 = np.asarray(P, dtype=np.float64)
     C64 = np.asarray(C, dtype=np.float64)
     home, home_sq = assign(P64, C64)  # each candidate's nearest centroid and squared distance to it

@@ -86,6 +86,17 @@ SEARCH = dict(rounds=4, candidates_per_round=16, seed=7, lloyd_iters=3, stop_rul
 
 
 # -- kernels ---------------------------------------------------------------------------
+def _brute_swap_costs(X, C, P, w):
+    """``ref[p, j]``: the objective with centroid ``j`` replaced by candidate ``p``, recomputed from scratch."""
+    ref = np.empty((len(P), len(C)))
+    for p in range(len(P)):
+        for j in range(len(C)):
+            swapped = C.astype(np.float64)
+            swapped[j] = P[p]
+            ref[p, j] = objective(X, swapped, w)
+    return ref
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("scratch", [600, 4 * 2**20])
@@ -96,12 +107,7 @@ def test_swap_costs_match_brute_force(xp, rows, dtype, weighted, scratch, compil
     w = w if weighted else None
     out = to_host(swap_costs(xp.asarray(X), xp.asarray(C), xp.asarray(P), None if w is None else xp.asarray(w),
                              scratch_bytes=scratch))
-    ref = np.empty((len(P), len(C)))
-    for p in range(len(P)):
-        for j in range(len(C)):
-            swapped = C.astype(np.float64)
-            swapped[j] = P[p]
-            ref[p, j] = objective(X, swapped, w)
+    ref = _brute_swap_costs(X, C, P, w)
     assert out.cost.dtype == np.float64 and out.cost.shape == (len(P), len(C))
     np.testing.assert_allclose(out.cost, ref, rtol=1e-9)
     np.testing.assert_allclose(float(out.objective), objective(X, C, w), rtol=1e-9)
@@ -121,12 +127,7 @@ def test_swap_costs_of_many_candidates_match_brute_force(xp, rows, dtype, weight
     w = w if weighted else None
     out = to_host(swap_costs(xp.asarray(X), xp.asarray(C), xp.asarray(P), None if w is None else xp.asarray(w),
                              scratch_bytes=scratch))
-    ref = np.empty((len(P), len(C)))
-    for p in range(len(P)):
-        for j in range(len(C)):
-            swapped = C.astype(np.float64)
-            swapped[j] = P[p]
-            ref[p, j] = objective(X, swapped, w)
+    ref = _brute_swap_costs(X, C, P, w)
     base = objective(X, C, w)
     assert out.cost.dtype == np.float64 and out.cost.shape == (len(P), len(C))
     # float32: each distance to a candidate within a few float32 ulps of the rows' spread

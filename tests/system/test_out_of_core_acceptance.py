@@ -165,23 +165,46 @@ HANG_FILES, HANG_ROWS = 24, 200_000  # 12.8 MB of features per file: a task's me
 
 
 def _hold(fraction: float, dask_worker=None) -> int:
-    """Grow this worker process to ``fraction`` of its memory limit with an array kept in a global
-    (memory of its own, which no release gives back: a previous computation's allocations).
-    Returns the bytes held."""
+    """Grow this worker process to ``fraction`` of its memory limit with arrays kept in a global (memory of
+    its own, which no release gives back: a previous computation's allocations), and keep it there.
+
+    A thread tops the process up every 5 ms while ``_drop`` has not run: when the task that was running
+    ends, or our engine trims the heap of the paused worker, the process would otherwise fall below
+    distributed's pause threshold (a drop of 56 MiB, 86% -> 79% of 768 MiB, was seen) and the worker
+    would resume, which is not the scenario under test. Returns the bytes held at first."""
     import builtins
 
     import psutil
 
-    target = fraction * dask_worker.memory_manager.memory_limit
-    nbytes = max(0, int(target - psutil.Process().memory_info().rss))
-    builtins._dkmeans_test_held = np.ones(nbytes // 8)
-    return nbytes
+    limit = dask_worker.memory_manager.memory_limit
+    target = fraction * limit
+    held, stop = [], threading.Event()
+    builtins._dkmeans_test_held = (held, stop)
+
+    def top_up() -> int:
+        nbytes = int(target - psutil.Process().memory_info().rss)
+        if nbytes >= 1 << 20:
+            held.append(np.ones(nbytes // 8))
+            return nbytes
+        return 0
+
+    first = top_up()
+
+    def keep() -> None:
+        while not stop.wait(0.005):
+            top_up()
+
+    threading.Thread(target=keep, daemon=True, name="dkmeans-test-hold").start()
+    return first
 
 
 def _drop() -> None:
     import builtins
 
-    builtins.__dict__.pop("_dkmeans_test_held", None)
+    held = builtins.__dict__.pop("_dkmeans_test_held", None)
+    if held is not None:
+        held[1].set()
+        held[0].clear()
 
 
 def _pause_when_queued(client, address: str, fraction: float, done: threading.Event, fired: list,

@@ -91,8 +91,7 @@ def objective(X, C, tile: int = 8192) -> float:
 
 
 def run_dkmeans(Xd, C0, iters):
-    km = dkmeans.KMeans(n_clusters=len(C0), init=C0, metric="cosine", max_iter=iters, tol=0.0,
-                        local_search=False).fit(Xd)
+    km = dkmeans.KMeans(n_clusters=len(C0), init=C0, metric="cosine", max_iter=iters, tol=0.0).fit(Xd)
     seconds = [h["seconds"] for h in km.history_]
     return statistics.median(seconds[1:] or seconds), km.cluster_centers_, seconds, km.history_
 

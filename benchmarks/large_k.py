@@ -7,6 +7,9 @@ For each shape, on a LocalCluster of 2 worker processes x 1 thread (data persist
 * **Lloyd**: ``KMeans(init=<those centres>, max_iter=--iters, tol=0)``; seconds per iteration
   from the loop's own timer (``history_``), and the whole fit (moments pass, loop, final
   assignment);
+* **the default fit** (``--default-fit``): ``KMeans(n_clusters=k, random_state=0, max_iter=--iters)``
+  as a user writes it (the default seeding, local search ``"auto"`` and pruning ``"auto"``), whole,
+  on the same persisted data, against the larger of the two bounds below;
 * **worker memory**: every worker's process memory polled from the scheduler every 0.1 s during
   each, against the stated bound on its growth over its memory before (data and imports):
   seeding, the kernel scratch (32 MiB) plus three times the sample (``min(n, 8 k) x d x itemsize``:
@@ -15,7 +18,7 @@ For each shape, on a LocalCluster of 2 worker processes x 1 thread (data persist
 
 ``--fewer-rows`` runs the full k on 100,000 and 300,000 rows (the same centroid memory).
 
-Run:  .venv/bin/python benchmarks/large_k.py [--quick] [--iters 2]
+Run:  .venv/bin/python benchmarks/large_k.py [--quick] [--iters 2] [--default-fit]
 Writes benchmarks/results/large_k.json.
 """
 
@@ -61,7 +64,7 @@ def make_data(n: int, d: int, seed: int = 0) -> np.ndarray:
     return X
 
 
-def bench(client, name, n, d, k, iters) -> dict:
+def bench(client, name, n, d, k, iters, default_fit=False) -> dict:
     print(f"{name}: {n:,} x {d}, k = {k:,}, float32", flush=True)
     load_before = os.getloadavg()[0]  # the machine is shared: the load goes with the figures
     X = make_data(n, d)
@@ -83,7 +86,7 @@ def bench(client, name, n, d, k, iters) -> dict:
     before_fit = worker_memory(client)
     with PeakMemory(client) as fit_memory:
         t0 = time.perf_counter()
-        km = dkmeans.KMeans(n_clusters=k, init=C0, max_iter=iters, tol=0.0, local_search=False).fit(Xd)
+        km = dkmeans.KMeans(n_clusters=k, init=C0, max_iter=iters, tol=0.0).fit(Xd)
         fit = time.perf_counter() - t0
     per_iter = [h["seconds"] for h in km.history_]
     # the stated bounds on a worker's growth: seeding, the kernel scratch and three times the sample (the
@@ -106,6 +109,24 @@ def bench(client, name, n, d, k, iters) -> dict:
           + "; ".join(f"{p} {', '.join(f'{g / 2**20:.0f}' for g in growth[p].values())} against {bounds[p] / 2**20:.0f}"
                       for p in bounds) + f": {'within' if within else 'NOT within'}; load {result['load_average']}",
           flush=True)
+    if default_fit:
+        time.sleep(1.0)
+        before_default = worker_memory(client)
+        with PeakMemory(client) as default_memory:
+            t0 = time.perf_counter()
+            km = dkmeans.KMeans(n_clusters=k, random_state=0, max_iter=iters).fit(Xd)
+            whole = time.perf_counter() - t0
+        bound = max(bounds.values())
+        grown = {a: default_memory.peak.get(a, 0) - before_default[a] for a in before_default}
+        result["default_fit"] = {
+            "seconds": whole, "iterations": km.n_iter_, "passes": km.n_passes_, "inertia": float(km.inertia_),
+            "algorithms": sorted({h.get("algorithm", "lloyd") for h in km.history_}),
+            "worker_growth_mib": {a: v / 2**20 for a, v in grown.items()}, "bound_growth_mib": bound / 2**20,
+            "within_bound": max(grown.values()) <= bound}
+        print(f"  default fit {whole:.1f} s ({km.n_iter_} iterations, {km.n_passes_} passes, "
+              f"{', '.join(result['default_fit']['algorithms'])}); worker memory growth (MiB): "
+              f"{', '.join(f'{g / 2**20:.0f}' for g in grown.values())} against {bound / 2**20:.0f}: "
+              f"{'within' if result['default_fit']['within_bound'] else 'NOT within'}", flush=True)
     del Xd, km  # the data is released when its last reference goes
     return result
 
@@ -116,12 +137,14 @@ def main(argv=None) -> None:
     parser.add_argument("--fewer-rows", action="store_true", help="the full k on fewer rows (memory at full k)")
     parser.add_argument("--iters", type=int, default=2, help="Lloyd iterations")
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    parser.add_argument("--default-fit", action="store_true",
+                        help="also the whole default fit, KMeans(n_clusters=k, random_state=0, max_iter=--iters)")
     args = parser.parse_args(argv)
     shapes = QUICK if args.quick else FEWER_ROWS if args.fewer_rows else SHAPES
     client = start_cluster()
     results = {}
     for name in args.shapes:  # written after each shape: a long run keeps what it measured
-        results[name] = bench(client, name, *shapes[name], args.iters)
+        results[name] = bench(client, name, *shapes[name], args.iters, args.default_fit)
         out = write_json("large_k_quick.json" if args.quick else "large_k_fewer_rows.json" if args.fewer_rows else "large_k.json",
                          {"machine": machine(), "args": vars(args), "results": results})
     print(f"wrote {out}")

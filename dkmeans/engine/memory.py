@@ -76,7 +76,7 @@ class MemoryBudget:
         Memory a worker holds for the centroids during a pass (the centroids, their
         float64 sums and the partials being combined:
         :func:`dkmeans.kernels.common.centroid_bytes`); subtracted from each task's budget
-        and from each worker's share of the persist budget. Large at large k (424 MiB for
+        and from each worker's share of the persist budget. Large at large k (552 MiB for
         k = 262,144 x 16 features), negligible at small k.
     """
 

@@ -14,12 +14,16 @@ DEFAULT_SCRATCH_BYTES = 32 * 2**20
 #: Centroid-sized arrays a worker may hold at once during a pass, counted in float64
 #: ``k x d`` arrays (:func:`centroid_bytes`). In one process a Lloyd iteration holds about
 #: 5 (the kernel's float64 sums, the combined partials, the new and previous centroids and
-#: their shift: measured with tracemalloc); on a worker, the messages add as many again (the
+#: their shift: measured with tracemalloc); an update that leaves clusters empty about 9 (its
+#: refill keeps the live centroids and forms the next partials too: 106 MiB of traced peak at
+#: k = 16,384 x 64, scratch included); on a worker, the messages add as many again (the
 #: centroids a task receives, the partials it sends and, SPMD, those it receives, each once
-#: as bytes and once as an array). Measured worker growth during a fit on 2 workers: 356-377
-#: MiB at k = 262,144 x 16 and at most 427 MiB at k = 65,536 x 64 (seeding included), 11 to
-#: 13 such arrays with the scratch; 12 is the bound the budget plans with.
-CENTROID_COPIES_F64 = 12
+#: as bytes and once as an array). Measured worker growth during a fit with such a refill on 2
+#: workers (``benchmarks/large_k.py --default-fit``, 2026-11-27): at most 529 MiB at
+#: k = 65,536 x 64 and 475 MiB at k = 262,144 x 16, about 14.5 and 12.6 such arrays besides the
+#: scratch (12 was the bound before the refill formed the next partials); 16 is the bound the
+#: budget plans with.
+CENTROID_COPIES_F64 = 16
 
 
 def centroid_bytes(k: int, d: int, itemsize: int) -> int:
@@ -28,7 +32,7 @@ def centroid_bytes(k: int, d: int, itemsize: int) -> int:
     The centroids in the data dtype and one packed copy of them for the compiled loops
     (``2 k d itemsize``), :data:`CENTROID_COPIES_F64` float64 ``k x d`` arrays and a few
     per-centroid vectors (counts, half squared norms: ``32 k``). At ``k = 262,144`` and
-    ``d = 16`` (float32) that is 424 MiB; the memory budget
+    ``d = 16`` (float32) that is 552 MiB; the memory budget
     (:class:`dkmeans.engine.memory.MemoryBudget`) subtracts it from every worker's room.
     """
     return int(k) * (int(d) * (2 * int(itemsize) + 8 * CENTROID_COPIES_F64) + 32)

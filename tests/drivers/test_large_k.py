@@ -230,7 +230,7 @@ def test_assign_at_large_k_is_exact_and_scratch_bounded(monkeypatch, kernel_back
 
 # -- the memory budget ---------------------------------------------------------------------------
 def test_memory_budget_counts_centroids():
-    assert centroid_bytes(262_144, 16, 4) == 262_144 * (16 * (8 + 96) + 32)
+    assert centroid_bytes(262_144, 16, 4) == 262_144 * (16 * (8 + 8 * 16) + 32)  # 16 float64 copies
     limits = {"a": 4 * 2**30, "b": 4 * 2**30}
     plain = MemoryBudget(limits, DEFAULT_SCRATCH_BYTES)
     large = MemoryBudget(limits, DEFAULT_SCRATCH_BYTES, {}, centroid_bytes(262_144, 16, 4))

@@ -181,6 +181,25 @@ def _nearest_narrow(xp, Xt, C, c_half_sq, dist_buf):
     return labels
 
 
+def _first_copies(xp, C):
+    """For centroids with exact copies, each centroid's first copy (int32, ``(k,)``); None without copies.
+
+    A matrix product may round identical columns in different positions differently (OpenBLAS's
+    float32 kernels on some processors: a row exactly on a duplicated centroid went to its later
+    copy), so the product-based paths map each label to its first copy afterwards: the tie rule
+    (the lowest index) exactly, as the compiled loops give it. ``-0.0`` and ``0.0`` count as equal.
+    """
+    k = C.shape[0]
+    if k < 2:
+        return None
+    rows = np.ascontiguousarray(np.asarray(C.get() if hasattr(C, "get") else C) + 0.0)  # (-0.0 -> 0.0)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if first.shape[0] == k:
+        return None
+    return xp.asarray(first[inverse.ravel()].astype(np.int32))
+
+
 def _compiled_tiles(backend: Backend, n: int, k: int, d: int, itemsize: int, scratch_bytes: int):
     """Row tile and centroid block of a compiled path (within ``scratch_bytes``)."""
     budget_rows, block = plan_tiles(n, k, d, itemsize, scratch_bytes)
@@ -223,6 +242,7 @@ def _run_compiled(backend: Backend, X, C, output: Output, weights, scratch_bytes
     best = np.empty(tile, dtype=X.dtype)
     buf = np.empty(block * tile, dtype=X.dtype)
     tile_labels = np.empty(tile if partials else 0, dtype=np.int32)
+    first = _first_copies(np, C)
     objective = 0.0
     for i0 in range(0, n, tile):
         i1 = min(n, i0 + tile)
@@ -234,6 +254,8 @@ def _run_compiled(backend: Backend, X, C, output: Output, weights, scratch_bytes
             Dt = buf[: (j1 - j0) * m].reshape(j1 - j0, m)
             np.matmul(C[j0:j1], Xt_T, out=Dt)
             _compiled.running_argmin_t(Dt, c_half[j0:j1], j0, best[:m], lab, j0 == 0)
+        if first is not None:
+            np.take(first, lab, out=lab)
         if output is Output.DISTANCES:
             _compiled.rows_exact_sq(X, i0, i1, C, labels, min_sq)
         elif partials:
@@ -254,7 +276,8 @@ def _nearest_labels(xp, X, C, scratch_bytes):
     for i0 in range(0, n, row_tile):
         i1 = min(n, i0 + row_tile)
         labels[i0:i1] = _nearest_in_tile(xp, X[i0:i1], C, c_half_sq, block, dist_buf)
-    return labels
+    first = _first_copies(xp, C)
+    return labels if first is None else xp.take(first, labels)
 
 
 def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):

@@ -232,7 +232,7 @@ def test_row_tiles_edges(n, scratch):
 
 @pytest.mark.parametrize("d", [2, 16, 20])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_exact_ties_go_to_lowest_index_in_every_position(d, dtype, request):
+def test_exact_ties_go_to_lowest_index_in_every_position(d, dtype):
     """Duplicated centroids inside a group of 4, across groups and in the remainder."""
     rng = np.random.default_rng(d)
     base = rng.normal(size=(6, d)).astype(dtype)
@@ -241,12 +241,8 @@ def test_exact_ties_go_to_lowest_index_in_every_position(d, dtype, request):
     first = {0: 0, 1: 1, 2: 3, 3: 5, 4: 7, 5: 9}
     X = rng.normal(size=(300, d)).astype(dtype)
     X[:6] = base  # rows exactly on a duplicated centroid (distance 0)
-    if dtype == np.float32 and d > 8 and np.lib.NumpyVersion(np.__version__) < "2.0.0":
-        # Known defect, seen only with NumPy 1.24's bundled OpenBLAS (make test-oldest): its float32
-        # product gives identical centroid columns in different positions different roundings, so
-        # a row may go to a later copy of a duplicated centroid. Open; see the stop-26 note.
-        request.applymarker(pytest.mark.xfail(reason="NumPy < 2 float32 GEMM rounds duplicate columns apart",
-                                              strict=False))
+    # (OpenBLAS's float32 products, NumPy 1.24's and 2.4's on some processors, round identical
+    # centroid columns in different positions apart: the product-based paths map labels to first copies.)
     labels, d2 = assign(X, C)
     expected = np.array([first[j] for j in brute_sq(X, base).argmin(1)])
     np.testing.assert_array_equal(labels, expected)

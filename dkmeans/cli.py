@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dkmeans.engine.workers import worker_info
 from dkmeans.fit import params as _params
 from dkmeans.engine.client import EmbeddedClusterWarning, close_embedded_cluster
 from dkmeans.errors import DKMeansError, InvalidParameterError
@@ -331,7 +332,7 @@ def _demo(args) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     client = connect(args)
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = worker_info(client)
     print(f"dkmeans demo: Dask cluster with {len(workers)} worker(s), "
           f"{sum(w['nthreads'] for w in workers.values())} thread(s); dashboard {client.dashboard_link}")
     X, true_centers = make_blobs_dask(args.n_samples, args.n_features, args.k, spread=args.spread,

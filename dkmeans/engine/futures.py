@@ -20,6 +20,7 @@ from concurrent.futures import CancelledError
 
 from distributed import wait
 
+from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError, WorkersPausedError
 
@@ -133,7 +134,7 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
 def _paused_workers(client):
     """``None`` while some worker runs tasks, else a description of each (paused) worker's memory."""
     try:
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = worker_info(client)
     except Exception:  # noqa: BLE001 - no answer: judge by the thread count alone
         return None
     if not workers or any(w.get("status", "running") != "paused" for w in workers.values()):
@@ -150,7 +151,7 @@ def _stalled(client, futures):
     and that worker's state and memory, or that no worker has it).
     """
     try:
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = worker_info(client)
         processing = client.processing()
     except Exception:  # noqa: BLE001 - no answer: assume progress
         return None

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import dask
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 
+from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.engine.futures import worker_timeout
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
@@ -98,7 +99,7 @@ class MemoryBudget:
         their memory is counted. Where a worker's own memory cuts into its task budget, the
         workers first release the memory their allocators keep (see the module docstring).
         """
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        info = worker_info(client)
         if not info:  # no worker yet (starting, or restarting): plan once one is there
             info = _wait_for_workers(client)
         path = None
@@ -109,7 +110,7 @@ class MemoryBudget:
             if path == "compiled" and not _room_for_kernels(client, info, *kernels):
                 path = "numpy"  # the NumPy kernels need no compiler in the workers
             rss = client.run(_prepare_in_thread, path, *kernels)
-            info = _next_reports(client, info) if _paused(info) else client.scheduler_info(n_workers=-1)["workers"]
+            info = _next_reports(client, info) if _paused(info) else worker_info(client)
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
             if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
                 # a computation that just ended may still be releasing its data: look once more
@@ -163,7 +164,7 @@ class MemoryBudget:
     def remeasured(self, client) -> "MemoryBudget":
         """This budget's workers measured again now, after releasing what their allocators keep."""
         rss = client.run(_release_and_measure, workers=list(self.limits))
-        info = {a: w for a, w in client.scheduler_info(n_workers=-1)["workers"].items() if a in self.limits}
+        info = {a: w for a, w in worker_info(client).items() if a in self.limits}
         return self._from_info(info, self.scratch_bytes, self.centroid_bytes, rss) if info else self
 
     def task_bytes(self, address: str | None = None) -> float:
@@ -278,7 +279,7 @@ def _wait_for_workers(client) -> dict:
             f"The Dask cluster has had no workers for {timeout:g} s, so nothing was planned. Start workers "
             f"and run again; the wait is set by the Dask config {config.name('worker-timeout')!r}."
         ) from None
-    return client.scheduler_info(n_workers=-1)["workers"]
+    return worker_info(client)
 
 
 def _next_reports(client, before: dict, reports: int = 2, timeout: float = 5.0) -> dict:
@@ -289,7 +290,7 @@ def _next_reports(client, before: dict, reports: int = 2, timeout: float = 5.0) 
     deadline = time.monotonic() + timeout
     seen = {a: [w.get("last_seen", 0)] for a, w in before.items()}
     while True:
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        info = worker_info(client)
         for a, w in info.items():
             times = seen.setdefault(a, [0])
             if w.get("last_seen", 0) > times[-1]:

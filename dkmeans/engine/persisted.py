@@ -40,6 +40,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 from distributed import futures_of, get_worker, wait
 
+from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import gather
@@ -222,7 +223,7 @@ class PersistedData:
         no extra calls.
         """
         if self._placement is None:
-            info = self.client.scheduler_info(n_workers=-1)["workers"]
+            info = worker_info(self.client)
             workers = sorted(info)
             who_has = self.client.who_has(self._futures)
             held: dict[str, list[int]] = {}

@@ -40,6 +40,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 
+from dkmeans.engine.workers import worker_info
 from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import WorkersStalledError, gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, release_memory
@@ -203,7 +204,7 @@ def source_array(source: ParquetSource, block_rows: int) -> da.Array:
 
 
 def _worker_memory(client, workers=None) -> str:
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = worker_info(client)
     return "; ".join(f"{a}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
                      f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB ({w.get('status', 'running')})"
                      for a, w in info.items() if workers is None or a in workers)
@@ -263,7 +264,7 @@ class StreamedData:
         # workers left out of passes: paused by their own memory when the budget was read, or since
         self.excluded: set = set()
         if source is not None:
-            self.excluded = {a for a in client.scheduler_info(n_workers=-1)["workers"] if a not in self.budget.limits}
+            self.excluded = {a for a in worker_info(client) if a not in self.budget.limits}
         self.read_cost = None
         if source is not None:
             # CSV pieces: their rows counted first (one task per piece), so that offsets are known
@@ -423,7 +424,7 @@ class StreamedData:
         """Workers the pass's tasks may run on (None: any), all workers but those left out as paused."""
         if not self.excluded:
             return None
-        workers = [a for a in self.client.scheduler_info(n_workers=-1)["workers"] if a not in self.excluded]
+        workers = [a for a in worker_info(self.client) if a not in self.excluded]
         if not workers:
             raise WorkersPausedError(
                 f"Every worker of the Dask cluster stays paused by distributed's memory monitor "

@@ -144,8 +144,9 @@ def check_dask_array(data, *, dtype=None, name: str = "X"):
 def cluster_workers() -> int:
     """Workers of the cluster dkmeans runs on (starting the embedded one if need be)."""
     from dkmeans.engine.client import get_client
+    from dkmeans.engine.workers import worker_info
 
-    return max(1, len(get_client().scheduler_info(n_workers=-1)["workers"]))
+    return max(1, len(worker_info(get_client())))
 
 
 def local_dataset(X: np.ndarray, device=None) -> Dataset:

@@ -238,11 +238,15 @@ def test_all_workers_paused_is_named():
     class Scheduler:
         def __init__(self, statuses):
             self.statuses = statuses
+            self.scheduler = self  # the scheduler's RPCs: identity
 
-        def scheduler_info(self, n_workers=-1):
+        def identity(self, n_workers=-1):
             return {"workers": {f"tcp://w{i}": {"status": s, "metrics": {"memory": 330 * 2**20},
                                                 "memory_limit": 400 * 2**20}
                                 for i, s in enumerate(self.statuses)}}
+
+        def sync(self, fn, *args, **kwargs):
+            return fn(*args, **kwargs)
 
     assert _paused_workers(Scheduler(["paused", "running"])) is None
     assert _paused_workers(Scheduler([])) is None

@@ -318,9 +318,13 @@ class _StartingCluster:
 
     def __init__(self, starts: bool):
         self.starts, self.workers = starts, {}
+        self.scheduler = self  # the scheduler's RPCs: identity
 
-    def scheduler_info(self, n_workers=-1):
+    def identity(self, n_workers=-1):
         return {"workers": self.workers}
+
+    def sync(self, fn, *args, **kwargs):
+        return fn(*args, **kwargs)
 
     def wait_for_workers(self, n_workers, timeout=None):
         if not self.starts:

@@ -10,9 +10,24 @@ unchanged; only the share of distances computed (``distances_computed`` in the h
 the time differ.
 
 Only data that stays in memory (``data.in_memory``) is pruned: out-of-core and mini-batch
-loops keep their passes (rows read again from their source have no per-row state). The
-bounds live as long as one block of iterations (one :meth:`run_loop`): a checkpointed fit
-rebuilds them after each block, and a resumed fit from its checkpoint.
+loops keep their passes (rows read again from their source have no per-row state).
+
+**How long the bounds live.** Given ``prune`` as a value, a :class:`PrunedPasses` lives as long as
+one block of iterations (one :meth:`run_loop`). A fit makes one per run instead
+(:meth:`PrunedPasses.for_run`, passed as ``prune`` to every :func:`~dkmeans.drivers.lloyd.lloyd`
+of the run: the Lloyd before the local search, each search's confirmation, the Lloyd after) and
+releases it when the run ends (:meth:`PrunedPasses.release`), so the short blocks of a run prune
+as one loop: bounds stay valid for any later centroids once each centroid's drift from the
+centroids of the last pruned pass is applied, whatever happened between (a confirmation whose
+result was rejected included). Between blocks each chunk's bounds stay where the chunk is
+(:meth:`~dkmeans.engine.protocol.ChunkedData.keep_state`): in this process, as futures on the
+workers (one graph per pass), or in the registry of the worker that ran the one task or SPMD
+rank (:mod:`dkmeans.engine.kept`), tagged with the partition's token and a digest of the
+centroids they refer to; a chunk whose bounds are not found (another worker, a rank that
+failed) builds them again in its next pass. The bookkeeping the driver decides by (the
+centroids of the last pass, the groups, the pauses) is the same on every rank and comes back
+with the block's result (:attr:`~dkmeans.drivers.lloyd.LloydResult.pruning`). A resumed fit
+builds its bounds again.
 
 ``prune``:
 
@@ -33,8 +48,9 @@ partials, and pruning stops for the block.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import math
+import uuid
 
 import numpy as np
 
@@ -83,7 +99,12 @@ AUTO_PLAIN_ABOVE_WIDE = 0.4
 #: with the logarithm of the width.
 AUTO_PLAIN_WIDTHS = (16, 64)
 
-_tokens = itertools.count(1)
+
+def _digest(C: np.ndarray, *extra) -> int:
+    """A 63-bit digest of the centroids (and ``extra``): the same on every rank for the same bits."""
+    h = hashlib.blake2b(np.ascontiguousarray(C).view(np.uint8).ravel(), digest_size=8)
+    h.update(repr((C.shape, str(C.dtype)) + extra).encode())
+    return int.from_bytes(h.digest(), "little") >> 1
 
 
 def _partials_chunk(X, w, offset, C):
@@ -136,7 +157,7 @@ def centroid_drift(new: np.ndarray, old: np.ndarray) -> np.ndarray:
 
 
 class PrunedPasses:
-    """The assignment passes of one block of Lloyd iterations (see the module docstring).
+    """The assignment passes of one block of Lloyd iterations, or of a whole run (see the module docstring).
 
     Parameters
     ----------
@@ -148,10 +169,15 @@ class PrunedPasses:
         Groups of centroids for the bounds (:func:`prune_groups` of the data the loop was
         planned on; 0: no room, no pruning); default: from ``data``.
     iterations : int, optional
-        Iterations the block may run at most (``"auto"`` prunes at least :data:`AUTO_MIN_ITERS`).
+        Iterations the block (the run) may run at most (``"auto"`` prunes at least
+        :data:`AUTO_MIN_ITERS`).
+    run : bool
+        Bounds kept between blocks (:meth:`for_run`): :meth:`end` keeps them where the chunks are
+        instead of dropping them, and :meth:`release` drops them.
     """
 
-    def __init__(self, data, prune, k: int, n_groups: int | None = None, iterations: int | None = None):
+    def __init__(self, data, prune, k: int, n_groups: int | None = None, iterations: int | None = None, *,
+                 run: bool = False):
         self.mode = prune
         work = float(data.n_rows) * k * data.n_features
         self.n_groups = prune_groups(data, k) if n_groups is None else int(n_groups)
@@ -164,6 +190,50 @@ class PrunedPasses:
         self.state = None
         self.reference = None  # the centroids the bounds refer to
         self.pause, self.next_pause = 0, AUTO_FIRST_PAUSE
+        self.key = f"dkmeans-bounds-{uuid.uuid4().hex[:16]}" if run and self.on else None
+
+    @classmethod
+    def for_run(cls, data, prune, k: int, iterations: int | None = None):
+        """The passes of a whole run (bounds kept across its Lloyd blocks), or ``prune`` itself where
+        nothing is pruned (``False``)."""
+        if prune is False or isinstance(prune, PrunedPasses):
+            return prune
+        return cls(data, prune, k, iterations=iterations, run=True)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["state"] = None  # the bounds stay where the chunks are (:meth:`end`)
+        return state
+
+    def _tag(self):
+        return (self.groups.token, _digest(self.reference))
+
+    def begin(self, data) -> None:
+        """At a block's start (where its loop runs): pick up the bounds an earlier block kept."""
+        if self.key is not None and self.on and self.reference is not None and self.state is None \
+                and hasattr(data, "kept_state"):
+            self.state = data.kept_state(self.key, self._tag())
+
+    def end(self, data) -> None:
+        """At a block's end: keep the bounds for the run's next block (:meth:`for_run`), else drop them."""
+        if self.key is None:
+            self.close()
+        elif self.state is not None:
+            if self.reference is not None and hasattr(data, "keep_state"):
+                data.keep_state(self.key, self._tag(), self.state)
+            self.state = None
+
+    def adopt(self, other: "PrunedPasses") -> None:
+        """Take the bookkeeping of this run's passes as a block run elsewhere (a task) left it."""
+        if other is not self:
+            for name in ("on", "groups", "reference", "pause", "next_pause"):
+                setattr(self, name, getattr(other, name))
+
+    def release(self, data) -> None:
+        """The run ended: drop its bounds wherever they are kept."""
+        self.close()
+        if self.key is not None and hasattr(data, "drop_state"):
+            data.drop_state(self.key)
 
     def partials(self, data, C: np.ndarray):
         """``(Partials, share of distances computed)`` of the assignment to ``C`` (data dtype)."""
@@ -171,8 +241,10 @@ class PrunedPasses:
             self.pause = max(0, self.pause - 1)
             return data.map_reduce(_partials_chunk, combine_partials, (C,)), 1.0
         drift = None
-        if self.state is None:
-            self.groups = centroid_groups(C, self.n_groups, token=next(_tokens))
+        # (decided by what every rank shares: a chunk whose bounds were not found builds them)
+        if self.reference is None:
+            self.groups = centroid_groups(C, self.n_groups, token=_digest(C, self.n_groups))
+            self.state = None
         else:
             drift = centroid_drift(C, self.reference)
         plain_above = plain_share(self.k, self.groups.n_groups) if self.mode == "auto" else float("inf")

@@ -34,7 +34,8 @@ builds its bounds again.
 * ``True``: every pass pruned (the first of a block builds the bounds: every distance);
 * ``"auto"``: pruned where it pays: loops of at least :data:`AUTO_MIN_WORK` multiply-adds a
   pass and :data:`AUTO_MIN_ROW_WORK` a row (``k x d``; below, the compiled kernel is cheaper than
-  the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose
+  the bookkeeping), in loops of at least :data:`AUTO_MIN_ITERS` iterations (a run's whole budget
+  of Lloyd updates where the fit keeps the bounds across its blocks, else the block's); a chunk whose
   bounds leave more than :func:`plain_share` of its distances to compute (20-40%, by the groups'
   width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
   a pass that still computed more than :func:`off_share` of the distances (25-45%) switches
@@ -73,7 +74,8 @@ AUTO_MIN_ROW_WORK = 2**14
 AUTO_OFF_FRACTION = 0.25
 #: ``prune="auto"``: passes without pruning after the first switch-off (doubled at each later one).
 AUTO_FIRST_PAUSE = 4
-#: ``prune="auto"`` prunes a block of at least this many iterations: building the bounds cost 1.9x
+#: ``prune="auto"`` prunes a block of at least this many iterations (a fit's run: its budget of Lloyd
+#: updates, all blocks together, since the blocks share their bounds: :meth:`PrunedPasses.for_run`): building the bounds cost 1.9x
 #: an unpruned pass in one process and 2.2-3.3x on two workers when this was chosen (since, with
 #: the streamed build, 1.2-1.4x in one process: see :mod:`dkmeans.kernels.pruned`; not measured
 #: again for this choice), which the pruned passes must win back (a local search's confirming
@@ -230,10 +232,11 @@ class PrunedPasses:
                 setattr(self, name, getattr(other, name))
 
     def release(self, data) -> None:
-        """The run ended: drop its bounds wherever they are kept."""
+        """The run's Lloyd ended: drop its bounds wherever they are kept (no more pruning after)."""
         self.close()
         if self.key is not None and hasattr(data, "drop_state"):
             data.drop_state(self.key)
+        self.key, self.on = None, False
 
     def partials(self, data, C: np.ndarray):
         """``(Partials, share of distances computed)`` of the assignment to ``C`` (data dtype)."""

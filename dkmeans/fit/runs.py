@@ -171,6 +171,8 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                 if plan.hartigan_mode is not None:
                     enter("refine", loop)
             if state.phase == "refine":
+                if isinstance(pruning, PrunedPasses):  # its bounds' memory is Hartigan's now
+                    pruning.release(data)
                 result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
                                   mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
                 history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start

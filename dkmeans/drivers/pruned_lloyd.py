@@ -74,13 +74,13 @@ AUTO_MIN_ROW_WORK = 2**14
 AUTO_OFF_FRACTION = 0.25
 #: ``prune="auto"``: passes without pruning after the first switch-off (doubled at each later one).
 AUTO_FIRST_PAUSE = 4
-#: ``prune="auto"`` prunes a block of at least this many iterations (a fit's run: its budget of Lloyd
-#: updates, all blocks together, since the blocks share their bounds: :meth:`PrunedPasses.for_run`): building the bounds cost 1.9x
-#: an unpruned pass in one process and 2.2-3.3x on two workers when this was chosen (since, with
-#: the streamed build, 1.2-1.4x in one process: see :mod:`dkmeans.kernels.pruned`; not measured
-#: again for this choice), which the pruned passes must win back (a local search's confirming
-#: Lloyd runs at most 3 iterations, the Lloyd before the searches 5, and right after the seeding
-#: the centroids still move far).
+#: ``prune="auto"`` prunes a block of at least this many iterations (a fit's run: its budget of
+#: Lloyd updates, all blocks together, which share their bounds: :meth:`PrunedPasses.for_run`).
+#: Building the bounds cost 1.9x an unpruned pass in one process and 2.2-3.3x on two workers
+#: when this was chosen (since, with the streamed build, 1.2-1.4x in one process: see
+#: :mod:`dkmeans.kernels.pruned`; not measured again for this choice), which the pruned passes
+#: must win back (a local search's confirming Lloyd runs at most 3 iterations, the Lloyd before
+#: the searches 5, and right after the seeding the centroids still move far).
 AUTO_MIN_ITERS = 8
 #: ``prune="auto"``: a chunk whose bounds leave more than this share of its distances to compute
 #: takes the unpruned kernel for the pass (scoring that many candidates costs more) and builds

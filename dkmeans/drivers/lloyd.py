@@ -258,7 +258,7 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
     if isinstance(prune, PrunedPasses):
         passes = prune
-        passes.begin(data)
+        passes.begin(data, max_iter - n_iter)
     else:
         passes = PrunedPasses(data, prune, len(C), n_groups, max_iter - n_iter)
     try:

@@ -193,6 +193,7 @@ class PrunedPasses:
         self.reference = None  # the centroids the bounds refer to
         self.pause, self.next_pause = 0, AUTO_FIRST_PAUSE
         self.key = f"dkmeans-bounds-{uuid.uuid4().hex[:16]}" if run and self.on else None
+        self.build = True  # whether this block may build bounds (a run's: see :meth:`begin`)
 
     @classmethod
     def for_run(cls, data, prune, k: int, iterations: int | None = None):
@@ -210,10 +211,23 @@ class PrunedPasses:
     def _tag(self):
         return (self.groups.token, _digest(self.reference))
 
-    def begin(self, data) -> None:
-        """At a block's start (where its loop runs): pick up the bounds an earlier block kept."""
-        if self.key is not None and self.on and self.reference is not None and self.state is None \
-                and hasattr(data, "kept_state"):
+    def begin(self, data, iterations: int | None = None) -> None:
+        """At a block of ``iterations`` updates' start (where its loop runs): pick up the bounds an
+        earlier block of the run kept.
+
+        With ``"auto"`` each block of a run starts with no pause, and builds bounds only where it
+        is at least :data:`AUTO_MIN_ITERS` iterations long (as a block of its own would): the short
+        blocks of the default fit are the local search's confirmations, which start from centroids
+        fitted to a sample and move every centroid far (manyk: with ``prune=True`` both passes of
+        every confirmation computed all the distances), and pauses carried over from them kept the
+        last block from pruning at all. A short block still prunes with bounds it was given.
+        """
+        if self.key is None:
+            return
+        if self.mode == "auto":
+            self.pause, self.next_pause = 0, AUTO_FIRST_PAUSE
+            self.build = iterations is None or iterations >= AUTO_MIN_ITERS
+        if self.on and self.reference is not None and self.state is None and hasattr(data, "kept_state"):
             self.state = data.kept_state(self.key, self._tag())
 
     def end(self, data) -> None:
@@ -240,7 +254,7 @@ class PrunedPasses:
 
     def partials(self, data, C: np.ndarray):
         """``(Partials, share of distances computed)`` of the assignment to ``C`` (data dtype)."""
-        if not self.on or self.pause > 0:
+        if not self.on or self.pause > 0 or (self.reference is None and not self.build):
             self.pause = max(0, self.pause - 1)
             return data.map_reduce(_partials_chunk, combine_partials, (C,)), 1.0
         drift = None

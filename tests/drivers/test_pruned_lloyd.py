@@ -309,3 +309,33 @@ def test_a_failing_fit_on_the_cluster_leaves_no_bounds(client, monkeypatch, sear
     if request.node.callspec.params["loop_mode"] != "per-iteration":
         assert seen and seen[0], "the first Lloyd block's bounds should be kept for the run's next block"
     assert _kept_anywhere(client) == []
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+def test_auto_run_builds_in_long_blocks_and_prunes_short_ones_with_kept_bounds(monkeypatch, blobs32):
+    """A run's "auto" passes: a block shorter than AUTO_MIN_ITERS builds no bounds; a long one does;
+    a short block after it prunes from the kept bounds (no build); each block equals unpruned Lloyd."""
+    from dkmeans.engine import kept
+
+    monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_WORK", 0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_ROW_WORK", 0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_OFF_FRACTION", 2.0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_PLAIN_ABOVE", float("inf"))
+    chunks = ChunkList.from_array(blobs32, n_chunks=3)
+    C = initial_rows(blobs32, 24, seed=5)
+    run = pruned_lloyd.PrunedPasses.for_run(chunks, "auto", 24, iterations=40)
+    rule = ObjectiveDecrease(-1.0)  # (never stops)
+    fractions = []
+    for iters in (3, 10, 2):
+        pruned = lloyd(chunks, C, max_iter=iters, stop_rule=rule, prune=run)
+        plain = lloyd(chunks, C, max_iter=iters, stop_rule=rule, prune=False)
+        np.testing.assert_array_equal(pruned.centroids, plain.centroids)
+        assert [h.objective for h in pruned.history] == [h.objective for h in plain.history]
+        fractions.append([h.distances_computed for h in pruned.history])
+        C = pruned.centroids
+    assert fractions[0] == [1.0] * 3, fractions
+    assert fractions[1][0] >= 1.0 and max(fractions[1][1:]) < 1.0, fractions
+    assert max(fractions[2]) < 1.0, fractions
+    assert kept.keys()  # the run's bounds, between its blocks
+    run.release(chunks)
+    assert kept.keys() == []

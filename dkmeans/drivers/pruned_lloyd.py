@@ -31,7 +31,7 @@ builds its bounds again.
 
 ``prune``:
 
-* ``True``: every pass pruned (the first of a block builds the bounds: every distance);
+* ``True``: every pass pruned (the first of a block, or of a run, builds the bounds: every distance);
 * ``"auto"``: pruned where it pays: loops of at least :data:`AUTO_MIN_WORK` multiply-adds a
   pass and :data:`AUTO_MIN_ROW_WORK` a row (``k x d``; below, the compiled kernel is cheaper than
   the bookkeeping), in loops of at least :data:`AUTO_MIN_ITERS` iterations (a run's whole budget

@@ -34,8 +34,9 @@ builds its bounds again.
 * ``True``: every pass pruned (the first of a block, or of a run, builds the bounds: every distance);
 * ``"auto"``: pruned where it pays: loops of at least :data:`AUTO_MIN_WORK` multiply-adds a
   pass and :data:`AUTO_MIN_ROW_WORK` a row (``k x d``; below, the compiled kernel is cheaper than
-  the bookkeeping), in loops of at least :data:`AUTO_MIN_ITERS` iterations (a run's whole budget
-  of Lloyd updates where the fit keeps the bounds across its blocks, else the block's); a chunk whose
+  the bookkeeping), bounds built only in blocks of at least :data:`AUTO_MIN_ITERS` iterations
+  (a run's shorter blocks prune only with the bounds the run already kept: see
+  :meth:`PrunedPasses.begin`); a chunk whose
   bounds leave more than :func:`plain_share` of its distances to compute (20-40%, by the groups'
   width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
   a pass that still computed more than :func:`off_share` of the distances (25-45%) switches
@@ -74,8 +75,8 @@ AUTO_MIN_ROW_WORK = 2**14
 AUTO_OFF_FRACTION = 0.25
 #: ``prune="auto"``: passes without pruning after the first switch-off (doubled at each later one).
 AUTO_FIRST_PAUSE = 4
-#: ``prune="auto"`` prunes a block of at least this many iterations (a fit's run: its budget of
-#: Lloyd updates, all blocks together, which share their bounds: :meth:`PrunedPasses.for_run`).
+#: ``prune="auto"`` builds bounds in a block of at least this many iterations (a shorter block of a
+#: run still prunes with the bounds the run kept: :meth:`PrunedPasses.begin`).
 #: Building the bounds cost 1.9x an unpruned pass in one process and 2.2-3.3x on two workers
 #: when this was chosen (since, with the streamed build, 1.2-1.4x in one process: see
 #: :mod:`dkmeans.kernels.pruned`; not measured again for this choice), which the pruned passes

@@ -82,6 +82,9 @@ class LloydResult:
     stop_reason: str
     converged: bool
     history: list = field(default_factory=list)
+    #: the run's :class:`~dkmeans.drivers.pruned_lloyd.PrunedPasses` as the block left it (given one as
+    #: ``prune``; a copy where the block ran in a task), else None
+    pruning: object = field(default=None, repr=False, compare=False)
 
 
 # -- chunk functions (run on workers) --------------------------------------------------
@@ -190,10 +193,12 @@ def lloyd(
         "cosine": spherical k-means on unit rows (:mod:`dkmeans.kernels.cosine`): the
         centroids are normalised after each update (a cluster whose rows cancel is treated
         as empty) and the objective is ``sum w (1 - cos)``, half the squared distance.
-    prune : {"auto", True, False}
+    prune : {"auto", True, False} or PrunedPasses
         Skip the distances that cannot change a label (bounds kept with the rows between
         iterations, :mod:`dkmeans.drivers.pruned_lloyd`); the results are the same either way.
-        Only data kept in memory is pruned.
+        Only data kept in memory is pruned. A run's
+        :meth:`~dkmeans.drivers.pruned_lloyd.PrunedPasses.for_run` keeps its bounds across this
+        call's blocks and the run's other calls.
 
     Returns
     -------
@@ -210,7 +215,10 @@ def lloyd(
         reported = max(reported, record["iteration"])
 
     work_per_row = len(state.centroids) * data.n_features
-    n_groups = prune_groups(data, len(state.centroids)) if prune is not False else 0  # planned here, with the budget
+    if isinstance(prune, PrunedPasses):
+        n_groups = prune.n_groups
+    else:
+        n_groups = prune_groups(data, len(state.centroids)) if prune is not False else 0  # planned here, in budget
     while True:
         end = max_iter
         if on_state is not None and state_every:
@@ -218,6 +226,8 @@ def lloyd(
         result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric, prune, n_groups),
                                work_per_row=work_per_row,
                                on_progress=report)
+        if isinstance(prune, PrunedPasses) and result.pruning is not None:
+            prune.adopt(result.pruning)  # (the block ran in a task: its copy's bookkeeping)
         for record in result.history[len(state.history):]:  # what a one-task block could not report live
             report(record.as_dict())
         if result.n_iter > state.n_iter:
@@ -234,7 +244,8 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
 
     The body of :func:`lloyd`'s blocks: runs wherever ``data`` lives (in the caller, in one
     task, on every SPMD rank), reporting each iteration through ``data.report``. ``prune``:
-    see :func:`lloyd` (the bounds live as long as this call), with ``n_groups`` groups of
+    see :func:`lloyd` (a value: the bounds live as long as this call; a run's ``PrunedPasses``:
+    they are picked up and kept where the chunks are), with ``n_groups`` groups of
     centroids (:func:`~dkmeans.drivers.pruned_lloyd.prune_groups`; default: from ``data``).
     """
     C = np.asarray(state.centroids).astype(data.dtype, copy=True)
@@ -245,11 +256,18 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
     update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
-    passes = PrunedPasses(data, prune, len(C), n_groups, max_iter - n_iter)
+    if isinstance(prune, PrunedPasses):
+        passes = prune
+        passes.begin(data, max_iter - n_iter)
+    else:
+        passes = PrunedPasses(data, prune, len(C), n_groups, max_iter - n_iter)
     try:
-        return _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale)
+        result = _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale)
     finally:
-        passes.close()
+        passes.end(data)
+    if passes is prune:
+        result.pruning = passes
+    return result
 
 
 def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale):

@@ -10,16 +10,33 @@ unchanged; only the share of distances computed (``distances_computed`` in the h
 the time differ.
 
 Only data that stays in memory (``data.in_memory``) is pruned: out-of-core and mini-batch
-loops keep their passes (rows read again from their source have no per-row state). The
-bounds live as long as one block of iterations (one :meth:`run_loop`): a checkpointed fit
-rebuilds them after each block, and a resumed fit from its checkpoint.
+loops keep their passes (rows read again from their source have no per-row state).
+
+**How long the bounds live.** Given ``prune`` as a value, a :class:`PrunedPasses` lives as long as
+one block of iterations (one :meth:`run_loop`). A fit makes one per run instead
+(:meth:`PrunedPasses.for_run`, passed as ``prune`` to every :func:`~dkmeans.drivers.lloyd.lloyd`
+of the run: the Lloyd before the local search, each search's confirmation, the Lloyd after) and
+releases it when the run ends (:meth:`PrunedPasses.release`), so the short blocks of a run prune
+as one loop: bounds stay valid for any later centroids once each centroid's drift from the
+centroids of the last pruned pass is applied, whatever happened between (a confirmation whose
+result was rejected included). Between blocks each chunk's bounds stay where the chunk is
+(:meth:`~dkmeans.engine.protocol.ChunkedData.keep_state`): in this process, as futures on the
+workers (one graph per pass), or in the registry of the worker that ran the one task or SPMD
+rank (:mod:`dkmeans.engine.kept`), tagged with the partition's token and a digest of the
+centroids they refer to; a chunk whose bounds are not found (another worker, a rank that
+failed) builds them again in its next pass. The bookkeeping the driver decides by (the
+centroids of the last pass, the groups, the pauses) is the same on every rank and comes back
+with the block's result (:attr:`~dkmeans.drivers.lloyd.LloydResult.pruning`). A resumed fit
+builds its bounds again.
 
 ``prune``:
 
-* ``True``: every pass pruned (the first of a block builds the bounds: every distance);
+* ``True``: every pass pruned (the first of a block, or of a run, builds the bounds: every distance);
 * ``"auto"``: pruned where it pays: loops of at least :data:`AUTO_MIN_WORK` multiply-adds a
   pass and :data:`AUTO_MIN_ROW_WORK` a row (``k x d``; below, the compiled kernel is cheaper than
-  the bookkeeping), in blocks of at least :data:`AUTO_MIN_ITERS` iterations; a chunk whose
+  the bookkeeping), bounds built only in blocks of at least :data:`AUTO_MIN_ITERS` iterations
+  (a run's shorter blocks prune only with the bounds the run already kept: see
+  :meth:`PrunedPasses.begin`); a chunk whose
   bounds leave more than :func:`plain_share` of its distances to compute (20-40%, by the groups'
   width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
   a pass that still computed more than :func:`off_share` of the distances (25-45%) switches
@@ -33,8 +50,9 @@ partials, and pruning stops for the block.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import math
+import uuid
 
 import numpy as np
 
@@ -57,12 +75,13 @@ AUTO_MIN_ROW_WORK = 2**14
 AUTO_OFF_FRACTION = 0.25
 #: ``prune="auto"``: passes without pruning after the first switch-off (doubled at each later one).
 AUTO_FIRST_PAUSE = 4
-#: ``prune="auto"`` prunes a block of at least this many iterations: building the bounds cost 1.9x
-#: an unpruned pass in one process and 2.2-3.3x on two workers when this was chosen (since, with
-#: the streamed build, 1.2-1.4x in one process: see :mod:`dkmeans.kernels.pruned`; not measured
-#: again for this choice), which the pruned passes must win back (a local search's confirming
-#: Lloyd runs at most 3 iterations, the Lloyd before the searches 5, and right after the seeding
-#: the centroids still move far).
+#: ``prune="auto"`` builds bounds in a block of at least this many iterations (a shorter block of a
+#: run still prunes with the bounds the run kept: :meth:`PrunedPasses.begin`).
+#: Building the bounds cost 1.9x an unpruned pass in one process and 2.2-3.3x on two workers
+#: when this was chosen (since, with the streamed build, 1.2-1.4x in one process: see
+#: :mod:`dkmeans.kernels.pruned`; not measured again for this choice), which the pruned passes
+#: must win back (a local search's confirming Lloyd runs at most 3 iterations, the Lloyd before
+#: the searches 5, and right after the seeding the centroids still move far).
 AUTO_MIN_ITERS = 8
 #: ``prune="auto"``: a chunk whose bounds leave more than this share of its distances to compute
 #: takes the unpruned kernel for the pass (scoring that many candidates costs more) and builds
@@ -83,7 +102,12 @@ AUTO_PLAIN_ABOVE_WIDE = 0.4
 #: with the logarithm of the width.
 AUTO_PLAIN_WIDTHS = (16, 64)
 
-_tokens = itertools.count(1)
+
+def _digest(C: np.ndarray, *extra) -> int:
+    """A 63-bit digest of the centroids (and ``extra``): the same on every rank for the same bits."""
+    h = hashlib.blake2b(np.ascontiguousarray(C).view(np.uint8).ravel(), digest_size=8)
+    h.update(repr((C.shape, str(C.dtype)) + extra).encode())
+    return int.from_bytes(h.digest(), "little") >> 1
 
 
 def _partials_chunk(X, w, offset, C):
@@ -136,7 +160,7 @@ def centroid_drift(new: np.ndarray, old: np.ndarray) -> np.ndarray:
 
 
 class PrunedPasses:
-    """The assignment passes of one block of Lloyd iterations (see the module docstring).
+    """The assignment passes of one block of Lloyd iterations, or of a whole run (see the module docstring).
 
     Parameters
     ----------
@@ -148,10 +172,15 @@ class PrunedPasses:
         Groups of centroids for the bounds (:func:`prune_groups` of the data the loop was
         planned on; 0: no room, no pruning); default: from ``data``.
     iterations : int, optional
-        Iterations the block may run at most (``"auto"`` prunes at least :data:`AUTO_MIN_ITERS`).
+        Iterations the block (the run) may run at most (``"auto"`` prunes at least
+        :data:`AUTO_MIN_ITERS`).
+    run : bool
+        Bounds kept between blocks (:meth:`for_run`): :meth:`end` keeps them where the chunks are
+        instead of dropping them, and :meth:`release` drops them.
     """
 
-    def __init__(self, data, prune, k: int, n_groups: int | None = None, iterations: int | None = None):
+    def __init__(self, data, prune, k: int, n_groups: int | None = None, iterations: int | None = None, *,
+                 run: bool = False):
         self.mode = prune
         work = float(data.n_rows) * k * data.n_features
         self.n_groups = prune_groups(data, k) if n_groups is None else int(n_groups)
@@ -164,15 +193,76 @@ class PrunedPasses:
         self.state = None
         self.reference = None  # the centroids the bounds refer to
         self.pause, self.next_pause = 0, AUTO_FIRST_PAUSE
+        self.key = f"dkmeans-bounds-{uuid.uuid4().hex[:16]}" if run and self.on else None
+        self.build = True  # whether this block may build bounds (a run's: see :meth:`begin`)
+
+    @classmethod
+    def for_run(cls, data, prune, k: int, iterations: int | None = None):
+        """The passes of a whole run (bounds kept across its Lloyd blocks), or ``prune`` itself where
+        nothing is pruned (``False``)."""
+        if prune is False or isinstance(prune, PrunedPasses):
+            return prune
+        return cls(data, prune, k, iterations=iterations, run=True)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["state"] = None  # the bounds stay where the chunks are (:meth:`end`)
+        return state
+
+    def _tag(self):
+        return (self.groups.token, _digest(self.reference))
+
+    def begin(self, data, iterations: int | None = None) -> None:
+        """At a block of ``iterations`` updates' start (where its loop runs): pick up the bounds an
+        earlier block of the run kept.
+
+        With ``"auto"`` each block of a run starts with no pause, and builds bounds only where it
+        is at least :data:`AUTO_MIN_ITERS` iterations long (as a block of its own would): the short
+        blocks of the default fit are the local search's confirmations, which start from centroids
+        fitted to a sample and move every centroid far (manyk: with ``prune=True`` both passes of
+        every confirmation computed all the distances), and pauses carried over from them kept the
+        last block from pruning at all. A short block still prunes with bounds it was given.
+        """
+        if self.key is None:
+            return
+        if self.mode == "auto":
+            self.pause, self.next_pause = 0, AUTO_FIRST_PAUSE
+            self.build = iterations is None or iterations >= AUTO_MIN_ITERS
+        if self.on and self.reference is not None and self.state is None and hasattr(data, "kept_state"):
+            self.state = data.kept_state(self.key, self._tag())
+
+    def end(self, data) -> None:
+        """At a block's end: keep the bounds for the run's next block (:meth:`for_run`), else drop them."""
+        if self.key is None:
+            self.close()
+        elif self.state is not None:
+            if self.reference is not None and hasattr(data, "keep_state"):
+                data.keep_state(self.key, self._tag(), self.state)
+            self.state = None
+
+    def adopt(self, other: "PrunedPasses") -> None:
+        """Take the bookkeeping of this run's passes as a block run elsewhere (a task) left it."""
+        if other is not self:
+            for name in ("on", "groups", "reference", "pause", "next_pause"):
+                setattr(self, name, getattr(other, name))
+
+    def release(self, data) -> None:
+        """The run's Lloyd ended: drop its bounds wherever they are kept (no more pruning after)."""
+        self.close()
+        if self.key is not None and hasattr(data, "drop_state"):
+            data.drop_state(self.key)
+        self.key, self.on = None, False
 
     def partials(self, data, C: np.ndarray):
         """``(Partials, share of distances computed)`` of the assignment to ``C`` (data dtype)."""
-        if not self.on or self.pause > 0:
+        if not self.on or self.pause > 0 or (self.reference is None and not self.build):
             self.pause = max(0, self.pause - 1)
             return data.map_reduce(_partials_chunk, combine_partials, (C,)), 1.0
         drift = None
-        if self.state is None:
-            self.groups = centroid_groups(C, self.n_groups, token=next(_tokens))
+        # (decided by what every rank shares: a chunk whose bounds were not found builds them)
+        if self.reference is None:
+            self.groups = centroid_groups(C, self.n_groups, token=_digest(C, self.n_groups))
+            self.state = None
         else:
             drift = centroid_drift(C, self.reference)
         plain_above = plain_share(self.k, self.groups.n_groups) if self.mode == "auto" else float("inf")

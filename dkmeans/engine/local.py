@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from dkmeans.kernels.namespace import concatenate_rows, get_namespace, to_host
+from dkmeans.engine import kept
 from dkmeans.engine.passes import first_chunk
 
 
@@ -120,6 +121,21 @@ class ChunkList:
             if on_state is not None:
                 on_state(state)
         return state
+
+    def keep_state(self, key: str, tag, state) -> None:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.keep_state`: in this process's registry
+        (:mod:`dkmeans.engine.kept`), by chunk (first row and rows)."""
+        if state is not None:
+            kept.keep(key, tag, self.offsets, [int(X.shape[0]) for X in self.blocks], state)
+
+    def kept_state(self, key: str, tag):
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.kept_state` (None where no chunk has any)."""
+        states = kept.take(key, tag, self.offsets, [int(X.shape[0]) for X in self.blocks])
+        return states if any(s is not None for s in states) else None
+
+    def drop_state(self, key: str) -> None:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.drop_state`."""
+        kept.drop(key)
 
     def row_state_bytes(self) -> float:
         """The rows are the caller's (or one task's, at most ``SINGLE_TASK_MAX_BYTES``): no budget here."""

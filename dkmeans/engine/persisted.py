@@ -48,7 +48,7 @@ from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
 from dkmeans.engine.placement import _balance_rows, _spread_rows
-from dkmeans.engine import spmd
+from dkmeans.engine import kept, spmd
 from dkmeans.engine.spmd import SpmdUnavailable, spmd_enabled
 
 logger = logging.getLogger("dkmeans")
@@ -194,6 +194,7 @@ class PersistedData:
         self.passes = 0
         self.loop_modes: list[str] = []
         self._spmd_failed = False
+        self._kept: dict[str, tuple] = {}  # keep_state's states of graph-mode loops: key -> (tag, ChunkState)
         self._on_progress = None
 
     @property
@@ -320,6 +321,28 @@ class PersistedData:
         """Bytes of the persisted rows (and weights)."""
         per_row = self.row_bytes + (8 if self._w_keys is not None else 0)
         return int(self.n_rows * per_row)
+
+    def keep_state(self, key: str, tag, state) -> None:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.keep_state`: a graph-mode loop's
+        :class:`ChunkState` stays referenced here (its futures on the workers)."""
+        if state is not None:
+            self._kept[key] = (tag, state)
+
+    def kept_state(self, key: str, tag):
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.kept_state`."""
+        entry = self._kept.pop(key, None)
+        return entry[1] if entry is not None and entry[0] == tag else None
+
+    def drop_state(self, key: str) -> None:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.drop_state`: here, and in every worker's
+        registry (what loops run in one task or SPMD kept, :mod:`dkmeans.engine.kept`)."""
+        self._kept.pop(key, None)
+        if self.client is None:
+            return
+        try:
+            self.client.run(kept.drop, key, on_error="ignore")
+        except Exception as exc:  # a closed client: the workers' registries drop it later (MAX_KEYS)
+            logger.debug("could not drop kept state %s: %s", key, exc)
 
     def row_state_bytes(self) -> float:
         """What the persist budget leaves per row beside the persisted rows (see the protocol)."""

@@ -85,6 +85,24 @@ class ChunkedData(Protocol):
         saved the position). Not for use inside :meth:`run_loop`.
         """
 
+    def keep_state(self, key: str, tag: Any, state: Any) -> None:
+        """Keep the per-chunk ``state`` of :meth:`map_reduce_stateful` where the chunks are, for a later
+        :meth:`run_loop` on the same data (called inside ``run_loop``'s function, at its end).
+
+        The engine stores it opaquely under ``key`` (the driver's) and ``tag`` (what the driver needs
+        to find the state it stored): in this process, or in the worker process that ran the loop
+        (:mod:`dkmeans.engine.kept`). Nothing is guaranteed to be found again (another worker, a
+        restarted one, a loop run elsewhere): see :meth:`kept_state`.
+        """
+
+    def kept_state(self, key: str, tag: Any) -> Any:
+        """The state :meth:`keep_state` stored under ``key`` and ``tag``, taken out (a state for
+        :meth:`map_reduce_stateful`, with None for chunks whose state was not found), or None where
+        none was found."""
+
+    def drop_state(self, key: str) -> None:
+        """Free every state stored under ``key`` (called by the driver, outside :meth:`run_loop`)."""
+
     def row_state_bytes(self) -> float:
         """Bytes per row of per-chunk state (:meth:`map_reduce_stateful`) that the memory budget leaves
         room for beside the rows, for a whole loop (``inf`` in this process; 0 for rows read from

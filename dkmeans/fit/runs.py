@@ -10,6 +10,7 @@ import numpy as np
 
 from dkmeans.drivers.hartigan import hartigan
 from dkmeans.drivers.lloyd import lloyd, objective, stop_after_update
+from dkmeans.drivers.pruned_lloyd import PrunedPasses
 from dkmeans.drivers.local_search import CONFIRM_ITERS, coreset_local_search, coreset_searches, coreset_start
 from dkmeans.drivers.state import FitState, LoopState, RunSummary
 from dkmeans.drivers.streams import derive_seed
@@ -58,7 +59,7 @@ def _first_lloyd_iters(data, plan: FitPlan, k: int) -> int:
     return min(plan.max_iter, SEARCH_AFTER_ITERS) if _searches(data, plan, k) else plan.max_iter
 
 
-def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSummary:
+def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=False) -> RunSummary:
     """Swaps searched on a sample, confirmed by Lloyd on the data
     (:func:`dkmeans.drivers.local_search.coreset_local_search`).
 
@@ -89,7 +90,7 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
         bound = history[-1].objective if history else np.nan  # the last assignment's: >= the centroids'
         search = coreset_local_search(data, centroids, seed=derive_seed(plan.seed_of_run(run), attempt),
                                       stop_rule=plan.stop_rule, max_iter=min(CONFIRM_ITERS, end - n_iter),
-                                      metric=plan.metric, on_iteration=plan.on_iteration, prune=plan.prune,
+                                      metric=plan.metric, on_iteration=plan.on_iteration, prune=pruning,
                                       objective_bound=bound)
         record = dataclasses.replace(search.record, round=attempt + 1)
         if plan.on_iteration is not None:
@@ -106,7 +107,7 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int) -> RunSu
     if (settled.stop_reason == "max_iter" if settled is not None else paused) and n_iter < end:
         # the last confirmation stopped at its cap, or Lloyd before the searches: Lloyd goes on
         result = lloyd(data, centroids, max_iter=end - n_iter, stop_rule=plan.stop_rule,
-                       on_iteration=plan.on_iteration, metric=plan.metric, prune=plan.prune)
+                       on_iteration=plan.on_iteration, metric=plan.metric, prune=pruning)
         history += list(result.history)
         n_iter += result.n_iter
         summary = RunSummary(np.asarray(result.centroids).astype(data.dtype), 0.0, n_iter, result.stop_reason,
@@ -146,32 +147,40 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
         loop = state.loop
         summary = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, "max_iter", False,
                              list(loop.history))
-        if state.phase == "lloyd":
-            if plan.lloyd:
-                result = lloyd(data, loop.centroids, max_iter=_first_lloyd_iters(data, plan, len(loop.centroids)),
-                               stop_rule=plan.stop_rule,
-                               on_iteration=plan.on_iteration, resume=loop,
-                               on_state=checkpoint.loop_hook(state) if checkpoint else None,
-                               state_every=checkpoint.every if checkpoint else None, metric=plan.metric,
-                               prune=plan.prune)
-                loop = LoopState(result.centroids, result.n_iter, None, result.history)
-                summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
-                                     list(result.history))
-            if plan.local_search:
-                enter("local-search", loop)
-            elif plan.hartigan_mode is not None:
-                enter("refine", loop)
-        if state.phase == "local-search":
-            summary = _local_search_phase(data, plan, loop, state.run)
-            loop = LoopState(summary.centroids, summary.n_iter, None, summary.history)
-            if plan.hartigan_mode is not None:
-                enter("refine", loop)
-        if state.phase == "refine":
-            result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
-                              mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
-            history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start
-            summary = RunSummary(result.centroids.astype(data.dtype), 0.0, loop.n_iter + result.n_iter,
-                                 result.stop_reason, result.converged, history)
+        # one pruning object for the run: its Lloyd blocks share their bounds (dropped at the run's end)
+        pruning = PrunedPasses.for_run(data, plan.prune, len(loop.centroids), max(0, plan.max_iter - loop.n_iter))
+        try:
+            if state.phase == "lloyd":
+                if plan.lloyd:
+                    result = lloyd(data, loop.centroids, max_iter=_first_lloyd_iters(data, plan, len(loop.centroids)),
+                                   stop_rule=plan.stop_rule,
+                                   on_iteration=plan.on_iteration, resume=loop,
+                                   on_state=checkpoint.loop_hook(state) if checkpoint else None,
+                                   state_every=checkpoint.every if checkpoint else None, metric=plan.metric,
+                                   prune=pruning)
+                    loop = LoopState(result.centroids, result.n_iter, None, result.history)
+                    summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
+                                         list(result.history))
+                if plan.local_search:
+                    enter("local-search", loop)
+                elif plan.hartigan_mode is not None:
+                    enter("refine", loop)
+            if state.phase == "local-search":
+                summary = _local_search_phase(data, plan, loop, state.run, pruning)
+                loop = LoopState(summary.centroids, summary.n_iter, None, summary.history)
+                if plan.hartigan_mode is not None:
+                    enter("refine", loop)
+            if state.phase == "refine":
+                if isinstance(pruning, PrunedPasses):  # its bounds' memory is Hartigan's now
+                    pruning.release(data)
+                result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
+                                  mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
+                history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start
+                summary = RunSummary(result.centroids.astype(data.dtype), 0.0, loop.n_iter + result.n_iter,
+                                     result.stop_reason, result.converged, history)
+        finally:
+            if isinstance(pruning, PrunedPasses):
+                pruning.release(data)
         if plan.n_init > 1:
             summary.score = objective(data, summary.centroids)
         if state.best is None or summary.score < state.best.score:

@@ -40,6 +40,14 @@ above :data:`STREAMED_SCORES_BYTES` of scores per tile (many centroids) BLAS blo
 thread the build took 1.19x an unpruned pass at 25,000 x 64, k = 2,048 and 1.37x at
 62,500 x 128, k = 256 (BLAS blocks: 1.71x and 1.77x).
 
+**Centroids that jump.** After a local-search swap or an empty cluster's refill a few centroids
+move far, and shifting their groups' bounds by their drift would leave nearly every row to
+compute. Those centroids (:func:`far_centroids`) are scored exactly for every row instead (one
+small product, the bounds from the scores with the margin above: lower bounds rounded down,
+upper bounds rounded up): a row whose label is one of them gets its exact upper bound, and for
+the others each one's distance lowers its group's bound where it is below; the groups are then
+shifted by the drifts of the other centroids only, before the rows are settled.
+
 **Passes that prune little.** With ``plain_above`` (``prune="auto"``), a chunk whose bounds
 leave more than that share of its distances goes to the unpruned kernel, decided from a sample
 of its rows (:data:`NEED_SAMPLE_STRIDE`) before the per-row work of the others: such a pass cost
@@ -95,6 +103,18 @@ STREAMED_SCORES_BYTES = 4 * 2**20
 #: itself: with the exact upper bounds most rows settled again in passes where all had failed it
 #: (62,500 x 128, k = 256: 16% of the distances left to compute).
 NEED_SAMPLE_STRIDE = 32
+#: Far-moved centroids (a swap's, an empty cluster's refill) are scored exactly for every row instead of
+#: shifting their groups' bounds: those whose drift exceeds this many times the drifts' quantile
+#: :data:`FAR_QUANTILE`, at most :data:`FAR_MAX_SHARE` of the centroids (the farthest), each only where
+#: it pays (:func:`far_centroids`).
+FAR_FACTOR = 4.0
+#: See :data:`FAR_FACTOR`.
+FAR_QUANTILE = 0.9
+#: See :data:`FAR_FACTOR`.
+FAR_MAX_SHARE = 1.0 / 16
+#: Every this-many-th row of a chunk estimates whether scoring a far-moved centroid exactly pays
+#: (:func:`far_centroids`).
+FAR_SAMPLE_STRIDE = 64
 
 
 #: Bytes of a row's state besides its group bounds: label (4), upper bound (8), norm (4).
@@ -257,7 +277,8 @@ def new_state(n: int, n_groups: int, token: int) -> dict:
 
 
 def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = None, drift=None, *,
-                    plain_above: float = float("inf"), scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
+                    plain_above: float = float("inf"), scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
+                    far: bool = True):
     """One pruned Lloyd pass over a chunk: ``(new_state, PrunedPartials)``.
 
     Parameters
@@ -282,6 +303,8 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     scratch_bytes : int
         Bound on the temporary memory of the call (score blocks and gathered rows), besides
         the bounds themselves.
+    far : bool
+        Score far-moved centroids exactly (:func:`far_centroids`) instead of shifting their groups.
 
     Returns
     -------
@@ -320,6 +343,11 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         need = None
     else:
         drift = np.asarray(drift, dtype=np.float64)
+        jumped = far_centroids(drift, state, groups) if far else np.empty(0, dtype=np.int64)
+        if jumped.shape[0]:
+            computed += _fold_far(X, C, prep, groups, jumped, state, scratch_bytes)
+            drift = drift.copy()
+            drift[jumped] = 0.0  # their distances are in the bounds now
         shift = _loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
         cand = np.empty(n, dtype=np.int64)
         lmin = np.empty(n, dtype=np.float32)
@@ -344,6 +372,60 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     objective = _loops.tiled_partials(X, C, labels, tile, w, has_w, sums, counts)
     partials = Partials(sums, counts, np.asarray(objective, dtype=np.float64))
     return state, PrunedPartials(partials, float(computed), float(n * k), True)
+
+
+def far_centroids(drift, state, groups: CentroidGroups):
+    """The centroids a pass scores exactly for every row (see the module docstring), in index order.
+
+    Candidates: drifts above :data:`FAR_FACTOR` times the :data:`FAR_QUANTILE` quantile of the drifts
+    (above 0), the :data:`FAR_MAX_SHARE` of the centroids that moved farthest at most. One pays where
+    it would break its group's bound for enough rows: scoring it costs one distance a row; a row
+    whose group bound (above its upper bound by less than the drift, on every
+    :data:`FAR_SAMPLE_STRIDE`-th row) it breaks would compute the group's centroids. Kept where that
+    share times the group's width is at least 1.
+    """
+    k = drift.shape[0]
+    cap = int(k * FAR_MAX_SHARE)
+    n = state["labels"].shape[0]
+    if cap < 1 or n == 0:
+        return np.empty(0, dtype=np.int64)
+    threshold = max(FAR_FACTOR * float(np.quantile(drift, FAR_QUANTILE)), 0.0)
+    cand = np.flatnonzero(drift > threshold)
+    if cand.shape[0] == 0:
+        return cand.astype(np.int64)
+    if cand.shape[0] > cap:
+        cand = np.sort(cand[np.argsort(-drift[cand], kind="stable")[:cap]])
+    sample = np.arange(0, n, FAR_SAMPLE_STRIDE)
+    g = groups.group_of[cand]
+    gap = state["lower"][:, sample][g].astype(np.float64) - state["upper"][sample][None, :]
+    broken = np.mean(gap < drift[cand][:, None], axis=1)
+    widths = np.diff(groups.starts)[g]
+    return cand[broken * widths >= 1.0].astype(np.int64)
+
+
+def _fold_far(X, C, prep: _Prepared, groups: CentroidGroups, far, state, scratch_bytes) -> int:
+    """Every row's distances to the centroids ``far`` into its bounds (:func:`~dkmeans.kernels.backends.
+    compiled_pruned.fold_far`), in tiles of rows within ``scratch_bytes``; returns the distances computed."""
+    n, d = X.shape
+    f = far.shape[0]
+    itemsize = X.dtype.itemsize
+    position = np.empty(len(groups.order), dtype=np.int64)
+    position[groups.order] = np.arange(len(groups.order))
+    h = np.ascontiguousarray(prep.h_perm[position[far]])
+    CF = np.ascontiguousarray(C[far])
+    rows = int(max(1, min(n, TILE_ROWS, scratch_bytes // max(1, 2 * f * itemsize + 32))))
+    buf = np.empty(f * rows, dtype=X.dtype)
+    far_group = np.ascontiguousarray(groups.group_of[far])
+    labels, lower, upper = state["labels"], state["lower"], state["upper"]
+    for t0 in range(0, n, rows):
+        mt = min(rows, n - t0)
+        Xt = X[t0:t0 + mt]
+        St = np.matmul(CF, Xt.T, out=buf[:f * mt].reshape(f, mt))
+        norm_up, sq_lo, sq_up = np.empty(mt), np.empty(mt), np.empty(mt)
+        _loops.row_norms(Xt, np.arange(mt, dtype=np.int64), norm_up, sq_lo, sq_up)
+        slack = (prep.k0 * norm_up + prep.k1) / (2.0 * SAFETY)
+        _loops.fold_far(St, h, far, far_group, t0, sq_lo, sq_up, slack, labels, lower, upper)
+    return n * f
 
 
 def _hopeless(X, C, state, lmin, prep: _Prepared, groups: CentroidGroups, cand, n: int, plain_above: float) -> bool:
@@ -522,5 +604,6 @@ def _group_blocks(widths, columns: int) -> list:
     return blocks
 
 
-__all__ = ["CentroidGroups", "PrunedPartials", "centroid_groups", "combine_pruned", "group_count", "new_state",
+__all__ = ["CentroidGroups", "PrunedPartials", "centroid_groups", "combine_pruned", "far_centroids", "group_count",
+           "new_state",
            "pruned_partials", "state_bytes", "warm_up"]

@@ -191,3 +191,151 @@ def test_plain_share_follows_the_groups_width():
     assert middle[1] == pytest.approx((narrow + wide) / 2)
     assert pruned_lloyd.off_share(256, 25) == pruned_lloyd.AUTO_OFF_FRACTION
     assert pruned_lloyd.off_share(2048, 32) == pytest.approx(pruned_lloyd.AUTO_OFF_FRACTION + wide - narrow)
+
+
+# -- a run's bounds kept across its Lloyd blocks (the default fit: Lloyd, local search, Lloyd) --------
+@pytest.fixture(scope="module")
+def search_blobs():
+    """Data on which the default fit runs the local search (swaps confirmed on the data) and Lloyd after."""
+    X, _, _ = make_blobs(8192, 64, 64, spread=1.0, box=5.0, seed=2, dtype=np.float32)
+    return X
+
+
+def _kept_anywhere(client=None) -> list:
+    from dkmeans.engine import kept
+
+    here = kept.keys()
+    there = [] if client is None else [key for keys in client.run(kept.keys).values() for key in keys]
+    return here + there
+
+
+def _same_fit(a, b):
+    """Equal to the bit, but for the local search's own measurement of the objective (a graph pass
+    outside the Lloyd loop, whose sums on the cluster may combine in another order from one fit to
+    the next, pruned or not: seen in the last bit between two unpruned fits, with weights)."""
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.inertia_ == b.inertia_ and a.n_iter_ == b.n_iter_
+    assert [h["algorithm"] for h in a.history_] == [h["algorithm"] for h in b.history_]
+    for ha, hb in zip(a.history_, b.history_):
+        if ha["algorithm"] == "lloyd":
+            assert (ha["objective"], ha["centroid_shift"]) == (hb["objective"], hb["centroid_shift"])
+        else:
+            assert ha["objective"] == pytest.approx(hb["objective"], rel=1e-12)
+
+
+def _fit_three_ways(X, weights=None, **params):
+    """prune=False, True and "auto" on the same data; all equal; returns the True fit's Lloyd fractions."""
+    from dkmeans import KMeans
+
+    fits = {p: KMeans(256, random_state=0, prune=p, **params).fit(X, sample_weight=weights)
+            for p in (False, True, "auto")}
+    _same_fit(fits[True], fits[False])
+    _same_fit(fits["auto"], fits[False])
+    if params.get("metric") != "cosine":  # (cosine fits run no local search)
+        assert any(h["algorithm"] == "local-search" for h in fits[True].history_)
+    return [h["distances_computed"] for h in fits[True].history_ if h["algorithm"] == "lloyd"]
+
+
+@pytest.mark.parametrize("variant", ["plain", "weights", "cosine"])
+def test_default_fit_keeps_its_bounds_across_blocks(client, search_blobs, loop_mode, variant):
+    """The default fit (local search on; none with cosine) pruned equals the unpruned fit, in every
+    loop mode, with weights and with cosine; with prune=True only the run's first pass builds bounds (every later
+    block, the search's confirmations included, starts from the bounds the run kept), and nothing
+    stays in a registry after the fit."""
+    import dask.array as da
+
+    X, w, params = search_blobs, None, {}
+    if variant == "weights":
+        w = np.random.default_rng(0).uniform(0, 2, len(X))
+        w[:50] = 0.0
+    if variant == "cosine":
+        X, params = X / np.linalg.norm(X, axis=1, keepdims=True), {"metric": "cosine"}
+    Xd = client.persist(da.from_array(X, chunks=(2048, X.shape[1])))
+    wd = None if w is None else client.persist(da.from_array(w, chunks=2048))
+    fractions = _fit_three_ways(Xd, wd, **params)
+    assert fractions[0] >= 1.0 and all(f < 1.0 for f in fractions[1:]), fractions
+    assert _kept_anywhere(client) == []
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+@pytest.mark.parametrize("variant", ["plain", "weights", "cosine"])
+def test_default_fit_in_the_caller_keeps_its_bounds_across_blocks(search_blobs, variant):
+    X, w, params = search_blobs, None, {}
+    if variant == "weights":
+        w = np.random.default_rng(1).uniform(0, 2, len(X))
+    if variant == "cosine":
+        X, params = X / np.linalg.norm(X, axis=1, keepdims=True), {"metric": "cosine"}
+    fractions = _fit_three_ways(X, w, **params)
+    assert fractions[0] >= 1.0 and all(f < 1.0 for f in fractions[1:]), fractions
+    assert _kept_anywhere() == []
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+def test_a_failing_fit_leaves_no_bounds(monkeypatch, search_blobs):
+    """A fit that fails after a Lloyd block kept its bounds drops them all the same."""
+    from dkmeans import KMeans
+    from dkmeans.fit import runs
+
+    def fail(*args, **kwargs):
+        assert _kept_anywhere(), "the first Lloyd block's bounds should be kept for the run's next block"
+        raise RuntimeError("search failed")
+
+    monkeypatch.setattr(runs, "coreset_local_search", fail)
+    with pytest.raises(RuntimeError, match="search failed"):
+        KMeans(256, random_state=0, prune=True).fit(search_blobs)
+    assert _kept_anywhere() == []
+
+
+def test_a_failing_fit_on_the_cluster_leaves_no_bounds(client, monkeypatch, search_blobs, loop_mode, request):
+    """The same where the loop runs on the cluster: a one-task or SPMD block's bounds stay in the
+    registry of the worker that ran it (one graph per pass: as futures, held by the data), and are
+    dropped there."""
+    import dask.array as da
+
+    from dkmeans import KMeans
+    from dkmeans.fit import runs
+
+    seen = []
+
+    def fail(*args, **kwargs):
+        seen.append(_kept_anywhere(client))
+        raise RuntimeError("search failed")
+
+    monkeypatch.setattr(runs, "coreset_local_search", fail)
+    Xd = client.persist(da.from_array(search_blobs, chunks=(2048, search_blobs.shape[1])))
+    with pytest.raises(RuntimeError, match="search failed"):
+        KMeans(256, random_state=0, prune=True).fit(Xd)
+    if request.node.callspec.params["loop_mode"] != "per-iteration":
+        assert seen and seen[0], "the first Lloyd block's bounds should be kept for the run's next block"
+    assert _kept_anywhere(client) == []
+
+
+@pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
+def test_auto_run_builds_in_long_blocks_and_prunes_short_ones_with_kept_bounds(monkeypatch, blobs32):
+    """A run's "auto" passes: a block shorter than AUTO_MIN_ITERS builds no bounds; a long one does;
+    a short block after it prunes from the kept bounds (no build); each block equals unpruned Lloyd."""
+    from dkmeans.engine import kept
+
+    monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_WORK", 0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_MIN_ROW_WORK", 0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_OFF_FRACTION", 2.0)
+    monkeypatch.setattr(pruned_lloyd, "AUTO_PLAIN_ABOVE", float("inf"))
+    chunks = ChunkList.from_array(blobs32, n_chunks=3)
+    C = initial_rows(blobs32, 24, seed=5)
+    run = pruned_lloyd.PrunedPasses.for_run(chunks, "auto", 24, iterations=40)
+    rule = ObjectiveDecrease(-1.0)  # (never stops)
+    fractions = []
+    for iters in (3, 10, 2):
+        pruned = lloyd(chunks, C, max_iter=iters, stop_rule=rule, prune=run)
+        plain = lloyd(chunks, C, max_iter=iters, stop_rule=rule, prune=False)
+        np.testing.assert_array_equal(pruned.centroids, plain.centroids)
+        assert [h.objective for h in pruned.history] == [h.objective for h in plain.history]
+        fractions.append([h.distances_computed for h in pruned.history])
+        C = pruned.centroids
+    assert fractions[0] == [1.0] * 3, fractions
+    assert fractions[1][0] >= 1.0 and max(fractions[1][1:]) < 1.0, fractions
+    assert max(fractions[2]) < 1.0, fractions
+    assert kept.keys()  # the run's bounds, between its blocks
+    run.release(chunks)
+    assert kept.keys() == []

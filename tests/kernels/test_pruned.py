@@ -234,3 +234,70 @@ def test_blas_blocks_where_the_streamed_scores_do_not_fit(monkeypatch):
     monkeypatch.setattr(pruned, "STREAMED_SCORES_BYTES", 0)
     X, _, _ = make_blobs(1500, 24, 16, spread=2.0, box=6.0, seed=7, dtype=np.float32)
     run_both(X, X[np.random.default_rng(7).choice(len(X), 32, replace=False)], 5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_centroids_that_jump_far_are_scored_exactly(dtype, weighted):
+    """A swap's centroids (a few jump across the data) after a settled pass: the far-moved ones are
+    scored for every row (far_centroids), the pass equals the unpruned kernel to the bit, the bounds
+    hold against float64 distances, and it computes far fewer distances than shifting their groups."""
+    from dkmeans.kernels.pruned import far_centroids
+
+    X, _, centers = make_blobs(6000, 24, 48, spread=0.6, box=12.0, seed=11, dtype=dtype)
+    w = np.random.default_rng(3).uniform(0, 2, len(X)) if weighted else None
+    k = 96
+    C0 = X[np.random.default_rng(5).choice(len(X), k, replace=False)]
+    C = C0
+    for _ in range(6):  # near Lloyd's fixed point: the bounds settle nearly every row
+        C = update_centroids(assign_partials(X, C, w), C)[0].astype(dtype)
+    groups = centroid_groups(C, group_count(k, X.shape[1], X.dtype.itemsize), token=7)
+    state, _ = pruned_partials(X, C, None, w, groups)
+    moved = C.copy()
+    jumpers = np.array([3, 40, 41, 77])  # to rows far from where they were (one each, as swaps do)
+    rng = np.random.default_rng(9)
+    for j in jumpers:
+        far_rows = np.flatnonzero(np.linalg.norm(X - C[j], axis=1) > 15.0)
+        moved[j] = X[rng.choice(far_rows)]
+    moved[:] += rng.normal(scale=1e-3, size=moved.shape).astype(dtype)  # and the others a little
+    drift = _drift(moved, C)
+    assert set(far_centroids(drift, state, groups)) == set(jumpers)
+    results = {}
+    for far in (True, False):
+        st = {key: (value.copy() if isinstance(value, np.ndarray) else value) for key, value in state.items()}
+        st, out = pruned_partials(X, moved, st, w, groups, drift, far=far)
+        ref = assign_partials(X, moved, w)
+        np.testing.assert_array_equal(st["labels"], assign(X, moved)[0])
+        np.testing.assert_array_equal(out.partials.sums, ref.sums)
+        np.testing.assert_array_equal(out.partials.counts, ref.counts)
+        assert float(out.partials.objective) == float(ref.objective)
+        _check_bounds(X, moved, st, groups)
+        results[far] = out.distances / out.pairs
+    assert results[True] < 0.5 * results[False] and results[True] < 0.2, results
+    # a second pass from the far path's bounds still equals the kernel
+    st = {key: (value.copy() if isinstance(value, np.ndarray) else value) for key, value in state.items()}
+    st, _ = pruned_partials(X, moved, st, w, groups, drift)
+    new = update_centroids(assign_partials(X, moved, w), moved)[0].astype(dtype)
+    st, out = pruned_partials(X, new, st, w, groups, _drift(new, moved))
+    np.testing.assert_array_equal(st["labels"], assign(X, new)[0])
+    _check_bounds(X, new, st, groups)
+
+
+def test_far_centroids_only_where_it_pays():
+    """Small drifts (Lloyd's late tail) leave no centroid to score exactly, even heavy-tailed ones;
+    at most k / 16 are taken, the farthest."""
+    from dkmeans.kernels.pruned import far_centroids
+
+    X, _, _ = make_blobs(3000, 16, 32, spread=0.5, box=12.0, seed=2, dtype=np.float32)
+    k = 64
+    C = X[np.random.default_rng(1).choice(len(X), k, replace=False)]
+    for _ in range(5):
+        C = update_centroids(assign_partials(X, C), C)[0].astype(np.float32)
+    groups = centroid_groups(C, 6, token=3)
+    state, _ = pruned_partials(X, C, None, None, groups)
+    tail = np.full(k, 1e-6)
+    tail[:3] = 1e-4  # 100x the others, still far below every bound's gap
+    assert far_centroids(tail, state, groups).size == 0
+    jumps = np.full(k, 1e-6)
+    jumps[10:16] = np.arange(10, 16) * 10.0
+    assert list(far_centroids(jumps, state, groups)) == [12, 13, 14, 15]  # k / 16 = 4: the farthest

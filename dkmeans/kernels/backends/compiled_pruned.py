@@ -62,6 +62,35 @@ def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pra
     return m
 
 
+@numba.njit(cache=True, nogil=True)
+def fold_far(St, h, far, far_group, i0, sq_lo, sq_up, slack, labels, lower, upper):  # pragma: no cover - compiled
+    """Fold the exact distances of the rows ``i0 <= i < i0 + m`` to a few far-moved centroids into their bounds.
+
+    ``St`` (``f x m``) is ``C_far @ X_tile.T``, ``h`` the far centroids' ``h``, ``far`` their indices
+    and ``far_group`` their groups; ``sq_lo``, ``sq_up`` and ``slack`` the tile's rows' as
+    :func:`new_bounds` takes them. A row's own centroid among them sets its upper bound (rounded up);
+    every other lowers its group's bound to the distance rounded down where that is below. The
+    loops over the rows are innermost (they vectorise).
+    """
+    f, m = St.shape
+    for q in range(f):
+        j = far[q]
+        g = far_group[q]
+        hj = np.float64(h[q])
+        row = St[q]
+        low = lower[g]
+        for t in range(m):
+            i = i0 + t
+            score = hj - np.float64(row[t])
+            sq = max(sq_lo[t] + 2.0 * (score - slack[t]), 0.0)
+            b = np.float32(np.sqrt(sq) * (1.0 - 2.0**-22) - 1e-30)
+            own = labels[i] == j
+            low[i] = low[i] if own or b >= low[i] else b
+            if own:
+                upper[i] = np.sqrt(max(sq_up[t] + 2.0 * (score + slack[t]), 0.0)) * (1.0 + 2.0**-50)
+    return None
+
+
 #: Reassociated sums (vectorised): the bounds' rounding terms hold for any order of a sum of squares.
 _SUM_MATH = {"reassoc", "contract"}
 

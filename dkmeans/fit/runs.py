@@ -25,6 +25,7 @@ class FitPlan:
     """What each run does (see :func:`fit_runs`)."""
 
     n_init: int
+    #: ``initialise(run)``: the run's starting centroids
     initialise: Callable[[int], np.ndarray]
     max_iter: int
     stop_rule: object
@@ -47,6 +48,12 @@ CORESET_SEARCHES = 3
 #: tail (manyk: the objective within 0.3% of Lloyd's fixed point after 5 of 17 updates), which is
 #: paid once, after the searches, instead of before them and again after each confirmation.
 SEARCH_AFTER_ITERS = 5
+
+
+def settles_start(data, plan: FitPlan, k: int) -> bool:
+    """Whether a run of ``plan`` settles and searches its seeding on a sample of the rows before
+    Lloyd (:func:`~dkmeans.drivers.local_search.coreset_start`)."""
+    return plan.local_search and plan.lloyd and plan.warm_start and coreset_searches(data.n_rows, k)
 
 
 def _searches(data, plan: FitPlan, k: int) -> bool:
@@ -139,7 +146,7 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
     while state.run < plan.n_init:
         if state.phase == "init":
             start = np.asarray(plan.initialise(state.run))
-            if plan.local_search and plan.lloyd and plan.warm_start and coreset_searches(data.n_rows, len(start)):
+            if settles_start(data, plan, len(start)):
                 # settled and searched on a sample first
                 start = coreset_start(data, start, seed=plan.seed_of_run(state.run), stop_rule=plan.stop_rule)
             state.phase, state.loop = "lloyd", LoopState(start)

@@ -47,7 +47,7 @@ from dkmeans.fit.inputs import Dataset, check_centroids, check_n_clusters_vs_row
 from dkmeans.fit.metric_inputs import prepare_centroids, prepare_dataset, supports_local_search
 from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fit
 from dkmeans.fit.results import final_assignment, fit_result
-from dkmeans.fit.runs import FitPlan, callable_init, fit_runs
+from dkmeans.fit.runs import FitPlan, callable_init, fit_runs, settles_start
 from dkmeans.fit.spec import (FitResult, FitSpec, resolve_out_of_core, resolve_prune, two_level_clusters,
                               wants_local_search)
 from dkmeans.kernels.backends.compile import (COMPILE_FIRST_ELEMENTS, after_small_fit, call_pinned, current_pin, pinned,
@@ -207,6 +207,8 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
         strategy = init_strategies.get_strategy(spec.init)
         options = dataclasses.replace(spec.init_options, metric=spec.metric,
                                       two_level_min_clusters=two_level_clusters())
+        if settles_start(data, plan, k):  # the sample's search chooses better than a second trial
+            options = dataclasses.replace(options, recluster_trials=1)
         return prepare_centroids(strategy(data, k, derive_seed(state.seed, run), options), spec.metric)
 
     plan = FitPlan(

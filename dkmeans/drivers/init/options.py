@@ -28,7 +28,11 @@ class InitOptions:
         k-means||: weighted k-means++ + Lloyd runs on the candidates (different seeds);
         the one with the lowest objective on the full data is kept (one pass for all).
         Two keep the scoring pass cheap; on the SIPU sets they already beat scikit-learn's
-        k-means++ on every set (benchmarks/init_quality.py).
+        k-means++ on every set (benchmarks/init_quality.py). The fit service asks for one
+        when the fit settles and searches the seeding on a sample of the rows anyway (the
+        default local search, :func:`dkmeans.fit.runs.settles_start`): the search does what
+        the second trial's choice did, and the trial cost manyk's default fit 4 of its 13
+        seconds (benchmarks/README.md, "time to solution").
     metric : {"euclidean", "cosine"}
         The fit's metric (set by the fit service). With "cosine" the rows are unit and
         k-means||'s recluster and random-partition's means are spherical (normalised

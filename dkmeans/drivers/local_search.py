@@ -10,7 +10,9 @@ one pass scores many swaps, and lets Lloyd settle each accepted swap. A round:
 1. one pass draws ``candidates_per_round`` distinct rows by ``w d1``
    (:func:`~dkmeans.kernels.swap.sample_by_cost`, keyed by global row index) and
    measures the objective of the current centroids (it is also the previous round's last
-   pass);
+   pass). With ``split_share`` (the default fit's search on a sample), a share of the candidates
+   are instead the means of the two halves of the clusters whose split lowers the objective
+   most (:func:`split_candidates`; a few passes more);
 2. one pass computes the exact objective under every (candidate, centroid) swap
    (:func:`~dkmeans.kernels.swap.swap_costs`: ``m x k`` numbers per chunk, summed);
 3. one pass runs Lloyd's first update for several trials at once: the ``trials`` best
@@ -67,9 +69,11 @@ from dkmeans.kernels import (
     random_top_rows,
     objectives,
     combine_samples,
+    combine_split_sums,
     combine_swap_costs,
     combine_trial_partials,
     sample_by_cost,
+    split_sums,
     swap_costs,
     swap_partials,
     update_centroids,
@@ -83,6 +87,10 @@ from dkmeans.drivers.lloyd import objective as objective_of  # `objective` names
 ROUND_STREAMS = STREAMS["local-search.rounds"]
 #: Random stream of the coreset sample of :func:`coreset_local_search`.
 CORESET_STREAMS = STREAMS["local-search.coreset"]
+#: Random streams of round ``r``'s split candidates (:func:`split_candidates`).
+SPLIT_STREAMS = STREAMS["local-search.split"]
+#: Power steps towards each cluster's principal direction before it is split (:func:`split_candidates`).
+SPLIT_POWER_STEPS = 2
 #: Recommended settings of the required parameters (benchmarks/quality.py): rounds, candidates
 #: per round as a multiple of k, Lloyd updates per round.
 RECOMMENDED = {"rounds": 10, "candidates_per_cluster": 2, "lloyd_iters": 3}
@@ -128,6 +136,45 @@ class LocalSearchResult:
 # -- chunk functions (run where the chunks are) ----------------------------------------
 def _sample_chunk(X, w, offset, C, m, seed, stream):
     return sample_by_cost(X, C, m, offset, seed, stream, w)
+
+
+def _split_chunk(X, w, offset, C, V):
+    return split_sums(X, C, V, w)
+
+
+def split_candidates(data, C: np.ndarray, n_split: int, seed: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates that split clusters: the means of the two halves of the ``n_split`` clusters whose split
+    lowers the objective most (``2 n_split`` rows at most, with the clusters' indices).
+
+    A row drawn by cost stands for its neighbourhood badly where clusters are wide: in 128
+    dimensions a row lies about a cluster's radius from its cluster's centre, so a centroid
+    covering two blobs keeps its rows from any one row put beside it, and swaps of rows move
+    nothing (wide: 11 blobs without a centroid of their own, 11 with two, after the search). Each
+    cluster is halved by the hyperplane through its centroid normal to its principal direction
+    (:data:`SPLIT_POWER_STEPS` power steps from a random direction, a pass each, and a pass for the
+    halves: :func:`~dkmeans.kernels.swap.split_sums`); halving cluster ``j`` into halves of weights
+    ``n1``, ``n2`` and means ``m1``, ``m2`` lowers its cost by exactly ``n1 n2 / (n1 + n2) ||m1 - m2||^2``.
+    The two means of the clusters with the largest such gains are candidates like rows: a swap
+    puts one where a centroid that its neighbours can spare was, and the trial's Lloyd update
+    moves the split cluster's own centroid to the other half.
+    """
+    k, d = C.shape
+    rng = np.random.default_rng([int(seed) % 2**64, stream])
+    V = rng.standard_normal((k, d))
+    for step in range(SPLIT_POWER_STEPS + 1):
+        V /= np.maximum(np.linalg.norm(V, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        sums = data.map_reduce(_split_chunk, combine_split_sums, (C, V))
+        if step < SPLIT_POWER_STEPS:
+            power = np.asarray(sums.power)
+            V = np.where(np.linalg.norm(power, axis=1, keepdims=True) > 0, power, V)  # (a cluster of one row)
+    counts = np.asarray(sums.half_counts).reshape(k, 2)
+    means = np.asarray(sums.half_sums).reshape(k, 2, d) / np.maximum(counts, np.finfo(np.float64).tiny)[:, :, None]
+    both = np.all(counts > 0, axis=1)
+    gain = np.where(both, counts[:, 0] * counts[:, 1] / np.where(both, counts.sum(axis=1), 1.0)
+                    * np.sum((means[:, 0] - means[:, 1]) ** 2, axis=1), 0.0)
+    order = np.lexsort((np.arange(k), -gain))[:n_split]  # the largest gains, ties by index
+    order = order[gain[order] > 0]
+    return means[order].reshape(-1, d), np.repeat(order, 2)
 
 
 def _swap_chunk(X, w, offset, C, P):
@@ -238,6 +285,7 @@ def local_search(
     max_swaps: int = 8,
     min_gain: float = 1e-4,
     patience: int | None = 1,
+    split_share: float = 0.0,
 ) -> LocalSearchResult:
     """Improve centroids by batched k-means++ local search (see the module docstring).
 
@@ -270,6 +318,11 @@ def local_search(
         ``lloyd_iters=0``: if the best swap lowers the objective by this fraction).
     patience : int, optional
         Stop after this many rounds in a row improved nothing (None: run every round).
+    split_share : float
+        Share of each round's candidates that split clusters (:func:`split_candidates`, at the
+        cost of :data:`SPLIT_POWER_STEPS` + 1 passes a round) in place of rows drawn by cost.
+        Their halves' sums depend on how the rows are chunked (float64 rounding): the coreset's
+        search, on a fixed chunking, uses them.
 
     Notes
     -----
@@ -286,6 +339,8 @@ def local_search(
     m = _check_int("candidates_per_round", candidates_per_round, 1)
     lloyd_iters = _check_int("lloyd_iters", lloyd_iters, 0)
     n_trials = _check_int("trials", trials, 1)
+    if not (isinstance(split_share, (int, float, np.floating)) and 0 <= split_share <= 1):
+        raise InvalidParameterError(f"split_share must be a number in [0, 1], got {split_share!r}")
     if not (isinstance(min_gain, (int, float, np.floating)) and 0 <= min_gain < 1):
         raise InvalidParameterError(f"min_gain must be a number in [0, 1), got {min_gain!r}")
     max_swaps = _check_int("max_swaps", max_swaps, 1)
@@ -314,8 +369,16 @@ def local_search(
             break
         P = np.asarray(top.rows).astype(data.dtype)
         index = np.asarray(top.index)
+        round_passes = 0
+        n_split = int(split_share * m) // 2
+        if n_split > 0:  # the rows with the largest keys give way (the rest is still a draw by cost)
+            S, _ = split_candidates(data, C, n_split, seed, SPLIT_STREAMS(r))
+            round_passes += SPLIT_POWER_STEPS + 1
+            keep = max(0, m - len(S))
+            P = np.concatenate([P[:keep], S.astype(data.dtype)])
+            index = np.concatenate([index[:keep], data.n_rows + np.arange(len(S), dtype=index.dtype)])
         costs = data.map_reduce(_swap_chunk, combine_swap_costs, (C, P))
-        round_passes = 1
+        round_passes += 1
         base = float(costs.objective)  # C's objective summed like the costs: changes compare like with like
         if base <= 0:  # every row on a centroid (the sampling pass rounded above zero): nothing to improve
             stop_reason = "no-candidates"
@@ -413,6 +476,8 @@ CORESET_FIT_PER_CLUSTER = 32
 #: is done by Lloyd after the searches, where it is pruned: 17 updates instead of 21, the same
 #: objective (460,576,241 against 460,541,573), 33.4 against 34.6 CPU seconds.
 CONFIRM_ITERS = 2
+#: Share of a coreset round's candidates that split clusters (:func:`split_candidates`).
+CORESET_SPLIT_SHARE = 0.25
 
 
 def coreset_searches(n_rows: int, k: int) -> bool:
@@ -486,7 +551,8 @@ def _search_coreset(core, C: np.ndarray, seed: int, stop_rule, rounds: int, lloy
     """:func:`local_search` on the sample with the coreset's bounded candidates and swaps, until a round improves nothing."""
     k = C.shape[0]
     return local_search(core, C, rounds=rounds, candidates_per_round=coreset_candidates(k), seed=seed,
-                        lloyd_iters=lloyd_iters, stop_rule=stop_rule, patience=1, max_swaps=coreset_swaps(k))
+                        lloyd_iters=lloyd_iters, stop_rule=stop_rule, patience=1, max_swaps=coreset_swaps(k),
+                        split_share=CORESET_SPLIT_SHARE)
 
 
 @dataclass

@@ -56,6 +56,8 @@ STREAMS: dict[str, Stream] = {s.name: s for s in (
            "the weighted fallback draw of a first centre, offset by that centre's stream"),
     Stream("local-search.rounds", 3 << 32, 1 << 32, "row", "local search on the data: round r's candidates"),
     Stream("local-search.coreset", 5 << 32, 1 << 32, "row", "local search on a sample: the sample's rows"),
+    Stream("local-search.split", 6 << 32, 1 << 32, "generator",
+           "local search: round r's starting directions of the clusters' splits"),
     Stream("minibatch.batches", 0x6D62, 1, "generator", "mini-batch: the rows of every batch"),
     Stream("minibatch.init", 0x696E, 1, "generator", "mini-batch: the initialisation's sample"),
 )}

@@ -67,13 +67,16 @@ __all__ += [
 from dkmeans.kernels.swap import (  # noqa: E402
     CandidateSample,
     NearestTwo,
+    SplitSums,
     SwapCosts,
     TrialPartials,
     combine_samples,
+    combine_split_sums,
     combine_swap_costs,
     combine_trial_partials,
     nearest_two,
     sample_by_cost,
+    split_sums,
     swap_costs,
     swap_partials,
 )
@@ -81,13 +84,16 @@ from dkmeans.kernels.swap import (  # noqa: E402
 __all__ += [
     "CandidateSample",
     "NearestTwo",
+    "SplitSums",
     "SwapCosts",
     "TrialPartials",
     "combine_samples",
+    "combine_split_sums",
     "combine_swap_costs",
     "combine_trial_partials",
     "nearest_two",
     "sample_by_cost",
+    "split_sums",
     "swap_costs",
     "swap_partials",
 ]

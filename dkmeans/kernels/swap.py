@@ -485,6 +485,52 @@ def combine_trial_partials(parts: Sequence[TrialPartials]) -> TrialPartials:
     return TrialPartials(sums, counts, objective)
 
 
+class SplitSums(NamedTuple):
+    """Per-cluster statistics for splitting each cluster in two (a chunk's; :func:`combine_split_sums`).
+
+    Each row belongs to its nearest centroid ``c_j`` and lies on one side of the hyperplane through
+    ``c_j`` normal to ``v_j``: ``t = (x - c_j) . v_j``.
+
+    Attributes
+    ----------
+    power : array, shape (k, d), float64
+        ``sum w t (x - c_j)`` over the cluster's rows: the cluster's scatter matrix times
+        ``v_j`` (a power step towards its principal direction).
+    half_sums : array, shape (2 k, d), float64
+        Weighted sums of the rows with ``t <= 0`` (row ``2 j``) and ``t > 0`` (row ``2 j + 1``).
+    half_counts : array, shape (2 k,), float64
+        Their weights.
+    """
+
+    power: Any
+    half_sums: Any
+    half_counts: Any
+
+
+def split_sums(X, C, V, weights=None) -> SplitSums:
+    """:class:`SplitSums` of a chunk for centroids ``C`` and directions ``V`` (both ``(k, d)``)."""
+    xp = get_namespace(X)
+    k = C.shape[0]
+    labels, _ = assign(X, C)
+    D = X.astype(xp.float64) - xp.asarray(C, dtype=xp.float64)[labels]
+    t = xp.einsum("ij,ij->i", D, xp.asarray(V, dtype=xp.float64)[labels])
+    w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)
+    power, _ = cluster_sums(D, labels, k, w * t)
+    half_sums, half_counts = cluster_sums(X, 2 * labels.astype(xp.int64) + (t > 0), 2 * k, w)
+    return SplitSums(power, half_sums, half_counts)
+
+
+def combine_split_sums(parts: Sequence[SplitSums]) -> SplitSums:
+    """Sum per-chunk :class:`SplitSums` in order (float64)."""
+    parts = [p for p in parts if p is not None]
+    power, half_sums, half_counts = (a.copy() for a in parts[0])
+    for p in parts[1:]:
+        power += p.power
+        half_sums += p.half_sums
+        half_counts += p.half_counts
+    return SplitSums(power, half_sums, half_counts)
+
+
 def sample_by_cost(X, C, m: int, row_offset: int, seed: int, stream: int, weights=None) -> CandidateSample:
     """The chunk's ``m`` rows with the largest D^2 sampling keys, and its objective.
 

@@ -562,3 +562,84 @@ def test_capped_confirmation_then_lloyd_goes_on_to_its_stop_rule():
     kept = [h for h in km.history_ if h["algorithm"] == "local-search" and h["kept"]]
     assert kept and all(h["lloyd_iterations"] <= CONFIRM_ITERS for h in kept)
     assert km.stop_reason_ in ("centroid-shift", "fixed-point")
+
+
+# -- split candidates --------------------------------------------------------------------
+def _merged_blobs(d=128, k=32, per=160, mistakes=3, seed=0):
+    """Wide blobs (standard deviation 6 in [-10, 10]^d) and Lloyd's fixed point from a start with
+    ``mistakes`` centroids each on two blobs and as many blobs with two centroids."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-10, 10, size=(k, d))
+    y = np.repeat(np.arange(k), per)
+    X = (centres[y] + 6.0 * rng.normal(size=(len(y), d))).astype(np.float32)
+    means = metrics.class_means(X, y)
+    start = means.copy()
+    for i in range(mistakes):
+        start[2 * i] = (means[2 * i] + means[2 * i + 1]) / 2
+        start[2 * i + 1] = means[k - 1 - i] + 0.1 * rng.normal(size=d)
+    C = lloyd(ChunkList.from_array(X, None), start.astype(np.float32), max_iter=100,
+              stop_rule=CentroidShift(0.0)).centroids
+    return X, means, C
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_split_sums_match_a_float64_reference(weighted):
+    from dkmeans.kernels.swap import combine_split_sums, split_sums
+
+    rng = np.random.default_rng(1)
+    X, C, V = rng.normal(size=(500, 5)), rng.normal(size=(7, 5)), rng.normal(size=(7, 5))
+    w = rng.uniform(0.5, 2.0, size=500) if weighted else None
+    labels = sq(X, C).argmin(1)
+    D = X - C[labels]
+    t = np.einsum("ij,ij->i", D, V[labels])
+    wt = np.ones(500) if w is None else w
+    power = np.zeros((7, 5))
+    halves, counts = np.zeros((14, 5)), np.zeros(14)
+    for i in range(500):
+        power[labels[i]] += wt[i] * t[i] * D[i]
+        halves[2 * labels[i] + (t[i] > 0)] += wt[i] * X[i]
+        counts[2 * labels[i] + (t[i] > 0)] += wt[i]
+    whole = split_sums(X, C, V, w)
+    parts = combine_split_sums([split_sums(X[a:b], C, V, None if w is None else w[a:b]) for a, b in ((0, 123), (123, 500))])
+    for got in (whole, parts):
+        np.testing.assert_allclose(got.power, power, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(got.half_sums, halves, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(got.half_counts, counts, rtol=1e-12)
+
+
+def test_split_candidates_are_the_means_of_a_merged_clusters_blobs():
+    """One centroid on two separated blobs, one on a third: the largest split is the merged cluster's,
+    its halves are the two blobs and its gain is the exact drop of the objective."""
+    from dkmeans.drivers.local_search import split_candidates
+
+    rng = np.random.default_rng(2)
+    centres = np.array([[0.0, 0.0, 0.0], [20.0, 0.0, 0.0], [0.0, 40.0, 0.0]])
+    X = np.concatenate([c + rng.normal(size=(200, 3)) for c in centres])
+    means = metrics.class_means(X, np.repeat([0, 1, 2], 200))
+    C = np.stack([(means[0] + means[1]) / 2, means[2]])
+    P, owners = split_candidates(ChunkList.from_array(X, None, n_chunks=3), C, 1, seed=0, stream=0)
+    np.testing.assert_array_equal(owners, [0, 0])
+    np.testing.assert_allclose(np.sort(P, axis=0), np.sort(means[:2], axis=0), rtol=1e-10, atol=1e-10)
+    # both halves, more: the objective with the split is the blobs' own
+    np.testing.assert_allclose(objective(X, np.concatenate([P, C[1:]])), objective(X, means), rtol=1e-12)
+
+
+def test_split_candidates_fix_merged_blobs_that_row_swaps_leave():
+    """In 128 dimensions a row lies a blob's radius from its centre: swaps of rows fixed one of three
+    merged pairs here, swaps of split halves all three (the blobs' own means)."""
+    X, means, C = _merged_blobs()
+    best = objective(X, means)
+    options = dict(rounds=5, candidates_per_round=64, seed=0, lloyd_iters=3, stop_rule=CentroidShift(0.0))
+    rows_only = local_search(ChunkList.from_array(X, None, n_chunks=2), C, **options)
+    split = local_search(ChunkList.from_array(X, None, n_chunks=2), C, split_share=0.25, **options)
+    assert objective(X, rows_only.centroids) > 1.01 * best
+    np.testing.assert_allclose(objective(X, split.centroids), best, rtol=1e-6)
+    assert split.objective <= objective(X, C)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "half"])
+def test_rejects_a_bad_split_share(stuck, bad):
+    X, _, C, _ = stuck
+    with pytest.raises(InvalidParameterError, match="split_share"):
+        local_search(Chunks(X), C, rounds=1, candidates_per_round=4, seed=0, lloyd_iters=1,
+                     stop_rule=CentroidShift(0.0), split_share=bad)

@@ -61,6 +61,7 @@ from dkmeans.engine.local import ChunkList
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.kernels import (
     CandidateSample,
+    assign,
     assign_partials,
     Partials,
     TopRows,
@@ -138,8 +139,10 @@ def _sample_chunk(X, w, offset, C, m, seed, stream):
     return sample_by_cost(X, C, m, offset, seed, stream, w)
 
 
-def _split_chunk(X, w, offset, C, V):
-    return split_sums(X, C, V, w)
+def _split_chunk(X, w, offset, labels, C, V):
+    if labels is None:  # the first pass assigns; the later ones reuse its labels
+        labels, _ = assign(X, C)
+    return labels, split_sums(X, C, V, w, labels)
 
 
 def split_candidates(data, C: np.ndarray, n_split: int, seed: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +155,8 @@ def split_candidates(data, C: np.ndarray, n_split: int, seed: int, stream: int) 
     nothing (wide: 11 blobs without a centroid of their own, 11 with two, after the search). Each
     cluster is halved by the hyperplane through its centroid normal to its principal direction
     (:data:`SPLIT_POWER_STEPS` power steps from a random direction, a pass each, and a pass for the
-    halves: :func:`~dkmeans.kernels.swap.split_sums`); halving cluster ``j`` into halves of weights
+    halves: :func:`~dkmeans.kernels.swap.split_sums`; only the first assigns the rows, the others
+    reuse its labels); halving cluster ``j`` into halves of weights
     ``n1``, ``n2`` and means ``m1``, ``m2`` lowers its cost by exactly ``n1 n2 / (n1 + n2) ||m1 - m2||^2``.
     The two means of the clusters with the largest such gains are candidates like rows: a swap
     puts one where a centroid that its neighbours can spare was, and the trial's Lloyd update
@@ -161,9 +165,10 @@ def split_candidates(data, C: np.ndarray, n_split: int, seed: int, stream: int) 
     k, d = C.shape
     rng = np.random.default_rng([int(seed) % 2**64, stream])
     V = rng.standard_normal((k, d))
+    labels = None  # the rows' nearest centroids, kept by each chunk after the first pass
     for step in range(SPLIT_POWER_STEPS + 1):
         V /= np.maximum(np.linalg.norm(V, axis=1, keepdims=True), np.finfo(np.float64).tiny)
-        sums = data.map_reduce(_split_chunk, combine_split_sums, (C, V))
+        sums, labels = data.map_reduce_stateful(_split_chunk, combine_split_sums, (C, V), labels)
         if step < SPLIT_POWER_STEPS:
             power = np.asarray(sums.power)
             V = np.where(np.linalg.norm(power, axis=1, keepdims=True) > 0, power, V)  # (a cluster of one row)

@@ -507,11 +507,13 @@ class SplitSums(NamedTuple):
     half_counts: Any
 
 
-def split_sums(X, C, V, weights=None) -> SplitSums:
-    """:class:`SplitSums` of a chunk for centroids ``C`` and directions ``V`` (both ``(k, d)``)."""
+def split_sums(X, C, V, weights=None, labels=None) -> SplitSums:
+    """:class:`SplitSums` of a chunk for centroids ``C`` and directions ``V`` (both ``(k, d)``); ``labels``:
+    the rows' nearest centroids when known (:func:`~dkmeans.kernels.nearest.assign`'s)."""
     xp = get_namespace(X)
     k = C.shape[0]
-    labels, _ = assign(X, C)
+    if labels is None:
+        labels, _ = assign(X, C)
     D = X.astype(xp.float64) - xp.asarray(C, dtype=xp.float64)[labels]
     t = xp.einsum("ij,ij->i", D, xp.asarray(V, dtype=xp.float64)[labels])
     w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)

@@ -444,14 +444,15 @@ class KMeans(_KMeansBase):
         whose local optima are a subset of Lloyd's.
     local_search : {"auto", True, False}, default "auto"
         k-means++ local search (Lattanzi and Sohler, ICML 2019) on a sample of the rows:
-        swap centroids for rows drawn by their cost where that lowers the objective, which
-        moves centroids across empty space where Lloyd cannot. Before Lloyd (seeding
+        swap centroids for rows drawn by their cost, or for the halves' means of the
+        clusters whose split pays most, where that lowers the objective, which moves
+        centroids across empty space where Lloyd cannot. Before Lloyd (seeding
         strategies only) the sample's settled and searched centroids are Lloyd's start;
         after Lloyd a search on a new sample is confirmed by Lloyd on the data and kept only
         if the data's objective is lower (one pass when it finds nothing); the searches
         start after Lloyd's first 5 iterations, at most 3 of them, each confirmed by at most
         2 Lloyd iterations on the data, and Lloyd then continues to its stop rule. On the SIPU
-        benchmark sets it reaches the quality of scikit-learn with ``n_init=10`` at 0.6-1.2
+        benchmark sets it reaches the quality of scikit-learn with ``n_init=10`` at 0.6-1.1
         times the passes of Lloyd alone (benchmarks/quality.py). "auto": when ``init`` is a
         seeding strategy (not given centroids, whose Lloyd result stays scikit-learn's).
     hartigan_mode : {"unsafe", "safe"}, default "unsafe"

@@ -8,20 +8,22 @@ from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import TopRows, Partials, select_top
 
 
-def combine_partials(parts: Sequence[Partials]) -> Partials:
-    """Sum a sequence of :class:`Partials`, in the given order (associative, float64)."""
+def sum_in_order(parts: Sequence, cls, name: str):
+    """Field by field sum of per-chunk ``cls`` tuples of arrays, in the given order (``None`` parts
+    skipped; the first part's arrays are copied, never changed). ``name`` is the caller's, for the error."""
     parts = [p for p in parts if p is not None]
     if not parts:
-        raise ValueError("combine_partials needs at least one Partials")
-    first = parts[0]
-    sums = first.sums.copy()
-    counts = first.counts.copy()
-    objective = first.objective.copy()
+        raise ValueError(f"{name} needs at least one {cls.__name__}")
+    total = [a.copy() for a in parts[0]]
     for p in parts[1:]:
-        sums += p.sums
-        counts += p.counts
-        objective = objective + p.objective
-    return Partials(sums, counts, objective)
+        for i, a in enumerate(p):
+            total[i] += a
+    return cls(*total)
+
+
+def combine_partials(parts: Sequence[Partials]) -> Partials:
+    """Sum a sequence of :class:`Partials`, in the given order (associative, float64)."""
+    return sum_in_order(parts, Partials, "combine_partials")
 
 
 def update_centroids(partials: Partials, previous):

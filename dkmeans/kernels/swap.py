@@ -42,7 +42,7 @@ from dkmeans.kernels.backends import compiled_swap as _loops
 from dkmeans.kernels.backends.select import Backend, Loops, select
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import TopRows, assign, cluster_sums, select_top
-from dkmeans.kernels.reduce import combine_top
+from dkmeans.kernels.reduce import combine_top, sum_in_order
 from dkmeans.kernels.sampling import uniform_by_index
 from dkmeans.kernels.seeding import weighted_sample_keys
 
@@ -375,15 +375,7 @@ def _host_costs_by_cluster(X, origin, P64, p_sq, w, near: NearestTwo, order, scr
 
 def combine_swap_costs(parts: Sequence[SwapCosts]) -> SwapCosts:
     """Sum per-chunk :class:`SwapCosts` (associative, float64)."""
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        raise ValueError("combine_swap_costs needs at least one SwapCosts")
-    cost = parts[0].cost.copy()
-    objective = parts[0].objective.copy()
-    for p in parts[1:]:
-        cost += p.cost
-        objective = objective + p.objective
-    return SwapCosts(cost, objective)
+    return sum_in_order(parts, SwapCosts, "combine_swap_costs")
 
 
 def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> TrialPartials:
@@ -474,15 +466,7 @@ def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SC
 
 def combine_trial_partials(parts: Sequence[TrialPartials]) -> TrialPartials:
     """Sum per-chunk :class:`TrialPartials` (associative, float64)."""
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        raise ValueError("combine_trial_partials needs at least one TrialPartials")
-    sums, counts, objective = (a.copy() for a in parts[0])
-    for p in parts[1:]:
-        sums += p.sums
-        counts += p.counts
-        objective += p.objective
-    return TrialPartials(sums, counts, objective)
+    return sum_in_order(parts, TrialPartials, "combine_trial_partials")
 
 
 class SplitSums(NamedTuple):
@@ -524,13 +508,7 @@ def split_sums(X, C, V, weights=None, labels=None) -> SplitSums:
 
 def combine_split_sums(parts: Sequence[SplitSums]) -> SplitSums:
     """Sum per-chunk :class:`SplitSums` in order (float64)."""
-    parts = [p for p in parts if p is not None]
-    power, half_sums, half_counts = (a.copy() for a in parts[0])
-    for p in parts[1:]:
-        power += p.power
-        half_sums += p.half_sums
-        half_counts += p.half_counts
-    return SplitSums(power, half_sums, half_counts)
+    return sum_in_order(parts, SplitSums, "combine_split_sums")
 
 
 def sample_by_cost(X, C, m: int, row_offset: int, seed: int, stream: int, weights=None) -> CandidateSample:

@@ -37,9 +37,9 @@ builds its bounds again.
   the bookkeeping), bounds built only in blocks of at least :data:`AUTO_MIN_ITERS` iterations
   (a run's shorter blocks prune only with the bounds the run already kept: see
   :meth:`PrunedPasses.begin`); a chunk whose
-  bounds leave more than :func:`plain_share` of its distances to compute (20-40%, by the groups'
+  bounds leave more than :func:`plain_share` of its distances to compute (8-22%, by the groups'
   width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
-  a pass that still computed more than :func:`off_share` of the distances (25-45%) switches
+  a pass that still computed more than :func:`off_share` of the distances (25-39%) switches
   pruning off (its bounds dropped) for a number of passes that doubles each time
   (:data:`AUTO_FIRST_PAUSE`), after which the bounds are built again;
 * ``False``: never.
@@ -85,18 +85,20 @@ AUTO_FIRST_PAUSE = 4
 AUTO_MIN_ITERS = 8
 #: ``prune="auto"``: a chunk whose bounds leave more than this share of its distances to compute
 #: takes the unpruned kernel for the pass (scoring that many candidates costs more) and builds
-#: its bounds again in the next. The decision costs little: a sample of the rows that fail the
-#: bounds' first test estimates the share (:data:`~dkmeans.kernels.pruned.NEED_SAMPLE_STRIDE`):
-#: such a pass took 1.00-1.04x the unpruned pass (62,500 x 128, k = 256, one thread; 1.14-1.24x
-#: when every failing row was looked at first). On that chunk (one thread, ``benchmarks/pruned.py
-#: --passes``) a pruned pass computing 16% of the distances took 0.94-0.99x the unpruned pass and
-#: one computing 27% 1.19-1.22x: at this share a pruned pass costs about 1.05x. That holds for
-#: narrow groups (here about 10 centroids each); see :data:`AUTO_PLAIN_ABOVE_WIDE`.
-AUTO_PLAIN_ABOVE = 0.2
+#: its bounds again in the next. The decision costs little: a sample of the rows estimates the
+#: share before any per-row work (:data:`~dkmeans.kernels.pruned.NEED_SAMPLE_STRIDE`), and such a
+#: pass took 1.03-1.08x the unpruned one. The share is where a pruned pass costs what the
+#: unpruned one does, on the slower of the two processors measured (``benchmarks/pruned.py
+#: --passes``, one thread, a 62,500 x 128 chunk, k = 256 in 25 groups): on one, passes computing
+#: 3.8% and 13% of the distances took 0.63-0.67x and 1.31-1.35x the unpruned pass (1.0x at about
+#: 8.5%); on the other 16% took 0.94-0.99x and 27% 1.19-1.22x. That holds for narrow groups (here
+#: about 10 centroids each); see :data:`AUTO_PLAIN_ABOVE_WIDE`.
+AUTO_PLAIN_ABOVE = 0.08
 #: ``prune="auto"``: the share of :data:`AUTO_PLAIN_ABOVE` for groups of many centroids, whose
-#: candidates are scored by wider products: on a 25,000 x 64 chunk with k = 2,048 in 32 groups a
-#: pruned pass computing 41% of the distances took 1.01x the unpruned one, 24% 0.60x (17%: 0.47x).
-AUTO_PLAIN_ABOVE_WIDE = 0.4
+#: candidates are scored by wider products (a 62,500 x 64 chunk, k = 2,048 in 32 groups): 15.6%,
+#: 31% and 39% of the distances took 0.68-0.69x, 1.19-1.21x and 1.45x on one processor (1.0x at
+#: about 25%); on the other (a 25,000-row chunk) 24% took 0.60x and 41% 1.01x.
+AUTO_PLAIN_ABOVE_WIDE = 0.22
 #: Centroids per group (mean) at and below which :data:`AUTO_PLAIN_ABOVE` holds, and at and above
 #: which :data:`AUTO_PLAIN_ABOVE_WIDE` does; in between, the share goes from one to the other
 #: with the logarithm of the width.

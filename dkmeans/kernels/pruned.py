@@ -50,8 +50,9 @@ shifted by the drifts of the other centroids only, before the rows are settled.
 
 **Passes that prune little.** With ``plain_above`` (``prune="auto"``), a chunk whose bounds
 leave more than that share of its distances goes to the unpruned kernel, decided from a sample
-of its rows (:data:`NEED_SAMPLE_STRIDE`) before the per-row work of the others: such a pass cost
-1.00-1.06x the unpruned one (1.14-1.24x when every row was tightened first).
+of its rows (:data:`NEED_SAMPLE_STRIDE`) before any per-row work: such a pass cost 1.03-1.08x
+the unpruned one (62,500 x 128, k = 256, one thread; 1.07-1.09x when every row's bounds were
+moved first, 1.14-1.24x when every failing row was also tightened).
 
 Bounds are rigorous after rounding: lower bounds are float32 rounded down, upper bounds
 float64 rounded up (:mod:`dkmeans.kernels.backends.compiled_pruned`). Their memory is
@@ -96,13 +97,19 @@ SCORE_BLOCK_BYTES = 2**20
 #: (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`) where the scores of one of its
 #: tiles of rows against every centroid take at most these bytes, BLAS blocks above (many centroids).
 STREAMED_SCORES_BYTES = 4 * 2**20
-#: With ``plain_above`` set, where more than that share of the rows fail the bounds' first test, every
-#: this-many-th of them is tightened and its groups' needs counted before the others: the estimate
-#: of the pairs to compute decides between the pruned pass and the unpruned kernel (a sample of
-#: rows in row order: the same rows whatever the timing). Failing the first test says little by
-#: itself: with the exact upper bounds most rows settled again in passes where all had failed it
-#: (62,500 x 128, k = 256: 16% of the distances left to compute).
+#: With ``plain_above`` set, every this-many-th row estimates the pairs the pass
+#: would compute before any per-row work (:func:`~dkmeans.kernels.backends.compiled_pruned.sampled_pairs`:
+#: the rows' bounds moved, their upper bounds made exact, their groups' needs counted; the same rows
+#: whatever the timing): above ``plain_above`` of the pairs the chunk takes the unpruned kernel.
+#: Failing the bounds' first test says little by itself: with the exact upper bounds most rows
+#: settled again in passes where all had failed it (62,500 x 128, k = 256: 16% of the distances
+#: left to compute).
 NEED_SAMPLE_STRIDE = 32
+#: Rows per tile of the streamed build (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`), at
+#: most the assignment kernel's tile: the tile's scores are stored, then reduced, so they must stay in
+#: cache (one thread, 62,500-row chunks: 128 rows took 0.84x the time of the kernel's 512 at d = 128,
+#: k = 256, and 0.92x of its 256 at d = 64, k = 2,048; 32 and 64 rows were slower on both).
+BUILD_TILE_ROWS = 128
 #: Far-moved centroids (a swap's, an empty cluster's refill) are scored exactly for every row instead of
 #: shifting their groups' bounds: those whose drift exceeds this many times the drifts' quantile
 #: :data:`FAR_QUANTILE`, at most :data:`FAR_MAX_SHARE` of the centroids (the farthest), each only where
@@ -345,16 +352,21 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         drift = np.asarray(drift, dtype=np.float64)
         jumped = far_centroids(drift, state, groups) if far else np.empty(0, dtype=np.int64)
         if jumped.shape[0]:
-            computed += _fold_far(X, C, prep, groups, jumped, state, scratch_bytes)
             drift = drift.copy()
-            drift[jumped] = 0.0  # their distances are in the bounds now
+            drift[jumped] = 0.0  # their distances go into the bounds (below)
         shift = _loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
+        # (before the far-moved centroids' scores: an estimate that leaves them out is lower, so a
+        # chunk it sends to the unpruned kernel would have gone there after them too)
+        if plain_above < 1.0 and _loops.sampled_pairs(X, C, labels, upper, lower, norm, drift, shift, prep.k0, prep.k1,
+                                                      groups.group_of, np.diff(groups.starts),
+                                                      NEED_SAMPLE_STRIDE) > plain_above * n * k:
+            partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
+            return None, PrunedPartials(partials, float(n * k), float(n * k), True)
+        if jumped.shape[0]:
+            computed += _fold_far(X, C, prep, groups, jumped, state, scratch_bytes)
         cand = np.empty(n, dtype=np.int64)
         lmin = np.empty(n, dtype=np.float32)
         m = _loops.settle(labels, upper, lower, norm, drift, shift, prep.k0, prep.k1, cand, lmin)
-        if m > plain_above * n and _hopeless(X, C, state, lmin, prep, groups, cand[:m], n, plain_above):
-            partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
-            return None, PrunedPartials(partials, float(n * k), float(n * k), True)
         m = _loops.tighten(X, C, labels, upper, lmin, norm, prep.k0, prep.k1, cand, m)
         computed += m
         cand = cand[:m]
@@ -426,20 +438,6 @@ def _fold_far(X, C, prep: _Prepared, groups: CentroidGroups, far, state, scratch
         slack = (prep.k0 * norm_up + prep.k1) / (2.0 * SAFETY)
         _loops.fold_far(St, h, far, far_group, t0, sq_lo, sq_up, slack, labels, lower, upper)
     return n * f
-
-
-def _hopeless(X, C, state, lmin, prep: _Prepared, groups: CentroidGroups, cand, n: int, plain_above: float) -> bool:
-    """Whether the rows ``cand`` that failed the first test leave more than ``plain_above`` of the
-    chunk's distances to compute, estimated from every :data:`NEED_SAMPLE_STRIDE`-th of them (their
-    exact upper bounds, kept: they are bounds all the same, and the groups they need)."""
-    m = cand.shape[0]
-    sample = np.ascontiguousarray(cand[::NEED_SAMPLE_STRIDE])
-    labels, upper, lower, norm = state["labels"], state["upper"], state["lower"], state["norm"]
-    s = _loops.tighten(X, C, labels, upper, lmin, norm, prep.k0, prep.k1, sample, sample.shape[0])
-    need = np.empty((groups.n_groups, s), dtype=np.bool_)
-    _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, sample, s, need)
-    pairs = float(need.sum(axis=1) @ np.diff(groups.starts)) * m / sample.shape[0]
-    return pairs > plain_above * n * C.shape[0]
 
 
 def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, cand, need, state, norm,
@@ -556,6 +554,8 @@ def _streamed_plan(X, k: int, d: int, backend, scratch_bytes):
     if padded * cols * itemsize > min(STREAMED_SCORES_BYTES, scratch_bytes // 4):
         return None
     block_groups = max(1, STREAM_BLOCK_BYTES // (d * _loops.STREAM_GROUP * itemsize))
+    T = min(T, max(rows, BUILD_TILE_ROWS // rows * rows))  # (whole calls of rows)
+    cols = -(-T // rows) * rows
     return T, block_groups, (d, cols), (padded, cols)
 
 
@@ -590,6 +590,8 @@ def warm_up(dtype, d: int) -> None:
     for w in (None, np.ones(len(X))):
         state, _ = pruned_partials(X, C, None, w, groups)
         pruned_partials(X, moved, state, w, groups, np.full(len(C), 0.02 * np.sqrt(d)))
+    state, _ = pruned_partials(X, C, None, None, groups)  # and the sampled estimate's loop (plain_above < 1)
+    pruned_partials(X, moved, state, None, groups, np.full(len(C), 0.02 * np.sqrt(d)), plain_above=0.99)
     # the far-moved centroids' loop (a pass after a swap or a refill), which the passes above do not
     # reach: compiled mid-fit it cost one pass 0.55 s (manyk, 200k x 64, k = 2,048: 5x the pass)
     state, _ = pruned_partials(X, C, None, None, groups)

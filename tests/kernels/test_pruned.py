@@ -192,6 +192,57 @@ def test_the_sampled_estimate_decides_where_some_rows_fail(plain_above, falls_ba
         _check_bounds(X, C1, state, groups)
 
 
+def _pairs_after_the_bounds(X, C, state, groups, drift):
+    """The pairs a pruned pass scores, counted by its own steps (settle, tighten, group needs) on a copy."""
+    from dkmeans.kernels import pruned
+    from dkmeans.kernels.backends import compiled_pruned as loops
+
+    state = {key: (v.copy() if isinstance(v, np.ndarray) else v) for key, v in state.items()}
+    prep = pruned._prepare(C, groups)
+    shift = loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
+    n = len(X)
+    cand, lmin = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float32)
+    args = (state["labels"], state["upper"], state["lower"], state["norm"])
+    m = loops.settle(*args, drift, shift, prep.k0, prep.k1, cand, lmin)
+    m = loops.tighten(X, C, state["labels"], state["upper"], lmin, state["norm"], prep.k0, prep.k1, cand, m)
+    need = np.empty((groups.n_groups, m), dtype=np.bool_)
+    loops.group_needs(*args, prep.k0, prep.k1, groups.group_of, cand, m, need)
+    return float(need.sum(axis=1) @ np.diff(groups.starts)), (prep, shift)
+
+
+@pytest.mark.parametrize("moved", [0, 3, 30])
+def test_sampled_pairs_estimate_the_pass_before_any_per_row_work(moved):
+    """:func:`sampled_pairs` reads the state only; over every row (stride 1) it counts the pairs the
+    pass's own steps count (up to the last bits of an upper bound's sum), and every 32nd row
+    estimates them within a factor of 2 (or both are small)."""
+    from dkmeans.kernels.backends import compiled_pruned as loops
+
+    X, C0, groups, state = _far_move_case()
+    C1 = C0.copy()
+    C1[:moved] += np.float32(5.0)
+    drift = _drift(C1, C0)
+    truth, (prep, shift) = _pairs_after_the_bounds(X, C1, state, groups, drift)
+    before = {key: (v.copy() if isinstance(v, np.ndarray) else v) for key, v in state.items()}
+    widths = np.diff(groups.starts)
+
+    def estimate(stride):
+        return loops.sampled_pairs(X, C1, state["labels"], state["upper"], state["lower"], state["norm"], drift,
+                                   shift, prep.k0, prep.k1, groups.group_of, widths, stride)
+
+    every = estimate(1)
+    assert abs(every - truth) <= 0.002 * len(X) * len(C1)
+    sampled = estimate(32)
+    pairs = len(X) * len(C1)
+    assert (truth < 0.01 * pairs and sampled < 0.05 * pairs) or truth / 2 <= sampled <= 2 * truth
+    for key, value in before.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(state[key], value)
+    if moved == 30:
+        assert truth > 0.2 * pairs
+    if moved == 0:
+        assert truth < 0.01 * pairs
+
+
 @pytest.mark.parametrize("d,k", [(3, 5), (24, 17), (128, 40)])
 def test_streamed_group_minima_against_float64(d, k):
     """The build's group minima (the streamed products, tile by tile, a short last tile) against float64

@@ -141,6 +141,45 @@ def group_needs(labels, upper, lower, norm, k0, k1, group_of, cand, m, need):  #
     return total
 
 
+@numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
+def sampled_pairs(X, C, labels, upper, lower, norm, drift, shift, k0, k1, group_of, widths,
+                  stride):  # pragma: no cover - compiled
+    """Row-and-centroid pairs a pass would compute, estimated from every ``stride``-th row, before
+    :func:`settle` (the state is only read).
+
+    Each sampled row is tested as :func:`settle`, then :func:`tighten` and :func:`group_needs`
+    would test it (its bounds moved by the drifts, then its upper bound exact); a row still
+    unsettled counts the widths of the groups it needs. Returns the count times ``stride``.
+    """
+    G, n = lower.shape
+    d = X.shape[1]
+    grow = 1.0 + (d + 4) * 2.0**-52
+    zero = lower.dtype.type(0)
+    total = 0.0
+    for i in range(0, n, stride):
+        j = labels[i]
+        u = (upper[i] + drift[j]) * (1.0 + 2.0**-50)
+        low = np.inf
+        for g in range(G):
+            low = min(low, np.float64(max(lower[g, i] - shift[g], zero)))
+        slack = k0 * norm[i] + k1
+        if low > u and low * low - u * u > slack:
+            continue
+        s = 0.0
+        for f in range(d):
+            diff = np.float64(X[i, f]) - np.float64(C[j, f])
+            s += diff * diff
+        u = np.sqrt(s) * grow
+        if low > u and low * low - u * u > slack:
+            continue
+        own = group_of[j]
+        for g in range(G):
+            v = np.float64(max(lower[g, i] - shift[g], zero))
+            if g == own or not (v > u and v * v - u * u > slack):
+                total += widths[g]
+    return total * stride
+
+
 @numba.njit(cache=True, nogil=True)
 def gather_rows(X, idx, out):  # pragma: no cover - compiled
     """``out[t] = X[idx[t]]`` (rows of C-contiguous arrays)."""

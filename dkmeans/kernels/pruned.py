@@ -33,12 +33,13 @@ The partials (per-cluster sums, counts, objective) are then folded from the labe
 same compiled loop, on the same tiles, as the unpruned kernel folds them: equal to the bit.
 
 **The build** (the first pass of a block, or bounds lost) scores every row against every
-centroid. Its products come from the assignment kernel's own streamed loop, with stores for
-compares (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`), tile by tile while
-the tile and its scores are in cache, where a BLAS product took 1.1-1.2x the kernel's time;
-above :data:`STREAMED_SCORES_BYTES` of scores per tile (many centroids) BLAS blocks do it. On one
-thread the build took 1.19x an unpruned pass at 25,000 x 64, k = 2,048 and 1.37x at
-62,500 x 128, k = 256 (BLAS blocks: 1.71x and 1.77x).
+centroid with the assignment kernel's own streamed products, folded per group in registers as
+they come (:func:`~dkmeans.kernels.backends.compiled_pruned.fused_minima`: the smallest score, its
+centroid and the second smallest, never stored), and folds each tile of rows into the partials
+while its rows are in cache. On one thread (62,500-row chunks) it took 1.27-1.29x an unpruned pass
+at d = 128, k = 256 and 1.15x at d = 64, k = 2,048, and 1.07-1.09x at d = 256, k = 16,384-65,536
+(3,000 rows); storing the scores and reducing them after took 1.35-1.50x, 1.24-1.34x and
+1.6-1.9x (the last with BLAS products).
 
 **Centroids that jump.** After a local-search swap or an empty cluster's refill a few centroids
 move far, and shifting their groups' bounds by their drift would leave nearly every row to
@@ -87,16 +88,6 @@ SAFETY = 2.0
 DENSE_SHARE = 0.8
 #: Candidate rows per tile (a tile's rows are gathered once; its bounds bookkeeping is per tile).
 TILE_ROWS = 8192
-#: Rows per score block where a tile is scored against every group (then the block's scores
-#: stay in cache for the reductions): 1,024 rows took 0.8x the time of 8,192 (31k x 128, k = 256).
-DENSE_ROWS = 1024
-#: Bytes of one block of scores (rows x centroids of whole groups): about the L2 cache, so that
-#: the reductions read it while it is there.
-SCORE_BLOCK_BYTES = 2**20
-#: A tile scored against every centroid takes the streamed kernel's products
-#: (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`) where the scores of one of its
-#: tiles of rows against every centroid take at most these bytes, BLAS blocks above (many centroids).
-STREAMED_SCORES_BYTES = 4 * 2**20
 #: With ``plain_above`` set, every this-many-th row estimates the pairs the pass
 #: would compute before any per-row work (:func:`~dkmeans.kernels.backends.compiled_pruned.sampled_pairs`:
 #: the rows' bounds moved, their upper bounds made exact, their groups' needs counted; the same rows
@@ -105,11 +96,6 @@ STREAMED_SCORES_BYTES = 4 * 2**20
 #: settled again in passes where all had failed it (62,500 x 128, k = 256: 16% of the distances
 #: left to compute).
 NEED_SAMPLE_STRIDE = 32
-#: Rows per tile of the streamed build (:func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`), at
-#: most the assignment kernel's tile: the tile's scores are stored, then reduced, so they must stay in
-#: cache (one thread, 62,500-row chunks: 128 rows took 0.84x the time of the kernel's 512 at d = 128,
-#: k = 256, and 0.92x of its 256 at d = 64, k = 2,048; 32 and 64 rows were slower on both).
-BUILD_TILE_ROWS = 128
 #: Far-moved centroids (a swap's, an empty cluster's refill) are scored exactly for every row instead of
 #: shifting their groups' bounds: those whose drift exceeds this many times the drifts' quantile
 #: :data:`FAR_QUANTILE`, at most :data:`FAR_MAX_SHARE` of the centroids (the farthest), each only where
@@ -237,7 +223,7 @@ class _Prepared(NamedTuple):
 
     C_perm: Any  # (k, d) the centroids group by group, data dtype
     h_perm: Any  # (k,) their h in the same order, data dtype
-    CG: Any  # [C_perm packed for the streamed products], filled by the first build that needs it
+    CG: Any  # [(C_perm packed, h padded, groups padded) for the streamed build], filled when first needed
     k0: float  # the kernel-choice margin is k0 * ||x|| + k1 (squared-distance units)
     k1: float
 
@@ -375,13 +361,17 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         if float(need.sum(axis=1) @ np.diff(groups.starts)) > plain_above * n * k:
             partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
             return None, PrunedPartials(partials, float(n * k + computed), float(n * k), True)
-    computed += _score_candidates(X, C, prep, groups, backend, cand, need, state, norm, scratch_bytes)
     sums = np.zeros((k, d), dtype=np.float64)
     counts = np.zeros(k, dtype=np.float64)
     has_w = weights is not None
     w = np.ascontiguousarray(weights, dtype=np.float64) if has_w else np.empty(0, dtype=np.float64)
     tile, _ = _compiled_tiles(backend, n, k, d, X.dtype.itemsize, scratch_bytes)  # the unpruned kernel's tiles
-    objective = _loops.tiled_partials(X, C, labels, tile, w, has_w, sums, counts)
+    fold = _Fold(tile, w, has_w, sums, counts)
+    got, objective = _score_candidates(X, C, prep, groups, backend, cand, need, state, norm, scratch_bytes,
+                                       fold if need is None else None)
+    computed += got
+    if need is not None:  # (a build folded its rows tile by tile, while they were in cache)
+        objective = _loops.tiled_partials(X, C, labels, tile, w, has_w, sums, counts, 0, n, 0.0)
     partials = Partials(sums, counts, np.asarray(objective, dtype=np.float64))
     return state, PrunedPartials(partials, float(computed), float(n * k), True)
 
@@ -440,10 +430,26 @@ def _fold_far(X, C, prep: _Prepared, groups: CentroidGroups, far, state, scratch
     return n * f
 
 
+class _Fold(NamedTuple):
+    """The partials a build folds as it goes (:func:`_score_candidates`): the kernel's row tile, the
+    weights and the sums and counts to add to."""
+
+    tile: int
+    weights: Any
+    has_weights: bool
+    sums: Any
+    counts: Any
+
+
 def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, cand, need, state, norm,
-                      scratch_bytes) -> int:
+                      scratch_bytes, fold: _Fold | None = None):
     """Score the candidate rows ``cand`` against the groups ``need`` marks (all when None), set their
-    labels and bounds in ``state``; returns the distances computed.
+    labels and bounds in ``state``; returns the distances computed and the objective.
+
+    With ``fold`` (a build: every row, in order) each tile of rows also goes into the partials as
+    soon as its labels are set, while its rows are in cache (reading them again after the whole
+    chunk cost a 62,500 x 128 build 4 ms of 30, against 1.2 from cache): the tiles are whole
+    multiples of the kernel's tile, so the sums and the objective are the kernel's, to the bit.
 
     Tiles of candidate rows are gathered once; a group that most of a tile's rows need (or every
     group, when most of the tile's pairs are needed) is scored for the whole tile in blocks of
@@ -452,7 +458,7 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     """
     m = cand.shape[0]
     if m == 0:
-        return 0
+        return 0, 0.0
     k, d = C.shape
     G = groups.n_groups
     itemsize = X.dtype.itemsize
@@ -461,8 +467,9 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     widest = int(widths.max())
     per_row = 2 * widest * itemsize + 2 * d * itemsize + G * 12 + 64  # scores, the row (twice), gm/gi/gs
     rows_per_tile = max(1, min(m, TILE_ROWS, int(scratch_bytes) // per_row))
-    blocks = _group_blocks(widths, max(widest, SCORE_BLOCK_BYTES // (DENSE_ROWS * itemsize)))
-    block_cols = max(int(starts[g1] - starts[g0]) for g0, g1 in blocks)
+    if fold is not None:  # whole kernel tiles
+        rows_per_tile = max(1, rows_per_tile // fold.tile) * fold.tile
+    objective = 0.0
     computed = 0
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
     scratch = (np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, np.int32))
@@ -472,9 +479,9 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     minima = (np.empty(G * rows_per_tile, X.dtype), np.empty(G * rows_per_tile, np.int32),
               np.empty(G * rows_per_tile, X.dtype))
     group_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
-    scores = np.empty(max(block_cols * min(DENSE_ROWS, rows_per_tile), widest * rows_per_tile), dtype=X.dtype)
+    scores = np.empty(widest * rows_per_tile, dtype=X.dtype)
     scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
-    streamed = _streamed_plan(X, k, d, backend, scratch_bytes)
+    streamed = _streamed_plan(X, k, d, backend, scratch_bytes)  # (whole tiles: the build's products)
     for t0 in range(0, m, rows_per_tile):
         rows = cand[t0:t0 + rows_per_tile]
         mt = rows.shape[0]
@@ -492,22 +499,12 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
             gm.fill(np.inf)
             gi.fill(0)
             gs.fill(np.inf)
-        if dense and streamed is not None:
-            T, block_groups, XT, S = streamed = _streamed_scratch(streamed, X.dtype)
+        if dense:
+            T, block_packs, XT = streamed = _streamed_scratch(streamed, X.dtype)
             if prep.CG[0] is None:  # (a k x d copy: only passes that score whole tiles need it)
-                prep.CG[0] = _loops.packed_groups(prep.C_perm)
-            _loops.dense_minima(Xt, 0, mt, prep.CG[0], block_groups, prep.h_perm, groups.order, starts, T, XT, S, local,
-                                gm, gi, gs, *scratch)
-            computed += mt * k
-        elif dense:
-            for r0 in range(0, mt, DENSE_ROWS):
-                r1 = min(mt, r0 + DENSE_ROWS)
-                for g0, g1 in blocks:
-                    a, b = int(starts[g0]), int(starts[g1])
-                    out = scores[:(b - a) * (r1 - r0)].reshape(b - a, r1 - r0)
-                    St = np.matmul(prep.C_perm[a:b], Xt[r0:r1].T, out=out)
-                    _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g0, g1, local[r0:r1], gm, gi, gs,
-                                        *scratch)
+                prep.CG[0] = _packed(prep.C_perm, prep.h_perm, groups)
+            CG, h_pad, pack_group = prep.CG[0]
+            _loops.fused_minima(Xt[:mt], CG, block_packs, h_pad, pack_group, groups.order, T, XT, gm, gi, gs)
             computed += mt * k
         else:
             for g in range(G):
@@ -539,32 +536,43 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
         largest = _loops.new_bounds(X, C, rows, lab, gm, gi, gs, groups.group_of, sq_lo, sq_up,
                                     margin / (2.0 * SAFETY), lower, upper, labels)
         state["lmax"] = max(state["lmax"], float(largest))
-    return computed
+        if fold is not None:
+            objective = _loops.tiled_partials(X, C, labels, fold.tile, fold.weights, fold.has_weights, fold.sums,
+                                              fold.counts, t0, t0 + mt, objective)
+    return computed, objective
+
+
+def _packed(C_perm, h_perm, groups: CentroidGroups):
+    """``(CG, h_pad, pack_group)`` of the streamed build: the centroids in ``C_perm``'s order packed
+    (:func:`~dkmeans.kernels.backends.compiled_pruned.packed_groups`), their ``h`` padded with
+    ``+inf`` and their groups (int32) padded with the last group."""
+    CG = _loops.packed_groups(C_perm)
+    total = CG.shape[0] * _loops.STREAM_GROUP
+    k = C_perm.shape[0]
+    h_pad = np.full(total, np.inf, dtype=C_perm.dtype)
+    h_pad[:k] = h_perm
+    pack_group = np.full(total, groups.n_groups - 1, dtype=np.int32)
+    pack_group[:k] = np.repeat(np.arange(groups.n_groups, dtype=np.int32), np.diff(groups.starts))
+    return CG, h_pad, pack_group
 
 
 def _streamed_plan(X, k: int, d: int, backend, scratch_bytes):
-    """``(T, block_groups, XT shape, S shape)`` of :func:`~dkmeans.kernels.backends.compiled_pruned.dense_minima`
-    (the assignment kernel's tiles of rows and blocks of centroids), or None where the scores of a tile
-    would exceed :data:`STREAMED_SCORES_BYTES` or a quarter of ``scratch_bytes`` (BLAS blocks then)."""
+    """``(T, block_packs, XT shape)`` of :func:`~dkmeans.kernels.backends.compiled_pruned.fused_minima`: the
+    assignment kernel's tile of rows (``XT``, transposed, rounded up to whole calls) and packs of
+    centroids per block (they stay in L2)."""
     itemsize = X.dtype.itemsize
     T, _ = _compiled_tiles(backend, X.shape[0], k, d, itemsize, scratch_bytes)
     rows = _loops.STREAM_ROW_VECTORS * (_loops.VECTOR_BYTES // itemsize)
-    cols = -(-T // rows) * rows
-    padded = -(-k // _loops.STREAM_GROUP) * _loops.STREAM_GROUP
-    if padded * cols * itemsize > min(STREAMED_SCORES_BYTES, scratch_bytes // 4):
-        return None
-    block_groups = max(1, STREAM_BLOCK_BYTES // (d * _loops.STREAM_GROUP * itemsize))
-    T = min(T, max(rows, BUILD_TILE_ROWS // rows * rows))  # (whole calls of rows)
-    cols = -(-T // rows) * rows
-    return T, block_groups, (d, cols), (padded, cols)
+    block_packs = max(1, STREAM_BLOCK_BYTES // (d * _loops.STREAM_GROUP * itemsize))
+    return T, block_packs, (d, -(-T // rows) * rows)
 
 
 def _streamed_scratch(plan, dtype):
-    """The plan with its buffers (allocated at the first tile that needs them, kept for the call)."""
-    T, block_groups, XT, S = plan
+    """The plan with its buffer (allocated at the first tile that needs it, kept for the call)."""
+    T, block_packs, XT = plan
     if isinstance(XT, tuple):
-        XT, S = np.zeros(XT, dtype=dtype), np.empty(S, dtype=dtype)
-    return T, block_groups, XT, S
+        XT = np.zeros(XT, dtype=dtype)
+    return T, block_packs, XT
 
 
 def _scores_t(Cg, Xg, out, work):
@@ -598,18 +606,6 @@ def warm_up(dtype, d: int) -> None:
     if state is not None:  # (None: this call's backend is not the compiled loops)
         _fold_far(X, moved, _prepare(moved, groups), groups, np.array([0], dtype=np.int64), state,
                   DEFAULT_SCRATCH_BYTES)
-
-
-def _group_blocks(widths, columns: int) -> list:
-    """Consecutive groups ``(g0, g1)`` of at most ``columns`` centroids together (at least one group each)."""
-    blocks, g0, total = [], 0, 0
-    for g, w in enumerate(widths):
-        if g > g0 and total + w > columns:
-            blocks.append((g0, g))
-            g0, total = g, 0
-        total += int(w)
-    blocks.append((g0, len(widths)))
-    return blocks
 
 
 __all__ = ["CentroidGroups", "PrunedPartials", "centroid_groups", "combine_pruned", "far_centroids", "group_count",

@@ -243,30 +243,32 @@ def test_sampled_pairs_estimate_the_pass_before_any_per_row_work(moved):
         assert truth < 0.01 * pairs
 
 
-@pytest.mark.parametrize("d,k", [(3, 5), (24, 17), (128, 40)])
-def test_streamed_group_minima_against_float64(d, k):
-    """The build's group minima (the streamed products, tile by tile, a short last tile) against float64
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d,k,n_groups,block_packs", [(3, 5, 3, 1), (24, 17, 3, 1), (128, 40, 3, 2), (16, 70, 7, 3),
+                                                       (40, 200, 20, 100)])
+def test_fused_group_minima_against_float64(dtype, d, k, n_groups, block_packs):
+    """The build's group minima (the streamed products folded in registers, tile by tile, a short last
+    tile, groups that start and end inside packs of centroids and blocks of packs) against float64
     NumPy scores: the smallest and second smallest score of every group within rounding, and the
     same centroid where the runner-up trails clearly."""
+    from dkmeans.kernels import pruned
     from dkmeans.kernels.backends import compiled_pruned as loops
 
-    rng = np.random.default_rng(d)
-    X = rng.normal(size=(300, d)).astype(np.float32)
-    C = rng.normal(size=(k, d)).astype(np.float32)
-    groups = centroid_groups(C, 3)
+    rng = np.random.default_rng(d + k)
+    X = rng.normal(size=(300, d)).astype(dtype)
+    C = rng.normal(size=(k, d)).astype(dtype)
+    groups = centroid_groups(C, n_groups)
     Cp = np.ascontiguousarray(C[groups.order])
-    h = (0.5 * np.einsum("ij,ij->i", Cp, Cp)).astype(np.float32)
+    h = (0.5 * np.einsum("ij,ij->i", Cp, Cp)).astype(dtype)
     G, n, T = groups.n_groups, len(X), 64
-    call_rows = loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // 4
+    call_rows = loops.STREAM_ROW_VECTORS * loops.VECTOR_BYTES // np.dtype(dtype).itemsize
     cols = -(-T // call_rows) * call_rows
-    gm, gs = np.full((G, n), np.inf, np.float32), np.full((G, n), np.inf, np.float32)
+    gm, gs = np.empty((G, n), dtype), np.empty((G, n), dtype)
     gi = np.zeros((G, n), np.int32)
-    CG = loops.packed_groups(Cp)
-    loops.dense_minima(X, 0, n, CG, 1, h, groups.order, groups.starts, T, np.zeros((d, cols), np.float32),
-                       np.empty((CG.shape[0] * loops.STREAM_GROUP, cols), np.float32), np.arange(n), gm, gi, gs,
-                       np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.int32))
+    CG, h_pad, pack_group = pruned._packed(Cp, h, groups)
+    loops.fused_minima(X, CG, block_packs, h_pad, pack_group, groups.order, T, np.zeros((d, cols), dtype), gm, gi, gs)
     scores = h.astype(np.float64)[None, :] - X.astype(np.float64) @ Cp.astype(np.float64).T
-    tol = 1e-4 * (1 + np.abs(scores).max())
+    tol = (1e-4 if dtype == np.float32 else 1e-12) * (1 + np.abs(scores).max())
     for g in range(G):
         part = scores[:, groups.starts[g]:groups.starts[g + 1]]
         two = np.sort(part, axis=1)[:, :2] if part.shape[1] > 1 else np.c_[part, np.full(n, np.inf)]
@@ -278,13 +280,11 @@ def test_streamed_group_minima_against_float64(d, k):
         np.testing.assert_array_equal(gi[g][clear], groups.order[groups.starts[g] + part.argmin(axis=1)][clear])
 
 
-def test_blas_blocks_where_the_streamed_scores_do_not_fit(monkeypatch):
-    """Many centroids: the build scores tiles by BLAS blocks instead; the same labels and partials."""
-    import dkmeans.kernels.pruned as pruned
-
-    monkeypatch.setattr(pruned, "STREAMED_SCORES_BYTES", 0)
+def test_many_centroids_in_wide_groups():
+    """Many centroids in few, wide groups (each group spans many packs and blocks of packs): the
+    build and the passes after it equal the unpruned kernel to the bit, and the bounds hold."""
     X, _, _ = make_blobs(1500, 24, 16, spread=2.0, box=6.0, seed=7, dtype=np.float32)
-    run_both(X, X[np.random.default_rng(7).choice(len(X), 32, replace=False)], 5)
+    run_both(X, X[np.random.default_rng(7).choice(len(X), 600, replace=False)], 4, n_groups=3)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

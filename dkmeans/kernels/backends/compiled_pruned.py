@@ -20,7 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from dkmeans.kernels.backends.compiled import rows_partials
-from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VECTOR_BYTES, _vector_pointer,
+from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VECTOR_BYTES, _splat, _vector_pointer,
                                            streamed_group_dots, transpose_tile)
 
 
@@ -336,14 +336,14 @@ def row_norms(X, rows, norm_up, sq_lo, sq_up):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def tiled_partials(X, C, labels, T, weights, has_weights, sums, counts):  # pragma: no cover - compiled
-    """The partials of rows with known labels, folded tile by tile as the direct kernels fold them
-    (:func:`~dkmeans.kernels.backends.compiled.rows_partials` on tiles of ``T`` rows, their objectives
-    added in row order): the same sums, counts and objective, to the bit."""
-    n = X.shape[0]
-    objective = 0.0
-    for i0 in range(0, n, T):
-        objective += rows_partials(X, i0, min(n, i0 + T), C, labels, 0, weights, has_weights, sums, counts)
+def tiled_partials(X, C, labels, T, weights, has_weights, sums, counts, start, stop,
+                   objective):  # pragma: no cover - compiled
+    """The partials of the rows ``start <= i < stop`` (labels known), folded tile by tile as the direct
+    kernels fold them (:func:`~dkmeans.kernels.backends.compiled.rows_partials` on tiles of ``T`` rows
+    from ``start``, a multiple of ``T``), their objectives added in row order to ``objective``, which
+    is returned: over consecutive ranges, the same sums, counts and objective as the kernel's, to the bit."""
+    for i0 in range(start, stop, T):
+        objective += rows_partials(X, i0, min(stop, i0 + T), C, labels, 0, weights, has_weights, sums, counts)
     return objective
 
 
@@ -360,76 +360,144 @@ def float32_shift(shift, lower_max: float):
 
 # -- the bounds' build: every score of a tile of rows, by the streamed kernel's arithmetic ---------
 @intrinsic
-def dots_streamed(typingctx, XT, r, CG, g0, g1, S):
-    """``S[j, r:r + R L] = x . c_j`` for the centroids ``j`` of groups ``g0 <= g < g1`` (of
-    ``STREAM_GROUP``) and ``R = STREAM_ROW_VECTORS`` vectors of ``L`` rows from column ``r`` of ``XT``.
+def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, gi, gs, c0):
+    """Per group of centroids, the smallest score of ``R = STREAM_ROW_VECTORS`` vectors of ``L`` rows,
+    its centroid and the second smallest, the scores never stored.
 
-    :func:`~dkmeans.kernels.backends.simd.nearest_block_streamed` with its products stored instead
-    of compared: the same registers (a group's ``R x STREAM_GROUP`` dot products, each a chain of
-    multiply-adds in feature order, fed by one load of a feature's rows), so the same speed as the
-    assignment kernel, where a BLAS product of the tile's scores took 1.1-1.2x its time (one thread,
-    d = 128, k = 256). ``S`` has a row per centroid of ``CG`` (padding included) and at least
-    ``r + R L`` columns. All C-contiguous, one float dtype; nothing is bounds-checked.
+    The products of :func:`~dkmeans.kernels.backends.simd.nearest_block_streamed` (the same
+    registers and multiply-add chains, so the same scores as the assignment kernel's), each turned
+    into the score ``h_pad[j] - x . c_j`` and folded as :func:`block_minima` folds it (strict ``<``: the
+    first of ``CG``'s order on ties), for the packs ``p0 <= p < p1`` of ``CG`` (centroids ``8 p`` to
+    ``8 p + 7`` of its order, which holds each group's centroids together). ``pack_group[j]`` is
+    centroid ``j``'s group (int32; the padding past ``k`` the last group's, with ``h_pad`` ``+inf``).
+    A group's running minimum, its index (in ``CG``'s order) and second minimum live in registers
+    while the group lasts and in ``gm``, ``gi``, ``gs`` (``(G, columns)``) at columns ``c0 + r`` on,
+    read there when a group starts within the call (or the call starts within it) and written back
+    when it ends: ``gm`` and ``gs`` must hold ``+inf`` before a tile's first call. All C-contiguous,
+    one float dtype, ``gi`` and ``pack_group`` int32; nothing is bounds-checked.
     """
-    arrays = (XT, CG, S)
+    arrays = (XT, CG, h_pad, pack_group, gm, gi, gs)
     ok = (all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
-          and XT.ndim == 2 and CG.ndim == 3 and S.ndim == 2
-          and XT.dtype == CG.dtype == S.dtype and XT.dtype in (types.float32, types.float64))
+          and XT.ndim == 2 and CG.ndim == 3 and h_pad.ndim == pack_group.ndim == 1
+          and gm.ndim == gi.ndim == gs.ndim == 2
+          and XT.dtype == CG.dtype == h_pad.dtype == gm.dtype == gs.dtype
+          and XT.dtype in (types.float32, types.float64)
+          and gi.dtype == pack_group.dtype == types.int32)
     if not ok:
         return None
 
     def codegen(context, builder, signature, args):
-        tty, rty, gty, g0ty, g1ty, sty = signature.args
+        tty, rty, gty, hty, pty, p0ty, p1ty, mty, ity, sty, cty = signature.args
         itemsize = tty.dtype.bitwidth // 8
         vec = ir.VectorType(context.get_data_type(tty.dtype), VECTOR_BYTES // itemsize)
+        ivec = ir.VectorType(ir.IntType(32), vec.count)
         intp = context.get_value_type(types.intp)
         G, R = STREAM_GROUP, STREAM_ROW_VECTORS
-        r, g0, g1 = (context.cast(builder, v, ty, types.intp) for v, ty in
-                     ((args[1], rty), (args[3], g0ty), (args[4], g1ty)))
+        r, p0, p1, c0 = (context.cast(builder, v, ty, types.intp) for v, ty in
+                         ((args[1], rty), (args[5], p0ty), (args[6], p1ty), (args[10], cty)))
         d = cgutils.unpack_tuple(builder, context.make_array(tty)(context, builder, args[0]).shape, 2)[0]
         cdata = context.make_array(gty)(context, builder, args[2]).data
+        hdata = context.make_array(hty)(context, builder, args[3]).data
+        pdata = context.make_array(pty)(context, builder, args[4]).data
         columns = [builder.add(r, ir.Constant(intp, rho * vec.count)) for rho in range(R)]
+        out_columns = [builder.add(c0, col) for col in columns]
+        b1 = [cgutils.alloca_once(builder, vec) for _ in range(R)]
+        b2 = [cgutils.alloca_once(builder, vec) for _ in range(R)]
+        j1 = [cgutils.alloca_once(builder, ivec) for _ in range(R)]
+        current = cgutils.alloca_once(builder, intp)
+
+        def pointers(g, rho):
+            return (_vector_pointer(context, builder, mty, args[7], g, out_columns[rho], vec),
+                    builder.bitcast(_vector_pointer(context, builder, ity, args[8], g, out_columns[rho], vec),
+                                    ivec.as_pointer()),
+                    _vector_pointer(context, builder, sty, args[9], g, out_columns[rho], vec))
+
+        def load_group(g):
+            for rho in range(R):
+                pm, pi, ps = pointers(g, rho)
+                builder.store(builder.load(pm, align=itemsize), b1[rho])
+                builder.store(builder.load(pi, align=4), j1[rho])
+                builder.store(builder.load(ps, align=itemsize), b2[rho])
+
+        def store_group(g):
+            for rho in range(R):
+                pm, pi, ps = pointers(g, rho)
+                builder.store(builder.load(b1[rho]), pm, align=itemsize)
+                builder.store(builder.load(j1[rho]), pi, align=4)
+                builder.store(builder.load(b2[rho]), ps, align=itemsize)
+
+        def group_of(j):
+            return builder.sext(builder.load(builder.gep(pdata, [j])), intp)
+
+        first = group_of(builder.mul(p0, ir.Constant(intp, G)))
+        builder.store(first, current)
+        load_group(first)
         accs = [[cgutils.alloca_once(builder, vec) for _ in range(G)] for _ in range(R)]
-        with cgutils.for_range_slice(builder, g0, g1, ir.Constant(intp, 1)) as (g, _):
-            streamed_group_dots(context, builder, tty, args[0], cdata, d, g, columns, accs, vec)
+        with cgutils.for_range_slice(builder, p0, p1, ir.Constant(intp, 1)) as (p, _):
+            streamed_group_dots(context, builder, tty, args[0], cdata, d, p, columns, accs, vec)
             for b in range(G):
-                j = builder.add(builder.mul(g, ir.Constant(intp, G)), ir.Constant(intp, b))
+                j = builder.add(builder.mul(p, ir.Constant(intp, G)), ir.Constant(intp, b))
+                g = group_of(j)
+                with builder.if_then(builder.icmp_signed("!=", g, builder.load(current)), likely=False):
+                    store_group(builder.load(current))
+                    builder.store(g, current)
+                    load_group(g)
+                h = _splat(builder, builder.load(builder.gep(hdata, [j])), vec)
+                jv = _splat(builder, builder.trunc(j, ir.IntType(32)), ivec)
                 for rho in range(R):
-                    out = _vector_pointer(context, builder, sty, args[5], j, columns[rho], vec)
-                    builder.store(builder.load(accs[rho][b]), out, align=itemsize)
+                    v = builder.fsub(h, builder.load(accs[rho][b]))
+                    low = builder.load(b1[rho])
+                    less = builder.fcmp_ordered("<", v, low)
+                    high = builder.select(builder.fcmp_ordered(">", v, low), v, low)  # max(b1, v)
+                    second = builder.load(b2[rho])
+                    builder.store(builder.select(builder.fcmp_ordered("<", high, second), high, second), b2[rho])
+                    builder.store(builder.select(less, v, low), b1[rho])
+                    builder.store(builder.select(less, jv, builder.load(j1[rho])), j1[rho])
+        store_group(builder.load(current))
         return context.get_dummy_value()
 
-    return types.none(XT, r, CG, g0, g1, S), codegen
+    return types.none(XT, r, CG, h_pad, pack_group, p0, p1, gm, gi, gs, c0), codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def fused_minima(X, CG, block_packs, h_pad, pack_group, order, T, XT, gm, gi, gs):  # pragma: no cover - compiled
+    """:func:`block_minima` of every group for every row of ``X`` into ``gm``, ``gi``, ``gs`` (``(G, n)``),
+    tile by tile (``T`` rows) with :func:`group_minima_streamed`: the scores are folded in registers,
+    never stored. ``XT`` (d, >= T rounded up to the rows of a call) is scratch; ``block_packs`` packs of
+    ``CG`` per pass over a tile's rows (they stay in L2). The indices come back in ``X``'s centroid
+    numbering (``order`` maps ``CG``'s)."""
+    n = X.shape[0]
+    B = STREAM_ROW_VECTORS * (VECTOR_BYTES // X.itemsize)
+    packs = CG.shape[0]
+    G = gm.shape[0]
+    # the call's columns run past a short last tile: its scratch columns live in XT's width
+    width = XT.shape[1]
+    tm = np.empty((G, width), gm.dtype)
+    ti = np.empty((G, width), np.int32)
+    ts = np.empty((G, width), gm.dtype)
+    for t0 in range(0, n, T):
+        m = min(T, n - t0)
+        transpose_tile(X, t0, m, XT)
+        tm[:] = np.inf
+        ts[:] = np.inf
+        ti[:] = 0
+        for q0 in range(0, packs, block_packs):
+            q1 = min(packs, q0 + block_packs)
+            for r in range(0, m, B):
+                group_minima_streamed(XT, r, CG, h_pad, pack_group, q0, q1, tm, ti, ts, 0)
+        for g in range(G):
+            for t in range(m):
+                gm[g, t0 + t] = tm[g, t]
+                gs[g, t0 + t] = ts[g, t]
+                gi[g, t0 + t] = order[ti[g, t]]
+    return None
 
 
 def packed_groups(C):
-    """``C`` (k, d) packed for :func:`dots_streamed`: ``(ceil(k / STREAM_GROUP), d, STREAM_GROUP)``, one
+    """``C`` (k, d) packed for :func:`group_minima_streamed`: ``(ceil(k / STREAM_GROUP), d, STREAM_GROUP)``, one
     group's coordinates of a feature side by side, zeros past ``k``."""
     k, d = C.shape
     groups = -(-k // STREAM_GROUP)
     CG = np.zeros((groups * STREAM_GROUP, d), dtype=C.dtype)
     CG[:k] = C
     return np.ascontiguousarray(CG.reshape(groups, STREAM_GROUP, d).transpose(0, 2, 1))
-
-
-@numba.njit(cache=True, nogil=True)
-def dense_minima(X, i0, i1, CG, block_groups, h, order, starts, T, XT, S, rows, gm, gi, gs, b1, b2,
-                 j1):  # pragma: no cover - compiled
-    """:func:`block_minima` of every group for the rows ``i0 <= i < i1`` of ``X``, their scores computed
-    tile by tile (``T`` rows) by :func:`dots_streamed` while the tile and its scores are in cache.
-
-    ``XT`` (d, >= T rounded up to the rows of a call) and ``S`` (rows of ``CG``, ``XT``'s columns)
-    are scratch; ``rows`` (>= i1 - i0) numbers the rows' columns of ``gm``, ``gi``, ``gs``
-    (``rows[t] = t``). ``block_groups`` groups of ``CG`` per pass over a tile's rows (they stay in L2).
-    """
-    B = STREAM_ROW_VECTORS * (VECTOR_BYTES // X.itemsize)
-    groups = CG.shape[0]
-    G = starts.shape[0] - 1
-    for t0 in range(i0, i1, T):
-        m = min(T, i1 - t0)
-        transpose_tile(X, t0, m, XT)
-        for g0 in range(0, groups, block_groups):
-            for r in range(0, m, B):
-                dots_streamed(XT, r, CG, g0, min(groups, g0 + block_groups), S)
-        block_minima(S, h, order, starts, 0, G, rows[t0 - i0:t0 - i0 + m], gm, gi, gs, b1, b2, j1, m)
-    return None

@@ -255,18 +255,19 @@ def choose(gm, gi, gs, margin, labels, ok):  # pragma: no cover - compiled
     innermost (they vectorise); the first group holding the smallest wins ties."""
     G, m = gm.shape
     best = gm[0].copy()
+    second = gs[0].copy()
     gbest = np.zeros(m, dtype=np.int32)
+    # one pass over the groups: a group that takes the lead leaves the old best as a runner-up, and
+    # its own second smallest; any other offers its smallest (ties: the first group leads, and the
+    # runner-up equals the best)
     for g in range(1, G):
-        row = gm[g]
+        row, row2 = gm[g], gs[g]
         for t in range(m):
-            less = row[t] < best[t]
-            best[t] = row[t] if less else best[t]
+            v = row[t]
+            less = v < best[t]
+            second[t] = min(best[t], row2[t]) if less else min(second[t], v)
+            best[t] = v if less else best[t]
             gbest[t] = g if less else gbest[t]
-    second = np.full(m, np.inf, dtype=gm.dtype)
-    for g in range(G):
-        for t in range(m):
-            v = gs[g, t] if gbest[t] == g else gm[g, t]
-            second[t] = min(second[t], v)
     for t in range(m):
         labels[t] = gi[gbest[t], t]
         ok[t] = np.float64(second[t]) - np.float64(best[t]) > margin[t]

@@ -40,7 +40,8 @@ builds its bounds again.
   bounds leave more than :func:`plain_share` of its distances to compute (8-22%, by the groups'
   width) takes the unpruned kernel for that pass (and builds its bounds again in the next);
   a pass that still computed more than :func:`off_share` of the distances (25-39%) switches
-  pruning off (its bounds dropped) for a number of passes that doubles each time
+  pruning off (its bounds no longer used; their arrays kept for the rebuild) for a number of
+  passes that doubles each time
   (:data:`AUTO_FIRST_PAUSE`), after which the bounds are built again;
 * ``False``: never.
 
@@ -262,9 +263,8 @@ class PrunedPasses:
             return data.map_reduce(_partials_chunk, combine_partials, (C,)), 1.0
         drift = None
         # (decided by what every rank shares: a chunk whose bounds were not found builds them)
-        if self.reference is None:
+        if self.reference is None:  # (chunks still holding stale bounds build into their arrays)
             self.groups = centroid_groups(C, self.n_groups, token=_digest(C, self.n_groups))
-            self.state = None
         else:
             drift = centroid_drift(C, self.reference)
         plain_above = plain_share(self.k, self.groups.n_groups) if self.mode == "auto" else float("inf")
@@ -276,7 +276,9 @@ class PrunedPasses:
             self.on = False
             self.close()
         elif self.mode == "auto" and drift is not None and fraction > off_share(self.k, self.groups.n_groups):
-            self.close()
+            # the bounds no longer hold; the chunks keep their arrays for the build after the pause
+            # (fresh arrays cost the build their page faults)
+            self.reference = None
             self.pause, self.next_pause = self.next_pause, 2 * self.next_pause
         return out.partials, fraction
 

@@ -162,15 +162,26 @@ def _far_move_case():
 
 def test_a_chunk_whose_rows_all_fail_the_first_test_takes_the_unpruned_kernel():
     """Centroids that moved across the data leave no row settled: with ``plain_above`` set the sample's
-    estimate sends the chunk to the unpruned kernel (its partials to the bit); it drops its bounds."""
+    estimate sends the chunk to the unpruned kernel (its partials to the bit); it marks its bounds
+    stale, and the next pass builds them into the same arrays, as a build from nothing would."""
     X, C0, groups, state = _far_move_case()
+    arrays = {key: state[key] for key in ("labels", "upper", "lower", "norm")}
     C1 = C0[::-1].copy()  # every centroid jumps to another blob
     state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=0.3)
-    assert state is None and out.pruned and out.distances == out.pairs
+    assert state["token"] is None and out.pruned and out.distances == out.pairs
     ref = assign_partials(X, C1)
     np.testing.assert_array_equal(out.partials.sums, ref.sums)
     np.testing.assert_array_equal(out.partials.counts, ref.counts)
     assert float(out.partials.objective) == float(ref.objective)
+    C2 = C1 + np.float32(0.01)
+    rebuilt, out2 = pruned_partials(X, C2, state, None, groups, _drift(C2, C1), plain_above=0.3)
+    fresh, out3 = pruned_partials(X, C2, None, None, groups)
+    assert all(rebuilt[key] is arrays[key] for key in arrays)
+    assert rebuilt["token"] == groups.token and out2.distances == out3.distances
+    for key in arrays:
+        np.testing.assert_array_equal(rebuilt[key], fresh[key])
+    assert rebuilt["lmax"] == fresh["lmax"]
+    np.testing.assert_array_equal(out2.partials.sums, out3.partials.sums)
 
 
 @pytest.mark.parametrize("plain_above,falls_back", [(0.0, True), (1.0, False)])
@@ -182,7 +193,7 @@ def test_the_sampled_estimate_decides_where_some_rows_fail(plain_above, falls_ba
     C1 = C0.copy()
     C1[:3] += np.float32(5.0)  # three centroids move: a tenth of the rows fail, the others settle
     state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=plain_above)
-    assert (state is None) == falls_back and out.pruned
+    assert (state["token"] is None) == falls_back and out.pruned
     assert (out.distances == out.pairs) == falls_back
     ref = assign_partials(X, C1)
     np.testing.assert_array_equal(out.partials.sums, ref.sums)

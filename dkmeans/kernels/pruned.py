@@ -274,8 +274,7 @@ def _state_for_build(old, n: int, n_groups: int, token: int) -> dict:
     else new ones. Fresh multi-MiB arrays cost their page faults at the first write: a build into
     new arrays took 1.49x an unpruned pass over 16 chunks of 31,250 x 128 (k = 256, one thread),
     into reused ones 1.31x."""
-    if (old is None or old.get("norm") is None or old["labels"].shape != (n,)
-            or old["lower"].shape != (n_groups, n) or old["upper"].shape != (n,)):
+    if old is None or old["labels"].shape != (n,) or old["lower"].shape != (n_groups, n):
         return new_state(n, n_groups, token)
     old.update(lmax=0.0, token=int(token))
     return old

@@ -24,6 +24,14 @@ from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VEC
                                            streamed_group_dots, transpose_tile)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _excludes(low, u, slack):  # pragma: no cover - compiled
+    """Whether a lower bound ``low`` on the distances to some centroids excludes them all for a row
+    whose upper bound is ``u``: ``low > u`` with ``low^2 - u^2`` above ``slack`` (the margin of
+    the assignment kernel's rounding, ``k0 ||x|| + k1``)."""
+    return low > u and low * low - u * u > slack
+
+
 @numba.njit(cache=True, nogil=True)
 def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pragma: no cover - compiled
     """Move every row's bounds by the centroids' drift; list the rows the bounds do not settle.
@@ -55,8 +63,7 @@ def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pra
     for i in range(n):
         u = (upper[i] + drift[labels[i]]) * (1.0 + 2.0**-50)
         upper[i] = u
-        low = np.float64(lmin[i])
-        if not (low > u and low * low - u * u > k0 * norm[i] + k1):
+        if not _excludes(np.float64(lmin[i]), u, k0 * norm[i] + k1):
             cand[m] = i
             m += 1
     return m
@@ -95,25 +102,29 @@ def fold_far(St, h, far, far_group, i0, sq_lo, sq_up, slack, labels, lower, uppe
 _SUM_MATH = {"reassoc", "contract"}
 
 
+@numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH, inline="always")
+def _distance_up(X, i, C, j):  # pragma: no cover - compiled
+    """``||x_i - c_j||`` from the difference in float64, rounded up (the rounding of ``d`` squares,
+    their sum and the root)."""
+    d = X.shape[1]
+    s = 0.0
+    for f in range(d):
+        diff = np.float64(X[i, f]) - np.float64(C[j, f])
+        s += diff * diff
+    return np.sqrt(s) * (1.0 + (d + 4) * 2.0**-52)
+
+
 @numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
 def tighten(X, C, labels, upper, lmin, norm, k0, k1, cand, m):  # pragma: no cover - compiled
     """Exact upper bounds for the rows ``cand[:m]`` (from ``x - c_label`` in float64); the rows still
     not settled by their smallest group bound ``lmin`` (:func:`settle`'s) are moved to the front of
     ``cand``; returns their count."""
-    d = X.shape[1]
-    grow = 1.0 + (d + 4) * 2.0**-52  # float64 rounding of d squares, their sum and the root
     r = 0
     for t in range(m):
         i = cand[t]
-        j = labels[i]
-        s = 0.0
-        for f in range(d):
-            diff = np.float64(X[i, f]) - np.float64(C[j, f])
-            s += diff * diff
-        u = np.sqrt(s) * grow
+        u = _distance_up(X, i, C, labels[i])
         upper[i] = u
-        low = np.float64(lmin[i])
-        if not (low > u and low * low - u * u > k0 * norm[i] + k1):
+        if not _excludes(np.float64(lmin[i]), u, k0 * norm[i] + k1):
             cand[r] = i
             r += 1
     return r
@@ -130,9 +141,7 @@ def group_needs(labels, upper, lower, norm, k0, k1, group_of, cand, m, need):  #
         row = lower[g]
         for t in range(m):
             i = cand[t]
-            v = np.float64(row[i])
-            u = upper[i]
-            need[g, t] = not (v > u and v * v - u * u > k0 * norm[i] + k1)
+            need[g, t] = not _excludes(np.float64(row[i]), upper[i], k0 * norm[i] + k1)
     for t in range(m):
         need[group_of[labels[cand[t]]], t] = True
     for g in range(G):
@@ -152,8 +161,6 @@ def sampled_pairs(X, C, labels, upper, lower, norm, drift, shift, k0, k1, group_
     unsettled counts the widths of the groups it needs. Returns the count times ``stride``.
     """
     G, n = lower.shape
-    d = X.shape[1]
-    grow = 1.0 + (d + 4) * 2.0**-52
     zero = lower.dtype.type(0)
     total = 0.0
     for i in range(0, n, stride):
@@ -163,19 +170,14 @@ def sampled_pairs(X, C, labels, upper, lower, norm, drift, shift, k0, k1, group_
         for g in range(G):
             low = min(low, np.float64(max(lower[g, i] - shift[g], zero)))
         slack = k0 * norm[i] + k1
-        if low > u and low * low - u * u > slack:
+        if _excludes(low, u, slack):
             continue
-        s = 0.0
-        for f in range(d):
-            diff = np.float64(X[i, f]) - np.float64(C[j, f])
-            s += diff * diff
-        u = np.sqrt(s) * grow
-        if low > u and low * low - u * u > slack:
+        u = _distance_up(X, i, C, j)
+        if _excludes(low, u, slack):
             continue
         own = group_of[j]
         for g in range(G):
-            v = np.float64(max(lower[g, i] - shift[g], zero))
-            if g == own or not (v > u and v * v - u * u > slack):
+            if g == own or not _excludes(np.float64(max(lower[g, i] - shift[g], zero)), u, slack):
                 total += widths[g]
     return total * stride
 
@@ -287,8 +289,6 @@ def new_bounds(X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lo
     is its group's smallest, else from ``x - c`` in float64.
     """
     G, m = gm.shape
-    d = X.shape[1]
-    grow = 1.0 + (d + 4) * 2.0**-52
     largest = 0.0
     bound = np.empty(m, dtype=np.float32)
     for g in range(G):
@@ -310,11 +310,7 @@ def new_bounds(X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lo
             sq = sq_up[t] + 2.0 * (np.float64(gm[own, t]) + slack[t])
             upper[i] = np.sqrt(max(sq, 0.0)) * (1.0 + 2.0**-50)
         else:
-            s = 0.0
-            for f in range(d):
-                diff = np.float64(X[i, f]) - np.float64(C[lab, f])
-                s += diff * diff
-            upper[i] = np.sqrt(s) * grow
+            upper[i] = _distance_up(X, i, C, lab)
         out_labels[i] = lab
     return largest
 
@@ -361,7 +357,7 @@ def float32_shift(shift, lower_max: float):
 
 # -- the bounds' build: every score of a tile of rows, by the streamed kernel's arithmetic ---------
 @intrinsic
-def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, gi, gs, c0):
+def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, gi, gs):
     """Per group of centroids, the smallest score of ``R = STREAM_ROW_VECTORS`` vectors of ``L`` rows,
     its centroid and the second smallest, the scores never stored.
 
@@ -372,7 +368,7 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
     ``8 p + 7`` of its order, which holds each group's centroids together). ``pack_group[j]`` is
     centroid ``j``'s group (int32; the padding past ``k`` the last group's, with ``h_pad`` ``+inf``).
     A group's running minimum, its index (in ``CG``'s order) and second minimum live in registers
-    while the group lasts and in ``gm``, ``gi``, ``gs`` (``(G, columns)``) at columns ``c0 + r`` on,
+    while the group lasts and in ``gm``, ``gi``, ``gs`` (``(G, columns)``) at columns ``r`` on,
     read there when a group starts within the call (or the call starts within it) and written back
     when it ends: ``gm`` and ``gs`` must hold ``+inf`` before a tile's first call. All C-contiguous,
     one float dtype, ``gi`` and ``pack_group`` int32; nothing is bounds-checked.
@@ -388,30 +384,29 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
         return None
 
     def codegen(context, builder, signature, args):
-        tty, rty, gty, hty, pty, p0ty, p1ty, mty, ity, sty, cty = signature.args
+        tty, rty, gty, hty, pty, p0ty, p1ty, mty, ity, sty = signature.args
         itemsize = tty.dtype.bitwidth // 8
         vec = ir.VectorType(context.get_data_type(tty.dtype), VECTOR_BYTES // itemsize)
         ivec = ir.VectorType(ir.IntType(32), vec.count)
         intp = context.get_value_type(types.intp)
         G, R = STREAM_GROUP, STREAM_ROW_VECTORS
-        r, p0, p1, c0 = (context.cast(builder, v, ty, types.intp) for v, ty in
-                         ((args[1], rty), (args[5], p0ty), (args[6], p1ty), (args[10], cty)))
+        r, p0, p1 = (context.cast(builder, v, ty, types.intp) for v, ty in
+                     ((args[1], rty), (args[5], p0ty), (args[6], p1ty)))
         d = cgutils.unpack_tuple(builder, context.make_array(tty)(context, builder, args[0]).shape, 2)[0]
         cdata = context.make_array(gty)(context, builder, args[2]).data
         hdata = context.make_array(hty)(context, builder, args[3]).data
         pdata = context.make_array(pty)(context, builder, args[4]).data
         columns = [builder.add(r, ir.Constant(intp, rho * vec.count)) for rho in range(R)]
-        out_columns = [builder.add(c0, col) for col in columns]
         b1 = [cgutils.alloca_once(builder, vec) for _ in range(R)]
         b2 = [cgutils.alloca_once(builder, vec) for _ in range(R)]
         j1 = [cgutils.alloca_once(builder, ivec) for _ in range(R)]
         current = cgutils.alloca_once(builder, intp)
 
         def pointers(g, rho):
-            return (_vector_pointer(context, builder, mty, args[7], g, out_columns[rho], vec),
-                    builder.bitcast(_vector_pointer(context, builder, ity, args[8], g, out_columns[rho], vec),
+            return (_vector_pointer(context, builder, mty, args[7], g, columns[rho], vec),
+                    builder.bitcast(_vector_pointer(context, builder, ity, args[8], g, columns[rho], vec),
                                     ivec.as_pointer()),
-                    _vector_pointer(context, builder, sty, args[9], g, out_columns[rho], vec))
+                    _vector_pointer(context, builder, sty, args[9], g, columns[rho], vec))
 
         def load_group(g):
             for rho in range(R):
@@ -457,7 +452,7 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
         store_group(builder.load(current))
         return context.get_dummy_value()
 
-    return types.none(XT, r, CG, h_pad, pack_group, p0, p1, gm, gi, gs, c0), codegen
+    return types.none(XT, r, CG, h_pad, pack_group, p0, p1, gm, gi, gs), codegen
 
 
 @numba.njit(cache=True, nogil=True)
@@ -485,7 +480,7 @@ def fused_minima(X, CG, block_packs, h_pad, pack_group, order, T, XT, gm, gi, gs
         for q0 in range(0, packs, block_packs):
             q1 = min(packs, q0 + block_packs)
             for r in range(0, m, B):
-                group_minima_streamed(XT, r, CG, h_pad, pack_group, q0, q1, tm, ti, ts, 0)
+                group_minima_streamed(XT, r, CG, h_pad, pack_group, q0, q1, tm, ti, ts)
         for g in range(G):
             for t in range(m):
                 gm[g, t0 + t] = tm[g, t]

@@ -10,8 +10,9 @@
 # Run from the repository root on a machine with an NVIDIA GPU, CuPy and dkmeans' dependencies
 # (dask-cuda for the LocalCUDACluster parts). Optional: WHEELS=<folder of wheels> installs them
 # first into a scratch folder put on PYTHONPATH (for a machine without a package index);
-# QUICK=1 runs the benchmark at n = 1M. Steps go on past a failure; the exit code is that of
-# the tests.
+# QUICK=1 runs the benchmark at n = 1M; SCRATCH="64 256 1024" the scratch sizes (MiB) it times;
+# NO_CPU=1 leaves out its CPU part, SHAPES=0 the CPU benchmark's shapes, TF32=0 the TF32 run.
+# Steps go on past a failure; the exit code is that of the tests.
 set -u
 OUT=${OUT:-benchmarks/results/gpu_check}
 mkdir -p "$OUT"
@@ -75,16 +76,19 @@ N=10000000
 {
     step "gpu_lloyd: n=$N d=128 k=1000 float32"
     timeout ${BENCH_TIMEOUT:-200} $PY benchmarks/gpu_lloyd.py --n $N --d 128 --k 1000 --iters 5 \
-        --repeats 3 --scratch-mib 64 256 1024 --output /tmp/dkmeans-bench/main.json
-    for shape in "tall 2000000 16 32" "wide 500000 128 256" "manyk 200000 64 2048"; do
+        --repeats 3 --scratch-mib ${SCRATCH:-64 256 1024} $([ "${NO_CPU:-0}" = 1 ] && echo --no-cpu) \
+        --output /tmp/dkmeans-bench/main.json
+    [ "${SHAPES:-1}" = 1 ] && for shape in "tall 2000000 16 32" "wide 500000 128 256" "manyk 200000 64 2048"; do
         set -- $shape
         step "gpu_lloyd: the CPU benchmark's shape $1 (n=$2 d=$3 k=$4)"
         timeout 60 $PY benchmarks/gpu_lloyd.py --n $2 --d $3 --k $4 --iters 5 --repeats 3 \
             --scratch-mib 256 --no-dask --no-cpu --output /tmp/dkmeans-bench/shape_$1.json
     done
-    step "gpu_lloyd with CUPY_TF32=1 (the product in TF32: labels not exact)"
-    CUPY_TF32=1 timeout 90 $PY benchmarks/gpu_lloyd.py --n $N --d 128 --k 1000 --iters 3 --repeats 3 \
-        --scratch-mib 256 --no-dask --no-cpu --no-whole --output /tmp/dkmeans-bench/tf32.json
+    if [ "${TF32:-1}" = 1 ]; then
+        step "gpu_lloyd with CUPY_TF32=1 (the product in TF32: labels not exact)"
+        CUPY_TF32=1 timeout 90 $PY benchmarks/gpu_lloyd.py --n $N --d 128 --k 1000 --iters 3 --repeats 3 \
+            --scratch-mib 256 --no-dask --no-cpu --no-whole --output /tmp/dkmeans-bench/tf32.json
+    fi
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv 2>&1
 } 2>&1 | tee "$OUT/bench.log"
 

@@ -170,6 +170,8 @@ def test_sample_weights_on_cupy_match_numpy(cp, client, dtype, where):
     cpu_fit = dkmeans.KMeans(**params).fit(X, sample_weight=w)
     gpu_fit = dkmeans.KMeans(**params).fit(cp.asarray(X), sample_weight=w if where == "host" else cp.asarray(w))
     assert_same_fit(cp, gpu_fit, cpu_fit, X, dtype=dtype)
+    score = gpu_fit.score(cp.asarray(X), sample_weight=w if where == "host" else cp.asarray(w))
+    assert score == pytest.approx(-gpu_fit.inertia_, rel=10 * rtol_of(dtype))
     # the weighted mean of each cluster's rows, from the labels (float64 reference)
     labels = host(cp, gpu_fit.labels_)
     for j in range(4):

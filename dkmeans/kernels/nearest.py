@@ -327,7 +327,10 @@ def _assign(backend: Backend, X, C, scratch_bytes):
         diff = xp.take(C, labels[i0:i1], axis=0)  # take, not C[labels]: 10x faster at d = 8
         xp.subtract(X[i0:i1], diff, out=diff)
         # einsum: a row's few products summed in one pass (sum over axis 1 pays per row: 2x slower at d = 8)
-        xp.einsum("ij,ij->i", diff, diff, out=min_sq[i0:i1])
+        if xp is np:
+            np.einsum("ij,ij->i", diff, diff, out=min_sq[i0:i1])
+        else:  # CuPy's einsum takes no out=
+            min_sq[i0:i1] = xp.einsum("ij,ij->i", diff, diff)
     return labels, min_sq
 
 

@@ -39,8 +39,8 @@ fi
     timeout 120 $PY - <<'EOF'
 import importlib, sys, time
 print("python", sys.version.split()[0])
-for name in ("numpy", "cupy", "numba", "scipy", "sklearn", "pandas", "pyarrow", "dask", "distributed",
-             "dask_cuda", "tornado", "pynvml", "cuda.core", "dkmeans"):
+for name in ("numpy", "cupy", "numba", "scipy", "sklearn", "pandas", "pyarrow", "dask",
+             "distributed", "dask_cuda", "tornado", "pynvml", "cuda.core", "dkmeans"):
     try:
         mod = importlib.import_module(name)
         print(f"{name:12s} {getattr(mod, '__version__', '?'):12s} {getattr(mod, '__file__', '')}")
@@ -76,9 +76,13 @@ N=10000000
 {
     step "gpu_lloyd: n=$N d=128 k=1000 float32"
     timeout ${BENCH_TIMEOUT:-200} $PY benchmarks/gpu_lloyd.py --n $N --d 128 --k 1000 --iters 5 \
-        --repeats 3 --scratch-mib ${SCRATCH:-64 256 1024} $([ "${NO_CPU:-0}" = 1 ] && echo --no-cpu) \
+        --repeats 3 --scratch-mib ${SCRATCH:-64 256 1024} \
+        $([ "${NO_CPU:-0}" = 1 ] && echo --no-cpu) \
         --output /tmp/dkmeans-bench/main.json
-    [ "${SHAPES:-1}" = 1 ] && for shape in "tall 2000000 16 32" "wide 500000 128 256" "manyk 200000 64 2048"; do
+    shapes="tall 2000000 16 32,wide 500000 128 256,manyk 200000 64 2048"
+    [ "${SHAPES:-1}" = 1 ] || shapes=""
+    IFS=, read -ra shape_list <<< "$shapes"
+    for shape in "${shape_list[@]}"; do
         set -- $shape
         step "gpu_lloyd: the CPU benchmark's shape $1 (n=$2 d=$3 k=$4)"
         timeout 60 $PY benchmarks/gpu_lloyd.py --n $2 --d $3 --k $4 --iters 5 --repeats 3 \
@@ -86,8 +90,9 @@ N=10000000
     done
     if [ "${TF32:-1}" = 1 ]; then
         step "gpu_lloyd with CUPY_TF32=1 (the product in TF32: labels not exact)"
-        CUPY_TF32=1 timeout 90 $PY benchmarks/gpu_lloyd.py --n $N --d 128 --k 1000 --iters 3 --repeats 3 \
-            --scratch-mib 256 --no-dask --no-cpu --no-whole --output /tmp/dkmeans-bench/tf32.json
+        CUPY_TF32=1 timeout 90 $PY benchmarks/gpu_lloyd.py --n $N --d 128 --k 1000 --iters 3 \
+            --repeats 3 --scratch-mib 256 --no-dask --no-cpu --no-whole \
+            --output /tmp/dkmeans-bench/tf32.json
     fi
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv 2>&1
 } 2>&1 | tee "$OUT/bench.log"

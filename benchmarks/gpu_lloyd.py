@@ -354,14 +354,16 @@ def measure_gpu(cp, kernels, args, out):
         med = statistics.median(secs)
         rows.append({"scratch_mib": mib, "row_tile": tile, "centroid_block": block, "tiled_product": t_tiled,
                      "nearest": t_near, "iteration_median": med, "iteration_min": min(secs),
-                     "tflops_equivalent": flop / med / 1e12, "tiled_product_tflops": flop / t_tiled / 1e12,
+                     "tflops_equivalent": flop / med / 1e12,
+                     "tiled_product_tflops": flop / t_tiled / 1e12,
                      "nearest_tflops_equivalent": flop / t_near / 1e12,
                      "pool_peak_bytes": pool.total_bytes(), "pool_bytes_before": pool_before,
                      "device_used_bytes_after": total - free,
                      "enqueue_median": statistics.median(enqueue), "iteration_seconds": secs,
                      "objectives": objectives, "objective_non_increasing": monotone})
         print(f"  scratch {mib:g} MiB: tile {tile} x block {block}: tiled product {t_tiled:.4f} s, "
-              f"labels {t_near:.4f} s, iteration {med:.4f} s = {flop / med / 1e12:.1f} TFLOP/s-equivalent "
+              f"labels {t_near:.4f} s, iteration {med:.4f} s = {flop / med / 1e12:.1f} "
+              f"TFLOP/s-equivalent "
               f"(host issues it in {statistics.median(enqueue):.4f} s); pool peak "
               f"{pool.total_bytes() / 2**30:.2f} GiB (data {pool_before / 2**30:.2f}), device used "
               f"{(total - free) / 2**30:.2f} GiB", flush=True)
@@ -402,7 +404,8 @@ def main(argv=None):
     # table
     print()
     tf = "TF32" if out["device"]["CUPY_TF32"] == "1" else "float32"
-    print(f"| {out['device']['name']}, n={n:,}, d={d}, k={k}, {tf} | seconds | TFLOP/s-equivalent | x floor |")
+    print(f"| {out['device']['name']}, n={n:,}, d={d}, k={k}, {tf} | seconds "
+          f"| TFLOP/s-equivalent | x floor |")
     print("|---|---:|---:|---:|")
     whole = floor.get("whole")
     print(f"| cuBLAS X @ C.T, whole n x k | {_fmt(whole)} | {_tflops(flop, whole)} "
@@ -417,14 +420,17 @@ def main(argv=None):
     for r in rows:
         print(f"| fused Lloyd iteration, {r['scratch_mib']:g} MiB scratch (pool peak "
               f"{r['pool_peak_bytes'] / 2**30:.2f} GiB) | {r['iteration_median']:.4f} "
-              f"| {_tflops(flop, r['iteration_median'])} | {_ratio(r['iteration_median'], floor['seconds'])} |")
+              f"| {_tflops(flop, r['iteration_median'])} "
+              f"| {_ratio(r['iteration_median'], floor['seconds'])} |")
     dk = out["dask"]
     if "seconds_per_iteration_median" in dk:
         s_dk = dk["seconds_per_iteration_median"]
-        print(f"| dkmeans.KMeans on a LocalCUDACluster, per iteration | {s_dk:.4f} | {_tflops(flop, s_dk)} "
+        print(f"| dkmeans.KMeans on a LocalCUDACluster, per iteration | {s_dk:.4f} "
+              f"| {_tflops(flop, s_dk)} "
               f"| {_ratio(s_dk, floor['seconds'])} |")
     else:
-        print(f"| dkmeans.KMeans on a LocalCUDACluster | {dk.get('error') or dk.get('skipped')} | | |")
+        why = dk.get("error") or dk.get("skipped")
+        print(f"| dkmeans.KMeans on a LocalCUDACluster | {why} | | |")
     cpu = out["cpu"]
     if "seconds_for_n_rows" in cpu:
         s_cpu = cpu["seconds_for_n_rows"]
@@ -432,7 +438,8 @@ def main(argv=None):
               f"| {s_cpu:.3f} | {_tflops(flop, s_cpu)} | {_ratio(s_cpu, floor['seconds'])} |")
     print()
     print(f"floor {floor['seconds']:.4f} s ({floor['tflops']:.1f} TFLOP/s); fused best "
-          f"{best['iteration_median']:.4f} s/iteration ({best['tflops_equivalent']:.1f} TFLOP/s-equivalent) = "
+          f"{best['iteration_median']:.4f} s/iteration "
+          f"({best['tflops_equivalent']:.1f} TFLOP/s-equivalent) = "
           f"{out['fused_best']['ratio_to_floor']:.2f} x floor "
           f"(goal < 1.5)" + (f"; {out['speedup_over_cpu']:.1f} x the CPU path" if "speedup_over_cpu" in out else ""))
 

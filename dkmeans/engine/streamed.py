@@ -281,7 +281,8 @@ class StreamedData:
         if weights is not None and any(np.isnan(c) for c in X.chunks[0]):
             X = self._with_chunk_sizes(X)  # weights need the rows' chunks now
         if weights is not None:
-            weights = beside_rows(weights.rechunk((source.piece_rows if source is not None else X.chunks[0],)), X)
+            rows = source.piece_rows if source is not None else X.chunks[0]
+            weights = beside_rows(weights.rechunk((rows,)), X)
         if source is None:
             (X,) = dask.optimize(X)
         if weights is not None:

@@ -185,7 +185,8 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
         checked = check_dask_array(data, dtype=dtype, name=name)
         arr = to_device(checked, device)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
-        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame, on_device=is_cupy_backed(checked))
+        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame,
+                       on_device=is_cupy_backed(checked))
     if check_local is None:
         return local_dataset(check_local_array(data, dtype=dtype, name=name), device)
     with data_errors(name):
@@ -239,7 +240,8 @@ def check_sample_weight(sample_weight, n_rows: int | None, *, positive_sum: bool
         w = w.astype(np.float64)
         has_nan, w_min, w_sum = weight_stats(w)
     else:
-        # CuPy weights (beside CuPy rows) are read on the host: n values, checked and chunked like NumPy's
+        # CuPy weights (beside CuPy rows) are read on the host: n values, checked and
+        # chunked like NumPy's (they follow the rows to the GPU when placed)
         w = np.asarray(to_host(sample_weight) if is_cupy_array(sample_weight) else sample_weight)
         if w.ndim != 1:
             raise InvalidDataError(f"sample_weight must be 1-D, got shape {w.shape}")

@@ -33,7 +33,8 @@ def labels_on_host(labels):
     if is_cupy_array(labels):
         return to_host(labels)
     if is_cupy_array(getattr(labels, "_meta", None)) and hasattr(labels, "map_blocks"):
-        return labels.map_blocks(to_host, dtype=labels.dtype, meta=np.empty((0,) * labels.ndim, labels.dtype))
+        meta = np.empty((0,) * labels.ndim, labels.dtype)
+        return labels.map_blocks(to_host, dtype=labels.dtype, meta=meta)
     return labels
 
 
@@ -50,7 +51,7 @@ def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_rea
     elif not dataset.is_dask and hasattr(labels, "compute"):  # in-memory input, labels from the cluster
         labels = labels.compute()
     if labels is not None and not dataset.on_device:
-        labels = labels_on_host(labels)  # labels follow the input: host data fitted with device="gpu"
+        labels = labels_on_host(labels)  # labels follow the input (host data, device="gpu")
     return FitResult(centroids, labels, inertia, n_iter, stop_reason, converged, history,
                      "in-memory" if data.in_memory else "out-of-core", n_passes, list(data.loop_modes), **extra)
 

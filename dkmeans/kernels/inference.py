@@ -48,7 +48,7 @@ def labels_objective_block(X, C, w=None, metric: str = "euclidean", normalize: b
     d2 = min_sq.astype(np.float64)
     xp = get_namespace(labels)
     if w is not None:
-        w = xp.asarray(w, dtype=xp.float64).reshape(-1)  # host weights beside CuPy rows: on the device
+        w = xp.asarray(w, dtype=xp.float64).reshape(-1)  # host weights of CuPy rows: to the GPU
         d2 = d2 * w
     scale = objective_scale(metric)
     if scale != 1.0:

@@ -57,7 +57,8 @@ def data(n, d, k, dtype, seed=0, spread=1.0):
 
 
 def assert_same_fit(cp, gpu_fit, cpu_fit, X, *, dtype, metric="euclidean", max_differ=None):
-    """``gpu_fit`` = ``cpu_fit``: iterations, centroids to rounding, objective, labels but near ties."""
+    """``gpu_fit`` = ``cpu_fit``: iterations, centroids to rounding, objective, labels but near
+    ties."""
     rtol = rtol_of(dtype)
     assert isinstance(gpu_fit.cluster_centers_, np.ndarray)
     assert gpu_fit.cluster_centers_.dtype == np.dtype(dtype)
@@ -96,7 +97,8 @@ def test_cupy_fit_matches_numpy_fit_and_stays_on_the_gpu(cp, client, dtype):
     dist = gpu_fit.transform(Xg)
     assert isinstance(dist, cp.ndarray) and dist.shape == (3000, 5) and dist.dtype == dtype
     ref = np.sqrt(sq_distances(X, gpu_fit.cluster_centers_))
-    np.testing.assert_allclose(host(cp, dist), ref, rtol=100 * rtol_of(dtype), atol=100 * rtol_of(dtype))
+    tol = 100 * rtol_of(dtype)
+    np.testing.assert_allclose(host(cp, dist), ref, rtol=tol, atol=tol)
     assert gpu_fit.score(Xg) == pytest.approx(-gpu_fit.inertia_, rel=10 * rtol_of(dtype))
     # the host model predicts the same on host rows
     np.testing.assert_array_equal(gpu_fit.predict(X), host(cp, pred))
@@ -111,7 +113,7 @@ def test_cupy_integer_input_is_fitted_as_float64(cp, client):
     np.testing.assert_allclose(gpu_fit.cluster_centers_, cpu_fit.cluster_centers_, rtol=1e-12)
 
 
-# -- device="gpu" on host input ------------------------------------------------------------------------
+# -- device="gpu" on host input -----------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["numpy", "dask"])
 def test_device_gpu_on_host_input_matches_cpu_fit(cp, client, dtype, kind):
@@ -144,7 +146,7 @@ def test_cupy_backed_dask_array_matches_numpy(cp, client, dtype):
     np.testing.assert_array_equal(host(cp, pred), host(cp, gpu_fit.labels_))
 
 
-# -- options ----------------------------------------------------------------------------------------------
+# -- options ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cosine_on_cupy_matches_numpy(cp, client, dtype):
     rng = np.random.default_rng(5)
@@ -168,9 +170,10 @@ def test_sample_weights_on_cupy_match_numpy(cp, client, dtype, where):
     w[::10] = 0.0
     params = dict(n_clusters=4, init=C0, n_init=1, max_iter=50, tol=1e-6)
     cpu_fit = dkmeans.KMeans(**params).fit(X, sample_weight=w)
-    gpu_fit = dkmeans.KMeans(**params).fit(cp.asarray(X), sample_weight=w if where == "host" else cp.asarray(w))
+    w_in = w if where == "host" else cp.asarray(w)
+    gpu_fit = dkmeans.KMeans(**params).fit(cp.asarray(X), sample_weight=w_in)
     assert_same_fit(cp, gpu_fit, cpu_fit, X, dtype=dtype)
-    score = gpu_fit.score(cp.asarray(X), sample_weight=w if where == "host" else cp.asarray(w))
+    score = gpu_fit.score(cp.asarray(X), sample_weight=w_in)
     assert score == pytest.approx(-gpu_fit.inertia_, rel=10 * rtol_of(dtype))
     # the weighted mean of each cluster's rows, from the labels (float64 reference)
     labels = host(cp, gpu_fit.labels_)
@@ -194,8 +197,8 @@ def test_seedings_on_cupy_find_the_blobs_like_numpy(cp, client, init):
         assert adjusted_rand_score(true_labels, labels) == pytest.approx(1.0)
     # the same random streams (keyed by row): the same start, so the same result
     assert gpu_fit.inertia_ == pytest.approx(cpu_fit.inertia_, rel=1e-4)
-    np.testing.assert_allclose(np.sort(gpu_fit.cluster_centers_, axis=0), np.sort(cpu_fit.cluster_centers_, axis=0),
-                               rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.sort(gpu_fit.cluster_centers_, axis=0),
+                               np.sort(cpu_fit.cluster_centers_, axis=0), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -215,8 +218,8 @@ def test_empty_cluster_on_cupy_is_refilled_like_numpy(cp, client, dtype):
 def test_k_is_one_on_cupy(cp, client, dtype):
     X, _ = data(1500, 4, 3, dtype, seed=10)
     gpu_fit = dkmeans.KMeans(1, n_init=1, random_state=0).fit(cp.asarray(X))
-    np.testing.assert_allclose(gpu_fit.cluster_centers_[0], X.astype(np.float64).mean(0), rtol=rtol_of(dtype),
-                               atol=10 * rtol_of(dtype))
+    np.testing.assert_allclose(gpu_fit.cluster_centers_[0], X.astype(np.float64).mean(0),
+                               rtol=rtol_of(dtype), atol=10 * rtol_of(dtype))
     assert not host(cp, gpu_fit.labels_).any()
     want = float(((X.astype(np.float64) - X.astype(np.float64).mean(0)) ** 2).sum())
     assert gpu_fit.inertia_ == pytest.approx(want, rel=10 * rtol_of(dtype))
@@ -240,10 +243,12 @@ def test_functional_train_and_infer_on_cupy(cp, client):
     gpu = dkmeans.train(desc, cp.asarray(X), initial_centroids=C0)
     cpu = dkmeans.train(desc, X, initial_centroids=C0)
     scale = float(np.abs(X).max())
-    np.testing.assert_allclose(gpu.model.centroids, cpu.model.centroids, rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(gpu.model.centroids, cpu.model.centroids, rtol=1e-5,
+                               atol=1e-5 * scale)
     assert gpu.iteration_count == cpu.iteration_count
     assert gpu.objective_function_value == pytest.approx(cpu.objective_function_value, rel=1e-4)
     inferred = dkmeans.infer(desc, gpu.model, cp.asarray(X))
     assert isinstance(inferred.labels, cp.ndarray)
-    assert inferred.objective_function_value == pytest.approx(gpu.objective_function_value, rel=1e-5)
+    want = gpu.objective_function_value
+    assert inferred.objective_function_value == pytest.approx(want, rel=1e-5)
     assert np.count_nonzero(host(cp, inferred.labels) != host(cp, cpu.labels)) <= 2

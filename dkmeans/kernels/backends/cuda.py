@@ -71,9 +71,10 @@ __all__ = [
 # DEFAULT_SCRATCH_BYTES (one call's scratch: the product buffer and per-row vectors) and
 # MAX_CENTROID_BLOCK (centroids in one matrix product) are the other paths' values
 # (``benchmarks/gpu_lloyd.py --scratch-mib`` measures other scratch sizes).
-#: Scratch of one call dispatched from the kernels' common signatures (:func:`device_scratch_bytes`),
-#: where the device has eight times as much free: their ``scratch_bytes`` is sized for host
-#: memory, and small tiles leave the GPU waiting on Python's launches. Measured on an H200
+#: Scratch of one call dispatched from the kernels' common signatures
+#: (:func:`device_scratch_bytes`), where the device has eight times as much free: their
+#: ``scratch_bytes`` is sized for host memory, and small tiles leave the GPU waiting on
+#: Python's launches. Measured on an H200
 #: (``benchmarks/gpu_lloyd.py``, 10M x 128 float32, k = 1,000): a Lloyd iteration in 0.110 s
 #: at 64 MiB (the host issuing it took 0.054 s), 0.103 s at 256 MiB, 0.085 s at 1 GiB.
 DEVICE_SCRATCH_BYTES = 2**30

@@ -336,6 +336,7 @@ def measure_gpu(cp, kernels, args, out):
             floor["whole_skipped"] = f"needs {n * k * 4 / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
     # (a) the tiled product and (b) the fused kernels, per scratch size
     rows = []
+    flop = 2.0 * n * k * d  # one pass of the matrix-product form
     for mib in args.scratch_mib:
         scratch = int(mib * 2**20)
         tile, block = kernels.plan_tiles(n, k, d, 4, scratch)
@@ -343,15 +344,29 @@ def measure_gpu(cp, kernels, args, out):
         t_tiled = gpu_seconds(cp, lambda: tiled_product(cp, X, C0_dev, tile, block, buf), args.repeats)
         buf = None
         t_near = gpu_seconds(cp, lambda: kernels.nearest_cuda(X, C0_dev, scratch_bytes=scratch), args.repeats)
+        # peak memory of the Lloyd iterations: the pool (cached, so its high-water mark since
+        # the blocks were freed) and the device (the pool plus cuBLAS' and the context's own)
+        pool.free_all_blocks()
+        pool_before = pool.total_bytes()
         secs, enqueue, objectives = lloyd_iterations(cp, kernels, X, C0, args.iters, scratch)
+        free, total = cp.cuda.runtime.memGetInfo()
         monotone = all(b <= a * (1 + 1e-6) for a, b in zip(objectives, objectives[1:]))
+        med = statistics.median(secs)
         rows.append({"scratch_mib": mib, "row_tile": tile, "centroid_block": block, "tiled_product": t_tiled,
-                     "nearest": t_near, "iteration_median": statistics.median(secs), "iteration_min": min(secs),
+                     "nearest": t_near, "iteration_median": med, "iteration_min": min(secs),
+                     "tflops_equivalent": flop / med / 1e12,
+                     "tiled_product_tflops": flop / t_tiled / 1e12,
+                     "nearest_tflops_equivalent": flop / t_near / 1e12,
+                     "pool_peak_bytes": pool.total_bytes(), "pool_bytes_before": pool_before,
+                     "device_used_bytes_after": total - free,
                      "enqueue_median": statistics.median(enqueue), "iteration_seconds": secs,
                      "objectives": objectives, "objective_non_increasing": monotone})
         print(f"  scratch {mib:g} MiB: tile {tile} x block {block}: tiled product {t_tiled:.4f} s, "
-              f"labels {t_near:.4f} s, iteration {statistics.median(secs):.4f} s "
-              f"(host issues it in {statistics.median(enqueue):.4f} s)", flush=True)
+              f"labels {t_near:.4f} s, iteration {med:.4f} s = {flop / med / 1e12:.1f} "
+              f"TFLOP/s-equivalent "
+              f"(host issues it in {statistics.median(enqueue):.4f} s); pool peak "
+              f"{pool.total_bytes() / 2**30:.2f} GiB (data {pool_before / 2**30:.2f}), device used "
+              f"{(total - free) / 2**30:.2f} GiB", flush=True)
     floor["tiled_best"] = min(r["tiled_product"] for r in rows)
     floor["seconds"] = min(v for v in (floor.get("whole"), floor["tiled_best"]) if v is not None)
     floor["tflops"] = 2.0 * n * k * d / floor["seconds"] / 1e12
@@ -372,8 +387,11 @@ def main(argv=None):
     print(f"device: {out['device']['name']}  n={n:,} d={d} k={k} float32  kernels: {kernels_from}", flush=True)
 
     C0, floor, rows = measure_gpu(cp, kernels, args, out)
+    flop = 2.0 * n * k * d
     best = min(rows, key=lambda r: r["iteration_median"])
     out["fused_best"] = {"scratch_mib": best["scratch_mib"], "seconds_per_iteration": best["iteration_median"],
+                         "tflops_equivalent": best["tflops_equivalent"],
+                         "pool_peak_bytes": best["pool_peak_bytes"],
                          "ratio_to_floor": best["iteration_median"] / floor["seconds"], "goal": 1.5}
 
     # (c), (d): the GPU copy of the data is gone with measure_gpu (the Dask worker makes its own)
@@ -385,29 +403,44 @@ def main(argv=None):
 
     # table
     print()
-    print(f"| {out['device']['name']}, n={n:,}, d={d}, k={k}, float32 | seconds | x floor |")
-    print("|---|---:|---:|")
+    tf = "TF32" if out["device"]["CUPY_TF32"] == "1" else "float32"
+    print(f"| {out['device']['name']}, n={n:,}, d={d}, k={k}, {tf} | seconds "
+          f"| TFLOP/s-equivalent | x floor |")
+    print("|---|---:|---:|---:|")
     whole = floor.get("whole")
-    print(f"| cuBLAS X @ C.T, whole n x k | {_fmt(whole)} | {_ratio(whole, floor['seconds'])} |")
+    print(f"| cuBLAS X @ C.T, whole n x k | {_fmt(whole)} | {_tflops(flop, whole)} "
+          f"| {_ratio(whole, floor['seconds'])} |")
     for r in rows:
         print(f"| cuBLAS X @ C.T, tiles of {r['row_tile']} x {r['centroid_block']} ({r['scratch_mib']:g} MiB) "
-              f"| {r['tiled_product']:.4f} | {_ratio(r['tiled_product'], floor['seconds'])} |")
+              f"| {r['tiled_product']:.4f} | {_tflops(flop, r['tiled_product'])} "
+              f"| {_ratio(r['tiled_product'], floor['seconds'])} |")
     for r in rows:
-        print(f"| fused Lloyd iteration, {r['scratch_mib']:g} MiB scratch (labels alone {r['nearest']:.4f}) "
-              f"| {r['iteration_median']:.4f} | {_ratio(r['iteration_median'], floor['seconds'])} |")
+        print(f"| fused labels pass, {r['scratch_mib']:g} MiB scratch | {r['nearest']:.4f} "
+              f"| {_tflops(flop, r['nearest'])} | {_ratio(r['nearest'], floor['seconds'])} |")
+    for r in rows:
+        print(f"| fused Lloyd iteration, {r['scratch_mib']:g} MiB scratch (pool peak "
+              f"{r['pool_peak_bytes'] / 2**30:.2f} GiB) | {r['iteration_median']:.4f} "
+              f"| {_tflops(flop, r['iteration_median'])} "
+              f"| {_ratio(r['iteration_median'], floor['seconds'])} |")
     dk = out["dask"]
     if "seconds_per_iteration_median" in dk:
-        print(f"| dkmeans.KMeans on a LocalCUDACluster, per iteration | {dk['seconds_per_iteration_median']:.4f} "
-              f"| {_ratio(dk['seconds_per_iteration_median'], floor['seconds'])} |")
+        s_dk = dk["seconds_per_iteration_median"]
+        print(f"| dkmeans.KMeans on a LocalCUDACluster, per iteration | {s_dk:.4f} "
+              f"| {_tflops(flop, s_dk)} "
+              f"| {_ratio(s_dk, floor['seconds'])} |")
     else:
-        print(f"| dkmeans.KMeans on a LocalCUDACluster | {dk.get('error') or dk.get('skipped')} | |")
+        why = dk.get("error") or dk.get("skipped")
+        print(f"| dkmeans.KMeans on a LocalCUDACluster | {why} | | |")
     cpu = out["cpu"]
     if "seconds_for_n_rows" in cpu:
+        s_cpu = cpu["seconds_for_n_rows"]
         print(f"| CPU NumPy kernels, {cpu['threads']} threads ({cpu['rows']:,} rows, scaled to n) "
-              f"| {cpu['seconds_for_n_rows']:.3f} | {_ratio(cpu['seconds_for_n_rows'], floor['seconds'])} |")
+              f"| {s_cpu:.3f} | {_tflops(flop, s_cpu)} | {_ratio(s_cpu, floor['seconds'])} |")
     print()
     print(f"floor {floor['seconds']:.4f} s ({floor['tflops']:.1f} TFLOP/s); fused best "
-          f"{best['iteration_median']:.4f} s/iteration = {out['fused_best']['ratio_to_floor']:.2f} x floor "
+          f"{best['iteration_median']:.4f} s/iteration "
+          f"({best['tflops_equivalent']:.1f} TFLOP/s-equivalent) = "
+          f"{out['fused_best']['ratio_to_floor']:.2f} x floor "
           f"(goal < 1.5)" + (f"; {out['speedup_over_cpu']:.1f} x the CPU path" if "speedup_over_cpu" in out else ""))
 
     path = args.output
@@ -422,6 +455,10 @@ def main(argv=None):
 
 def _fmt(v):
     return "-" if v is None else f"{v:.4f}"
+
+
+def _tflops(flop, seconds):
+    return "-" if seconds is None else f"{flop / seconds / 1e12:.1f}"
 
 
 def _ratio(v, floor):

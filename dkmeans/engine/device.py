@@ -54,6 +54,21 @@ def to_device(arr: da.Array, device) -> da.Array:
     return arr
 
 
+def beside_rows(weights, X):
+    """Dask ``weights`` with their chunks where ``X``'s rows are: on the GPU beside CuPy rows,
+    in host memory beside host rows (so a kernel sees both in one namespace); None and
+    in-memory weights as they are."""
+    if weights is None or not isinstance(weights, da.Array) or X is None:
+        return weights
+    on_gpu = is_cupy_backed(X)
+    if on_gpu == is_cupy_backed(weights):
+        return weights
+    cupy = import_cupy()
+    move, meta = (cupy.asarray, cupy.empty(0, weights.dtype)) if on_gpu else \
+        (cupy.asnumpy, np.empty(0, weights.dtype))
+    return weights.map_blocks(move, dtype=weights.dtype, meta=meta)
+
+
 def check_cupy_array(X, *, dtype=None, name: str = "X"):
     """A CuPy array checked from its metadata, as float32/float64 (no copy to the host).
 

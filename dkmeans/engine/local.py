@@ -190,9 +190,8 @@ class LocalChunks(ChunkList):
     def __init__(self, blocks, weights, offsets, dtype, n_features):
         blocks, weights = list(blocks), list(weights)
         if len(blocks) > 1:  # one contiguous array: one kernel call per pass instead of one per chunk
-            xp = get_namespace(blocks[0])
             blocks = [concatenate_rows(blocks)]
-            weights = [None if weights[0] is None else xp.concatenate(weights)]
+            weights = [None if weights[0] is None else concatenate_rows(weights)]
             offsets = (0,)
         super().__init__(blocks, weights, offsets, dtype, n_features)
 

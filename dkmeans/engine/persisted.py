@@ -40,6 +40,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 from distributed import futures_of, get_worker, wait
 
+from dkmeans.engine.device import beside_rows
 from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.kernels.namespace import to_host
@@ -157,7 +158,7 @@ class PersistedData:
             per_row = self.row_bytes + (8 if weights is not None else 0)
             check_chunks_fit([r * per_row for r in X.chunks[0]], budget)
         if weights is not None:
-            weights = weights.rechunk((X.chunks[0],))
+            weights = beside_rows(weights.rechunk((X.chunks[0],)), X)
             with submitting_own_graph():
                 X, weights = client.persist([X, weights])
         else:

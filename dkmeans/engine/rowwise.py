@@ -15,6 +15,7 @@ import numpy as np
 from dask.array.utils import meta_from_array
 from distributed import futures_of
 
+from dkmeans.engine.device import beside_rows
 from dkmeans.engine.futures import gather
 from dkmeans.engine.passes import submitting_own_graph
 from dkmeans.kernels.namespace import get_namespace, is_sparse, to_host
@@ -81,7 +82,7 @@ def as_array(df, *, lengths: bool = False) -> da.Array:
 
 def row_weights(weights, X: da.Array) -> da.Array:
     """``weights`` (NumPy or Dask, one per row) chunked like ``X``'s rows."""
-    return da.asarray(weights).rechunk((X.chunks[0],))
+    return beside_rows(da.asarray(weights).rechunk((X.chunks[0],)), X)
 
 
 def weights_beside(weights, X: da.Array):
@@ -90,9 +91,9 @@ def weights_beside(weights, X: da.Array):
     Dask weights are returned as they are: the data they are placed with aligns them.
     """
     if not isinstance(weights, np.ndarray):
-        return weights
+        return beside_rows(weights, X)
     known = not any(np.isnan(c) for c in X.chunks[0])
-    return da.from_array(weights, chunks=X.chunks[0] if known else -1)
+    return beside_rows(da.from_array(weights, chunks=X.chunks[0] if known else -1), X)
 
 
 def _with_column(X, labels):

@@ -40,6 +40,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 
+from dkmeans.engine.device import beside_rows
 from dkmeans.engine.workers import worker_info
 from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import WorkersStalledError, gather
@@ -280,7 +281,8 @@ class StreamedData:
         if weights is not None and any(np.isnan(c) for c in X.chunks[0]):
             X = self._with_chunk_sizes(X)  # weights need the rows' chunks now
         if weights is not None:
-            weights = weights.rechunk((source.piece_rows if source is not None else X.chunks[0],))
+            rows = source.piece_rows if source is not None else X.chunks[0]
+            weights = beside_rows(weights.rechunk((rows,)), X)
         if source is None:
             (X,) = dask.optimize(X)
         if weights is not None:

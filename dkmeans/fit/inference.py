@@ -20,6 +20,7 @@ from dkmeans.engine.rowwise import (as_array, index_meta, is_dask_array, labelle
 from dkmeans.io.dataframe import is_dask_dataframe
 from dkmeans.kernels.backends.compile import call_pinned, current_pin
 from dkmeans.kernels.inference import distances_block, labels_block, labels_objective_block, objective_block
+from dkmeans.kernels.namespace import get_namespace
 
 
 def _pinned(fn):
@@ -82,7 +83,9 @@ def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=Non
         return sum_on_cluster(client, map_row_blocks(X, _pinned(objective_block), C, metric, dtype=np.float64),
                               sample_weight)
     d2 = objective_block(X, C, metric)
-    return float((d2 if sample_weight is None else d2 * np.asarray(sample_weight, np.float64)).sum())
+    if sample_weight is not None:  # (NumPy weights of CuPy rows go to the device)
+        d2 = d2 * get_namespace(d2).asarray(sample_weight, dtype=np.float64)
+    return float(d2.sum())
 
 
 def labels_and_objective(X, C, metric: str = "euclidean", weights=None, *, client=None, keep: str = "gather",

@@ -20,6 +20,7 @@ from sklearn.utils import check_array
 from dkmeans.engine.rowwise import chunked_rows, is_dask_array, weight_stats
 from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 from dkmeans.io.dataframe import is_dask_dataframe, is_dataframe, select_columns
+from dkmeans.kernels.namespace import is_cupy_array, to_host
 
 FLOAT_DTYPES = (np.float64, np.float32)
 
@@ -65,6 +66,7 @@ class Dataset:
     n_rows: int | None  # None while a Dask input's row count is unknown
     frame: object = None  # the Dask DataFrame (selected columns) the array was taken from, if any
     local: object = None  # the validated in-memory NumPy array ``array`` was made from, if any
+    on_device: bool = False  # the input itself was on a GPU (CuPy, or a CuPy-backed Dask array)
 
 
 def _result_dtype(dtype: np.dtype, wanted) -> np.dtype:
@@ -167,12 +169,11 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
     estimators pass scikit-learn's ``validate_data``, which also records the feature
     names); every face and ``partial_fit`` validate through here.
     """
-    from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, to_device
-    from dkmeans.kernels.namespace import is_cupy_array
+    from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, is_cupy_backed, to_device
 
     if is_cupy_array(data):
         arr = to_device(chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), cluster_workers()), device)
-        return Dataset(arr, False, int(arr.shape[1]), int(arr.shape[0]))
+        return Dataset(arr, False, int(arr.shape[1]), int(arr.shape[0]), on_device=True)
     frame = None
     if is_dataframe(data):
         data = select_columns(data, columns, name)
@@ -181,9 +182,11 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
     elif columns is not None:
         raise InvalidParameterError(f"columns= selects DataFrame columns, but {name} is a {type(data).__name__}")
     if is_dask_collection(data):
-        arr = to_device(check_dask_array(data, dtype=dtype, name=name), device)
+        checked = check_dask_array(data, dtype=dtype, name=name)
+        arr = to_device(checked, device)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
-        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame)
+        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame,
+                       on_device=is_cupy_backed(checked))
     if check_local is None:
         return local_dataset(check_local_array(data, dtype=dtype, name=name), device)
     with data_errors(name):
@@ -237,7 +240,9 @@ def check_sample_weight(sample_weight, n_rows: int | None, *, positive_sum: bool
         w = w.astype(np.float64)
         has_nan, w_min, w_sum = weight_stats(w)
     else:
-        w = np.asarray(sample_weight)
+        # CuPy weights (beside CuPy rows) are read on the host: n values, checked and
+        # chunked like NumPy's (they follow the rows to the GPU when placed)
+        w = np.asarray(to_host(sample_weight) if is_cupy_array(sample_weight) else sample_weight)
         if w.ndim != 1:
             raise InvalidDataError(f"sample_weight must be 1-D, got shape {w.shape}")
         if w.dtype.kind not in "fiub":

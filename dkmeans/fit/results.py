@@ -10,6 +10,7 @@ from dkmeans.fit import inference
 from dkmeans.fit.inputs import Dataset
 from dkmeans.fit.spec import FitResult, FitSpec
 from dkmeans.kernels.inference import labels_objective_block
+from dkmeans.kernels.namespace import is_cupy_array, to_host
 
 
 def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
@@ -26,6 +27,17 @@ def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
     return labels, inertia, n_passes, dict(cluster_sizes=sums[:, 1], cluster_objective=sums[:, 0])
 
 
+def labels_on_host(labels):
+    """``labels`` in host memory: a CuPy array copied, a Dask array of CuPy chunks mapped
+    chunk by chunk (lazily); anything else as it is."""
+    if is_cupy_array(labels):
+        return to_host(labels)
+    if is_cupy_array(getattr(labels, "_meta", None)) and hasattr(labels, "map_blocks"):
+        meta = np.empty((0,) * labels.ndim, labels.dtype)
+        return labels.map_blocks(to_host, dtype=labels.dtype, meta=meta)
+    return labels
+
+
 def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_reason, converged, history, n_passes,
             with_labels: bool = True, **extra) -> FitResult:
     """The :class:`FitResult`, with labels where the face wants them (after the data's release).
@@ -38,6 +50,8 @@ def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_rea
         labels = inference.labels(dataset.frame, centroids, spec.metric)
     elif not dataset.is_dask and hasattr(labels, "compute"):  # in-memory input, labels from the cluster
         labels = labels.compute()
+    if labels is not None and not dataset.on_device:
+        labels = labels_on_host(labels)  # labels follow the input (host data, device="gpu")
     return FitResult(centroids, labels, inertia, n_iter, stop_reason, converged, history,
                      "in-memory" if data.in_memory else "out-of-core", n_passes, list(data.loop_modes), **extra)
 

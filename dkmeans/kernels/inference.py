@@ -48,14 +48,14 @@ def labels_objective_block(X, C, w=None, metric: str = "euclidean", normalize: b
     d2 = min_sq.astype(np.float64)
     xp = get_namespace(labels)
     if w is not None:
-        d2 = d2 * w.reshape(-1)
+        w = xp.asarray(w, dtype=xp.float64).reshape(-1)  # host weights of CuPy rows: to the GPU
+        d2 = d2 * w
     scale = objective_scale(metric)
     if scale != 1.0:
         d2 = d2 * scale  # exact: 0.5 for cosine
     columns = [labels.astype(xp.float64), d2]
     if with_weights:
-        columns.append(xp.ones(d2.shape[0], dtype=xp.float64) if w is None else
-                       xp.asarray(w, dtype=xp.float64).reshape(-1))
+        columns.append(xp.ones(d2.shape[0], dtype=xp.float64) if w is None else w)
     return xp.stack(columns, axis=1)
 
 

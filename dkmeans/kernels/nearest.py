@@ -173,7 +173,8 @@ def _nearest_narrow(xp, Xt, C, c_half_sq, dist_buf):
     best = D.min(axis=0)
     # the lowest index reaching the minimum: the largest of (D == best) * (k - j), a product and a
     # maximum over contiguous rows (a where() or an argmax over the centroids is 20x slower)
-    rank = xp.arange(k, 0, -1, dtype=xp.uint8)[:, None]
+    # (made in int64 and cast: CuPy's arange casts the step -1 to the dtype, which uint8 refuses)
+    rank = xp.arange(k, 0, -1).astype(xp.uint8)[:, None]
     labels = k - ((D == best).view(xp.uint8) * rank).max(axis=0).astype(xp.int32)
     missed = labels == k  # a NaN distance (overflow) matches nothing: argmin's choice, as the wide path's
     if bool(missed.any()):
@@ -290,7 +291,8 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     C : array, shape (k, d)
         Centroids, same namespace; cast to ``X.dtype``.
     scratch_bytes : int
-        Bound on the temporary memory of the call.
+        Bound on the temporary memory of the call (in device memory, CuPy input may take up
+        to :data:`~dkmeans.kernels.backends.cuda.DEVICE_SCRATCH_BYTES` where its GPU has room).
 
     Returns
     -------
@@ -308,7 +310,7 @@ def _assign(backend: Backend, X, C, scratch_bytes):
     if backend is Backend.SPARSE:
         return _sparse.assign(X, C, scratch_bytes=scratch_bytes)
     if backend is Backend.CUDA:
-        return _cuda.assign_cuda(X, C, scratch_bytes=scratch_bytes)
+        return _cuda.assign_cuda(X, C, scratch_bytes=_cuda.device_scratch_bytes(X, scratch_bytes))
     xp = get_namespace(X, C)
     n, d = X.shape
     C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
@@ -325,7 +327,10 @@ def _assign(backend: Backend, X, C, scratch_bytes):
         diff = xp.take(C, labels[i0:i1], axis=0)  # take, not C[labels]: 10x faster at d = 8
         xp.subtract(X[i0:i1], diff, out=diff)
         # einsum: a row's few products summed in one pass (sum over axis 1 pays per row: 2x slower at d = 8)
-        xp.einsum("ij,ij->i", diff, diff, out=min_sq[i0:i1])
+        if xp is np:
+            np.einsum("ij,ij->i", diff, diff, out=min_sq[i0:i1])
+        else:  # CuPy's einsum takes no out=
+            min_sq[i0:i1] = xp.einsum("ij,ij->i", diff, diff)
     return labels, min_sq
 
 
@@ -339,7 +344,8 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     weights : array, shape (n,), optional
         Non-negative sample weights (default: all ones).
     scratch_bytes : int
-        Bound on the temporary memory of the call.
+        Bound on the temporary memory of the call (in device memory, CuPy input may take up
+        to :data:`~dkmeans.kernels.backends.cuda.DEVICE_SCRATCH_BYTES` where its GPU has room).
 
     Returns
     -------
@@ -351,6 +357,7 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     if backend is Backend.SPARSE:
         return _sparse.assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
     if backend is Backend.CUDA:
+        scratch_bytes = _cuda.device_scratch_bytes(X, scratch_bytes)
         return Partials(*_cuda.partials_cuda(X, C, weights, scratch_bytes=scratch_bytes))
     xp = get_namespace(X, C)
     n, d = X.shape

@@ -364,6 +364,18 @@ def test_large_k_runs_in_bounded_memory(cp):
     assert float(objective) == pytest.approx(float(ref.objective), rel=1e-5)
 
 
+@gpu
+def test_device_scratch_is_the_callers_raised_within_an_eighth_of_free_memory(cp):
+    """The kernels' signatures pass a host-sized bound; the GPU path raises it to at most
+    DEVICE_SCRATCH_BYTES, and to at most an eighth of the device's free memory."""
+    X = cp.ones((10, 3), dtype=cp.float32)
+    free, _ = cp.cuda.runtime.memGetInfo()
+    got = _cuda.device_scratch_bytes(X, 4096)
+    assert 4096 <= got <= max(4096, _cuda.DEVICE_SCRATCH_BYTES)
+    assert got <= max(4096, free // 8 + 2**20)  # (free memory may move a little between the reads)
+    assert _cuda.device_scratch_bytes(X, 2**40) == 2**40  # a larger bound is kept
+
+
 # -- through the kernels of assign.py -----------------------------------------------------------
 @gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -256,9 +256,15 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         The file holds the centroids, the parameters, feature names, dtype, objective,
         iteration count, history and the cluster sizes and objectives; not the training labels.
 
+        Parameters
+        ----------
+        path : str or path-like
+            The file to write (exactly this path).
+
         Returns
         -------
         pathlib.Path
+            The file written.
         """
         from dkmeans.io.model_file import save_model
         from dkmeans.model import Model
@@ -289,6 +295,16 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
     @classmethod
     def load(cls, path) -> "KMeans":
         """A fitted :class:`KMeans` read from a file written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The model file.
+
+        Returns
+        -------
+        KMeans
+            The fitted estimator.
 
         Raises
         ------
@@ -330,9 +346,15 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
     def predict(self, X):
         """Index of the closest cluster centre for each sample.
 
+        Parameters
+        ----------
+        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+            Rows with the training data's features.
+
         Returns
         -------
         labels : ndarray of int32, or a lazy Dask array for Dask input
+            A Dask Series on the input's index for a Dask DataFrame.
         """
         X = self._check_test_data(X)
         return inference.labels(X, self.cluster_centers_, self._fitted_metric())
@@ -352,17 +374,57 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         With ``metric="cosine"``: cosine distances ``1 - cos(x, c)``, in [0, 2]. A Dask
         DataFrame in gives a Dask DataFrame out, with columns ``get_feature_names_out()``
         and the input's index.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+            Rows with the training data's features.
+
+        Returns
+        -------
+        ndarray, Dask array or Dask DataFrame of shape (n_samples, n_clusters)
+            The distances.
         """
         X = self._check_test_data(X)
         return inference.distances(X, self.cluster_centers_, self._fitted_metric(),
                                    names=self.get_feature_names_out())
 
     def fit_transform(self, X, y=None, sample_weight=None):
-        """Fit, then return the distances of ``X`` to the cluster centres."""
+        """Fit, then return the distances of ``X`` to the cluster centres.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+            The training rows.
+        y : ignored
+            Not used, present for scikit-learn's API.
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        ndarray, Dask array or Dask DataFrame of shape (n_samples, n_clusters)
+            The distances, as :meth:`transform` gives them.
+        """
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric)."""
+        """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric).
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+            Rows with the training data's features.
+        y : ignored
+            Not used, present for scikit-learn's API.
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        float
+            Minus the objective (higher is better, as scikit-learn's scores).
+        """
         X = self._check_test_data(X)
         dask_input = is_dask_collection(X)
         n_rows = None if dask_input else X.shape[0]
@@ -414,7 +476,7 @@ class KMeans(_KMeansBase):
         recluster); from ``n_clusters >= 4096`` (Dask config
         ``dkmeans.init.two-level-clusters``) a two-level seeding on a sample of about
         ``8 * n_clusters`` rows (one pass, then ``sqrt(n_clusters)`` coarse groups split
-        into their share of the centres on the client; :mod:`dkmeans.drivers.init.two_level`).
+        into their share of the centres on the client; ``dkmeans.drivers.init.two_level``).
         ``"k-means++"``: exact greedy k-means++ (``n_clusters + 1`` passes).
         ``"random"``: distinct rows drawn uniformly (proportionally to ``sample_weight``).
         ``"random-partition"``: means of a uniformly random partition. An array of shape

@@ -275,6 +275,20 @@ class MiniBatchKMeans(_KMeansBase):
         initialises the centers from ``X``. With ``decay`` or ``half_life`` the centers
         follow a drifting stream (see the class docstring). ``labels_`` and ``inertia_``
         are those of this batch when ``compute_labels``.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+            One batch of rows.
+        y : ignored
+            Not used, present for scikit-learn's API.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the batch's rows.
+
+        Returns
+        -------
+        self : MiniBatchKMeans
+            The updated estimator.
         """
         spec = self._fit_spec(warn_init=not hasattr(self, "cluster_centers_"))
         if is_dask_collection(X):

@@ -79,6 +79,8 @@ class _Progress:
 class SweepResult:
     """What :func:`sweep` found, per value of k (all mappings are keyed by k).
 
+    Read more in the :ref:`User Guide <guide-sweep>`.
+
     Attributes
     ----------
     k_values : list of int
@@ -193,6 +195,8 @@ def check_k_values(k_values) -> list[int]:
 
 def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
+
+    Read more in the :ref:`User Guide <guide-sweep>`.
 
     Each k's fit runs as ``KMeans(n_clusters=k, random_state=random_state, **kmeans_params)``
     would run it, in a thread of its own; whenever each k waits on a pass over the data, one

@@ -47,20 +47,15 @@ class MiniBatchKMeans(_KMeansBase):
     """Mini-batch k-means on a Dask cluster, scikit-learn compatible.
 
     scikit-learn's algorithm and parameters: each step draws ``batch_size`` rows with
-    replacement (uniformly; with ``sample_weight``, in proportion to the weight, and then
-    steps with unit weights, as scikit-learn's ``fit`` does; equal weights draw uniformly, so
-    ``sample_weight=np.ones(n)`` gives exactly the unweighted fit), assigns them to the nearest centers and moves each center toward
-    the mean of its batch rows with a per-center learning rate (the center stays the
-    weighted mean of every row it was given), and centers whose accumulated weight falls
-    below ``reassignment_ratio`` times the largest are moved to random batch rows.
-    NumPy, pandas, Dask arrays and Dask DataFrames in, the same types out, as
-    :class:`dkmeans.KMeans`. On Dask a step's batch is drawn by global row index (the
-    result does not depend on the chunking or the worker count for a given
-    ``random_state``), each worker contributes the k x d partials of the batch rows it
-    holds, and the steps run inside one task or SPMD on the workers, without a round
-    trip to the client per step. Data larger than the cluster's memory is read in row
-    order, once per epoch (``max_iter`` at most, usually one thanks to early stopping),
-    in consecutive batches; its rows must come in random order.
+    replacement (in proportion to ``sample_weight`` where given), assigns them to the
+    nearest centers and moves each center toward the mean of its batch rows with a
+    per-center learning rate; centers whose accumulated weight falls below
+    ``reassignment_ratio`` times the largest are moved to random batch rows. The same
+    inputs and outputs as :class:`dkmeans.KMeans`; on Dask the steps run on the workers
+    and the batches do not depend on the chunking. ``partial_fit`` with ``decay`` or
+    ``half_life`` follows drifting streams.
+
+    Read more in the :ref:`User Guide <guide-minibatch>`.
 
     Parameters
     ----------

@@ -197,6 +197,8 @@ def connect_scheduler(address: str, *, timeout="30s", tls_ca_file=None, tls_cert
 def get_client(*, gpu: bool = False, **kwargs):
     """The client to run on: the current one, else the embedded local cluster's.
 
+    Read more in the :ref:`User Guide <guide-cluster>`.
+
     Parameters
     ----------
     gpu : bool

@@ -63,6 +63,8 @@ def _csv_files(path: str):
 def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB"):
     """Read Parquet (file, directory or glob, with pyarrow) or CSV into a Dask DataFrame.
 
+    Read more in the :ref:`User Guide <guide-data>`.
+
     CSV: ``dd.read_csv`` over the files (sorted), registered with the engine, which reads
     a fit's feature columns of it in row batches itself (``dkmeans.engine.sources``).
 

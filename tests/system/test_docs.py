@@ -148,6 +148,33 @@ def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.S | re.M)
 
 
+def _marked_blocks(markdown: str) -> list[str]:
+    """The python blocks of a guide page that follow a ``% runs`` line (a MyST comment)."""
+    return re.findall(r"^% runs\n```python\n(.*?)^```", markdown, flags=re.S | re.M)
+
+
+GUIDE_PAGES_WITH_EXAMPLES = sorted(
+    p.name for p in (DOCS / "guide").glob("*.md") if _marked_blocks(p.read_text()))
+
+
+def test_guide_has_runnable_examples():
+    assert {"getting-started.md", "functional-api.md", "evaluating.md", "minibatch.md",
+            "sweep.md", "cosine-sparse-large-k.md"} <= set(GUIDE_PAGES_WITH_EXAMPLES)
+
+
+@pytest.mark.parametrize("page", GUIDE_PAGES_WITH_EXAMPLES)
+def test_guide_examples_run(page, tmp_path):
+    """Each guide page's marked examples, in order, in one fresh process, as a reader runs them."""
+    blocks = _marked_blocks((DOCS / "guide" / page).read_text())
+    body = "\n\n".join(textwrap.dedent(block) for block in blocks) + "\nprint('PAGE-OK')\n"
+    script = "if __name__ == '__main__':\n" + textwrap.indent(body, "    ")
+    (tmp_path / "page.py").write_text(script)
+    proc = subprocess.run([sys.executable, "page.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "PAGE-OK" in proc.stdout
+
+
 def test_readme_python_blocks_run(tmp_path):
     """Every python block of the README, in order, on small data: the Parquet folder the README
     reads is written first, as a user would have it."""

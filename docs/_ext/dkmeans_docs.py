@@ -44,7 +44,7 @@ API_SECTIONS = (
 #: Modules whose public names are only some of what they define: the names users call.
 _CHOSEN = {
     "dkmeans.engine.files": ("read_table", "write_parquet"),
-    "dkmeans.engine.client": ("get_client", "close_embedded_cluster", "EmbeddedClusterWarning"),
+    "dkmeans.engine.client": ("close_embedded_cluster", "EmbeddedClusterWarning"),
     "dkmeans.io": ("ModelFileError",),
     "dkmeans.io.checkpoint": ("CheckpointError",),
     "dkmeans.config": ("get", "name", "Key"),

@@ -120,6 +120,16 @@ def test_every_guide_page_is_built_and_in_the_guide(site):
         assert (site / "html" / f"{page}.html").exists(), page
 
 
+def test_intersphinx_links_resolve_without_network(site):
+    """The committed inventories turn references to the peers' names into links to their docs."""
+    page = (site / "html" / "guide" / "getting-started.html").read_text()
+    assert "https://scikit-learn.org/stable/modules/generated/sklearn.cluster.KMeans.html" in page
+    assert "https://distributed.dask.org/en/stable/api.html#distributed.Client" in page
+    data = (site / "html" / "guide" / "data-and-files.html").read_text()
+    assert "https://pandas.pydata.org/docs/reference/api/pandas.DataFrame.html" in data
+    assert "https://docs.dask.org/en/stable/generated/dask.dataframe.read_parquet.html" in data
+
+
 def test_internal_links_resolve(site):
     assert check_links.broken_links(site / "html") == []
 

@@ -131,12 +131,13 @@ def cli_page() -> str:
 def config_page() -> str:
     from dkmeans.config import KEYS
 
-    lines = ["| key | default | environment variable | meaning |", "|---|---|---|---|"]
+    lines = []
     for key in KEYS.values():
         env = "DASK_DKMEANS__" + key.name.upper().replace(".", "__").replace("-", "_")
-        meaning = key.meaning.replace("|", "\\|")
-        lines.append(f"| `dkmeans.{key.name}` | `{key.default!r}` | `{env}` | {meaning} |")
-    return "\n".join(lines) + "\n"
+        lines += [f"`dkmeans.{key.name}`",
+                  f": {key.meaning[0].upper()}{key.meaning[1:]}. Default `{key.default!r}`; "
+                  f"environment variable `{env}`.", ""]
+    return "\n".join(lines)
 
 
 #: The guide's reading order. Pages of docs/guide/ not named here come after these, before the

@@ -134,6 +134,15 @@ def test_internal_links_resolve(site):
     assert check_links.broken_links(site / "html") == []
 
 
+def test_readme_links_point_at_files():
+    """The README is read on the forge too: its relative links name files of the repository."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    relative = [link for link in links if "://" not in link]
+    assert len(relative) >= 15
+    for link in relative:
+        assert (ROOT / link).exists(), link
+
+
 def test_link_check_finds_broken_links(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "index.html").write_text(

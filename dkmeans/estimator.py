@@ -348,7 +348,7 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
 
         Parameters
         ----------
-        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
             Rows with the training data's features.
 
         Returns
@@ -377,7 +377,7 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
 
         Parameters
         ----------
-        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
             Rows with the training data's features.
 
         Returns
@@ -394,7 +394,7 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
 
         Parameters
         ----------
-        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
             The training rows.
         y : ignored
             Not used, present for scikit-learn's API.
@@ -409,11 +409,11 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric).
+        """Opposite of the (weighted) objective of ``X`` for the fitted centres (fitted metric).
 
         Parameters
         ----------
-        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
             Rows with the training data's features.
         y : ignored
             Not used, present for scikit-learn's API.

@@ -179,7 +179,7 @@ def centroid_index(centroids, reference) -> int:
 
 
 def class_means(X, labels) -> np.ndarray:
-    """Mean of the rows of each class (sorted class order), e.g. a ground-truth partition's centroids.
+    """Mean of the rows of each class (sorted class order), e.g. the ground truth's centroids.
 
     Parameters
     ----------

@@ -260,7 +260,7 @@ class MiniBatchKMeans(_KMeansBase):
 
         Parameters
         ----------
-        X : array-like, sparse matrix, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
             One batch of rows.
         y : ignored
             Not used, present for scikit-learn's API.

@@ -47,7 +47,8 @@ class EmbeddedClusterWarning(UserWarning):
     """dkmeans started its own local Dask cluster and made it Dask's default scheduler.
 
     Issued once, when the cluster starts (set the Dask config
-    ``dkmeans.embedded-cluster.set-as-default`` to False to keep the user's scheduler instead). Silence it with ``warnings.filterwarnings("ignore",
+    ``dkmeans.embedded-cluster.set-as-default`` to False to keep the user's scheduler
+    instead). Silence it with ``warnings.filterwarnings("ignore",
     category=dkmeans.engine.client.EmbeddedClusterWarning)``.
     """
 

@@ -2,7 +2,8 @@
 
 * ``api/index.rst``: the API reference, one autosummary table per public module. The names come
   from ``dkmeans.__all__`` (and a module's ``__all__`` where it has one), otherwise from the public
-  functions and classes a module defines: a name added to the package appears without editing a list.
+  functions and classes a module defines: a name added to the package appears without editing
+  a list.
 * ``_generated/cli.md``: ``--help`` of the ``dkmeans`` command and of each of its subcommands, read
   from :func:`dkmeans.cli.build_parser`.
 * ``_generated/guide-toctree.md``: the guide's table of contents, every ``docs/guide/*.md``
@@ -27,13 +28,15 @@ API_SECTIONS = (
      "Everything in ``dkmeans.__all__``: the scikit-learn estimators, the oneDAL-style functional "
      "API, the k sweep and the cluster the fits run on."),
     ("dkmeans.metrics", "Metrics",
-     "Internal cluster scores over data of any size, and comparisons with known labels or centroids."),
+     "Internal cluster scores over data of any size, and comparisons with known labels or "
+     "centroids."),
     ("dkmeans.plot", "Plotting", "matplotlib figures of a fit and of a sweep (``dkmeans[plot]``)."),
     ("dkmeans.engine.files", "Reading and writing files",
      "Parquet and CSV in, labelled Parquet out, as the command line reads and writes them."),
     ("dkmeans.engine.client", "The cluster",
      "The client dkmeans runs on and the cluster it starts when there is none."),
-    ("dkmeans.errors", "Errors", "Every error dkmeans raises is a :class:`~dkmeans.errors.DKMeansError`."),
+    ("dkmeans.errors", "Errors",
+     "Every error dkmeans raises is a :class:`~dkmeans.errors.DKMeansError`."),
     ("dkmeans.io", "Model files", "The error raised for a model file that cannot be read."),
     ("dkmeans.io.checkpoint", "Checkpoint files",
      "The error raised for a checkpoint of another job (see :doc:`/guide/long-jobs`)."),

@@ -67,7 +67,8 @@ def refresh() -> int:
     failed = [name for name, (url, _) in PROJECTS.items()
               if not _download(url, COMMITTED / f"{name}.inv", timeout=30)]
     for name in failed:
-        print(f"could not download the inventory of {name}; kept the previous file", file=sys.stderr)
+        print(f"could not download the inventory of {name}; kept the previous file",
+              file=sys.stderr)
     return 1 if len(failed) == len(PROJECTS) else 0
 
 

@@ -63,7 +63,8 @@ def site(tmp_path_factory) -> Path:
 def test_builds_without_warnings(site):
     log = (site / "warnings.log").read_text()
     for problem in ("undefined label", "unknown document", "reference target not found",
-                    "toctree contains reference", "isn't included in any toctree", "WARNING", "ERROR"):
+                    "toctree contains reference", "isn't included in any toctree",
+                    "WARNING", "ERROR"):
         assert problem not in log, log[:4000]
 
 

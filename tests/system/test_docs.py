@@ -182,17 +182,23 @@ def test_guide_has_runnable_examples():
             "sweep.md", "cosine-sparse-large-k.md"} <= set(GUIDE_PAGES_WITH_EXAMPLES)
 
 
-@pytest.mark.parametrize("page", GUIDE_PAGES_WITH_EXAMPLES)
-def test_guide_examples_run(page, tmp_path):
-    """Each guide page's marked examples, in order, in one fresh process, as a reader runs them."""
-    blocks = _marked_blocks((DOCS / "guide" / page).read_text())
-    body = "\n\n".join(textwrap.dedent(block) for block in blocks) + "\nprint('PAGE-OK')\n"
+def _run_blocks(blocks: list[str], folder: Path) -> None:
+    """The code blocks, in order, in one fresh process in ``folder``, as pasted into a notebook or
+    a REPL. The script runs them under the main guard, which a script starting a LocalCluster
+    needs (the workers' processes import the main module again)."""
+    body = "\n\n".join(textwrap.dedent(block) for block in blocks) + "\nprint('BLOCKS-OK')\n"
     script = "if __name__ == '__main__':\n" + textwrap.indent(body, "    ")
-    (tmp_path / "page.py").write_text(script)
-    proc = subprocess.run([sys.executable, "page.py"], cwd=tmp_path, capture_output=True,
+    (folder / "blocks.py").write_text(script)
+    proc = subprocess.run([sys.executable, "blocks.py"], cwd=folder, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "PAGE-OK" in proc.stdout
+    assert "BLOCKS-OK" in proc.stdout
+
+
+@pytest.mark.parametrize("page", GUIDE_PAGES_WITH_EXAMPLES)
+def test_guide_examples_run(page, tmp_path):
+    """Each guide page's marked examples run, in order, as a reader runs them."""
+    _run_blocks(_marked_blocks((DOCS / "guide" / page).read_text()), tmp_path)
 
 
 def test_readme_python_blocks_run(tmp_path):
@@ -207,15 +213,7 @@ def test_readme_python_blocks_run(tmp_path):
     for i, start in enumerate(range(0, len(frame), 5_000)):
         frame.iloc[start:start + 5_000].to_parquet(tmp_path / "customers" / f"part.{i}.parquet",
                                                    index=False)
-    # as pasted into a notebook or a REPL; a script starting a LocalCluster needs the main guard
-    # (the workers' processes import the main module again)
-    body = "\n\n".join(textwrap.dedent(block) for block in blocks) + "\nprint('README-OK')\n"
-    script = "if __name__ == '__main__':\n" + textwrap.indent(body, "    ")
-    (tmp_path / "readme.py").write_text(script)
-    proc = subprocess.run([sys.executable, "readme.py"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "README-OK" in proc.stdout
+    _run_blocks(blocks, tmp_path)
     labelled = pd.read_parquet(tmp_path / "labelled")
     assert len(labelled) == len(frame) and set(labelled["cluster"].unique()) <= set(range(5))
     assert (tmp_path / "segments.npz").exists()

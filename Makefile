@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
+DOCS_BUILD := docs/_build
 
-.PHONY: demo test test-quick test-bounds bench venv clean
+.PHONY: demo test test-quick test-bounds bench venv clean docs docs-inventories
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +22,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/dkmeans demo
 
-test: $(STAMP)
+# (with the docs extra: tests/system/test_docs.py builds the site)
+test: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=10
 
 # The inner loop: every test but the system tests (tests/system/: subprocesses, faults,
@@ -46,7 +49,27 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/lloyd.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-oldest dkmeans-demo-output .pytest_cache
+	rm -rf $(VENV) .venv-oldest dkmeans-demo-output .pytest_cache docs/_build docs/_generated \
+		docs/api/index.rst docs/api/generated docs/auto_examples
+
+# `make docs`: the HTML site in docs/_build/html (user guide, API reference generated from the
+# package, the gallery running examples/), warnings as errors (-W -n: every reference must
+# resolve), then every internal link of the built pages checked. The warnings are also kept in
+# docs/_build/warnings.log, which tests/system/test_docs.py reads. Needs no network (intersphinx
+# reads docs/_inventories/). DKMEANS_DOCS_GALLERY=0 skips running the examples.
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	mkdir -p $(DOCS_BUILD)
+	$(BIN)/python -m sphinx -b html -E -W --keep-going -n -q -j 1 -w $(DOCS_BUILD)/warnings.log \
+		docs $(DOCS_BUILD)/html
+	$(BIN)/python docs/_ext/check_links.py $(DOCS_BUILD)/html
+
+# Download the intersphinx inventories again into docs/_inventories/ (needs the network).
+docs-inventories: $(STAMP)
+	$(BIN)/python docs/_ext/inventories.py
 
 # `make test-oldest`: the tests again in a separate .venv-oldest holding exactly the oldest
 # versions pyproject.toml allows (the pins of .ci/oldest-constraints.txt, wheels only), on a

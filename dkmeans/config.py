@@ -73,7 +73,19 @@ def _seconds(value) -> float:
 
 @dataclass(frozen=True)
 class Key:
-    """One configuration key (``dkmeans.<name>``)."""
+    """One configuration key (``dkmeans.<name>``).
+
+    Attributes
+    ----------
+    name : str
+        The key without its ``dkmeans.`` prefix.
+    default : object
+        Its value when unset.
+    check : callable
+        Converts a value and raises ``ValueError`` for a wrong one.
+    meaning : str
+        What the key sets, as the configuration page shows it.
+    """
 
     name: str
     default: Any
@@ -139,14 +151,38 @@ dask.config.update_defaults({"dkmeans": _nested(KEYS.values())})
 
 
 def name(key: str) -> str:
-    """The full Dask name of ``key``: ``dkmeans.<key>``."""
+    """The full Dask name of ``key``: ``dkmeans.<key>``.
+
+    Parameters
+    ----------
+    key : str
+        A key of ``dkmeans.config.KEYS``, without the ``dkmeans.`` prefix.
+
+    Returns
+    -------
+    str
+        ``"dkmeans." + key``.
+    """
     if key not in KEYS:
         raise KeyError(f"no dkmeans configuration key {key!r}; the keys are {sorted(KEYS)}")
     return f"dkmeans.{key}"
 
 
 def get(key: str) -> Any:
-    """The checked value of ``dkmeans.<key>`` (the table's default when unset)."""
+    """The checked value of ``dkmeans.<key>`` (the table's default when unset).
+
+    Read more in the :ref:`User Guide <guide-configuration>`.
+
+    Parameters
+    ----------
+    key : str
+        A key of ``dkmeans.config.KEYS``, without the ``dkmeans.`` prefix.
+
+    Returns
+    -------
+    object
+        The value, converted and checked by the key's rule.
+    """
     full, spec = name(key), KEYS[key]
     value = dask.config.get(full, spec.default)
     try:

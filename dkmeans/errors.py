@@ -9,7 +9,10 @@ from __future__ import annotations
 
 
 class DKMeansError(Exception):
-    """Base class of every error dkmeans raises on purpose."""
+    """Base class of every error dkmeans raises on purpose.
+
+    Read more in the :ref:`User Guide <guide-long-jobs>`.
+    """
 
 
 class InvalidParameterError(DKMeansError, ValueError, TypeError):

@@ -256,9 +256,15 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         The file holds the centroids, the parameters, feature names, dtype, objective,
         iteration count, history and the cluster sizes and objectives; not the training labels.
 
+        Parameters
+        ----------
+        path : str or path-like
+            The file to write (exactly this path).
+
         Returns
         -------
         pathlib.Path
+            The file written.
         """
         from dkmeans.io.model_file import save_model
         from dkmeans.model import Model
@@ -289,6 +295,16 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
     @classmethod
     def load(cls, path) -> "KMeans":
         """A fitted :class:`KMeans` read from a file written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The model file.
+
+        Returns
+        -------
+        KMeans
+            The fitted estimator.
 
         Raises
         ------
@@ -330,9 +346,15 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
     def predict(self, X):
         """Index of the closest cluster centre for each sample.
 
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
+            Rows with the training data's features.
+
         Returns
         -------
         labels : ndarray of int32, or a lazy Dask array for Dask input
+            A Dask Series on the input's index for a Dask DataFrame.
         """
         X = self._check_test_data(X)
         return inference.labels(X, self.cluster_centers_, self._fitted_metric())
@@ -352,17 +374,57 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         With ``metric="cosine"``: cosine distances ``1 - cos(x, c)``, in [0, 2]. A Dask
         DataFrame in gives a Dask DataFrame out, with columns ``get_feature_names_out()``
         and the input's index.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
+            Rows with the training data's features.
+
+        Returns
+        -------
+        ndarray, Dask array or Dask DataFrame of shape (n_samples, n_clusters)
+            The distances.
         """
         X = self._check_test_data(X)
         return inference.distances(X, self.cluster_centers_, self._fitted_metric(),
                                    names=self.get_feature_names_out())
 
     def fit_transform(self, X, y=None, sample_weight=None):
-        """Fit, then return the distances of ``X`` to the cluster centres."""
+        """Fit, then return the distances of ``X`` to the cluster centres.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
+            The training rows.
+        y : ignored
+            Not used, present for scikit-learn's API.
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        ndarray, Dask array or Dask DataFrame of shape (n_samples, n_clusters)
+            The distances, as :meth:`transform` gives them.
+        """
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) objective of ``X`` for the fitted centres (in the fitted metric)."""
+        """Opposite of the (weighted) objective of ``X`` for the fitted centres (fitted metric).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
+            Rows with the training data's features.
+        y : ignored
+            Not used, present for scikit-learn's API.
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weights of the samples.
+
+        Returns
+        -------
+        float
+            Minus the objective (higher is better, as scikit-learn's scores).
+        """
         X = self._check_test_data(X)
         dask_input = is_dask_collection(X)
         n_rows = None if dask_input else X.shape[0]
@@ -404,24 +466,29 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
 class KMeans(_KMeansBase):
     """K-means clustering on a Dask cluster (Lloyd's algorithm).
 
+    scikit-learn's ``KMeans`` on NumPy, pandas, SciPy sparse, Dask arrays and Dask DataFrames,
+    in memory or read from their source in every pass; small in-memory data is fitted in the
+    calling process. The default fit (k-means||, Lloyd and a k-means++ local search) reaches
+    the quality of scikit-learn's ``n_init=10`` in one run.
+
+    Read more in the :ref:`User Guide <guide-getting-started>`.
+
     Parameters
     ----------
     n_clusters : int, default 8
         Number of clusters.
     init : {"k-means||", "k-means++", "random", "random-partition"}, callable or array-like, default "k-means||"
-        ``"k-means||"``: scalable k-means++ (a fixed ``init_rounds`` passes, about
+        ``"k-means||"``: scalable k-means++ (``init_rounds`` passes, about
         ``oversampling_factor * n_clusters`` candidates per round, then a weighted
-        recluster); from ``n_clusters >= 4096`` (Dask config
-        ``dkmeans.init.two-level-clusters``) a two-level seeding on a sample of about
-        ``8 * n_clusters`` rows (one pass, then ``sqrt(n_clusters)`` coarse groups split
-        into their share of the centres on the client; :mod:`dkmeans.drivers.init.two_level`).
+        recluster); from ``n_clusters >= 4096`` a two-level seeding on a sample (one pass).
         ``"k-means++"``: exact greedy k-means++ (``n_clusters + 1`` passes).
         ``"random"``: distinct rows drawn uniformly (proportionally to ``sample_weight``).
         ``"random-partition"``: means of a uniformly random partition. An array of shape
         (n_clusters, n_features) gives the initial centroids; a callable
         ``init(X, n_clusters, random_state)`` returns them from the rows (all rows, or a
         uniform sample of ``max(100 * n_clusters, 10000)`` of larger data). Every strategy gives the same
-        centres for the same ``random_state`` whatever the chunking and worker count.
+        centres for the same ``random_state`` whatever the chunking and worker count. See
+        :ref:`guide-how-a-fit-runs`.
     n_init : "auto" or int, default "auto"
         Number of initialisations (each followed by Lloyd); the run with the lowest
         objective is kept. ``"auto"``: 10 for ``"random"``, ``"random-partition"`` and a
@@ -443,18 +510,11 @@ class KMeans(_KMeansBase):
         With ``algorithm="lloyd"``: continue from Lloyd's result with Hartigan's method,
         whose local optima are a subset of Lloyd's.
     local_search : {"auto", True, False}, default "auto"
-        k-means++ local search (Lattanzi and Sohler, ICML 2019) on a sample of the rows:
-        swap centroids for rows drawn by their cost, or for the halves' means of the
-        clusters whose split pays most, where that lowers the objective, which moves
-        centroids across empty space where Lloyd cannot. Before Lloyd (seeding
-        strategies only) the sample's settled and searched centroids are Lloyd's start;
-        after Lloyd a search on a new sample is confirmed by Lloyd on the data and kept only
-        if the data's objective is lower (one pass when it finds nothing); the searches
-        start after Lloyd's first 5 iterations, at most 3 of them, each confirmed by at most
-        2 Lloyd iterations on the data, and Lloyd then continues to its stop rule. On the SIPU
-        benchmark sets it reaches the quality of scikit-learn with ``n_init=10`` at 0.6-1.1
-        times the passes of Lloyd alone (benchmarks/quality.py). "auto": when ``init`` is a
-        seeding strategy (not given centroids, whose Lloyd result stays scikit-learn's).
+        k-means++ local search (Lattanzi and Sohler, ICML 2019) on a sample of the rows,
+        before Lloyd and after its first 5 iterations: swaps of centroids that lower the
+        objective, kept only when confirmed on the data, which moves centroids across empty
+        space where Lloyd cannot. "auto": when ``init`` is a seeding strategy (not given
+        centroids, whose Lloyd result stays scikit-learn's). See :ref:`guide-default-fit`.
     hartigan_mode : {"unsafe", "safe"}, default "unsafe"
         Batch Hartigan: accept every proposed move and keep the round only if the
         objective fell (else redo it safely), or accept only moves whose clusters are
@@ -477,7 +537,8 @@ class KMeans(_KMeansBase):
         resumes from it and ends with the same result as an uninterrupted fit; a
         checkpoint of another job (other data shape, dtype, data moments or parameters)
         is refused with :class:`dkmeans.io.checkpoint.CheckpointError`. The file is kept
-        after the fit. Hartigan rounds restart from the last checkpointed centroids.
+        after the fit. Hartigan rounds restart from the last checkpointed centroids. See
+        :ref:`guide-long-jobs`.
     checkpoint_every : int, default 10
         Lloyd iterations between checkpoint writes.
     device : {None, "cpu", "gpu"}, default None
@@ -487,34 +548,23 @@ class KMeans(_KMeansBase):
         (needs CuPy); "cpu": CuPy data is moved to host memory. ``cluster_centers_`` is
         always NumPy; labels follow the data (CuPy in, CuPy out).
     metric : {"euclidean", "cosine"}, default "euclidean"
-        ``"cosine"``: spherical k-means (Dhillon and Modha, 2001) for embeddings and text.
-        Rows are normalised to unit length once (a row of all zeros raises
-        :class:`~dkmeans.errors.InvalidDataError`), rows are assigned to the centroid of
-        largest cosine similarity, centroids are the normalised weighted means of their
-        rows (a cluster whose rows cancel to a zero mean is treated as empty), empty
-        clusters take the rows of smallest cosine to their centroids, and the seedings
-        draw by ``1 - cos``. ``cluster_centers_`` are unit vectors, ``inertia_`` and
-        ``score`` use ``sum w (1 - cos)``, ``transform`` returns ``1 - cos``, and ``tol``
-        is relative to the mean feature variance of the normalised rows. Hartigan
-        (``algorithm``, ``refine``) and ``local_search=True`` are Euclidean only
-        (``local_search="auto"`` is then off).
+        ``"cosine"``: spherical k-means (Dhillon and Modha, 2001) for embeddings and text:
+        rows normalised to unit length once (a row of all zeros raises
+        :class:`~dkmeans.errors.InvalidDataError`), ``cluster_centers_`` unit vectors,
+        ``inertia_``, ``score`` and ``transform`` in ``1 - cos``. Hartigan and
+        ``local_search=True`` are Euclidean only. See :ref:`guide-cosine-sparse-large-k`.
     out_of_core : {"auto", True, False}, default "auto"
         Where the data lives during the fit. "auto": persisted on the workers when it fits
-        the cluster's memory budget (Dask config ``dkmeans.memory.persist-fraction`` of the
-        workers' memory limits), else read from its source in every pass (a Parquet/CSV
-        read of the feature columns, a Zarr array, any recomputable Dask collection), so
-        no worker ever holds more than a few chunks; the Dask config ``dkmeans.out-of-core``
-        can force either way. True: always stream; False: always persist. The results are
-        the same either way (up to float rounding of the combined sums).
+        the cluster's memory budget, else read from its source in every pass, so no worker
+        holds more than a few chunks. True: always stream; False: always persist. The
+        results are the same either way (up to float rounding of the combined sums). See
+        :ref:`guide-out-of-core`.
     prune : {"auto", True, False}, default "auto"
         Lloyd iterations over data kept in memory skip the distances that cannot change a
-        label: each row keeps bounds on its distances (Yinyang k-means: one per group of
-        centroids) where its chunk lives, moved by how far the centroids moved. The labels,
-        centroids and objective are exactly those of the unpruned iterations; only the time
-        and ``history_[i]["distances_computed"]`` differ. "auto": where it pays (large enough
-        passes; switched off for a while when an iteration still computes more than half the
-        distances), the Dask config ``dkmeans.prune`` can force either way. Out-of-core and
-        mini-batch fits are never pruned.
+        label (Yinyang k-means bounds). The labels, centroids and objective are exactly those
+        of the unpruned iterations; only the time and ``history_[i]["distances_computed"]``
+        differ. "auto": where it pays. Out-of-core and mini-batch fits are never pruned. See
+        :ref:`guide-pruning`.
 
     Attributes
     ----------

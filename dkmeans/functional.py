@@ -37,6 +37,8 @@ from dkmeans.model import InferResult, Model, TrainResult
 class Descriptor:
     """Parameters of the K-Means algorithm (oneDAL ``kmeans::desc``).
 
+    Read more in the :ref:`User Guide <guide-functional>`.
+
     Parameters
     ----------
     cluster_count : int, default 2
@@ -102,6 +104,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
           batch_size: int = DEFAULT_BATCH_SIZE,
           max_no_improvement=10, reassignment_ratio: float = 0.01) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
+
+    Read more in the :ref:`User Guide <guide-functional>`.
 
     Parameters
     ----------
@@ -211,6 +215,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
 
 def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
     """Assign data to the nearest centroid of a model (oneDAL ``infer``).
+
+    Read more in the :ref:`User Guide <guide-functional>`.
 
     Parameters
     ----------

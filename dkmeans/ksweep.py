@@ -79,6 +79,8 @@ class _Progress:
 class SweepResult:
     """What :func:`sweep` found, per value of k (all mappings are keyed by k).
 
+    Read more in the :ref:`User Guide <guide-sweep>`.
+
     Attributes
     ----------
     k_values : list of int
@@ -95,7 +97,7 @@ class SweepResult:
         Per-k metrics: the objective and :func:`dkmeans.metrics.cluster_scores`' Calinski-Harabasz,
         Davies-Bouldin, simplified silhouette and imbalance factor (two passes for every k together).
     suggested_k : int or None
-        By :attr:`rule`.
+        By ``rule``.
     rule : str
         How ``suggested_k`` was chosen.
     n_passes : int
@@ -150,6 +152,18 @@ class SweepResult:
 
         With ``path``: written there as a PNG (returns the path); else drawn on ``ax`` (or
         the current axes), which is returned.
+
+        Parameters
+        ----------
+        path : str or path-like, optional
+            A PNG file to write.
+        ax : matplotlib.axes.Axes, optional
+            Where to draw when no ``path`` is given.
+
+        Returns
+        -------
+        path or matplotlib.axes.Axes
+            The file written, or the axes drawn on.
         """
         from dkmeans.plot import plot_sweep, save_sweep_plot
 
@@ -182,9 +196,11 @@ def check_k_values(k_values) -> list[int]:
 def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
+    Read more in the :ref:`User Guide <guide-sweep>`.
+
     Each k's fit runs as ``KMeans(n_clusters=k, random_state=random_state, **kmeans_params)``
     would run it, in a thread of its own; whenever each k waits on a pass over the data, one
-    combined pass serves them all (:mod:`dkmeans.engine.shared_passes`). So the data is placed
+    combined pass serves them all (``dkmeans.engine.shared_passes``). So the data is placed
     and checked once, and read about as many times as the longest single fit reads it, not the
     sum; each k's model is that single fit's model (the same centroids, labels and iterations;
     on persisted data up to float rounding, where a single fit's loop ran inside one task or
@@ -210,7 +226,7 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
     Returns
     -------
     SweepResult
-        ``suggested_k`` by the elbow of the objective curve (:func:`elbow`, stated in
+        ``suggested_k`` by the elbow of the objective curve (``dkmeans.ksweep.elbow``, stated in
         ``rule``); per-k metrics with the cluster scores, which add two combined passes for
         every k together.
 

@@ -41,8 +41,16 @@ def objective(X, centroids, sample_weight=None) -> float:
     Parameters
     ----------
     X : ndarray or dask.array.Array, shape (n, d)
+        The rows.
     centroids : array-like, shape (k, d)
+        The centroids.
     sample_weight : array-like or dask.array.Array, shape (n,), optional
+        A row counts as ``sample_weight`` copies of itself.
+
+    Returns
+    -------
+    float
+        The objective (``inertia_`` of a fit with these centroids).
     """
     if not is_dask_array(X):
         X = np.asarray(X)
@@ -54,8 +62,20 @@ def objective(X, centroids, sample_weight=None) -> float:
 def contingency_matrix(labels_true, labels_pred) -> np.ndarray:
     """Counts ``n_ij`` of rows with true class ``i`` and predicted cluster ``j`` (empty rows/columns dropped).
 
-    Dask labels (integers) are counted on the cluster (:func:`dkmeans.engine.rowwise.pair_counts`);
+    Dask labels (integers) are counted on the cluster (``dkmeans.engine.rowwise.pair_counts``);
     only the table comes back.
+
+    Parameters
+    ----------
+    labels_true : array-like or dask.array.Array of shape (n_samples,)
+        The known classes.
+    labels_pred : array-like or dask.array.Array of shape (n_samples,)
+        The clusters, e.g. ``labels_`` of a fit.
+
+    Returns
+    -------
+    ndarray of shape (n_classes, n_clusters), int64
+        The counts, classes and clusters in sorted order.
     """
     if is_dask_array(labels_true) or is_dask_array(labels_pred):
         table = pair_counts(labels_true, labels_pred)
@@ -77,6 +97,18 @@ def accuracy(labels_true, labels_pred) -> float:
 
     The matching maximises the matched counts (Hungarian algorithm,
     :func:`scipy.optimize.linear_sum_assignment`); unmatched clusters count as errors.
+
+    Parameters
+    ----------
+    labels_true : array-like or dask.array.Array of shape (n_samples,)
+        The known classes.
+    labels_pred : array-like or dask.array.Array of shape (n_samples,)
+        The clusters, e.g. ``labels_`` of a fit.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 1 when the clusters are the classes up to their names.
     """
     table = contingency_matrix(labels_true, labels_pred)
     rows, cols = linear_sum_assignment(-table)
@@ -89,7 +121,21 @@ def _pairs(x):
 
 
 def adjusted_rand_index(labels_true, labels_pred) -> float:
-    """Adjusted Rand index (Hubert and Arabie 1985), from the contingency table."""
+    """Adjusted Rand index (Hubert and Arabie 1985), from the contingency table.
+
+    Parameters
+    ----------
+    labels_true : array-like or dask.array.Array of shape (n_samples,)
+        The known classes.
+    labels_pred : array-like or dask.array.Array of shape (n_samples,)
+        The clusters, e.g. ``labels_`` of a fit.
+
+    Returns
+    -------
+    float
+        1 for identical partitions, about 0 for independent ones (scikit-learn's
+        ``adjusted_rand_score``).
+    """
     table = contingency_matrix(labels_true, labels_pred)
     n = table.sum()
     index = _pairs(table).sum()
@@ -112,6 +158,18 @@ def centroid_index(centroids, reference) -> int:
 
     Each centroid of one set is mapped to its nearest centroid of the other; ``CI`` is the
     larger of the two numbers of centroids that nobody maps to (0: the same cluster structure).
+
+    Parameters
+    ----------
+    centroids : array-like of shape (k, n_features)
+        The fitted centroids.
+    reference : array-like of shape (k_ref, n_features)
+        The reference centroids (e.g. the ground truth's, :func:`class_means`).
+
+    Returns
+    -------
+    int
+        The number of clusters placed wrongly.
     """
     A = np.asarray(centroids, dtype=np.float64)
     B = np.asarray(reference, dtype=np.float64)
@@ -121,7 +179,20 @@ def centroid_index(centroids, reference) -> int:
 
 
 def class_means(X, labels) -> np.ndarray:
-    """Mean of the rows of each class (sorted class order), e.g. a ground-truth partition's centroids."""
+    """Mean of the rows of each class (sorted class order), e.g. the ground truth's centroids.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The rows (in memory).
+    labels : array-like of shape (n_samples,)
+        Each row's class.
+
+    Returns
+    -------
+    ndarray of shape (n_classes, n_features), float64
+        The means, in sorted class order.
+    """
     X = np.asarray(X, dtype=np.float64)
     classes, inverse = np.unique(np.asarray(labels), return_inverse=True)
     sums, counts = cluster_sums(X, inverse.astype(np.int32), classes.size)
@@ -158,6 +229,8 @@ def _checked(result: ClusterScores) -> ClusterScores:
 def cluster_scores(X, labels_or_model, *, sample_weight=None, out_of_core="auto") -> ClusterScores:
     """Every internal score of a partition of ``X``, in two passes over the data.
 
+    Read more in the :ref:`User Guide <guide-evaluating>`.
+
     Parameters
     ----------
     X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
@@ -180,13 +253,32 @@ def cluster_scores(X, labels_or_model, *, sample_weight=None, out_of_core="auto"
 
 
 def calinski_harabasz_score(X, labels_or_model, *, sample_weight=None, out_of_core="auto") -> float:
-    """Calinski-Harabasz index (variance ratio criterion; higher is better): scikit-learn's, on distributed data.
+    """Calinski-Harabasz index (variance ratio criterion; higher is better), on distributed data.
+
+    scikit-learn's :func:`sklearn.metrics.calinski_harabasz_score` on data of any size.
 
     ``(B / (k - 1)) / (W / (n - k))``: ``B`` the weighted squared distances of the cluster
     means to the overall mean, ``W`` those of the rows to their cluster's mean, ``n`` the
     total weight, ``k`` the clusters holding weight. One pass; ``W`` is exact (per-chunk
     scatter combined by Chan's update, not ``sum |x|^2 - n |m|^2``); O(k d) memory.
-    Parameters as :func:`cluster_scores`.
+
+    Read more in the :ref:`User Guide <guide-evaluating>`.
+
+    Parameters
+    ----------
+    X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        The rows.
+    labels_or_model : fitted KMeans, centroids (n_clusters, n_features) or labels (n_samples,)
+        The partition (see :func:`cluster_scores`).
+    sample_weight : array-like or Dask array of shape (n_samples,), optional
+        A row counts as ``sample_weight`` copies of itself.
+    out_of_core : {"auto", True, False}
+        Where the rows live during the pass, as for a fit.
+
+    Returns
+    -------
+    float
+        The index.
 
     Raises
     ------
@@ -204,7 +296,25 @@ def davies_bouldin_score(X, labels_or_model, *, sample_weight=None, out_of_core=
     The mean over clusters ``i`` of ``max_{j != i} (s_i + s_j) / |m_i - m_j|``, ``m`` the
     clusters' means (of their rows, not fitted centroids) and ``s`` the mean distance of
     their rows to them. Two passes (the means, then the distances); O(k d) memory, and the
-    ``k x k`` ratios in blocks of about 32 MiB. Parameters as :func:`cluster_scores`.
+    ``k x k`` ratios in blocks of about 32 MiB.
+
+    Read more in the :ref:`User Guide <guide-evaluating>`.
+
+    Parameters
+    ----------
+    X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        The rows.
+    labels_or_model : fitted KMeans, centroids (n_clusters, n_features) or labels (n_samples,)
+        The partition (see :func:`cluster_scores`).
+    sample_weight : array-like or Dask array of shape (n_samples,), optional
+        A row counts as ``sample_weight`` copies of itself.
+    out_of_core : {"auto", True, False}
+        Where the rows live during the passes, as for a fit.
+
+    Returns
+    -------
+    float
+        The index.
 
     Raises
     ------
@@ -219,10 +329,14 @@ def silhouette_score(X, labels_or_model, *, sample_size=None, random_state=None,
                      sample_weight=None, out_of_core="auto") -> float:
     """Silhouette coefficient (in [-1, 1], higher is better): exact on a sample, or simplified on all rows.
 
+    Read more in the :ref:`User Guide <guide-evaluating>`.
+
     Parameters
     ----------
-    X, labels_or_model, sample_weight, out_of_core
-        As :func:`cluster_scores`.
+    X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        The rows.
+    labels_or_model : fitted KMeans, centroids (n_clusters, n_features) or labels (n_samples,)
+        The partition (see :func:`cluster_scores`).
     sample_size : int, optional
         The exact silhouette (:func:`sklearn.metrics.silhouette_score`) of a sample of this
         many rows drawn without replacement, uniformly (proportionally to ``sample_weight``
@@ -239,6 +353,15 @@ def silhouette_score(X, labels_or_model, *, sample_size=None, random_state=None,
         (centroids, or the clusters' means for labels), weighted mean. One pass with a model
         or centroids, two with labels (the means first); O(k d) memory. A different number
         from the silhouette (Hruschka et al. 2004), at the cost of a pass.
+    sample_weight : array-like or Dask array of shape (n_samples,), optional
+        A row counts as ``sample_weight`` copies of itself.
+    out_of_core : {"auto", True, False}
+        Where the rows live during the passes, as for a fit.
+
+    Returns
+    -------
+    float
+        The silhouette coefficient.
 
     Raises
     ------

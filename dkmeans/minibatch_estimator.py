@@ -47,39 +47,29 @@ class MiniBatchKMeans(_KMeansBase):
     """Mini-batch k-means on a Dask cluster, scikit-learn compatible.
 
     scikit-learn's algorithm and parameters: each step draws ``batch_size`` rows with
-    replacement (uniformly; with ``sample_weight``, in proportion to the weight, and then
-    steps with unit weights, as scikit-learn's ``fit`` does; equal weights draw uniformly, so
-    ``sample_weight=np.ones(n)`` gives exactly the unweighted fit), assigns them to the nearest centers and moves each center toward
-    the mean of its batch rows with a per-center learning rate (the center stays the
-    weighted mean of every row it was given), and centers whose accumulated weight falls
-    below ``reassignment_ratio`` times the largest are moved to random batch rows.
-    NumPy, pandas, Dask arrays and Dask DataFrames in, the same types out, as
-    :class:`dkmeans.KMeans`. On Dask a step's batch is drawn by global row index (the
-    result does not depend on the chunking or the worker count for a given
-    ``random_state``), each worker contributes the k x d partials of the batch rows it
-    holds, and the steps run inside one task or SPMD on the workers, without a round
-    trip to the client per step. Data larger than the cluster's memory is read in row
-    order, once per epoch (``max_iter`` at most, usually one thanks to early stopping),
-    in consecutive batches; its rows must come in random order.
+    replacement (in proportion to ``sample_weight`` where given), assigns them to the
+    nearest centers and moves each center toward the mean of its batch rows with a
+    per-center learning rate; centers whose accumulated weight falls below
+    ``reassignment_ratio`` times the largest are moved to random batch rows. The same
+    inputs and outputs as :class:`dkmeans.KMeans`; on Dask the steps run on the workers
+    and the batches do not depend on the chunking. ``partial_fit`` with ``decay`` or
+    ``half_life`` follows drifting streams.
+
+    Read more in the :ref:`User Guide <guide-minibatch>`.
 
     Parameters
     ----------
     n_clusters : int, default 8
     init : {"k-means||", "k-means++", "random", "random-partition"}, callable or array-like, default "k-means||"
         Run on a sample of ``init_size`` rows (see :class:`dkmeans.KMeans` for the strategies).
-        The default departs from scikit-learn's ``"k-means++"``, as :class:`dkmeans.KMeans`'
-        does: from k-means++ mini-batch steps often stay in a poor local minimum (on 1.2M x 16
-        blobs, k = 32, 13-29% above ``KMeans``' objective for 7 of 8 seeds), from k-means||
-        they ended within 0.1% of it for every seed (benchmarks/README.md, ``minibatch.py
-        --defaults``).
+        The default departs from scikit-learn's ``"k-means++"``, from which mini-batch steps
+        often stay in a poor local minimum (see :ref:`guide-minibatch`).
     max_iter : int, default 100
         Maximum number of epochs (passes' worth of rows): ``max_iter * n_samples //
         batch_size`` steps at most.
     batch_size : int, default 4096
-        Rows per step, drawn with replacement (scikit-learn's meaning; its default is 1024).
-        4096 is measured: on the set above it stopped after about a third of the steps 1024
-        needed, in less time overall, at the same objective; the default ``init_size`` is
-        ``3 * batch_size`` rows.
+        Rows per step, drawn with replacement (scikit-learn's meaning; its default is 1024,
+        which needed about three times the steps in the measurements of the guide).
     verbose : int or bool, default 0
         One line per step when > 0 (or True), and at an early stop scikit-learn's
         ``Converged (small centers change) at step i/n`` or ``Converged (lack of improvement
@@ -100,15 +90,13 @@ class MiniBatchKMeans(_KMeansBase):
     n_init : "auto" or int, default "auto"
         Initialisations (each on its own sample), the best on a further sample is kept;
         "auto": 1 for "k-means++" and given centers, 3 otherwise (scikit-learn's rule for
-        "random" and a callable, and for the default "k-means||": one k-means|| start on a
-        sample lands in a local minimum for about 3 seeds in 8, the best of three did not).
+        "random" and a callable, and for the default "k-means||").
     reassignment_ratio : float, default 0.01
     decay : float in [0, 1], optional
         Forgetting for streams (Spark ``StreamingKMeans``'s ``decayFactor``): before a
         batch, every center's count ``n`` becomes ``a n`` with ``a = decay`` per
-        ``time_unit``, so ``c' = (a n c + s) / (a n + m)`` and ``n' = a n + m`` for a
-        center given batch weight ``m`` and weighted row sum ``s``. 1 (or None) is
-        scikit-learn's rule; 0 forgets everything before the batch.
+        ``time_unit``. 1 (or None) is scikit-learn's rule; 0 forgets everything before the
+        batch. See :ref:`guide-minibatch`.
     half_life : float, optional
         Instead of ``decay``: the time units after which past data has half its weight,
         ``a = 0.5 ** (1 / half_life)``.
@@ -117,17 +105,11 @@ class MiniBatchKMeans(_KMeansBase):
         batch of ``m`` rows (Spark's two units).
     checkpoint : str or path-like, optional
         A checkpoint file (exactly this path): the fit writes its state there after the
-        initialisation, every ``checkpoint_every`` steps and at the end of the run
-        (atomically: write, then rename): centers, counts, the step count, the
-        early-stopping state and the history, and for data read in row order (out of
-        core) the position in the pass and the rows of the unfinished batch. If the file
-        exists when ``fit`` starts, the fit skips the initialisation and continues the
-        run, ending with the same result as an uninterrupted fit (the same
-        ``cluster_centers_``, ``n_steps_``, ``stop_reason_`` and history); out of core,
-        the chunks before the saved position are not read again. A checkpoint of another
-        job (other data shape, dtype, data moments or parameters) is refused with
-        :class:`dkmeans.io.checkpoint.CheckpointError` naming what differs. The file is
-        kept after the fit; it is not part of a saved model. ``partial_fit`` does not use it.
+        initialisation, every ``checkpoint_every`` steps and at the end of the run. If the
+        file exists when ``fit`` starts, the fit continues the run, ending with the same
+        result as an uninterrupted fit. A checkpoint of another job is refused with
+        :class:`dkmeans.io.checkpoint.CheckpointError` naming what differs. ``partial_fit``
+        does not use it. See :ref:`guide-long-jobs`.
     checkpoint_every : int, default 100
         Mini-batch steps between checkpoint writes (out of core: at least this many,
         written when the state comes back between groups of chunks).
@@ -275,6 +257,20 @@ class MiniBatchKMeans(_KMeansBase):
         initialises the centers from ``X``. With ``decay`` or ``half_life`` the centers
         follow a drifting stream (see the class docstring). ``labels_`` and ``inertia_``
         are those of this batch when ``compute_labels``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
+            One batch of rows.
+        y : ignored
+            Not used, present for scikit-learn's API.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the batch's rows.
+
+        Returns
+        -------
+        self : MiniBatchKMeans
+            The updated estimator.
         """
         spec = self._fit_spec(warn_init=not hasattr(self, "cluster_centers_"))
         if is_dask_collection(X):

@@ -14,6 +14,8 @@ from dkmeans.errors import InvalidDataError
 class Model:
     """A trained k-means model (oneDAL ``kmeans::model``).
 
+    Read more in the :ref:`User Guide <guide-functional>`.
+
     Parameters
     ----------
     centroids : ndarray, shape (k, d)
@@ -40,6 +42,8 @@ class Model:
 @dataclass(frozen=True)
 class TrainResult:
     """Result of :func:`dkmeans.train` (oneDAL ``kmeans::train_result``).
+
+    Read more in the :ref:`User Guide <guide-functional>`.
 
     Attributes
     ----------
@@ -78,6 +82,8 @@ class TrainResult:
 @dataclass(frozen=True)
 class InferResult:
     """Result of :func:`dkmeans.infer` (oneDAL ``kmeans::infer_result``).
+
+    Read more in the :ref:`User Guide <guide-functional>`.
 
     Attributes
     ----------

@@ -43,6 +43,18 @@ def plot_history(history, ax=None):
 
     Steps are Lloyd iterations, local-search rounds and Hartigan rounds in the order they ran
     (each phase numbers its own records, so the position is the step).
+
+    Parameters
+    ----------
+    history : list of dict or of records
+        ``KMeans.history_``, ``TrainResult.history`` (or their records).
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: the current axes).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes drawn on.
     """
     plt = _pyplot()
     ax = ax or plt.gca()
@@ -57,7 +69,30 @@ def plot_history(history, ax=None):
 
 
 def plot_clusters(X, labels, centroids, ax=None, max_points: int = 20_000, seed: int = 0):
-    """Rows coloured by cluster (a random sample of at most ``max_points``) and the centroids."""
+    """Rows coloured by cluster (a random sample of at most ``max_points``) and the centroids.
+
+    Data of more than two columns is drawn on its first two principal axes.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        The rows (in memory).
+    labels : array-like of shape (n_samples,)
+        Each row's cluster.
+    centroids : array-like of shape (n_clusters, n_features)
+        The centroids, drawn as crosses.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: the current axes).
+    max_points : int, default 20000
+        The most rows drawn (a random sample of larger data).
+    seed : int, default 0
+        Seed of that sample.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes drawn on.
+    """
     plt = _pyplot()
     ax = ax or plt.gca()
     X = np.asarray(X)
@@ -76,7 +111,26 @@ def plot_clusters(X, labels, centroids, ax=None, max_points: int = 20_000, seed:
 
 
 def save_fit_plot(path, history, X_sample, labels_sample, centroids):
-    """Write the objective history and the clusters side by side to ``path`` (PNG)."""
+    """Write the objective history and the clusters side by side to ``path`` (PNG).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file to write.
+    history : list of dict or of records
+        The fit's history (as :func:`plot_history`).
+    X_sample : array-like of shape (n_samples, n_features)
+        Rows to draw (as :func:`plot_clusters`).
+    labels_sample : array-like of shape (n_samples,)
+        Their clusters.
+    centroids : array-like of shape (n_clusters, n_features)
+        The centroids.
+
+    Returns
+    -------
+    str or path-like
+        ``path``.
+    """
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
     plot_history(history, left)
@@ -88,7 +142,24 @@ def save_fit_plot(path, history, X_sample, labels_sample, centroids):
 
 
 def plot_sweep(k_values, objectives, suggested_k=None, ax=None):
-    """The objective per k (a sweep's curve), the suggested k marked."""
+    """The objective per k (a sweep's curve), the suggested k marked.
+
+    Parameters
+    ----------
+    k_values : sequence of int
+        The values of k (``SweepResult.k_values``).
+    objectives : sequence of float
+        The objective of each.
+    suggested_k : int, optional
+        Marked with a dashed line when given.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: the current axes).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes drawn on.
+    """
     plt = _pyplot()
     ax = ax or plt.gca()
     ax.plot(k_values, objectives, marker="o")
@@ -103,7 +174,24 @@ def plot_sweep(k_values, objectives, suggested_k=None, ax=None):
 
 
 def save_sweep_plot(path, k_values, objectives, suggested_k=None):
-    """Write :func:`plot_sweep` to ``path`` (PNG); returns the path."""
+    """Write :func:`plot_sweep` to ``path`` (PNG); returns the path.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file to write.
+    k_values : sequence of int
+        The values of k.
+    objectives : sequence of float
+        The objective of each.
+    suggested_k : int, optional
+        Marked with a dashed line when given.
+
+    Returns
+    -------
+    str or path-like
+        ``path``.
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 5))
     plot_sweep(k_values, objectives, suggested_k, ax)

@@ -1,4 +1,5 @@
-"""A batch job: the command line end to end, as a scheduler would run it.
+"""A batch job: the command line end to end, as a scheduler would run it
+=====================================================================
 
 Run: .venv/bin/python examples/batch_job.py [WORKDIR]
 Calls ``dkmeans fit`` / ``predict`` / ``evaluate`` in subprocesses (what an sbatch script

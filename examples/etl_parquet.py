@@ -1,4 +1,5 @@
-"""ETL: Parquet in, labelled Parquet out, on a Dask cluster, without a shuffle.
+"""ETL: Parquet in, labelled Parquet out, on a Dask cluster, without a shuffle
+===========================================================================
 
 Run: .venv/bin/python examples/etl_parquet.py [WORKDIR]
 Writes a small partitioned Parquet data set, clusters two of its columns, and writes the

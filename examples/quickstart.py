@@ -1,4 +1,5 @@
-"""Quickstart: the scikit-learn estimator and the oneDAL-style functional API.
+"""Quickstart: the scikit-learn estimator and the oneDAL-style functional API
+==========================================================================
 
 Run: .venv/bin/python examples/quickstart.py
 (starts a local Dask cluster, one worker process per core, on 127.0.0.1).

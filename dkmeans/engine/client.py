@@ -46,8 +46,9 @@ _exit_handler: list = []  # registered once, when the first embedded cluster sta
 class EmbeddedClusterWarning(UserWarning):
     """dkmeans started its own local Dask cluster and made it Dask's default scheduler.
 
-    Issued once, when the cluster starts (see :data:`SET_AS_DEFAULT_KEY` to keep the user's
-    scheduler instead). Silence it with ``warnings.filterwarnings("ignore",
+    Issued once, when the cluster starts (set the Dask config
+    ``dkmeans.embedded-cluster.set-as-default`` to False to keep the user's scheduler
+    instead). Silence it with ``warnings.filterwarnings("ignore",
     category=dkmeans.engine.client.EmbeddedClusterWarning)``.
     """
 
@@ -161,7 +162,7 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
 def start_local_cuda_cluster(*, set_as_default: bool = True, **kwargs):
     """Start a loopback-only ``dask_cuda.LocalCUDACluster`` (one worker per GPU) and a client.
 
-    ``set_as_default`` as for :func:`start_local_cluster`.
+    ``set_as_default`` as for ``start_local_cluster``.
 
     Raises
     ------
@@ -197,13 +198,15 @@ def connect_scheduler(address: str, *, timeout="30s", tls_ca_file=None, tls_cert
 def get_client(*, gpu: bool = False, **kwargs):
     """The client to run on: the current one, else the embedded local cluster's.
 
+    Read more in the :ref:`User Guide <guide-cluster>`.
+
     Parameters
     ----------
     gpu : bool
         Start a ``LocalCUDACluster`` (dask-cuda, one worker per GPU) instead of a CPU
         cluster when no client exists.
     **kwargs
-        Options for :func:`start_local_cluster` (or ``LocalCUDACluster``), used only when
+        Options for ``start_local_cluster`` (or ``LocalCUDACluster``), used only when
         the embedded cluster is started by this call. ``set_as_default`` defaults to the
         Dask config ``dkmeans.embedded-cluster.set-as-default`` (true).
 

@@ -63,12 +63,15 @@ def _csv_files(path: str):
 def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB"):
     """Read Parquet (file, directory or glob, with pyarrow) or CSV into a Dask DataFrame.
 
+    Read more in the :ref:`User Guide <guide-data>`.
+
     CSV: ``dd.read_csv`` over the files (sorted), registered with the engine, which reads
-    a fit's feature columns of it in row batches itself (:mod:`dkmeans.engine.sources`).
+    a fit's feature columns of it in row batches itself (``dkmeans.engine.sources``).
 
     Parameters
     ----------
     path : str or Path
+        A Parquet file, directory or glob, or a CSV file or glob.
     columns : list of str, optional
         Read only these columns (Parquet reads nothing else from disk).
     fmt : {"parquet", "csv"}, optional
@@ -102,7 +105,24 @@ def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB"):
 
 
 def write_parquet(df, path, overwrite: bool = True) -> Path:
-    """Write a Dask DataFrame as a Parquet directory, one file per partition (pyarrow)."""
+    """Write a Dask DataFrame as a Parquet directory, one file per partition (pyarrow).
+
+    Read more in the :ref:`User Guide <guide-data>`.
+
+    Parameters
+    ----------
+    df : dask.dataframe.DataFrame
+        The frame, e.g. ``df.assign(cluster=km.predict(df[features]))``.
+    path : str or path-like
+        The directory to write.
+    overwrite : bool, default True
+        Replace what is in the directory.
+
+    Returns
+    -------
+    pathlib.Path
+        The directory.
+    """
     df.to_parquet(str(path), engine="pyarrow", write_index=True, overwrite=overwrite)
     return Path(path)
 

@@ -20,46 +20,14 @@ import numpy as np
 from dkmeans.drivers.streams import resolve_seed
 from dkmeans.errors import InvalidParameterError
 from dkmeans.estimator import KMeans, _record_line
+from dkmeans.fit.gap import ReferenceCurve
+from dkmeans.fit.krules import RULE_TEXT, Scores, answers, elbow, suggest
 from dkmeans.fit.sweep import run_sweep
 
 logger = logging.getLogger("dkmeans")
 
 #: The rule :func:`elbow` applies, as :attr:`SweepResult.rule` states it.
-ELBOW_RULE = ("elbow of the objective curve: the k farthest below the straight line from the first to the last "
-              "point, with k and the logarithm of the objective each scaled to [0, 1] (Kneedle on the log "
-              "objective; the objective itself where one is 0); none where no point lies below that line")
-
-
-def elbow(k_values, objectives) -> int | None:
-    """The elbow of a decreasing objective curve (:data:`ELBOW_RULE`), or None.
-
-    ``k`` and ``log(objective)`` are each scaled to [0, 1]; the elbow is the k whose point
-    lies farthest below the chord from the first point to the last (the largest vertical
-    gap, which is the largest distance to the chord: the chord's slope is fixed). The
-    logarithm weighs each added cluster by the factor it cuts the objective by, so the
-    last of several large relative drops (well separated clusters found) stands out from
-    the slow tail after it; on the objective itself the tail's small absolute values hide
-    that last drop (20,000 rows of 6 blobs, k = 2..10: the objective's elbow is 5, the log
-    objective's 6). Where an objective is 0 (as many distinct rows as clusters) the objective
-    itself is scaled. None for fewer than three values, a flat curve, or a curve with no
-    point below the chord (straight or concave: no k after which clusters start to pay less).
-
-    Parameters
-    ----------
-    k_values : sequence of int, increasing
-    objectives : sequence of float
-    """
-    k = np.asarray(k_values, dtype=np.float64)
-    f = np.asarray(objectives, dtype=np.float64)
-    if k.size < 3 or not np.all(np.isfinite(f)) or f.max() == f.min():
-        return None
-    if f.min() > 0:
-        f = np.log(f)
-    x = (k - k[0]) / (k[-1] - k[0])
-    y = (f - f.min()) / (f.max() - f.min())
-    gap = (y[0] + (y[-1] - y[0]) * x) - y  # chord minus curve: positive below the chord
-    best = int(np.argmax(gap))
-    return int(k_values[best]) if gap[best] > 1e-12 else None
+ELBOW_RULE = RULE_TEXT["elbow"]
 
 
 class _Progress:
@@ -95,9 +63,10 @@ class SweepResult:
         Per-k metrics: the objective and :func:`dkmeans.metrics.cluster_scores`' Calinski-Harabasz,
         Davies-Bouldin, simplified silhouette and imbalance factor (two passes for every k together).
     suggested_k : int or None
-        By :attr:`rule`.
+        By :attr:`rule`; None where the data shows no clear k (no cluster structure by the
+        gap statistic, or no rule finds a k).
     rule : str
-        How ``suggested_k`` was chosen.
+        How ``suggested_k`` was chosen, and why.
     n_passes : int
         Passes over the data the whole sweep made.
     data_mode : {"in-memory", "out-of-core"}
@@ -105,6 +74,16 @@ class SweepResult:
         Wall time of the sweep.
     random_state : int
         The seed every k was fitted with.
+    stop_reason : dict of int to str
+    answers : dict of str to int or None
+        Every rule's k (:data:`dkmeans.fit.krules.RULE_TEXT` says what each does): ``elbow``,
+        ``calinski_harabasz``, ``davies_bouldin``, ``silhouette``, ``gap``, ``bic``.
+    scores : Scores
+        The per-k criteria the rules read (:class:`dkmeans.fit.krules.Scores`), with the gap at k = 1.
+    reference : ReferenceCurve or None
+        The gap statistic's reference fits (:class:`dkmeans.fit.gap.ReferenceCurve`: per k the
+        mean and spread of their log objective, the passes they made); None without reference
+        draws (``reference_draws=0``) or for cosine.
     """
 
     k_values: list
@@ -120,6 +99,9 @@ class SweepResult:
     seconds: float
     random_state: int
     stop_reason: dict = field(default_factory=dict)
+    answers: dict = field(default_factory=dict)
+    scores: Scores | None = None
+    reference: ReferenceCurve | None = None
 
     def rows(self) -> list[dict]:
         """One dict per k: k, objective, n_iter, passes, stop_reason and the metrics."""
@@ -141,6 +123,9 @@ class SweepResult:
                          f"{str(row['stop_reason']):<16}" + "".join(f"  {_cell(row[n]):>14}" for n in extra) + mark)
         longest = max(self.passes.values())
         lines.append(f"suggested k: {self.suggested_k if self.suggested_k is not None else 'none'} ({self.rule})")
+        if self.answers:
+            lines.append("each rule's k: " + ", ".join(
+                f"{name} {'none' if k is None else k}" for name, k in self.answers.items()))
         lines.append(f"passes over the data: {self.n_passes} in all ({self.n_passes / longest:.2f}x the longest single "
                      f"fit's {longest}; fitted one by one: {sum(self.passes.values())})")
         return "\n".join(lines)
@@ -179,7 +164,8 @@ def check_k_values(k_values) -> list[int]:
     return sorted(values)
 
 
-def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params) -> SweepResult:
+def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws: int = 5,
+          reference_rows: int = 20_000, silhouette_rows: int = 2_000, **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
     Each k's fit runs as ``KMeans(n_clusters=k, random_state=random_state, **kmeans_params)``
@@ -250,7 +236,8 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
     template = models[ks[-1]]
     dataset = template._fit_dataset(X)  # validated once; records n_features_in_ and the feature names
     specs = [dataclasses.replace(models[k]._fit_spec(), on_iteration=_Progress(k, verbose)) for k in ks]
-    run = run_sweep(specs, dataset, sample_weight)
+    run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws, reference_rows=reference_rows,
+                    silhouette_rows=silhouette_rows)
     for k, spec, fit in zip(ks, specs, run.fits):
         model = models[k]
         for name in ("n_features_in_", "feature_names_in_"):
@@ -258,14 +245,30 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
                 setattr(model, name, getattr(template, name))
         model._fitted(fit.result, spec)
     objective = {k: float(models[k].inertia_) for k in ks}
+    metrics = {k: dict(fit.metrics) for k, fit in zip(ks, run.fits)}
+    scores = sweep_scores(ks, objective, metrics, run.reference)
+    suggested, rule = suggest(scores)
     return SweepResult(
         k_values=ks, models=models, objective=objective, n_iter={k: int(models[k].n_iter_) for k in ks},
-        passes={k: int(fit.result.n_passes) for k, fit in zip(ks, run.fits)},
-        metrics={k: dict(fit.metrics) for k, fit in zip(ks, run.fits)},
-        suggested_k=elbow(ks, [objective[k] for k in ks]), rule=ELBOW_RULE, n_passes=run.n_passes,
+        passes={k: int(fit.result.n_passes) for k, fit in zip(ks, run.fits)}, metrics=metrics,
+        suggested_k=suggested, rule=rule, n_passes=run.n_passes,
         data_mode=run.data_mode, seconds=time.perf_counter() - t0, random_state=seed,
-        stop_reason={k: models[k].stop_reason_ for k in ks},
+        stop_reason={k: models[k].stop_reason_ for k in ks}, answers=answers(scores), scores=scores, reference=run.reference,
     )
 
 
-__all__ = ["ELBOW_RULE", "SweepResult", "check_k_values", "elbow", "sweep"]
+def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
+    """The rules' :class:`~dkmeans.fit.krules.Scores` from a sweep's per-k objective and metrics."""
+    def column(name):
+        return [float(metrics[k].get(name, float("nan"))) for k in ks]
+
+    gap_at_1 = sd_at_1 = float("nan")
+    if reference is not None:
+        gap_at_1 = reference.gap(1, reference.total_scatter)
+        sd_at_1 = reference.sd_log[1] * float(np.sqrt(1 + 1 / reference.draws))
+    return Scores(ks=list(ks), objective=[objective[k] for k in ks], calinski_harabasz=column("calinski_harabasz"),
+                  davies_bouldin=column("davies_bouldin"), silhouette=column("silhouette"), bic=column("bic"),
+                  gap=column("gap"), gap_sd=column("gap_sd"), gap_at_1=gap_at_1, gap_sd_at_1=sd_at_1)
+
+
+__all__ = ["ELBOW_RULE", "SweepResult", "check_k_values", "elbow", "sweep", "sweep_scores"]

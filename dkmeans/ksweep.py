@@ -2,7 +2,7 @@
 
 (The module is ``dkmeans.ksweep``, so that the function ``dkmeans.sweep`` does not hide it.) The face of :func:`dkmeans.fit.sweep.run_sweep`: scikit-learn's words (``KMeans`` keywords) in,
 one :class:`SweepResult` out, with the fitted :class:`~dkmeans.KMeans` of every k, the
-objective curve, per-k metrics and a suggested k.
+objective curve, per-k metrics, every rule's k and a suggested k (:mod:`dkmeans.fit.krules`).
 """
 
 from __future__ import annotations
@@ -188,6 +188,15 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
     random_state : int, Generator, RandomState or None
         Resolved once to one seed that every k's fit uses (``SweepResult.random_state``):
         ``KMeans(n_clusters=k, random_state=result.random_state)`` refits any k alone.
+    reference_draws : int, default 5
+        Reference data sets of the gap statistic (uniform in the data's principal box, made
+        inside the passes, keyed by row index); 0: no gap (then no "no clear k" either). The
+        gap is Euclidean: none for ``metric="cosine"`` or sparse data.
+    reference_rows : int, default 20,000
+        Rows of each reference data set (those of the first global row indices).
+    silhouette_rows : int, default 2,000
+        Rows of the sample every k's silhouette is computed on (one pass, then scikit-learn's
+        ``silhouette_score`` on the caller, O(silhouette_rows^2) per k); 0: no silhouette.
     **kmeans_params
         Any other :class:`~dkmeans.KMeans` parameter, the same for every k (not
         ``n_clusters``; not ``checkpoint``; ``init`` a strategy name or a callable, not
@@ -196,9 +205,13 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
     Returns
     -------
     SweepResult
-        ``suggested_k`` by the elbow of the objective curve (:func:`elbow`, stated in
-        ``rule``); per-k metrics with the cluster scores, which add two combined passes for
-        every k together.
+        ``suggested_k`` by :func:`dkmeans.fit.krules.suggest`, its reason in ``rule``: None
+        ("no clear k") where the gap statistic finds the data no more clustered than uniform
+        data, else the k most of Calinski-Harabasz, Davies-Bouldin, the elbow and the gap rule
+        choose (the rule that ``benchmarks/choose_k.py`` measured best); every rule's own k in
+        ``answers``. The cluster scores add two combined passes for every k together; the gap's
+        reference fits and the silhouette's sample ride the fits' passes (the sweep makes more
+        passes only where the reference fits take longer than the longest k's fit).
 
     Raises
     ------

@@ -11,7 +11,7 @@ Lloyd iteration of every draw and every k rides one pass.
 
 Each reference fit starts from k-means++ (scikit-learn's ``kmeans_plusplus``) on the draw's
 first rows, generated on the caller, and runs Lloyd until no fit's objective falls by more
-than ``tol`` (relative) or ``max_iter`` passes.
+than ``tol`` (relative) or ``max_iter`` passes; a fit that has settled leaves the passes.
 """
 
 from __future__ import annotations
@@ -108,15 +108,20 @@ def reference_curve(data, k_values, seed: int, *, draws: int = 5, max_rows: int 
     streams = [stream("gap.reference", b) for b in range(draws)]
     centroids = [_seeds(frame, m, seed, s, ks, b) for b, s in enumerate(streams)]
     last = np.full((draws, len(ks)), np.inf)
+    active = np.ones((draws, len(ks)), dtype=bool)  # a settled fit leaves the passes
     for _ in range(max_iter):
-        parts = data.map_reduce(_reference_chunk, combine_reference, (m, frame, seed, streams, centroids))
-        objective = np.array([[p[2] for p in per_draw] for per_draw in parts])
-        settled = np.all(last - objective <= tol * objective)
-        last = objective
-        if settled:
+        at = [np.flatnonzero(row) for row in active]
+        sent = [[centroids[b][j] for j in at[b]] for b in range(draws)]
+        parts = data.map_reduce(_reference_chunk, combine_reference, (m, frame, seed, streams, sent))
+        for b, per_draw in enumerate(parts):
+            for j, (sums, count, objective) in zip(at[b], per_draw):
+                active[b, j] = last[b, j] - objective > tol * objective
+                last[b, j] = objective
+                if active[b, j]:
+                    centroids[b][j] = np.where(count[:, None] > 0, sums / np.maximum(count, 1.0)[:, None],
+                                               centroids[b][j])
+        if not active.any():
             break
-        centroids = [[np.where(count[:, None] > 0, sums / np.maximum(count, 1.0)[:, None], C)
-                      for (sums, count, _), C in zip(per_draw, sets)] for per_draw, sets in zip(parts, centroids)]
     # an objective of 0 (k at least the distinct reference rows) has no logarithm: NaN, no gap there
     logs = np.log(np.where(last > 0, last, np.nan) / m)
     return ReferenceCurve(mean_log={k: float(v) for k, v in zip(ks, logs.mean(axis=0))},

@@ -47,7 +47,7 @@ class Scores:
 
 
 def elbow(k_values, objectives) -> int | None:
-    """The elbow of a decreasing objective curve (:data:`ELBOW_RULE`), or None.
+    """The elbow of a decreasing objective curve (``RULE_TEXT["elbow"]``), or None.
 
     ``k`` and ``log(objective)`` are each scaled to [0, 1]; the elbow is the k whose point
     lies farthest below the chord from the first point to the last (the largest vertical

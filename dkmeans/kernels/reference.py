@@ -145,6 +145,9 @@ def reference_partials(offset: int, n: int, m: int, frame: Frame, seed: int, str
     """
     out = []
     for stream, sets in zip(streams, centroids):
+        if not len(sets):
+            out.append([])
+            continue
         R = reference_rows(frame, offset, n, m, seed, stream)
         per_set = []
         for C in sets:

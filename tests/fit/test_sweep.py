@@ -290,3 +290,20 @@ def test_without_reference_draws_or_sample_the_rules_that_need_them_abstain(blob
     assert result.reference is None and result.answers["gap"] is None and result.answers["silhouette"] is None
     assert result.suggested_k == 5 and "no test for data without clusters" in result.rule
     assert result.n_passes == max(result.passes.values()) + METRIC_PASSES
+
+
+def test_sparse_rows_sweep_with_scikit_learn_s_scores():
+    """CSR data: the scores of every k are scikit-learn's (on the dense rows); no gap, no silhouette (Euclidean
+    reference and sample of dense rows only)."""
+    import scipy.sparse as sp
+
+    X = sp.random(400, 12, density=0.3, format="csr", random_state=0, dtype=np.float64)
+    result = dkmeans.sweep(X, [2, 3, 4], random_state=0)
+    dense = X.toarray()
+    for k in (2, 3, 4):
+        labels = result.models[k].labels_
+        assert result.metrics[k]["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(dense, labels),
+                                                                        rel=1e-9)
+        assert result.metrics[k]["davies_bouldin"] == pytest.approx(davies_bouldin_score(dense, labels), rel=1e-9)
+    assert result.reference is None and result.answers["gap"] is None and result.answers["silhouette"] is None
+    assert result.suggested_k in (2, 3, 4) and "no test for data without clusters" in result.rule

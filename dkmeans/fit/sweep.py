@@ -43,6 +43,7 @@ from dkmeans.fit.gap import ReferenceCurve, reference_curve
 from dkmeans.fit.krules import bic_score
 from dkmeans.fit.quality import cluster_scores, sample_rows
 from dkmeans.kernels.inference import labels_block
+from dkmeans.kernels.namespace import to_host
 from dkmeans.fit.results import fit_result
 from dkmeans.fit.service import fit_placed, placed
 from dkmeans.fit.spec import FitResult, FitSpec
@@ -107,7 +108,7 @@ def sample_silhouettes(rows, centroids: dict, metric: str) -> dict:
 
     out = {}
     for k, C in centroids.items():
-        labels = np.asarray(labels_block(rows, np.asarray(C).astype(rows.dtype), metric))
+        labels = np.asarray(labels_block(rows, np.asarray(to_host(C)).astype(rows.dtype), metric))
         n_labels = np.unique(labels).size
         out[k] = float(silhouette_score(rows, labels)) if 1 < n_labels < rows.shape[0] else nan
     return out
@@ -205,7 +206,7 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     silhouettes = {}
     if with_sample:
         centroids = {spec.n_clusters: o[0].centroids for spec, o in zip(specs, outcomes)}
-        silhouettes = sample_silhouettes(np.asarray(outcomes[-1]), centroids, specs[0].metric)
+        silhouettes = sample_silhouettes(np.asarray(to_host(outcomes[-1])), centroids, specs[0].metric)
     fits = []
     for spec, (best, labels, inertia, n_passes, per_cluster, view, metrics) in zip(specs, outcomes):
         result = fit_result(spec, dataset, view, best.centroids, labels, inertia, best.n_iter, best.stop_reason,

@@ -22,6 +22,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from dkmeans.kernels.namespace import to_host
 from dkmeans.kernels.nearest import assign
 from dkmeans.kernels.sampling import uniform_by_index
 
@@ -44,13 +45,13 @@ class Frame(NamedTuple):
 
 
 def _positive(X, w):
-    return X if w is None else X[np.asarray(w).reshape(-1) > 0]
+    return X if w is None else X[np.asarray(to_host(w)).reshape(-1) > 0]
 
 
 def frame_partials(X, w=None) -> FrameStats:
-    """:class:`FrameStats` of a chunk (weights as multiplicities)."""
-    X64 = np.asarray(X, dtype=np.float64)
-    w64 = np.ones(X64.shape[0]) if w is None else np.asarray(w, dtype=np.float64).reshape(-1)
+    """:class:`FrameStats` of a chunk (weights as multiplicities; device rows copied to the host)."""
+    X64 = np.asarray(to_host(X), dtype=np.float64)
+    w64 = np.ones(X64.shape[0]) if w is None else np.asarray(to_host(w), dtype=np.float64).reshape(-1)
     count = float(w64.sum())
     d = X64.shape[1]
     if count <= 0:
@@ -82,7 +83,7 @@ def principal_axes(stats: FrameStats) -> np.ndarray:
 
 def extent_partials(X, w, mean, axes):
     """``(lo, hi)`` of the chunk's rows of positive weight along ``axes`` (``(inf, -inf)`` for none)."""
-    rows = _positive(np.asarray(X, dtype=np.float64), w)
+    rows = _positive(np.asarray(to_host(X), dtype=np.float64), w)
     d = axes.shape[1]
     if rows.shape[0] == 0:
         return np.full(d, np.inf), np.full(d, -np.inf)

@@ -1,4 +1,4 @@
-"""Choosing k: how often each rule of ``dkmeans.sweep`` finds the true k, on data with a known answer.
+"""Choosing k: how often each rule of ``dkmeans.sweep`` finds the true k of data with a known k.
 
 Sets (``--families``), each generated from its seed (a set's k and d are drawn from the family's
 lists by the seed, so seeds cover different k and d):
@@ -34,7 +34,7 @@ Sizes: ``--rows-per-cluster`` 150 (``--full``: 1,000), uniform sets 20 x 150 row
 ``--from-json`` re-applies the rules to them without fitting again.
 
 Run:  .venv/bin/python benchmarks/choose_k.py [--seeds 4] [--full] [--families separated uniform]
-      .venv/bin/python benchmarks/choose_k.py --from-json benchmarks/results/choose_k.json   # rules again
+      .venv/bin/python benchmarks/choose_k.py --from-json benchmarks/results/choose_k.json
 """
 
 from __future__ import annotations
@@ -52,7 +52,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import load_sipu, machine, sipu_dir, write_json  # noqa: E402
 
-FAMILIES = ("separated", "overlapping", "unequal", "anisotropic", "noise", "high-d", "many-k", "uniform", "sipu")
+FAMILIES = (
+    "separated",
+    "overlapping",
+    "unequal",
+    "anisotropic",
+    "noise",
+    "high-d",
+    "many-k",
+    "uniform",
+    "sipu",
+)
 COARSE = (2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 #: per family: k values, d values, separation in standard deviations
 SHAPES = {
@@ -91,7 +101,9 @@ def generate(family: str, seed: int, per_cluster: int, uniform_rows: int):
     C = centres(rng, k, d, separation)
     sizes = np.full(k, per_cluster)
     if family == "unequal":
-        sizes = np.round(per_cluster * 2 * np.geomspace(1, 10, k)[rng.permutation(k)] / 5.5).astype(int)
+        sizes = np.round(per_cluster * 2 * np.geomspace(1, 10, k)[rng.permutation(k)] / 5.5).astype(
+            int
+        )
     parts = []
     for j in range(k):
         Z = rng.standard_normal((sizes[j], d))
@@ -123,10 +135,25 @@ def sweep_scores(X, k_true: int, seed: int, reference_draws: int) -> dict:
     t0 = time.perf_counter()
     result = dkmeans.sweep(X, ks, random_state=seed, reference_draws=reference_draws)
     scores = result.scores
-    raw = {name: list(getattr(scores, name)) for name in ("ks", "objective", "calinski_harabasz", "davies_bouldin",
-                                                           "silhouette", "bic", "gap", "gap_sd")}
-    raw.update(gap_at_1=scores.gap_at_1, gap_sd_at_1=scores.gap_sd_at_1, seconds=time.perf_counter() - t0,
-               n_passes=result.n_passes)
+    raw = {
+        name: list(getattr(scores, name))
+        for name in (
+            "ks",
+            "objective",
+            "calinski_harabasz",
+            "davies_bouldin",
+            "silhouette",
+            "bic",
+            "gap",
+            "gap_sd",
+        )
+    }
+    raw.update(
+        gap_at_1=scores.gap_at_1,
+        gap_sd_at_1=scores.gap_sd_at_1,
+        seconds=time.perf_counter() - t0,
+        n_passes=result.n_passes,
+    )
     return raw
 
 
@@ -135,16 +162,26 @@ def restrict(raw: dict, grid: list):
     from dkmeans.fit.krules import Scores
 
     at = [raw["ks"].index(k) for k in grid]
-    pick = {name: [raw[name][i] for i in at] for name in ("objective", "calinski_harabasz", "davies_bouldin",
-                                                          "silhouette", "bic", "gap", "gap_sd")}
+    pick = {
+        name: [raw[name][i] for i in at]
+        for name in (
+            "objective",
+            "calinski_harabasz",
+            "davies_bouldin",
+            "silhouette",
+            "bic",
+            "gap",
+            "gap_sd",
+        )
+    }
     return Scores(ks=list(grid), **pick, gap_at_1=raw["gap_at_1"], gap_sd_at_1=raw["gap_sd_at_1"])
 
 
 def near(grid: list, k_true: int) -> set:
-    """The grid values within one step of the true k (its neighbours, or the two values around it)."""
+    """The grid values within one step of the true k (its neighbours, or the values around it)."""
     if k_true in grid:
         i = grid.index(k_true)
-        return set(grid[max(0, i - 1):i + 2])
+        return set(grid[max(0, i - 1) : i + 2])
     below = [k for k in grid if k < k_true]
     above = [k for k in grid if k > k_true]
     return set(below[-1:] + above[:1])
@@ -183,8 +220,15 @@ def evaluate(records: list, tune_seeds: int, all_seeds: bool):
 
 def print_table(table) -> None:
     rules = ["elbow", "calinski_harabasz", "davies_bouldin", "silhouette", "gap", "bic", "default"]
-    short = {"calinski_harabasz": "CH max", "davies_bouldin": "DB min", "silhouette": "silhouette",
-             "gap": "gap", "bic": "BIC", "elbow": "elbow", "default": "**default**"}
+    short = {
+        "calinski_harabasz": "CH max",
+        "davies_bouldin": "DB min",
+        "silhouette": "silhouette",
+        "gap": "gap",
+        "bic": "BIC",
+        "elbow": "elbow",
+        "default": "**default**",
+    }
     for grid in ("fine", "coarse"):
         families = [f for f in FAMILIES if (grid, f, "default") in table]
         print(f"\n{grid} grid: share of sets with the true k (within one grid step)\n")
@@ -200,8 +244,16 @@ def print_table(table) -> None:
                 for i, v in enumerate((hit, close, sets)):
                     totals[rule][i] += v
             print(f"| {family} | {n} | " + " | ".join(cells) + " |")
-        print("| **all** | " + str(totals[rules[0]][2]) + " | " + " | ".join(
-            f"{totals[r][0] / totals[r][2]:.0%} ({totals[r][1] / totals[r][2]:.0%})" for r in rules) + " |")
+        print(
+            "| **all** | "
+            + str(totals[rules[0]][2])
+            + " | "
+            + " | ".join(
+                f"{totals[r][0] / totals[r][2]:.0%} ({totals[r][1] / totals[r][2]:.0%})"
+                for r in rules
+            )
+            + " |"
+        )
 
 
 def collect(args) -> list:
@@ -232,13 +284,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     parser.add_argument("--seeds", type=int, default=12, help="seeds per generated family")
-    parser.add_argument("--first-seed", type=int, default=12, help="the first seed (0..11 tuned the default)")
-    parser.add_argument("--tune-seeds", type=int, default=12, help="seeds below this tuned the default")
+    parser.add_argument(
+        "--first-seed", type=int, default=12, help="the first seed (0..11 tuned the default)"
+    )
+    parser.add_argument(
+        "--tune-seeds", type=int, default=12, help="seeds below this tuned the default"
+    )
     parser.add_argument("--all-seeds", action="store_true", help="report the tuning seeds too")
     parser.add_argument("--rows-per-cluster", type=int, default=150)
     parser.add_argument("--reference-draws", type=int, default=5)
-    parser.add_argument("--full", action="store_true", help="1,000 rows per cluster, 20,000 uniform rows")
-    parser.add_argument("--from-json", type=Path, nargs="+", help="re-apply the rules to previous runs' scores")
+    parser.add_argument(
+        "--full", action="store_true", help="1,000 rows per cluster, 20,000 uniform rows"
+    )
+    parser.add_argument(
+        "--from-json", type=Path, nargs="+", help="re-apply the rules to previous runs' scores"
+    )
     parser.add_argument("--out", default="choose_k.json")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
@@ -246,8 +306,14 @@ def main(argv=None) -> int:
         records = [r for path in args.from_json for r in json.loads(path.read_text())["records"]]
     else:
         records = collect(args)
-        path = write_json(args.out, {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()},
-                                     "records": records})
+        path = write_json(
+            args.out,
+            {
+                "machine": machine(),
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "records": records,
+            },
+        )
         print(f"scores written to {path} ({time.perf_counter() - t0:.0f} s)")
     print_table(evaluate(records, args.tune_seeds, args.all_seeds))
     return 0

@@ -26,7 +26,7 @@ from dkmeans.fit.sweep import run_sweep
 
 logger = logging.getLogger("dkmeans")
 
-#: The rule :func:`elbow` applies, as :attr:`SweepResult.rule` states it.
+#: The rule :func:`elbow` applies (one of the rules in :attr:`SweepResult.answers`).
 ELBOW_RULE = RULE_TEXT["elbow"]
 
 
@@ -79,7 +79,8 @@ class SweepResult:
         Every rule's k (:data:`dkmeans.fit.krules.RULE_TEXT` says what each does): ``elbow``,
         ``calinski_harabasz``, ``davies_bouldin``, ``silhouette``, ``gap``, ``bic``.
     scores : Scores
-        The per-k criteria the rules read (:class:`dkmeans.fit.krules.Scores`), with the gap at k = 1.
+        The per-k criteria the rules read (:class:`dkmeans.fit.krules.Scores`), with the gap at
+        k = 1.
     reference : ReferenceCurve or None
         The gap statistic's reference fits (:class:`dkmeans.fit.gap.ReferenceCurve`: per k the
         mean and spread of their log objective, the passes they made); None without reference
@@ -165,7 +166,8 @@ def check_k_values(k_values) -> list[int]:
 
 
 def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws: int = 5,
-          reference_rows: int = 20_000, silhouette_rows: int = 2_000, **kmeans_params) -> SweepResult:
+          reference_rows: int = 20_000, silhouette_rows: int = 2_000,
+          **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
     Each k's fit runs as ``KMeans(n_clusters=k, random_state=random_state, **kmeans_params)``
@@ -249,8 +251,8 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
     template = models[ks[-1]]
     dataset = template._fit_dataset(X)  # validated once; records n_features_in_ and the feature names
     specs = [dataclasses.replace(models[k]._fit_spec(), on_iteration=_Progress(k, verbose)) for k in ks]
-    run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws, reference_rows=reference_rows,
-                    silhouette_rows=silhouette_rows)
+    run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws,
+                    reference_rows=reference_rows, silhouette_rows=silhouette_rows)
     for k, spec, fit in zip(ks, specs, run.fits):
         model = models[k]
         for name in ("n_features_in_", "feature_names_in_"):
@@ -266,7 +268,8 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
         passes={k: int(fit.result.n_passes) for k, fit in zip(ks, run.fits)}, metrics=metrics,
         suggested_k=suggested, rule=rule, n_passes=run.n_passes,
         data_mode=run.data_mode, seconds=time.perf_counter() - t0, random_state=seed,
-        stop_reason={k: models[k].stop_reason_ for k in ks}, answers=answers(scores), scores=scores, reference=run.reference,
+        stop_reason={k: models[k].stop_reason_ for k in ks}, answers=answers(scores), scores=scores,
+        reference=run.reference,
     )
 
 
@@ -279,9 +282,11 @@ def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
     if reference is not None:
         gap_at_1 = reference.gap(1, reference.total_scatter)
         sd_at_1 = reference.sd_log[1] * float(np.sqrt(1 + 1 / reference.draws))
-    return Scores(ks=list(ks), objective=[objective[k] for k in ks], calinski_harabasz=column("calinski_harabasz"),
-                  davies_bouldin=column("davies_bouldin"), silhouette=column("silhouette"), bic=column("bic"),
-                  gap=column("gap"), gap_sd=column("gap_sd"), gap_at_1=gap_at_1, gap_sd_at_1=sd_at_1)
+    return Scores(ks=list(ks), objective=[objective[k] for k in ks],
+                  calinski_harabasz=column("calinski_harabasz"),
+                  davies_bouldin=column("davies_bouldin"), silhouette=column("silhouette"),
+                  bic=column("bic"), gap=column("gap"),
+                  gap_sd=column("gap_sd"), gap_at_1=gap_at_1, gap_sd_at_1=sd_at_1)
 
 
 __all__ = ["ELBOW_RULE", "SweepResult", "check_k_values", "elbow", "sweep", "sweep_scores"]

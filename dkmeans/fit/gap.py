@@ -21,8 +21,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from dkmeans.drivers.streams import stream
-from dkmeans.kernels.reference import (Frame, combine_extent, combine_frame, combine_reference, extent_partials,
-                                       frame_partials, principal_axes, reference_partials, reference_rows)
+from dkmeans.kernels.reference import (
+    Frame,
+    combine_extent,
+    combine_frame,
+    combine_reference,
+    extent_partials,
+    frame_partials,
+    principal_axes,
+    reference_partials,
+    reference_rows,
+)
 
 #: Rows of each draw k-means++ seeds from (generated on the caller), at least 50 per cluster.
 SEED_ROWS = 2048
@@ -30,7 +39,7 @@ SEED_ROWS = 2048
 
 @dataclass(frozen=True)
 class ReferenceCurve:
-    """The reference fits' ``log(W*_k / m)`` per k (including k = 1), and the data's weight and scatter.
+    """The reference fits' ``log(W*_k / m)`` per k (k = 1 too), and the data's weight and scatter.
 
     Attributes
     ----------
@@ -76,8 +85,16 @@ def _reference_chunk(X, w, offset, m, frame, seed, streams, centroids):
     return reference_partials(offset, X.shape[0], m, frame, seed, streams, centroids)
 
 
-def reference_curve(data, k_values, seed: int, *, draws: int = 5, max_rows: int = 20_000, max_iter: int = 50,
-                    tol: float = 1e-3) -> ReferenceCurve:
+def reference_curve(
+    data,
+    k_values,
+    seed: int,
+    *,
+    draws: int = 5,
+    max_rows: int = 20_000,
+    max_iter: int = 50,
+    tol: float = 1e-3,
+) -> ReferenceCurve:
     """The reference curve of ``data`` for ``k_values`` (and k = 1).
 
     Parameters
@@ -112,22 +129,30 @@ def reference_curve(data, k_values, seed: int, *, draws: int = 5, max_rows: int 
     for _ in range(max_iter):
         at = [np.flatnonzero(row) for row in active]
         sent = [[centroids[b][j] for j in at[b]] for b in range(draws)]
-        parts = data.map_reduce(_reference_chunk, combine_reference, (m, frame, seed, streams, sent))
+        parts = data.map_reduce(
+            _reference_chunk, combine_reference, (m, frame, seed, streams, sent)
+        )
         for b, per_draw in enumerate(parts):
             for j, (sums, count, objective) in zip(at[b], per_draw):
                 active[b, j] = last[b, j] - objective > tol * objective
                 last[b, j] = objective
                 if active[b, j]:
-                    centroids[b][j] = np.where(count[:, None] > 0, sums / np.maximum(count, 1.0)[:, None],
-                                               centroids[b][j])
+                    centroids[b][j] = np.where(
+                        count[:, None] > 0, sums / np.maximum(count, 1.0)[:, None], centroids[b][j]
+                    )
         if not active.any():
             break
     # an objective of 0 (k at least the distinct reference rows) has no logarithm: NaN, no gap there
     logs = np.log(np.where(last > 0, last, np.nan) / m)
-    return ReferenceCurve(mean_log={k: float(v) for k, v in zip(ks, logs.mean(axis=0))},
-                          sd_log={k: float(v) for k, v in zip(ks, logs.std(axis=0))}, draws=draws, rows=m,
-                          total_weight=float(stats.count), total_scatter=float(np.trace(stats.scatter)),
-                          n_passes=int(data.passes - start))
+    return ReferenceCurve(
+        mean_log={k: float(v) for k, v in zip(ks, logs.mean(axis=0))},
+        sd_log={k: float(v) for k, v in zip(ks, logs.std(axis=0))},
+        draws=draws,
+        rows=m,
+        total_weight=float(stats.count),
+        total_scatter=float(np.trace(stats.scatter)),
+        n_passes=int(data.passes - start),
+    )
 
 
 def _seeds(frame: Frame, m: int, seed: int, stream_b: int, ks, b: int) -> list:

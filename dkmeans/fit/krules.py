@@ -43,7 +43,9 @@ class Scores:
 
     def column(self, name: str) -> np.ndarray:
         values = getattr(self, name)
-        return np.asarray(values if len(values) == len(self.ks) else [np.nan] * len(self.ks), dtype=np.float64)
+        return np.asarray(
+            values if len(values) == len(self.ks) else [np.nan] * len(self.ks), dtype=np.float64
+        )
 
 
 def elbow(k_values, objectives) -> int | None:
@@ -98,12 +100,18 @@ def bic_score(sizes, objective: float, n_features: int) -> float:
     if n <= k or not objective > 0:
         return float("nan")
     s2 = objective / (d * (n - k))
-    log_l = float(np.sum(n_j * np.log(n_j / n))) - n * d / 2 * math.log(2 * math.pi * s2) - d * (n - k) / 2
+    log_l = (
+        float(np.sum(n_j * np.log(n_j / n)))
+        - n * d / 2 * math.log(2 * math.pi * s2)
+        - d * (n - k) / 2
+    )
     return log_l - ((k - 1) + k * d + 1) / 2 * math.log(n)
 
 
 def gap_choice(scores: Scores) -> int | None:
-    """Tibshirani et al.'s rule: the smallest k with ``gap(k) >= gap(k') - s_k'``, ``k'`` the next k of the grid.
+    """Tibshirani et al.'s rule: the smallest k with ``gap(k) >= gap(k') - s_k'``.
+
+    ``k'`` is the next k of the grid.
 
     k = 1 is the first candidate (its gap from the data's total scatter), so data without
     clusters gives None. A k whose gap is undefined ends the search (None where the first is).
@@ -121,14 +129,19 @@ def gap_choice(scores: Scores) -> int | None:
 
 #: The rules, by name: what each says it does (as :attr:`SweepResult.rule` states a choice).
 RULE_TEXT = {
-    "elbow": ("elbow of the objective curve: the k farthest below the straight line from the first to the last "
-              "point, with k and the logarithm of the objective each scaled to [0, 1] (Kneedle on the log "
-              "objective; the objective itself where one is 0); none where no point lies below that line"),
+    "elbow": (
+        "elbow of the objective curve: the k farthest below the straight line from the first "
+        "to the last point, with k and the logarithm of the objective each scaled to [0, 1] "
+        "(Kneedle on the log objective; the objective itself where one is 0); none where no "
+        "point lies below that line"
+    ),
     "calinski_harabasz": "the largest Calinski-Harabasz index",
     "davies_bouldin": "the smallest Davies-Bouldin index",
     "silhouette": "the largest silhouette of a sample of rows",
-    "gap": ("the gap statistic: the smallest k whose gap is within one standard error of the next k's "
-            "(Tibshirani et al. 2001; none when that k is 1)"),
+    "gap": (
+        "the gap statistic: the smallest k whose gap is within one standard error of the next k's "
+        "(Tibshirani et al. 2001; none when that k is 1)"
+    ),
     "bic": "the largest BIC of a spherical Gaussian mixture with one shared variance (X-means)",
 }
 
@@ -150,20 +163,20 @@ def answers(scores: Scores) -> dict:
     return {name: rule(scores) for name, rule in RULES.items()}
 
 
-
-
-
 #: How far (in log objective) some k's gap, less its standard error, must exceed the gap at k = 1
-#: for the data to count as clustered (uniform data: at most 0.04 above; clustered sets: 0.2 and more).
+#: for the data to count as clustered (uniform data: at most 0.04 above; clustered sets: 0.2 and
+#: more).
 STRUCTURE_MARGIN = 0.1
-#: The rules that vote for the default suggestion (the best single rules of the benchmark's tuning sets).
+#: The rules that vote for the default suggestion (the best single rules of the benchmark's
+#: tuning sets).
 VOTERS = ("calinski_harabasz", "davies_bouldin", "elbow", "gap")
-#: On a tie, another tied k beats Calinski-Harabasz's own when its index is within this share of the maximum.
+#: On a tie, another tied k beats Calinski-Harabasz's own when its index is within this share of
+#: the maximum.
 CH_TIE_SHARE = 0.05
 
 
 def clustered(scores: Scores) -> bool | None:
-    """Whether some k clusters the data better than uniform data does (None without a reference curve).
+    """Whether some k clusters the data better than uniform data (None without a reference curve).
 
     True when ``max_k (gap(k) - s_k) - gap(1) > STRUCTURE_MARGIN``: some k's objective falls
     below the reference's by a factor of ``exp(0.1)`` more than the whole data's scatter does.
@@ -186,8 +199,11 @@ def suggest(scores: Scores) -> tuple:
     found = answers(scores)
     has_structure = clustered(scores)
     if has_structure is False:
-        return None, (f"no clear k: no k's gap statistic, less its standard error, exceeds the gap at k = 1 by "
-                      f"more than {STRUCTURE_MARGIN} (the data clusters no better than uniform data)")
+        return None, (
+            f"no clear k: no k's gap statistic, less its standard error, exceeds the gap at "
+            f"k = 1 by "
+            f"more than {STRUCTURE_MARGIN} (the data clusters no better than uniform data)"
+        )
     votes: dict = {}
     for name in VOTERS:
         if found[name] is not None:
@@ -201,7 +217,9 @@ def suggest(scores: Scores) -> tuple:
     if len(tied) > 1:
         ch = scores.column("calinski_harabasz")
         best = float(np.nanmax(ch))
-        close = [t for t in tied if t != ch_k and ch[scores.ks.index(t)] >= (1 - CH_TIE_SHARE) * best]
+        close = [
+            t for t in tied if t != ch_k and ch[scores.ks.index(t)] >= (1 - CH_TIE_SHARE) * best
+        ]
         k = close[0] if close else (ch_k if ch_k is not None else tied[0])
     detail = "; ".join(f"{', '.join(names)}: {v}" for v, names in sorted(votes.items()))
     how = "the most votes" if len(tied) == 1 else "a tie broken by the Calinski-Harabasz index"
@@ -209,5 +227,17 @@ def suggest(scores: Scores) -> tuple:
     return k, f"{how} of {', '.join(VOTERS)} ({detail}){note}"
 
 
-__all__ = ["CH_TIE_SHARE", "RULES", "RULE_TEXT", "STRUCTURE_MARGIN", "Scores", "VOTERS", "answers", "bic_score",
-           "clustered", "elbow", "gap_choice", "suggest"]
+__all__ = [
+    "CH_TIE_SHARE",
+    "RULES",
+    "RULE_TEXT",
+    "STRUCTURE_MARGIN",
+    "Scores",
+    "VOTERS",
+    "answers",
+    "bic_score",
+    "clustered",
+    "elbow",
+    "gap_choice",
+    "suggest",
+]

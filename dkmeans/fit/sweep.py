@@ -94,12 +94,14 @@ def cluster_quality(data, centroids, metric: str, objective: float) -> dict:
     scores = cluster_scores(data, centroids, metric=metric)
     return {"objective": float(objective), "calinski_harabasz": float(scores.calinski_harabasz),
             "davies_bouldin": float(scores.davies_bouldin),
-            "simplified_silhouette": float(scores.simplified_silhouette), "imbalance": float(scores.imbalance),
-            "bic": bic_score(scores.sizes, float(scores.objective), data.n_features) if scores.valid else nan}
+            "simplified_silhouette": float(scores.simplified_silhouette),
+            "imbalance": float(scores.imbalance),
+            "bic": bic_score(scores.sizes, float(scores.objective), data.n_features)
+            if scores.valid else nan}
 
 
 def sample_silhouettes(rows, centroids: dict, metric: str) -> dict:
-    """The silhouette of the sampled ``rows`` labelled by each k's nearest centroid (NaN where undefined).
+    """The silhouette of the sampled ``rows`` labelled by each k's nearest centroid (or NaN).
 
     scikit-learn's ``silhouette_score`` on the same rows and labels; the rows are the metric's
     rows (unit rows for cosine), as the other scores see them.
@@ -135,8 +137,9 @@ def _check_specs(specs: Sequence[FitSpec]) -> None:
                 raise InvalidParameterError(f"every k of a sweep needs the same {name}")
 
 
-def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *, reference_draws: int = 5,
-              reference_rows: int = 20_000, silhouette_rows: int = 2_000) -> SweepRun:
+def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
+              reference_draws: int = 5, reference_rows: int = 20_000,
+              silhouette_rows: int = 2_000) -> SweepRun:
     """Fit every spec (one per k) on ``dataset``, sharing the passes over the data.
 
     Parameters
@@ -206,7 +209,8 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     silhouettes = {}
     if with_sample:
         centroids = {spec.n_clusters: o[0].centroids for spec, o in zip(specs, outcomes)}
-        silhouettes = sample_silhouettes(np.asarray(to_host(outcomes[-1])), centroids, specs[0].metric)
+        rows = np.asarray(to_host(outcomes[-1]))
+        silhouettes = sample_silhouettes(rows, centroids, specs[0].metric)
     fits = []
     for spec, (best, labels, inertia, n_passes, per_cluster, view, metrics) in zip(specs, outcomes):
         result = fit_result(spec, dataset, view, best.centroids, labels, inertia, best.n_iter, best.stop_reason,
@@ -216,7 +220,8 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
             sd = reference.sd_log[spec.n_clusters] * np.sqrt(1 + 1 / reference.draws)
             metrics.update(gap=reference.gap(spec.n_clusters, inertia), gap_sd=float(sd))
         fits.append(SweepFit(result, metrics))
-    return SweepRun(fits, int(data.passes), "in-memory" if data.in_memory else "out-of-core", reference)
+    mode = "in-memory" if data.in_memory else "out-of-core"
+    return SweepRun(fits, int(data.passes), mode, reference)
 
 
 __all__ = ["SweepFit", "SweepRun", "cluster_quality", "run_sweep", "sample_silhouettes"]

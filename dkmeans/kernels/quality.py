@@ -94,9 +94,11 @@ def _tile_rows(d: int) -> int:
 
 
 def _tile64(xp, X, i0: int, step: int):
-    """Rows ``i0 .. i0 + step`` of ``X`` as a dense float64 array (a sparse tile densified: bounded scratch)."""
+    """Rows ``i0 .. i0 + step`` of ``X`` as dense float64 (a sparse tile densified)."""
     tile = X[i0:i0 + step]
-    return tile.toarray().astype(np.float64) if is_sparse(tile) else xp.asarray(tile, dtype=xp.float64)
+    if is_sparse(tile):
+        return tile.toarray().astype(np.float64)
+    return xp.asarray(tile, dtype=xp.float64)
 
 
 def _silhouette_terms(xp, a, b):

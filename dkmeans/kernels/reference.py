@@ -1,4 +1,4 @@
-"""The gap statistic's reference data: uniform rows in the data's principal box, generated where the chunks are.
+"""The gap statistic's reference data: uniform rows in the data's principal box, made by each chunk.
 
 A reference draw is never stored: its row ``i`` (for ``i < m``) is a pure function of
 ``(seed, stream, i)`` (:func:`~dkmeans.kernels.sampling.uniform_by_index`, one key per
@@ -49,9 +49,11 @@ def _positive(X, w):
 
 
 def frame_partials(X, w=None) -> FrameStats:
-    """:class:`FrameStats` of a chunk (weights as multiplicities; device rows copied to the host)."""
+    """:class:`FrameStats` of a chunk (weights as multiplicities; device rows read on the host)."""
     X64 = np.asarray(to_host(X), dtype=np.float64)
-    w64 = np.ones(X64.shape[0]) if w is None else np.asarray(to_host(w), dtype=np.float64).reshape(-1)
+    w64 = (
+        np.ones(X64.shape[0]) if w is None else np.asarray(to_host(w), dtype=np.float64).reshape(-1)
+    )
     count = float(w64.sum())
     d = X64.shape[1]
     if count <= 0:
@@ -82,7 +84,7 @@ def principal_axes(stats: FrameStats) -> np.ndarray:
 
 
 def extent_partials(X, w, mean, axes):
-    """``(lo, hi)`` of the chunk's rows of positive weight along ``axes`` (``(inf, -inf)`` for none)."""
+    """``(lo, hi)`` of the chunk's rows of positive weight on ``axes`` (none: ``(inf, -inf)``)."""
     rows = _positive(np.asarray(to_host(X), dtype=np.float64), w)
     d = axes.shape[1]
     if rows.shape[0] == 0:
@@ -99,7 +101,7 @@ def combine_extent(parts):
 
 
 def reference_rows(frame: Frame, offset: int, n: int, m: int, seed: int, stream: int) -> np.ndarray:
-    """Rows ``[offset, min(offset + n, m))`` of the reference draw of ``(seed, stream)``, float64."""
+    """Rows ``[offset, min(offset + n, m))`` of the draw of ``(seed, stream)``, float64."""
     stop = min(offset + n, m)
     d = frame.mean.shape[0]
     if stop <= offset:
@@ -114,18 +116,25 @@ TILE_ROWS = 2048
 
 
 def _sums(R, labels, k: int):
-    """Per-label sums (k, d) and counts (k,) of ``R``: one-hot tiles times the rows (a matrix product)."""
+    """Per-label sums (k, d) and counts (k,) of ``R``: one-hot tiles times the rows."""
     sums = np.zeros((k, R.shape[1]))
     for i0 in range(0, R.shape[0], TILE_ROWS):
-        rows = labels[i0:i0 + TILE_ROWS]
+        rows = labels[i0 : i0 + TILE_ROWS]
         one_hot = np.zeros((rows.shape[0], k))
         one_hot[np.arange(rows.shape[0]), rows] = 1.0
-        sums += one_hot.T @ R[i0:i0 + TILE_ROWS]
+        sums += one_hot.T @ R[i0 : i0 + TILE_ROWS]
     return sums, np.bincount(labels, minlength=k).astype(np.float64)
 
 
-def reference_partials(offset: int, n: int, m: int, frame: Frame, seed: int, streams: Sequence[int],
-                       centroids: Sequence[Sequence[np.ndarray]]):
+def reference_partials(
+    offset: int,
+    n: int,
+    m: int,
+    frame: Frame,
+    seed: int,
+    streams: Sequence[int],
+    centroids: Sequence[Sequence[np.ndarray]],
+):
     """Lloyd's partials of every draw's reference rows of one chunk, for every set of centroids.
 
     Parameters
@@ -166,9 +175,22 @@ def combine_reference(parts):
     """Sum :func:`reference_partials` results entry by entry."""
     total = parts[0]
     for p in parts[1:]:
-        total = [[(a[0] + b[0], a[1] + b[1], a[2] + b[2]) for a, b in zip(da, db)] for da, db in zip(total, p)]
+        total = [
+            [(a[0] + b[0], a[1] + b[1], a[2] + b[2]) for a, b in zip(da, db)]
+            for da, db in zip(total, p)
+        ]
     return total
 
 
-__all__ = ["Frame", "FrameStats", "combine_extent", "combine_frame", "combine_reference", "extent_partials",
-           "frame_partials", "principal_axes", "reference_partials", "reference_rows"]
+__all__ = [
+    "Frame",
+    "FrameStats",
+    "combine_extent",
+    "combine_frame",
+    "combine_reference",
+    "extent_partials",
+    "frame_partials",
+    "principal_axes",
+    "reference_partials",
+    "reference_rows",
+]

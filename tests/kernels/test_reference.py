@@ -5,15 +5,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dkmeans.kernels.reference import (Frame, combine_extent, combine_frame, combine_reference, extent_partials,
-                                       frame_partials, principal_axes, reference_partials, reference_rows)
+from dkmeans.kernels.reference import (
+    Frame,
+    combine_extent,
+    combine_frame,
+    combine_reference,
+    extent_partials,
+    frame_partials,
+    principal_axes,
+    reference_partials,
+    reference_rows,
+)
 
 
 def _frame(X):
     stats = combine_frame([frame_partials(X[:7]), frame_partials(X[7:40]), frame_partials(X[40:])])
     axes = principal_axes(stats)
-    lo, hi = combine_extent([extent_partials(X[:20], None, stats.mean, axes),
-                             extent_partials(X[20:], None, stats.mean, axes)])
+    lo, hi = combine_extent(
+        [
+            extent_partials(X[:20], None, stats.mean, axes),
+            extent_partials(X[20:], None, stats.mean, axes),
+        ]
+    )
     return stats, Frame(stats.mean, axes, lo, hi)
 
 
@@ -41,7 +54,9 @@ def test_weights_are_multiplicities_and_zero_weights_leave_the_box():
     repeated = np.repeat(X, w.astype(int), axis=0)
     assert got.count == len(repeated)
     np.testing.assert_allclose(got.mean, repeated.mean(0))
-    np.testing.assert_allclose(got.scatter, (repeated - repeated.mean(0)).T @ (repeated - repeated.mean(0)))
+    np.testing.assert_allclose(
+        got.scatter, (repeated - repeated.mean(0)).T @ (repeated - repeated.mean(0))
+    )
     lo, hi = extent_partials(X, w, np.zeros(2), np.eye(2))
     np.testing.assert_array_equal(lo, X[w > 0].min(0))
     np.testing.assert_array_equal(hi, X[w > 0].max(0))
@@ -52,7 +67,10 @@ def test_reference_rows_depend_on_the_row_index_only():
     _, frame = _frame(X)
     whole = reference_rows(frame, 0, 200, 150, seed=7, stream=3)
     assert whole.shape == (150, 4)  # rows at or beyond m = 150 are not drawn
-    parts = [reference_rows(frame, a, b - a, 150, seed=7, stream=3) for a, b in ((0, 13), (13, 90), (90, 200))]
+    parts = [
+        reference_rows(frame, a, b - a, 150, seed=7, stream=3)
+        for a, b in ((0, 13), (13, 90), (90, 200))
+    ]
     np.testing.assert_array_equal(np.concatenate(parts), whole)
     assert reference_rows(frame, 150, 10, 150, seed=7, stream=3).shape == (0, 4)
     other = reference_rows(frame, 0, 150, 150, seed=7, stream=4)
@@ -71,7 +89,9 @@ def test_partials_are_lloyd_s_sums_of_the_reference_rows():
     _, frame = _frame(X)
     C2, C3 = X[:2].copy(), X[5:8].copy()
     chunks = [(0, 25), (25, 60), (60, 100)]
-    parts = [reference_partials(a, b - a, 70, frame, 9, [0, 1], [[C2, C3], [C3]]) for a, b in chunks]
+    parts = [
+        reference_partials(a, b - a, 70, frame, 9, [0, 1], [[C2, C3], [C3]]) for a, b in chunks
+    ]
     got = combine_reference(parts)
     for draw, sets in ((0, [C2, C3]), (1, [C3])):
         R = reference_rows(frame, 0, 70, 70, 9, draw)

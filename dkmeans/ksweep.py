@@ -231,6 +231,12 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
     >>> result.plot("sweep.png")                                      # doctest: +SKIP
     """
     ks = check_k_values(k_values)
+    counts = (("reference_draws", reference_draws, 0), ("reference_rows", reference_rows, 1),
+              ("silhouette_rows", silhouette_rows, 0))
+    for name, value, low in counts:
+        integral = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+        if not integral or value < low:
+            raise InvalidParameterError(f"{name} must be an integer >= {low}, got {value!r}")
     for name in ("n_clusters", "checkpoint"):
         if kmeans_params.get(name) is not None:
             raise InvalidParameterError(f"sweep takes no {name}: " + (

@@ -181,6 +181,10 @@ def test_bad_k_values(blobs, k_values, message):
 @pytest.mark.parametrize("params, message", [
     ({"n_clusters": 3}, "no n_clusters"), ({"checkpoint": "x.npz"}, "no checkpoint"),
     ({"init": np.zeros((2, 3))}, "initial centroids"),
+    ({"reference_draws": 2.5}, "reference_draws must be an integer >= 0"),
+    ({"reference_rows": 0}, "reference_rows must be an integer >= 1"),
+    ({"silhouette_rows": -1}, "silhouette_rows must be an integer >= 0"),
+    ({"silhouette_rows": True}, "silhouette_rows must be an integer >= 0"),
 ])
 def test_parameters_a_sweep_does_not_take(blobs, params, message):
     with pytest.raises(InvalidParameterError, match=message):

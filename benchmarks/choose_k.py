@@ -26,14 +26,16 @@ not depend on the grid, so the coarse grid's scores are the fine grid's at its v
 For each rule and family: the share of sets where the rule gives the true k (for uniform data: no
 k), and within one step of the grid (the true k's neighbours in the grid, or the nearest grid
 values when the true k is not in the grid). The default suggestion was chosen on seeds 0..11
-(``--tune-seeds``); by default the script runs the held-out seeds 12..23 (``--first-seed``,
-``--seeds``) and reports only seeds from ``--tune-seeds`` on (``--all-seeds``: every seed run).
+(``--tune-seeds``); the script runs held-out seeds from 12 (``--first-seed``; ``--seeds``: 4 per
+family by default, a few minutes; 12 for the table in ``benchmarks/README.md``, about 20 minutes
+on a loaded 2-core machine) and reports only seeds from ``--tune-seeds`` on (``--all-seeds``:
+every seed run).
 
 Sizes: ``--rows-per-cluster`` 150 (``--full``: 1,000), uniform sets 20 x 150 rows (``--full``:
 20,000), in-process NumPy data. The raw per-k scores go to ``benchmarks/results/choose_k.json``;
 ``--from-json`` re-applies the rules to them without fitting again.
 
-Run:  .venv/bin/python benchmarks/choose_k.py [--seeds 4] [--full] [--families separated uniform]
+Run:  .venv/bin/python benchmarks/choose_k.py [--seeds 12] [--full] [--families separated uniform]
       .venv/bin/python benchmarks/choose_k.py --from-json benchmarks/results/choose_k.json
 """
 
@@ -283,7 +285,7 @@ def collect(args) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
-    parser.add_argument("--seeds", type=int, default=12, help="seeds per generated family")
+    parser.add_argument("--seeds", type=int, default=4, help="seeds per generated family")
     parser.add_argument(
         "--first-seed", type=int, default=12, help="the first seed (0..11 tuned the default)"
     )

@@ -2,7 +2,7 @@
 
 (The module is ``dkmeans.ksweep``, so that the function ``dkmeans.sweep`` does not hide it.) The face of :func:`dkmeans.fit.sweep.run_sweep`: scikit-learn's words (``KMeans`` keywords) in,
 one :class:`SweepResult` out, with the fitted :class:`~dkmeans.KMeans` of every k, the
-objective curve, per-k metrics and a suggested k.
+objective curve, per-k metrics, every rule's k and a suggested k (:mod:`dkmeans.fit.krules`).
 """
 
 from __future__ import annotations
@@ -20,46 +20,14 @@ import numpy as np
 from dkmeans.drivers.streams import resolve_seed
 from dkmeans.errors import InvalidParameterError
 from dkmeans.estimator import KMeans, _record_line
+from dkmeans.fit.gap import ReferenceCurve
+from dkmeans.fit.krules import RULE_TEXT, Scores, answers, elbow, suggest
 from dkmeans.fit.sweep import run_sweep
 
 logger = logging.getLogger("dkmeans")
 
-#: The rule :func:`elbow` applies, as :attr:`SweepResult.rule` states it.
-ELBOW_RULE = ("elbow of the objective curve: the k farthest below the straight line from the first to the last "
-              "point, with k and the logarithm of the objective each scaled to [0, 1] (Kneedle on the log "
-              "objective; the objective itself where one is 0); none where no point lies below that line")
-
-
-def elbow(k_values, objectives) -> int | None:
-    """The elbow of a decreasing objective curve (:data:`ELBOW_RULE`), or None.
-
-    ``k`` and ``log(objective)`` are each scaled to [0, 1]; the elbow is the k whose point
-    lies farthest below the chord from the first point to the last (the largest vertical
-    gap, which is the largest distance to the chord: the chord's slope is fixed). The
-    logarithm weighs each added cluster by the factor it cuts the objective by, so the
-    last of several large relative drops (well separated clusters found) stands out from
-    the slow tail after it; on the objective itself the tail's small absolute values hide
-    that last drop (20,000 rows of 6 blobs, k = 2..10: the objective's elbow is 5, the log
-    objective's 6). Where an objective is 0 (as many distinct rows as clusters) the objective
-    itself is scaled. None for fewer than three values, a flat curve, or a curve with no
-    point below the chord (straight or concave: no k after which clusters start to pay less).
-
-    Parameters
-    ----------
-    k_values : sequence of int, increasing
-    objectives : sequence of float
-    """
-    k = np.asarray(k_values, dtype=np.float64)
-    f = np.asarray(objectives, dtype=np.float64)
-    if k.size < 3 or not np.all(np.isfinite(f)) or f.max() == f.min():
-        return None
-    if f.min() > 0:
-        f = np.log(f)
-    x = (k - k[0]) / (k[-1] - k[0])
-    y = (f - f.min()) / (f.max() - f.min())
-    gap = (y[0] + (y[-1] - y[0]) * x) - y  # chord minus curve: positive below the chord
-    best = int(np.argmax(gap))
-    return int(k_values[best]) if gap[best] > 1e-12 else None
+#: The rule :func:`elbow` applies (one of the rules in :attr:`SweepResult.answers`).
+ELBOW_RULE = RULE_TEXT["elbow"]
 
 
 class _Progress:
@@ -97,9 +65,10 @@ class SweepResult:
         Per-k metrics: the objective and :func:`dkmeans.metrics.cluster_scores`' Calinski-Harabasz,
         Davies-Bouldin, simplified silhouette and imbalance factor (two passes for every k together).
     suggested_k : int or None
-        By ``rule``.
+        By ``rule``; None where the data shows no clear k (no cluster structure by the
+        gap statistic, or no rule finds a k).
     rule : str
-        How ``suggested_k`` was chosen.
+        How ``suggested_k`` was chosen, and why.
     n_passes : int
         Passes over the data the whole sweep made.
     data_mode : {"in-memory", "out-of-core"}
@@ -107,6 +76,17 @@ class SweepResult:
         Wall time of the sweep.
     random_state : int
         The seed every k was fitted with.
+    stop_reason : dict of int to str
+    answers : dict of str to int or None
+        Every rule's k (:data:`dkmeans.fit.krules.RULE_TEXT` says what each does): ``elbow``,
+        ``calinski_harabasz``, ``davies_bouldin``, ``silhouette``, ``gap``, ``bic``.
+    scores : Scores
+        The per-k criteria the rules read (:class:`dkmeans.fit.krules.Scores`), with the gap at
+        k = 1.
+    reference : ReferenceCurve or None
+        The gap statistic's reference fits (:class:`dkmeans.fit.gap.ReferenceCurve`: per k the
+        mean and spread of their log objective, the passes they made); None without reference
+        draws (``reference_draws=0``) or for cosine.
     """
 
     k_values: list
@@ -122,6 +102,9 @@ class SweepResult:
     seconds: float
     random_state: int
     stop_reason: dict = field(default_factory=dict)
+    answers: dict = field(default_factory=dict)
+    scores: Scores | None = None
+    reference: ReferenceCurve | None = None
 
     def rows(self) -> list[dict]:
         """One dict per k: k, objective, n_iter, passes, stop_reason and the metrics."""
@@ -143,6 +126,9 @@ class SweepResult:
                          f"{str(row['stop_reason']):<16}" + "".join(f"  {_cell(row[n]):>14}" for n in extra) + mark)
         longest = max(self.passes.values())
         lines.append(f"suggested k: {self.suggested_k if self.suggested_k is not None else 'none'} ({self.rule})")
+        if self.answers:
+            lines.append("each rule's k: " + ", ".join(
+                f"{name} {'none' if k is None else k}" for name, k in self.answers.items()))
         lines.append(f"passes over the data: {self.n_passes} in all ({self.n_passes / longest:.2f}x the longest single "
                      f"fit's {longest}; fitted one by one: {sum(self.passes.values())})")
         return "\n".join(lines)
@@ -193,7 +179,9 @@ def check_k_values(k_values) -> list[int]:
     return sorted(values)
 
 
-def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params) -> SweepResult:
+def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws: int = 5,
+          reference_rows: int = 20_000, silhouette_rows: int = 2_000,
+          **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
     Read more in the :ref:`User Guide <guide-sweep>`.
@@ -218,6 +206,15 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
     random_state : int, Generator, RandomState or None
         Resolved once to one seed that every k's fit uses (``SweepResult.random_state``):
         ``KMeans(n_clusters=k, random_state=result.random_state)`` refits any k alone.
+    reference_draws : int, default 5
+        Reference data sets of the gap statistic (uniform in the data's principal box, made
+        inside the passes, keyed by row index); 0: no gap (then no "no clear k" either). The
+        gap is Euclidean: none for ``metric="cosine"`` or sparse data.
+    reference_rows : int, default 20,000
+        Rows of each reference data set (those of the first global row indices).
+    silhouette_rows : int, default 2,000
+        Rows of the sample every k's silhouette is computed on (one pass, then scikit-learn's
+        ``silhouette_score`` on the caller, O(silhouette_rows^2) per k); 0: no silhouette.
     **kmeans_params
         Any other :class:`~dkmeans.KMeans` parameter, the same for every k (not
         ``n_clusters``; not ``checkpoint``; ``init`` a strategy name or a callable, not
@@ -226,9 +223,13 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
     Returns
     -------
     SweepResult
-        ``suggested_k`` by the elbow of the objective curve (``dkmeans.ksweep.elbow``, stated in
-        ``rule``); per-k metrics with the cluster scores, which add two combined passes for
-        every k together.
+        ``suggested_k`` by ``dkmeans.fit.krules.suggest``, its reason in ``rule``: None
+        ("no clear k") where the gap statistic finds the data no more clustered than uniform
+        data, else the k most of Calinski-Harabasz, Davies-Bouldin, the elbow and the gap rule
+        choose (the rule that ``benchmarks/choose_k.py`` measured best); every rule's own k in
+        ``answers``. The cluster scores add two combined passes for every k together; the gap's
+        reference fits and the silhouette's sample ride the fits' passes (the sweep makes more
+        passes only where the reference fits take longer than the longest k's fit).
 
     Raises
     ------
@@ -246,6 +247,12 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
     >>> result.plot("sweep.png")                                      # doctest: +SKIP
     """
     ks = check_k_values(k_values)
+    counts = (("reference_draws", reference_draws, 0), ("reference_rows", reference_rows, 1),
+              ("silhouette_rows", silhouette_rows, 0))
+    for name, value, low in counts:
+        integral = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+        if not integral or value < low:
+            raise InvalidParameterError(f"{name} must be an integer >= {low}, got {value!r}")
     for name in ("n_clusters", "checkpoint"):
         if kmeans_params.get(name) is not None:
             raise InvalidParameterError(f"sweep takes no {name}: " + (
@@ -266,7 +273,8 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
     template = models[ks[-1]]
     dataset = template._fit_dataset(X)  # validated once; records n_features_in_ and the feature names
     specs = [dataclasses.replace(models[k]._fit_spec(), on_iteration=_Progress(k, verbose)) for k in ks]
-    run = run_sweep(specs, dataset, sample_weight)
+    run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws,
+                    reference_rows=reference_rows, silhouette_rows=silhouette_rows)
     for k, spec, fit in zip(ks, specs, run.fits):
         model = models[k]
         for name in ("n_features_in_", "feature_names_in_"):
@@ -274,14 +282,33 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, **kmeans_params
                 setattr(model, name, getattr(template, name))
         model._fitted(fit.result, spec)
     objective = {k: float(models[k].inertia_) for k in ks}
+    metrics = {k: dict(fit.metrics) for k, fit in zip(ks, run.fits)}
+    scores = sweep_scores(ks, objective, metrics, run.reference)
+    suggested, rule = suggest(scores)
     return SweepResult(
         k_values=ks, models=models, objective=objective, n_iter={k: int(models[k].n_iter_) for k in ks},
-        passes={k: int(fit.result.n_passes) for k, fit in zip(ks, run.fits)},
-        metrics={k: dict(fit.metrics) for k, fit in zip(ks, run.fits)},
-        suggested_k=elbow(ks, [objective[k] for k in ks]), rule=ELBOW_RULE, n_passes=run.n_passes,
+        passes={k: int(fit.result.n_passes) for k, fit in zip(ks, run.fits)}, metrics=metrics,
+        suggested_k=suggested, rule=rule, n_passes=run.n_passes,
         data_mode=run.data_mode, seconds=time.perf_counter() - t0, random_state=seed,
-        stop_reason={k: models[k].stop_reason_ for k in ks},
+        stop_reason={k: models[k].stop_reason_ for k in ks}, answers=answers(scores), scores=scores,
+        reference=run.reference,
     )
 
 
-__all__ = ["ELBOW_RULE", "SweepResult", "check_k_values", "elbow", "sweep"]
+def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
+    """The rules' :class:`~dkmeans.fit.krules.Scores` from a sweep's per-k objective and metrics."""
+    def column(name):
+        return [float(metrics[k].get(name, float("nan"))) for k in ks]
+
+    gap_at_1 = sd_at_1 = float("nan")
+    if reference is not None:
+        gap_at_1 = reference.gap(1, reference.total_scatter)
+        sd_at_1 = reference.sd_log[1] * float(np.sqrt(1 + 1 / reference.draws))
+    return Scores(ks=list(ks), objective=[objective[k] for k in ks],
+                  calinski_harabasz=column("calinski_harabasz"),
+                  davies_bouldin=column("davies_bouldin"), silhouette=column("silhouette"),
+                  bic=column("bic"), gap=column("gap"),
+                  gap_sd=column("gap_sd"), gap_at_1=gap_at_1, gap_sd_at_1=sd_at_1)
+
+
+__all__ = ["ELBOW_RULE", "SweepResult", "check_k_values", "elbow", "sweep", "sweep_scores"]

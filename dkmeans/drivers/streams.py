@@ -58,6 +58,8 @@ STREAMS: dict[str, Stream] = {s.name: s for s in (
     Stream("local-search.coreset", 5 << 32, 1 << 32, "row", "local search on a sample: the sample's rows"),
     Stream("local-search.split", 6 << 32, 1 << 32, "generator",
            "local search: round r's starting directions of the clusters' splits"),
+    Stream("gap.reference", 7 << 32, 1 << 16, "row",
+           "the gap statistic: reference draw b's uniform rows (one key per row and column)"),
     Stream("minibatch.batches", 0x6D62, 1, "generator", "mini-batch: the rows of every batch"),
     Stream("minibatch.init", 0x696E, 1, "generator", "mini-batch: the initialisation's sample"),
 )}

@@ -17,6 +17,11 @@ Differences from single fits, none in the centroids' meaning:
 * the final objective of in-memory rows is summed per chunk (equal up to rounding);
 * the memory budget of the placement counts the centroids of every k (all of them travel in
   a combined pass), so data at the edge of the budget may be placed otherwise than for one k.
+
+Two more jobs ride the same passes, for the rules that choose k (:mod:`dkmeans.fit.krules`):
+the gap statistic's reference fits (:func:`~dkmeans.fit.gap.reference_curve`, Euclidean only)
+and the sample of rows the silhouette of every k is computed on
+(:func:`~dkmeans.fit.quality.sample_rows`, one pass).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import functools
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from dkmeans.drivers.streams import resolve_seed
 from dkmeans.engine.shared_passes import SharedPasses
 from dkmeans.engine.sparse_rows import is_sparse_array
@@ -32,10 +39,17 @@ from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight
 from dkmeans.fit.metric_inputs import prepare_dataset, supports_local_search
-from dkmeans.fit.quality import cluster_scores
+from dkmeans.fit.gap import ReferenceCurve, reference_curve
+from dkmeans.fit.krules import bic_score
+from dkmeans.fit.quality import cluster_scores, sample_rows
+from dkmeans.kernels.inference import labels_block
+from dkmeans.kernels.namespace import to_host
 from dkmeans.fit.results import fit_result
 from dkmeans.fit.service import fit_placed, placed
 from dkmeans.fit.spec import FitResult, FitSpec
+
+
+nan = float("nan")
 
 
 @dataclass
@@ -59,11 +73,14 @@ class SweepRun:
         Passes over the data the whole sweep made (the first pass, the combined passes, the
         metrics' passes).
     data_mode : {"in-memory", "out-of-core"}
+    reference : ReferenceCurve or None
+        The gap statistic's reference curve (None without reference draws, or for cosine).
     """
 
     fits: list
     n_passes: int
     data_mode: str
+    reference: ReferenceCurve | None = None
 
 
 def cluster_quality(data, centroids, metric: str, objective: float) -> dict:
@@ -77,7 +94,26 @@ def cluster_quality(data, centroids, metric: str, objective: float) -> dict:
     scores = cluster_scores(data, centroids, metric=metric)
     return {"objective": float(objective), "calinski_harabasz": float(scores.calinski_harabasz),
             "davies_bouldin": float(scores.davies_bouldin),
-            "simplified_silhouette": float(scores.simplified_silhouette), "imbalance": float(scores.imbalance)}
+            "simplified_silhouette": float(scores.simplified_silhouette),
+            "imbalance": float(scores.imbalance),
+            "bic": bic_score(scores.sizes, float(scores.objective), data.n_features)
+            if scores.valid else nan}
+
+
+def sample_silhouettes(rows, centroids: dict, metric: str) -> dict:
+    """The silhouette of the sampled ``rows`` labelled by each k's nearest centroid (or NaN).
+
+    scikit-learn's ``silhouette_score`` on the same rows and labels; the rows are the metric's
+    rows (unit rows for cosine), as the other scores see them.
+    """
+    from sklearn.metrics import silhouette_score
+
+    out = {}
+    for k, C in centroids.items():
+        labels = np.asarray(labels_block(rows, np.asarray(to_host(C)).astype(rows.dtype), metric))
+        n_labels = np.unique(labels).size
+        out[k] = float(silhouette_score(rows, labels)) if 1 < n_labels < rows.shape[0] else nan
+    return out
 
 
 def _check_specs(specs: Sequence[FitSpec]) -> None:
@@ -101,7 +137,9 @@ def _check_specs(specs: Sequence[FitSpec]) -> None:
                 raise InvalidParameterError(f"every k of a sweep needs the same {name}")
 
 
-def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None) -> SweepRun:
+def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
+              reference_draws: int = 5, reference_rows: int = 20_000,
+              silhouette_rows: int = 2_000) -> SweepRun:
     """Fit every spec (one per k) on ``dataset``, sharing the passes over the data.
 
     Parameters
@@ -111,6 +149,12 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None) ->
         ``algorithm``); no checkpoint, no initial centroids.
     dataset : Dataset
     sample_weight : array-like or Dask array, optional
+    reference_draws : int
+        Reference data sets of the gap statistic (0: no gap; Euclidean only).
+    reference_rows : int
+        Rows of each reference data set (at most the data's).
+    silhouette_rows : int
+        Rows of the sample every k's silhouette is computed on (0: none).
 
     Returns
     -------
@@ -133,6 +177,8 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None) ->
     searches = [supports_local_search(spec.metric, sparse, algorithm=spec.algorithm, refine=spec.refine,
                                       local_search=spec.local_search) for spec in specs]
     dataset = prepare_dataset(dataset, specs[0].metric)
+    with_gap = reference_draws > 0 and specs[0].metric == "euclidean" and not sparse
+    with_sample = silhouette_rows > 0 and not sparse
     # a combined pass carries every k's centroids: the placement's budget counts them all
     with placed(specs[0], dataset, weights, n_clusters=sum(spec.n_clusters for spec in specs)) as (data, client):
         try:
@@ -146,17 +192,36 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None) ->
                 best, inertia = fitted[0], fitted[2]
                 return (*fitted, view, cluster_quality(view, best.centroids, spec.metric, inertia))
 
-            shared = SharedPasses(data)
-            outcomes = shared.run([functools.partial(one_k, i) for i in range(len(specs))],
-                                  names=[f"n_clusters={spec.n_clusters}" for spec in specs])
+            jobs = [functools.partial(one_k, i) for i in range(len(specs))]
+            names = [f"n_clusters={spec.n_clusters}" for spec in specs]
+            if with_gap:
+                ks = [spec.n_clusters for spec in specs]
+                jobs.append(lambda view: reference_curve(view, ks, seeds[0], draws=reference_draws,
+                                                         max_rows=reference_rows))
+                names.append("gap reference")
+            if with_sample:
+                jobs.append(lambda view: sample_rows(view, silhouette_rows, seeds[0])[1])
+                names.append("silhouette sample")
+            outcomes = SharedPasses(data).run(jobs, names=names)
         finally:
             data.release()
+    reference = outcomes[len(specs)] if with_gap else None
+    silhouettes = {}
+    if with_sample:
+        centroids = {spec.n_clusters: o[0].centroids for spec, o in zip(specs, outcomes)}
+        rows = np.asarray(to_host(outcomes[-1]))
+        silhouettes = sample_silhouettes(rows, centroids, specs[0].metric)
     fits = []
     for spec, (best, labels, inertia, n_passes, per_cluster, view, metrics) in zip(specs, outcomes):
         result = fit_result(spec, dataset, view, best.centroids, labels, inertia, best.n_iter, best.stop_reason,
                             best.converged, list(best.history), n_passes, **per_cluster)
+        metrics = {**metrics, "silhouette": silhouettes.get(spec.n_clusters, nan)}
+        if reference is not None and spec.n_clusters in reference.mean_log:
+            sd = reference.sd_log[spec.n_clusters] * np.sqrt(1 + 1 / reference.draws)
+            metrics.update(gap=reference.gap(spec.n_clusters, inertia), gap_sd=float(sd))
         fits.append(SweepFit(result, metrics))
-    return SweepRun(fits, int(data.passes), "in-memory" if data.in_memory else "out-of-core")
+    mode = "in-memory" if data.in_memory else "out-of-core"
+    return SweepRun(fits, int(data.passes), mode, reference)
 
 
-__all__ = ["SweepFit", "SweepRun", "cluster_quality", "run_sweep"]
+__all__ = ["SweepFit", "SweepRun", "cluster_quality", "run_sweep", "sample_silhouettes"]

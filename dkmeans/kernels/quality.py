@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.namespace import get_namespace, is_sparse
 from dkmeans.kernels.nearest import assign, cluster_sums
 from dkmeans.kernels.stats import check_finite_block
 from dkmeans.kernels.swap import nearest_two
@@ -93,6 +93,14 @@ def _tile_rows(d: int) -> int:
     return max(1, QUALITY_TILE_BYTES // (3 * 8 * max(1, d)))
 
 
+def _tile64(xp, X, i0: int, step: int):
+    """Rows ``i0 .. i0 + step`` of ``X`` as dense float64 (a sparse tile densified)."""
+    tile = X[i0:i0 + step]
+    if is_sparse(tile):
+        return tile.toarray().astype(np.float64)
+    return xp.asarray(tile, dtype=xp.float64)
+
+
 def _silhouette_terms(xp, a, b):
     """``(b - a) / max(a, b)``, 0 where both are 0 (a row on two coinciding centres)."""
     top = xp.maximum(a, b)
@@ -106,14 +114,22 @@ def _own_and_other(xp, X, codes, centres):
     near-tie, or a label that is not the nearest), else the second nearest
     (:func:`~dkmeans.kernels.swap.nearest_two`); ``inf`` with a single centre.
     """
-    two = nearest_two(X, centres)
-    b2 = xp.where(two.labels == codes, two.d2, two.d1)
-    C64 = xp.asarray(centres, dtype=xp.float64)
     n, d = X.shape
-    a2 = xp.empty(n, dtype=xp.float64)
     step = _tile_rows(d)
+    if is_sparse(X):  # the nearest two of densified tiles (bounded scratch)
+        C64 = np.asarray(centres, dtype=np.float64)
+        twos = [nearest_two(_tile64(xp, X, i0, step), C64) for i0 in range(0, n, step)]
+        labels = np.concatenate([t.labels for t in twos]) if twos else np.empty(0, dtype=np.int64)
+        d1 = np.concatenate([t.d1 for t in twos]) if twos else np.empty(0)
+        d2 = np.concatenate([t.d2 for t in twos]) if twos else np.empty(0)
+    else:
+        two = nearest_two(X, centres)
+        labels, d1, d2 = two.labels, two.d1, two.d2
+    b2 = xp.where(labels == codes, d2, d1)
+    C64 = xp.asarray(centres, dtype=xp.float64)
+    a2 = xp.empty(n, dtype=xp.float64)
     for i0 in range(0, n, step):
-        diff = xp.asarray(X[i0:i0 + step], dtype=xp.float64) - C64[codes[i0:i0 + step]]
+        diff = _tile64(xp, X, i0, step) - C64[codes[i0:i0 + step]]
         a2[i0:i0 + step] = xp.sum(diff * diff, axis=1)
     return xp.sqrt(a2), xp.sqrt(b2)
 
@@ -130,7 +146,7 @@ def _grouped(xp, X, codes, L: int, w):
     scatter = xp.zeros(L, dtype=xp.float64)
     step = _tile_rows(d)
     for i0 in range(0, n, step):
-        diff = xp.asarray(X[i0:i0 + step], dtype=xp.float64) - mean[codes[i0:i0 + step]]
+        diff = _tile64(xp, X, i0, step) - mean[codes[i0:i0 + step]]
         sq = xp.sum(diff * diff, axis=1)
         scatter += xp.bincount(codes[i0:i0 + step], weights=sq if w is None else sq * w[i0:i0 + step], minlength=L)
     return count, mean, scatter
@@ -271,7 +287,7 @@ def mean_distances(X, codes, means, w=None, *, silhouette: bool = False) -> Mean
     distance = xp.zeros(L, dtype=xp.float64)
     step = _tile_rows(d)
     for i0 in range(0, X.shape[0], step):
-        diff = xp.asarray(X[i0:i0 + step], dtype=xp.float64) - means[codes[i0:i0 + step]]
+        diff = _tile64(xp, X, i0, step) - means[codes[i0:i0 + step]]
         dist = xp.sqrt(xp.sum(diff * diff, axis=1))
         distance += xp.bincount(codes[i0:i0 + step], weights=dist * w64[i0:i0 + step], minlength=L)
     total = xp.zeros((), dtype=xp.float64)

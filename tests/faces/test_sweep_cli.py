@@ -36,7 +36,12 @@ def test_sweep_prints_the_table_and_writes_models_and_plot(client, parquet_dir, 
     lines = out.splitlines()
     rows = [line.split() for line in lines if line.split() and line.split()[0].isdigit()]
     assert [int(r[0]) for r in rows] == [2, 3, 4, 6]
-    assert any(line.startswith("suggested k: ") for line in lines)
+    assert any(line.startswith("suggested k: 4 (") for line in lines), out  # 4 blobs
+    rules = next(line for line in lines if line.startswith("each rule's k: "))
+    assert all(f"{name} " in rules for name in ("elbow", "calinski_harabasz", "davies_bouldin", "silhouette", "gap",
+                                                  "bic"))
+    header = next(line for line in lines if line.split() and line.split()[0] == "k")
+    assert all(name in header.split() for name in ("calinski_harabasz", "silhouette", "gap", "gap_sd", "bic"))
     assert any(line.startswith("passes over the data: ") for line in lines)
     assert sorted(p.name for p in models.iterdir()) == ["kmeans-k2.npz", "kmeans-k3.npz", "kmeans-k4.npz",
                                                         "kmeans-k6.npz"]

@@ -13,11 +13,20 @@ from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score
 import dkmeans
 from dkmeans import KMeans
 from dkmeans.errors import InvalidParameterError
-from dkmeans.ksweep import ELBOW_RULE, elbow
+from dkmeans.fit.krules import answers, bic_score
+from dkmeans.ksweep import elbow
 from dkmeans.testing import make_blobs
 
 #: the cluster scores of every k: two passes, combined across the k
 METRIC_PASSES = 2
+
+
+def _assert_passes_shared(result, single, slack: int = 2):
+    """The sweep's passes: the longest single fit's and the metrics', or the gap's reference fits' if longer."""
+    reference = result.reference.n_passes + 1 if result.reference is not None else 0
+    low = max(single) + METRIC_PASSES
+    assert low <= result.n_passes <= max(low, reference) + slack, (result.n_passes, single, reference)
+    assert result.n_passes < sum(single) + reference
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +68,7 @@ def test_each_k_is_the_single_fit_in_process(blobs, weighted):
     assert result.k_values == ks and result.data_mode == "in-memory" and result.random_state == 0
     single = _assert_single_fits(result, X, ks, exact=True, sample_weight=w)
     # every pass serves every k still running: about the longest single fit's passes, far below their sum
-    assert max(single) + METRIC_PASSES <= result.n_passes <= max(single) + METRIC_PASSES + 2, (result.n_passes, single)
-    assert result.n_passes < sum(single)
+    _assert_passes_shared(result, single)
     # each k's scores: scikit-learn's on the labels of its model (two combined passes for all k)
     for k in ks[1:]:
         labels, metrics = result.models[k].labels_, result.metrics[k]
@@ -82,7 +90,7 @@ def test_every_algorithm_and_seeding(blobs, params):
         np.testing.assert_array_equal(result.models[k].cluster_centers_, single.cluster_centers_)
         np.testing.assert_array_equal(result.models[k].labels_, single.labels_)
         assert result.objective[k] == single.inertia_ and result.passes[k] == single.n_passes_
-    assert result.n_passes == max(result.passes.values()) + METRIC_PASSES
+    _assert_passes_shared(result, list(result.passes.values()), slack=0)
 
 
 def test_dask_array_on_the_cluster(client, blobs):
@@ -92,7 +100,7 @@ def test_dask_array_on_the_cluster(client, blobs):
     result = dkmeans.sweep(X, ks, random_state=3)
     assert result.data_mode == "in-memory"
     single = _assert_single_fits(result, X, ks, exact=False)
-    assert max(single) + METRIC_PASSES <= result.n_passes <= max(single) + METRIC_PASSES + 2, (result.n_passes, single)
+    _assert_passes_shared(result, single)
     for k in ks:
         assert result.models[k].predict(blobs[:50]).shape == (50,)
 
@@ -110,7 +118,7 @@ def test_out_of_core_each_k_is_the_single_fit(client, blobs):
         np.testing.assert_array_equal(result.models[k].labels_.compute(), single.labels_.compute())
         assert result.objective[k] == single.inertia_
         assert result.passes[k] == single.n_passes_ and result.n_iter[k] == single.n_iter_
-    assert result.n_passes == max(result.passes.values()) + METRIC_PASSES
+    _assert_passes_shared(result, list(result.passes.values()), slack=0)
 
 
 def test_results_do_not_depend_on_the_chunking(client, blobs):
@@ -173,6 +181,10 @@ def test_bad_k_values(blobs, k_values, message):
 @pytest.mark.parametrize("params, message", [
     ({"n_clusters": 3}, "no n_clusters"), ({"checkpoint": "x.npz"}, "no checkpoint"),
     ({"init": np.zeros((2, 3))}, "initial centroids"),
+    ({"reference_draws": 2.5}, "reference_draws must be an integer >= 0"),
+    ({"reference_rows": 0}, "reference_rows must be an integer >= 1"),
+    ({"silhouette_rows": -1}, "silhouette_rows must be an integer >= 0"),
+    ({"silhouette_rows": True}, "silhouette_rows must be an integer >= 0"),
 ])
 def test_parameters_a_sweep_does_not_take(blobs, params, message):
     with pytest.raises(InvalidParameterError, match=message):
@@ -201,14 +213,101 @@ def test_the_elbow_rule_on_hand_computed_curves(ks, objectives, expected):
 
 def test_the_result_states_its_rule_table_and_plot(blobs, tmp_path):
     result = dkmeans.sweep(blobs, [2, 3, 5, 8, 12], random_state=0)
-    assert result.rule == ELBOW_RULE
-    assert result.suggested_k == elbow(result.k_values, [result.objective[k] for k in result.k_values]) == 5
+    assert result.suggested_k == 5 and result.rule.startswith("the most votes of calinski_harabasz")
+    assert result.answers == answers(result.scores) and result.answers["elbow"] == elbow(
+        result.k_values, [result.objective[k] for k in result.k_values]) == 5
     table = result.format_table()
     assert "<- suggested" in table.splitlines()[3] and f"passes over the data: {result.n_passes} in all" in table
+    assert "each rule's k: elbow 5, calinski_harabasz 5" in table
     assert [row["k"] for row in result.rows()] == [2, 3, 5, 8, 12]
     assert set(result.metrics[5]) == {"objective", "calinski_harabasz", "davies_bouldin", "simplified_silhouette",
-                                      "imbalance"}
-    assert "calinski_harabasz" in table.splitlines()[0]
+                                      "imbalance", "bic", "silhouette", "gap", "gap_sd"}
+    assert all(name in table.splitlines()[0] for name in ("calinski_harabasz", "silhouette", "gap", "bic"))
     pytest.importorskip("matplotlib")
     path = result.plot(tmp_path / "sweep.png")
     assert path == tmp_path / "sweep.png" and path.stat().st_size > 5_000
+
+
+def test_the_issue_s_coarse_grid_suggests_the_eight_blobs():
+    """8 blobs in 6 d, two pairs of them 5 sd apart: the elbow of the coarse grid says 6, the suggestion 8."""
+    X, _, _ = make_blobs(6000, 6, 8, spread=1.0, box=10.0, seed=36)
+    result = dkmeans.sweep(X, [2, 3, 4, 6, 8, 10, 12], random_state=0)
+    assert result.answers["elbow"] == 6 and result.answers["calinski_harabasz"] == 8
+    assert result.suggested_k == 8, result.rule
+
+
+def test_uniform_data_has_no_clear_k():
+    X = np.random.default_rng(0).uniform(size=(3000, 3))
+    result = dkmeans.sweep(X, [2, 3, 4, 6, 8], random_state=0)
+    assert result.suggested_k is None and result.rule.startswith("no clear k")
+    assert "suggested k: none (no clear k" in result.format_table()
+    # each rule still answers: the indices always have a best k, the gap rule stops at 1
+    assert result.answers["calinski_harabasz"] is not None and result.answers["gap"] is None
+
+
+def test_the_scores_are_scikit_learn_s_on_the_same_labels(blobs):
+    """A sample as large as the data: the silhouette of all rows; CH and DB of every k as scikit-learn gives them."""
+    from sklearn.metrics import silhouette_score
+
+    ks = [2, 4, 5, 7]
+    result = dkmeans.sweep(blobs, ks, random_state=1, silhouette_rows=len(blobs))
+    for k in ks:
+        labels = result.models[k].labels_
+        assert result.metrics[k]["silhouette"] == pytest.approx(silhouette_score(blobs, labels), rel=1e-9)
+        assert result.metrics[k]["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(blobs, labels),
+                                                                        rel=1e-9)
+        assert result.metrics[k]["davies_bouldin"] == pytest.approx(davies_bouldin_score(blobs, labels), rel=1e-9)
+        sizes = np.bincount(labels, minlength=k)
+        assert result.metrics[k]["bic"] == pytest.approx(bic_score(sizes, result.objective[k], 3), rel=1e-12)
+
+
+def test_the_gap_is_the_reference_fits_log_objective_less_the_data_s():
+    """gap(k) = mean over draws of log(W*_k / m) - log(W_k / n); at k = 1 from the data's scatter."""
+    X = np.random.default_rng(3).normal(size=(500, 2))
+    result = dkmeans.sweep(X, [2, 3], random_state=0, reference_draws=3, reference_rows=400)
+    ref = result.reference
+    assert ref.draws == 3 and ref.rows == 400 and ref.total_weight == 500
+    assert ref.total_scatter == pytest.approx(((X - X.mean(0)) ** 2).sum(), rel=1e-12)
+    for k in (2, 3):
+        want = ref.mean_log[k] - np.log(result.objective[k] / 500)
+        assert result.metrics[k]["gap"] == pytest.approx(want, rel=1e-12)
+        assert result.metrics[k]["gap_sd"] == pytest.approx(ref.sd_log[k] * np.sqrt(1 + 1 / 3), rel=1e-12)
+    assert result.scores.gap_at_1 == pytest.approx(ref.mean_log[1] - np.log(ref.total_scatter / 500))
+    # the reference at k = 1: the scatter of the reference rows about their mean, per row
+    from dkmeans.drivers.streams import stream
+    from dkmeans.kernels.reference import Frame, principal_axes, reference_rows, FrameStats
+
+    centred = X - X.mean(0)
+    axes = principal_axes(FrameStats(500.0, X.mean(0), centred.T @ centred))
+    projected = centred @ axes
+    frame = Frame(X.mean(0), axes, projected.min(0), projected.max(0))
+    logs = []
+    for b in range(3):
+        R = reference_rows(frame, 0, 500, 400, result.random_state, stream("gap.reference", b))
+        logs.append(np.log(((R - R.mean(0)) ** 2).sum() / 400))
+    assert ref.mean_log[1] == pytest.approx(np.mean(logs), rel=1e-9)
+    assert ref.sd_log[1] == pytest.approx(np.std(logs), rel=1e-6, abs=1e-12)
+
+
+def test_without_reference_draws_or_sample_the_rules_that_need_them_abstain(blobs):
+    result = dkmeans.sweep(blobs, [2, 5, 8], random_state=0, reference_draws=0, silhouette_rows=0)
+    assert result.reference is None and result.answers["gap"] is None and result.answers["silhouette"] is None
+    assert result.suggested_k == 5 and "no test for data without clusters" in result.rule
+    assert result.n_passes == max(result.passes.values()) + METRIC_PASSES
+
+
+def test_sparse_rows_sweep_with_scikit_learn_s_scores():
+    """CSR data: the scores of every k are scikit-learn's (on the dense rows); no gap, no silhouette (Euclidean
+    reference and sample of dense rows only)."""
+    import scipy.sparse as sp
+
+    X = sp.random(400, 12, density=0.3, format="csr", random_state=0, dtype=np.float64)
+    result = dkmeans.sweep(X, [2, 3, 4], random_state=0)
+    dense = X.toarray()
+    for k in (2, 3, 4):
+        labels = result.models[k].labels_
+        assert result.metrics[k]["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(dense, labels),
+                                                                        rel=1e-9)
+        assert result.metrics[k]["davies_bouldin"] == pytest.approx(davies_bouldin_score(dense, labels), rel=1e-9)
+    assert result.reference is None and result.answers["gap"] is None and result.answers["silhouette"] is None
+    assert result.suggested_k in (2, 3, 4) and "no test for data without clusters" in result.rule

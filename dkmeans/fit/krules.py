@@ -1,0 +1,243 @@
+"""Rules that choose k from a sweep's per-k scores, each a pure function of the scores on the grid.
+
+Every rule takes a :class:`Scores` (the grid of k and the per-k criteria) and returns a k of
+the grid, or None where it finds no k (a curve without an elbow, data without clusters, a
+criterion undefined on every k). :data:`RULES` names them; :func:`answers` applies them all.
+How well each finds a known k is measured in ``benchmarks/choose_k.py``; the sweep's
+default suggestion (:func:`suggest`) is the rule that table chose.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per-k criteria of a sweep, each a list aligned with ``ks`` (NaN where undefined).
+
+    Attributes
+    ----------
+    ks : list of int
+        Increasing.
+    objective, calinski_harabasz, davies_bouldin, silhouette, bic, gap, gap_sd : list of float
+        ``gap_sd`` is Tibshirani's ``s_k = sd_k * sqrt(1 + 1 / B)``.
+    gap_at_1 : float
+        The gap at k = 1 (NaN without a reference curve), the rule's first candidate.
+    gap_sd_at_1 : float
+    """
+
+    ks: list
+    objective: list
+    calinski_harabasz: list = field(default_factory=list)
+    davies_bouldin: list = field(default_factory=list)
+    silhouette: list = field(default_factory=list)
+    bic: list = field(default_factory=list)
+    gap: list = field(default_factory=list)
+    gap_sd: list = field(default_factory=list)
+    gap_at_1: float = float("nan")
+    gap_sd_at_1: float = float("nan")
+
+    def column(self, name: str) -> np.ndarray:
+        values = getattr(self, name)
+        return np.asarray(
+            values if len(values) == len(self.ks) else [np.nan] * len(self.ks), dtype=np.float64
+        )
+
+
+def elbow(k_values, objectives) -> int | None:
+    """The elbow of a decreasing objective curve (``RULE_TEXT["elbow"]``), or None.
+
+    ``k`` and ``log(objective)`` are each scaled to [0, 1]; the elbow is the k whose point
+    lies farthest below the chord from the first point to the last (the largest vertical
+    gap, which is the largest distance to the chord: the chord's slope is fixed). Where an
+    objective is 0 (as many distinct rows as clusters) the objective itself is scaled. None
+    for fewer than three values, a flat curve, or a curve with no point below the chord.
+
+    Parameters
+    ----------
+    k_values : sequence of int, increasing
+    objectives : sequence of float
+    """
+    k = np.asarray(k_values, dtype=np.float64)
+    f = np.asarray(objectives, dtype=np.float64)
+    if k.size < 3 or not np.all(np.isfinite(f)) or f.max() == f.min():
+        return None
+    if f.min() > 0:
+        f = np.log(f)
+    x = (k - k[0]) / (k[-1] - k[0])
+    y = (f - f.min()) / (f.max() - f.min())
+    gap = (y[0] + (y[-1] - y[0]) * x) - y  # chord minus curve: positive below the chord
+    best = int(np.argmax(gap))
+    return int(k_values[best]) if gap[best] > 1e-12 else None
+
+
+def _best(ks, values, *, largest: bool) -> int | None:
+    values = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(values)
+    if not ok.any():
+        return None
+    masked = np.where(ok, values, -np.inf if largest else np.inf)
+    return int(ks[int(np.argmax(masked) if largest else np.argmin(masked))])
+
+
+def bic_score(sizes, objective: float, n_features: int) -> float:
+    """The BIC of a partition as X-means scores it (Pelleg and Moore 2000): higher is better.
+
+    A mixture of spherical Gaussians, one per cluster holding weight, with mixing weights
+    ``n_j / n`` and one variance ``s2 = objective / (d (n - k))`` (the unbiased pooled
+    estimate); the log-likelihood of the hard assignment
+    ``sum_j n_j log(n_j / n) - n d / 2 log(2 pi s2) - d (n - k) / 2`` less
+    ``p / 2 log(n)`` for ``p = (k - 1) + k d + 1`` parameters. NaN where ``n <= k`` or the
+    objective is 0.
+    """
+    n_j = np.asarray(sizes, dtype=np.float64)
+    n_j = n_j[n_j > 0]
+    k, n, d = n_j.size, float(n_j.sum()), int(n_features)
+    if n <= k or not objective > 0:
+        return float("nan")
+    s2 = objective / (d * (n - k))
+    log_l = (
+        float(np.sum(n_j * np.log(n_j / n)))
+        - n * d / 2 * math.log(2 * math.pi * s2)
+        - d * (n - k) / 2
+    )
+    return log_l - ((k - 1) + k * d + 1) / 2 * math.log(n)
+
+
+def gap_choice(scores: Scores) -> int | None:
+    """Tibshirani et al.'s rule: the smallest k with ``gap(k) >= gap(k') - s_k'``.
+
+    ``k'`` is the next k of the grid.
+
+    k = 1 is the first candidate (its gap from the data's total scatter), so data without
+    clusters gives None. A k whose gap is undefined ends the search (None where the first is).
+    """
+    ks = [1] + [k for k in scores.ks if k != 1]
+    gap = [scores.gap_at_1] + [g for k, g in zip(scores.ks, scores.column("gap")) if k != 1]
+    sd = [scores.gap_sd_at_1] + [s for k, s in zip(scores.ks, scores.column("gap_sd")) if k != 1]
+    for i in range(len(ks) - 1):
+        if not (math.isfinite(gap[i]) and math.isfinite(gap[i + 1]) and math.isfinite(sd[i + 1])):
+            return None
+        if gap[i] >= gap[i + 1] - sd[i + 1]:
+            return None if ks[i] == 1 else ks[i]
+    return None
+
+
+#: The rules, by name: what each says it does (as :attr:`SweepResult.rule` states a choice).
+RULE_TEXT = {
+    "elbow": (
+        "elbow of the objective curve: the k farthest below the straight line from the first "
+        "to the last point, with k and the logarithm of the objective each scaled to [0, 1] "
+        "(Kneedle on the log objective; the objective itself where one is 0); none where no "
+        "point lies below that line"
+    ),
+    "calinski_harabasz": "the largest Calinski-Harabasz index",
+    "davies_bouldin": "the smallest Davies-Bouldin index",
+    "silhouette": "the largest silhouette of a sample of rows",
+    "gap": (
+        "the gap statistic: the smallest k whose gap is within one standard error of the next k's "
+        "(Tibshirani et al. 2001; none when that k is 1)"
+    ),
+    "bic": "the largest BIC of a spherical Gaussian mixture with one shared variance (X-means)",
+}
+
+
+def _rule(name: str):
+    if name == "elbow":
+        return lambda s: elbow(s.ks, s.objective)
+    if name == "gap":
+        return gap_choice
+    largest = name != "davies_bouldin"
+    return lambda s: _best(s.ks, s.column(name), largest=largest)
+
+
+RULES = {name: _rule(name) for name in RULE_TEXT}
+
+
+def answers(scores: Scores) -> dict:
+    """Every rule's k (or None), by name."""
+    return {name: rule(scores) for name, rule in RULES.items()}
+
+
+#: How far (in log objective) some k's gap, less its standard error, must exceed the gap at k = 1
+#: for the data to count as clustered (uniform data: at most 0.04 above; clustered sets: 0.2 and
+#: more).
+STRUCTURE_MARGIN = 0.1
+#: The rules that vote for the default suggestion (the best single rules of the benchmark's
+#: tuning sets).
+VOTERS = ("calinski_harabasz", "davies_bouldin", "elbow", "gap")
+#: On a tie, another tied k beats Calinski-Harabasz's own when its index is within this share of
+#: the maximum.
+CH_TIE_SHARE = 0.05
+
+
+def clustered(scores: Scores) -> bool | None:
+    """Whether some k clusters the data better than uniform data (None without a reference curve).
+
+    True when ``max_k (gap(k) - s_k) - gap(1) > STRUCTURE_MARGIN``: some k's objective falls
+    below the reference's by a factor of ``exp(0.1)`` more than the whole data's scatter does.
+    """
+    gap, sd = scores.column("gap"), scores.column("gap_sd")
+    ok = np.isfinite(gap) & np.isfinite(sd)
+    if not math.isfinite(scores.gap_at_1) or not ok.any():
+        return None
+    return bool(np.max(gap[ok] - sd[ok]) - scores.gap_at_1 > STRUCTURE_MARGIN)
+
+
+def suggest(scores: Scores) -> tuple:
+    """The sweep's default suggestion: ``(k or None, the reason)``.
+
+    1. No clear k where the gap statistic's reference finds no structure (:func:`clustered`).
+    2. Else the k most of :data:`VOTERS` choose. On a tie, Calinski-Harabasz's own k, unless
+       another tied k has a Calinski-Harabasz index within :data:`CH_TIE_SHARE` of the maximum
+       (then the smallest such k: the index barely prefers more clusters).
+    """
+    found = answers(scores)
+    has_structure = clustered(scores)
+    if has_structure is False:
+        return None, (
+            f"no clear k: no k's gap statistic, less its standard error, exceeds the gap at "
+            f"k = 1 by "
+            f"more than {STRUCTURE_MARGIN} (the data clusters no better than uniform data)"
+        )
+    votes: dict = {}
+    for name in VOTERS:
+        if found[name] is not None:
+            votes.setdefault(found[name], []).append(name)
+    if not votes:
+        return None, "no clear k: none of " + ", ".join(VOTERS) + " finds one"
+    top = max(len(v) for v in votes.values())
+    tied = sorted(k for k, v in votes.items() if len(v) == top)
+    ch_k = found["calinski_harabasz"]
+    k = tied[0]
+    if len(tied) > 1:
+        ch = scores.column("calinski_harabasz")
+        best = float(np.nanmax(ch))
+        close = [
+            t for t in tied if t != ch_k and ch[scores.ks.index(t)] >= (1 - CH_TIE_SHARE) * best
+        ]
+        k = close[0] if close else (ch_k if ch_k is not None else tied[0])
+    detail = "; ".join(f"{', '.join(names)}: {v}" for v, names in sorted(votes.items()))
+    how = "the most votes" if len(tied) == 1 else "a tie broken by the Calinski-Harabasz index"
+    note = "" if has_structure else "; no gap reference, so no test for data without clusters"
+    return k, f"{how} of {', '.join(VOTERS)} ({detail}){note}"
+
+
+__all__ = [
+    "CH_TIE_SHARE",
+    "RULES",
+    "RULE_TEXT",
+    "STRUCTURE_MARGIN",
+    "Scores",
+    "VOTERS",
+    "answers",
+    "bic_score",
+    "clustered",
+    "elbow",
+    "gap_choice",
+    "suggest",
+]

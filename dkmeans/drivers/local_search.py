@@ -675,8 +675,8 @@ def coreset_start(
     """A start for Lloyd: ``centroids`` (a seeding's) settled and searched on a sample of the rows.
 
     One pass draws the sample of :func:`coreset_local_search`; on it, in this process,
-    Lloyd runs to ``stop_rule`` (``max_iter`` updates at most: the fit's cap bounds its Lloyd
-    loops on whatever rows they run) and then :func:`local_search` until a round improves
+    Lloyd runs to ``stop_rule`` (``max_iter`` updates at most: the fit settles only where its own
+    ``max_iter`` allows this loop its whole length) and then :func:`local_search` until a round improves
     nothing (its rounds' Lloyd updates, ``lloyd_iters``, capped by ``max_iter`` too; no search
     with fewer than :data:`CORESET_FIT_PER_CLUSTER` sample rows per
     cluster: Lloyd's fixed point on the sample is then the start). Lloyd on all the rows

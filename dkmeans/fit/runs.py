@@ -55,17 +55,22 @@ SEARCH_AFTER_ITERS = 5
 #: rows: a larger one costs about what the data's own Lloyd updates cost, and where it is all the
 #: rows its Lloyd would be the fit's (measured in ``benchmarks/README.md``, "max_iter and n_iter_").
 SETTLE_MAX_SHARE = 0.5
+#: Lloyd updates of the settle on the sample at most (:func:`~dkmeans.drivers.local_search.coreset_start`).
+SETTLE_MAX_ITER = 300
 
 
 def settles_start(data, plan: FitPlan, k: int) -> bool:
     """Whether a run of ``plan`` settles and searches its seeding on a sample of the rows before
     Lloyd (:func:`~dkmeans.drivers.local_search.coreset_start`).
 
-    Only where the run searches at all (``max_iter`` above :data:`SEARCH_AFTER_ITERS`: with
-    fewer updates a run is Lloyd from the seeding, scikit-learn's meaning of a small
-    ``max_iter``) and the sample is at most :data:`SETTLE_MAX_SHARE` of the rows.
+    Only where the sample is at most :data:`SETTLE_MAX_SHARE` of the rows, and where
+    ``max_iter`` allows the settle its :data:`SETTLE_MAX_ITER` updates: a settle cut short by
+    ``max_iter`` would give each cap its own start, and a larger cap could then end higher. So
+    below it a run is Lloyd from the seeding (scikit-learn's meaning: ``max_iter=1`` is one
+    update from it) and every larger ``max_iter`` ends no higher; from it on the start is the
+    same whatever the cap.
     """
-    return (plan.local_search and plan.lloyd and plan.warm_start and plan.max_iter > SEARCH_AFTER_ITERS
+    return (plan.local_search and plan.lloyd and plan.warm_start and plan.max_iter >= SETTLE_MAX_ITER
             and coreset_searches(data.n_rows, k) and coreset_size(data.n_rows, k) <= SETTLE_MAX_SHARE * data.n_rows)
 
 
@@ -173,7 +178,7 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
             if settles_start(data, plan, len(start)):
                 # settled and searched on a sample first
                 start = coreset_start(data, start, seed=plan.seed_of_run(state.run), stop_rule=plan.stop_rule,
-                                      max_iter=plan.max_iter)
+                                      max_iter=SETTLE_MAX_ITER)
             state.phase, state.loop = "lloyd", LoopState(start)
             save()
         loop = state.loop

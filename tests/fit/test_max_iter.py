@@ -181,6 +181,18 @@ def test_minibatch_steps_bounded_by_max_iter(max_iter):
     assert model.n_iter_ == -(-model.n_steps_ * 256 // 3000) <= max_iter
 
 
+@pytest.mark.parametrize("max_iter", [1, 2])
+def test_minibatch_out_of_core_counts_passes(client, max_iter):
+    """Out of core an epoch is one sequential pass of ceil(n / batch_size) steps, the last one shorter."""
+    import dask.array as da
+
+    X = _blobs(1000, 8).astype(np.float32)
+    model = dkmeans.MiniBatchKMeans(6, batch_size=300, max_iter=max_iter, tol=0.0, max_no_improvement=None,
+                                    random_state=8, out_of_core=True).fit(da.from_array(X, chunks=400))
+    assert model.data_mode_ == "out-of-core"
+    assert model.n_steps_ == max_iter * 4 and model.n_iter_ == max_iter
+
+
 @pytest.mark.parametrize("max_iter", [1, 3, 300])
 def test_sweep_counts_as_single_fits(max_iter):
     X = _blobs(CORESET_MIN_ROWS + 1, 6)

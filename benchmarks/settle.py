@@ -1,0 +1,84 @@
+"""Does the default fit's start settled on a sample pay, by the sample's share of the rows?
+
+The default fit (``KMeans(k, random_state=seed)``, local search on) may settle its seeding on a
+sample of ``coreset_size(n, k)`` rows before Lloyd on the data
+(:func:`dkmeans.drivers.local_search.coreset_start`). This runs every default fit twice, with
+the settle forced on (``dkmeans.fit.runs.SETTLE_MAX_SHARE = 1``: at any share, as before issue
+51) and off (``0``), the two taking turns per seed in one process, on the float32 blobs of
+``benchmarks/lloyd.py`` (d = 16, k = 32) at each size given and on the SIPU sets where present.
+Reported per size: the sample's share of the rows, mean CPU seconds of the fit (this process,
+all its threads: the small fits run in it) on / off, mean objective on / off, mean passes
+(``n_passes_``: the sample's own Lloyd steps are not passes) and Lloyd iterations on the data.
+
+Run:  .venv/bin/python benchmarks/settle.py [--seeds 8] [--sizes 4096 8192 ...] [--no-sipu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import load_sipu, sipu_dir  # noqa: E402
+from lloyd import make_data  # noqa: E402
+
+import dkmeans  # noqa: E402
+import dkmeans.fit.runs as runs  # noqa: E402
+from dkmeans.drivers.local_search import coreset_size  # noqa: E402
+
+
+def objective(X, C) -> float:
+    X, C = X.astype(np.float64), C.astype(np.float64)
+    d = (X ** 2).sum(1)[:, None] - 2 * X @ C.T + (C ** 2).sum(1)[None]
+    return float(np.maximum(d.min(1), 0).sum())
+
+
+def one_fit(X, k: int, seed: int, settle: bool) -> tuple:
+    runs.SETTLE_MAX_SHARE = 1.0 if settle else 0.0
+    t = time.process_time()
+    km = dkmeans.KMeans(k, random_state=seed).fit(X)
+    return time.process_time() - t, objective(X, km.cluster_centers_), km.n_passes_, km.n_iter_
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[3000, 4096, 6000, 8192, 16384, 49152, 131072])
+    parser.add_argument("--no-sipu", action="store_true")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    cases = []
+    if not args.no_sipu and sipu_dir() is not None:
+        for f in sorted(sipu_dir().glob("*.npz")):
+            X, _, k = load_sipu(f)
+            cases.append((f.stem, X, k))
+    for n in args.sizes:
+        cases.append((f"blobs{n}", make_data(n, 16, 32)[0], 32))
+    default = runs.SETTLE_MAX_SHARE
+    one_fit(cases[0][1], cases[0][2], 0, True)  # imports and first-fit costs out of the figures
+    print(f"{'case':12s} {'n':>7s} {'k':>4s} {'share':>6s} {'cpu on/off':>16s} {'ratio':>6s} {'obj on/off':>10s} "
+          f"{'passes on/off':>14s} {'iters on/off':>13s}")
+    try:
+        for name, X, k in cases:
+            on, off = [], []
+            for seed in range(args.seeds):
+                on.append(one_fit(X, k, seed, True))
+                off.append(one_fit(X, k, seed, False))
+            mean = lambda rs, i: statistics.mean(r[i] for r in rs)  # noqa: E731
+            share = coreset_size(len(X), k) / len(X)
+            print(f"{name:12s} {len(X):7d} {k:4d} {share:6.2f} {mean(on, 0):7.3f}/{mean(off, 0):<7.3f} "
+                  f"{mean(on, 0) / mean(off, 0):6.2f} {mean(on, 1) / mean(off, 1):10.5f} "
+                  f"{mean(on, 2):6.1f}/{mean(off, 2):<6.1f} {mean(on, 3):6.1f}/{mean(off, 3):<6.1f}", flush=True)
+    finally:
+        runs.SETTLE_MAX_SHARE = default
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -49,7 +49,8 @@ def one_fit(X, k: int, seed: int, settle: bool) -> tuple:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--sizes", type=int, nargs="*", default=[3000, 4096, 6000, 8192, 16384, 49152, 131072])
+    parser.add_argument("--sizes", type=int, nargs="*",
+                        default=[3000, 4096, 6000, 8192, 16384, 49152, 131072])
     parser.add_argument("--no-sipu", action="store_true")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -62,8 +63,8 @@ def main(argv=None) -> int:
         cases.append((f"blobs{n}", make_data(n, 16, 32)[0], 32))
     default = runs.SETTLE_MAX_SHARE
     one_fit(cases[0][1], cases[0][2], 0, True)  # imports and first-fit costs out of the figures
-    print(f"{'case':12s} {'n':>7s} {'k':>4s} {'share':>6s} {'cpu on/off':>16s} {'ratio':>6s} {'obj on/off':>10s} "
-          f"{'passes on/off':>14s} {'iters on/off':>13s}")
+    print(f"{'case':12s} {'n':>7s} {'k':>4s} {'share':>6s} {'cpu on/off':>16s} {'ratio':>6s} "
+          f"{'obj on/off':>10s} {'passes on/off':>14s} {'iters on/off':>13s}")
     try:
         for name, X, k in cases:
             on, off = [], []
@@ -72,9 +73,11 @@ def main(argv=None) -> int:
                 off.append(one_fit(X, k, seed, False))
             mean = lambda rs, i: statistics.mean(r[i] for r in rs)  # noqa: E731
             share = coreset_size(len(X), k) / len(X)
-            print(f"{name:12s} {len(X):7d} {k:4d} {share:6.2f} {mean(on, 0):7.3f}/{mean(off, 0):<7.3f} "
-                  f"{mean(on, 0) / mean(off, 0):6.2f} {mean(on, 1) / mean(off, 1):10.5f} "
-                  f"{mean(on, 2):6.1f}/{mean(off, 2):<6.1f} {mean(on, 3):6.1f}/{mean(off, 3):<6.1f}", flush=True)
+            cpu, obj = mean(on, 0) / mean(off, 0), mean(on, 1) / mean(off, 1)
+            print(f"{name:12s} {len(X):7d} {k:4d} {share:6.2f} "
+                  f"{mean(on, 0):7.3f}/{mean(off, 0):<7.3f} {cpu:6.2f} {obj:10.5f} "
+                  f"{mean(on, 2):6.1f}/{mean(off, 2):<6.1f} {mean(on, 3):6.1f}/{mean(off, 3):<6.1f}",
+                  flush=True)
     finally:
         runs.SETTLE_MAX_SHARE = default
     return 0

@@ -11,8 +11,8 @@ import numpy as np
 from dkmeans.drivers.hartigan import hartigan
 from dkmeans.drivers.lloyd import lloyd, objective, stop_after_update
 from dkmeans.drivers.pruned_lloyd import PrunedPasses
-from dkmeans.drivers.local_search import (CONFIRM_ITERS, coreset_local_search, coreset_searches, coreset_size,
-                                          coreset_start)
+from dkmeans.drivers.local_search import (CONFIRM_ITERS, coreset_local_search, coreset_searches,
+                                          coreset_size, coreset_start)
 from dkmeans.drivers.state import FitState, LoopState, RunSummary
 from dkmeans.drivers.streams import derive_seed
 from dkmeans.fit.inputs import check_centroids
@@ -55,7 +55,8 @@ SEARCH_AFTER_ITERS = 5
 #: rows: a larger one costs about what the data's own Lloyd updates cost, and where it is all the
 #: rows its Lloyd would be the fit's (measured in ``benchmarks/README.md``, "max_iter and n_iter_").
 SETTLE_MAX_SHARE = 0.5
-#: Lloyd updates of the settle on the sample at most (:func:`~dkmeans.drivers.local_search.coreset_start`).
+#: Lloyd updates of the settle on the sample at most
+#: (:func:`~dkmeans.drivers.local_search.coreset_start`).
 SETTLE_MAX_ITER = 300
 
 
@@ -70,8 +71,10 @@ def settles_start(data, plan: FitPlan, k: int) -> bool:
     update from it) and every larger ``max_iter`` ends no higher; from it on the start is the
     same whatever the cap.
     """
-    return (plan.local_search and plan.lloyd and plan.warm_start and plan.max_iter >= SETTLE_MAX_ITER
-            and coreset_searches(data.n_rows, k) and coreset_size(data.n_rows, k) <= SETTLE_MAX_SHARE * data.n_rows)
+    n = data.n_rows
+    return (plan.local_search and plan.lloyd and plan.warm_start
+            and plan.max_iter >= SETTLE_MAX_ITER and coreset_searches(n, k)
+            and coreset_size(n, k) <= SETTLE_MAX_SHARE * n)
 
 
 def _searches(data, plan: FitPlan, k: int) -> bool:
@@ -126,7 +129,7 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
         if plan.on_iteration is not None:
             plan.on_iteration(record)
         history.append(record)
-        if search.lloyd is not None:  # the confirmation's updates were passes over the data, kept or not
+        if search.lloyd is not None:  # its updates were passes over the data, kept or not
             history += list(search.lloyd.history)
             n_iter += search.lloyd.n_iter
         if not search.kept:  # the last result stands, and so does the rule that stopped it
@@ -177,8 +180,8 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
             start = np.asarray(plan.initialise(state.run))
             if settles_start(data, plan, len(start)):
                 # settled and searched on a sample first
-                start = coreset_start(data, start, seed=plan.seed_of_run(state.run), stop_rule=plan.stop_rule,
-                                      max_iter=SETTLE_MAX_ITER)
+                start = coreset_start(data, start, seed=plan.seed_of_run(state.run),
+                                      stop_rule=plan.stop_rule, max_iter=SETTLE_MAX_ITER)
             state.phase, state.loop = "lloyd", LoopState(start)
             save()
         loop = state.loop

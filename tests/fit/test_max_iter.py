@@ -25,7 +25,7 @@ from dkmeans.ksweep import sweep as k_sweep
 
 
 def _seeding_spy(monkeypatch) -> list:
-    """The first run's seeding of every fit from now on (the plan's own, deterministic, initialise)."""
+    """The first run's seeding of every fit from now on (the plan's own, seeded)."""
     seen, real = [], service.fit_runs
 
     def spy(data, plan, state, checkpoint=None):
@@ -48,8 +48,11 @@ def _blobs(n: int, seed: int, d: int = 4, k: int = 6) -> np.ndarray:
 
 
 # -- scikit-learn's own test, at 10 seeds ---------------------------------------------------
+ESTIMATORS = [dkmeans.KMeans, dkmeans.MiniBatchKMeans]
+
+
 @pytest.mark.parametrize("init", ["k-means||", "k-means++"])
-@pytest.mark.parametrize("estimator", [dkmeans.KMeans, dkmeans.MiniBatchKMeans], ids=["KMeans", "MiniBatchKMeans"])
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=["KMeans", "MiniBatchKMeans"])
 def test_score_max_iter_as_scikit_learn(estimator, init):
     """scikit-learn's ``test_score_max_iter``: more iterations give a better score."""
     for seed in range(10):
@@ -61,14 +64,16 @@ def test_score_max_iter_as_scikit_learn(estimator, init):
 
 
 # -- the property: sizes around the sample's threshold, both seedings ------------------------
-SIZES = st.sampled_from([CORESET_MIN_ROWS // 2, CORESET_MIN_ROWS - 1, CORESET_MIN_ROWS, CORESET_MIN_ROWS + 1,
-                         CORESET_MIN_ROWS + 500, 2 * CORESET_MIN_ROWS + 7, 3 * CORESET_MIN_ROWS])
+SIZES = st.sampled_from([CORESET_MIN_ROWS // 2, CORESET_MIN_ROWS - 1, CORESET_MIN_ROWS,
+                         CORESET_MIN_ROWS + 1, CORESET_MIN_ROWS + 500, 2 * CORESET_MIN_ROWS + 7,
+                         3 * CORESET_MIN_ROWS])
 #: caps below the settle's and from it on (where the start may be settled on a sample)
 BELOW = [1, 2, 3, 5, 6, 7, 9, 12, 20, runs.SETTLE_MAX_ITER - 1]
 FROM = [runs.SETTLE_MAX_ITER, runs.SETTLE_MAX_ITER + 1, 2 * runs.SETTLE_MAX_ITER]
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(n=SIZES, seed=st.integers(0, 2**16), init=st.sampled_from(["k-means||", "k-means++"]),
        caps=st.lists(st.sampled_from(BELOW + FROM), min_size=2, max_size=4, unique=True))
 def test_max_iter_is_scikit_learns(n, seed, init, caps):
@@ -118,11 +123,12 @@ def test_every_lloyd_loop_is_bounded_and_data_updates_counted(monkeypatch, max_i
     X = _blobs(n, 3, d=8, k=12)
     settles = []
     real_start = runs.coreset_start
-    monkeypatch.setattr(runs, "coreset_start", lambda *a, **kw: settles.append(kw["max_iter"]) or real_start(*a, **kw))
+    monkeypatch.setattr(runs, "coreset_start",
+                        lambda *a, **kw: settles.append(kw["max_iter"]) or real_start(*a, **kw))
     on_sample = _spy_lloyd(monkeypatch, local_search_module)
     on_data = _spy_lloyd(monkeypatch, runs)
     model = dkmeans.KMeans(12, n_init=1, max_iter=max_iter, random_state=0).fit(X)
-    assert settles == [runs.SETTLE_MAX_ITER]  # the settle runs whole: the same start whatever the cap
+    assert settles == [runs.SETTLE_MAX_ITER]  # run whole: the same start whatever the cap
     assert all(n_iter <= cap <= max_iter for cap, _, n_iter in on_sample + on_data)
     assert any(rows < n for _, rows, _ in on_sample)  # the settle ran on the sample
     # n_iter_ counts the updates on the data: Lloyd's and every confirmation's, kept or not
@@ -165,7 +171,8 @@ def test_rejected_confirmation_counts(monkeypatch):
 
     monkeypatch.setattr(runs, "coreset_local_search", reject)
     X = _blobs(CORESET_MIN_ROWS, 5, d=8, k=30)
-    model = dkmeans.KMeans(30, init="random", n_init=1, max_iter=40, random_state=5, local_search=True).fit(X)
+    model = dkmeans.KMeans(30, init="random", n_init=1, max_iter=40, random_state=5,
+                           local_search=True).fit(X)
     assert rejected, "no confirmation ran: the case tests nothing"
     assert model.n_iter_ == _lloyd_records(model) <= 40
 
@@ -174,8 +181,8 @@ def test_rejected_confirmation_counts(monkeypatch):
 @pytest.mark.parametrize("max_iter", [1, 2, 5])
 def test_minibatch_steps_bounded_by_max_iter(max_iter):
     X = _blobs(3000, 4)
-    model = dkmeans.MiniBatchKMeans(6, batch_size=256, max_iter=max_iter, tol=0.0, max_no_improvement=None,
-                                    random_state=4).fit(X)
+    model = dkmeans.MiniBatchKMeans(6, batch_size=256, max_iter=max_iter, tol=0.0,
+                                    max_no_improvement=None, random_state=4).fit(X)
     # scikit-learn's counts: (max_iter * n) // batch_size steps, n_iter_ epochs of them
     assert model.n_steps_ == (max_iter * 3000) // 256
     assert model.n_iter_ == -(-model.n_steps_ * 256 // 3000) <= max_iter
@@ -183,12 +190,13 @@ def test_minibatch_steps_bounded_by_max_iter(max_iter):
 
 @pytest.mark.parametrize("max_iter", [1, 2])
 def test_minibatch_out_of_core_counts_passes(client, max_iter):
-    """Out of core an epoch is one sequential pass of ceil(n / batch_size) steps, the last one shorter."""
+    """Out of core an epoch is a sequential pass: ceil(n / batch_size) steps, the last shorter."""
     import dask.array as da
 
     X = _blobs(1000, 8).astype(np.float32)
-    model = dkmeans.MiniBatchKMeans(6, batch_size=300, max_iter=max_iter, tol=0.0, max_no_improvement=None,
-                                    random_state=8, out_of_core=True).fit(da.from_array(X, chunks=400))
+    model = dkmeans.MiniBatchKMeans(6, batch_size=300, max_iter=max_iter, tol=0.0,
+                                    max_no_improvement=None, random_state=8, out_of_core=True)
+    model.fit(da.from_array(X, chunks=400))
     assert model.data_mode_ == "out-of-core"
     assert model.n_steps_ == max_iter * 4 and model.n_iter_ == max_iter
 

@@ -10,7 +10,12 @@ Reported per size: the sample's share of the rows, mean CPU seconds of the fit (
 all its threads: the small fits run in it) on / off, mean objective on / off, mean passes
 (``n_passes_``: the sample's own Lloyd steps are not passes) and Lloyd iterations on the data.
 
+With ``--max-iter-check N`` it instead fits N random cases (overlapping blobs of 8,199, 12,288
+or 20,000 rows, k = 6, either seeding) at each cap of :data:`CAPS` and lists every pair of
+consecutive caps where the larger one ended with a higher objective.
+
 Run:  .venv/bin/python benchmarks/settle.py [--seeds 8] [--sizes 4096 8192 ...] [--no-sipu]
+      .venv/bin/python benchmarks/settle.py --max-iter-check 30
 """
 
 from __future__ import annotations
@@ -46,14 +51,46 @@ def one_fit(X, k: int, seed: int, settle: bool) -> tuple:
     return time.process_time() - t, objective(X, km.cluster_centers_), km.n_passes_, km.n_iter_
 
 
+#: caps of ``--max-iter-check``: below the settle's, at it (299 -> 300: it begins) and above
+CAPS = [4, 5, 6, 7, 9, 12, 20, 299, 300, 400]
+
+
+def max_iter_check(n_cases: int) -> None:
+    """Consecutive caps where the larger ended higher, over ``n_cases`` random cases."""
+    rng = np.random.default_rng(1)
+    worse, pairs = [], 0
+    for case in range(n_cases):
+        n, seed = int(rng.choice([8199, 12288, 20000])), int(rng.integers(0, 2**16))
+        init = ("k-means||", "k-means++")[case % 2]
+        data = np.random.default_rng(seed)
+        centres = data.uniform(-4, 4, size=(6, 4))
+        X = centres[data.integers(0, 6, n)] + data.normal(size=(n, 4))
+        scores = []
+        for cap in CAPS:
+            km = dkmeans.KMeans(6, init=init, n_init=1, max_iter=cap, random_state=seed)
+            scores.append(km.fit(X).score(X))
+        for (a, sa), (b, sb) in zip(zip(CAPS, scores), zip(CAPS[1:], scores[1:])):
+            pairs += 1
+            if sb < sa - 1e-9 * abs(sa):
+                worse.append((a, b, (sa - sb) / abs(sa)))
+                print(f"n={n} seed={seed} {init}: max_iter {a} -> {b} ended higher by "
+                      f"{(sa - sb) / abs(sa):.1e}", flush=True)
+    print(f"{len(worse)} of {pairs} consecutive pairs ended higher at the larger cap; at the caps "
+          f"{sorted({(a, b) for a, b, _ in worse})}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--sizes", type=int, nargs="*",
                         default=[3000, 4096, 6000, 8192, 16384, 49152, 131072])
     parser.add_argument("--no-sipu", action="store_true")
+    parser.add_argument("--max-iter-check", type=int, default=0, metavar="N")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
+    if args.max_iter_check:
+        max_iter_check(args.max_iter_check)
+        return 0
     cases = []
     if not args.no_sipu and sipu_dir() is not None:
         for f in sorted(sipu_dir().glob("*.npz")):
@@ -76,7 +113,8 @@ def main(argv=None) -> int:
             cpu, obj = mean(on, 0) / mean(off, 0), mean(on, 1) / mean(off, 1)
             print(f"{name:12s} {len(X):7d} {k:4d} {share:6.2f} "
                   f"{mean(on, 0):7.3f}/{mean(off, 0):<7.3f} {cpu:6.2f} {obj:10.5f} "
-                  f"{mean(on, 2):6.1f}/{mean(off, 2):<6.1f} {mean(on, 3):6.1f}/{mean(off, 3):<6.1f}",
+                  f"{mean(on, 2):6.1f}/{mean(off, 2):<6.1f} "
+                  f"{mean(on, 3):6.1f}/{mean(off, 3):<6.1f}",
                   flush=True)
     finally:
         runs.SETTLE_MAX_SHARE = default

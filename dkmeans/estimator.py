@@ -455,7 +455,7 @@ class KMeans(_KMeansBase):
         if the data's objective is lower (one pass when it finds nothing); the searches
         start after Lloyd's first 5 iterations, at most 3 of them, each confirmed by at most
         2 Lloyd iterations on the data, and Lloyd then continues to its stop rule. On the SIPU
-        benchmark sets it reaches the quality of scikit-learn with ``n_init=10`` at 0.6-1.1
+        benchmark sets it reaches the quality of scikit-learn with ``n_init=10`` at 0.7-1.3
         times the passes of Lloyd alone (benchmarks/quality.py). "auto": when ``init`` is a
         seeding strategy (not given centroids, whose Lloyd result stays scikit-learn's).
     hartigan_mode : {"unsafe", "safe"}, default "unsafe"

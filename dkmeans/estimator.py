@@ -495,9 +495,12 @@ class KMeans(_KMeansBase):
         callable, 1 otherwise (as in scikit-learn).
     max_iter : int, default 300
         Maximum number of Lloyd iterations on the data in a run, whatever phases it has
-        (scikit-learn's meaning). With local search they are shared: Lloyd's first 5, then
-        the confirmations of the searches (2 at most each), then Lloyd again to its stop
-        rule with what is left; with none left there is no search after Lloyd.
+        (scikit-learn's meaning: ``max_iter=1`` is one update from the seeding). With local
+        search they are shared: Lloyd's first 5, then the confirmations of the searches (2 at
+        most each), then Lloyd again to its stop rule with what is left; with none left there
+        is no search after Lloyd. The start is settled on a sample (up to 300 updates there)
+        only with ``max_iter >= 300`` and a sample of at most half the rows. A larger value
+        never ends with a higher objective, except across 300 where the settle begins.
     tol : float, default 1e-4
         Relative tolerance as in scikit-learn: stop when the total squared centroid
         shift is at most ``tol`` times the mean variance of the features.
@@ -578,7 +581,9 @@ class KMeans(_KMeansBase):
         Weighted sum of squared distances to the closest centroid (of ``cluster_centers_``);
         of ``1 - cos`` with ``metric="cosine"``.
     n_iter_ : int
-        Lloyd iterations (centroid updates) plus Hartigan rounds run.
+        Lloyd iterations (centroid updates) run on the data, the local search's
+        confirmations included (kept or not), plus Hartigan rounds; at most ``max_iter``
+        Lloyd iterations. A start settled on a sample of the rows is not counted.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Column names, when fitted on a DataFrame with string column names.

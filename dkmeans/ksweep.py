@@ -78,13 +78,13 @@ class SweepResult:
         The seed every k was fitted with.
     stop_reason : dict of int to str
     answers : dict of str to int or None
-        Every rule's k (:data:`dkmeans.fit.krules.RULE_TEXT` says what each does): ``elbow``,
+        Every rule's k (``dkmeans.fit.krules.RULE_TEXT`` says what each does): ``elbow``,
         ``calinski_harabasz``, ``davies_bouldin``, ``silhouette``, ``gap``, ``bic``.
     scores : Scores
-        The per-k criteria the rules read (:class:`dkmeans.fit.krules.Scores`), with the gap at
+        The per-k criteria the rules read (``dkmeans.fit.krules.Scores``), with the gap at
         k = 1.
     reference : ReferenceCurve or None
-        The gap statistic's reference fits (:class:`dkmeans.fit.gap.ReferenceCurve`: per k the
+        The gap statistic's reference fits (``dkmeans.fit.gap.ReferenceCurve``: per k the
         mean and spread of their log objective, the passes they made); None without reference
         draws (``reference_draws=0``) or for cosine.
     """
@@ -296,7 +296,7 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
 
 
 def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
-    """The rules' :class:`~dkmeans.fit.krules.Scores` from a sweep's per-k objective and metrics."""
+    """The rules' ``Scores`` (``dkmeans.fit.krules``) from a sweep's per-k objective and metrics."""
     def column(name):
         return [float(metrics[k].get(name, float("nan"))) for k in ks]
 

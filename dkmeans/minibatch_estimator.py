@@ -123,7 +123,8 @@ class MiniBatchKMeans(_KMeansBase):
     cluster_centers_, labels_, inertia_, n_features_in_, feature_names_in_
         As scikit-learn's.
     n_iter_ : int
-        Epochs run (``ceil(n_steps_ * batch_size / n_samples)``).
+        Epochs run, at most ``max_iter``: ``ceil(n_steps_ * batch_size / n_samples)`` as in
+        scikit-learn (out of core: the sequential passes begun); the initialisation steps nothing.
     n_steps_ : int
         Mini-batch steps run (over all ``partial_fit`` calls too).
     history_ : list of dict

@@ -668,15 +668,18 @@ def coreset_start(
     *,
     seed: int,
     stop_rule: ObjectiveDecrease | CentroidShift,
+    max_iter: int = 300,
     rounds: int = RECOMMENDED["rounds"],
     lloyd_iters: int = RECOMMENDED["lloyd_iters"],
 ) -> np.ndarray:
     """A start for Lloyd: ``centroids`` (a seeding's) settled and searched on a sample of the rows.
 
     One pass draws the sample of :func:`coreset_local_search`; on it, in this process,
-    Lloyd runs to ``stop_rule`` and then :func:`local_search` until a round improves
-    nothing (no search with fewer than :data:`CORESET_FIT_PER_CLUSTER` sample rows per
-    cluster: Lloyd's fixed point on the sample is then the start). Lloyd on all the rows
+    Lloyd runs to ``stop_rule`` (``max_iter`` updates at most: the fit settles only where its
+    own ``max_iter`` allows this loop its whole length) and then :func:`local_search` until a
+    round improves nothing (its rounds' Lloyd updates, ``lloyd_iters``, capped by ``max_iter``
+    too; no search with fewer than :data:`CORESET_FIT_PER_CLUSTER` sample rows per cluster:
+    Lloyd's fixed point on the sample is then the start). Lloyd on all the rows
     then starts near a fixed point of the sample, in the basin the swaps chose: it needs
     fewer full passes than from the seeding itself, and the search after it
     (:func:`coreset_local_search`) mostly confirms there is nothing left to move. The
@@ -686,10 +689,11 @@ def coreset_start(
     C = np.asarray(centroids, dtype=data.dtype)
     core, _ = _draw_coreset(data, C.shape[0], seed, CORESET_STREAMS(1))  # the start's objective is never needed
     try:
-        settled = np.asarray(lloyd(core, C, max_iter=300, stop_rule=stop_rule).centroids).astype(data.dtype)
+        settled = lloyd(core, C, max_iter=max_iter, stop_rule=stop_rule).centroids
+        settled = np.asarray(settled).astype(data.dtype)
         if not _fits_sample(data.n_rows, C.shape[0]):
             return settled
-        search = _search_coreset(core, settled, seed, stop_rule, rounds, lloyd_iters)
+        search = _search_coreset(core, settled, seed, stop_rule, rounds, min(lloyd_iters, max_iter))
     finally:
         core.release()
     return np.asarray(search.centroids).astype(data.dtype)

@@ -122,7 +122,11 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
         else:
             result = minibatch(data, resume.run, n_steps=(spec.max_iter * n) // b, seed=state.seed, options=opts,
                                tol=tol, on_step=spec.on_iteration, resume=resume, **checkpointing)
-        n_epochs = math.ceil(result.n_steps * b / n)
+        # scikit-learn's epochs: steps' worth of rows; out of core, a pass of ceil(n / b) steps each
+        if one_pass:
+            n_epochs = math.ceil(result.n_steps / math.ceil(n / b))
+        else:
+            n_epochs = math.ceil(result.n_steps * b / n)
         centroids = result.centroids.astype(data.dtype)
         per_cluster = {}
         if spec.compute_labels:

@@ -11,7 +11,8 @@ import numpy as np
 from dkmeans.drivers.hartigan import hartigan
 from dkmeans.drivers.lloyd import lloyd, objective, stop_after_update
 from dkmeans.drivers.pruned_lloyd import PrunedPasses
-from dkmeans.drivers.local_search import CONFIRM_ITERS, coreset_local_search, coreset_searches, coreset_start
+from dkmeans.drivers.local_search import (CONFIRM_ITERS, coreset_local_search, coreset_searches,
+                                          coreset_size, coreset_start)
 from dkmeans.drivers.state import FitState, LoopState, RunSummary
 from dkmeans.drivers.streams import derive_seed
 from dkmeans.fit.inputs import check_centroids
@@ -50,10 +51,30 @@ CORESET_SEARCHES = 3
 SEARCH_AFTER_ITERS = 5
 
 
+#: A run settles its start on a sample only where the sample holds at most this share of the
+#: rows: a larger one costs about what the data's own Lloyd updates cost, and where it is all the
+#: rows its Lloyd would be the fit's (measured in ``benchmarks/README.md``, "max_iter and n_iter_").
+SETTLE_MAX_SHARE = 0.5
+#: Lloyd updates of the settle on the sample at most
+#: (:func:`~dkmeans.drivers.local_search.coreset_start`).
+SETTLE_MAX_ITER = 300
+
+
 def settles_start(data, plan: FitPlan, k: int) -> bool:
     """Whether a run of ``plan`` settles and searches its seeding on a sample of the rows before
-    Lloyd (:func:`~dkmeans.drivers.local_search.coreset_start`)."""
-    return plan.local_search and plan.lloyd and plan.warm_start and coreset_searches(data.n_rows, k)
+    Lloyd (:func:`~dkmeans.drivers.local_search.coreset_start`).
+
+    Only where the sample is at most :data:`SETTLE_MAX_SHARE` of the rows, and where
+    ``max_iter`` allows the settle its :data:`SETTLE_MAX_ITER` updates: a settle cut short by
+    ``max_iter`` would give each cap its own start, and a larger cap could then end higher. So
+    below it a run is Lloyd from the seeding (scikit-learn's meaning: ``max_iter=1`` is one
+    update from it) and every larger ``max_iter`` ends no higher; from it on the start is the
+    same whatever the cap.
+    """
+    n = data.n_rows
+    return (plan.local_search and plan.lloyd and plan.warm_start
+            and plan.max_iter >= SETTLE_MAX_ITER and coreset_searches(n, k)
+            and coreset_size(n, k) <= SETTLE_MAX_SHARE * n)
 
 
 def _searches(data, plan: FitPlan, k: int) -> bool:
@@ -70,13 +91,18 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
     """Swaps searched on a sample, confirmed by Lloyd on the data
     (:func:`dkmeans.drivers.local_search.coreset_local_search`).
 
-    ``max_iter`` bounds the run's Lloyd updates in all: Lloyd's first
-    :data:`SEARCH_AFTER_ITERS` updates, then the searches' confirmations, then Lloyd again
+    ``max_iter`` bounds the run's Lloyd updates on the data in all: Lloyd's first
+    :data:`SEARCH_AFTER_ITERS` updates, then the searches' confirmations (kept or not: each
+    update is a pass over the data, counted in the run's ``n_iter``), then Lloyd again
     share it. A confirmation runs :data:`~dkmeans.drivers.local_search.CONFIRM_ITERS` updates at most;
     after a confirmed search another one starts from its result (a new sample),
     :data:`CORESET_SEARCHES` at most. Lloyd then goes on from the last confirmed result (or
     from its own, when nothing was confirmed) to its stop rule, with what is left of
     ``max_iter``.
+
+    A larger ``max_iter`` never ends with a higher objective: the searches do not depend on
+    the cap, a confirmation cut short by it is kept only when already below the start (and
+    then would be kept, lower still, uncut), and the cap only ends the sequence earlier.
     """
     k = len(loop.centroids)
     budget = plan.max_iter - loop.n_iter if plan.lloyd else plan.max_iter
@@ -103,15 +129,18 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
         if plan.on_iteration is not None:
             plan.on_iteration(record)
         history.append(record)
+        if search.lloyd is not None:  # its updates were passes over the data, kept or not
+            history += list(search.lloyd.history)
+            n_iter += search.lloyd.n_iter
         if not search.kept:  # the last result stands, and so does the rule that stopped it
             break
         settled = search.lloyd
-        history += list(settled.history)
-        centroids, n_iter = search.centroids, n_iter + settled.n_iter
+        centroids = search.centroids
         summary = RunSummary(centroids, 0.0, n_iter, settled.stop_reason, settled.converged, [])
         if n_iter >= end:
             break
-    if (settled.stop_reason == "max_iter" if settled is not None else paused) and n_iter < end:
+    goes_on = settled.stop_reason == "max_iter" if settled is not None else paused
+    if goes_on and n_iter < end:
         # the last confirmation stopped at its cap, or Lloyd before the searches: Lloyd goes on
         result = lloyd(data, centroids, max_iter=end - n_iter, stop_rule=plan.stop_rule,
                        on_iteration=plan.on_iteration, metric=plan.metric, prune=pruning)
@@ -119,6 +148,9 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
         n_iter += result.n_iter
         summary = RunSummary(np.asarray(result.centroids).astype(data.dtype), 0.0, n_iter, result.stop_reason,
                              result.converged, [])
+    elif goes_on:  # the cap was spent on confirmations: Lloyd stopped short of its rule
+        summary = dataclasses.replace(summary, stop_reason="max_iter", converged=False)
+    summary.n_iter = n_iter
     summary.history = history
     return summary
 
@@ -148,7 +180,8 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
             start = np.asarray(plan.initialise(state.run))
             if settles_start(data, plan, len(start)):
                 # settled and searched on a sample first
-                start = coreset_start(data, start, seed=plan.seed_of_run(state.run), stop_rule=plan.stop_rule)
+                start = coreset_start(data, start, seed=plan.seed_of_run(state.run),
+                                      stop_rule=plan.stop_rule, max_iter=SETTLE_MAX_ITER)
             state.phase, state.loop = "lloyd", LoopState(start)
             save()
         loop = state.loop

@@ -145,6 +145,17 @@ def _progress_for(verbose, max_iter: int):
     return progress
 
 
+def _head_rows(X, n: int):
+    """At most ``n`` rows of ``X`` in memory: a Dask collection's first rows (computed), else ``X``."""
+    if is_dask_dataframe(X):
+        return X.head(n, npartitions=-1)
+    if is_dask_collection(X):
+        return X[:n].compute()
+    if hasattr(X, "toarray"):  # scipy.sparse: the drawing needs dense rows
+        return X[:n].toarray()
+    return X
+
+
 class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     """What :class:`KMeans` and :class:`~dkmeans.MiniBatchKMeans` share: data checks, fit
     bookkeeping, model files and inference. A subclass gives ``__init__`` and ``_fit_spec``."""
@@ -248,6 +259,34 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         self.imbalance_ = imbalance_factor(result.cluster_sizes)
         self._metric = spec.metric  # predict, transform and score use the fitted metric
         return self
+
+    # -- notebook -------------------------------------------------------------------
+    def plot(self, X=None, *, max_points: int = 20_000):
+        """The fit in a new matplotlib Figure: the objective per step, and with ``X`` its clusters.
+
+        Parameters
+        ----------
+        X : array-like, pandas or Dask DataFrame, or Dask array, optional
+            Rows to draw, coloured by their predicted cluster, beside the history: at most
+            ``max_points`` of them (the first rows of a Dask collection, read from the cluster;
+            a random sample of in-memory rows), projected on their first two principal axes
+            when they have more than two features.
+        max_points : int
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            A notebook shows it once, as the cell's value; nothing changes matplotlib's backend
+            (see :mod:`dkmeans.plot`). scikit-learn's HTML view of the estimator is unchanged.
+        """
+        from dkmeans.plot import plot_fit
+
+        check_is_fitted(self, "cluster_centers_")
+        if X is None:
+            return plot_fit(self.history_)
+        sample = _head_rows(X, max_points)
+        return plot_fit(self.history_, np.asarray(select_columns(sample) if is_dataframe(sample) else sample),
+                        self.predict(sample), self.cluster_centers_, max_points=max_points)
 
     # -- model files ----------------------------------------------------------------
     def save(self, path):

@@ -8,6 +8,7 @@ objective curve, per-k metrics and a suggested k.
 from __future__ import annotations
 
 import dataclasses
+import html
 import logging
 import numbers
 import os
@@ -148,8 +149,9 @@ class SweepResult:
     def plot(self, path=None, ax=None):
         """The objective per k with the suggested k marked (:func:`dkmeans.plot.plot_sweep`; needs matplotlib).
 
-        With ``path``: written there as a PNG (returns the path); else drawn on ``ax`` (or
-        the current axes), which is returned.
+        With ``path``: written there as a PNG (returns the path). With ``ax``: drawn on it
+        (returns it). Else a new :class:`~matplotlib.figure.Figure`, returned (a notebook
+        shows it once, as the cell's value).
         """
         from dkmeans.plot import plot_sweep, save_sweep_plot
 
@@ -157,6 +159,40 @@ class SweepResult:
         if path is not None:
             return save_sweep_plot(path, self.k_values, objectives, self.suggested_k)
         return plot_sweep(self.k_values, objectives, self.suggested_k, ax=ax)
+
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the per-k table (the suggested k marked) and the objective curve."""
+        rows = self.rows()
+        extra = [name for name in rows[0] if name not in ("k", "objective", "n_iter", "passes", "stop_reason")]
+        heads = ["k", "objective", "iterations", "passes", "stopped by", *extra]
+        body = []
+        for row in rows:
+            style = ' style="font-weight:bold;background:#e8f0fe"' if row["k"] == self.suggested_k else ""
+            cells = [row["k"], f"{row['objective']:.6e}", row["n_iter"], row["passes"], row["stop_reason"],
+                     *(_cell(row[n]) for n in extra)]
+            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        longest = max(self.passes.values())
+        suggested = "none" if self.suggested_k is None else self.suggested_k
+        figure = _sweep_svg(self.k_values, [self.objective[k] for k in self.k_values], self.suggested_k)
+        return (
+            f"<div><p><b>dkmeans.SweepResult</b>: k = {html.escape(str(self.k_values))}, suggested k = "
+            f"<b>{suggested}</b> <span title=\"{html.escape(self.rule)}\">(elbow)</span>; {self.n_passes} passes "
+            f"over the data ({self.n_passes / longest:.2f}x the longest single fit's {longest}), "
+            f"{html.escape(self.data_mode)}, {self.seconds:.1f} s</p>"
+            + (f"<div>{figure}</div>" if figure else "")
+            + "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table></div>"
+        )
+
+
+def _sweep_svg(k_values, objectives, suggested_k) -> str | None:
+    """The objective curve as inline SVG; None without matplotlib (the table alone is shown)."""
+    try:
+        from dkmeans.plot import sweep_svg
+    except ImportError:  # pragma: no cover - the module imports nothing optional at its top
+        return None
+    return sweep_svg(k_values, objectives, suggested_k)
 
 
 def _cell(value) -> str:

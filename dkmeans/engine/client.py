@@ -19,7 +19,9 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+from multiprocessing import resource_tracker
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -29,6 +31,7 @@ import dask
 import distributed
 
 from dkmeans import config
+from dkmeans.engine import worker_session
 from dkmeans.errors import DKMeansError
 
 logger = logging.getLogger("dkmeans")
@@ -153,9 +156,42 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
     # slower kernels, see the performance notes), so the embedded cluster leaves it out.
     threads = str(options["threads_per_worker"])
     environ = {name: threads for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    if options["processes"]:
+        # Each worker process leaves the caller's process group as it starts (a preload, see
+        # dkmeans.engine.worker_session): the SIGINT of Jupyter's stop button or of Ctrl-C, sent to
+        # the whole group, then interrupts the caller's wait only, and the workers live on.
+        environ[worker_session.ENV] = "1"
+        preload = options.get("preload")
+        if preload is None:
+            preload = dask.config.get("distributed.worker.preload", None) or []
+        preload = [preload] if isinstance(preload, str) else list(preload)
+        options["preload"] = preload + [worker_session.MODULE]
+        options.setdefault("worker_class", _DetachedNanny)
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
         cluster = distributed.LocalCluster(**options)
     return distributed.Client(cluster, set_as_default=set_as_default)
+
+
+class _DetachedNanny(distributed.Nanny):
+    """A nanny whose worker processes start with SIGINT blocked (see :mod:`dkmeans.engine.worker_session`).
+
+    A thread's signal mask is inherited by the threads it starts and kept across ``exec``: the
+    nanny's coroutines run in the cluster's event-loop thread, which starts the threads that spawn
+    the worker processes, so blocking SIGINT in that thread before a worker is spawned makes the
+    worker start with it blocked. An interrupt of the caller's process group while the worker
+    starts (imports, before the preload takes it out of the group) then stays pending, and the
+    preload drops it. The event-loop thread never runs Python's signal handlers (only the main
+    thread does), so blocking the signal there changes nothing else.
+    """
+
+    async def instantiate(self):
+        block = getattr(signal, "pthread_sigmask", None)
+        if block is not None:  # POSIX
+            # multiprocessing starts its resource tracker at the first spawn, and unblocks SIGINT in the
+            # spawning thread after that; started first, the tracker leaves the mask alone afterwards
+            resource_tracker.ensure_running()
+            block(signal.SIG_BLOCK, {signal.SIGINT})
+        return await super().instantiate()
 
 
 def start_local_cuda_cluster(*, set_as_default: bool = True, **kwargs):
@@ -231,8 +267,9 @@ def get_client(*, gpu: bool = False, **kwargs):
                 # a daemonic process (a joblib/loky worker) cannot start worker processes: threads instead
                 kwargs = {"processes": False, "n_workers": 1, "threads_per_worker": _cpu_count(), **kwargs}
             kwargs.setdefault("set_as_default", embedded_set_as_default())
-            client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
-            _embedded.update(client=client, set_as_default=bool(kwargs["set_as_default"]))
+            with _interrupt_after():  # an interrupted start would leave a cluster that nothing closes
+                client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
+                _embedded.update(client=client, set_as_default=bool(kwargs["set_as_default"]))
             if not _exit_handler:
                 # Registered now, not at import: atexit runs handlers last-registered first, so
                 # this closes the client, then the cluster, before anything registered earlier
@@ -248,6 +285,30 @@ def get_client(*, gpu: bool = False, **kwargs):
                     "before the first fit, or create a distributed.Client yourself.",
                     EmbeddedClusterWarning, stacklevel=_user_stacklevel())
     return client
+
+
+@contextmanager
+def _interrupt_after():
+    """An interrupt (SIGINT) of the block is raised when the block has finished, not inside it.
+
+    For the start of the embedded cluster (a few seconds): interrupted halfway, it would leave
+    worker processes and a scheduler that no reference reaches, so nothing would close them. In
+    the main thread only (where Python runs signal handlers); elsewhere the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # not the main thread, or a handler installed outside Python (that could not be put back)
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(signal.SIGINT, caught[0])  # Python's handler raises KeyboardInterrupt
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
 
 
 #: Modules whose frames a warning skips to reach the user's line (dkmeans, and the wrappers

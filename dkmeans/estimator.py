@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dkmeans import _callbacks
 from dkmeans.fit import params as _params
 from dkmeans.engine.device import check_cupy_array
 from dkmeans.fit import inference
@@ -76,6 +77,7 @@ class _Progress:
 
     def __init__(self, verbose):
         self.verbose = verbose
+        self.tasks = None  # the task tree of scikit-learn's callbacks (dkmeans._callbacks.FitTasks)
         self.max_iter = None
         self._last = None  # the previous record
         self._settle = False  # this run's local search kept swaps: Lloyd runs again from them
@@ -115,6 +117,8 @@ class _Progress:
             self._settle = False
         if isinstance(record, LocalSearchRecord) and record.swaps_accepted > 0:
             self._settle = True
+        if self.tasks is not None:
+            self.tasks.record(record, starts)
         self._last = record
         logger.info(line)
         if self.verbose:
@@ -156,7 +160,8 @@ def _head_rows(X, n: int):
     return X
 
 
-class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
+class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
+                  BaseEstimator):
     """What :class:`KMeans` and :class:`~dkmeans.MiniBatchKMeans` share: data checks, fit
     bookkeeping, model files and inference. A subclass gives ``__init__`` and ``_fit_spec``."""
 
@@ -225,16 +230,26 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         -------
         self : KMeans
         """
+        return self._fit_managed(X, y, sample_weight)
+
+    @_callbacks.managed  # scikit-learn's callbacks (where it has them) are torn down at the end
+    def _fit_managed(self, X, y, sample_weight):
         spec = self._fit_spec()
+        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, spec.n_init)
+        if tasks is not None and isinstance(spec.on_iteration, _Progress):
+            spec.on_iteration.tasks = tasks
         fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
         try:
-            return self._fit(X, sample_weight, spec)
+            fitted = self._fit(X, sample_weight, spec)
         except BaseException:
-            # a failed fit leaves the estimator as it was: no half-fitted state
+            # a failed (or interrupted) fit leaves the estimator as it was: no half-fitted state
             for name in [n for n in vars(self) if n.endswith("_") and n not in fitted_before]:
                 delattr(self, name)
             vars(self).update(fitted_before)
             raise
+        if tasks is not None:
+            tasks.finish(fitted=True)
+        return fitted
 
     def _fit(self, X, sample_weight, spec: FitSpec):
         result = run_fit(spec, self._fit_dataset(X), sample_weight)

@@ -38,10 +38,10 @@ def _matplotlib():
 
 
 def _new_figure(**kwargs):
-    """A new figure to return: a pyplot figure, closed at once under the inline backend (see the module
-    docstring), so that Jupyter shows it once, as the cell's value."""
+    """A new figure to return: a pyplot figure, closed at once under the inline backend (see the
+    module docstring), so that Jupyter shows it once, as the cell's value."""
     matplotlib = _matplotlib()
-    import matplotlib.pyplot as plt  # loads the user's backend (and Jupyter's figure display) unchanged
+    import matplotlib.pyplot as plt  # the user's backend (and Jupyter's figure display), unchanged
 
     fig = plt.figure(**kwargs)
     if "inline" in str(matplotlib.get_backend()).lower():
@@ -164,7 +164,7 @@ def _fill_fit(fig, history, X_sample, labels_sample, centroids, max_points: int 
 
 
 def save_fit_plot(path, history, X_sample, labels_sample, centroids):
-    """Write the objective history and the clusters side by side to ``path`` (PNG); returns the path."""
+    """Write the objective history and the clusters side by side to ``path`` (PNG); returns it."""
     fig = _offscreen_figure(figsize=(12, 5))
     _fill_fit(fig, history, X_sample, labels_sample, centroids)
     fig.savefig(path, dpi=100)
@@ -197,7 +197,7 @@ def save_sweep_plot(path, k_values, objectives, suggested_k=None):
 
 
 def sweep_svg(k_values, objectives, suggested_k=None) -> str | None:
-    """:func:`plot_sweep` as inline SVG text (for ``SweepResult``'s HTML), or None without matplotlib."""
+    """:func:`plot_sweep` as inline SVG (for ``SweepResult``'s HTML); None without matplotlib."""
     try:
         fig = _offscreen_figure(figsize=(5.5, 3.4))
     except DKMeansError:

@@ -27,12 +27,14 @@ from dkmeans.errors import NoWorkersError
 
 #: How the scheduler's stimulus of a worker's removal reads, for those that mean it died.
 _DIED = {
-    "handle-worker-cleanup": "its connection closed without the worker closing: the process died or was killed",
+    "handle-worker-cleanup": ("its connection closed without the worker closing: the process died "
+                              "or was killed"),
     "check-worker-ttl": "it sent no heartbeat for distributed.scheduler.worker-ttl",
     "worker-send-comm-fail": "the scheduler could not reach it",
     "send-all-comm-fail": "the scheduler could not reach it",
 }
-#: An interrupt of this process at most this long before the workers died is named as the likely cause (s).
+#: An interrupt of this process at most this long from the workers' death is named as its likely
+#: cause (s).
 INTERRUPT_WINDOW_S = 30.0
 
 _last_interrupt: list[float] = []  # time.time() of the last interrupted wait on the cluster
@@ -44,7 +46,7 @@ def note_interrupt() -> None:
 
 
 def lost_worker_grace() -> float:
-    """Seconds a nanny gets to bring back workers that died (Dask config ``dkmeans.lost-worker-grace``)."""
+    """Seconds a nanny gets to bring back workers that died (``dkmeans.lost-worker-grace``)."""
     return config.get("lost-worker-grace")
 
 
@@ -69,20 +71,21 @@ class LostWorkers:
         detail = "; ".join(f"{', '.join(addresses)}: {why}" for why, addresses in reasons.items())
         interrupt = ""
         if _last_interrupt and abs(self.since - _last_interrupt[0]) <= INTERRUPT_WINDOW_S:
-            interrupt = (f" They died as this process was interrupted: "
-                         "worker processes started from it (Client(n_workers=...), LocalCluster) share its process "
-                         "group and stop with Jupyter's interrupt or Ctrl-C (dkmeans' own cluster, started by "
+            interrupt = (" They died as this process was interrupted: worker processes started "
+                         "from it (Client(n_workers=...), LocalCluster) share its process group and "
+                         "stop with Jupyter's interrupt or Ctrl-C (dkmeans' own cluster, started by "
                          "dkmeans.get_client(), keeps its workers out of it).")
-        return (f"The Dask cluster at {self.scheduler} has no workers left: {len(self.dead)} of the {self.known} "
-                f"workers it had died and none came back ({detail}).{interrupt} Start workers again (a "
-                f"LocalCluster: close it and create a new one) and run again.")
+        return (f"The Dask cluster at {self.scheduler} has no workers left: {len(self.dead)} of the "
+                f"{self.known} workers it had died and none came back ({detail}).{interrupt} Start "
+                f"workers again (a LocalCluster: close it and create a new one) and run again.")
 
 
 def lost_workers(client) -> LostWorkers | None:
-    """The cluster's workers all died and none came back, or None (workers are there, or never were, or left
-    as planned: retired, scaled down, restarted, which a wait for workers covers).
+    """The cluster's workers all died and none came back, or None (workers are there, or never
+    were, or left as planned: retired, scaled down, restarted, which a wait for workers covers).
 
-    Read from the scheduler's event log of worker arrivals and removals; None when it cannot be read.
+    Read from the scheduler's event log of worker arrivals and removals; None when it cannot be
+    read.
     """
     try:
         if client.nthreads():
@@ -103,19 +106,20 @@ def lost_workers(client) -> LostWorkers | None:
         elif event.get("action") == "remove-worker" and address:
             present[address] = False
             stimulus = str(event.get("stimulus_id") or "")
-            why = next((text for prefix, text in _DIED.items() if stimulus.startswith(prefix)), None)
+            why = next((text for prefix, text in _DIED.items() if stimulus.startswith(prefix)),
+                       None)
             last_died = why is not None and not event.get("expected")
             if last_died:
                 dead[address] = (why, float(timestamp))
     if not present or any(present.values()) or not last_died:
-        return None  # never had workers, has some, or the last left as planned: a wait for workers is right
+        return None  # never had workers, has some, or the last left as planned: wait for workers
     return LostWorkers(scheduler=str(client.scheduler.address), known=len(present),
                        dead=tuple((address, why) for address, (why, _) in sorted(dead.items())),
                        since=max(t for _, t in dead.values()))
 
 
 def raise_if_lost(client) -> None:
-    """Raise :class:`NoWorkersError` when every worker died and the grace to come back has passed."""
+    """Raise :class:`NoWorkersError` when every worker died and their grace to come back passed."""
     lost = lost_workers(client)
     if lost is not None and time.time() - lost.since >= lost_worker_grace():
         raise NoWorkersError(lost.message())

@@ -100,14 +100,22 @@ class MemoryBudget:
         their memory is counted. Where a worker's own memory cuts into its task budget, the
         workers first release the memory their allocators keep (see the module docstring).
         """
-        info = worker_info(client)
-        if not info:  # no worker yet (starting, or restarting): plan once one is there
-            info = _wait_for_workers(client)
-        budget = cls._measured(client, info, scratch_bytes, centroid_bytes, kernels)
-        if not budget.limits:  # every worker left while they were measured: wait for one (or say they died)
-            _wait_for_workers(client)
-            return cls.of(client, scratch_bytes, centroid_bytes, kernels)
-        return budget
+        for attempt in range(MEASURE_ATTEMPTS):
+            info = worker_info(client)
+            if not info:  # no worker yet (starting, or restarting): plan once one is there
+                info = _wait_for_workers(client)
+            try:
+                budget = cls._measured(client, info, scratch_bytes, centroid_bytes, kernels)
+            except OSError:  # a worker's connection closed while it was measured: it died, look again
+                if attempt == MEASURE_ATTEMPTS - 1:
+                    raise
+                time.sleep(WAIT_POLL_S)
+                continue
+            if budget.limits:
+                return budget
+            # every worker left while they were measured: wait for one (or say that they died)
+        _wait_for_workers(client)
+        return cls._measured(client, worker_info(client), scratch_bytes, centroid_bytes, kernels)
 
     @classmethod
     def _measured(cls, client, info: dict, scratch_bytes: int, centroid_bytes: int, kernels: tuple | None
@@ -282,6 +290,8 @@ def _describe(info: dict) -> str:
 
 #: How often a wait for workers looks whether the cluster's workers died (s).
 WAIT_POLL_S = 0.5
+#: How many times a budget is measured again when workers leave while they are measured.
+MEASURE_ATTEMPTS = 4
 
 
 def _wait_for_workers(client) -> dict:

@@ -37,7 +37,7 @@ def detach() -> bool:
     and SIGINT unblocked: from then on only a SIGINT sent to the worker itself reaches it.
     """
     setsid = getattr(os, "setsid", None)
-    if setsid is None or os.environ.get(ENV) != "1":  # not POSIX, or not a worker of the embedded cluster
+    if setsid is None or os.environ.get(ENV) != "1":  # not POSIX, or not an embedded cluster's worker
         return False
     try:
         setsid()
@@ -48,13 +48,13 @@ def detach() -> bool:
 
 
 def _drop_pending_interrupt() -> None:
-    """Discard a SIGINT held pending while the process started, then unblock SIGINT (main thread only)."""
+    """Drop a SIGINT held pending while the process started, then unblock SIGINT (main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return
     handler = signal.getsignal(signal.SIGINT)
     if handler is None:  # installed outside Python: leave the signal as it is
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a pending SIGINT, blocked or not (POSIX)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # drops a pending SIGINT, blocked or not (POSIX)
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     finally:
@@ -65,5 +65,5 @@ def _drop_pending_interrupt() -> None:
 DETACHED = detach()
 
 
-def dask_setup(worker) -> None:  # noqa: ARG001 - distributed's preload hook; the work is done at import
+def dask_setup(worker) -> None:  # noqa: ARG001 - distributed's preload hook; work done at import
     """Nothing more: the process left the caller's process group when this module was imported."""

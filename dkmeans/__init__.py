@@ -20,8 +20,9 @@ from dkmeans.model import InferResult, Model, TrainResult
 from dkmeans._version import __version__
 
 #: Public submodules, imported on first use (``dkmeans.plot``, ``dkmeans.metrics``, ...) as
-#: scikit-learn does: ``import dkmeans`` stays light (matplotlib only with ``dkmeans.plot``'s plots).
-_SUBMODULES = ("cli", "config", "errors", "functional", "io", "ksweep", "metrics", "model", "plot", "testing")
+#: scikit-learn does: ``import dkmeans`` stays light (matplotlib only with ``dkmeans.plot``).
+_SUBMODULES = ("cli", "config", "errors", "functional", "io", "ksweep", "metrics", "model", "plot",
+               "testing")
 
 
 def __getattr__(name: str):

@@ -150,7 +150,7 @@ def _progress_for(verbose, max_iter: int):
 
 
 def _head_rows(X, n: int):
-    """At most ``n`` rows of ``X`` in memory: a Dask collection's first rows (computed), else ``X``."""
+    """At most ``n`` rows of ``X`` in memory: a Dask collection's first rows, else ``X``."""
     if is_dask_dataframe(X):
         return X.head(n, npartitions=-1)
     if is_dask_collection(X):
@@ -300,8 +300,9 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         if X is None:
             return plot_fit(self.history_)
         sample = _head_rows(X, max_points)
-        return plot_fit(self.history_, np.asarray(select_columns(sample) if is_dataframe(sample) else sample),
-                        self.predict(sample), self.cluster_centers_, max_points=max_points)
+        rows = np.asarray(select_columns(sample) if is_dataframe(sample) else sample)
+        return plot_fit(self.history_, rows, self.predict(sample), self.cluster_centers_,
+                        max_points=max_points)
 
     # -- model files ----------------------------------------------------------------
     def save(self, path):

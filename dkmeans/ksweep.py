@@ -164,25 +164,30 @@ class SweepResult:
     def _repr_html_(self) -> str:
         """A notebook's view: the per-k table (the suggested k marked) and the objective curve."""
         rows = self.rows()
-        extra = [name for name in rows[0] if name not in ("k", "objective", "n_iter", "passes", "stop_reason")]
+        shown = ("k", "objective", "n_iter", "passes", "stop_reason")
+        extra = [name for name in rows[0] if name not in shown]
         heads = ["k", "objective", "iterations", "passes", "stopped by", *extra]
         body = []
         for row in rows:
-            style = ' style="font-weight:bold;background:#e8f0fe"' if row["k"] == self.suggested_k else ""
-            cells = [row["k"], f"{row['objective']:.6e}", row["n_iter"], row["passes"], row["stop_reason"],
-                     *(_cell(row[n]) for n in extra)]
-            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+            mark = row["k"] == self.suggested_k
+            style = ' style="font-weight:bold;background:#e8f0fe"' if mark else ""
+            cells = [row["k"], f"{row['objective']:.6e}", row["n_iter"], row["passes"],
+                     row["stop_reason"], *(_cell(row[n]) for n in extra)]
+            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+                        + "</tr>")
         longest = max(self.passes.values())
         suggested = "none" if self.suggested_k is None else self.suggested_k
-        figure = _sweep_svg(self.k_values, [self.objective[k] for k in self.k_values], self.suggested_k)
+        curve = [self.objective[k] for k in self.k_values]
+        figure = _sweep_svg(self.k_values, curve, self.suggested_k)
+        rule = html.escape(self.rule)
         return (
-            f"<div><p><b>dkmeans.SweepResult</b>: k = {html.escape(str(self.k_values))}, suggested k = "
-            f"<b>{suggested}</b> <span title=\"{html.escape(self.rule)}\">(elbow)</span>; {self.n_passes} passes "
-            f"over the data ({self.n_passes / longest:.2f}x the longest single fit's {longest}), "
-            f"{html.escape(self.data_mode)}, {self.seconds:.1f} s</p>"
+            f"<div><p><b>dkmeans.SweepResult</b>: k = {html.escape(str(self.k_values))}, "
+            f"suggested k = <b>{suggested}</b> <span title=\"{rule}\">(elbow)</span>; "
+            f"{self.n_passes} passes over the data ({self.n_passes / longest:.2f}x the longest "
+            f"single fit's {longest}), {html.escape(self.data_mode)}, {self.seconds:.1f} s</p>"
             + (f"<div>{figure}</div>" if figure else "")
-            + "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads) + "</tr></thead><tbody>"
-            + "".join(body) + "</tbody></table></div>"
+            + "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>"
         )
 
 

@@ -31,7 +31,7 @@ import dask
 import distributed
 
 from dkmeans import config
-from dkmeans.engine import worker_session
+from dkmeans.engine.health import note_interrupt
 from dkmeans.errors import DKMeansError
 
 logger = logging.getLogger("dkmeans")
@@ -40,6 +40,10 @@ logger = logging.getLogger("dkmeans")
 #: default scheduler (true, as ``distributed.Client()`` does), or only runs dkmeans' own work
 #: (false: the user's scheduler stays as it was).
 SET_AS_DEFAULT_KEY = config.name("embedded-cluster.set-as-default")
+
+#: The module each worker process of the embedded cluster imports first (a preload): it leaves the
+#: caller's process group there. Named, not imported: it acts on the process that imports it.
+WORKER_SESSION = "dkmeans.engine.worker_session"
 
 _lock = threading.Lock()
 _embedded: dict = {}
@@ -102,8 +106,12 @@ def fit_client():
             yield client
         return
     client = get_client()
-    with _scheduler_for_fit(client):
-        yield client
+    try:
+        with _scheduler_for_fit(client):
+            yield client
+    except KeyboardInterrupt:
+        note_interrupt()  # workers dying right now likely died of it: the next call says so
+        raise
 
 
 @contextmanager
@@ -160,12 +168,11 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
         # Each worker process leaves the caller's process group as it starts (a preload, see
         # dkmeans.engine.worker_session): the SIGINT of Jupyter's stop button or of Ctrl-C, sent to
         # the whole group, then interrupts the caller's wait only, and the workers live on.
-        environ[worker_session.ENV] = "1"
         preload = options.get("preload")
         if preload is None:
             preload = dask.config.get("distributed.worker.preload", None) or []
         preload = [preload] if isinstance(preload, str) else list(preload)
-        options["preload"] = preload + [worker_session.MODULE]
+        options["preload"] = preload + [WORKER_SESSION]
         options.setdefault("worker_class", _DetachedNanny)
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
         cluster = distributed.LocalCluster(**options)
@@ -173,7 +180,7 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
 
 
 class _DetachedNanny(distributed.Nanny):
-    """A nanny whose worker processes start with SIGINT blocked (see :mod:`dkmeans.engine.worker_session`).
+    """A nanny whose worker processes start with SIGINT blocked (:mod:`.worker_session`).
 
     A thread's signal mask is inherited by the threads it starts and kept across ``exec``: the
     nanny's coroutines run in the cluster's event-loop thread, which starts the threads that spawn
@@ -187,8 +194,8 @@ class _DetachedNanny(distributed.Nanny):
     async def instantiate(self):
         block = getattr(signal, "pthread_sigmask", None)
         if block is not None:  # POSIX
-            # multiprocessing starts its resource tracker at the first spawn, and unblocks SIGINT in the
-            # spawning thread after that; started first, the tracker leaves the mask alone afterwards
+            # multiprocessing starts its resource tracker at the first spawn, and then unblocks
+            # SIGINT in the spawning thread; started first, the tracker leaves the mask alone
             resource_tracker.ensure_running()
             block(signal.SIG_BLOCK, {signal.SIGINT})
         return await super().instantiate()
@@ -267,8 +274,9 @@ def get_client(*, gpu: bool = False, **kwargs):
                 # a daemonic process (a joblib/loky worker) cannot start worker processes: threads instead
                 kwargs = {"processes": False, "n_workers": 1, "threads_per_worker": _cpu_count(), **kwargs}
             kwargs.setdefault("set_as_default", embedded_set_as_default())
-            with _interrupt_after():  # an interrupted start would leave a cluster that nothing closes
-                client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
+            start = start_local_cuda_cluster if gpu else start_local_cluster
+            with _interrupt_after():  # an interrupted start would leave a cluster nothing closes
+                client = start(**kwargs)
                 _embedded.update(client=client, set_as_default=bool(kwargs["set_as_default"]))
             if not _exit_handler:
                 # Registered now, not at import: atexit runs handlers last-registered first, so
@@ -295,8 +303,9 @@ def _interrupt_after():
     worker processes and a scheduler that no reference reaches, so nothing would close them. In
     the main thread only (where Python runs signal handlers); elsewhere the block runs as is.
     """
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
-        yield  # not the main thread, or a handler installed outside Python (that could not be put back)
+    in_main = threading.current_thread() is threading.main_thread()
+    if not in_main or signal.getsignal(signal.SIGINT) is None:
+        yield  # not the main thread, or a handler set outside Python (which could not be put back)
         return
     caught = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))

@@ -110,8 +110,9 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
                 continue
             no_workers_since = no_workers_since or time.monotonic()
             if not paused:
-                lost = lost_workers(client)  # every worker died: say so now, not after worker-timeout
-                if lost is not None and time.time() - lost.since >= min(lost_worker_grace(), timeout):
+                lost = lost_workers(client)  # every worker died: say so now, not after the timeout
+                grace = min(lost_worker_grace(), timeout)
+                if lost is not None and time.time() - lost.since >= grace:
                     client.cancel(futures)
                     raise NoWorkersError(lost.message())
             if time.monotonic() - no_workers_since > timeout:
@@ -142,7 +143,7 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
 
 
 def cancel_quietly(client, futures) -> None:
-    """Cancel ``futures`` (an interrupted caller's tasks) without raising: the caller re-raises its own error.
+    """Cancel ``futures`` (an interrupted caller's tasks) without raising: the caller re-raises.
 
     Explicitly, not by dropping the futures: an interactive shell keeps the interrupted frames
     (and so the futures) alive with its last traceback, which would keep the tasks and their

@@ -71,13 +71,15 @@ class LostWorkers:
         detail = "; ".join(f"{', '.join(addresses)}: {why}" for why, addresses in reasons.items())
         interrupt = ""
         if _last_interrupt and abs(self.since - _last_interrupt[0]) <= INTERRUPT_WINDOW_S:
-            interrupt = (" They died as this process was interrupted: worker processes started "
-                         "from it (Client(n_workers=...), LocalCluster) share its process group and "
-                         "stop with Jupyter's interrupt or Ctrl-C (dkmeans' own cluster, started by "
-                         "dkmeans.get_client(), keeps its workers out of it).")
-        return (f"The Dask cluster at {self.scheduler} has no workers left: {len(self.dead)} of the "
-                f"{self.known} workers it had died and none came back ({detail}).{interrupt} Start "
-                f"workers again (a LocalCluster: close it and create a new one) and run again.")
+            interrupt = (" They died as this process was interrupted: worker processes "
+                         "started from it (Client(n_workers=...), LocalCluster) share its "
+                         "process group and stop with Jupyter's interrupt or Ctrl-C (dkmeans' "
+                         "own cluster, started by dkmeans.get_client(), keeps its workers out "
+                         "of it).")
+        return (f"The Dask cluster at {self.scheduler} has no workers left: {len(self.dead)} of "
+                f"the {self.known} workers it had died and none came back ({detail}).{interrupt} "
+                f"Start workers again (a LocalCluster: close it and create a new one) and run "
+                f"again.")
 
 
 def lost_workers(client) -> LostWorkers | None:

@@ -93,7 +93,7 @@ class MailboxPlugin(WorkerPlugin):
 
     def teardown(self, worker) -> None:
         # A peer's message may still come while this worker closes (a loop stopped by an interrupt,
-        # or the cluster closing): dropped quietly, not an unknown operation with a traceback logged.
+        # or the cluster closing): dropped quietly, not refused with a traceback in the log.
         worker.handlers[HANDLER] = _drop
 
 

@@ -106,7 +106,7 @@ class MemoryBudget:
                 info = _wait_for_workers(client)
             try:
                 budget = cls._measured(client, info, scratch_bytes, centroid_bytes, kernels)
-            except OSError:  # a worker's connection closed while it was measured: it died, look again
+            except OSError:  # a worker's connection closed while measured: it died, look again
                 if attempt == MEASURE_ATTEMPTS - 1:
                     raise
                 time.sleep(WAIT_POLL_S)
@@ -118,8 +118,8 @@ class MemoryBudget:
         return cls._measured(client, worker_info(client), scratch_bytes, centroid_bytes, kernels)
 
     @classmethod
-    def _measured(cls, client, info: dict, scratch_bytes: int, centroid_bytes: int, kernels: tuple | None
-                  ) -> "MemoryBudget":
+    def _measured(cls, client, info: dict, scratch_bytes: int, centroid_bytes: int,
+                  kernels: tuple | None) -> "MemoryBudget":
         """The budget of the workers in ``info`` (see :meth:`of`), measured now."""
         path = None
         if kernels is not None:
@@ -295,7 +295,7 @@ MEASURE_ATTEMPTS = 4
 
 
 def _wait_for_workers(client) -> dict:
-    """The scheduler's worker info once a worker is there, waiting at most ``dkmeans.worker-timeout``.
+    """The scheduler's worker info once a worker is there, waiting at most ``worker-timeout``.
 
     Workers that all died (:mod:`dkmeans.engine.health`) are said at once instead, after the short
     grace a nanny gets to restart them.
@@ -305,13 +305,15 @@ def _wait_for_workers(client) -> dict:
     while True:
         raise_if_lost(client)
         try:
-            client.wait_for_workers(1, timeout=min(WAIT_POLL_S, max(0.01, deadline - time.monotonic())))
+            left = max(0.01, deadline - time.monotonic())
+            client.wait_for_workers(1, timeout=min(WAIT_POLL_S, left))
             break
         except TimeoutError:
             if time.monotonic() >= deadline:
                 raise NoWorkersError(
-                    f"The Dask cluster has had no workers for {timeout:g} s, so nothing was planned. Start "
-                    f"workers and run again; the wait is set by the Dask config {config.name('worker-timeout')!r}."
+                    f"The Dask cluster has had no workers for {timeout:g} s, so nothing was "
+                    f"planned. Start workers and run again; the wait is set by the Dask config "
+                    f"{config.name('worker-timeout')!r}."
                 ) from None
     return worker_info(client)
 

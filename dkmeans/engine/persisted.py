@@ -180,7 +180,8 @@ class PersistedData:
                 wait(futures)
         except KeyboardInterrupt:  # interrupted while persisting: the chunks leave the cluster now
             note_interrupt()
-            cancel_quietly(client, futures_of(X) + (futures_of(weights) if weights is not None else []))
+            cancel_quietly(client, futures_of(X) + (futures_of(weights) if weights is not None
+                                                    else []))
             raise
         self.X = X
         self.weights = weights

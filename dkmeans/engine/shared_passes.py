@@ -368,7 +368,7 @@ class SharedPasses:
             thread.join(max(0.0, deadline - time.monotonic()))
         late = [t.name for t in threads if t.is_alive()]
         if late:  # computing between passes: each stops (cancelled) at its next request
-            log = logger.info if wait_s < self.wait_s else logger.warning  # info: after an interrupt
+            log = logger.info if wait_s < self.wait_s else logger.warning  # info: interrupted
             log("shared passes: %s still computing after %.0f s; left to stop at their next pass",
                 ", ".join(late), wait_s)
 

@@ -9,22 +9,22 @@ own (:func:`os.setsid`), out of the caller's process group: an interrupt reaches
 only, which cancels its tasks (:mod:`dkmeans.engine.futures`). The workers still end with the
 cluster (the nanny closes them), and on their own when the scheduler goes away.
 
-The move happens only in a process whose environment has :data:`ENV` set to ``"1"`` (the
-embedded cluster sets it for its workers, through ``distributed.nanny.pre-spawn-environ``):
-importing the module anywhere else (documentation tools, tests) changes nothing. Where
-process sessions do not exist (Windows), nothing changes either.
+The move happens only in a worker process a nanny started (its multiprocessing name is
+:data:`WORKER_PROCESS`): importing the module anywhere else (documentation tools, tests) changes
+nothing. (Not an environment variable: a nanny copies the environment it gives its workers into
+its own process, whose other children would inherit it.) Where process sessions do not exist
+(Windows), nothing changes either.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
 
-#: How ``preload`` names this module (distributed imports it in each worker process).
-MODULE = __name__
-#: The environment variable that marks a worker process to move (set by the embedded cluster).
-ENV = "DKMEANS_WORKER_OWN_SESSION"
+#: The name distributed's nanny gives the worker processes it starts (``multiprocessing``).
+WORKER_PROCESS = "Dask Worker process (from Nanny)"
 
 
 def detach() -> bool:
@@ -37,8 +37,8 @@ def detach() -> bool:
     and SIGINT unblocked: from then on only a SIGINT sent to the worker itself reaches it.
     """
     setsid = getattr(os, "setsid", None)
-    if setsid is None or os.environ.get(ENV) != "1":  # not POSIX, or not an embedded cluster's worker
-        return False
+    if setsid is None or multiprocessing.current_process().name != WORKER_PROCESS:
+        return False  # not POSIX, or not a worker process
     try:
         setsid()
     except OSError:  # already a session leader (started with a session of its own)

@@ -108,14 +108,17 @@ def test_an_interrupted_score_cancels_its_computation(cluster):
 def test_the_worker_session_module_moves_only_a_marked_process():
     """Imported without the marker (documentation, tests) it changes nothing; with it, the process leaves
     its parent's process group and a SIGINT held pending while it started is dropped."""
-    assert not worker_session.detach()  # this process: no marker
-    code = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); "
-            "os.kill(os.getpid(), signal.SIGINT); "  # an interrupt while starting: pending
-            "from dkmeans.engine import worker_session as w; "
-            "print(w.DETACHED, os.getsid(0) == os.getpid(), signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))")
-    env = {**os.environ, worker_session.ENV: "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
-                         start_new_session=False)
+    assert not worker_session.detach()  # this process is no nanny's worker: it stays where it is
+    code = ("import multiprocessing, os, signal\n"
+            "multiprocessing.current_process().name = 'Dask Worker process (from Nanny)'\n"
+            "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"  # an interrupt while starting: pending
+            "from dkmeans.engine import worker_session as w\n"
+            "blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
+            "print(w.DETACHED, os.getsid(0) == os.getpid(), blocked)")
+    # a child of a child: not a process group leader, as a nanny's worker process is not
+    wrapper = f"import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', {code!r}]).returncode)"
+    out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True", "False"]  # moved, its own session, SIGINT unblocked
     out = subprocess.run([sys.executable, "-c", "import dkmeans.engine.worker_session as w; print(w.DETACHED)"],

@@ -189,6 +189,12 @@ class _DetachedNanny(distributed.Nanny):
     starts (imports, before the preload takes it out of the group) then stays pending, and the
     preload drops it. The event-loop thread never runs Python's signal handlers (only the main
     thread does), so blocking the signal there changes nothing else.
+
+    Relies on: ``Nanny.instantiate`` running in the event-loop thread and creating the threads
+    that spawn the worker (distributed's ``AsyncProcess``), and ``multiprocessing``'s resource
+    tracker (``resource_tracker.ensure_running``). Should either change, a worker could again be
+    stopped by an interrupt while it starts (the preload still detaches it once started), and
+    the tests of ``tests/system/test_notebook.py`` say so.
     """
 
     async def instantiate(self):

@@ -10,6 +10,10 @@ reads the scheduler's event log (``Client.get_events``) for that case, and, afte
 :class:`~dkmeans.errors.NoWorkersError` saying how many workers the cluster had, which left and
 why, as far as the scheduler knows.
 
+Relies on the scheduler's event log (``Client.get_events("all")``: its ``add-worker`` and
+``remove-worker`` events and the latter's ``stimulus_id`` and ``expected``); without them (an
+older or changed scheduler) nothing is said here and the wait for workers is as before.
+
 A worker process started from an interactive process (``Client(n_workers=2)`` in a notebook)
 shares that process's group, so Jupyter's interrupt (SIGINT to the kernel's group) stops it
 too; dkmeans' embedded cluster starts its workers in sessions of their own

@@ -1,5 +1,5 @@
-"""What a notebook user meets: plots that leave matplotlib alone and return Figures, the sweep's HTML
-view, lazy submodules, and scikit-learn's callback protocol (where scikit-learn has it)."""
+"""What a notebook user meets: plots that leave matplotlib alone and return Figures, the sweep's
+HTML view, lazy submodules, and scikit-learn's callback protocol (where scikit-learn has it)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,13 @@ def blobs():
 def test_import_dkmeans_loads_no_matplotlib_and_reaches_submodules_lazily():
     code = ("import sys, dkmeans; assert 'matplotlib' not in sys.modules; "
             "assert 'dkmeans.plot' not in sys.modules and 'dkmeans.metrics' not in sys.modules; "
-            "print(dkmeans.plot.__name__, dkmeans.metrics.__name__, dkmeans.io.__name__, dkmeans.testing.__name__); "
+            "print(dkmeans.plot.__name__, dkmeans.metrics.__name__, dkmeans.io.__name__, "
+            "dkmeans.testing.__name__); "
             "assert 'matplotlib' not in sys.modules; assert 'plot' in dir(dkmeans)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["dkmeans.plot", "dkmeans.metrics", "dkmeans.io", "dkmeans.testing"]
+    assert out.stdout.split() == ["dkmeans.plot", "dkmeans.metrics", "dkmeans.io",
+                                  "dkmeans.testing"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         dkmeans.nope  # noqa: B018
 
@@ -51,7 +53,8 @@ def test_plots_return_figures_and_leave_the_backend_alone(blobs, tmp_path):
     assert dkmeans.plot.plot_history(km.history_, ax=ax) is ax  # drawn on the caller's axes
     plt.close("all")
     opened = plt.get_fignums()
-    path = dkmeans.plot.save_fit_plot(tmp_path / "fit.png", km.history_, blobs, km.labels_, km.cluster_centers_)
+    path = dkmeans.plot.save_fit_plot(tmp_path / "fit.png", km.history_, blobs, km.labels_,
+                                      km.cluster_centers_)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plt.get_fignums() == opened  # files are drawn off pyplot: nothing left open
     for f in figures:
@@ -70,11 +73,12 @@ def test_sweep_result_has_a_notebook_view(blobs):
     assert "sk-" in result.models[3]._repr_html_()
 
 
-needs_callbacks = pytest.mark.skipif(not _callbacks.AVAILABLE, reason="scikit-learn without sklearn.callback")
+needs_callbacks = pytest.mark.skipif(not _callbacks.AVAILABLE,
+                                     reason="scikit-learn without sklearn.callback")
 
 
 class _Recorder:
-    """A FitCallback recording each task it sees begin and end (and whether a fitted model came with it)."""
+    """A FitCallback recording the tasks it sees begin and end (and whether a fitted model came)."""
 
     def __init__(self):
         self.events = []
@@ -103,7 +107,8 @@ def test_kmeans_reports_its_task_tree_to_callbacks(blobs, n_init):
     km.fit(blobs)
     begins = [e[1] for e in rec.events if e[0] == "begin"]
     ends = [e for e in rec.events if e[0] == "end"]
-    assert begins[0] == "fit" and begins.count("run") == n_init and begins.count("initialization") == n_init
+    assert begins[0] == "fit" and begins.count("run") == n_init
+    assert begins.count("initialization") == n_init
     assert len([e for e in ends if e[1] == "lloyd_iteration"]) >= km.n_iter_
     assert len(begins) == len(ends)  # every task ended
     assert ends[-1] == ("end", "fit", True)  # the root's end carries the fitted model
@@ -123,7 +128,8 @@ def test_progress_bar_and_scoring_monitor_work_alone_and_in_a_grid_search(blobs)
     km = dkmeans.KMeans(4, random_state=0).set_callbacks(ProgressBar(), monitor)
     reference = dkmeans.KMeans(4, random_state=0).fit(blobs)
     km.fit(blobs)
-    np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)  # callbacks change nothing
+    # callbacks change nothing in the fit
+    np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)
     assert monitor.get_logs().data[0]["task_name"] == "fit"
     mb = dkmeans.MiniBatchKMeans(4, random_state=0, batch_size=256).set_callbacks(ProgressBar())
     assert mb.fit(blobs).cluster_centers_.shape == (4, 3)

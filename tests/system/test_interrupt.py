@@ -1,5 +1,5 @@
-"""Interrupted calls of the Python API (KeyboardInterrupt, as Ctrl-C or Jupyter's stop button raise it) and
-the embedded cluster's workers kept out of the caller's process group."""
+"""Interrupted calls of the Python API (KeyboardInterrupt, as Ctrl-C or Jupyter's stop button raise
+it) and the embedded cluster's workers kept out of the caller's process group."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def cluster():
 
 
 def _interrupt_after(seconds: float, when=None):
-    """Raise KeyboardInterrupt in the main thread ``seconds`` after ``when()`` is true (default: now)."""
+    """KeyboardInterrupt in the main thread ``seconds`` after ``when()`` is true (default: now)."""
     fired = []
 
     def run():
@@ -59,7 +59,7 @@ LONG = dict(n_clusters=200, init="random", n_init=1, max_iter=100_000, tol=0, ra
 @pytest.mark.parametrize("mode", ["spmd", "graph", "out-of-core"])
 def test_an_interrupted_fit_stops_cancels_its_tasks_and_leaves_the_cluster_usable(cluster, mode):
     X = da.random.RandomState(0).random_sample((100_000, 8), chunks=(12_500, 8))
-    options = {"dkmeans.single-task-work": 0}  # never the one-task loop: the loop runs on the cluster
+    options = {"dkmeans.single-task-work": 0}  # not the one-task loop: the loop runs on the cluster
     if mode == "graph":
         options["dkmeans.spmd"] = False
     km = dkmeans.KMeans(**LONG, out_of_core=mode == "out-of-core")
@@ -97,7 +97,7 @@ def test_an_interrupted_score_cancels_its_computation(cluster):
     X, _, _ = make_blobs(4_000, 4, 3, seed=0)
     km = dkmeans.KMeans(3, random_state=0).fit(X)
     big = da.random.RandomState(0).random_sample((2_000_000, 4), chunks=(50_000, 4))
-    slow = big.map_blocks(lambda b: (time.sleep(0.5), b)[1], dtype=big.dtype)  # a score that takes a while
+    slow = big.map_blocks(lambda b: (time.sleep(0.5), b)[1], dtype=big.dtype)  # a slow score
     with cluster.as_current():
         fired = _interrupt_after(1.5)
         with pytest.raises(KeyboardInterrupt):
@@ -105,8 +105,10 @@ def test_an_interrupted_score_cancels_its_computation(cluster):
         assert time.monotonic() - fired[0] < 10
         assert _idle(cluster, timeout=15)
         assert km.score(big[:10_000]) < 0
-def test_the_worker_session_module_moves_only_a_marked_process():
-    """Imported without the marker (documentation, tests) it changes nothing; with it, the process leaves
+
+
+def test_the_worker_session_module_moves_only_a_nannys_worker():
+    """Imported outside a nanny's worker it changes nothing; in one, the process leaves
     its parent's process group and a SIGINT held pending while it started is dropped."""
     assert not worker_session.detach()  # this process is no nanny's worker: it stays where it is
     code = ("import multiprocessing, os, signal\n"
@@ -117,11 +119,14 @@ def test_the_worker_session_module_moves_only_a_marked_process():
             "blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
             "print(w.DETACHED, os.getsid(0) == os.getpid(), blocked)")
     # a child of a child: not a process group leader, as a nanny's worker process is not
-    wrapper = f"import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', {code!r}]).returncode)"
-    out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=60)
+    wrapper = ("import subprocess, sys; "
+               f"sys.exit(subprocess.run([sys.executable, '-c', {code!r}]).returncode)")
+    out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "False"]  # moved, its own session, SIGINT unblocked
-    out = subprocess.run([sys.executable, "-c", "import dkmeans.engine.worker_session as w; print(w.DETACHED)"],
+    assert out.stdout.split() == ["True", "True", "False"]  # moved, own session, SIGINT unblocked
+    plain = "import dkmeans.engine.worker_session as w; print(w.DETACHED)"
+    out = subprocess.run([sys.executable, "-c", plain],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False"
 
@@ -145,3 +150,47 @@ if __name__ == "__main__":
     assert len(workers) == 2
     for pid, pgid, sid in workers:
         assert pgid == pid == sid != int(group)  # each its own session and group, not the caller's
+
+
+def test_the_workers_end_with_their_parent_though_out_of_its_group(tmp_path):
+    """Killed outright (SIGKILL: no handler, no exit hooks), the caller leaves no worker behind:
+    the workers, in sessions of their own, still end when their parent goes."""
+    pids = tmp_path / "pids"
+    code = f"""
+import os, time, warnings
+warnings.simplefilter("ignore")
+from dkmeans.engine.client import start_local_cluster
+if __name__ == "__main__":
+    c = start_local_cluster(n_workers=2, dashboard_address=None)
+    open({str(pids)!r}, "w").write(" ".join(str(p) for p in c.run(os.getpid).values()))
+    time.sleep(600)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 180
+        while not pids.exists() or not pids.read_text().strip():
+            assert time.monotonic() < deadline and parent.poll() is None, "no cluster"
+            time.sleep(0.2)
+        workers = [int(p) for p in pids.read_text().split()]
+        assert len(workers) == 2
+    finally:
+        parent.kill()
+        parent.wait(30)
+    deadline = time.monotonic() + 30
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in workers if _running(p)]
+    assert not alive, f"workers {alive} outlived their parent"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by init) counts as ended
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True

@@ -27,7 +27,7 @@ KERNEL = "dkmeans-test"
 
 @pytest.fixture(scope="module")
 def kernel_specs(tmp_path_factory):
-    """A kernel spec running this interpreter (not whatever ``python3`` the machine's Jupyter knows)."""
+    """A kernel spec running this interpreter (not the ``python3`` the machine's Jupyter knows)."""
     root = tmp_path_factory.mktemp("kernels")
     (root / KERNEL).mkdir()
     (root / KERNEL / "kernel.json").write_text(json.dumps({
@@ -37,20 +37,22 @@ def kernel_specs(tmp_path_factory):
 
 
 def _streams(cell, name):
-    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == name)
+    return "".join(o.get("text", "") for o in cell.outputs
+                   if o.output_type == "stream" and o.name == name)
 
 
 def test_the_example_notebook_runs_clean(kernel_specs):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
-    nbclient.NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    resources = {"metadata": {"path": str(NOTEBOOK.parent)}}
+    nbclient.NotebookClient(nb, km=km, timeout=600, resources=resources).execute()
     cells = [c for c in nb.cells if c.cell_type == "code"]
     for cell in cells:
         assert not [o for o in cell.outputs if o.output_type == "error"], cell.source
         text = _streams(cell, "stdout") + _streams(cell, "stderr")
         assert "Traceback" not in text and "KeyError" not in text, (cell.source, text)
         stderr = _streams(cell, "stderr")
-        if "get_client" in cell.source:  # the one warning the notebook explains: the cluster is the default
+        if "get_client" in cell.source:  # the one warning the notebook explains (default scheduler)
             assert stderr.count("Warning") == 1 and "EmbeddedClusterWarning" in stderr, stderr
         else:
             assert not stderr.strip(), (cell.source, stderr)
@@ -70,19 +72,23 @@ def test_the_example_notebook_runs_clean(kernel_specs):
     assert pngs(by_source("plt.subplots")) == 1
     assert "matplotlib backend: inline" in _streams(by_source("plt.subplots"), "stdout")
     # the sweep's notebook view: the table with the suggested k, and the curve
-    html = "".join(o["data"].get("text/html", "") for o in by_source("dkmeans.sweep(").outputs if "data" in o)
+    def html_of(cell):
+        return "".join(o["data"].get("text/html", "") for o in cell.outputs if "data" in o)
+
+    html = html_of(by_source("dkmeans.sweep("))
     assert "suggested k" in html and "<svg" in html and "<table>" in html
     # the estimator keeps scikit-learn's HTML view
-    fit_html = "".join(o["data"].get("text/html", "") for o in by_source("km.fit(").outputs if "data" in o)
+    fit_html = html_of(by_source("km.fit("))
     assert "sk-estimator" in fit_html or "sk-top-container" in fit_html
     # five well separated blobs: the labels predicted into the frame are scikit-learn's partition
-    assert "adjusted Rand index against sklearn's labels: 1.0" in _streams(by_source("adjusted_rand_index"), "stdout")
+    ari = _streams(by_source("adjusted_rand_index"), "stdout")
+    assert "adjusted Rand index against sklearn's labels: 1.0" in ari
     counts = by_source("value_counts").outputs[0]["data"]["text/plain"]
     assert counts.count("4000") == 5
 
 
 class Kernel:
-    """A kernel started as Jupyter starts it (a process group of its own), run one cell at a time."""
+    """A kernel started as Jupyter starts it (a process group of its own), one cell at a time."""
 
     def __init__(self, specs):
         self.km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
@@ -92,19 +98,21 @@ class Kernel:
         self.kc.wait_for_ready(timeout=120)
 
     def run(self, code, *, interrupt_when=None, interrupt_after=0.0, timeout=300):
-        """Run ``code``; ``(error name or None, output text, seconds)``. With ``interrupt_when`` (a text
-        printed by the cell), interrupt the kernel ``interrupt_after`` seconds after it appears."""
+        """Run ``code``; ``(error name or None, output text, seconds)``. With ``interrupt_when``
+        (a text the cell prints), interrupt the kernel ``interrupt_after`` s after it appears."""
         msg_id = self.kc.execute(code)
         start = time.monotonic()
         text, error, seen, interrupted = [], None, None, None
         while True:
-            if seen is not None and interrupted is None and time.monotonic() - seen >= interrupt_after:
-                self.km.interrupt_kernel()  # SIGINT to the kernel's process group, as Jupyter's stop button
+            due = seen is not None and time.monotonic() - seen >= interrupt_after
+            if due and interrupted is None:
+                self.km.interrupt_kernel()  # SIGINT to the kernel's group, as the stop button
                 interrupted = time.monotonic()
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.1)
             except queue.Empty:
-                assert time.monotonic() - start < timeout, f"no answer in {timeout} s: {''.join(text)[-2000:]}"
+                waited = time.monotonic() - start
+                assert waited < timeout, f"no answer in {timeout} s: {''.join(text)[-2000:]}"
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -143,7 +151,8 @@ c = dkmeans.get_client()
 print("workers", sorted(w["pid"] for w in c.run(lambda: {"pid": os.getpid()}).values()))
 """
 LONG_FIT = """
-km = dkmeans.KMeans(n_clusters=300, init="random", n_init=1, max_iter=100_000, tol=0, random_state=0)
+km = dkmeans.KMeans(n_clusters=300, init="random", n_init=1, max_iter=100_000, tol=0,
+                    random_state=0)
 print("fitting", flush=True)
 km.fit(X)
 """
@@ -185,7 +194,7 @@ def test_interrupting_a_fit_leaves_the_cluster_usable(kernel):
 
 @pytest.mark.timeout(900)
 def test_interrupting_the_first_fit_while_the_cluster_starts(kernel):
-    """The stop button while the embedded cluster's workers are still starting (importing): the start
+    """The stop button while the embedded cluster's workers still start (importing): the start
     finishes, then the interrupt is raised; the cluster is whole and the next fit runs."""
     assert kernel.run(SETUP)[0] is None
     error, text, _ = kernel.run(LONG_FIT, interrupt_when="fitting", interrupt_after=0.5)
@@ -227,7 +236,8 @@ except Exception as exc:
 @pytest.mark.timeout(900)
 def test_workers_of_the_users_cluster_killed_by_the_interrupt_are_named_at_once(kernel):
     """A LocalCluster the user started in the kernel shares its process group: its workers die with
-    the interrupt (distributed's behaviour). The next fit says so in one line, not after worker-timeout."""
+    the interrupt (distributed's behaviour). The next fit says so in one line, not after
+    worker-timeout."""
     assert kernel.run(SETUP + USER_CLUSTER)[0] is None
     error, text, _ = kernel.run(LONG_FIT, interrupt_when="fitting", interrupt_after=6.0)
     assert error == "KeyboardInterrupt", text[-3000:]

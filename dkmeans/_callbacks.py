@@ -13,8 +13,9 @@ and ``Pipeline`` as scikit-learn's own estimators do. A fit is this tree of task
 Steps are reported as the fit's progress records reach this process (from a loop running on
 the cluster they arrive in small batches, at most every 0.2 s). The root's end carries the
 fitted model (``fitted_estimator``), so ``ScoringMonitor`` scores it. A hook returning True
-(a stop request) is recorded in ``stop_requested``; the loops on the cluster have no way to
-take it mid-run, so the fit goes on to its end.
+(a stop request) is honoured at the end of the run it came in: no more runs start, and the
+best run so far is the fit's result. Within a run the loops (on the cluster, one task or SPMD)
+have no channel to take it, so the run goes on to its end.
 
 Without ``sklearn.callback`` nothing here is used and the estimators are unchanged.
 """
@@ -94,6 +95,8 @@ class FitTasks:
 
     def _start_run(self) -> None:
         self._end_run()
+        if self._runs >= self.n_runs:  # every run's task was made: later steps are not reported
+            return
         self._runs += 1
         self._run = self._begin(self.root.subcontext(task_name="run", max_subtasks=None))
         self._init = self._begin(self._run.subcontext(task_name="initialization"))
@@ -110,15 +113,25 @@ class FitTasks:
         """One progress record; ``starts_run``: it is the first of a new run (``n_init``)."""
         if self._run is None or (starts_run and self._runs < self.n_runs):
             self._start_run()
+        if self._run is None:
+            return
         if self._init is not None:  # the run's first step: its initialisation is done
             self._end(self._init)
             self._init = None
         step = self._begin(self._run.subcontext(task_name=_step_name(record)))
         self._end(step)
 
+    def run_ended(self, run: int) -> bool:  # noqa: ARG002 - the fit service's run index
+        """A run (``n_init``) ended: end its tasks now; True when a hook asked to stop (no more
+        runs)."""
+        if self._run is None:  # a run that reported no step: its tasks all the same
+            self._start_run()
+        self._end_run()
+        return self.stop_requested
+
     def finish(self, fitted: bool) -> None:
         """The fit ended (``fitted``: its attributes set): close the open tasks and the root."""
-        if self._run is None and fitted:  # no record came (a fit of one pass): one run all the same
+        if self._runs == 0 and fitted:  # no record came (a fit of one pass): one run all the same
             self._start_run()
         self._end_run()
         attributes = None

@@ -7,6 +7,7 @@ scikit-learn, ``cluster_centers_``, ``inertia_``, ``n_iter_``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import sys
@@ -238,6 +239,7 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, spec.n_init)
         if tasks is not None and isinstance(spec.on_iteration, _Progress):
             spec.on_iteration.tasks = tasks
+            spec = dataclasses.replace(spec, on_run_end=tasks.run_ended)
         fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
         try:
             fitted = self._fit(X, sample_weight, spec)

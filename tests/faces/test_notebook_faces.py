@@ -137,3 +137,24 @@ def test_progress_bar_and_scoring_monitor_work_alone_and_in_a_grid_search(blobs)
                           {"kmeans__n_clusters": [2, 4]}, cv=2).set_callbacks(ProgressBar())
     search.fit(blobs)
     assert search.best_params_["kmeans__n_clusters"] == 4
+
+
+class _StopAfterFirstRun(_Recorder):
+    """Asks to stop at the end of the first run (as an early-stopping callback would)."""
+
+    def on_fit_task_end(self, estimator, context, *, X=None, fitted_estimator=None):
+        super().on_fit_task_end(estimator, context, X=X, fitted_estimator=fitted_estimator)
+        return context.task_name == "run"
+
+
+@needs_callbacks
+def test_a_stop_request_ends_the_runs_left(blobs):
+    """``n_init=4`` with a callback that asks to stop after the first run: one run is made, and
+    the fit ends with that run's model (a fitted estimator, as scikit-learn's stop requests leave)."""
+    rec = _StopAfterFirstRun()
+    km = dkmeans.KMeans(4, init="random", n_init=4, random_state=0).set_callbacks(rec)
+    km.fit(blobs)
+    assert [e[1] for e in rec.events if e[0] == "begin"].count("run") == 1
+    one = dkmeans.KMeans(4, init="random", n_init=1, random_state=0).fit(blobs)
+    np.testing.assert_allclose(km.cluster_centers_, one.cluster_centers_)
+    assert km.inertia_ == pytest.approx(one.inertia_)

@@ -119,6 +119,11 @@ def lost_workers(client) -> LostWorkers | None:
                 dead[address] = (why, float(timestamp))
     if not present or any(present.values()) or not last_died:
         return None  # never had workers, has some, or the last left as planned: wait for workers
+    spec = getattr(getattr(client, "cluster", None), "worker_spec", None)
+    if isinstance(spec, dict) and not spec:
+        # a cluster object in this process asks for no workers (scaled to zero): they were closed,
+        # which the scheduler cannot tell from a death (the closed worker's connection drops)
+        return None
     return LostWorkers(scheduler=str(client.scheduler.address), known=len(present),
                        dead=tuple((address, why) for address, (why, _) in sorted(dead.items())),
                        since=max(t for _, t in dead.values()))

@@ -91,6 +91,22 @@ def test_no_verdict_where_workers_are_there_or_may_come(events, workers):
     assert health.lost_workers(_Client(events, workers)) is None
 
 
+def test_a_cluster_scaled_to_zero_is_waited_for():
+    """Closed workers drop their connections as dead ones do: the cluster object (in this process)
+    tells a scale-down (it asks for no workers) from a death (it still asks for them)."""
+    now = time.time()
+    events = [_add(now - 9, "tcp://a:1"), _remove(now - 5, "tcp://a:1", "handle-worker-cleanup")]
+
+    class Cluster:
+        def __init__(self, spec):
+            self.worker_spec = spec
+
+    scaled, dead = _Client(events), _Client(events)
+    scaled.cluster, dead.cluster = Cluster({}), Cluster({0: {"cls": object}})
+    assert health.lost_workers(scaled) is None
+    assert health.lost_workers(dead) is not None
+
+
 def test_an_unreadable_scheduler_gives_no_verdict():
     assert health.lost_workers(object()) is None
 

@@ -124,6 +124,10 @@ KEYS: dict[str, Key] = {key.name: key for key in (
         "a loop over persisted data of at most this many multiply-adds (rows x centroids x "
         "features) runs inside one task"),
     Key("worker-timeout", "120s", _seconds, "how long a pass may wait with no worker"),
+    Key("lost-worker-grace", "5s", _seconds,
+        "after every worker of the cluster died (none left as planned), how long a call waits "
+        "for one to come back (a nanny restarting it) before it says so, instead of waiting "
+        "worker-timeout"),
     Key("stall-timeout", "30s", _seconds,
         "how long a wait may see no running worker process anything while our tasks are pending"),
     Key("shared-pass-wait", "60s", _seconds,

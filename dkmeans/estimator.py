@@ -7,6 +7,7 @@ scikit-learn, ``cluster_centers_``, ``inertia_``, ``n_iter_``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import sys
@@ -16,6 +17,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dkmeans import _callbacks
 from dkmeans.fit import params as _params
 from dkmeans.engine.device import check_cupy_array
 from dkmeans.fit import inference
@@ -76,6 +78,7 @@ class _Progress:
 
     def __init__(self, verbose):
         self.verbose = verbose
+        self.tasks = None  # the task tree of scikit-learn's callbacks (dkmeans._callbacks.FitTasks)
         self.max_iter = None
         self._last = None  # the previous record
         self._settle = False  # this run's local search kept swaps: Lloyd runs again from them
@@ -115,6 +118,8 @@ class _Progress:
             self._settle = False
         if isinstance(record, LocalSearchRecord) and record.swaps_accepted > 0:
             self._settle = True
+        if self.tasks is not None:
+            self.tasks.record(record, starts)
         self._last = record
         logger.info(line)
         if self.verbose:
@@ -145,7 +150,19 @@ def _progress_for(verbose, max_iter: int):
     return progress
 
 
-class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator):
+def _head_rows(X, n: int):
+    """At most ``n`` rows of ``X`` in memory: a Dask collection's first rows, else ``X``."""
+    if is_dask_dataframe(X):
+        return X.head(n, npartitions=-1)
+    if is_dask_collection(X):
+        return X[:n].compute()
+    if hasattr(X, "toarray"):  # scipy.sparse: the drawing needs dense rows
+        return X[:n].toarray()
+    return X
+
+
+class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
+                  BaseEstimator):
     """What :class:`KMeans` and :class:`~dkmeans.MiniBatchKMeans` share: data checks, fit
     bookkeeping, model files and inference. A subclass gives ``__init__`` and ``_fit_spec``."""
 
@@ -214,16 +231,27 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         -------
         self : KMeans
         """
+        return self._fit_managed(X, y, sample_weight)
+
+    @_callbacks.managed  # scikit-learn's callbacks (where it has them) are torn down at the end
+    def _fit_managed(self, X, y, sample_weight):
         spec = self._fit_spec()
+        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, spec.n_init)
+        if tasks is not None and isinstance(spec.on_iteration, _Progress):
+            spec.on_iteration.tasks = tasks
+            spec = dataclasses.replace(spec, on_run_end=tasks.run_ended)
         fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
         try:
-            return self._fit(X, sample_weight, spec)
+            fitted = self._fit(X, sample_weight, spec)
         except BaseException:
-            # a failed fit leaves the estimator as it was: no half-fitted state
+            # a failed (or interrupted) fit leaves the estimator as it was: no half-fitted state
             for name in [n for n in vars(self) if n.endswith("_") and n not in fitted_before]:
                 delattr(self, name)
             vars(self).update(fitted_before)
             raise
+        if tasks is not None:
+            tasks.finish(fitted=True)
+        return fitted
 
     def _fit(self, X, sample_weight, spec: FitSpec):
         result = run_fit(spec, self._fit_dataset(X), sample_weight)
@@ -248,6 +276,35 @@ class _KMeansBase(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixi
         self.imbalance_ = imbalance_factor(result.cluster_sizes)
         self._metric = spec.metric  # predict, transform and score use the fitted metric
         return self
+
+    # -- notebook -------------------------------------------------------------------
+    def plot(self, X=None, *, max_points: int = 20_000):
+        """The fit in a new matplotlib Figure: the objective per step, and with ``X`` its clusters.
+
+        Parameters
+        ----------
+        X : array-like, pandas or Dask DataFrame, or Dask array, optional
+            Rows to draw, coloured by their predicted cluster, beside the history: at most
+            ``max_points`` of them (the first rows of a Dask collection, read from the cluster;
+            a random sample of in-memory rows), projected on their first two principal axes
+            when they have more than two features.
+        max_points : int
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            A notebook shows it once, as the cell's value; nothing changes matplotlib's backend
+            (see :mod:`dkmeans.plot`). scikit-learn's HTML view of the estimator is unchanged.
+        """
+        from dkmeans.plot import plot_fit
+
+        check_is_fitted(self, "cluster_centers_")
+        if X is None:
+            return plot_fit(self.history_)
+        sample = _head_rows(X, max_points)
+        rows = np.asarray(select_columns(sample) if is_dataframe(sample) else sample)
+        return plot_fit(self.history_, rows, self.predict(sample), self.cluster_centers_,
+                        max_points=max_points)
 
     # -- model files ----------------------------------------------------------------
     def save(self, path):

@@ -8,6 +8,7 @@ objective curve, per-k metrics, every rule's k and a suggested k (:mod:`dkmeans.
 from __future__ import annotations
 
 import dataclasses
+import html
 import logging
 import numbers
 import os
@@ -136,8 +137,9 @@ class SweepResult:
     def plot(self, path=None, ax=None):
         """The objective per k with the suggested k marked (:func:`dkmeans.plot.plot_sweep`; needs matplotlib).
 
-        With ``path``: written there as a PNG (returns the path); else drawn on ``ax`` (or
-        the current axes), which is returned.
+        With ``path``: written there as a PNG (returns the path). With ``ax``: drawn on it
+        (returns it). Else a new :class:`~matplotlib.figure.Figure`, returned (a notebook
+        shows it once, as the cell's value).
 
         Parameters
         ----------
@@ -148,8 +150,8 @@ class SweepResult:
 
         Returns
         -------
-        path or matplotlib.axes.Axes
-            The file written, or the axes drawn on.
+        path, matplotlib.axes.Axes or matplotlib.figure.Figure
+            The file written, the axes drawn on, or the new Figure.
         """
         from dkmeans.plot import plot_sweep, save_sweep_plot
 
@@ -157,6 +159,45 @@ class SweepResult:
         if path is not None:
             return save_sweep_plot(path, self.k_values, objectives, self.suggested_k)
         return plot_sweep(self.k_values, objectives, self.suggested_k, ax=ax)
+
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the per-k table (the suggested k marked) and the objective curve."""
+        rows = self.rows()
+        shown = ("k", "objective", "n_iter", "passes", "stop_reason")
+        extra = [name for name in rows[0] if name not in shown]
+        heads = ["k", "objective", "iterations", "passes", "stopped by", *extra]
+        body = []
+        for row in rows:
+            mark = row["k"] == self.suggested_k
+            style = ' style="font-weight:bold;background:#e8f0fe"' if mark else ""
+            cells = [row["k"], f"{row['objective']:.6e}", row["n_iter"], row["passes"],
+                     row["stop_reason"], *(_cell(row[n]) for n in extra)]
+            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+                        + "</tr>")
+        longest = max(self.passes.values())
+        suggested = "none" if self.suggested_k is None else self.suggested_k
+        curve = [self.objective[k] for k in self.k_values]
+        figure = _sweep_svg(self.k_values, curve, self.suggested_k)
+        rule = html.escape(self.rule)
+        return (
+            f"<div><p><b>dkmeans.SweepResult</b>: k = {html.escape(str(self.k_values))}, "
+            f"suggested k = <b>{suggested}</b> <span title=\"{rule}\">(elbow)</span>; "
+            f"{self.n_passes} passes over the data ({self.n_passes / longest:.2f}x the longest "
+            f"single fit's {longest}), {html.escape(self.data_mode)}, {self.seconds:.1f} s</p>"
+            + (f"<div>{figure}</div>" if figure else "")
+            + "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>"
+        )
+
+
+def _sweep_svg(k_values, objectives, suggested_k) -> str | None:
+    """The objective curve as inline SVG; None without matplotlib (the table alone is shown)."""
+    try:
+        from dkmeans.plot import sweep_svg
+    except ImportError:  # pragma: no cover - the module imports nothing optional at its top
+        return None
+    return sweep_svg(k_values, objectives, suggested_k)
 
 
 def _cell(value) -> str:

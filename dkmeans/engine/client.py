@@ -19,7 +19,9 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+from multiprocessing import resource_tracker
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -29,6 +31,7 @@ import dask
 import distributed
 
 from dkmeans import config
+from dkmeans.engine.health import note_interrupt
 from dkmeans.errors import DKMeansError
 
 logger = logging.getLogger("dkmeans")
@@ -37,6 +40,10 @@ logger = logging.getLogger("dkmeans")
 #: default scheduler (true, as ``distributed.Client()`` does), or only runs dkmeans' own work
 #: (false: the user's scheduler stays as it was).
 SET_AS_DEFAULT_KEY = config.name("embedded-cluster.set-as-default")
+
+#: The module each worker process of the embedded cluster imports first (a preload): it leaves the
+#: caller's process group there. Named, not imported: it acts on the process that imports it.
+WORKER_SESSION = "dkmeans.engine.worker_session"
 
 _lock = threading.Lock()
 _embedded: dict = {}
@@ -100,8 +107,12 @@ def fit_client():
             yield client
         return
     client = get_client()
-    with _scheduler_for_fit(client):
-        yield client
+    try:
+        with _scheduler_for_fit(client):
+            yield client
+    except KeyboardInterrupt:
+        note_interrupt()  # workers dying right now likely died of it: the next call says so
+        raise
 
 
 @contextmanager
@@ -154,9 +165,47 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
     # slower kernels, see the performance notes), so the embedded cluster leaves it out.
     threads = str(options["threads_per_worker"])
     environ = {name: threads for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    if options["processes"]:
+        # Each worker process leaves the caller's process group as it starts (a preload, see
+        # dkmeans.engine.worker_session): the SIGINT of Jupyter's stop button or of Ctrl-C, sent to
+        # the whole group, then interrupts the caller's wait only, and the workers live on.
+        preload = options.get("preload")
+        if preload is None:
+            preload = dask.config.get("distributed.worker.preload", None) or []
+        preload = [preload] if isinstance(preload, str) else list(preload)
+        options["preload"] = preload + [WORKER_SESSION]
+        options.setdefault("worker_class", _DetachedNanny)
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
         cluster = distributed.LocalCluster(**options)
     return distributed.Client(cluster, set_as_default=set_as_default)
+
+
+class _DetachedNanny(distributed.Nanny):
+    """A nanny whose worker processes start with SIGINT blocked (:mod:`.worker_session`).
+
+    A thread's signal mask is inherited by the threads it starts and kept across ``exec``: the
+    nanny's coroutines run in the cluster's event-loop thread, which starts the threads that spawn
+    the worker processes, so blocking SIGINT in that thread before a worker is spawned makes the
+    worker start with it blocked. An interrupt of the caller's process group while the worker
+    starts (imports, before the preload takes it out of the group) then stays pending, and the
+    preload drops it. The event-loop thread never runs Python's signal handlers (only the main
+    thread does), so blocking the signal there changes nothing else.
+
+    Relies on: ``Nanny.instantiate`` running in the event-loop thread and creating the threads
+    that spawn the worker (distributed's ``AsyncProcess``), and ``multiprocessing``'s resource
+    tracker (``resource_tracker.ensure_running``). Should either change, a worker could again be
+    stopped by an interrupt while it starts (the preload still detaches it once started), and
+    the tests of ``tests/system/test_notebook.py`` say so.
+    """
+
+    async def instantiate(self):
+        block = getattr(signal, "pthread_sigmask", None)
+        if block is not None:  # POSIX
+            # multiprocessing starts its resource tracker at the first spawn, and then unblocks
+            # SIGINT in the spawning thread; started first, the tracker leaves the mask alone
+            resource_tracker.ensure_running()
+            block(signal.SIG_BLOCK, {signal.SIGINT})
+        return await super().instantiate()
 
 
 def start_local_cuda_cluster(*, set_as_default: bool = True, **kwargs):
@@ -234,8 +283,10 @@ def get_client(*, gpu: bool = False, **kwargs):
                 # a daemonic process (a joblib/loky worker) cannot start worker processes: threads instead
                 kwargs = {"processes": False, "n_workers": 1, "threads_per_worker": _cpu_count(), **kwargs}
             kwargs.setdefault("set_as_default", embedded_set_as_default())
-            client = start_local_cuda_cluster(**kwargs) if gpu else start_local_cluster(**kwargs)
-            _embedded.update(client=client, set_as_default=bool(kwargs["set_as_default"]))
+            start = start_local_cuda_cluster if gpu else start_local_cluster
+            with _interrupt_after():  # an interrupted start would leave a cluster nothing closes
+                client = start(**kwargs)
+                _embedded.update(client=client, set_as_default=bool(kwargs["set_as_default"]))
             if not _exit_handler:
                 # Registered now, not at import: atexit runs handlers last-registered first, so
                 # this closes the client, then the cluster, before anything registered earlier
@@ -251,6 +302,31 @@ def get_client(*, gpu: bool = False, **kwargs):
                     "before the first fit, or create a distributed.Client yourself.",
                     EmbeddedClusterWarning, stacklevel=_user_stacklevel())
     return client
+
+
+@contextmanager
+def _interrupt_after():
+    """An interrupt (SIGINT) of the block is raised when the block has finished, not inside it.
+
+    For the start of the embedded cluster (a few seconds): interrupted halfway, it would leave
+    worker processes and a scheduler that no reference reaches, so nothing would close them. In
+    the main thread only (where Python runs signal handlers); elsewhere the block runs as is.
+    """
+    in_main = threading.current_thread() is threading.main_thread()
+    if not in_main or signal.getsignal(signal.SIGINT) is None:
+        yield  # not the main thread, or a handler set outside Python (which could not be put back)
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(signal.SIGINT, caught[0])  # Python's handler raises KeyboardInterrupt
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
 
 
 #: Modules whose frames a warning skips to reach the user's line (dkmeans, and the wrappers

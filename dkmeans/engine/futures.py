@@ -20,6 +20,7 @@ from concurrent.futures import CancelledError
 
 from distributed import wait
 
+from dkmeans.engine.health import lost_worker_grace, lost_workers, note_interrupt
 from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError, WorkersPausedError
@@ -108,6 +109,12 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
                     )
                 continue
             no_workers_since = no_workers_since or time.monotonic()
+            if not paused:
+                lost = lost_workers(client)  # every worker died: say so now, not after the timeout
+                grace = min(lost_worker_grace(), timeout)
+                if lost is not None and time.time() - lost.since >= grace:
+                    client.cancel(futures)
+                    raise NoWorkersError(lost.message())
             if time.monotonic() - no_workers_since > timeout:
                 client.cancel(futures)
                 if paused:
@@ -125,10 +132,27 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
                     f"the wait is set by the Dask config {config.name('worker-timeout')!r}."
                 )
         results = client.gather(futures)
+    except KeyboardInterrupt:
+        note_interrupt()
+        cancel_quietly(client, futures)  # the caller was interrupted: its tasks stop being run
+        raise
     except CancelledError as exc:
         restarted = generation is not None and getattr(client, "generation", generation) != generation
         raise _cancelled_error(exc, inputs, restarted) from exc
     return results[0] if single else results
+
+
+def cancel_quietly(client, futures) -> None:
+    """Cancel ``futures`` (an interrupted caller's tasks) without raising: the caller re-raises.
+
+    Explicitly, not by dropping the futures: an interactive shell keeps the interrupted frames
+    (and so the futures) alive with its last traceback, which would keep the tasks and their
+    data on the cluster.
+    """
+    try:
+        client.cancel(list(futures))
+    except Exception:  # noqa: BLE001 - the scheduler is gone: nothing runs there any more
+        pass
 
 
 def _paused_workers(client):

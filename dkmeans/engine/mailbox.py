@@ -92,7 +92,13 @@ class MailboxPlugin(WorkerPlugin):
         worker.handlers[HANDLER] = deliver
 
     def teardown(self, worker) -> None:
-        worker.handlers.pop(HANDLER, None)
+        # A peer's message may still come while this worker closes (a loop stopped by an interrupt,
+        # or the cluster closing): dropped quietly, not refused with a traceback in the log.
+        worker.handlers[HANDLER] = _drop
+
+
+def _drop(**message) -> None:  # noqa: ARG001 - the handler of a worker whose plugin was removed
+    """Ignore a message to a worker whose mailboxes are gone."""
 
 
 def install(client) -> None:

@@ -50,6 +50,7 @@ from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.engine.futures import worker_timeout
+from dkmeans.engine.health import raise_if_lost
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
 
@@ -99,9 +100,27 @@ class MemoryBudget:
         their memory is counted. Where a worker's own memory cuts into its task budget, the
         workers first release the memory their allocators keep (see the module docstring).
         """
-        info = worker_info(client)
-        if not info:  # no worker yet (starting, or restarting): plan once one is there
-            info = _wait_for_workers(client)
+        for attempt in range(MEASURE_ATTEMPTS):
+            info = worker_info(client)
+            if not info:  # no worker yet (starting, or restarting): plan once one is there
+                info = _wait_for_workers(client)
+            try:
+                budget = cls._measured(client, info, scratch_bytes, centroid_bytes, kernels)
+            except OSError:  # a worker's connection closed while measured: it died, look again
+                if attempt == MEASURE_ATTEMPTS - 1:
+                    raise
+                time.sleep(WAIT_POLL_S)
+                continue
+            if budget.limits:
+                return budget
+            # every worker left while they were measured: wait for one (or say that they died)
+        _wait_for_workers(client)
+        return cls._measured(client, worker_info(client), scratch_bytes, centroid_bytes, kernels)
+
+    @classmethod
+    def _measured(cls, client, info: dict, scratch_bytes: int, centroid_bytes: int,
+                  kernels: tuple | None) -> "MemoryBudget":
+        """The budget of the workers in ``info`` (see :meth:`of`), measured now."""
         path = None
         if kernels is not None:
             from dkmeans.kernels.backends.compile import current_path
@@ -269,16 +288,33 @@ def _describe(info: dict) -> str:
                      for a, w in info.items())
 
 
+#: How often a wait for workers looks whether the cluster's workers died (s).
+WAIT_POLL_S = 0.5
+#: How many times a budget is measured again when workers leave while they are measured.
+MEASURE_ATTEMPTS = 4
+
+
 def _wait_for_workers(client) -> dict:
-    """The scheduler's worker info once a worker is there, waiting at most ``dkmeans.worker-timeout``."""
+    """The scheduler's worker info once a worker is there, waiting at most ``worker-timeout``.
+
+    Workers that all died (:mod:`dkmeans.engine.health`) are said at once instead, after the short
+    grace a nanny gets to restart them.
+    """
     timeout = worker_timeout()
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-    except TimeoutError:
-        raise NoWorkersError(
-            f"The Dask cluster has had no workers for {timeout:g} s, so nothing was planned. Start workers "
-            f"and run again; the wait is set by the Dask config {config.name('worker-timeout')!r}."
-        ) from None
+    deadline = time.monotonic() + timeout
+    while True:
+        raise_if_lost(client)
+        try:
+            left = max(0.01, deadline - time.monotonic())
+            client.wait_for_workers(1, timeout=min(WAIT_POLL_S, left))
+            break
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise NoWorkersError(
+                    f"The Dask cluster has had no workers for {timeout:g} s, so nothing was "
+                    f"planned. Start workers and run again; the wait is set by the Dask config "
+                    f"{config.name('worker-timeout')!r}."
+                ) from None
     return worker_info(client)
 
 

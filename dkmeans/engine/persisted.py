@@ -44,7 +44,8 @@ from dkmeans.engine.device import beside_rows
 from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.kernels.namespace import to_host
-from dkmeans.engine.futures import gather
+from dkmeans.engine.futures import cancel_quietly, gather
+from dkmeans.engine.health import note_interrupt
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
@@ -166,17 +167,23 @@ class PersistedData:
             # distributed's advice to scatter it instead would make them unrecoverable.
             with submitting_own_graph():
                 X = client.persist(X)
-        with client.as_current():  # wait() and compute_chunk_sizes() use the current client
-            if any(np.isnan(c) for c in X.chunks[0]):
-                X = X.compute_chunk_sizes()
-                if weights is not None:
-                    weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
-            X, weights = _spread_rows(client, X, weights)
-            # Placement is read from where the chunks are, so wait until they are there.
-            wait(futures_of(X) + (futures_of(weights) if weights is not None else []))
-            X, weights = _balance_rows(client, X, weights)
-            futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
-            wait(futures)
+        try:
+            with client.as_current():  # wait() and compute_chunk_sizes() use the current client
+                if any(np.isnan(c) for c in X.chunks[0]):
+                    X = X.compute_chunk_sizes()
+                    if weights is not None:
+                        weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
+                X, weights = _spread_rows(client, X, weights)
+                # Placement is read from where the chunks are, so wait until they are there.
+                wait(futures_of(X) + (futures_of(weights) if weights is not None else []))
+                X, weights = _balance_rows(client, X, weights)
+                futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
+                wait(futures)
+        except KeyboardInterrupt:  # interrupted while persisting: the chunks leave the cluster now
+            note_interrupt()
+            cancel_quietly(client, futures_of(X) + (futures_of(weights) if weights is not None
+                                                    else []))
+            raise
         self.X = X
         self.weights = weights
         self.n_rows = int(sum(X.chunks[0]))

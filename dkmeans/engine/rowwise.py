@@ -161,7 +161,8 @@ def sum_on_cluster(client, values: da.Array, weights=None) -> float:
     if weights is not None:
         values = values * row_weights(weights, values)
     total = values.sum()  # no client: Dask's current scheduler
-    return float(total.compute() if client is None else client.compute(total, sync=True))
+    # through gather: an interrupted wait cancels the computation (and cluster failures are named)
+    return float(total.compute() if client is None else gather(client, client.compute(total)))
 
 
 def _label_sums_block(out, k: int):

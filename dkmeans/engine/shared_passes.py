@@ -59,6 +59,10 @@ POLL_S = 0.05
 _MAP, _STATEFUL, _LABELS, _SUM = 0, 1, 2, 3  # request kinds inside a combined pass
 
 
+#: After an interrupt, how long the caller waits for the jobs' threads before it returns (s).
+INTERRUPT_JOIN_S = 1.0
+
+
 class SharedPassesCancelled(RuntimeError):
     """Raised in a job's thread when another job failed: the job stops at its next request."""
 
@@ -342,11 +346,13 @@ class SharedPasses:
             thread.start()
         try:
             self._drive(names)
-        except BaseException:
+        except BaseException as exc:
             with self._cond:
                 self._cancelled = True
                 self._cond.notify_all()
-            self._join(threads)
+            # interrupted (Ctrl-C, Jupyter's stop): back to the caller at once; jobs still computing
+            # between passes stop at their next request, in their own (daemon) threads
+            self._join(threads, INTERRUPT_JOIN_S if isinstance(exc, KeyboardInterrupt) else None)
             raise
         self._join(threads)
         if failures:
@@ -355,14 +361,16 @@ class SharedPasses:
             raise exc
         return outcomes
 
-    def _join(self, threads) -> None:
-        deadline = time.monotonic() + self.wait_s
+    def _join(self, threads, wait_s: float | None = None) -> None:
+        wait_s = self.wait_s if wait_s is None else min(wait_s, self.wait_s)
+        deadline = time.monotonic() + wait_s
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         late = [t.name for t in threads if t.is_alive()]
         if late:  # computing between passes: each stops (cancelled) at its next request
-            logger.warning("shared passes: %s still computing after %.0f s; left to stop at their next pass",
-                           ", ".join(late), self.wait_s)
+            log = logger.info if wait_s < self.wait_s else logger.warning  # info: interrupted
+            log("shared passes: %s still computing after %.0f s; left to stop at their next pass",
+                ", ".join(late), wait_s)
 
     def _drive(self, names) -> None:
         """Run combined passes until every job has finished, or one failed."""

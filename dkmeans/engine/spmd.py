@@ -38,6 +38,7 @@ from distributed import Queue, wait
 from dkmeans import config
 from dkmeans.engine import mailbox
 from dkmeans.engine.futures import gather
+from dkmeans.engine.health import note_interrupt
 from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.local import ChunkList, reraise_warnings, split_blocks
 from dkmeans.engine.passes import submitting_own_graph, task_args
@@ -305,6 +306,9 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                 raise SpmdUnavailable("the ranks' tasks were cancelled")
             if not workers <= set(client.nthreads()):  # a rank's worker died: its task cannot run
                 raise SpmdUnavailable("a worker running a rank left the cluster")
+    except KeyboardInterrupt:
+        note_interrupt()  # the ranks are told to stop and their tasks cancelled below
+        raise
     finally:
         if outcome is None:  # an error here, or in on_progress: the ranks stop at their next exchange
             try:

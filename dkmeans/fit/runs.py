@@ -39,6 +39,8 @@ class FitPlan:
     metric: str = "euclidean"
     warm_start: bool = True
     prune: object = False
+    #: ``on_run_end(run)`` after each run; True stops the runs left (the best so far is the result)
+    on_run_end: Callable[[int], bool] | None = None
 
 
 #: Coreset searches of a run at most: another follows one whose result the data confirmed.
@@ -227,6 +229,9 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
             state.best = summary
         state.run, state.phase, state.loop = state.run + 1, "init", None
         save()
+        stop = plan.on_run_end is not None and plan.on_run_end(state.run - 1)
+        if stop and state.run < plan.n_init:
+            break  # asked to stop (a callback's stop request): the best of the runs made
     return state.best
 
 

@@ -218,7 +218,7 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
         hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
         hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
-        prune=resolve_prune(spec.prune),
+        prune=resolve_prune(spec.prune), on_run_end=spec.on_run_end,
     )
     best = fit_runs(data, plan, state, checkpointer)
     labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, best.centroids)

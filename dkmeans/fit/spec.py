@@ -47,6 +47,9 @@ class FitSpec:
         resolves through the Dask config ``dkmeans.prune`` (:func:`resolve_prune`).
     on_iteration : callable, optional
         Progress callback for each Lloyd or Hartigan record.
+    on_run_end : callable, optional
+        ``on_run_end(run) -> bool`` after each run (``n_init``); True stops the runs left, and
+        the best run made so far is the result (a callback's stop request).
     job : dict
         The face's description of the job for the checkpoint (its name and parameters).
     names : dict
@@ -87,6 +90,7 @@ class FitSpec:
     out_of_core: Any = "auto"
     prune: Any = "auto"
     on_iteration: Callable | None = None
+    on_run_end: Callable | None = None
     job: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
     metric: str = "euclidean"

@@ -58,6 +58,9 @@ STREAMS: dict[str, Stream] = {s.name: s for s in (
     Stream("local-search.coreset", 5 << 32, 1 << 32, "row", "local search on a sample: the sample's rows"),
     Stream("local-search.split", 6 << 32, 1 << 32, "generator",
            "local search: round r's starting directions of the clusters' splits"),
+    Stream("bisecting.draws", 8 << 32, 1 << 32, "row",
+           "bisecting k-means: draw j (0: a start's rows, 1 and 2: k-means++'s candidates) of a leaf at depth "
+           "l is number 4 l + j (a row is in one leaf per depth)"),
     Stream("minibatch.batches", 0x6D62, 1, "generator", "mini-batch: the rows of every batch"),
     Stream("minibatch.init", 0x696E, 1, "generator", "mini-batch: the initialisation's sample"),
 )}

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dkmeans.drivers.streams import derive_seed, stream
-from dkmeans.kernels.bisecting import (Pairs, TreeArrays, centred_rows, combine_split_partials, combine_top_keys,
-                                       descend, potentials, root_objective, split_partials, top_keys)
+from dkmeans.kernels.bisecting import (Pairs, TreeArrays, combine_split_partials, combine_top_keys, descend,
+                                       host_rows, potentials, root_objective, split_partials, top_keys)
 
 logger = logging.getLogger("dkmeans")
 
@@ -107,30 +107,30 @@ def _leaves(nodes, at: int = 0):
 
 
 # -- chunk functions ----------------------------------------------------------------------
-def _descended(X, w, offset, state, tree):
-    """The chunk's centred rows and each row's leaf, from the leaves kept from the last pass."""
-    Xc = centred_rows(X, tree.mean)
-    return Xc, descend(Xc, tree, state)
+def _descended(X, state, tree):
+    """The chunk's host rows and each row's leaf, from the leaves kept from the last pass."""
+    X = host_rows(X)
+    return X, descend(X, tree, state)
 
 
 def _split_chunk(X, w, offset, state, tree, pairs):
-    Xc, node = _descended(X, w, offset, state, tree)
-    return node, split_partials(Xc, w, offset, node, pairs)
+    X, node = _descended(X, state, tree)
+    return node, split_partials(X, tree.mean, w, offset, node, pairs)
 
 
 def _keys_chunk(X, w, offset, state, tree, slots_t, depth, seed, first_stream, m, centre):
-    Xc, node = _descended(X, w, offset, state, tree)
-    return node, top_keys(Xc, w, offset, node, slots_t, depth, seed, lambda level: first_stream + 4 * level, m,
-                          centre)
+    X, node = _descended(X, state, tree)
+    return node, top_keys(X, tree.mean, w, offset, node, slots_t, depth, seed,
+                          lambda level: first_stream + 4 * level, m, centre)
 
 
 def _potentials_chunk(X, w, offset, state, tree, slots_t, first, candidates):
-    Xc, node = _descended(X, w, offset, state, tree)
-    return node, potentials(Xc, w, node, slots_t, first, candidates)
+    X, node = _descended(X, state, tree)
+    return node, potentials(X, tree.mean, w, node, slots_t, first, candidates)
 
 
 def _root_chunk(X, w, offset, mean):
-    return root_objective(centred_rows(X, mean), w)
+    return root_objective(X, mean, w)
 
 
 def _sum(parts):

@@ -50,41 +50,53 @@ class TreeArrays:
         return cls(np.asarray(mean, np.float64), left, normal, offset, centres, labels)
 
 
-def centred_rows(X, mean: np.ndarray) -> np.ndarray:
-    """The chunk's rows as dense host float64, minus ``mean``."""
+def host_rows(X):
+    """The chunk's rows as a dense host array (SciPy CSR chunks made dense here)."""
     if is_sparse(X):
         X = X.toarray()
-    return np.asarray(to_host(X), dtype=np.float64) - mean
+    return np.asarray(to_host(X))
 
 
-def descend(Xc: np.ndarray, tree: TreeArrays, node: np.ndarray | None = None) -> np.ndarray:
+def centred_rows(X, mean: np.ndarray, rows=None) -> np.ndarray:
+    """Rows ``rows`` (default all) of host rows ``X`` as float64, minus ``mean``."""
+    return np.subtract(X if rows is None else X[rows], mean, dtype=np.float64)  # one pass: no float64 copy first
+
+
+def descend(X, tree: TreeArrays, node: np.ndarray | None = None) -> np.ndarray:
     """Each row's leaf (int64 node ids), descending from ``node`` (default: the root, node 0).
 
-    ``node`` may hold any ancestor of each row's leaf (the leaves of an earlier, smaller
-    tree): the descent continues from there.
+    ``X`` the chunk's host rows. ``node`` may hold any ancestor of each row's leaf (the leaves
+    of an earlier, smaller tree): the descent continues from there, and only rows below an
+    internal node are read.
     """
-    node = np.zeros(len(Xc), np.int64) if node is None else np.array(node, dtype=np.int64)
+    node = np.zeros(len(X), np.int64) if node is None else np.array(node, dtype=np.int64)
     idx = np.flatnonzero(tree.left[node] >= 0)
+    Xi = centred_rows(X, tree.mean, idx)
     while len(idx):
         at = node[idx]
-        side = np.einsum("ij,ij->i", Xc[idx], tree.normal[at]) > tree.offset[at]
+        side = np.einsum("ij,ij->i", Xi, tree.normal[at]) > tree.offset[at]
         node[idx] = tree.left[at] + side
-        idx = idx[tree.left[node[idx]] >= 0]
+        deeper = tree.left[node[idx]] >= 0
+        idx, Xi = idx[deeper], Xi[deeper]
     return node
 
 
 def leaf_values(X, tree: TreeArrays, w=None) -> np.ndarray:
     """``(n, 3)`` float64 per row: its leaf's label, ``w`` times its squared distance to the leaf's centre, ``w``."""
-    Xc = centred_rows(X, tree.mean)
-    node = descend(Xc, tree)
-    diff = Xc - tree.centres[node]
-    w = np.ones(len(Xc)) if w is None else np.asarray(to_host(w), np.float64).reshape(-1)
+    X = host_rows(X)
+    node = descend(X, tree)
+    diff = centred_rows(X, tree.mean) - tree.centres[node]
+    w = _weights(w, len(X))
     return np.column_stack([tree.leaf_label[node], w * np.einsum("ij,ij->i", diff, diff), w])
 
 
 def leaf_labels(X, tree: TreeArrays) -> np.ndarray:
     """Each row's leaf label (int32): scikit-learn's ``BisectingKMeans.predict``."""
-    return tree.leaf_label[descend(centred_rows(X, tree.mean), tree)].astype(np.int32)
+    return tree.leaf_label[descend(host_rows(X), tree)].astype(np.int32)
+
+
+def _weights(w, n: int) -> np.ndarray:
+    return np.ones(n) if w is None else np.asarray(to_host(w), np.float64).reshape(-1)
 
 
 # -- the 2-means of many pairs ------------------------------------------------------------
@@ -108,34 +120,49 @@ def _sq(Xc, C):
     return np.einsum("ij,ij->i", diff, diff)
 
 
-def split_partials(Xc, w, first_row: int, node, pairs: Pairs) -> dict:
+def sides(Xc, centres, p):
+    """Side (0 or 1) of each centred row between its pair's two centres: the nearer one, the
+    first on a tie, by the hyperplane test the tree's descent makes (:class:`TreeArrays`)."""
+    c0, c1 = centres[:, 0], centres[:, 1]
+    normal = c1 - c0
+    offset = (np.einsum("ij,ij->i", c1, c1) - np.einsum("ij,ij->i", c0, c0)) / 2
+    return (np.einsum("ij,ij->i", Xc, normal[p]) > offset[p]).astype(np.int64)
+
+
+def split_partials(X, mean, w, first_row: int, node, pairs: Pairs) -> dict:
     """Per pair and side: weighted sums, weights, weighted squared distances and row counts of
     the rows nearest that side's centre (the left one on a tie), and the row farthest from its
     centre (the lowest global row index on a tie), for an empty side's relocation."""
+    from scipy import sparse  # the per-side sums as one sparse product, without copies of the rows
+
     P, _, d = pairs.centres.shape
     out = empty_split_partials(P, d)
-    w = np.ones(len(Xc)) if w is None else np.asarray(to_host(w), np.float64).reshape(-1)
+    w = _weights(w, len(X))
     for t in range(pairs.slots.shape[0]):
         rows, p = _pair_rows(node, pairs.slots[t])
         if not len(rows):
             continue
-        X, wr = Xc[rows], w[rows]
-        d0, d1 = _sq(X, pairs.centres[p, 0]), _sq(X, pairs.centres[p, 1])
-        side = (d1 < d0).astype(np.int64)
-        dist = np.where(side == 1, d1, d0)
+        Xc, wr = centred_rows(X, mean, rows), w[rows]
+        side = sides(Xc, pairs.centres, p)
+        diff = Xc - pairs.centres[p, side]
+        dist = np.einsum("ij,ij->i", diff, diff)
         g = 2 * p + side
         out["weight"] += np.bincount(g, wr, minlength=2 * P).reshape(P, 2)
         out["inertia"] += np.bincount(g, wr * dist, minlength=2 * P).reshape(P, 2)
         out["count"] += np.bincount(g, minlength=2 * P).reshape(P, 2)
-        order = np.argsort(g, kind="stable")
-        gs = g[order]
-        starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
-        out["sums"].reshape(2 * P, d)[gs[starts]] += np.add.reduceat(X[order] * wr[order, None], starts, axis=0)
+        member = sparse.csr_matrix((wr, (g, np.arange(len(rows)))), shape=(2 * P, len(rows)))
+        out["sums"] += np.asarray(member @ Xc).reshape(P, 2, d)
         index = rows + first_row
-        far = np.lexsort((index, -dist, p))  # per pair: farthest first, then the lowest row index
-        head = far[np.r_[True, p[far][1:] != p[far][:-1]]]
-        _merge_far(out, dict(far_dist=dist[head], far_index=index[head], far_row=X[head], far_weight=wr[head],
-                             far_side=side[head]), p[head])
+        far = np.full(P, -np.inf)
+        np.maximum.at(far, p, dist)
+        tied = np.flatnonzero(dist == far[p])
+        first = np.full(P, np.iinfo(np.int64).max)
+        np.minimum.at(first, p[tied], index[tied])
+        present = np.unique(p)
+        at = first[present] - first_row  # chunk rows
+        where = np.searchsorted(rows, at)
+        _merge_far(out, dict(far_dist=far[present], far_index=first[present], far_row=Xc[where],
+                             far_weight=wr[where], far_side=side[where]), present)
     return out
 
 
@@ -168,7 +195,7 @@ def combine_split_partials(parts: list) -> dict:
 
 
 # -- the starts --------------------------------------------------------------------------
-def top_keys(Xc, w, first_row: int, node, slots_t: np.ndarray, depth: np.ndarray, seed: int, stream_of,
+def top_keys(X, mean, w, first_row: int, node, slots_t: np.ndarray, depth: np.ndarray, seed: int, stream_of,
              m: int, centre=None) -> dict:
     """Per pair of one start: the ``m`` rows of largest keys ``log(u) / weight`` (a weighted draw without
     replacement; ties to the lowest row index), with ``weight`` ``w`` or, given ``centre`` (P, d),
@@ -176,14 +203,15 @@ def top_keys(Xc, w, first_row: int, node, slots_t: np.ndarray, depth: np.ndarray
     the stream ``stream_of(depth)`` of the pair's node depth; also the pair's first row, a fallback
     when no row has a positive weight."""
     P = len(depth)
-    d = Xc.shape[1]
+    d = X.shape[1]
     out = dict(key=np.full((P, m), -np.inf), index=np.full((P, m), np.iinfo(np.int64).max),
                rows=np.zeros((P, m, d)), first_index=np.full(P, np.iinfo(np.int64).max), first_row=np.zeros((P, d)))
     rows, p = _pair_rows(node, slots_t)
     if not len(rows):
         return out
-    w = np.ones(len(Xc)) if w is None else np.asarray(to_host(w), np.float64).reshape(-1)
-    weight = w[rows] if centre is None else w[rows] * _sq(Xc[rows], centre[p])
+    Xc = centred_rows(X, mean, rows)
+    w = _weights(w, len(X))
+    weight = w[rows] if centre is None else w[rows] * _sq(Xc, centre[p])
     index = rows + first_row
     u = np.empty(len(rows))
     for level in np.unique(depth[p]):
@@ -196,13 +224,13 @@ def top_keys(Xc, w, first_row: int, node, slots_t: np.ndarray, depth: np.ndarray
     heads = order[start]
     present = p[heads]
     np.minimum.at(out["first_index"], p, index)
-    out["first_row"][present] = Xc[out["first_index"][present] - first_row]
+    out["first_row"][present] = Xc[np.searchsorted(rows, out["first_index"][present] - first_row)]
     rank = np.arange(len(order)) - np.flatnonzero(start).repeat(np.diff(np.r_[np.flatnonzero(start), len(order)]))
     keep = (rank < m) & eligible[order]
     sel = order[keep]
     out["key"][p[sel], rank[keep]] = key[sel]
     out["index"][p[sel], rank[keep]] = index[sel]
-    out["rows"][p[sel], rank[keep]] = Xc[rows[sel]]
+    out["rows"][p[sel], rank[keep]] = Xc[sel]
     return out
 
 
@@ -225,7 +253,7 @@ def combine_top_keys(parts: list) -> dict:
     return out
 
 
-def potentials(Xc, w, node, slots_t: np.ndarray, first: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+def potentials(X, mean, w, node, slots_t: np.ndarray, first: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """k-means++'s choice among candidates: per pair ``(P, c)``, the weighted sum over its rows of the
     smaller squared distance to ``first`` (P, d) or to each candidate (P, c, d)."""
     P, c = candidates.shape[:2]
@@ -233,20 +261,20 @@ def potentials(Xc, w, node, slots_t: np.ndarray, first: np.ndarray, candidates: 
     rows, p = _pair_rows(node, slots_t)
     if not len(rows):
         return out
-    w = np.ones(len(Xc)) if w is None else np.asarray(to_host(w), np.float64).reshape(-1)
-    X, wr = Xc[rows], w[rows]
-    d_first = _sq(X, first[p])
+    Xc, wr = centred_rows(X, mean, rows), _weights(w, len(X))[rows]
+    d_first = _sq(Xc, first[p])
     for j in range(c):
-        out[:, j] = np.bincount(p, wr * np.minimum(d_first, _sq(X, candidates[p, j])), minlength=P)
+        out[:, j] = np.bincount(p, wr * np.minimum(d_first, _sq(Xc, candidates[p, j])), minlength=P)
     return out
 
 
-def root_objective(Xc, w) -> np.ndarray:
-    """``[sum w |x|^2, sum w]`` of centred rows: the objective of one cluster at the centre."""
-    w = np.ones(len(Xc)) if w is None else np.asarray(to_host(w), np.float64).reshape(-1)
-    return np.array([float(w @ np.einsum("ij,ij->i", Xc, Xc)), float(w.sum())])
+def root_objective(X, mean, w) -> np.ndarray:
+    """``[sum w |x - mean|^2, sum w]`` over the chunk: the objective of one cluster at ``mean``."""
+    X = host_rows(X)
+    Xc = centred_rows(X, mean)
+    return np.array([float(_weights(w, len(X)) @ np.einsum("ij,ij->i", Xc, Xc)), float(_weights(w, len(X)).sum())])
 
 
-__all__ = ["Pairs", "TreeArrays", "centred_rows", "combine_split_partials", "combine_top_keys", "descend",
+__all__ = ["Pairs", "TreeArrays", "centred_rows", "host_rows", "sides", "combine_split_partials", "combine_top_keys", "descend",
            "empty_split_partials", "leaf_labels", "leaf_values", "potentials", "root_objective", "split_partials",
            "top_keys"]

@@ -90,7 +90,7 @@ class BisectingKMeans(_KMeansBase):
     --------
     >>> import numpy as np
     >>> from dkmeans import BisectingKMeans
-    >>> X = np.array([[1, 1], [10, 1], [3, 1], [10, 0], [2, 1], [10, 2], [10, 8], [10, 9], [10, 10]], float)
+    >>> X = np.array([[1, 1], [10, 1], [3, 1], [10, 0], [2, 1], [10, 2], [10, 8], [10, 9]], float)
     >>> bkm = BisectingKMeans(n_clusters=3, random_state=0).fit(X)   # doctest: +SKIP
     >>> bkm.predict([[0, 0], [12, 3]])                                # doctest: +SKIP
     """
@@ -135,14 +135,22 @@ class BisectingKMeans(_KMeansBase):
         if p["n_init"] == "auto":
             raise InvalidParameterError("n_init must be an integer >= 1, got 'auto'")
         if not (isinstance(self.init, str) and self.init in _params.BISECTING_INITS):
-            # scikit-learn's wording; an InvalidParameterError is also a TypeError, as scikit-learn's is
+            # scikit-learn's wording; an InvalidParameterError is also a TypeError, as theirs
             raise InvalidParameterError(
                 f"The 'init' parameter of {type(self).__name__} must be a str among "
-                f"{{{', '.join(repr(s) for s in _params.BISECTING_INITS)}}}. Got {self.init!r} instead.")
+                f"{{{', '.join(repr(s) for s in _params.BISECTING_INITS)}}}. "
+                f"Got {self.init!r} instead."
+            )
         return BisectingSpec(
-            n_clusters=p["n_clusters"], init=self.init, n_init=p["n_init"], max_iter=p["max_iter"], tol=p["tol"],
-            random_state=self.random_state, bisecting_strategy=p["bisecting_strategy"],
-            out_of_core=p["out_of_core"])
+            n_clusters=p["n_clusters"],
+            init=self.init,
+            n_init=p["n_init"],
+            max_iter=p["max_iter"],
+            tol=p["tol"],
+            random_state=self.random_state,
+            bisecting_strategy=p["bisecting_strategy"],
+            out_of_core=p["out_of_core"],
+        )
 
     # -- fit ----------------------------------------------------------------------
     def fit(self, X, y=None, sample_weight=None):
@@ -150,7 +158,7 @@ class BisectingKMeans(_KMeansBase):
 
         Parameters
         ----------
-        X : array-like, pandas DataFrame, Dask array or Dask DataFrame of shape (n_samples, n_features)
+        X : array-like, pandas DataFrame, Dask array or Dask DataFrame, (n_samples, n_features)
         y : ignored
         sample_weight : array-like or Dask array of shape (n_samples,), optional
             Non-negative weights of the samples.
@@ -164,8 +172,10 @@ class BisectingKMeans(_KMeansBase):
     def _fit(self, X, sample_weight, spec: BisectingSpec):
         result = run_bisecting(spec, self._fit_dataset(X), sample_weight)
         if self.verbose:
-            print(f"bisecting: {len(result.objectives) - 1} splits in {result.tree.rounds} rounds, "
-                  f"{result.n_passes} passes, objective {result.objective:.6e}")
+            print(
+                f"bisecting: {len(result.objectives) - 1} splits in {result.tree.rounds} rounds, "
+                f"{result.n_passes} passes, objective {result.objective:.6e}"
+            )
         self.cluster_centers_ = result.centroids
         self.labels_ = result.labels
         self._n_features_out = result.centroids.shape[0]
@@ -190,20 +200,24 @@ class BisectingKMeans(_KMeansBase):
 
         Returns
         -------
-        labels : ndarray of int32, a lazy Dask array for a Dask array, a Dask Series for a Dask DataFrame
+        labels : ndarray of int32 (a lazy Dask array for a Dask array, a Dask Series for a
+            Dask DataFrame)
         """
         X = self._check_test_data(X)
         return tree_labels(X, self._tree)
 
     def cluster_centers_at(self, k: int) -> np.ndarray:
-        """The centres of the tree's first ``k`` leaves (after its first ``k - 1`` splits), in tree order.
+        """The centres of the tree's ``k`` leaves after its first ``k - 1`` splits, in tree order.
 
-        ``k`` from 1 to ``n_clusters``; their objective on the training data is ``inertia_per_k_[k - 1]``.
+        ``k`` from 1 to ``n_clusters``; their objective on the training data (rows labelled by
+        the tree) is ``inertia_per_k_[k - 1]``.
         """
         check_is_fitted(self, "cluster_centers_")
         _params.Int(1)("k", k)
         if k > len(self.cluster_centers_):
-            raise InvalidParameterError(f"k must be at most n_clusters={len(self.cluster_centers_)}, got {k}")
+            raise InvalidParameterError(
+                f"k must be at most n_clusters={len(self.cluster_centers_)}, got {k}"
+            )
         split = set(self._split_order[: k - 1])
         left = self._tree.left
         stack, leaves = [0], []
@@ -220,13 +234,17 @@ class BisectingKMeans(_KMeansBase):
 
         Pickle or joblib keep a fitted ``BisectingKMeans`` whole.
         """
-        raise InvalidParameterError("BisectingKMeans cannot be saved as a dkmeans model file (it holds flat "
-                                    "centroids, not the tree predict descends); use pickle or joblib")
+        raise InvalidParameterError(
+            "BisectingKMeans cannot be saved as a dkmeans model file (it holds flat "
+            "centroids, not the tree predict descends); use pickle or joblib"
+        )
 
     @classmethod
     def load(cls, path):
         """Not available (see :meth:`save`)."""
-        raise InvalidParameterError("BisectingKMeans cannot be loaded from a dkmeans model file; use pickle or "
-                                    "joblib")
+        raise InvalidParameterError(
+            "BisectingKMeans cannot be loaded from a dkmeans model file; use pickle or " "joblib"
+        )
+
 
 __all__ = ["BisectingKMeans"]

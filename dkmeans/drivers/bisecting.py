@@ -1,4 +1,4 @@
-"""Bisecting k-means over the data protocol (scikit-learn's ``BisectingKMeans``, Spark's ``BisectingKMeans``).
+"""Bisecting k-means over the data protocol (scikit-learn's and Spark's ``BisectingKMeans``).
 
 Starting from one cluster (the data's unweighted mean, as scikit-learn's root), the leaf of
 largest score (``"biggest_inertia"``: its weighted SSE; ``"largest_cluster"``: its row count;
@@ -34,8 +34,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dkmeans.drivers.streams import derive_seed, stream
-from dkmeans.kernels.bisecting import (Pairs, TreeArrays, combine_split_partials, combine_top_keys, descend,
-                                       host_rows, potentials, root_objective, split_partials, top_keys)
+from dkmeans.kernels.bisecting import (
+    Pairs,
+    TreeArrays,
+    combine_split_partials,
+    combine_top_keys,
+    descend,
+    host_rows,
+    potentials,
+    root_objective,
+    split_partials,
+    top_keys,
+)
 
 logger = logging.getLogger("dkmeans")
 
@@ -86,12 +96,17 @@ class BisectingFit:
     def arrays(self) -> TreeArrays:
         labels = np.full(len(self.nodes), -1, np.int64)
         labels[self.leaves] = np.arange(len(self.leaves))
-        return TreeArrays.build(self.mean, [n.centre for n in self.nodes], [n.left for n in self.nodes], labels)
+        return TreeArrays.build(
+            self.mean, [n.centre for n in self.nodes], [n.left for n in self.nodes], labels
+        )
 
     @property
     def centres(self) -> np.ndarray:
         """Leaf centres in tree order, in the data's coordinates (float64)."""
-        return np.array([self.nodes[i].centre for i in self.leaves]).reshape(len(self.leaves), -1) + self.mean
+        return (
+            np.array([self.nodes[i].centre for i in self.leaves]).reshape(len(self.leaves), -1)
+            + self.mean
+        )
 
 
 def _leaves(nodes, at: int = 0):
@@ -120,8 +135,19 @@ def _split_chunk(X, w, offset, state, tree, pairs):
 
 def _keys_chunk(X, w, offset, state, tree, slots_t, depth, seed, first_stream, m, centre):
     X, node = _descended(X, state, tree)
-    return node, top_keys(X, tree.mean, w, offset, node, slots_t, depth, seed,
-                          lambda level: first_stream + 4 * level, m, centre)
+    return node, top_keys(
+        X,
+        tree.mean,
+        w,
+        offset,
+        node,
+        slots_t,
+        depth,
+        seed,
+        lambda level: first_stream + 4 * level,
+        m,
+        centre,
+    )
 
 
 def _potentials_chunk(X, w, offset, state, tree, slots_t, first, candidates):
@@ -148,7 +174,9 @@ class _Passes:
 
     def run(self, chunk_fn, combine_fn, args):
         if self.keep:
-            result, self.state = self.data.map_reduce_stateful(chunk_fn, combine_fn, args, self.state)
+            result, self.state = self.data.map_reduce_stateful(
+                chunk_fn, combine_fn, args, self.state
+            )
             return result
         return self.data.map_reduce(functools.partial(_stateless, chunk_fn), combine_fn, args)
 
@@ -158,8 +186,18 @@ def _stateless(chunk_fn, X, w, offset, *args):
 
 
 # -- the fit -------------------------------------------------------------------------------
-def bisecting(data, n_clusters: int, *, mean, init: str = "random", n_init: int = 1, max_iter: int = 300,
-              tol: float = 1e-4, strategy: str = "biggest_inertia", seed: int = 0) -> BisectingFit:
+def bisecting(
+    data,
+    n_clusters: int,
+    *,
+    mean,
+    init: str = "random",
+    n_init: int = 1,
+    max_iter: int = 300,
+    tol: float = 1e-4,
+    strategy: str = "biggest_inertia",
+    seed: int = 0,
+) -> BisectingFit:
     """Bisect until ``n_clusters`` leaves (see the module docstring).
 
     Parameters
@@ -180,7 +218,9 @@ def bisecting(data, n_clusters: int, *, mean, init: str = "random", n_init: int 
     mean = np.asarray(mean, np.float64)
     passes = _Passes(data)
     root_sse, root_weight = data.map_reduce(_root_chunk, _sum, (mean,))
-    nodes = [Node(np.zeros_like(mean), 0, 0.0, float(root_sse), float(root_weight), int(data.n_rows))]
+    nodes = [
+        Node(np.zeros_like(mean), 0, 0.0, float(root_sse), float(root_weight), int(data.n_rows))
+    ]
     objectives = [float(root_sse)]
     cache: dict[int, Split] = {}
     order = []
@@ -194,18 +234,35 @@ def bisecting(data, n_clusters: int, *, mean, init: str = "random", n_init: int 
             wanted = n_clusters - len(leaves)
             batch = [leaves[at] for at in ranked[:wanted] if leaves[at] not in cache]
             tree = TreeArrays.build(mean, [n.centre for n in nodes], [n.left for n in nodes])
-            cache.update(zip(batch, _split_round(passes, tree, nodes, batch, init, n_init, max_iter, tol, seed)))
+            cache.update(
+                zip(
+                    batch,
+                    _split_round(passes, tree, nodes, batch, init, n_init, max_iter, tol, seed),
+                )
+            )
             rounds += 1
             computed += len(batch)
-            logger.info("bisecting: round %d split %d clusters (%d leaves)", rounds, len(batch), len(leaves))
+            logger.info(
+                "bisecting: round %d split %d clusters (%d leaves)", rounds, len(batch), len(leaves)
+            )
         split = cache.pop(chosen)
         order.append(chosen)
         parent = nodes[chosen]
         parent.left, parent.split = len(nodes), split
         for side in (0, 1):
-            score = split.inertia[side] if strategy == "biggest_inertia" else float(split.count[side])
-            nodes.append(Node(split.centres[side], parent.depth + 1, float(score), float(split.inertia[side]),
-                              float(split.weight[side]), int(split.count[side])))
+            score = (
+                split.inertia[side] if strategy == "biggest_inertia" else float(split.count[side])
+            )
+            nodes.append(
+                Node(
+                    split.centres[side],
+                    parent.depth + 1,
+                    float(score),
+                    float(split.inertia[side]),
+                    float(split.weight[side]),
+                    int(split.count[side]),
+                )
+            )
         objectives.append(objectives[-1] - parent.inertia + float(split.inertia.sum()))
     passes.state = None  # frees the chunks' leaves
     leaves = _leaves(nodes)
@@ -223,8 +280,12 @@ def _split_round(passes, tree, nodes, batch, init, n_init, max_iter, tol, seed) 
     depth = np.array([nodes[i].depth for i in batch], np.int64)
     fallback = np.array([nodes[i].centre for i in batch]).reshape(B, d)
     local = np.where(slots[0] >= 0, slots[0], -1)  # start t's pairs numbered 0 .. B-1 for its draws
-    starts = np.concatenate([_starts(passes, tree, local, depth, derive_seed(seed, t), init, fallback)
-                             for t in range(n_init)])
+    starts = np.concatenate(
+        [
+            _starts(passes, tree, local, depth, derive_seed(seed, t), init, fallback)
+            for t in range(n_init)
+        ]
+    )
     centres, n_iter, final = _lloyd_pairs(passes, tree, slots, starts, max_iter, tol)
     splits = []
     for b in range(B):
@@ -234,8 +295,16 @@ def _split_round(passes, tree, nodes, batch, init, n_init, max_iter, tol, seed) 
             objective = final["inertia"][p].sum()
             if best is None or objective < best_objective * (1 - BETTER):
                 best, best_objective = p, objective
-        splits.append(Split(centres[best], final["inertia"][best].copy(), final["weight"][best].copy(),
-                            final["count"][best].copy(), int(n_iter[best]), starts[best]))
+        splits.append(
+            Split(
+                centres[best],
+                final["inertia"][best].copy(),
+                final["weight"][best].copy(),
+                final["count"][best].copy(),
+                int(n_iter[best]),
+                starts[best],
+            )
+        )
     return splits
 
 
@@ -244,34 +313,51 @@ def _starts(passes, tree, slots_t, depth, seed, init, fallback) -> np.ndarray:
     B = len(depth)
     first = stream("bisecting.draws", 0)
     if init == "random":  # two distinct rows, drawn by weight
-        got = passes.run(_keys_chunk, combine_top_keys, (tree, slots_t, depth, seed, first, 2, None))
+        got = passes.run(
+            _keys_chunk, combine_top_keys, (tree, slots_t, depth, seed, first, 2, None)
+        )
         rows = got["rows"].copy()
         for b in range(B):
             found = np.isfinite(got["key"][b])
-            if not found[0]:  # no row of positive weight: the leaf's first row (its centre if it has none)
-                rows[b, 0] = got["first_row"][b] if got["first_index"][b] < np.iinfo(np.int64).max else fallback[b]
+            if not found[
+                0
+            ]:  # no row of positive weight: the leaf's first row (its centre if it has none)
+                rows[b, 0] = (
+                    got["first_row"][b]
+                    if got["first_index"][b] < np.iinfo(np.int64).max
+                    else fallback[b]
+                )
             if not found[1]:  # a single eligible row: both centres on it
                 rows[b, 1] = rows[b, 0]
         return rows
     got = passes.run(_keys_chunk, combine_top_keys, (tree, slots_t, depth, seed, first, 1, None))
     none = got["first_index"] == np.iinfo(np.int64).max  # a leaf without rows
     # no row of positive weight: the leaf's first row; no row at all: the leaf's centre
-    c1 = np.where(np.isfinite(got["key"][:, :1]), got["rows"][:, 0],
-                  np.where(none[:, None], fallback, got["first_row"]))
+    c1 = np.where(
+        np.isfinite(got["key"][:, :1]),
+        got["rows"][:, 0],
+        np.where(none[:, None], fallback, got["first_row"]),
+    )
     candidates = np.empty((B, 2, c1.shape[1]))
-    for j in (1, 2):  # scikit-learn's 2 + int(log(2)) = 2 candidates, drawn by w * D^2, with replacement
-        drawn = passes.run(_keys_chunk, combine_top_keys, (tree, slots_t, depth, seed, first + j, 1, c1))
+    for j in (
+        1,
+        2,
+    ):  # scikit-learn's 2 + int(log(2)) = 2 candidates, drawn by w * D^2, with replacement
+        drawn = passes.run(
+            _keys_chunk, combine_top_keys, (tree, slots_t, depth, seed, first + j, 1, c1)
+        )
         ok = np.isfinite(drawn["key"][:, 0])
         # no row of positive w * D^2: scikit-learn's search lands on the leaf's first row
-        candidates[:, j - 1] = np.where(ok[:, None], drawn["rows"][:, 0],
-                                        np.where(none[:, None], c1, drawn["first_row"]))
+        candidates[:, j - 1] = np.where(
+            ok[:, None], drawn["rows"][:, 0], np.where(none[:, None], c1, drawn["first_row"])
+        )
     pots = passes.run(_potentials_chunk, _sum, (tree, slots_t, c1, candidates))
     best = np.argmin(pots, axis=1)
     return np.stack([c1, candidates[np.arange(B), best]], axis=1)
 
 
 def _lloyd_pairs(passes, tree, slots, starts, max_iter, tol):
-    """Lloyd on every pair at once; returns the final centres, iterations and the final assignment's partials."""
+    """Lloyd on every pair at once: final centres, iterations, the final assignment's partials."""
     P = len(starts)
     C = starts.copy()
     n_iter = np.zeros(P, np.int64)

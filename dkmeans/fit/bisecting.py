@@ -73,12 +73,21 @@ def run_bisecting(spec: BisectingSpec, dataset: Dataset, sample_weight=None) -> 
         try:
             check_rows_when_placed(fit_spec, dataset, data)
             moments, _ = first_pass(data)
-            tree = bisecting(data, k, mean=np.asarray(moments.mean, np.float64), init=spec.init,
-                             n_init=spec.n_init, max_iter=spec.max_iter, tol=spec.tol,
-                             strategy=spec.bisecting_strategy, seed=seed)
+            tree = bisecting(
+                data,
+                k,
+                mean=np.asarray(moments.mean, np.float64),
+                init=spec.init,
+                n_init=spec.n_init,
+                max_iter=spec.max_iter,
+                tol=spec.tol,
+                strategy=spec.bisecting_strategy,
+                seed=seed,
+            )
             arrays = tree.arrays()
-            labels, inertia, sums = data.labelled_pass(leaf_values, (arrays,), keep_labels=dataset.frame is None,
-                                                       per_label=k)
+            labels, inertia, sums = data.labelled_pass(
+                leaf_values, (arrays,), keep_labels=dataset.frame is None, per_label=k
+            )
             n_passes = data.passes
             in_memory = data.in_memory
         finally:
@@ -92,8 +101,19 @@ def run_bisecting(spec: BisectingSpec, dataset: Dataset, sample_weight=None) -> 
     if not dataset.is_dask and not hasattr(labels, "compute"):
         labels = np.asarray(labels, np.int32)
     centroids = tree.centres.astype(dataset.array.dtype)
-    return BisectingResult(centroids, labels, float(inertia), tree.objectives, tree.n_iter, tree, arrays,
-                           "in-memory" if in_memory else "out-of-core", n_passes, sums[:, 1], sums[:, 0])
+    return BisectingResult(
+        centroids,
+        labels,
+        float(inertia),
+        tree.objectives,
+        tree.n_iter,
+        tree,
+        arrays,
+        "in-memory" if in_memory else "out-of-core",
+        n_passes,
+        sums[:, 1],
+        sums[:, 0],
+    )
 
 
 def _labels_partition(part, tree, name):

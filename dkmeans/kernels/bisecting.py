@@ -29,11 +29,15 @@ class TreeArrays:
     """A bisecting tree as arrays (picklable, sent to the chunks)."""
 
     mean: np.ndarray  # (d,) float64: the centre of the coordinates
-    left: np.ndarray  # (n_nodes,) int64: a node's left child (its right one is left + 1), -1 at a leaf
+    left: (
+        np.ndarray
+    )  # (n_nodes,) int64: a node's left child (its right one is left + 1), -1 at a leaf
     normal: np.ndarray  # (n_nodes, d) float64: c_right - c_left of an internal node's children
     offset: np.ndarray  # (n_nodes,) float64: (|c_right|^2 - |c_left|^2) / 2
     centres: np.ndarray  # (n_nodes, d) float64: every node's centre (centred coordinates)
-    leaf_label: np.ndarray  # (n_nodes,) int64: a leaf's label (-1 for internal nodes and unlabelled trees)
+    leaf_label: (
+        np.ndarray
+    )  # (n_nodes,) int64: a leaf's label (-1 for internal nodes and unlabelled trees)
 
     @classmethod
     def build(cls, mean, centres, left, leaf_label=None) -> "TreeArrays":
@@ -46,7 +50,11 @@ class TreeArrays:
             cl, cr = centres[left[inner]], centres[left[inner] + 1]
             normal[inner] = cr - cl
             offset[inner] = (np.einsum("ij,ij->i", cr, cr) - np.einsum("ij,ij->i", cl, cl)) / 2
-        labels = np.full(len(left), -1, np.int64) if leaf_label is None else np.asarray(leaf_label, np.int64)
+        labels = (
+            np.full(len(left), -1, np.int64)
+            if leaf_label is None
+            else np.asarray(leaf_label, np.int64)
+        )
         return cls(np.asarray(mean, np.float64), left, normal, offset, centres, labels)
 
 
@@ -59,7 +67,9 @@ def host_rows(X):
 
 def centred_rows(X, mean: np.ndarray, rows=None) -> np.ndarray:
     """Rows ``rows`` (default all) of host rows ``X`` as float64, minus ``mean``."""
-    return np.subtract(X if rows is None else X[rows], mean, dtype=np.float64)  # one pass: no float64 copy first
+    return np.subtract(
+        X if rows is None else X[rows], mean, dtype=np.float64
+    )  # one pass: no float64 copy first
 
 
 def descend(X, tree: TreeArrays, node: np.ndarray | None = None) -> np.ndarray:
@@ -82,7 +92,8 @@ def descend(X, tree: TreeArrays, node: np.ndarray | None = None) -> np.ndarray:
 
 
 def leaf_values(X, tree: TreeArrays, w=None) -> np.ndarray:
-    """``(n, 3)`` float64 per row: its leaf's label, ``w`` times its squared distance to the leaf's centre, ``w``."""
+    """``(n, 3)`` float64 per row: its leaf's label, ``w`` times its squared distance to the
+    leaf's centre, and ``w``."""
     X = host_rows(X)
     node = descend(X, tree)
     diff = centred_rows(X, tree.mean) - tree.centres[node]
@@ -102,7 +113,7 @@ def _weights(w, n: int) -> np.ndarray:
 # -- the 2-means of many pairs ------------------------------------------------------------
 @dataclass(frozen=True)
 class Pairs:
-    """The pairs of a pass: ``slots[t, node]`` the pair of start ``t`` at ``node``; their centres."""
+    """A pass's pairs: ``slots[t, node]`` the pair of start ``t`` at ``node``; their centres."""
 
     slots: np.ndarray  # (n_init, n_nodes) int64, -1 where none
     centres: np.ndarray  # (P, 2, d) float64, centred coordinates
@@ -161,25 +172,42 @@ def split_partials(X, mean, w, first_row: int, node, pairs: Pairs) -> dict:
         present = np.unique(p)
         at = first[present] - first_row  # chunk rows
         where = np.searchsorted(rows, at)
-        _merge_far(out, dict(far_dist=far[present], far_index=first[present], far_row=Xc[where],
-                             far_weight=wr[where], far_side=side[where]), present)
+        _merge_far(
+            out,
+            dict(
+                far_dist=far[present],
+                far_index=first[present],
+                far_row=Xc[where],
+                far_weight=wr[where],
+                far_side=side[where],
+            ),
+            present,
+        )
     return out
 
 
 def empty_split_partials(P: int, d: int) -> dict:
-    return dict(sums=np.zeros((P, 2, d)), weight=np.zeros((P, 2)), inertia=np.zeros((P, 2)),
-                count=np.zeros((P, 2), np.int64), far_dist=np.full(P, -np.inf),
-                far_index=np.full(P, np.iinfo(np.int64).max), far_row=np.zeros((P, d)), far_weight=np.zeros(P),
-                far_side=np.zeros(P, np.int64))
+    return dict(
+        sums=np.zeros((P, 2, d)),
+        weight=np.zeros((P, 2)),
+        inertia=np.zeros((P, 2)),
+        count=np.zeros((P, 2), np.int64),
+        far_dist=np.full(P, -np.inf),
+        far_index=np.full(P, np.iinfo(np.int64).max),
+        far_row=np.zeros((P, d)),
+        far_weight=np.zeros(P),
+        far_side=np.zeros(P, np.int64),
+    )
 
 
 _FAR = ("far_dist", "far_index", "far_row", "far_weight", "far_side")
 
 
 def _merge_far(out: dict, far: dict, at: np.ndarray) -> None:
-    """Keep, per pair ``at``, the farther of ``out``'s and ``far``'s rows (the lower index on a tie)."""
+    """Keep, per pair ``at``, the farther of ``out``'s and ``far``'s rows (lower index on a tie)."""
     better = (far["far_dist"] > out["far_dist"][at]) | (
-        (far["far_dist"] == out["far_dist"][at]) & (far["far_index"] < out["far_index"][at]))
+        (far["far_dist"] == out["far_dist"][at]) & (far["far_index"] < out["far_index"][at])
+    )
     for key in _FAR:
         out[key][at[better]] = far[key][better]
 
@@ -195,17 +223,34 @@ def combine_split_partials(parts: list) -> dict:
 
 
 # -- the starts --------------------------------------------------------------------------
-def top_keys(X, mean, w, first_row: int, node, slots_t: np.ndarray, depth: np.ndarray, seed: int, stream_of,
-             m: int, centre=None) -> dict:
-    """Per pair of one start: the ``m`` rows of largest keys ``log(u) / weight`` (a weighted draw without
+def top_keys(
+    X,
+    mean,
+    w,
+    first_row: int,
+    node,
+    slots_t: np.ndarray,
+    depth: np.ndarray,
+    seed: int,
+    stream_of,
+    m: int,
+    centre=None,
+) -> dict:
+    """Per pair of one start: the ``m`` rows of largest keys ``log(u) / weight`` (a weighted draw
+    without
     replacement; ties to the lowest row index), with ``weight`` ``w`` or, given ``centre`` (P, d),
     ``w`` times the squared distance to it (k-means++). ``u`` is keyed by the global row index, with
     the stream ``stream_of(depth)`` of the pair's node depth; also the pair's first row, a fallback
     when no row has a positive weight."""
     P = len(depth)
     d = X.shape[1]
-    out = dict(key=np.full((P, m), -np.inf), index=np.full((P, m), np.iinfo(np.int64).max),
-               rows=np.zeros((P, m, d)), first_index=np.full(P, np.iinfo(np.int64).max), first_row=np.zeros((P, d)))
+    out = dict(
+        key=np.full((P, m), -np.inf),
+        index=np.full((P, m), np.iinfo(np.int64).max),
+        rows=np.zeros((P, m, d)),
+        first_index=np.full(P, np.iinfo(np.int64).max),
+        first_row=np.zeros((P, d)),
+    )
     rows, p = _pair_rows(node, slots_t)
     if not len(rows):
         return out
@@ -225,7 +270,9 @@ def top_keys(X, mean, w, first_row: int, node, slots_t: np.ndarray, depth: np.nd
     present = p[heads]
     np.minimum.at(out["first_index"], p, index)
     out["first_row"][present] = Xc[np.searchsorted(rows, out["first_index"][present] - first_row)]
-    rank = np.arange(len(order)) - np.flatnonzero(start).repeat(np.diff(np.r_[np.flatnonzero(start), len(order)]))
+    rank = np.arange(len(order)) - np.flatnonzero(start).repeat(
+        np.diff(np.r_[np.flatnonzero(start), len(order)])
+    )
     keep = (rank < m) & eligible[order]
     sel = order[keep]
     out["key"][p[sel], rank[keep]] = key[sel]
@@ -253,8 +300,11 @@ def combine_top_keys(parts: list) -> dict:
     return out
 
 
-def potentials(X, mean, w, node, slots_t: np.ndarray, first: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """k-means++'s choice among candidates: per pair ``(P, c)``, the weighted sum over its rows of the
+def potentials(
+    X, mean, w, node, slots_t: np.ndarray, first: np.ndarray, candidates: np.ndarray
+) -> np.ndarray:
+    """k-means++'s choice among candidates: per pair ``(P, c)``, the weighted sum over its rows of
+    the
     smaller squared distance to ``first`` (P, d) or to each candidate (P, c, d)."""
     P, c = candidates.shape[:2]
     out = np.zeros((P, c))
@@ -272,9 +322,28 @@ def root_objective(X, mean, w) -> np.ndarray:
     """``[sum w |x - mean|^2, sum w]`` over the chunk: the objective of one cluster at ``mean``."""
     X = host_rows(X)
     Xc = centred_rows(X, mean)
-    return np.array([float(_weights(w, len(X)) @ np.einsum("ij,ij->i", Xc, Xc)), float(_weights(w, len(X)).sum())])
+    return np.array(
+        [
+            float(_weights(w, len(X)) @ np.einsum("ij,ij->i", Xc, Xc)),
+            float(_weights(w, len(X)).sum()),
+        ]
+    )
 
 
-__all__ = ["Pairs", "TreeArrays", "centred_rows", "host_rows", "sides", "combine_split_partials", "combine_top_keys", "descend",
-           "empty_split_partials", "leaf_labels", "leaf_values", "potentials", "root_objective", "split_partials",
-           "top_keys"]
+__all__ = [
+    "Pairs",
+    "TreeArrays",
+    "centred_rows",
+    "host_rows",
+    "sides",
+    "combine_split_partials",
+    "combine_top_keys",
+    "descend",
+    "empty_split_partials",
+    "leaf_labels",
+    "leaf_values",
+    "potentials",
+    "root_objective",
+    "split_partials",
+    "top_keys",
+]

@@ -27,8 +27,25 @@ def parquet_dir(tmp_path_factory):
 def test_bisect_prints_every_k_and_writes_them(client, parquet_dir, capsys):
     root, df = parquet_dir
     output = root / "objectives.csv"
-    code = main(["bisect", str(root / "data"), "-k", "6", "--exclude", "truth", "--init", "k-means++",
-                 "--random-state", "3", "--output", str(output), "--scheduler", client.scheduler.address, "--quiet"])
+    code = main(
+        [
+            "bisect",
+            str(root / "data"),
+            "-k",
+            "6",
+            "--exclude",
+            "truth",
+            "--init",
+            "k-means++",
+            "--random-state",
+            "3",
+            "--output",
+            str(output),
+            "--scheduler",
+            client.scheduler.address,
+            "--quiet",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0].isdigit()]

@@ -1,4 +1,4 @@
-"""Bisecting k-means against scikit-learn's ``BisectingKMeans`` from the same starts, and its invariances."""
+"""Bisecting k-means against scikit-learn's BisectingKMeans from the same starts; invariances."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def _fingerprint(rows: np.ndarray):
 
 def sklearn_from_our_starts(model, X, sample_weight=None, **params):
     """scikit-learn's BisectingKMeans, each 2-means started where ours started (a callable init that
-    finds the cluster by its rows; scikit-learn hands it rows centred on their mean, as ours are)."""
+    finds the cluster by its rows; scikit-learn hands it rows centred on their mean, as ours are).
+    """
     mean = X.mean(axis=0)
     starts = {}
     for i, rows in _node_rows(model, model.labels_).items():
@@ -54,7 +55,9 @@ def sklearn_from_our_starts(model, X, sample_weight=None, **params):
 
 def assert_same_as_sklearn(ours, theirs, X):
     np.testing.assert_array_equal(ours.labels_, theirs.labels_)
-    np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        ours.cluster_centers_, theirs.cluster_centers_, rtol=1e-10, atol=1e-10
+    )
     assert ours.inertia_ == pytest.approx(theirs.inertia_, rel=1e-10)
     np.testing.assert_array_equal(ours.predict(X), theirs.predict(X))
     # the same tree: every split divides the same rows
@@ -94,7 +97,11 @@ def test_sample_weight_same_as_sklearn(strategy):
 
 def test_tol_and_max_iter_same_as_sklearn():
     X = _blobs(n=900, d=5, centres=9, seed=11)
-    for params in (dict(tol=0.0, max_iter=300), dict(tol=1.0, max_iter=300), dict(tol=0.0, max_iter=2)):
+    for params in (
+        dict(tol=0.0, max_iter=300),
+        dict(tol=1.0, max_iter=300),
+        dict(tol=0.0, max_iter=2),
+    ):
         ours = BisectingKMeans(8, init="random", random_state=2, **params).fit(X)
         theirs = sklearn_from_our_starts(ours, X, n_clusters=8, **params)
         assert_same_as_sklearn(ours, theirs, X)
@@ -108,11 +115,14 @@ def test_duplicated_rows_same_as_sklearn_and_k_up_to_n():
         theirs = sklearn_from_our_starts(ours, X, n_clusters=k)
         assert_same_as_sklearn(ours, theirs, X)
     assert ours.inertia_ == pytest.approx(0.0, abs=1e-20)
-    # beyond the distinct rows every leaf scores 0 (to rounding, which then picks the leaf: no reference)
+    # beyond the distinct rows every leaf scores 0 to rounding, which then picks the leaf:
+    # no reference
     for k in (20, len(X) - 1, len(X)):
         for init in ("k-means++", "random"):
             model = BisectingKMeans(k, init=init, random_state=1).fit(X)
-            assert model.cluster_centers_.shape == (k, 2) and model.inertia_ == pytest.approx(0.0, abs=1e-20)
+            assert model.cluster_centers_.shape == (k, 2) and model.inertia_ == pytest.approx(
+                0.0, abs=1e-20
+            )
             np.testing.assert_array_equal(model.predict(X), model.labels_)
             np.testing.assert_allclose(model.cluster_centers_[model.labels_], X, atol=1e-12)
 
@@ -141,11 +151,13 @@ def test_every_k_objective_from_one_fit():
     model = BisectingKMeans(10, init="k-means++", random_state=0).fit(X)
     assert model.inertia_per_k_.shape == (10,)
     assert model.inertia_per_k_[-1] == pytest.approx(model.inertia_, rel=1e-10)
-    assert np.all(np.diff(model.inertia_per_k_) <= 1e-9 * model.inertia_per_k_[0])  # a split never adds SSE
+    assert np.all(
+        np.diff(model.inertia_per_k_) <= 1e-9 * model.inertia_per_k_[0]
+    )  # a split never adds SSE
     for k in (1, 3, 6, 10):
         C = model.cluster_centers_at(k)
         assert C.shape == (k, 3)
-        # the tree's k leaves, labelled by their centres... within each leaf's rows: the objective of the k leaves
+        # the objective of the tree cut after k - 1 splits, each cut node's rows at its centre
         leaves = _node_rows(model, model.labels_)
         fit = model._bisecting
         split = set(fit.split_order[: k - 1])
@@ -166,7 +178,9 @@ def test_n_init_keeps_the_best_start():
     several = BisectingKMeans(9, init="random", n_init=4, random_state=5).fit(X)
     # start 0 of several is one's start: keeping the best of 4 never loses at the first split
     assert several.inertia_per_k_[1] <= one.inertia_per_k_[1] * (1 + 1e-9)
-    theirs = sklearn_from_our_starts(several, X, n_clusters=9)  # the kept starts give scikit-learn's tree
+    theirs = sklearn_from_our_starts(
+        several, X, n_clusters=9
+    )  # the kept starts give scikit-learn's tree
     assert_same_as_sklearn(several, theirs, X)
 
 
@@ -199,11 +213,14 @@ def test_dask_array_and_chunking_invariance(client, data):
     reference = BisectingKMeans(9, init="k-means++", random_state=4).fit(X, sample_weight=w)
     for chunks in (1200, 300, 97):
         ours = BisectingKMeans(9, init="k-means++", random_state=4).fit(
-            da.from_array(X, chunks=(chunks, 4)), sample_weight=da.from_array(w, chunks=chunks))
+            da.from_array(X, chunks=(chunks, 4)), sample_weight=da.from_array(w, chunks=chunks)
+        )
         labels = ours.labels_.compute()
         np.testing.assert_array_equal(labels, reference.labels_)
         np.testing.assert_allclose(ours.cluster_centers_, reference.cluster_centers_, rtol=1e-9)
-        np.testing.assert_array_equal(ours.predict(da.from_array(X, chunks=(chunks, 4))).compute(), labels)
+        np.testing.assert_array_equal(
+            ours.predict(da.from_array(X, chunks=(chunks, 4))).compute(), labels
+        )
 
 
 def test_worker_count_and_modes_invariance(client, single_worker_client, data, on_cluster):
@@ -212,7 +229,9 @@ def test_worker_count_and_modes_invariance(client, single_worker_client, data, o
     with single_worker_client.as_current():
         one = BisectingKMeans(7, random_state=1).fit(da.from_array(X, chunks=(200, 4)))
         _same_fit(reference, one)  # its labels live on that cluster
-    streamed = BisectingKMeans(7, random_state=1, out_of_core=True).fit(da.from_array(X, chunks=(250, 4)))
+    streamed = BisectingKMeans(7, random_state=1, out_of_core=True).fit(
+        da.from_array(X, chunks=(250, 4))
+    )
     assert streamed.data_mode_ == "out-of-core"
     _same_fit(reference, streamed)
     on = BisectingKMeans(7, random_state=1).fit(X)  # in-memory rows sent to the cluster
@@ -252,9 +271,14 @@ def test_transform_and_score_are_scikit_learns():
 
 def test_bad_parameters_raise_clear_errors():
     X = _blobs()
-    for params, message in ((dict(init="k-means||"), "init"), (dict(bisecting_strategy="x"), "bisecting_strategy"),
-                            (dict(algorithm="hartigan"), "algorithm"), (dict(n_init=0), "n_init"),
-                            (dict(max_iter=0), "max_iter"), (dict(n_clusters=len(X) + 1), "n_samples")):
+    for params, message in (
+        (dict(init="k-means||"), "init"),
+        (dict(bisecting_strategy="x"), "bisecting_strategy"),
+        (dict(algorithm="hartigan"), "algorithm"),
+        (dict(n_init=0), "n_init"),
+        (dict(max_iter=0), "max_iter"),
+        (dict(n_clusters=len(X) + 1), "n_samples"),
+    ):
         with pytest.raises(InvalidParameterError, match=message):
             BisectingKMeans(**params).fit(X)
     with pytest.raises(InvalidParameterError, match="joblib"):
@@ -262,17 +286,27 @@ def test_bad_parameters_raise_clear_errors():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 40), d=st.integers(1, 4), k=st.integers(1, 40), seed=st.integers(0, 2**16),
-       duplicates=st.booleans(), strategy=st.sampled_from(["biggest_inertia", "largest_cluster"]))
+@given(
+    n=st.integers(1, 40),
+    d=st.integers(1, 4),
+    k=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+    duplicates=st.booleans(),
+    strategy=st.sampled_from(["biggest_inertia", "largest_cluster"]),
+)
 def test_property_scikit_learns_tree_from_our_starts(n, d, k, seed, duplicates, strategy):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)).round(1 if duplicates else 12)
     k = min(k, n)
-    ours = BisectingKMeans(k, init="k-means++", random_state=seed, bisecting_strategy=strategy).fit(X)
+    ours = BisectingKMeans(k, init="k-means++", random_state=seed, bisecting_strategy=strategy).fit(
+        X
+    )
     assert ours.cluster_centers_.shape == (k, d) and ours.labels_.shape == (n,)
     assert ours.inertia_ == pytest.approx(ours.inertia_per_k_[-1], rel=1e-9, abs=1e-9)
     np.testing.assert_array_equal(ours.predict(X), ours.labels_)
     rows = {_fingerprint(X[m] - X.mean(axis=0)) for m in _node_rows(ours, ours.labels_).values()}
-    if len(rows) == len(ours._bisecting.nodes):  # every node's rows tell it apart (no empty or equal twins)
+    if len(rows) == len(
+        ours._bisecting.nodes
+    ):  # every node's rows tell it apart (no empty or equal twins)
         theirs = sklearn_from_our_starts(ours, X, n_clusters=k, bisecting_strategy=strategy)
         assert_same_as_sklearn(ours, theirs, X)

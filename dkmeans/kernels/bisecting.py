@@ -237,11 +237,10 @@ def top_keys(
     centre=None,
 ) -> dict:
     """Per pair of one start: the ``m`` rows of largest keys ``log(u) / weight`` (a weighted draw
-    without
-    replacement; ties to the lowest row index), with ``weight`` ``w`` or, given ``centre`` (P, d),
-    ``w`` times the squared distance to it (k-means++). ``u`` is keyed by the global row index, with
-    the stream ``stream_of(depth)`` of the pair's node depth; also the pair's first row, a fallback
-    when no row has a positive weight."""
+    without replacement; ties to the lowest row index), with ``weight`` ``w`` or, given ``centre``
+    (P, d), ``w`` times the squared distance to it (k-means++). ``u`` is keyed by the global row
+    index, with the stream ``stream_of(depth)`` of the pair's node depth. Also each pair's first
+    row, a fallback when no row has a positive weight."""
     P = len(depth)
     d = X.shape[1]
     out = dict(
@@ -304,8 +303,7 @@ def potentials(
     X, mean, w, node, slots_t: np.ndarray, first: np.ndarray, candidates: np.ndarray
 ) -> np.ndarray:
     """k-means++'s choice among candidates: per pair ``(P, c)``, the weighted sum over its rows of
-    the
-    smaller squared distance to ``first`` (P, d) or to each candidate (P, c, d)."""
+    the smaller squared distance to ``first`` (P, d) or to each candidate (P, c, d)."""
     P, c = candidates.shape[:2]
     out = np.zeros((P, c))
     rows, p = _pair_rows(node, slots_t)

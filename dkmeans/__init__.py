@@ -1,6 +1,6 @@
 """dkmeans: distributed k-means clustering on Dask.
 
-Public names: :class:`KMeans`, :class:`MiniBatchKMeans` (scikit-learn estimators), :class:`Descriptor`,
+Public names: :class:`KMeans`, :class:`MiniBatchKMeans`, :class:`BisectingKMeans` (scikit-learn estimators), :class:`Descriptor`,
 :func:`train`, :func:`infer`, :class:`Model`, :class:`TrainResult`,
 :class:`InferResult` (oneDAL-style functional API), :func:`sweep` and :class:`SweepResult` (several
 values of k fitted together, sharing their passes over the data), :func:`get_client`.
@@ -13,6 +13,7 @@ Submodules are reached as attributes once ``dkmeans`` is imported, each loaded o
 from dkmeans.engine.client import get_client
 from dkmeans.estimator import KMeans
 from dkmeans.minibatch_estimator import MiniBatchKMeans
+from dkmeans.bisecting_estimator import BisectingKMeans
 from dkmeans.functional import Descriptor, infer, train
 from dkmeans.ksweep import SweepResult, sweep
 from dkmeans.model import InferResult, Model, TrainResult
@@ -38,6 +39,7 @@ def __dir__():
 
 __all__ = [
     "__version__",
+    "BisectingKMeans",
     "Descriptor",
     "InferResult",
     "KMeans",

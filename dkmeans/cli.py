@@ -222,6 +222,70 @@ def _sweep(args) -> int:
     return 0
 
 
+def _bisect(args) -> int:
+    from dkmeans import BisectingKMeans
+    from dkmeans.engine.files import read_table
+
+    names = _params.face_names("cli")
+    given = {"n_clusters": args.k, "n_init": args.n_init, "max_iter": args.max_iter,
+             "tol": args.tol, "bisecting_strategy": args.bisecting_strategy,
+             "out_of_core": args.out_of_core}
+    # checked before the input is read or a cluster starts
+    params = _params.check("cli", {names[p]: value for p, value in given.items()})
+    df = read_table(args.input)
+    columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
+    X = select_columns(df, columns, name=str(args.input))  # only these columns are read
+    connect(args)
+    t0 = time.perf_counter()
+    model = BisectingKMeans(init=args.init, random_state=args.random_state, **params).fit(X)
+    seconds = time.perf_counter() - t0
+    print(f"bisected to k={args.k} on {len(columns)} columns in {seconds:.2f} s: "
+          f"{model.n_rounds_} rounds of shared passes, {model.n_passes_} passes over the data "
+          f"({model.data_mode_}), objective {model.inertia_:.6e}")
+    objectives = model.inertia_per_k_
+    print(f"{'k':>6}  {'objective':>14}  {'drop':>8}")
+    for k, objective in enumerate(objectives, start=1):
+        drop = "" if k == 1 else f"{1 - objective / objectives[k - 2]:8.2%}"
+        print(f"{k:6d}  {objective:14.6e}  {drop:>8}")
+    if args.output:
+        with open(args.output, "w") as out:
+            out.write("k,objective\n")
+            out.writelines(f"{k},{float(o)!r}\n" for k, o in enumerate(objectives, start=1))
+        print(f"objective per k written to {args.output}")
+    return 0
+
+
+def _add_bisect_parser(sub) -> None:
+    bisect = sub.add_parser("bisect", help="bisecting k-means (scikit-learn's BisectingKMeans) on "
+                            "Parquet/CSV; print the objective at every k from 1 to -k (one fit)")
+    bisect.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
+    bisect.add_argument("-k", type=int, required=True, help="number of clusters (leaves)")
+    bisect.add_argument("--columns", nargs="+",
+                        help="columns to cluster on (default: all numeric columns)")
+    bisect.add_argument("--exclude", nargs="+",
+                        help="columns to leave out (e.g. known labels or ids)")
+    bisect.add_argument("--init", choices=list(_params.BISECTING_INITS), default="random",
+                        help="start of each 2-means (default random)")
+    bisect.add_argument("--n-init", type=int, default=1,
+                        help="starts of each 2-means, the best kept (default 1)")
+    bisect.add_argument("--max-iter", type=int, default=300,
+                        help="Lloyd iterations of each 2-means (default 300)")
+    bisect.add_argument("--tol", type=float, default=1e-4,
+                        help="a 2-means stops when its centres' squared shift is at most this "
+                             "(default 0.0001)")
+    bisect.add_argument("--random-state", type=int, help="seed of the starts")
+    strategy = _params.PARAMS["bisecting_strategy"]
+    bisect.add_argument(strategy.cli, choices=list(strategy.constraint.options),
+                        default="biggest_inertia", help=f"{strategy.doc} (default biggest_inertia)")
+    bisect.add_argument("--out-of-core", type=_auto_or_bool, default="auto",
+                        help=_params.PARAMS["out_of_core"].doc)
+    bisect.add_argument("--output", metavar="FILE",
+                        help="write the objective per k as CSV (k,objective)")
+    bisect.add_argument("--quiet", action="store_true", help="no progress")
+    _cluster_options(bisect)
+    bisect.set_defaults(handler=_bisect)
+
+
 def _estimator(params: dict, args, checkpoint):
     """``KMeans``, or ``MiniBatchKMeans`` for ``--algorithm minibatch`` (its options only)."""
     from dkmeans import KMeans, MiniBatchKMeans
@@ -500,6 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(sweep)
     sweep.set_defaults(handler=_sweep)
+
+    _add_bisect_parser(sub)
 
     predict = sub.add_parser("predict", help="label Parquet/CSV rows with a model; write Parquet")
     predict.add_argument("model", help="model file written by dkmeans fit (or KMeans.save)")

@@ -294,7 +294,7 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         -------
         matplotlib.figure.Figure
             A notebook shows it once, as the cell's value; nothing changes matplotlib's backend
-            (see :mod:`dkmeans.plot`). scikit-learn's HTML view of the estimator is unchanged.
+            (see ``dkmeans.plot``). scikit-learn's HTML view of the estimator is unchanged.
         """
         from dkmeans.plot import plot_fit
 

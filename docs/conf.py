@@ -71,6 +71,8 @@ if _missing:
           "their names stay plain text", file=sys.stderr)
 # dask's own type names in signatures and docstrings that its inventory does not hold
 nitpick_ignore_regex += [(r"py:.*", r"(array-like|array_like|optional|default|of|shape)")]
+# matplotlib is optional and has no committed inventory: its names stay plain text
+nitpick_ignore_regex += [(r"py:.*", r"~?matplotlib\..*")]
 
 # -- Gallery: examples/ run at every build, on small data ---------------------------------------
 sphinx_gallery_conf = {

@@ -60,6 +60,9 @@ STREAMS: dict[str, Stream] = {s.name: s for s in (
            "local search: round r's starting directions of the clusters' splits"),
     Stream("gap.reference", 7 << 32, 1 << 16, "row",
            "the gap statistic: reference draw b's uniform rows (one key per row and column)"),
+    Stream("bisecting.draws", 8 << 32, 1 << 32, "row",
+           "bisecting k-means: draw j (0: a start's rows, 1 and 2: k-means++'s candidates) of a leaf at depth "
+           "l is number 4 l + j (a row is in one leaf per depth)"),
     Stream("minibatch.batches", 0x6D62, 1, "generator", "mini-batch: the rows of every batch"),
     Stream("minibatch.init", 0x696E, 1, "generator", "mini-batch: the initialisation's sample"),
 )}

@@ -136,6 +136,9 @@ STOP_RULES = ("objective-decrease", "centroid-shift")
 OUT_OF_CORE = ("auto", True, False)
 PRUNE = ("auto", True, False)
 METRICS = ("euclidean", "cosine")
+BISECTING_STRATEGIES = ("biggest_inertia", "largest_cluster")
+BISECTING_INITS = ("k-means++", "random")
+BISECTING_ALGORITHMS = ("lloyd", "elkan")  # scikit-learn's names; both run Lloyd (the same results)
 
 PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("n_clusters", Int(1), "number of clusters k",
@@ -198,6 +201,11 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("prune", OneOf(PRUNE),
           "Lloyd: skip the distances that cannot change a label (bounds kept with in-memory rows; the same "
           "results); 'auto': where it pays", estimator="prune", functional="prune", cli="--prune"),
+    Param("bisecting_strategy", OneOf(BISECTING_STRATEGIES),
+          "bisecting k-means: split the cluster of largest SSE ('biggest_inertia') or of most rows",
+          estimator="bisecting_strategy", functional="bisecting_strategy", cli="--bisecting-strategy"),
+    Param("copy_x", OneOf((True, False)), "accepted for scikit-learn's signature: the input is never modified",
+          estimator="copy_x"),
     Param("metric", OneOf(METRICS), "euclidean, or cosine (spherical k-means: unit rows and centroids, "
           "objective sum of w (1 - cos))", estimator="metric", functional="metric", cli="--metric"),
 )}
@@ -221,5 +229,5 @@ def check(face: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "PRUNE", "Param", "STOP_RULES",
+__all__ = ["BISECTING_ALGORITHMS", "BISECTING_INITS", "BISECTING_STRATEGIES", "TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "PRUNE", "Param", "STOP_RULES",
            "check", "face_names"]

@@ -166,7 +166,7 @@ def test_every_option_has_help():
     parser = build_parser()
     assert _options_without_help(parser) == []
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(commands) == {"fit", "sweep", "predict", "evaluate", "demo"}  # a new command is walked too
+    assert set(commands) == {"fit", "sweep", "bisect", "predict", "evaluate", "demo"}  # a new command is walked too
     demo_help = {a.option_strings[0]: a.help for a in commands["demo"]._actions if a.option_strings}
     for option, default in (("--n-samples", "3000000"), ("--n-features", "8"), ("--chunk-rows", "250000"),
                             ("--max-iter", "100"), ("--tol", "0.0001"), ("--seed", "0"), ("--spread", "2.0")):

@@ -1,11 +1,11 @@
-"""scikit-learn's own estimator checks, run against dkmeans.KMeans."""
+"""scikit-learn's own estimator checks, run against dkmeans' estimators."""
 
 from __future__ import annotations
 
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from dkmeans import KMeans, MiniBatchKMeans
+from dkmeans import BisectingKMeans, KMeans, MiniBatchKMeans
 
 EXPECTED_FAILED_CHECKS = {
     # Seeding draws rows by their own random keys: a row of weight 2 and two copies of
@@ -22,7 +22,8 @@ def _cluster(client):
 
 
 @parametrize_with_checks(
-    [KMeans(n_clusters=3, random_state=0, max_iter=50), MiniBatchKMeans(n_clusters=3, random_state=0, max_iter=50)],
+    [KMeans(n_clusters=3, random_state=0, max_iter=50), MiniBatchKMeans(n_clusters=3, random_state=0, max_iter=50),
+     BisectingKMeans(n_clusters=3, random_state=0, max_iter=50)],
     expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS,
 )
 def test_sklearn_compatible_estimator(estimator, check):

@@ -23,7 +23,7 @@ import numpy as np
 
 from dkmeans.engine.workers import worker_info
 from dkmeans.fit import params as _params
-from dkmeans.engine.client import EmbeddedClusterWarning, close_embedded_cluster
+from dkmeans.engine.client import EmbeddedClusterWarning, close_embedded_cluster, shield_workers_from_signals
 from dkmeans.errors import DKMeansError, InvalidParameterError, JobInterrupted
 from dkmeans.job_signals import JobSignals, signal_name
 from dkmeans._version import __version__
@@ -49,8 +49,11 @@ def connect(args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EmbeddedClusterWarning)
         if getattr(args, "gpu", False):
-            return get_client(gpu=True)
-        return get_client(n_workers=getattr(args, "workers", None))
+            client = get_client(gpu=True)
+        else:
+            client = get_client(n_workers=getattr(args, "workers", None))
+    shield_workers_from_signals(client)  # SIGTERM/SIGINT stop the command, which closes them (main())
+    return client
 
 
 def _verbose(args) -> int:

@@ -264,6 +264,26 @@ def _user_stacklevel() -> int:
     return level
 
 
+def _ignore_stop_signals() -> None:
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def shield_workers_from_signals(client) -> None:
+    """Make the embedded cluster's worker processes ignore SIGTERM and SIGINT.
+
+    A batch system signals every process of a job (SLURM's ``scancel``), a terminal every
+    process of its foreground group (Ctrl-C): a worker that died of it would be restarted by
+    its nanny while the command that owns the cluster is saving its state and closing it. The
+    command closes the workers itself; a worker whose parent dies exits by itself. Only the
+    embedded cluster's workers: those of a ``--scheduler`` are not this process's to change.
+    """
+    if _embedded.get("client") is client:
+        client.run(_ignore_stop_signals, on_error="ignore")
+
+
 #: Seconds a worker process of the embedded cluster is given to exit by itself when the cluster
 #: closes (distributed's own close gives it 4 s, then kills it with a warning).
 WORKER_EXIT_SECONDS = 10.0

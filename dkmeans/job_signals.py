@@ -9,7 +9,8 @@ on its way out, writes its checkpoint (the last finished iteration), and the com
 its cluster and exits with ``128 + signal`` (143, 130).
 
 The cleanup has :data:`GRACE_SECONDS` in all: if it is not done by then, or when a second
-signal comes, the command kills its worker processes and exits at once with the same status
+SIGINT comes (Ctrl-C again; a second SIGTERM is ignored, as a batch system and a job script may
+both send one), the command kills its worker processes and exits at once with the same status
 (a checkpoint being written is either whole or absent: it is written under a temporary name and
 renamed).
 """
@@ -98,7 +99,10 @@ class JobSignals:
             if not self._deferring:
                 raise JobInterrupted(signum)
             return
-        self._exit_now(f"{signal_name(signum)} again")
+        if signum == signal.SIGINT:  # Ctrl-C again: the user does not want to wait
+            self._exit_now("SIGINT again")
+        # another SIGTERM: a batch system signals every process of the job, and a job script may
+        # forward its own SIGTERM too; the cleanup goes on (the grace period still holds)
 
     def _exit_now(self, why: str) -> None:
         """Kill the worker processes this process started and exit (the cleanup took too long)."""

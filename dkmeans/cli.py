@@ -52,7 +52,9 @@ def connect(args):
             client = get_client(gpu=True)
         else:
             client = get_client(n_workers=getattr(args, "workers", None))
-    shield_workers_from_signals(client)  # SIGTERM/SIGINT stop the command, which closes them (main())
+    # A batch system signals every process of the job, a terminal its whole foreground group:
+    # the workers ignore SIGTERM and SIGINT, and this command closes them (main())
+    shield_workers_from_signals(client)
     return client
 
 

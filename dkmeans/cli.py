@@ -23,7 +23,8 @@ import numpy as np
 
 from dkmeans.engine.workers import worker_info
 from dkmeans.fit import params as _params
-from dkmeans.engine.client import EmbeddedClusterWarning, close_embedded_cluster, shield_workers_from_signals
+from dkmeans.engine.client import (EmbeddedClusterWarning, close_embedded_cluster,
+                                   shield_workers_from_signals)
 from dkmeans.errors import DKMeansError, InvalidParameterError, JobInterrupted
 from dkmeans.job_signals import JobSignals, signal_name
 from dkmeans._version import __version__
@@ -177,8 +178,9 @@ def _fit(args) -> int:
           f"{km.n_passes_} passes over it")
     print(f"model written to {path}")
     args.summary = {"model": str(path), "n_clusters": int(km.n_clusters), "columns": list(columns),
-                    "n_iter": int(km.n_iter_), "stop_reason": km.stop_reason_, "inertia": float(km.inertia_),
-                    "seconds": round(seconds, 3), "data_mode": km.data_mode_, "n_passes": int(km.n_passes_)}
+                    "n_iter": int(km.n_iter_), "stop_reason": km.stop_reason_,
+                    "inertia": float(km.inertia_), "seconds": round(seconds, 3),
+                    "data_mode": km.data_mode_, "n_passes": int(km.n_passes_)}
     if args.plot:
         _write_plot(args.plot, km, X)
         args.summary["plot"] = str(args.plot)
@@ -228,8 +230,9 @@ def _sweep(args) -> int:
           f"dkmeans fit -k K --random-state {result.random_state})")
     print(result.format_table())
     args.summary = {"k_values": list(ks), "rows": result.rows(), "suggested_k": result.suggested_k,
-                    "rule": result.rule, "random_state": result.random_state, "data_mode": result.data_mode,
-                    "n_passes": int(result.n_passes), "seconds": round(result.seconds, 3)}
+                    "rule": result.rule, "random_state": result.random_state,
+                    "data_mode": result.data_mode, "n_passes": int(result.n_passes),
+                    "seconds": round(result.seconds, 3)}
     if args.save_models:
         folder = Path(args.save_models)
         folder.mkdir(parents=True, exist_ok=True)
@@ -309,7 +312,8 @@ def _predict(args) -> int:
     out = df.assign(**{args.label_column: km.predict(df[features])})
     path = write_parquet(out, args.output)
     print(f"labels of {df.npartitions} partition(s) written to {path} (column {args.label_column!r})")
-    args.summary = {"output": str(path), "label_column": args.label_column, "partitions": int(df.npartitions)}
+    args.summary = {"output": str(path), "label_column": args.label_column,
+                    "partitions": int(df.npartitions)}
     return 0
 
 
@@ -403,8 +407,8 @@ def _demo(args) -> int:
     print(f"  labels              {labels_path}  (Parquet, column 'cluster', {args.n_samples:,} rows)")
     print(f"  plot                {plot_path}")
     args.summary = {"model": str(model_path), "labels": str(labels_path), "n_iter": int(km.n_iter_),
-                    "stop_reason": km.stop_reason_, "inertia": float(km.inertia_), "adjusted_rand_index": float(ari),
-                    "seconds": round(fit_seconds, 3)}
+                    "stop_reason": km.stop_reason_, "inertia": float(km.inertia_),
+                    "adjusted_rand_index": float(ari), "seconds": round(fit_seconds, 3)}
     return 0
 
 
@@ -568,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
     for command in (fit, sweep, predict, evaluate, demo):
         command.add_argument("--json", action="store_true",
-                             help="print the outcome as one JSON line on stdout (everything else on stderr)")
+                             help="print the outcome as one JSON line on stdout "
+                                  "(everything else on stderr)")
     return parser
 
 
@@ -619,7 +624,8 @@ def _run(args, signals, outcome: dict) -> int:
     except (JobInterrupted, KeyboardInterrupt) as exc:
         signals.received = signals.received or getattr(exc, "signum", signal.SIGINT)
         outcome["signal"] = signal_name(signals.received)
-        print(f"dkmeans: interrupted ({outcome['signal']}){_resume_hint(args, outcome)}", file=sys.stderr)
+        hint = _resume_hint(args, outcome)
+        print(f"dkmeans: interrupted ({outcome['signal']}){hint}", file=sys.stderr)
         return signals.exit_status
     except Exception as exc:  # a bug: one line here, the traceback in a file
         log = _write_traceback(exc)
@@ -628,7 +634,8 @@ def _run(args, signals, outcome: dict) -> int:
               file=sys.stderr)
         return 1
     finally:
-        with signals.deferred():  # a signal now does not cut the close short (the grace period still holds)
+        # a signal now does not cut the close short (the grace period still holds)
+        with signals.deferred():
             opened = getattr(args, "opened_client", None)
             if opened is not None:  # --scheduler: disconnect (the scheduler and its workers stay)
                 opened.close()

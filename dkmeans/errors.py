@@ -66,7 +66,8 @@ class JobInterrupted(BaseException):
         self.signum = int(signum)
 
 
-#: What stops a fit from outside: a fit that keeps a checkpoint writes its last state on the way out.
+#: What stops a fit from outside: a fit that keeps a checkpoint writes its last state on the way
+#: out.
 INTERRUPTIONS = (KeyboardInterrupt, JobInterrupted)
 
 

@@ -82,7 +82,7 @@ class JobSignals:
 
     @contextlib.contextmanager
     def deferred(self):
-        """A first signal here is noted (and the grace period starts) but the enclosed cleanup goes on."""
+        """A first signal here is noted (its grace period starts); the enclosed cleanup goes on."""
         self._deferring = True
         try:
             yield
@@ -92,8 +92,11 @@ class JobSignals:
     def _handle(self, signum, frame) -> None:
         if self.received is None:
             self.received = signum
-            self._deadline = threading.Timer(self.grace, self._exit_now, args=(f"not done {self.grace:g} s after "
-                                                                               f"{signal_name(signum)}",))
+            self._deadline = threading.Timer(
+                self.grace,
+                self._exit_now,
+                args=(f"not done {self.grace:g} s after {signal_name(signum)}",),
+            )
             self._deadline.daemon = True
             self._deadline.start()
             if not self._deferring:
@@ -107,8 +110,10 @@ class JobSignals:
     def _exit_now(self, why: str) -> None:
         """Kill the worker processes this process started and exit (the cleanup took too long)."""
         try:
-            sys.stderr.write(f"dkmeans: interrupted ({signal_name(self.received)}); cleanup {why}: "
-                             "stopping now\n")
+            sys.stderr.write(
+                f"dkmeans: interrupted ({signal_name(self.received)}); cleanup {why}: "
+                "stopping now\n"
+            )
             sys.stderr.flush()
         except (OSError, ValueError):  # a closed stream: exit all the same
             pass

@@ -27,7 +27,8 @@ from typing import Callable
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.errors import INTERRUPTIONS, NON_FINITE_INPUT, InvalidDataError, distinct_clusters_message
+from dkmeans.errors import (INTERRUPTIONS, NON_FINITE_INPUT, InvalidDataError,
+                            distinct_clusters_message)
 from dkmeans.kernels import (
     combine_top,
     combine_partials,
@@ -228,8 +229,8 @@ def lloyd(
                                    work_per_row=work_per_row,
                                    on_progress=report)
         except INTERRUPTIONS as stop:
-            # a block run here, pass by pass, hands over its last finished update (a block running in
-            # a task cannot: the last state is then the previous block's)
+            # a block run here, pass by pass, hands over its last finished update (a block
+            # running in a task cannot: the last state is then the previous block's)
             latest = getattr(stop, "loop_state", None)
             if on_state is not None and latest is not None and latest.n_iter > state.n_iter:
                 on_state(latest)

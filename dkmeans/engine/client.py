@@ -318,19 +318,22 @@ def close_embedded_cluster() -> None:
 
 
 def _close_worker_processes(cluster, seconds: float) -> None:
-    """Close the nannies of ``cluster`` (each waits up to ``seconds`` for its worker process to exit)."""
+    """Close the nannies of ``cluster``; each waits ``seconds`` at most for its worker to exit."""
     import asyncio
 
-    nannies = [w for w in getattr(cluster, "workers", {}).values() if isinstance(w, distributed.Nanny)]
+    workers = getattr(cluster, "workers", {}).values()
+    nannies = [w for w in workers if isinstance(w, distributed.Nanny)]
     if not nannies:
         return
 
     async def close_all():
         # the nanny's own close waits 0.8 x timeout for the process, then kills it
-        await asyncio.gather(*(n.close(timeout=seconds / 0.8) for n in nannies), return_exceptions=True)
+        closing = (n.close(timeout=seconds / 0.8) for n in nannies)
+        await asyncio.gather(*closing, return_exceptions=True)
 
     try:
-        asyncio.run_coroutine_threadsafe(close_all(), cluster.loop.asyncio_loop).result(timeout=2 * seconds + 5)
+        done = asyncio.run_coroutine_threadsafe(close_all(), cluster.loop.asyncio_loop)
+        done.result(timeout=2 * seconds + 5)
     except Exception as exc:  # the cluster's own close below still stops what is left
         logger.debug("closing the worker processes: %r", exc)
 

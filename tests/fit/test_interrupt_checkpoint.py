@@ -37,10 +37,13 @@ def _stop_after(monkeypatch, n_records, exc):
     return seen
 
 
-@pytest.mark.parametrize("exc", [JobInterrupted(15), KeyboardInterrupt()], ids=["sigterm", "ctrl-c"])
+@pytest.mark.parametrize(
+    "exc", [JobInterrupted(15), KeyboardInterrupt()], ids=["sigterm", "ctrl-c"]
+)
 @pytest.mark.parametrize("loop", ["in-process", "graph"])
 def test_stopped_fit_saves_its_last_iteration_and_resumes_to_the_uninterrupted_result(
-        client, data, tmp_path, monkeypatch, request, exc, loop):
+    client, data, tmp_path, monkeypatch, request, exc, loop
+):
     if loop == "graph":
         request.getfixturevalue("graph_loop")
         request.getfixturevalue("on_cluster")
@@ -60,7 +63,9 @@ def test_stopped_fit_saves_its_last_iteration_and_resumes_to_the_uninterrupted_r
     resumed = dkmeans.KMeans(**PARAMS, checkpoint=path, checkpoint_every=1000).fit(data)
     np.testing.assert_array_equal(resumed.cluster_centers_, reference.cluster_centers_)
     assert resumed.n_iter_ == reference.n_iter_ and resumed.stop_reason_ == reference.stop_reason_
-    assert [h["objective"] for h in resumed.history_] == [h["objective"] for h in reference.history_]
+    assert [h["objective"] for h in resumed.history_] == [
+        h["objective"] for h in reference.history_
+    ]
 
 
 def test_a_fit_without_checkpoint_writes_nothing_when_stopped(client, data, tmp_path, monkeypatch):

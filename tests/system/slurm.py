@@ -29,8 +29,10 @@ def unavailable() -> str | None:
     """Why no SLURM can be started here (None: it can)."""
     missing = [p for p in PROGRAMS if shutil.which(p) is None and not Path("/usr/sbin", p).exists()]
     if missing:
-        return (f"SLURM is not installed (missing {', '.join(missing)}): apt-get install slurm-wlm munge "
-                "to run the SLURM tests")
+        return (
+            f"SLURM is not installed (missing {', '.join(missing)}): apt-get install slurm-wlm munge "
+            "to run the SLURM tests"
+        )
     if os.geteuid() != 0:
         return "the single-node SLURM of the tests runs its daemons as root, and this is not root"
     return None
@@ -74,8 +76,12 @@ class Slurm:
             (self.folder / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         self._start_munge()
         self._write_conf()
-        self.processes.append(self._daemon([_program("slurmctld"), "-D", "-c", "-f", str(self.conf)], "slurmctld"))
-        self.processes.append(self._daemon([_program("slurmd"), "-D", "-N", NODE, "-f", str(self.conf)], "slurmd"))
+        self.processes.append(
+            self._daemon([_program("slurmctld"), "-D", "-c", "-f", str(self.conf)], "slurmctld")
+        )
+        self.processes.append(
+            self._daemon([_program("slurmd"), "-D", "-N", NODE, "-f", str(self.conf)], "slurmd")
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.run("sinfo", "-h", "-n", NODE, "-o", "%T", check=False).stdout.strip()
@@ -83,19 +89,34 @@ class Slurm:
                 return self
             for p in self.processes:
                 if p.poll() is not None:
-                    raise RuntimeError(f"a SLURM daemon exited ({p.args[0]}: {p.returncode}):\n{self.logs()}")
+                    raise RuntimeError(
+                        f"a SLURM daemon exited ({p.args[0]}: {p.returncode}):\n{self.logs()}"
+                    )
             time.sleep(0.5)
-        raise RuntimeError(f"SLURM's node is not idle after {timeout:.0f} s (state {state!r}):\n{self.logs()}")
+        raise RuntimeError(
+            f"SLURM's node is not idle after {timeout:.0f} s (state {state!r}):\n{self.logs()}"
+        )
 
     def _start_munge(self) -> None:
         key = self.folder / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o600)
         self.munge_socket = self.folder / "munge" / "munge.socket"
-        self.processes.append(self._daemon(
-            [_program("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={self.munge_socket}",
-             f"--pid-file={self.folder / 'munge' / 'munged.pid'}", f"--log-file={self.folder / 'munge.log'}",
-             f"--seed-file={self.folder / 'munge' / 'munged.seed'}"], "munged"))
+        self.processes.append(
+            self._daemon(
+                [
+                    _program("munged"),
+                    "--foreground",
+                    "--force",
+                    f"--key-file={key}",
+                    f"--socket={self.munge_socket}",
+                    f"--pid-file={self.folder / 'munge' / 'munged.pid'}",
+                    f"--log-file={self.folder / 'munge.log'}",
+                    f"--seed-file={self.folder / 'munge' / 'munged.seed'}",
+                ],
+                "munged",
+            )
+        )
         deadline = time.monotonic() + 20
         while not self.munge_socket.exists():
             if time.monotonic() > deadline or self.processes[-1].poll() is not None:
@@ -106,81 +127,116 @@ class Slurm:
         ctld_port, slurmd_port = _free_ports(2)
         host = socket.gethostname()
         f = self.folder
-        self.conf.write_text("\n".join([
-            "ClusterName=dkmeanstest",
-            f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={ctld_port}",
-            f"SlurmdPort={slurmd_port}",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            f"StateSaveLocation={f / 'state'}",
-            f"SlurmdSpoolDir={f / 'spool'}",
-            f"SlurmctldPidFile={f / 'slurmctld.pid'}",
-            f"SlurmdPidFile={f / 'slurmd.pid'}",
-            f"SlurmctldLogFile={f / 'slurmctld.log'}",
-            f"SlurmdLogFile={f / 'slurmd.log'}",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
-            "JobCompType=jobcomp/none",
-            "SchedulerType=sched/backfill",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "MpiDefault=none",
-            "ReturnToService=2",
-            "SlurmdParameters=config_overrides",
-            "KillWait=30",
-            "MinJobAge=600",
-            f"PlugStackConfig={f / 'plugstack.conf'}",
-            f"NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={_memory_mib()} "
-            "State=UNKNOWN",
-            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
-            "",
-        ]))
+        self.conf.write_text(
+            "\n".join(
+                [
+                    "ClusterName=dkmeanstest",
+                    f"SlurmctldHost={host}(127.0.0.1)",
+                    f"SlurmctldPort={ctld_port}",
+                    f"SlurmdPort={slurmd_port}",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    f"StateSaveLocation={f / 'state'}",
+                    f"SlurmdSpoolDir={f / 'spool'}",
+                    f"SlurmctldPidFile={f / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={f / 'slurmd.pid'}",
+                    f"SlurmctldLogFile={f / 'slurmctld.log'}",
+                    f"SlurmdLogFile={f / 'slurmd.log'}",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "AccountingStorageType=accounting_storage/none",
+                    "JobCompType=jobcomp/none",
+                    "SchedulerType=sched/backfill",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core",
+                    "MpiDefault=none",
+                    "ReturnToService=2",
+                    "SlurmdParameters=config_overrides",
+                    "KillWait=30",
+                    "MinJobAge=600",
+                    f"PlugStackConfig={f / 'plugstack.conf'}",
+                    f"NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={_memory_mib()} "
+                    "State=UNKNOWN",
+                    "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
+                    "",
+                ]
+            )
+        )
         (f / "plugstack.conf").write_text("")
 
     def _daemon(self, cmd: list, name: str) -> subprocess.Popen:
         out = open(self.folder / f"{name}.out", "w")
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
 
     # -- using -----------------------------------------------------------------------
-    def run(self, *cmd, check: bool = True, timeout: float = 60.0, **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self, *cmd, check: bool = True, timeout: float = 60.0, **kwargs
+    ) -> subprocess.CompletedProcess:
         """A SLURM client command (sbatch, squeue, ...) against this SLURM."""
-        res = subprocess.run(list(cmd), capture_output=True, text=True, env=kwargs.pop("env", self.env),
-                             timeout=timeout, **kwargs)
+        res = subprocess.run(
+            list(cmd),
+            capture_output=True,
+            text=True,
+            env=kwargs.pop("env", self.env),
+            timeout=timeout,
+            **kwargs,
+        )
         if check and res.returncode != 0:
-            raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({res.returncode}): {res.stderr.strip()}")
+            raise RuntimeError(
+                f"{' '.join(map(str, cmd))} failed ({res.returncode}): {res.stderr.strip()}"
+            )
         return res
 
     def sbatch(self, *args, cwd=None, env=None) -> str:
         """Submit a job; its id."""
-        out = self.run("sbatch", "--parsable", *map(str, args), cwd=cwd, env=env or self.env).stdout.strip()
+        out = self.run(
+            "sbatch", "--parsable", *map(str, args), cwd=cwd, env=env or self.env
+        ).stdout.strip()
         return out.split(";")[0]
 
     def job_state(self, job_id: str) -> str:
         """PENDING, RUNNING, COMPLETED, CANCELLED, FAILED, ... ("" once forgotten)."""
-        return self.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+        return self.run(
+            "squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T", check=False
+        ).stdout.strip()
 
     def wait(self, job_id: str, timeout: float = 300.0, poll: float = 0.5) -> str:
         """Wait until the job has ended; its final state."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.job_state(job_id)
-            if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+            if state and state not in (
+                "PENDING",
+                "CONFIGURING",
+                "RUNNING",
+                "COMPLETING",
+                "SUSPENDED",
+            ):
                 return state
             time.sleep(poll)
         raise TimeoutError(f"job {job_id} still {state} after {timeout:.0f} s")
 
     def logs(self) -> str:
         parts = []
-        for name in ("slurmctld.log", "slurmd.log", "munge.log", "slurmctld.out", "slurmd.out", "munged.out"):
+        for name in (
+            "slurmctld.log",
+            "slurmd.log",
+            "munge.log",
+            "slurmctld.out",
+            "slurmd.out",
+            "munged.out",
+        ):
             path = self.folder / name
             if path.exists():
-                parts.append(f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-20:]))
+                parts.append(
+                    f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-20:])
+                )
         return "\n".join(parts)
 
     # -- stopping --------------------------------------------------------------------

@@ -23,10 +23,23 @@ psutil = pytest.importorskip("psutil")
 DKMEANS = [sys.executable, "-m", "dkmeans"]
 SEED = 0
 #: Lloyd on uniform rows with many clusters converges slowly (about 100 iterations), one graph per iteration.
-SLOW_FIT = ["-k", "48", "--local-search", "false", "--max-iter", "300", "--random-state", str(SEED),
-            "--workers", "2"]
-SLOW_ENV = {"DASK_DKMEANS__SINGLE_TASK_WORK": "0", "DASK_DKMEANS__SPMD": "False",
-            "DASK_DKMEANS__IN_PROCESS_BYTES": "0"}
+SLOW_FIT = [
+    "-k",
+    "48",
+    "--local-search",
+    "false",
+    "--max-iter",
+    "300",
+    "--random-state",
+    str(SEED),
+    "--workers",
+    "2",
+]
+SLOW_ENV = {
+    "DASK_DKMEANS__SINGLE_TASK_WORK": "0",
+    "DASK_DKMEANS__SPMD": "False",
+    "DASK_DKMEANS__IN_PROCESS_BYTES": "0",
+}
 NOISE = ("Traceback", "leaked semaphore", "still alive", "CancelledError", "NameError")
 
 
@@ -43,9 +56,15 @@ class Command:
     """A `dkmeans` command in its own process group; its stdout read line by line as it runs."""
 
     def __init__(self, args, cwd, env=None):
-        self.proc = subprocess.Popen([*DKMEANS, *map(str, args)], cwd=cwd, env={**os.environ, **(env or {})},
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [*DKMEANS, *map(str, args)],
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.lines, self.children = [], set()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -57,8 +76,10 @@ class Command:
     def wait_for(self, text, timeout=240.0):
         deadline = time.monotonic() + timeout
         while not any(text in line for line in self.lines):
-            assert self.proc.poll() is None, f"ended before {text!r}: {''.join(self.lines)[-2000:]}" \
-                                             f"{self.proc.stderr.read()[-2000:]}"
+            assert self.proc.poll() is None, (
+                f"ended before {text!r}: {''.join(self.lines)[-2000:]}"
+                f"{self.proc.stderr.read()[-2000:]}"
+            )
             assert time.monotonic() < deadline, f"no {text!r} in {timeout:.0f} s"
             self._note_children()
             time.sleep(0.05)
@@ -97,18 +118,31 @@ class Command:
 def _assert_clean_stop(cmd, rc, stderr, expected_rc, signame):
     assert rc == expected_rc, stderr[-3000:]
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"dkmeans: interrupted ({signame})"), stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"dkmeans: interrupted ({signame})"), stderr[
+        -3000:
+    ]
     time.sleep(0.5)
     assert cmd.left_running() == [], "processes left running"
 
 
-def test_sigterm_saves_the_last_iteration_and_resume_gives_the_uninterrupted_fit(uniform_parquet, tmp_path):
+def test_sigterm_saves_the_last_iteration_and_resume_gives_the_uninterrupted_fit(
+    uniform_parquet, tmp_path
+):
     from dkmeans import KMeans
     from dkmeans.io.checkpoint import Checkpointer
 
     model, checkpoint = tmp_path / "model.npz", tmp_path / "fit.ckpt"
-    args = ["fit", uniform_parquet, *SLOW_FIT, "--model", model, "--checkpoint", checkpoint,
-            "--checkpoint-every", "1000"]
+    args = [
+        "fit",
+        uniform_parquet,
+        *SLOW_FIT,
+        "--model",
+        model,
+        "--checkpoint",
+        checkpoint,
+        "--checkpoint-every",
+        "1000",
+    ]
     cmd = Command(args, tmp_path, SLOW_ENV)
     cmd.wait_for("iteration   10 ")
     t0 = time.monotonic()
@@ -117,7 +151,9 @@ def test_sigterm_saves_the_last_iteration_and_resume_gives_the_uninterrupted_fit
     seconds = time.monotonic() - t0
     _assert_clean_stop(cmd, rc, err, 143, "SIGTERM")
     assert f"the fit's state is in {checkpoint}" in err
-    assert seconds < 20, f"{seconds:.1f} s from SIGTERM to exit"  # the grace period, inside SLURM's 30 s
+    assert (
+        seconds < 20
+    ), f"{seconds:.1f} s from SIGTERM to exit"  # the grace period, inside SLURM's 30 s
     saved = Checkpointer(checkpoint, 1, {}).progress()
     assert saved["phase"] == "lloyd" and saved["n_iter"] >= 10, saved  # written on the signal
     assert not model.exists()
@@ -128,9 +164,12 @@ def test_sigterm_saves_the_last_iteration_and_resume_gives_the_uninterrupted_fit
     outcome = json.loads(out)  # with --json, stdout is the JSON line alone
     resumed = KMeans.load(model)
     reference = KMeans(n_clusters=48, local_search=False, max_iter=300, random_state=SEED).fit(
-        pd.read_parquet(uniform_parquet)[["a", "b"]])
+        pd.read_parquet(uniform_parquet)[["a", "b"]]
+    )
     assert outcome["n_iter"] == resumed.n_iter_ == reference.n_iter_
-    np.testing.assert_allclose(resumed.cluster_centers_, reference.cluster_centers_, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        resumed.cluster_centers_, reference.cluster_centers_, rtol=1e-5, atol=1e-7
+    )
     assert outcome["inertia"] == pytest.approx(reference.inertia_, rel=1e-6)
 
 
@@ -152,7 +191,16 @@ def test_ctrl_c_stops_a_command_with_one_line(uniform_parquet, tmp_path, command
         args = ["predict", tmp_path / "m.npz", big, "--output", tmp_path / "out", "--workers", "2"]
         when = "started a local Dask cluster"
     elif command == "sweep":
-        args = ["sweep", uniform_parquet, "-k", "40:48:4", "--local-search", "false", "--workers", "2"]
+        args = [
+            "sweep",
+            uniform_parquet,
+            "-k",
+            "40:48:4",
+            "--local-search",
+            "false",
+            "--workers",
+            "2",
+        ]
         when = "started a local Dask cluster"
     else:
         args = ["fit", uniform_parquet, *SLOW_FIT, "--model", tmp_path / "m.npz"]
@@ -169,8 +217,23 @@ def test_ctrl_c_stops_a_command_with_one_line(uniform_parquet, tmp_path, command
 
 def test_two_fits_at_once_end_quietly(uniform_parquet, tmp_path):
     """Each closes its embedded cluster, the worker processes exiting by themselves (no kill)."""
-    cmds = [Command(["fit", uniform_parquet, "-k", "4", "--model", tmp_path / f"m{i}.npz", "--workers", "2",
-                     "--quiet"], tmp_path) for i in range(2)]
+    cmds = [
+        Command(
+            [
+                "fit",
+                uniform_parquet,
+                "-k",
+                "4",
+                "--model",
+                tmp_path / f"m{i}.npz",
+                "--workers",
+                "2",
+                "--quiet",
+            ],
+            tmp_path,
+        )
+        for i in range(2)
+    ]
     for cmd in cmds:
         rc, out, err = cmd.finish(timeout=300)
         assert rc == 0 and err.strip() == "", err[-3000:]

@@ -24,7 +24,16 @@ LAUNCHER = ROOT / "deploy" / "slurm" / "slurm_cluster.py"
 SEED = 0
 #: A fit long enough to be cancelled while it runs: uniform rows, many clusters, one graph per
 #: iteration (Lloyd converges slowly on uniform data: about 100 iterations).
-SLOW_FIT = ["-k", "48", "--local-search", "false", "--max-iter", "300", "--checkpoint-every", "1000"]
+SLOW_FIT = [
+    "-k",
+    "48",
+    "--local-search",
+    "false",
+    "--max-iter",
+    "300",
+    "--checkpoint-every",
+    "1000",
+]
 SLOW_ENV = {"DASK_DKMEANS__SINGLE_TASK_WORK": "0", "DASK_DKMEANS__SPMD": "False"}
 
 
@@ -62,8 +71,17 @@ def _job_env(slurm, **extra):
 def _sbatch_fit(slurm, folder, args, env, name):
     """Submit sbatch_fit.sh (1 scheduler + 1 worker task, one CPU each); the job id and its output file."""
     out = folder / f"{name}-%j.out"
-    job = slurm.sbatch("--ntasks=2", "--cpus-per-task=1", "--mem-per-cpu=1G", "--time=00:10:00",
-                       f"--output={out}", SBATCH_FIT, *args, cwd=folder, env=env)
+    job = slurm.sbatch(
+        "--ntasks=2",
+        "--cpus-per-task=1",
+        "--mem-per-cpu=1G",
+        "--time=00:10:00",
+        f"--output={out}",
+        SBATCH_FIT,
+        *args,
+        cwd=folder,
+        env=env,
+    )
     return job, folder / f"{name}-{job}.out"
 
 
@@ -83,21 +101,32 @@ def _model(path):
 
 def _assert_same_fit(model, reference):
     assert model.n_iter_ == reference.n_iter_
-    np.testing.assert_allclose(model.cluster_centers_, reference.cluster_centers_, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        model.cluster_centers_, reference.cluster_centers_, rtol=1e-5, atol=1e-7
+    )
     assert model.inertia_ == pytest.approx(reference.inertia_, rel=1e-6)
 
 
 def test_sbatch_fit_writes_the_model(slurm, uniform_parquet, tmp_path):
     """sbatch deploy/slurm/sbatch_fit.sh on a Parquet folder: the model, and the --json line last."""
     model = tmp_path / "model.npz"
-    job, out = _sbatch_fit(slurm, tmp_path, [uniform_parquet, "-k", "4", "--model", model, "--random-state", SEED,
-                                             "--json"], _job_env(slurm), "fit")
+    job, out = _sbatch_fit(
+        slurm,
+        tmp_path,
+        [uniform_parquet, "-k", "4", "--model", model, "--random-state", SEED, "--json"],
+        _job_env(slurm),
+        "fit",
+    )
     state = slurm.wait(job)
     log = out.read_text() if out.exists() else ""
     assert state == "COMPLETED", f"job {job}: {state}\n{log[-3000:]}\n{slurm.logs()}"
     # the job's output also holds the scheduler's and the worker's logs: the fit's stdout is the JSON line
     outcome = json.loads([line for line in log.splitlines() if line.startswith("{")][-1])
-    assert outcome["status"] == "done" and outcome["exit_status"] == 0 and outcome["model"] == str(model)
+    assert (
+        outcome["status"] == "done"
+        and outcome["exit_status"] == 0
+        and outcome["model"] == str(model)
+    )
     _assert_same_fit(_model(model), _reference(uniform_parquet, n_clusters=4))
     assert "Traceback" not in log
 
@@ -108,14 +137,25 @@ def test_scancel_leaves_a_checkpoint_that_a_second_job_resumes(slurm, uniform_pa
     from dkmeans.io.checkpoint import Checkpointer
 
     model, checkpoint = tmp_path / "model.npz", tmp_path / "fit.ckpt"
-    args = [uniform_parquet, *SLOW_FIT, "--model", model, "--random-state", SEED, "--checkpoint", checkpoint]
+    args = [
+        uniform_parquet,
+        *SLOW_FIT,
+        "--model",
+        model,
+        "--random-state",
+        SEED,
+        "--checkpoint",
+        checkpoint,
+    ]
     env = _job_env(slurm, **SLOW_ENV)
     job, out = _sbatch_fit(slurm, tmp_path, args, env, "cancelled")
     deadline = time.monotonic() + 240
     while "iteration   10 " not in (out.read_text() if out.exists() else ""):
         state = slurm.job_state(job)
-        assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job} {state} before it was cancelled:\n" \
+        assert state in ("PENDING", "CONFIGURING", "RUNNING"), (
+            f"job {job} {state} before it was cancelled:\n"
             f"{out.read_text() if out.exists() else ''}"
+        )
         assert time.monotonic() < deadline, "the fit did not reach iteration 10 in 240 s"
         time.sleep(0.1)
     slurm.run("scancel", job)
@@ -133,24 +173,59 @@ def test_scancel_leaves_a_checkpoint_that_a_second_job_resumes(slurm, uniform_pa
     log = out.read_text() if out.exists() else ""
     assert state == "COMPLETED", f"job {job}: {state}\n{log[-3000:]}"
     assert "resuming from checkpoint" in log
-    _assert_same_fit(_model(model), _reference(uniform_parquet, n_clusters=48, local_search=False, max_iter=300))
+    _assert_same_fit(
+        _model(model), _reference(uniform_parquet, n_clusters=48, local_search=False, max_iter=300)
+    )
 
 
 def test_slurm_cluster_workers_are_slurm_jobs(slurm, uniform_parquet, tmp_path):
     """deploy/slurm/slurm_cluster.py: dask-jobqueue submits the workers as SLURM jobs, and the fit
     on them equals the local fit."""
-    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install dask-jobqueue)")
+    pytest.importorskip(
+        "dask_jobqueue", reason="dask-jobqueue is not installed (pip install dask-jobqueue)"
+    )
     import subprocess
 
     model = tmp_path / "model.npz"
-    cmd = [sys.executable, str(LAUNCHER), str(uniform_parquet), "-k", "4", "--model", str(model),
-           "--random-state", str(SEED), "--cores", "1", "--processes", "1", "--memory", "1GB", "--jobs", "2",
-           "--walltime", "00:10:00", "--scheduler-host", "127.0.0.1", "--local-directory", str(tmp_path),
-           "--log-directory", str(tmp_path / "logs"), "--wait-timeout", "240"]
+    cmd = [
+        sys.executable,
+        str(LAUNCHER),
+        str(uniform_parquet),
+        "-k",
+        "4",
+        "--model",
+        str(model),
+        "--random-state",
+        str(SEED),
+        "--cores",
+        "1",
+        "--processes",
+        "1",
+        "--memory",
+        "1GB",
+        "--jobs",
+        "2",
+        "--walltime",
+        "00:10:00",
+        "--scheduler-host",
+        "127.0.0.1",
+        "--local-directory",
+        str(tmp_path),
+        "--log-directory",
+        str(tmp_path / "logs"),
+        "--wait-timeout",
+        "240",
+    ]
     seen_jobs = []
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_job_env(slurm),
-                            cwd=tmp_path)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_job_env(slurm),
+        cwd=tmp_path,
+    )
     try:
         deadline = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < deadline:

@@ -18,6 +18,7 @@ renamed).
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import signal
@@ -48,6 +49,10 @@ class JobSignals:
     ----------
     grace : float
         Seconds the cleanup may take after the first signal before the process exits anyway.
+    quiet : tuple of str
+        Loggers silenced (but for critical records) from the first signal on: a batch system
+        stops the job's Dask scheduler and workers at the same moment, and distributed's client
+        then logs, with tracebacks, every connection it loses on the way out.
 
     Attributes
     ----------
@@ -55,8 +60,10 @@ class JobSignals:
         The first signal received.
     """
 
-    def __init__(self, grace: float = GRACE_SECONDS):
+    def __init__(self, grace: float = GRACE_SECONDS, quiet: tuple = ("distributed",)):
         self.grace = float(grace)
+        self.quiet = tuple(quiet)
+        self._levels: dict = {}
         self.received: int | None = None
         self._previous: dict = {}
         self._deadline: threading.Timer | None = None
@@ -79,6 +86,8 @@ class JobSignals:
         self._previous.clear()
         if self._deadline is not None:
             self._deadline.cancel()
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
 
     @contextlib.contextmanager
     def deferred(self):
@@ -92,6 +101,9 @@ class JobSignals:
     def _handle(self, signum, frame) -> None:
         if self.received is None:
             self.received = signum
+            for name in self.quiet:
+                self._levels[name] = logging.getLogger(name).level
+                logging.getLogger(name).setLevel(logging.CRITICAL)
             self._deadline = threading.Timer(
                 self.grace,
                 self._exit_now,

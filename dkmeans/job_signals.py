@@ -101,9 +101,7 @@ class JobSignals:
     def _handle(self, signum, frame) -> None:
         if self.received is None:
             self.received = signum
-            for name in self.quiet:
-                self._levels[name] = logging.getLogger(name).level
-                logging.getLogger(name).setLevel(logging.CRITICAL)
+            self._silence()
             self._deadline = threading.Timer(
                 self.grace,
                 self._exit_now,
@@ -118,6 +116,15 @@ class JobSignals:
             self._exit_now("SIGINT again")
         # another SIGTERM: a batch system signals every process of the job, and a job script may
         # forward its own SIGTERM too; the cleanup goes on (the grace period still holds)
+
+    def _silence(self) -> None:
+        """Raise the loggers of :attr:`quiet` (and their children, which have levels of their own:
+        ``distributed.client``) to CRITICAL; ``__exit__`` restores them."""
+        names = [name for name in list(logging.root.manager.loggerDict)
+                 if any(name == q or name.startswith(q + ".") for q in self.quiet)]
+        for name in {*names, *self.quiet}:
+            self._levels[name] = logging.getLogger(name).level
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
     def _exit_now(self, why: str) -> None:
         """Kill the worker processes this process started and exit (the cleanup took too long)."""

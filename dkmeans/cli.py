@@ -9,7 +9,11 @@ captured log reads in the order things happened; stderr carries warnings and err
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
+import os
+import signal
 import sys
 import time
 import warnings
@@ -19,8 +23,11 @@ import numpy as np
 
 from dkmeans.engine.workers import worker_info
 from dkmeans.fit import params as _params
-from dkmeans.engine.client import EmbeddedClusterWarning, close_embedded_cluster
-from dkmeans.errors import DKMeansError, InvalidParameterError
+from dkmeans.engine.client import (EmbeddedClusterWarning, close_embedded_cluster,
+                                   shield_workers_from_signals)
+from dkmeans.errors import DKMeansError, InvalidParameterError, JobInterrupted
+from dkmeans.job_signals import JobSignals, signal_name
+from dkmeans._version import __version__
 from dkmeans.io.dataframe import select_columns
 from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE
 
@@ -43,13 +50,18 @@ def connect(args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EmbeddedClusterWarning)
         if getattr(args, "gpu", False):
-            return get_client(gpu=True)
-        return get_client(n_workers=getattr(args, "workers", None))
+            client = get_client(gpu=True)
+        else:
+            client = get_client(n_workers=getattr(args, "workers", None))
+    # A batch system signals every process of the job, a terminal its whole foreground group:
+    # the workers ignore SIGTERM and SIGINT, and this command closes them (main())
+    shield_workers_from_signals(client)
+    return client
 
 
 def _verbose(args) -> int:
     """Print progress only on a terminal; elsewhere the INFO log (on stdout, see :func:`_log_to`) carries it."""
-    return int(not args.quiet and sys.stdout.isatty())
+    return int(not args.quiet and not getattr(args, "json", False) and sys.stdout.isatty())
 
 
 _LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
@@ -65,23 +77,24 @@ class _Below:
         return record.levelno < self.level
 
 
-def _log_to(quiet: bool):
+def _log_to(quiet: bool, to_stderr: bool = False):
     """Set up the ``dkmeans`` logger for one command; returns a function that restores it.
 
     On a terminal, or with ``--quiet``: warnings only (progress is printed, or silenced).
     Otherwise INFO records (progress, the embedded cluster's address) go to stdout, the
     stream that carries the results, so a log captured from stdout (or from both streams)
-    has them in order; warnings and errors go to stderr.
+    has them in order; warnings and errors go to stderr. ``to_stderr`` (``--json``, whose
+    stdout is the JSON line alone): INFO records go to stderr too.
     """
     root = logging.getLogger()
     root_handlers = list(root.handlers)
     logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT)  # other libraries: warnings on stderr
     added_to_root = [h for h in root.handlers if h not in root_handlers]
     saved = logger.level, logger.propagate, list(logger.handlers)
-    if quiet or sys.stdout.isatty():
+    if quiet or (sys.stdout.isatty() and not to_stderr):
         logger.setLevel(logging.WARNING)
     else:
-        info = logging.StreamHandler(sys.stdout)
+        info = logging.StreamHandler(sys.stderr if to_stderr else sys.stdout)
         info.addFilter(_Below(logging.WARNING))
         problems = logging.StreamHandler(sys.stderr)
         problems.setLevel(logging.WARNING)
@@ -164,8 +177,13 @@ def _fit(args) -> int:
           f"(stopped by {km.stop_reason_}), objective {km.inertia_:.6e}; data {km.data_mode_}, "
           f"{km.n_passes_} passes over it")
     print(f"model written to {path}")
+    args.summary = {"model": str(path), "n_clusters": int(km.n_clusters), "columns": list(columns),
+                    "n_iter": int(km.n_iter_), "stop_reason": km.stop_reason_,
+                    "inertia": float(km.inertia_), "seconds": round(seconds, 3),
+                    "data_mode": km.data_mode_, "n_passes": int(km.n_passes_)}
     if args.plot:
         _write_plot(args.plot, km, X)
+        args.summary["plot"] = str(args.plot)
     return 0
 
 
@@ -211,11 +229,16 @@ def _sweep(args) -> int:
           f"(data {result.data_mode}, random_state {result.random_state}: any k refits alone with "
           f"dkmeans fit -k K --random-state {result.random_state})")
     print(result.format_table())
+    args.summary = {"k_values": list(ks), "rows": result.rows(), "suggested_k": result.suggested_k,
+                    "rule": result.rule, "random_state": result.random_state,
+                    "data_mode": result.data_mode, "n_passes": int(result.n_passes),
+                    "seconds": round(result.seconds, 3)}
     if args.save_models:
         folder = Path(args.save_models)
         folder.mkdir(parents=True, exist_ok=True)
         paths = [result.models[k].save(folder / f"kmeans-k{k}.npz") for k in result.k_values]
         print(f"models written to {folder}: {', '.join(p.name for p in paths)}")
+        args.summary["models"] = [str(p) for p in paths]
     if args.plot:
         result.plot(args.plot)
         print(f"plot written to {args.plot}")
@@ -353,6 +376,8 @@ def _predict(args) -> int:
     out = df.assign(**{args.label_column: km.predict(df[features])})
     path = write_parquet(out, args.output)
     print(f"labels of {df.npartitions} partition(s) written to {path} (column {args.label_column!r})")
+    args.summary = {"output": str(path), "label_column": args.label_column,
+                    "partitions": int(df.npartitions)}
     return 0
 
 
@@ -367,16 +392,22 @@ def _evaluate(args) -> int:
         raise InvalidParameterError(f"truth column {args.truth_column!r} not found in the input")
     connect(args)
     objective = -km.score(X)
+    n_rows = len(df)
     print(f"objective (sum of squared distances): {objective:.6e}")
-    print(f"rows: {len(df)}")
+    print(f"rows: {n_rows}")
+    args.summary = {"objective": float(objective), "rows": int(n_rows)}
     if args.truth_column:
         # two integer columns come back to the client (the data stays on the cluster)
         pair = df[[args.truth_column]].assign(cluster=km.predict(X)).compute()
         truth, labels = pair[args.truth_column].to_numpy(), pair["cluster"].to_numpy()
         truth_means = df.groupby(args.truth_column)[list(X.columns)].mean().compute().to_numpy()
-        print(f"accuracy (Hungarian matching): {metrics.accuracy(truth, labels):.4f}")
-        print(f"adjusted Rand index: {metrics.adjusted_rand_index(truth, labels):.4f}")
-        print(f"centroid index vs the truth's class means: {metrics.centroid_index(km.cluster_centers_, truth_means)}")
+        scores = {"accuracy": float(metrics.accuracy(truth, labels)),
+                  "adjusted_rand_index": float(metrics.adjusted_rand_index(truth, labels)),
+                  "centroid_index": int(metrics.centroid_index(km.cluster_centers_, truth_means))}
+        print(f"accuracy (Hungarian matching): {scores['accuracy']:.4f}")
+        print(f"adjusted Rand index: {scores['adjusted_rand_index']:.4f}")
+        print(f"centroid index vs the truth's class means: {scores['centroid_index']}")
+        args.summary.update(scores)
     return 0
 
 
@@ -439,6 +470,9 @@ def _demo(args) -> int:
     print(f"  model               {model_path}")
     print(f"  labels              {labels_path}  (Parquet, column 'cluster', {args.n_samples:,} rows)")
     print(f"  plot                {plot_path}")
+    args.summary = {"model": str(model_path), "labels": str(labels_path), "n_iter": int(km.n_iter_),
+                    "stop_reason": km.stop_reason_, "inertia": float(km.inertia_),
+                    "adjusted_rand_index": float(ari), "seconds": round(fit_seconds, 3)}
     return 0
 
 
@@ -602,30 +636,97 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(demo)
     demo.set_defaults(handler=_demo)
+    for command in (fit, sweep, predict, evaluate, demo):
+        command.add_argument("--json", action="store_true",
+                             help="print the outcome as one JSON line on stdout "
+                                  "(everything else on stderr)")
     return parser
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``dkmeans`` console script."""
+    """Entry point of the ``dkmeans`` console script; returns the exit status.
+
+    0: done. 2: a user error (bad option, unreadable input, data dkmeans refuses; one line on
+    stderr). 1: an internal error (one line on stderr naming the file that holds the
+    traceback). 143 / 130: stopped by SIGTERM / SIGINT (see :mod:`dkmeans.job_signals`: the
+    work stops, a fit with ``--checkpoint`` writes its last iteration there, the cluster is
+    closed). With ``--json`` the last line on stdout is the outcome as one JSON object, and
+    nothing else is printed on stdout.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
-    restore_logging = _log_to(getattr(args, "quiet", False))
+    as_json = getattr(args, "json", False)
+    restore_logging = _log_to(getattr(args, "quiet", False), to_stderr=as_json)
+    real_stdout = sys.stdout
+    outcome = {"command": args.command}
+    with JobSignals() as signals:
+        try:
+            with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+                status = _run(args, signals, outcome)
+        except JobInterrupted:  # a signal during the cleanup of _run: it is done by now
+            status = signals.exit_status
+    if as_json:
+        outcome.update(status=_STATUS_NAMES.get(status, "interrupted"), exit_status=status)
+        if status == 0:
+            outcome.update(getattr(args, "summary", None) or {})
+        print(json.dumps(outcome, default=str), file=real_stdout, flush=True)
+    restore_logging()
+    return status
+
+
+#: The ``status`` of ``--json`` by exit status (anything else: "interrupted").
+_STATUS_NAMES = {0: "done", 1: "internal-error", 2: "error"}
+
+
+def _run(args, signals, outcome: dict) -> int:
+    """Run the command and close what it opened; the exit status (see :func:`main`)."""
     try:
         return args.handler(args)
     except (DKMeansError, OSError) as exc:
-        print(f"dkmeans: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"dkmeans: error: {message}", file=sys.stderr)
+        outcome["error"] = message
         return 2
-    except KeyboardInterrupt:
-        print("dkmeans: interrupted", file=sys.stderr)
-        return 130
+    except (JobInterrupted, KeyboardInterrupt) as exc:
+        signals.received = signals.received or getattr(exc, "signum", signal.SIGINT)
+        outcome["signal"] = signal_name(signals.received)
+        hint = _resume_hint(args, outcome)
+        print(f"dkmeans: interrupted ({outcome['signal']}){hint}", file=sys.stderr)
+        return signals.exit_status
+    except Exception as exc:  # a bug: one line here, the traceback in a file
+        log = _write_traceback(exc)
+        outcome.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0], log=str(log))
+        print(f"dkmeans: internal error: {outcome['error']} (traceback in {log}; please report it)",
+              file=sys.stderr)
+        return 1
     finally:
-        try:
+        # a signal now does not cut the close short (the grace period still holds)
+        with signals.deferred():
             opened = getattr(args, "opened_client", None)
             if opened is not None:  # --scheduler: disconnect (the scheduler and its workers stay)
                 opened.close()
             close_embedded_cluster()  # before interpreter shutdown, so it closes quietly
-        finally:
-            restore_logging()
+
+
+def _resume_hint(args, outcome: dict) -> str:
+    """Where an interrupted fit's checkpoint is, when it has one."""
+    path = getattr(args, "checkpoint", None)
+    if path is None or not Path(path).is_file():
+        return ""
+    outcome["checkpoint"] = str(path)
+    return f"; the fit's state is in {path}: run the same command with --resume to continue"
+
+
+def _write_traceback(exc: BaseException) -> Path:
+    """The traceback of an internal error, in a new file of the temporary folder."""
+    import tempfile
+    import traceback
+
+    fd, name = tempfile.mkstemp(prefix="dkmeans-error-", suffix=".log")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"dkmeans {__version__}: {' '.join(sys.argv)}\n")
+        fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    return Path(name)
 
 
 if __name__ == "__main__":

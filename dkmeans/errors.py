@@ -55,6 +55,25 @@ class ChunkTooLargeError(DKMeansError, MemoryError):
     """One chunk of the input alone exceeds a worker's memory budget for a task (nothing was run)."""
 
 
+class JobInterrupted(BaseException):
+    """The command line was asked to stop (SIGTERM or SIGINT): raised in its main thread.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that ``except Exception`` does not
+    swallow it; not a ``KeyboardInterrupt``, so that distributed's blocking calls do not take
+    it for a Ctrl-C of their own (their cancellation can fail with a traceback when the
+    interruption comes early). ``signum`` is the signal received.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
+#: What stops a fit from outside: a fit that keeps a checkpoint writes its last state on the way
+#: out.
+INTERRUPTIONS = (KeyboardInterrupt, JobInterrupted)
+
+
 def distinct_clusters_message(found: int, n_clusters: int) -> str:
     """scikit-learn's warning text (users filter it), then what dkmeans did."""
     return (f"Number of distinct clusters ({found}) found smaller than n_clusters ({n_clusters}). Possibly due to "

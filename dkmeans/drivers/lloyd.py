@@ -27,7 +27,8 @@ from typing import Callable
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, distinct_clusters_message
+from dkmeans.errors import (INTERRUPTIONS, NON_FINITE_INPUT, InvalidDataError,
+                            distinct_clusters_message)
 from dkmeans.kernels import (
     combine_top,
     combine_partials,
@@ -223,9 +224,17 @@ def lloyd(
         end = max_iter
         if on_state is not None and state_every:
             end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
-        result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric, prune, n_groups),
-                               work_per_row=work_per_row,
-                               on_progress=report)
+        try:
+            result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric, prune, n_groups),
+                                   work_per_row=work_per_row,
+                                   on_progress=report)
+        except INTERRUPTIONS as stop:
+            # a block run here, pass by pass, hands over its last finished update (a block
+            # running in a task cannot: the last state is then the previous block's)
+            latest = getattr(stop, "loop_state", None)
+            if on_state is not None and latest is not None and latest.n_iter > state.n_iter:
+                on_state(latest)
+            raise
         if isinstance(prune, PrunedPasses) and result.pruning is not None:
             prune.adopt(result.pruning)  # (the block ran in a task: its copy's bookkeeping)
         for record in result.history[len(state.history):]:  # what a one-task block could not report live
@@ -272,41 +281,48 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
 
 def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale):
     """The loop of :func:`lloyd_iterations`."""
+    n_records = len(history)
     stop_reason, converged = "max_iter", False
     carried = None  # the next iteration's partials, formed with an empty-cluster refill
-    for it in range(n_iter, max_iter):
-        t0 = time.perf_counter()
-        if carried is not None:
-            partials, computed = carried, 1.0
-        else:
-            partials, computed = passes.partials(data, C)
-        carried = None
-        if it == 0:
-            _check_finite(partials)
-        objective = float(partials.objective) * scale
-        if (
-            isinstance(stop_rule, ObjectiveDecrease)
-            and previous_objective is not None
-            and previous_objective - objective < stop_rule.threshold
-        ):
-            stop_reason, converged = stop_rule.name, True
-            break
-        new, empty = update(partials, C)
-        n_empty = int(empty.sum())
-        if n_empty and it + 1 < max_iter:  # the next assignment is in this block: form it with the refill
-            new, carried = fill_empty_clusters(data, new, empty, assign_next=True)
-        elif n_empty:
-            new = fill_empty_clusters(data, new, empty)
-        new = new.astype(data.dtype)
-        shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
-        record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed)
-        history.append(record)
-        data.report(record.as_dict())
-        C, n_iter, previous_objective = new, it + 1, objective
-        reason = stop_after_update(record, stop_rule)
-        if reason is not None:
-            stop_reason, converged = reason, True
-            break
+    try:
+        for it in range(n_iter, max_iter):
+            t0 = time.perf_counter()
+            if carried is not None:
+                partials, computed = carried, 1.0
+            else:
+                partials, computed = passes.partials(data, C)
+            carried = None
+            if it == 0:
+                _check_finite(partials)
+            objective = float(partials.objective) * scale
+            if (
+                isinstance(stop_rule, ObjectiveDecrease)
+                and previous_objective is not None
+                and previous_objective - objective < stop_rule.threshold
+            ):
+                stop_reason, converged = stop_rule.name, True
+                break
+            new, empty = update(partials, C)
+            n_empty = int(empty.sum())
+            if n_empty and it + 1 < max_iter:  # the next assignment is in this block: form it with the refill
+                new, carried = fill_empty_clusters(data, new, empty, assign_next=True)
+            elif n_empty:
+                new = fill_empty_clusters(data, new, empty)
+            new = new.astype(data.dtype)
+            shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
+            record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed)
+            history.append(record)
+            data.report(record.as_dict())
+            C, n_iter, previous_objective, n_records = new, it + 1, objective, len(history)
+            reason = stop_after_update(record, stop_rule)
+            if reason is not None:
+                stop_reason, converged = reason, True
+                break
+    except INTERRUPTIONS as stop:
+        # the last finished update, for a final checkpoint: (C, n_iter, previous_objective,
+        # n_records) change together, in one assignment
+        stop.loop_state = LoopState(C, n_iter, previous_objective, history[:n_records])
+        raise
     return LloydResult(C, n_iter, stop_reason, converged, history)
 
 

@@ -15,6 +15,7 @@ from dkmeans.drivers.local_search import (CONFIRM_ITERS, coreset_local_search, c
                                           coreset_size, coreset_start)
 from dkmeans.drivers.state import FitState, LoopState, RunSummary
 from dkmeans.drivers.streams import derive_seed
+from dkmeans.errors import INTERRUPTIONS
 from dkmeans.fit.inputs import check_centroids
 from dkmeans.fit.spec import FitSpec
 from dkmeans.io.checkpoint import Checkpointer
@@ -177,61 +178,67 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
         state.phase, state.loop = phase, loop
         save()
 
-    while state.run < plan.n_init:
-        if state.phase == "init":
-            start = np.asarray(plan.initialise(state.run))
-            if settles_start(data, plan, len(start)):
-                # settled and searched on a sample first
-                start = coreset_start(data, start, seed=plan.seed_of_run(state.run),
-                                      stop_rule=plan.stop_rule, max_iter=SETTLE_MAX_ITER)
-            state.phase, state.loop = "lloyd", LoopState(start)
-            save()
-        loop = state.loop
-        summary = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, "max_iter", False,
-                             list(loop.history))
-        # one pruning object for the run: its Lloyd blocks share their bounds (dropped at the run's end)
-        pruning = PrunedPasses.for_run(data, plan.prune, len(loop.centroids), max(0, plan.max_iter - loop.n_iter))
-        try:
-            if state.phase == "lloyd":
-                if plan.lloyd:
-                    result = lloyd(data, loop.centroids, max_iter=_first_lloyd_iters(data, plan, len(loop.centroids)),
-                                   stop_rule=plan.stop_rule,
-                                   on_iteration=plan.on_iteration, resume=loop,
-                                   on_state=checkpoint.loop_hook(state) if checkpoint else None,
-                                   state_every=checkpoint.every if checkpoint else None, metric=plan.metric,
-                                   prune=pruning)
-                    loop = LoopState(result.centroids, result.n_iter, None, result.history)
-                    summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
-                                         list(result.history))
-                if plan.local_search:
-                    enter("local-search", loop)
-                elif plan.hartigan_mode is not None:
-                    enter("refine", loop)
-            if state.phase == "local-search":
-                summary = _local_search_phase(data, plan, loop, state.run, pruning)
-                loop = LoopState(summary.centroids, summary.n_iter, None, summary.history)
-                if plan.hartigan_mode is not None:
-                    enter("refine", loop)
-            if state.phase == "refine":
-                if isinstance(pruning, PrunedPasses):  # its bounds' memory is Hartigan's now
+    try:
+        while state.run < plan.n_init:
+            if state.phase == "init":
+                start = np.asarray(plan.initialise(state.run))
+                if settles_start(data, plan, len(start)):
+                    # settled and searched on a sample first
+                    start = coreset_start(data, start, seed=plan.seed_of_run(state.run),
+                                          stop_rule=plan.stop_rule, max_iter=SETTLE_MAX_ITER)
+                state.phase, state.loop = "lloyd", LoopState(start)
+                save()
+            loop = state.loop
+            summary = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, "max_iter", False,
+                                 list(loop.history))
+            # one pruning object for the run: its Lloyd blocks share their bounds (dropped at the run's end)
+            pruning = PrunedPasses.for_run(data, plan.prune, len(loop.centroids), max(0, plan.max_iter - loop.n_iter))
+            try:
+                if state.phase == "lloyd":
+                    if plan.lloyd:
+                        result = lloyd(data, loop.centroids, max_iter=_first_lloyd_iters(data, plan, len(loop.centroids)),
+                                       stop_rule=plan.stop_rule,
+                                       on_iteration=plan.on_iteration, resume=loop,
+                                       on_state=checkpoint.loop_hook(state) if checkpoint else None,
+                                       state_every=checkpoint.every if checkpoint else None, metric=plan.metric,
+                                       prune=pruning)
+                        loop = LoopState(result.centroids, result.n_iter, None, result.history)
+                        summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
+                                             list(result.history))
+                    if plan.local_search:
+                        enter("local-search", loop)
+                    elif plan.hartigan_mode is not None:
+                        enter("refine", loop)
+                if state.phase == "local-search":
+                    summary = _local_search_phase(data, plan, loop, state.run, pruning)
+                    loop = LoopState(summary.centroids, summary.n_iter, None, summary.history)
+                    if plan.hartigan_mode is not None:
+                        enter("refine", loop)
+                if state.phase == "refine":
+                    if isinstance(pruning, PrunedPasses):  # its bounds' memory is Hartigan's now
+                        pruning.release(data)
+                    result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
+                                      mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
+                    history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start
+                    summary = RunSummary(result.centroids.astype(data.dtype), 0.0, loop.n_iter + result.n_iter,
+                                         result.stop_reason, result.converged, history)
+            finally:
+                if isinstance(pruning, PrunedPasses):
                     pruning.release(data)
-                result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
-                                  mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
-                history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start
-                summary = RunSummary(result.centroids.astype(data.dtype), 0.0, loop.n_iter + result.n_iter,
-                                     result.stop_reason, result.converged, history)
-        finally:
-            if isinstance(pruning, PrunedPasses):
-                pruning.release(data)
-        if plan.n_init > 1:
-            summary.score = objective(data, summary.centroids)
-        if state.best is None or summary.score < state.best.score:
-            state.best = summary
-        state.run, state.phase, state.loop = state.run + 1, "init", None
+            if plan.n_init > 1:
+                summary.score = objective(data, summary.centroids)
+            if state.best is None or summary.score < state.best.score:
+                state.best = summary
+            state.run, state.phase, state.loop = state.run + 1, "init", None
+            save()
+            stop = plan.on_run_end is not None and plan.on_run_end(state.run - 1)
+            if stop and state.run < plan.n_init:
+                break  # asked to stop (a callback's stop request): the best of the runs made
+    except INTERRUPTIONS:
+        # stopped from outside (Ctrl-C, SIGTERM): the last state reached (the Lloyd hook keeps
+        # ``state.loop`` at the last update it saw), so that a resumed fit loses nothing
         save()
-        stop = plan.on_run_end is not None and plan.on_run_end(state.run - 1)
-        if stop and state.run < plan.n_init:
-            break  # asked to stop (a callback's stop request): the best of the runs made
+        raise
     return state.best
 
 

@@ -198,6 +198,11 @@ class BisectingKMeans(_KMeansBase):
     def predict(self, X):
         """Each row's cluster, descending the tree (scikit-learn's ``BisectingKMeans.predict``).
 
+        Parameters
+        ----------
+        X : array-like, pandas DataFrame, Dask array or Dask DataFrame, (n_samples, n_features)
+            The rows to label.
+
         Returns
         -------
         labels : ndarray of int32 (a lazy Dask array for a Dask array, a Dask Series for a
@@ -211,6 +216,16 @@ class BisectingKMeans(_KMeansBase):
 
         ``k`` from 1 to ``n_clusters``; their objective on the training data (rows labelled by
         the tree) is ``inertia_per_k_[k - 1]``.
+
+        Parameters
+        ----------
+        k : int
+            The number of leaves, from 1 to ``n_clusters``.
+
+        Returns
+        -------
+        ndarray of shape (k, n_features)
+            The leaves' centres.
         """
         check_is_fitted(self, "cluster_centers_")
         _params.Int(1)("k", k)
@@ -233,6 +248,16 @@ class BisectingKMeans(_KMeansBase):
         """Not available: a model file holds flat centroids, not the tree ``predict`` descends.
 
         Pickle or joblib keep a fitted ``BisectingKMeans`` whole.
+
+        Parameters
+        ----------
+        path : str or path-like
+            Not used: always raises.
+
+        Raises
+        ------
+        InvalidParameterError
+            Always.
         """
         raise InvalidParameterError(
             "BisectingKMeans cannot be saved as a dkmeans model file (it holds flat "
@@ -241,9 +266,20 @@ class BisectingKMeans(_KMeansBase):
 
     @classmethod
     def load(cls, path):
-        """Not available (see :meth:`save`)."""
+        """Not available (see :meth:`save`).
+
+        Parameters
+        ----------
+        path : str or path-like
+            Not used: always raises.
+
+        Raises
+        ------
+        InvalidParameterError
+            Always.
+        """
         raise InvalidParameterError(
-            "BisectingKMeans cannot be loaded from a dkmeans model file; use pickle or " "joblib"
+            "BisectingKMeans cannot be loaded from a dkmeans model file; use pickle or joblib"
         )
 
 

@@ -236,8 +236,9 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
     @_callbacks.managed  # scikit-learn's callbacks (where it has them) are torn down at the end
     def _fit_managed(self, X, y, sample_weight):
         spec = self._fit_spec()
-        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, spec.n_init)
-        if tasks is not None and isinstance(spec.on_iteration, _Progress):
+        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, getattr(spec, "n_init", 1))
+        # BisectingKMeans' spec has no per-iteration hook: its task tree is the fit alone
+        if tasks is not None and isinstance(getattr(spec, "on_iteration", None), _Progress):
             spec.on_iteration.tasks = tasks
             spec = dataclasses.replace(spec, on_run_end=tasks.run_ended)
         fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dkmeans.engine.columns import MISSING  # the policies the engine's conversions follow
 from dkmeans.errors import InvalidParameterError
 
 
@@ -198,6 +199,8 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("prune", OneOf(PRUNE),
           "Lloyd: skip the distances that cannot change a label (bounds kept with in-memory rows; the same "
           "results); 'auto': where it pays", estimator="prune", functional="prune", cli="--prune"),
+    Param("missing", OneOf(MISSING), "rows with a missing value (NaN, null): 'error', or 'skip' (left out of the "
+          "fit, labelled -1 by predict)", estimator="missing", functional="missing", cli="--missing"),
     Param("metric", OneOf(METRICS), "euclidean, or cosine (spherical k-means: unit rows and centroids, "
           "objective sum of w (1 - cos))", estimator="metric", functional="metric", cli="--metric"),
 )}
@@ -221,5 +224,5 @@ def check(face: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "PRUNE", "Param", "STOP_RULES",
+__all__ = ["TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "MISSING", "OUT_OF_CORE", "PARAMS", "PRUNE", "Param", "STOP_RULES",
            "check", "face_names"]

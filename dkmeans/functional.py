@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dkmeans.fit import params as _params
-from dkmeans.fit.inputs import as_dataset, check_float_dtype, expand_labels
+from dkmeans.fit.inputs import as_dataset, check_float_dtype, expand_labels, named_missing
 from dkmeans.fit import inference
 from dkmeans.engine.client import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
@@ -251,8 +251,9 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None, missing="error"
         labels, objective = inference.labels_and_objective(dataset.local, model.centroids, desc.metric)
         return InferResult(labels=expand_labels(labels, dataset.kept), objective_function_value=objective)
     keep = "none" if dataset.frame is not None else "persist" if dataset.is_dask else "gather"
-    labels, objective = inference.labels_and_objective(dataset.array, model.centroids, desc.metric,
-                                                       client=get_client(), keep=keep)
+    with named_missing(dataset):
+        labels, objective = inference.labels_and_objective(dataset.array, model.centroids, desc.metric,
+                                                           client=get_client(), keep=keep)
     if dataset.frame is not None:  # on the DataFrame's index
         labels = inference.labels(dataset.frame, model.centroids.astype(dataset.array.dtype), desc.metric,
                                   missing=missing)

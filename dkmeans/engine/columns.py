@@ -148,7 +148,9 @@ def complete_rows(X: np.ndarray) -> np.ndarray:
 def partition_to_float_frame(part: pd.DataFrame, dtype, name: str, missing: str, drop: bool) -> pd.DataFrame:
     """A partition of a Dask DataFrame as a frame of float columns (runs in tasks).
 
-    ``drop``: rows with a missing value are left out (a fit with ``missing="skip"``).
+    ``missing="error"`` raises here on a missing value; ``"skip"`` keeps them as NaN (a fit's
+    first pass finds them: no task fails), and ``drop`` leaves their rows out (a fit with
+    ``missing="skip"``).
     """
     X = frame_to_array(part, dtype, name=name, missing=missing, where=" of a partition read")
     index = part.index
@@ -157,6 +159,12 @@ def partition_to_float_frame(part: pd.DataFrame, dtype, name: str, missing: str,
         if not keep.all():
             X, index = X[keep], index[keep]
     return pd.DataFrame(X, index=index, columns=part.columns, copy=False)
+
+
+def missing_counts_partition(part: pd.DataFrame) -> pd.DataFrame:
+    """Missing values (NaN or null) per column of a partition, as a one-row frame (runs in tasks)."""
+    X = frame_to_array(part, np.float64, missing="skip")
+    return pd.DataFrame([np.isnan(X).sum(axis=0)], columns=part.columns)
 
 
 def float_frame_meta(columns, dtype) -> pd.DataFrame:

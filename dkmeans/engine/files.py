@@ -185,9 +185,16 @@ def write_parquet(df, path, overwrite: bool = True, storage_options=None):
     """
     path = str(path)
     with storage_errors(path, "write"):
-        df.to_parquet(path, engine="pyarrow", write_index=True, overwrite=overwrite,
+        df.to_parquet(path, engine="pyarrow", write_index=True, overwrite=overwrite, schema=_object_types(df),
                       storage_options=dict(storage_options) if storage_options else None)
     return path if "://" in path else Path(path)
+
+
+def _object_types(df):
+    """The ``schema`` of ``to_parquet``: Dask's inference (``"infer"``), or, where the frame has ``object``
+    columns (Spark's structs and lists, read back by Dask), pyarrow's of each partition (None): Dask would
+    infer theirs from its placeholder objects, which Arrow cannot convert."""
+    return None if any(t == object for t in df.dtypes) else "infer"
 
 
 def write_labels_parquet(labels, path, column: str = "cluster") -> Path:

@@ -12,10 +12,12 @@ import math
 
 import dask.array as da
 import numpy as np
+import pandas as pd
 from dask.array.utils import meta_from_array
 from distributed import futures_of
 
-from dkmeans.engine.columns import complete_rows, float_frame_meta, partition_to_float_frame, result_dtype
+from dkmeans.engine.columns import (complete_rows, float_frame_meta, missing_counts_partition,
+                                    partition_to_float_frame, result_dtype)
 from dkmeans.engine.futures import gather
 from dkmeans.engine.passes import submitting_own_graph
 from dkmeans.kernels.namespace import get_namespace, is_sparse, to_host
@@ -102,6 +104,13 @@ def frame_rows(df, dtype, *, name: str = "X", missing: str = "error", drop: bool
     """The rows of a Dask DataFrame as a float Dask array of ``dtype`` (see :func:`float_frame`), one chunk
     per partition (lengths unknown until read)."""
     return float_frame(df, dtype, name=name, missing=missing, drop=drop).to_dask_array()
+
+
+def missing_counts(df) -> dict:
+    """``{column: missing values}`` of a Dask DataFrame (NaN and nulls), counted in one pass."""
+    meta = pd.DataFrame({c: np.empty(0, np.int64) for c in df.columns})
+    counts = df.map_partitions(missing_counts_partition, meta=meta).sum().compute()
+    return {c: int(n) for c, n in counts.items()}
 
 
 def _complete_block(X):
@@ -275,5 +284,5 @@ def summed_pass(data, block_fn, args=(), per_label: int = 0):
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 
-__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
+__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "missing_counts", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
            "pair_counts", "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]

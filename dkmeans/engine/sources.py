@@ -141,10 +141,10 @@ def to_array(batch, dtype) -> np.ndarray:
     """A pyarrow RecordBatch as a C-ordered ``(rows, columns)`` array, column by column.
 
     Every numeric Arrow type (ints, floats, bools, decimals) converts; a missing value
-    (null or NaN) raises the one missing-values error (:mod:`dkmeans.engine.columns`),
-    naming the columns and their counts in the batch.
+    (null) is NaN, which the fit's first pass finds (and the fit service then names the
+    columns with their counts: :func:`dkmeans.engine.rowwise.missing_counts`).
     """
-    return batch_to_array(batch, dtype, where=" of a batch read")
+    return batch_to_array(batch, dtype, missing="skip")
 
 
 # -- the files behind a Dask DataFrame --------------------------------------------------------

@@ -69,6 +69,7 @@ class Dataset:
     missing: str = "error"  # the missing-value policy (:data:`dkmeans.engine.columns.MISSING`)
     kept: object = None  # missing="skip", in memory: the mask of the input rows fitted (None: all)
     unfiltered: object = None  # missing="skip", a Dask array: its rows, those with NaN included (to label)
+    name: str = "X"  # the input's name in messages
 
 
 def _result_dtype(dtype: np.dtype, wanted) -> np.dtype:
@@ -250,10 +251,13 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
         if missing == "skip" and frame is None and is_dask_array(data):
             unfiltered = check_dask_array(data, dtype=dtype, name=name)
             data = skip_missing_rows(unfiltered)
-        arr = to_device(check_dask_array(data, dtype=dtype, name=name, missing=missing, drop=missing == "skip"),
+        # missing values stay NaN where the partitions are read (no task fails): the fit's first pass
+        # finds them and the fit service names the columns (:func:`named_missing`)
+        arr = to_device(check_dask_array(data, dtype=dtype, name=name, missing="skip", drop=missing == "skip"),
                         device)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
-        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame, missing=missing, unfiltered=unfiltered)
+        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame, missing=missing, unfiltered=unfiltered,
+                       name=name)
     kept = None
     if missing == "skip":
         data, kept = _drop_incomplete(data, name)
@@ -281,6 +285,25 @@ def kept_weights(dataset: Dataset, sample_weight):
         raise InvalidDataError(f"sample_weight has {w.shape[0] if w.ndim else 0} entries but X has "
                                f"{dataset.kept.shape[0]} rows")
     return w[dataset.kept]
+
+
+@contextmanager
+def named_missing(dataset: Dataset):
+    """A fit's "Input contains NaN or infinity" on a Dask DataFrame as the missing-values error naming the
+    columns with their counts (one more pass, only then); infinity keeps its message."""
+    from dkmeans.engine.columns import missing_message
+    from dkmeans.engine.rowwise import missing_counts
+    from dkmeans.errors import NON_FINITE_INPUT
+
+    try:
+        yield
+    except InvalidDataError as exc:
+        if dataset.frame is None or str(exc) != NON_FINITE_INPUT:
+            raise
+        counts = {c: n for c, n in missing_counts(dataset.frame).items() if n}
+        if not counts:
+            raise
+        raise InvalidDataError(missing_message(dataset.name, counts)) from None
 
 
 def expand_labels(labels, kept):

@@ -30,7 +30,7 @@ from dkmeans.engine.shared_passes import SharedPasses
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
-from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight, kept_weights
+from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight, kept_weights, named_missing
 from dkmeans.fit.metric_inputs import prepare_dataset, supports_local_search
 from dkmeans.fit.quality import cluster_scores
 from dkmeans.fit.results import fit_result
@@ -134,7 +134,8 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None) ->
                                       local_search=spec.local_search) for spec in specs]
     dataset = prepare_dataset(dataset, specs[0].metric)
     # a combined pass carries every k's centroids: the placement's budget counts them all
-    with placed(specs[0], dataset, weights, n_clusters=sum(spec.n_clusters for spec in specs)) as (data, client):
+    with named_missing(dataset), placed(specs[0], dataset, weights,
+                                        n_clusters=sum(spec.n_clusters for spec in specs)) as (data, client):
         try:
             for spec in specs:
                 check_rows_when_placed(spec, dataset, data)

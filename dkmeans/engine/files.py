@@ -71,6 +71,15 @@ def _is_glob(path: str) -> bool:
     return any(ch in path for ch in "*?[")
 
 
+def _check_bucket(fs, path: str, stripped: str) -> None:
+    """On an object store, a path that does not exist may lack its bucket: say so."""
+    if "://" not in path or type(fs).__name__ == "LocalFileSystem":
+        return
+    bucket = stripped.split("/")[0]
+    if bucket and not fs.exists(bucket):
+        raise DataSourceError(f"cannot read {path}: no such bucket {bucket!r}")
+
+
 def list_files(path: str, storage_options=None) -> list:
     """The data files of a file, folder (recursively: ``key=value/`` subfolders) or glob, sorted.
 
@@ -90,6 +99,7 @@ def list_files(path: str, storage_options=None) -> list:
         elif fs.exists(stripped):
             found = [stripped]
         else:
+            _check_bucket(fs, path, stripped)
             raise DataSourceError(f"input {path} does not exist")
     files = sorted(str(f) for f in found if not _hidden(os.path.basename(str(f))))
     if not files:

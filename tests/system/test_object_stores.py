@@ -152,7 +152,7 @@ def test_cli_errors_of_the_store_are_one_line_exit_2(store, tmp_path):
     line = _error_line(run_cli(*fit, f"s3://{BUCKET}/spark/*.csv", *good))
     assert f"no file matches s3://{BUCKET}/spark/*.csv" in line
     line = _error_line(run_cli(*fit, "s3://no-such-bucket/data/", *good))
-    assert "s3://no-such-bucket/data/" in line and "no such file, folder or bucket" in line
+    assert "s3://no-such-bucket/data/" in line and "no such bucket 'no-such-bucket'" in line
     wrong = good[:1] + ["--storage-option=key=wrong", "--storage-option=secret=wrong", good[3]]
     line = _error_line(run_cli(*fit, f"s3://{BUCKET}/spark/", *wrong))
     assert "access denied, check the credentials" in line

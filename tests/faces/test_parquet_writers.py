@@ -64,6 +64,11 @@ def write_spark(root) -> None:
     (root / "_SUCCESS").write_bytes(b"")
 
 
+def error_lines(res) -> list:
+    """stderr's lines but distributed's own warnings of a slow cluster shutdown (a busy machine's)."""
+    return [line for line in res.stderr.strip().splitlines() if " - distributed." not in line]
+
+
 def reference(numbers=NUMBERS) -> KMeans:
     return KMeans(3, init=INIT, n_init=1).fit(numbers.astype(np.float64))
 
@@ -154,8 +159,10 @@ def test_cli_predict_with_missing_skip_keeps_every_row_with_a_null_label(csv_wit
     path, complete = csv_with_missing
     model = tmp_path / "m.npz"
     res = run_cli("fit", path, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1, "--quiet")
-    assert res.returncode == 2 and "missing values (NaN or null) in column(s)" in res.stderr
-    assert res.stderr.strip().count("\n") == 0
+    assert res.returncode == 2, res.stderr
+    assert error_lines(res) == ["dkmeans: error: X: missing values (NaN or null) in column(s) 'y' (2), 'amount' (1): "
+                                "remove or impute them, or pass missing='skip' to leave such rows out of the fit "
+                                "(predict labels them -1)"]
     res = run_cli("fit", path, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1, "--quiet",
                   "--missing", "skip")
     assert res.returncode == 0, res.stderr

@@ -25,7 +25,7 @@ import dkmeans
 from dkmeans import KMeans
 from dkmeans.engine.files import read_table
 from dkmeans.errors import DataSourceError
-from tests.faces.test_parquet_writers import FEATURES, INIT, N, NUMBERS, reference, write_spark
+from tests.faces.test_parquet_writers import FEATURES, INIT, N, NUMBERS, error_lines, reference, write_spark
 from tests.helpers import run_cli
 
 boto3 = pytest.importorskip("boto3")
@@ -139,7 +139,7 @@ def test_cli_fits_and_predicts_on_the_store_writing_back(store, tmp_path):
 
 def _error_line(res) -> str:
     assert res.returncode == 2, res.stdout + res.stderr
-    lines = res.stderr.strip().splitlines()
+    lines = error_lines(res)
     assert len(lines) == 1, res.stderr
     return lines[0]
 

@@ -92,6 +92,12 @@ def frame_as_floats(df, *, dtype=None, name: str = "X", missing: str = "error"):
     """
     import pandas as pd
 
+    from dkmeans.engine.columns import check_missing
+
+    if all(isinstance(t, np.dtype) and t.kind in "fiub" for t in df.dtypes):  # NumPy columns: no copy here
+        counts = {c: int(df[c].isna().sum()) if df[c].dtype.kind == "f" else 0 for c in df.columns}
+        check_missing(name, counts, missing)
+        return df
     X = frame_to_array(df, result_dtype(df.dtypes, dtype), name=name, missing=missing)
     return pd.DataFrame(X, index=df.index, columns=df.columns, copy=False)
 

@@ -260,7 +260,8 @@ def _write_plot(path, km, X):
     from dkmeans.plot import save_fit_plot
 
     sample = X.sample(frac=min(1.0, 20_000 / max(1, len(X))), random_state=0).compute()
-    save_fit_plot(path, km.history_, sample.to_numpy(), km.predict(sample), km.cluster_centers_)
+    save_fit_plot(path, km.history_, sample.to_numpy(dtype=np.float64, na_value=np.nan), km.predict(sample),
+                  km.cluster_centers_)  # nullable and Arrow columns as floats
     print(f"plot written to {path}")
 
 

@@ -1,4 +1,4 @@
-"""Numeric columns of any type as float arrays: the one conversion of frames, partitions and Arrow batches.
+"""Numeric columns of any type as float arrays: one conversion of frames, partitions, Arrow batches.
 
 Pipelines hold numbers in many types: NumPy's ints, unsigned ints, floats and bools; pandas'
 nullable ``Int8``-``UInt64``, ``Float32``/``Float64`` and ``boolean``; pyarrow-backed columns
@@ -41,7 +41,7 @@ def is_numeric_arrow_type(t) -> bool:
 
 
 def is_numeric_dtype(dtype) -> bool:
-    """Whether a pandas/NumPy column dtype is one dkmeans converts to floats (bools included, complex not)."""
+    """Whether dkmeans converts a pandas/NumPy dtype to floats (bools included, complex not)."""
     arrow = _arrow_type(dtype)
     if arrow is not None:
         return is_numeric_arrow_type(arrow)
@@ -60,7 +60,9 @@ def is_float32(dtype) -> bool:
         import pyarrow as pa
 
         return arrow == pa.float32()
-    return str(dtype) in ("float32", "Float32") or getattr(dtype, "numpy_dtype", None) == np.dtype(np.float32)
+    if str(dtype) in ("float32", "Float32"):
+        return True
+    return getattr(dtype, "numpy_dtype", None) == np.dtype(np.float32)
 
 
 def result_dtype(dtypes, wanted=None) -> np.dtype:
@@ -68,18 +70,19 @@ def result_dtype(dtypes, wanted=None) -> np.dtype:
     if wanted is not None:
         return np.dtype(wanted)
     dtypes = list(dtypes)
-    return np.dtype(np.float32) if dtypes and all(is_float32(t) for t in dtypes) else np.dtype(np.float64)
+    float32 = dtypes and all(is_float32(t) for t in dtypes)
+    return np.dtype(np.float32) if float32 else np.dtype(np.float64)
 
 
 def missing_message(name: str, counts: dict, where: str = "") -> str:
     """The one message about missing values: the columns and how many values each lacks."""
     listed = ", ".join(f"{column!r} ({int(n)})" for column, n in counts.items())
-    return (f"{name}: missing values (NaN or null) in column(s) {listed}{where}: remove or impute them, or pass "
-            "missing='skip' to leave such rows out of the fit (predict labels them -1)")
+    return (f"{name}: missing values (NaN or null) in column(s) {listed}{where}: "
+            "remove or impute them, or pass missing='skip' to leave such rows out of the fit (predict labels them -1)")
 
 
 def check_missing(name: str, counts: dict, missing: str, where: str = "") -> None:
-    """Raise the missing-values error when ``missing="error"`` and any column has a missing value."""
+    """Raise the missing-values error when ``missing="error"`` and a column has a missing value."""
     found = {column: n for column, n in counts.items() if n}
     if found and missing == "error":
         raise InvalidDataError(missing_message(name, found, where))
@@ -99,7 +102,7 @@ def series_to_array(series: pd.Series, dtype) -> np.ndarray:
 
 
 def arrow_to_numpy(column, dtype) -> np.ndarray:
-    """An Arrow (chunked) array of numbers, bools or decimals as floats of ``dtype`` (nulls: NaN)."""
+    """An Arrow (chunked) array of numbers, bools or decimals as floats of ``dtype`` (null: NaN)."""
     import pyarrow as pa
 
     t = column.type
@@ -127,7 +130,8 @@ def frame_to_array(df: pd.DataFrame, dtype, *, name: str = "X", missing: str = "
     return out
 
 
-def batch_to_array(batch, dtype, *, name: str = "X", missing: str = "error", where: str = "") -> np.ndarray:
+def batch_to_array(batch, dtype, *, name: str = "X", missing: str = "error",
+                   where: str = "") -> np.ndarray:
     """A pyarrow RecordBatch or Table as a C-ordered ``(rows, columns)`` array, column by column."""
     dtype = np.dtype(dtype)
     out = np.empty((batch.num_rows, batch.num_columns), dtype=dtype)
@@ -145,7 +149,8 @@ def complete_rows(X: np.ndarray) -> np.ndarray:
     return ~np.isnan(X).any(axis=1) if X.size else np.ones(X.shape[0], dtype=bool)
 
 
-def partition_to_float_frame(part: pd.DataFrame, dtype, name: str, missing: str, drop: bool) -> pd.DataFrame:
+def partition_to_float_frame(part: pd.DataFrame, dtype, name: str, missing: str,
+                             drop: bool) -> pd.DataFrame:
     """A partition of a Dask DataFrame as a frame of float columns (runs in tasks).
 
     ``missing="error"`` raises here on a missing value; ``"skip"`` keeps them as NaN (a fit's
@@ -162,7 +167,7 @@ def partition_to_float_frame(part: pd.DataFrame, dtype, name: str, missing: str,
 
 
 def missing_counts_partition(part: pd.DataFrame) -> pd.DataFrame:
-    """Missing values (NaN or null) per column of a partition, as a one-row frame (runs in tasks)."""
+    """Missing values (NaN or null) per column of a partition: a one-row frame (runs in tasks)."""
     X = frame_to_array(part, np.float64, missing="skip")
     return pd.DataFrame([np.isnan(X).sum(axis=0)], columns=part.columns)
 
@@ -172,6 +177,8 @@ def float_frame_meta(columns, dtype) -> pd.DataFrame:
     return pd.DataFrame({c: np.empty(0, dtype=np.dtype(dtype)) for c in columns})
 
 
-__all__ = ["MISSING", "arrow_to_numpy", "batch_to_array", "check_missing", "complete_rows", "float_frame_meta",
-           "frame_to_array", "is_float32", "is_numeric_arrow_type", "is_numeric_dtype", "missing_message",
+__all__ = ["MISSING", "arrow_to_numpy", "batch_to_array", "check_missing", "complete_rows",
+           "float_frame_meta", "frame_to_array", "is_float32", "is_numeric_arrow_type",
+           "is_numeric_dtype",
+           "missing_counts_partition", "missing_message",
            "partition_to_float_frame", "result_dtype", "series_to_array"]

@@ -1,4 +1,4 @@
-"""Reading Parquet and CSV into Dask DataFrames, writing labelled Parquet, on local disks and object stores.
+"""Parquet and CSV read into Dask DataFrames, labelled Parquet written: locally or on object stores.
 
 Paths may be local or any fsspec URL (``s3://``, ``gs://``, ``abfs://`` with s3fs, gcsfs or
 adlfs installed); ``storage_options`` go to the filesystem (credentials, ``endpoint_url``
@@ -24,7 +24,7 @@ _PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 
 
 def _hidden(name: str) -> bool:
-    """Files Spark, Hadoop and Dask leave beside the data (``_SUCCESS``, ``_metadata``, ``.crc``)."""
+    """What Spark, Hadoop, Dask leave beside the data (``_SUCCESS``, ``_metadata``, ``.crc``)."""
     return name.startswith(("_", ".")) or name.endswith(".crc")
 
 
@@ -36,27 +36,29 @@ def _problem(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def storage_errors(path: str, action: str = "read"):
-    """Failures of a filesystem or object store as one-line :class:`DataSourceError` naming ``path``."""
+    """Failures of a filesystem or store as one-line :class:`DataSourceError` naming ``path``."""
     try:
         yield
     except DKMeansError:
         raise
     except FileNotFoundError as exc:
-        raise DataSourceError(f"cannot {action} {path}: no such file, folder or bucket ({_problem(exc)})") from exc
+        raise DataSourceError(f"cannot {action} {path}: no such file, folder or bucket "
+                              f"({_problem(exc)})") from exc
     except PermissionError as exc:
         raise DataSourceError(f"cannot {action} {path}: access denied, check the credentials "
                               f"({_problem(exc)})") from exc
     except ImportError as exc:
         raise DataSourceError(f"cannot {action} {path}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - a store's own errors (botocore, aiohttp, ...) share no base class
+    except Exception as exc:  # noqa: BLE001 - stores' errors (botocore, aiohttp) share no base class
         kind = type(exc).__name__ + " " + type(exc).__module__
-        hint = (" (is the endpoint reachable?)" if any(w in kind for w in ("Connect", "Endpoint", "Timeout",
-                                                                            "aiohttp", "socket")) else "")
+        words = ("Connect", "Endpoint", "Timeout", "aiohttp", "socket")
+        unreachable = any(w in kind for w in words)
+        hint = " (is the endpoint reachable?)" if unreachable else ""
         raise DataSourceError(f"cannot {action} {path}{hint}: {_problem(exc)}") from exc
 
 
 def filesystem(path: str, storage_options=None):
-    """The fsspec filesystem of ``path`` and the path in its terms (``None`` filesystem: a local path)."""
+    """The fsspec filesystem of ``path`` (None: a local path) and the path in its terms."""
     import fsspec
 
     if "://" not in path and not storage_options:
@@ -108,7 +110,7 @@ def list_files(path: str, storage_options=None) -> list:
 
 
 def detect_format(path: str, storage_options=None) -> str:
-    """``"parquet"`` or ``"csv"`` from a path, folder or glob (a folder's files say, local or on a store)."""
+    """``"parquet"`` or ``"csv"`` from a path, folder or glob (a folder: from its files)."""
     p = str(path).rstrip("/")
     lower = p.lower()
     if lower.endswith(_CSV_SUFFIXES) or lower.endswith("*.csv"):
@@ -120,14 +122,15 @@ def detect_format(path: str, storage_options=None) -> str:
             not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files):
         return "csv"
     if _is_glob(p) and not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files):
-        raise InvalidParameterError(f"cannot tell the format of {path}: name a .parquet/.csv file, folder or glob")
+        raise InvalidParameterError(f"cannot tell the format of {path}: name a .parquet/.csv file, "
+                                    "folder or glob")
     return "parquet"  # Spark's part-00000 files may have no suffix
 
 
 def _csv_files(path: str, storage_options=None):
-    """The CSV files of a file, directory or glob, sorted, and their fsspec filesystem (None: local)."""
+    """The CSV files of a file, folder or glob, sorted, and their filesystem (None: local)."""
     files = list_files(path, storage_options)
-    if not _is_glob(path):  # a folder: its CSV files (a file named as such is taken whatever its name)
+    if not _is_glob(path):  # a folder: its CSV files (a file named is taken whatever its name)
         named = [f for f in files if f.lower().endswith(_CSV_SUFFIXES)]
         files = named if len(files) > 1 or named else files
     if not files:
@@ -174,13 +177,13 @@ def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB", st
         with storage_errors(path):
             if fmt == "parquet":
                 list_files(path, storage_options)  # what does not exist says so, in one line
-                return dd.read_parquet(path, columns=list(columns) if columns else None, engine="pyarrow",
-                                       storage_options=options or None)
+                return dd.read_parquet(path, columns=list(columns) if columns else None,
+                                       engine="pyarrow", storage_options=options or None)
             files, fs = _csv_files(path, storage_options)
-            df = dd.read_csv(files if fs is None else [fs.unstrip_protocol(f) for f in files], blocksize=blocksize,
-                             storage_options=options or None)
+            urls = files if fs is None else [fs.unstrip_protocol(f) for f in files]
+            df = dd.read_csv(urls, blocksize=blocksize, storage_options=options or None)
             if all(f.lower().endswith(".csv") for f in files):  # plain CSV: cut at line ends
-                register_csv(df, files, fs)  # a fit reads its feature columns in row batches (engine/sources.py)
+                register_csv(df, files, fs)  # fits read in row batches (engine/sources.py)
             return df[list(columns)] if columns else df
     except DataSourceError:
         raise
@@ -195,15 +198,16 @@ def write_parquet(df, path, overwrite: bool = True, storage_options=None):
     """
     path = str(path)
     with storage_errors(path, "write"):
-        df.to_parquet(path, engine="pyarrow", write_index=True, overwrite=overwrite, schema=_object_types(df),
+        df.to_parquet(path, engine="pyarrow", write_index=True, overwrite=overwrite,
+                      schema=_object_types(df),
                       storage_options=dict(storage_options) if storage_options else None)
     return path if "://" in path else Path(path)
 
 
 def _object_types(df):
-    """The ``schema`` of ``to_parquet``: Dask's inference (``"infer"``), or, where the frame has ``object``
-    columns (Spark's structs and lists, read back by Dask), pyarrow's of each partition (None): Dask would
-    infer theirs from its placeholder objects, which Arrow cannot convert."""
+    """The ``schema`` of ``to_parquet``: Dask's inference (``"infer"``), or, where the frame has
+    ``object`` columns (Spark's structs and lists, read back by Dask), pyarrow's of each partition
+    (None): Dask would infer theirs from its placeholder objects, which Arrow cannot convert."""
     return None if any(t == object for t in df.dtypes) else "infer"
 
 

@@ -78,7 +78,8 @@ def missing_message(name: str, counts: dict, where: str = "") -> str:
     """The one message about missing values: the columns and how many values each lacks."""
     listed = ", ".join(f"{column!r} ({int(n)})" for column, n in counts.items())
     return (f"{name}: missing values (NaN or null) in column(s) {listed}{where}: "
-            "remove or impute them, or pass missing='skip' to leave such rows out of the fit (predict labels them -1)")
+            "remove or impute them, or pass missing='skip' to leave such rows out of the fit "
+            "(predict labels them -1)")
 
 
 def check_missing(name: str, counts: dict, missing: str, where: str = "") -> None:

@@ -49,7 +49,7 @@ def storage_errors(path: str, action: str = "read"):
                               f"({_problem(exc)})") from exc
     except ImportError as exc:
         raise DataSourceError(f"cannot {action} {path}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - stores' errors (botocore, aiohttp) share no base class
+    except Exception as exc:  # noqa: BLE001 - stores' errors (botocore...) share no base class
         kind = type(exc).__name__ + " " + type(exc).__module__
         words = ("Connect", "Endpoint", "Timeout", "aiohttp", "socket")
         unreachable = any(w in kind for w in words)

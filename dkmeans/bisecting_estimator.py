@@ -208,7 +208,7 @@ class BisectingKMeans(_KMeansBase):
         labels : ndarray of int32 (a lazy Dask array for a Dask array, a Dask Series for a
             Dask DataFrame)
         """
-        X = self._check_test_data(X)
+        X, _ = self._check_test_data(X)  # (no missing="skip" here: kept is None)
         return tree_labels(X, self._tree)
 
     def cluster_centers_at(self, k: int) -> np.ndarray:

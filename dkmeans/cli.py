@@ -118,12 +118,12 @@ def _log_to(quiet: bool, to_stderr: bool = False):
 
 
 def _numeric_columns(df, columns):
-    """``--columns`` as given, or every numeric column (saying which others were left out)."""
-    import pandas as pd
+    """``--columns`` as given, or every numeric column but bools (saying which others were left out)."""
+    from dkmeans.engine.columns import is_numeric_dtype
 
     if columns:
         return list(columns)
-    numeric = [c for c, t in df.dtypes.items() if pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t)]
+    numeric = [c for c, t in df.dtypes.items() if is_numeric_dtype(t) and "bool" not in str(t)]
     skipped = [c for c in df.columns if c not in numeric]
     if not numeric:
         raise InvalidParameterError("the input has no numeric column; name columns with --columns")
@@ -135,7 +135,7 @@ def _numeric_columns(df, columns):
 # -- commands ----------------------------------------------------------------------
 #: The fit options taken from the parameter table, by their service names (see :func:`_add_fit_options`).
 FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "local_search",
-               "out_of_core", "checkpoint_every", "metric", "prune")
+               "out_of_core", "checkpoint_every", "metric", "prune", "missing")
 
 
 #: Options whose default is the estimator's (``KMeans``'s or ``MiniBatchKMeans``'s): left out unless given.
@@ -164,7 +164,7 @@ def _fit(args) -> int:
 
     params = _fit_params(args)  # checked before the input is read or a cluster starts
     checkpoint = _checkpoint_option(args)
-    df = read_table(args.input)
+    df = read_table(args.input, storage_options=_storage_options(args))
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
     connect(args)
@@ -220,7 +220,7 @@ def _sweep(args) -> int:
 
     ks = parse_k_values(args.k_values)  # checked before the input is read or a cluster starts
     params = _fit_params(args, SWEEP_OPTIONS)
-    df = read_table(args.input)
+    df = read_table(args.input, storage_options=_storage_options(args))
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
     connect(args)
@@ -319,7 +319,8 @@ def _estimator(params: dict, args, checkpoint):
         return KMeans(**params, verbose=_verbose(args), checkpoint=checkpoint, device=device)
     if params["metric"] != "euclidean":
         raise InvalidParameterError("--algorithm minibatch is Euclidean only")
-    keep = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "out_of_core", "checkpoint_every")
+    keep = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "out_of_core", "checkpoint_every",
+            "missing")
     return MiniBatchKMeans(**{name: params[name] for name in keep if name in params}, **checked,
                            verbose=_verbose(args), checkpoint=checkpoint, device=device)
 
@@ -346,7 +347,8 @@ def _write_plot(path, km, X):
     from dkmeans.plot import save_fit_plot
 
     sample = X.sample(frac=min(1.0, 20_000 / max(1, len(X))), random_state=0).compute()
-    save_fit_plot(path, km.history_, sample.to_numpy(), km.predict(sample), km.cluster_centers_)
+    save_fit_plot(path, km.history_, sample.to_numpy(dtype=np.float64, na_value=np.nan), km.predict(sample),
+                  km.cluster_centers_)  # nullable and Arrow columns as floats
     print(f"plot written to {path}")
 
 
@@ -363,7 +365,8 @@ def _predict(args) -> int:
     from dkmeans.engine.files import read_table, write_parquet
 
     km = _load_model(args.model)
-    df = read_table(args.input)
+    km.set_params(missing=_params.check("cli", {"--missing": args.missing})["missing"])
+    df = read_table(args.input, storage_options=_storage_options(args))
     features = list(getattr(km, "feature_names_in_", []))
     if not features:
         raise InvalidParameterError("the model has no feature names; it was not fitted on named columns")
@@ -373,10 +376,13 @@ def _predict(args) -> int:
     if args.label_column in df.columns:
         raise InvalidParameterError(f"the input already has a column {args.label_column!r}; choose --label-column")
     connect(args)
-    out = df.assign(**{args.label_column: km.predict(df[features])})
-    path = write_parquet(out, args.output)
-    print(f"labels of {df.npartitions} partition(s) written to {path} (column {args.label_column!r})")
-    args.summary = {"output": str(path), "label_column": args.label_column,
+    labels = km.predict(df[features])
+    if args.missing == "skip":  # rows with a missing feature: a null label (every input row is kept)
+        labels = labels.where(labels >= 0).astype("Int32")
+    out = df.assign(**{args.label_column: labels})
+    write_parquet(out, args.output, storage_options=_storage_options(args))
+    print(f"labels of {df.npartitions} partition(s) written to {args.output} (column {args.label_column!r})")
+    args.summary = {"output": str(args.output), "label_column": args.label_column,
                     "partitions": int(df.npartitions)}
     return 0
 
@@ -386,7 +392,8 @@ def _evaluate(args) -> int:
     from dkmeans.engine.files import read_table
 
     km = _load_model(args.model)
-    df = read_table(args.input)
+    km.set_params(missing=_params.check("cli", {"--missing": args.missing})["missing"])
+    df = read_table(args.input, storage_options=_storage_options(args))
     X = select_columns(df, list(km.feature_names_in_), name=str(args.input))
     if args.truth_column and args.truth_column not in df.columns:
         raise InvalidParameterError(f"truth column {args.truth_column!r} not found in the input")
@@ -503,6 +510,66 @@ def _cluster_options(p):
     g.add_argument("--tls-key", metavar="PATH", help="TLS: client key")
 
 
+def _storage_value(text: str):
+    """A ``--storage-option`` value: JSON where it parses (true, 3, null, {...}), else the text itself."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _storage_options(args) -> dict | None:
+    """``--storage-options FILE.json`` then each ``--storage-option KEY=VALUE`` over it (dotted keys nest:
+    ``client_kwargs.region_name=eu-west-1``); None when neither is given."""
+    import json
+
+    options = {}
+    if getattr(args, "storage_options_file", None):
+        try:
+            with open(args.storage_options_file) as f:
+                options = json.load(f)
+        except OSError as exc:
+            raise InvalidParameterError(f"--storage-options: cannot read {args.storage_options_file}: "
+                                        f"{exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise InvalidParameterError(f"--storage-options: {args.storage_options_file} is not JSON: {exc}") from None
+        if not isinstance(options, dict):
+            raise InvalidParameterError(f"--storage-options: {args.storage_options_file} must hold a JSON object")
+    for item in getattr(args, "storage_option", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidParameterError(f"--storage-option takes KEY=VALUE, got {item!r}")
+        *parents, leaf = key.strip().split(".")
+        target = options
+        for part in parents:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise InvalidParameterError(f"--storage-option {item!r}: {part} is not an object")
+        target[leaf] = _storage_value(value)
+    return options or None
+
+
+def _storage_arguments(p) -> None:
+    """``--storage-option KEY=VALUE`` (repeated) and ``--storage-options FILE.json``: the filesystem's options."""
+    g = p.add_argument_group("object stores (s3://, gs://, abfs://: options of the filesystem, fsspec)")
+    g.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="an option of the input's (and output's) filesystem, repeated: e.g. "
+                        "endpoint_url=http://127.0.0.1:9000, key=..., secret=..., anon=true "
+                        "(values are JSON where they parse; dotted keys nest)")
+    g.add_argument("--storage-options", dest="storage_options_file", metavar="FILE.json",
+                   help="a JSON object of filesystem options (--storage-option entries override it)")
+
+
+def _missing_argument(p) -> None:
+    """``--missing`` of predict and evaluate (fit and sweep take it from the parameter table)."""
+    param = _params.PARAMS["missing"]
+    p.add_argument(param.cli, choices=list(_params.MISSING), default="error",
+                   help="rows with a missing value: 'error' (default), or 'skip': labelled with a null "
+                        "(predict; every input row is kept) or left out (evaluate)")
+
+
 def _dest(option: str) -> str:
     return option.lstrip("-").replace("-", "_")
 
@@ -580,6 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--resume", action="store_true",
                      help="continue from --checkpoint PATH if it exists (same data and options)")
     fit.add_argument("--quiet", action="store_true", help="no per-iteration progress")
+    _storage_arguments(fit)
     _cluster_options(fit)
     fit.set_defaults(handler=_fit)
 
@@ -596,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write the model of every k to DIR/kmeans-k<K>.npz (as dkmeans fit writes them)")
     sweep.add_argument("--plot", metavar="FILE", help="write the objective per k, the suggested k marked (PNG)")
     sweep.add_argument("--quiet", action="store_true", help="no per-iteration progress")
+    _storage_arguments(sweep)
     _cluster_options(sweep)
     sweep.set_defaults(handler=_sweep)
 
@@ -607,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--output", required=True, help="Parquet directory to write (one file per input partition)")
     predict.add_argument("--label-column", default="cluster",
                          help="name of the label column added (default cluster)")
+    _missing_argument(predict)
+    _storage_arguments(predict)
     _cluster_options(predict)
     predict.set_defaults(handler=_predict)
 
@@ -614,6 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("model", help="model file written by dkmeans fit (or KMeans.save)")
     evaluate.add_argument("input", help="Parquet file/directory/glob or CSV file/glob to score")
     evaluate.add_argument("--truth-column", help="column of known class labels")
+    _missing_argument(evaluate)
+    _storage_arguments(evaluate)
     _cluster_options(evaluate)
     evaluate.set_defaults(handler=_evaluate)
 

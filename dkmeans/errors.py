@@ -27,6 +27,11 @@ class InvalidDataError(DKMeansError, ValueError):
     """Input data (or centroids, or weights) has the wrong shape or content."""
 
 
+class DataSourceError(InvalidDataError, OSError):
+    """A path could not be read or written: no such file or bucket, a glob matching nothing, wrong
+    credentials, an unreachable endpoint (local files and object stores alike)."""
+
+
 class DataTypeError(DKMeansError, TypeError):
     """Input data has a type or dtype dkmeans cannot work with."""
 

@@ -26,9 +26,13 @@ from dkmeans.fit.inputs import (
     check_sample_weight,
     FLOAT_DTYPES,
     Dataset,
+    as_local_frame,
     check_dask_array,
+    check_missing_policy,
     data_errors,
+    expand_labels,
     is_dask_collection,
+    test_rows,
 )
 from dkmeans.kernels.namespace import is_cupy_array
 from dkmeans.kernels.quality import imbalance_factor
@@ -172,10 +176,12 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
 
         ``in_memory`` (``partial_fit``'s batch): the rows stay in this process whatever ``device``.
         """
+        X = as_local_frame(X)  # polars, pyarrow: as pandas, every column type kept
         if is_dataframe(X):
             select_columns(X)  # every column must be numeric: say which are not
         dataset = as_dataset(X, device=None if in_memory else self.device, check_local=functools.partial(
-            validate_data, self, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=reset, ensure_min_samples=1))
+            validate_data, self, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=reset, ensure_min_samples=1),
+            missing=self._missing())
         if dataset.is_dask or is_cupy_array(X):  # validate_data records them for in-memory host input
             self.n_features_in_ = dataset.n_features
         if dataset.is_dask:
@@ -185,9 +191,25 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
                 del self.feature_names_in_
         return dataset
 
+    def _missing(self) -> str:
+        """The missing-value policy (``missing``; "error" for a model saved before it existed)."""
+        return check_missing_policy(getattr(self, "missing", "error"))
+
     def _check_test_data(self, X):
-        """Validate predict/transform input: a NumPy array, a Dask array or a Dask DataFrame."""
+        """Validate predict/transform input: ``(rows, kept)``, the rows an array, a Dask array or a Dask DataFrame.
+
+        ``kept``: with ``missing="skip"``, the mask of the in-memory rows with no missing
+        value (the rows returned are those); None otherwise.
+        """
         check_is_fitted(self, "cluster_centers_")
+        if not is_cupy_array(X):
+            X, kept = test_rows(X, missing=self._missing())
+            if kept is not None and not kept.any():  # no row to label: every label is -1
+                return np.empty((0, self.n_features_in_), dtype=self.cluster_centers_.dtype), kept
+            return self._checked_test_rows(X), kept
+        return self._checked_test_rows(X), None
+
+    def _checked_test_rows(self, X):
         if is_cupy_array(X):
             X = check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
             if X.shape[1] != self.n_features_in_:
@@ -414,8 +436,9 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         labels : ndarray of int32, or a lazy Dask array for Dask input
             A Dask Series on the input's index for a Dask DataFrame.
         """
-        X = self._check_test_data(X)
-        return inference.labels(X, self.cluster_centers_, self._fitted_metric())
+        X, kept = self._check_test_data(X)
+        return expand_labels(inference.labels(X, self.cluster_centers_, self._fitted_metric(), missing=self._missing()),
+                             kept)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -443,9 +466,14 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         ndarray, Dask array or Dask DataFrame of shape (n_samples, n_clusters)
             The distances.
         """
-        X = self._check_test_data(X)
-        return inference.distances(X, self.cluster_centers_, self._fitted_metric(),
-                                   names=self.get_feature_names_out())
+        X, kept = self._check_test_data(X)
+        out = inference.distances(X, self.cluster_centers_, self._fitted_metric(),
+                                  names=self.get_feature_names_out(), missing=self._missing())
+        if kept is not None:  # rows with a missing value: NaN distances
+            full = np.full((kept.shape[0], self.cluster_centers_.shape[0]), np.nan, dtype=out.dtype)
+            full[kept] = out
+            out = full
+        return out
 
     def fit_transform(self, X, y=None, sample_weight=None):
         """Fit, then return the distances of ``X`` to the cluster centres.
@@ -469,6 +497,8 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the (weighted) objective of ``X`` for the fitted centres (fitted metric).
 
+        With ``missing="skip"`` rows with a missing value are left out.
+
         Parameters
         ----------
         X : {array-like, sparse matrix, DataFrame, Dask array} of shape (n_samples, n_features)
@@ -483,12 +513,17 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         float
             Minus the objective (higher is better, as scikit-learn's scores).
         """
-        X = self._check_test_data(X)
+        X, kept = self._check_test_data(X)
         dask_input = is_dask_collection(X)
         n_rows = None if dask_input else X.shape[0]
+        if kept is not None and sample_weight is not None:  # the weights of the rows scored
+            sample_weight = np.asarray(sample_weight)
+            if sample_weight.ndim != 1 or sample_weight.shape[0] != kept.shape[0]:
+                raise InvalidDataError(f"sample_weight has {sample_weight.size} entries but X has {kept.shape[0]} rows")
+            sample_weight = sample_weight[kept]
         weights = check_sample_weight(sample_weight, n_rows, positive_sum=False)
         return -inference.objective(X, self.cluster_centers_, self._fitted_metric(), weights,
-                                    client=get_client() if dask_input else None)
+                                    client=get_client() if dask_input else None, missing=self._missing())
 
 
     def _checked_params(self) -> dict:
@@ -514,6 +549,8 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         params = self.get_params()
         for name in ("verbose", "checkpoint", "checkpoint_every", "prune"):
             params.pop(name, None)
+        if params.get("missing") == "error":  # the default: checkpoints written before the parameter resume
+            params.pop("missing")
         if not isinstance(self.init, str):
             params["init"] = "callable" if callable(self.init) else "array"
         rs = params["random_state"]
@@ -626,6 +663,12 @@ class KMeans(_KMeansBase):
         of the unpruned iterations; only the time and ``history_[i]["distances_computed"]``
         differ. "auto": where it pays. Out-of-core and mini-batch fits are never pruned. See
         :ref:`guide-pruning`.
+    missing : {"error", "skip"}, default "error"
+        Rows with a missing value (NaN, ``pd.NA``, an Arrow null). ``"error"``: raise
+        :class:`~dkmeans.errors.InvalidDataError` naming the columns (and, in memory, how many
+        values each lacks; for lazy data, those of the partition where a pass found them).
+        ``"skip"``: fit leaves such rows out (``labels_`` is -1 for them), ``predict`` labels
+        them -1, ``transform`` gives them NaN distances and ``score`` leaves them out.
 
     Attributes
     ----------
@@ -698,6 +741,7 @@ class KMeans(_KMeansBase):
         out_of_core="auto",
         metric="euclidean",
         prune="auto",
+        missing="error",
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -718,6 +762,7 @@ class KMeans(_KMeansBase):
         self.out_of_core = out_of_core
         self.metric = metric
         self.prune = prune
+        self.missing = missing
 
     # -- parameters ---------------------------------------------------------------
     def _fit_spec(self) -> FitSpec:

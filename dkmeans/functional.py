@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dkmeans.fit import params as _params
-from dkmeans.fit.inputs import as_dataset, check_float_dtype
+from dkmeans.fit.inputs import as_dataset, check_float_dtype, expand_labels, named_missing
 from dkmeans.fit import inference
 from dkmeans.engine.client import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
@@ -102,7 +102,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
           checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False, prune="auto",
           batch_size: int = DEFAULT_BATCH_SIZE,
-          max_no_improvement=10, reassignment_ratio: float = 0.01) -> TrainResult:
+          max_no_improvement=10, reassignment_ratio: float = 0.01, missing="error") -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Read more in the :ref:`User Guide <guide-functional>`.
@@ -146,6 +146,9 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         memory (see :class:`dkmeans.KMeans`); the results are the same either way.
     batch_size, max_no_improvement, reassignment_ratio
         With ``desc.method == "minibatch"`` (see :class:`dkmeans.MiniBatchKMeans`).
+    missing : {"error", "skip"}, default "error"
+        Rows with a missing value (NaN, ``pd.NA``, Arrow null): an error naming the columns,
+        or left out of the fit (``labels`` -1 for them), as :class:`dkmeans.KMeans` does.
 
     Returns
     -------
@@ -165,7 +168,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         "oversampling_factor": oversampling_factor, "init_rounds": init_rounds, "checkpoint": checkpoint,
         "checkpoint_every": checkpoint_every, "device": device, "out_of_core": out_of_core,
         "local_search": local_search, "batch_size": batch_size, "max_no_improvement": max_no_improvement,
-        "reassignment_ratio": reassignment_ratio, "prune": prune,
+        "reassignment_ratio": reassignment_ratio, "prune": prune, "missing": missing,
     })
     minibatch = None
     if desc.method == "minibatch":
@@ -180,7 +183,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
             f"initial_centroids: unknown strategy {initial_centroids!r}; "
             f"use an array or one of {sorted(_params.INIT_STRATEGIES)}"
         )
-    dataset = as_dataset(data, dtype=desc.dtype, name="data", columns=columns, device=p["device"])
+    dataset = as_dataset(data, dtype=desc.dtype, name="data", columns=columns, device=p["device"],
+                         missing=p["missing"])
     job = {"function": "dkmeans.train", "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
            "initial_centroids": initial_centroids if isinstance(initial_centroids, str) else "array",
            "oversampling_factor": p["oversampling_factor"], "init_rounds": p["init_rounds"],
@@ -213,7 +217,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     )
 
 
-def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
+def infer(desc: Descriptor, model: Model, data, *, columns=None, missing="error") -> InferResult:
     """Assign data to the nearest centroid of a model (oneDAL ``infer``).
 
     Read more in the :ref:`User Guide <guide-functional>`.
@@ -226,6 +230,9 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
     data : array-like, pandas DataFrame, Dask array or Dask DataFrame, shape (m, p)
     columns : list of str, optional
         For DataFrame input: the (numeric) columns to use (default: all).
+    missing : {"error", "skip"}, default "error"
+        Rows with a missing value: an error naming the columns, or label -1 (left out of the
+        objective).
 
     Returns
     -------
@@ -240,17 +247,23 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None) -> InferResult:
         raise InvalidDataError(
             f"model has {model.cluster_count} centroids but desc.cluster_count is {desc.cluster_count}"
         )
-    dataset = as_dataset(data, dtype=desc.dtype, name="data", columns=columns)
+    missing = _params.check("functional", {"missing": missing})["missing"]
+    dataset = as_dataset(data, dtype=desc.dtype, name="data", columns=columns, missing=missing)
     if model.centroids.shape[1] != dataset.n_features:
         raise InvalidDataError(
             f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
         )
     if dataset.local is not None:  # in-memory data: assigned right here, as the estimator's predict does
         labels, objective = inference.labels_and_objective(dataset.local, model.centroids, desc.metric)
-        return InferResult(labels=labels, objective_function_value=objective)
+        return InferResult(labels=expand_labels(labels, dataset.kept), objective_function_value=objective)
     keep = "none" if dataset.frame is not None else "persist" if dataset.is_dask else "gather"
-    labels, objective = inference.labels_and_objective(dataset.array, model.centroids, desc.metric,
-                                                       client=get_client(), keep=keep)
+    with named_missing(dataset):
+        labels, objective = inference.labels_and_objective(dataset.array, model.centroids, desc.metric,
+                                                           client=get_client(), keep=keep)
     if dataset.frame is not None:  # on the DataFrame's index
-        labels = inference.labels(dataset.frame, model.centroids.astype(dataset.array.dtype), desc.metric)
+        labels = inference.labels(dataset.frame, model.centroids.astype(dataset.array.dtype), desc.metric,
+                                  missing=missing)
+    elif dataset.unfiltered is not None:  # missing="skip": every input row, -1 where one has a missing value
+        labels = inference.labels(dataset.unfiltered, model.centroids.astype(dataset.array.dtype), desc.metric,
+                                  missing="skip")
     return InferResult(labels=labels, objective_function_value=objective)

@@ -220,8 +220,8 @@ def check_k_values(k_values) -> list[int]:
     return sorted(values)
 
 
-def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws: int = 5,
-          reference_rows: int = 20_000, silhouette_rows: int = 2_000,
+def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options=None,
+          reference_draws: int = 5, reference_rows: int = 20_000, silhouette_rows: int = 2_000,
           **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
@@ -244,6 +244,9 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
     k_values : sequence of int
         Distinct values of k (``n_clusters``), each at most the number of rows.
     sample_weight : array-like or Dask array, optional
+    storage_options : dict, optional
+        When ``X`` is a path: options of its filesystem (fsspec; credentials, ``endpoint_url``),
+        as :func:`dkmeans.engine.files.read_table` takes them.
     random_state : int, Generator, RandomState or None
         Resolved once to one seed that every k's fit uses (``SweepResult.random_state``):
         ``KMeans(n_clusters=k, random_state=result.random_state)`` refits any k alone.
@@ -307,7 +310,9 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, reference_draws
         from dkmeans.engine.files import read_table
         from dkmeans.io.dataframe import select_columns
 
-        X = select_columns(read_table(str(X)), name=str(X))
+        X = select_columns(read_table(str(X), storage_options=storage_options), name=str(X))
+    elif storage_options is not None:
+        raise InvalidParameterError("storage_options applies to a path; pass them to the reader of X")
     seed = resolve_seed(random_state)
     verbose = kmeans_params.pop("verbose", 0)
     models = {k: KMeans(n_clusters=k, random_state=seed, verbose=verbose, **kmeans_params) for k in ks}

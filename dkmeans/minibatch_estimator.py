@@ -117,6 +117,9 @@ class MiniBatchKMeans(_KMeansBase):
         As :class:`dkmeans.KMeans`: persist the data when it fits the cluster's memory,
         else stream it (the sequential mode above).
     device : {None, "cpu", "gpu"}, default None
+    missing : {"error", "skip"}, default "error"
+        As :class:`dkmeans.KMeans`: rows with a missing value raise, or are left out of the
+        fit (``partial_fit`` too) and labelled -1 by ``predict``.
 
     Attributes
     ----------
@@ -167,6 +170,7 @@ class MiniBatchKMeans(_KMeansBase):
         checkpoint_every=100,
         out_of_core="auto",
         device=None,
+        missing="error",
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -187,6 +191,7 @@ class MiniBatchKMeans(_KMeansBase):
         self.checkpoint_every = checkpoint_every
         self.out_of_core = out_of_core
         self.device = device
+        self.missing = missing
 
     def _fit_spec(self, warn_init: bool = True) -> FitSpec:
         p = self._checked_params()

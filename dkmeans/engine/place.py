@@ -63,7 +63,9 @@ def _place(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     # Parquet behind a dd.read_parquet frame: the engine reads it in row batches, row counts from the footers
-    source = parquet_source(dataset.frame, dataset.array.dtype) if dataset.frame is not None and not row_bytes else None
+    # (not with missing="skip": rows left out where Dask reads the partitions, which the footers do not count)
+    own_reader = dataset.frame is not None and not row_bytes and getattr(dataset, "missing", "error") == "error"
+    source = parquet_source(dataset.frame, dataset.array.dtype) if own_reader else None
     if source is not None:
         streamed = StreamedData(client, None, weights, budget, source=source)
         reading = 2 * streamed.read_cost.fixed * len(budget.limits)  # what each worker's reads keep in pools

@@ -12,10 +12,13 @@ import math
 
 import dask.array as da
 import numpy as np
+import pandas as pd
 from dask.array.utils import meta_from_array
 from distributed import futures_of
 
 from dkmeans.engine.device import beside_rows
+from dkmeans.engine.columns import (complete_rows, float_frame_meta, missing_counts_partition,
+                                    partition_to_float_frame, result_dtype)
 from dkmeans.engine.futures import gather
 from dkmeans.engine.passes import submitting_own_graph
 from dkmeans.kernels.namespace import get_namespace, is_sparse, to_host
@@ -76,8 +79,49 @@ def index_meta(df):
 
 
 def as_array(df, *, lengths: bool = False) -> da.Array:
-    """The rows of a Dask DataFrame as a Dask array (``lengths``: partition lengths computed)."""
+    """The rows of a Dask DataFrame as a Dask array (``lengths``: partition lengths computed).
+
+    Columns of extension types (nullable, pyarrow-backed) are converted partition by
+    partition first (:func:`frame_rows`), never to ``object``.
+    """
+    if not all(isinstance(t, np.dtype) and t.kind in "fiub" for t in df.dtypes):
+        df = float_frame(df, result_dtype(df.dtypes))
     return df.to_dask_array(lengths=True if lengths else None)
+
+
+def float_frame(df, dtype, *, name: str = "X", missing: str = "error", drop: bool = False):
+    """A Dask DataFrame of numeric columns of any type as one of float columns of ``dtype``, lazily.
+
+    Each partition is converted where it is read (:func:`dkmeans.engine.columns.partition_to_float_frame`):
+    missing values raise the one missing-values error there (``missing="error"``), or stay
+    NaN, or with ``drop`` the rows holding them are left out.
+    """
+    meta = float_frame_meta(df.columns, dtype)
+    meta.index = index_meta(df)
+    return df.map_partitions(partition_to_float_frame, np.dtype(dtype), name, missing, drop, meta=meta)
+
+
+def frame_rows(df, dtype, *, name: str = "X", missing: str = "error", drop: bool = False) -> da.Array:
+    """The rows of a Dask DataFrame as a float Dask array of ``dtype`` (see :func:`float_frame`), one chunk
+    per partition (lengths unknown until read)."""
+    return float_frame(df, dtype, name=name, missing=missing, drop=drop).to_dask_array()
+
+
+def missing_counts(df) -> dict:
+    """``{column: missing values}`` of a Dask DataFrame (NaN and nulls), counted in one pass."""
+    meta = pd.DataFrame({c: np.empty(0, np.int64) for c in df.columns})
+    counts = df.map_partitions(missing_counts_partition, meta=meta).sum().compute()
+    return {c: int(n) for c, n in counts.items()}
+
+
+def _complete_block(X):
+    return X[complete_rows(X)] if X.shape[0] else X
+
+
+def skip_missing_rows(X: da.Array) -> da.Array:
+    """A float Dask array without its rows holding NaN, lazily (row chunk lengths become unknown)."""
+    return X.map_blocks(_complete_block, dtype=X.dtype, chunks=((np.nan,) * X.numblocks[0], X.chunks[1]),
+                        meta=meta_from_array(X))
 
 
 def row_weights(weights, X: da.Array) -> da.Array:
@@ -242,5 +286,5 @@ def summed_pass(data, block_fn, args=(), per_label: int = 0):
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 
-__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
+__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "missing_counts", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
            "pair_counts", "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]

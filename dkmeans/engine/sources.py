@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dkmeans.engine.columns import batch_to_array
+
 #: Consecutive row groups of a file are read by one task of a pass up to about this many
 #: bytes of features (a piece); a row group is never split between tasks.
 PIECE_BYTES = 64 * 2**20
@@ -136,14 +138,13 @@ class ParquetSource(_PieceRows):
 
 
 def to_array(batch, dtype) -> np.ndarray:
-    """A pyarrow RecordBatch as a C-ordered ``(rows, columns)`` array, column by column (nulls: NaN)."""
-    out = np.empty((batch.num_rows, batch.num_columns), dtype=dtype)
-    for j in range(batch.num_columns):
-        column = batch.column(j)
-        if column.null_count:
-            column = column.cast("float64")
-        out[:, j] = column.to_numpy(zero_copy_only=False)
-    return out
+    """A pyarrow RecordBatch as a C-ordered ``(rows, columns)`` array, column by column.
+
+    Every numeric Arrow type (ints, floats, bools, decimals) converts; a missing value
+    (null) is NaN, which the fit's first pass finds (and the fit service then names the
+    columns with their counts: :func:`dkmeans.engine.rowwise.missing_counts`).
+    """
+    return batch_to_array(batch, dtype, missing="skip")
 
 
 # -- the files behind a Dask DataFrame --------------------------------------------------------

@@ -15,10 +15,12 @@ import functools
 import numpy as np
 import pandas as pd
 
-from dkmeans.engine.rowwise import (as_array, index_meta, is_dask_array, labelled_pass, map_partitions,
+from dkmeans.engine.columns import complete_rows, frame_to_array
+from dkmeans.engine.rowwise import (frame_rows, index_meta, is_dask_array, labelled_pass, map_partitions,
                                     map_row_blocks, sum_on_cluster)
 from dkmeans.io.dataframe import is_dask_dataframe
 from dkmeans.kernels.backends.compile import call_pinned, current_pin
+from dkmeans.kernels.namespace import is_sparse
 from dkmeans.kernels.inference import distances_block, labels_block, labels_objective_block, objective_block
 from dkmeans.kernels.namespace import get_namespace
 
@@ -28,61 +30,89 @@ def _pinned(fn):
     return functools.partial(call_pinned, current_pin(), fn)
 
 
-def _rows(part, C):
-    return np.ascontiguousarray(part.to_numpy(dtype=C.dtype))
+def _rows(part, C, missing="error"):
+    # every numeric column type, column by column; missing values: the one error, or NaN (missing="skip")
+    return frame_to_array(part, C.dtype, missing=missing, where=" of a partition read")
 
 
-def _labels_partition(part, C, name, metric):
-    return pd.Series(labels_block(_rows(part, C), C, metric), index=part.index, name=name)
+def skipping(block_fn, fill, X, C, *args):
+    """``block_fn(X, C, *args)`` on the rows of ``X`` with no NaN; ``fill`` in the rows of the others
+    (``missing="skip"``: label -1, distances NaN, objective 0)."""
+    if is_sparse(X) or not X.shape[0]:
+        return block_fn(X, C, *args)
+    keep = complete_rows(X)
+    if keep.all():
+        return block_fn(X, C, *args)
+    part = block_fn(np.ascontiguousarray(X[keep]), C, *args)
+    out = np.full((X.shape[0],) + part.shape[1:], fill, dtype=part.dtype)
+    out[keep] = part
+    return out
 
 
-def _distances_partition(part, C, names, metric):
-    return pd.DataFrame(distances_block(_rows(part, C), C, metric), index=part.index, columns=names)
+def _block(fn, fill, missing):
+    return functools.partial(skipping, fn, fill) if missing == "skip" else fn
 
 
-def labels(X, C, metric: str = "euclidean", *, name: str = "cluster"):
+def _labels_partition(part, C, name, metric, missing="error"):
+    out = _block(labels_block, -1, missing)(_rows(part, C, missing), C, metric)
+    return pd.Series(out, index=part.index, name=name)
+
+
+def _distances_partition(part, C, names, metric, missing="error"):
+    out = _block(distances_block, np.nan, missing)(_rows(part, C, missing), C, metric)
+    return pd.DataFrame(out, index=part.index, columns=names)
+
+
+def labels(X, C, metric: str = "euclidean", *, name: str = "cluster", missing: str = "error"):
     """Index of the nearest centroid of every row (int32).
 
     Returns a NumPy/CuPy array for in-memory rows, a lazy Dask array for a Dask array, and a
-    Dask Series on the input's index (named ``name``) for a Dask DataFrame.
+    Dask Series on the input's index (named ``name``) for a Dask DataFrame. ``missing="skip"``:
+    a row with a missing value (NaN) is labelled -1.
     """
     C = np.asarray(C)
     if is_dask_dataframe(X):
         meta = pd.Series(np.empty(0, np.int32), name=name, index=index_meta(X))
-        return map_partitions(X, _labels_partition, C, name, metric, meta=meta)
+        return map_partitions(X, _labels_partition, C, name, metric, missing, meta=meta)
+    block = _block(labels_block, -1, missing)
     if is_dask_array(X):
-        return map_row_blocks(X, _pinned(labels_block), C, metric, dtype=np.int32)
-    return labels_block(X, C, metric)
+        return map_row_blocks(X, _pinned(block), C, metric, dtype=np.int32)
+    return block(X, C, metric)
 
 
-def distances(X, C, metric: str = "euclidean", *, names=None):
+def distances(X, C, metric: str = "euclidean", *, names=None, missing: str = "error"):
     """Distances ``(n, k)`` of every row to every centroid: Euclidean, or ``1 - cos`` for cosine.
 
     A Dask DataFrame gives a Dask DataFrame with columns ``names`` on the input's index.
+    ``missing="skip"``: NaN distances for a row with a missing value.
     """
     C = np.asarray(C)
     if is_dask_dataframe(X):
         names = [str(n) for n in names]
         meta = pd.DataFrame({n: np.empty(0, C.dtype) for n in names}, index=index_meta(X))
-        return map_partitions(X, _distances_partition, C, names, metric, meta=meta)
+        return map_partitions(X, _distances_partition, C, names, metric, missing, meta=meta)
+    block = _block(distances_block, np.nan, missing)
     if is_dask_array(X):
-        return map_row_blocks(X, _pinned(distances_block), C, metric, dtype=X.dtype, width=C.shape[0])
-    return distances_block(X, C, metric)
+        return map_row_blocks(X, _pinned(block), C, metric, dtype=X.dtype, width=C.shape[0])
+    return block(X, C, metric)
 
 
-def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=None) -> float:
+def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=None, missing: str = "error") -> float:
     """The (weighted) objective: the sum over rows of the squared distance (``1 - cos``) to the nearest centroid.
 
     ``sample_weight`` has been checked (:func:`dkmeans.fit.inputs.check_sample_weight`);
-    Dask input takes one pass on ``client``.
+    Dask input takes one pass on ``client``. ``missing="skip"``: rows with a missing value add nothing.
     """
     C = np.asarray(C)
+    block = _block(objective_block, 0.0, missing)
     if is_dask_dataframe(X):
-        X = as_array(X, lengths=sample_weight is not None)
+        X = frame_rows(X, C.dtype, missing=missing)
+        if sample_weight is not None:
+            X = X.compute_chunk_sizes()
     if is_dask_array(X):
-        return sum_on_cluster(client, map_row_blocks(X, _pinned(objective_block), C, metric, dtype=np.float64),
+        return sum_on_cluster(client, map_row_blocks(X, _pinned(block), C, metric, dtype=np.float64),
                               sample_weight)
-    d2 = objective_block(X, C, metric)
+    d2 = block(X, C, metric)
     if sample_weight is not None:  # (NumPy weights of CuPy rows go to the device)
         d2 = d2 * get_namespace(d2).asarray(sample_weight, dtype=np.float64)
     return float(d2.sum())

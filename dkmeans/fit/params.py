@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dkmeans.engine.columns import MISSING  # the policies the engine's conversions follow
 from dkmeans.errors import InvalidParameterError
 
 
@@ -206,6 +207,8 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           estimator="bisecting_strategy", functional="bisecting_strategy", cli="--bisecting-strategy"),
     Param("copy_x", OneOf((True, False)), "accepted for scikit-learn's signature: the input is never modified",
           estimator="copy_x"),
+    Param("missing", OneOf(MISSING), "rows with a missing value (NaN, null): 'error', or 'skip' (left out of the "
+          "fit, labelled -1 by predict)", estimator="missing", functional="missing", cli="--missing"),
     Param("metric", OneOf(METRICS), "euclidean, or cosine (spherical k-means: unit rows and centroids, "
           "objective sum of w (1 - cos))", estimator="metric", functional="metric", cli="--metric"),
 )}
@@ -229,5 +232,5 @@ def check(face: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["BISECTING_ALGORITHMS", "BISECTING_INITS", "BISECTING_STRATEGIES", "TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "OUT_OF_CORE", "PARAMS", "PRUNE", "Param", "STOP_RULES",
+__all__ = ["BISECTING_ALGORITHMS", "BISECTING_INITS", "BISECTING_STRATEGIES", "TIME_UNITS", "ALGORITHMS", "HARTIGAN_MODES", "INIT_STRATEGIES", "METRICS", "MISSING", "OUT_OF_CORE", "PARAMS", "PRUNE", "Param", "STOP_RULES",
            "check", "face_names"]

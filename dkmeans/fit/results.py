@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from dkmeans.fit import inference
-from dkmeans.fit.inputs import Dataset
+from dkmeans.fit.inputs import Dataset, expand_labels
 from dkmeans.fit.spec import FitResult, FitSpec
 from dkmeans.kernels.inference import labels_objective_block
 from dkmeans.kernels.namespace import is_cupy_array, to_host
@@ -47,11 +47,15 @@ def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_rea
     if not with_labels:
         labels = None
     elif dataset.frame is not None:  # on the DataFrame's index, from its partitions (the final pass kept none)
-        labels = inference.labels(dataset.frame, centroids, spec.metric)
+        labels = inference.labels(dataset.frame, centroids, spec.metric, missing=dataset.missing)
+    elif dataset.unfiltered is not None:  # missing="skip": every input row, -1 where one was left out
+        labels = inference.labels(dataset.unfiltered, centroids, spec.metric, missing="skip")
     elif not dataset.is_dask and hasattr(labels, "compute"):  # in-memory input, labels from the cluster
         labels = labels.compute()
     if labels is not None and not dataset.on_device:
         labels = labels_on_host(labels)  # labels follow the input (host data, device="gpu")
+    if with_labels and dataset.kept is not None:  # in memory, missing="skip": -1 for the rows left out
+        labels = expand_labels(labels, dataset.kept)
     return FitResult(centroids, labels, inertia, n_iter, stop_reason, converged, history,
                      "in-memory" if data.in_memory else "out-of-core", n_passes, list(data.loop_modes), **extra)
 

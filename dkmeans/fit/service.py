@@ -43,7 +43,8 @@ from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.checkpoint_job import checkpoint_job
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
-from dkmeans.fit.inputs import Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight
+from dkmeans.fit.inputs import (Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight,
+                                kept_weights, named_missing)
 from dkmeans.fit.metric_inputs import prepare_centroids, prepare_dataset, supports_local_search
 from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fit
 from dkmeans.fit.results import final_assignment, fit_result
@@ -81,7 +82,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
         C0 = prepare_centroids(C0, spec.metric, name=spec.names.get("init", "init"))
     if dataset.n_rows is not None:
         check_n_clusters_vs_rows(k, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
-    weights = check_sample_weight(sample_weight, dataset.n_rows)
+    weights = check_sample_weight(kept_weights(dataset, sample_weight), dataset.n_rows)
     seed = resolve_seed(spec.random_state)
     searches = supports_local_search(spec.metric, is_sparse_array(dataset.array), algorithm=spec.algorithm,
                                      refine=spec.refine, local_search=spec.local_search)
@@ -89,7 +90,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
-    with placed(spec, dataset, weights) as (data, client):
+    with named_missing(dataset), placed(spec, dataset, weights) as (data, client):
         return fit(spec, dataset, data, C0, seed, client, searches)
 
 

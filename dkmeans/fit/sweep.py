@@ -37,7 +37,7 @@ from dkmeans.engine.shared_passes import SharedPasses
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
-from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight
+from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight, kept_weights, named_missing
 from dkmeans.fit.metric_inputs import prepare_dataset, supports_local_search
 from dkmeans.fit.gap import ReferenceCurve, reference_curve
 from dkmeans.fit.krules import bic_score
@@ -171,7 +171,7 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     if dataset.n_rows is not None:
         for spec in specs:
             check_n_clusters_vs_rows(spec.n_clusters, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
-    weights = check_sample_weight(sample_weight, dataset.n_rows)
+    weights = check_sample_weight(kept_weights(dataset, sample_weight), dataset.n_rows)
     seeds = [resolve_seed(spec.random_state) for spec in specs]
     sparse = is_sparse_array(dataset.array)
     searches = [supports_local_search(spec.metric, sparse, algorithm=spec.algorithm, refine=spec.refine,
@@ -180,7 +180,8 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     with_gap = reference_draws > 0 and specs[0].metric == "euclidean" and not sparse
     with_sample = silhouette_rows > 0 and not sparse
     # a combined pass carries every k's centroids: the placement's budget counts them all
-    with placed(specs[0], dataset, weights, n_clusters=sum(spec.n_clusters for spec in specs)) as (data, client):
+    with named_missing(dataset), placed(specs[0], dataset, weights,
+                                        n_clusters=sum(spec.n_clusters for spec in specs)) as (data, client):
         try:
             for spec in specs:
                 check_rows_when_placed(spec, dataset, data)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dkmeans.engine.columns import is_numeric_dtype
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
 
 
@@ -26,10 +27,36 @@ def is_dataframe(data) -> bool:
 
 
 def _is_numeric(dtype) -> bool:
-    try:
-        return bool(pd.api.types.is_numeric_dtype(dtype)) and not pd.api.types.is_complex_dtype(dtype)
-    except TypeError:
+    return is_numeric_dtype(dtype)
+
+
+def is_other_frame(data) -> bool:
+    """An eager frame of another library (polars, pyarrow, cuDF, modin...): one that converts to pandas."""
+    if isinstance(data, pd.DataFrame) or hasattr(data, "__dask_graph__") or isinstance(data, type):
         return False
+    return callable(getattr(data, "to_pandas", None)) and hasattr(data, "columns") \
+        and not hasattr(data, "to_frame")  # a Series is one column, not a frame
+
+
+def as_pandas(data):
+    """A polars/pyarrow/other eager frame as a pandas DataFrame (nulls as NaN or pandas' NA); anything else as given.
+
+    polars and pyarrow convert with their own ``to_pandas``; the column names and order are
+    kept, so every frame library gets pandas' checks and messages (non-numeric columns
+    named, missing values counted).
+    """
+    if not is_other_frame(data):
+        return data
+    module = type(data).__module__.split(".")[0]
+    if module == "pyarrow":  # Arrow types kept (decimals, nulls): converted column by column later
+        frame = data.to_pandas(types_mapper=pd.ArrowDtype)
+    elif module == "polars":
+        frame = data.to_pandas(use_pyarrow_extension_array=True)
+    else:
+        frame = data.to_pandas()
+    if not isinstance(frame, pd.DataFrame):
+        raise DataTypeError(f"{type(data).__name__}.to_pandas() gave a {type(frame).__name__}, not a DataFrame")
+    return frame
 
 
 def select_columns(df, columns=None, name: str = "X"):
@@ -56,8 +83,9 @@ def select_columns(df, columns=None, name: str = "X"):
         df = df[columns]
     non_numeric = [c for c, t in df.dtypes.items() if not _is_numeric(t)]
     if non_numeric:
+        types = ", ".join(f"{c!r} ({df.dtypes[c]})" for c in non_numeric)
         raise DataTypeError(
-            f"{name}: columns {non_numeric} are not numeric; select numeric columns"
+            f"{name}: columns {non_numeric} are not numeric ({types}); select numeric columns"
             + (" with columns=[...]" if columns is None else "")
         )
     return df

@@ -66,7 +66,12 @@ class JobInterrupted(BaseException):
     A ``BaseException``, like ``KeyboardInterrupt``, so that ``except Exception`` does not
     swallow it; not a ``KeyboardInterrupt``, so that distributed's blocking calls do not take
     it for a Ctrl-C of their own (their cancellation can fail with a traceback when the
-    interruption comes early). ``signum`` is the signal received.
+    interruption comes early).
+
+    Parameters
+    ----------
+    signum : int
+        The signal received (kept as ``signum``).
     """
 
     def __init__(self, signum: int):

@@ -371,11 +371,11 @@ WORKER_EXIT_SECONDS = 10.0
 def close_embedded_cluster() -> None:
     """Close the embedded cluster if this process started one (also runs at exit).
 
-    Each worker process is asked to close and given :data:`WORKER_EXIT_SECONDS` to exit by
+    Each worker process is asked to close and given ``WORKER_EXIT_SECONDS`` to exit by
     itself: the interpreter's teardown of a worker that loaded numba, pandas and pyarrow takes
     2-3 s on an idle 2-core machine, more when the machine is busy (two fits at once), longer
     than the 4 s distributed's ``LocalCluster.close`` waits before it kills the process.
-    Before that each worker's objects are frozen (:func:`gc.freeze`), so that its exit
+    Before that each worker's objects are frozen (``gc.freeze()``), so that its exit
     skips the collection of the objects it holds, most of those seconds.
     """
     with _lock:

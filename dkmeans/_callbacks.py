@@ -74,6 +74,10 @@ class FitTasks:
         self._run = None
         self._init = None
         self._runs = 0
+        # set by the face where the fit service reports each run's end (:meth:`run_ended`): a run
+        # then ends there only, not where a record looks like a new run's first (the Lloyd loop
+        # that confirms a local search also starts at iteration 1)
+        self.runs_ended_by_service = False
 
     @classmethod
     def start(cls, estimator, X, y, sample_weight, n_runs: int):
@@ -111,7 +115,8 @@ class FitTasks:
 
     def record(self, record, starts_run: bool) -> None:
         """One progress record; ``starts_run``: it is the first of a new run (``n_init``)."""
-        if self._run is None or (starts_run and self._runs < self.n_runs):
+        if self._run is None or (starts_run and not self.runs_ended_by_service
+                                 and self._runs < self.n_runs):
             self._start_run()
         if self._run is None:
             return

@@ -263,6 +263,7 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         if tasks is not None and isinstance(getattr(spec, "on_iteration", None), _Progress):
             spec.on_iteration.tasks = tasks
             spec = dataclasses.replace(spec, on_run_end=tasks.run_ended)
+            tasks.runs_ended_by_service = True
         fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
         try:
             fitted = self._fit(X, sample_weight, spec)

@@ -150,11 +150,14 @@ WORKERS = """
 c = dkmeans.get_client()
 print("workers", sorted(w["pid"] for w in c.run(lambda: {"pid": os.getpid()}).values()))
 """
+# long enough on a quiet machine too: uniform rows in 16 dimensions, 300 clusters, Lloyd to strict
+# convergence (tol=0) take tens of seconds on 2 cores
 LONG_FIT = """
+X_long = da.random.RandomState(0).random_sample((400_000, 16), chunks=(50_000, 16))
 km = dkmeans.KMeans(n_clusters=300, init="random", n_init=1, max_iter=100_000, tol=0,
-                    random_state=0)
+                    random_state=0, local_search=False)
 print("fitting", flush=True)
-km.fit(X)
+km.fit(X_long)
 """
 REFIT = """
 print("unfitted:", not hasattr(km, "cluster_centers_"))

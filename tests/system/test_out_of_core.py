@@ -50,8 +50,12 @@ def test_streamed_fit_equals_in_memory_fit_for_every_init(client, small, init):
     np.testing.assert_array_equal(ours.labels_.compute(), ref.labels_.compute())
     assert ours.inertia_ == pytest.approx(ref.inertia_, rel=1e-9)
     assert ours.n_iter_ == ref.n_iter_
-    # passes are counted, and streamed k-means|| makes no extra pass over the data
-    assert ours.n_passes_ == ref.n_passes_ > ours.n_iter_
+    # passes are counted, and streaming makes no extra pass over the data: in memory a local search
+    # that moved centroids on its sample measures the start's objective in a pass of its own, which
+    # out of core rides on the sample's read (drivers/local_search.coreset_local_search)
+    assert ref.n_passes_ >= ours.n_passes_ > ours.n_iter_
+    if init == "k-means||":  # (its searches move nothing here: the same passes)
+        assert ours.n_passes_ == ref.n_passes_
 
 
 @pytest.mark.parametrize("algorithm", ["hartigan", "lloyd+hartigan"])

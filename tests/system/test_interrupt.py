@@ -27,6 +27,18 @@ def cluster():
         yield client
 
 
+@pytest.fixture(autouse=True)
+def python_s_own_sigint_handler():
+    """Ctrl-C as a Python session has it: the default handler, raising KeyboardInterrupt. An earlier
+    import in the same test process may have replaced it (``dask_jobqueue.runner`` installs one that
+    calls ``sys.exit`` when imported)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _interrupt_after(seconds: float, when=None):
     """KeyboardInterrupt in the main thread ``seconds`` after ``when()`` is true (default: now)."""
     fired = []

@@ -9,6 +9,12 @@ own (:func:`os.setsid`), out of the caller's process group: an interrupt reaches
 only, which cancels its tasks (:mod:`dkmeans.engine.futures`). The workers still end with the
 cluster (the nanny closes them), and on their own when the scheduler goes away.
 
+Closing the embedded cluster while a task still runs (the caller interrupted, then closed it) makes
+distributed's worker log one warning per running task ("Async instruction ... ended with
+CancelledError"), a case its own code names as expected in ``Worker.close``; on the caller's
+terminal they would follow the one line that says the command was interrupted. The worker process
+drops those records (:class:`_ClosingNoise`), nothing else.
+
 The move happens only in a worker process a nanny started (its multiprocessing name is
 :data:`WORKER_PROCESS`): importing the module anywhere else (documentation tools, tests) changes
 nothing. (Not an environment variable: a nanny copies the environment it gives its workers into
@@ -18,6 +24,7 @@ its own process, whose other children would inherit it.) Where process sessions 
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -61,8 +68,17 @@ def _drop_pending_interrupt() -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+class _ClosingNoise(logging.Filter):
+    """Drops distributed's warning for a task cancelled as its worker closes (see the module)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).endswith("ended with CancelledError")
+
+
 #: Whether importing this module moved the worker into its own session.
 DETACHED = detach()
+if multiprocessing.current_process().name == WORKER_PROCESS:
+    logging.getLogger("distributed.worker.state_machine").addFilter(_ClosingNoise())
 
 
 def dask_setup(worker) -> None:  # noqa: ARG001 - distributed's preload hook; work done at import

@@ -165,36 +165,48 @@ HANG_FILES, HANG_ROWS = 24, 200_000  # 12.8 MB of features per file: a task's me
 
 
 def _hold(fraction: float, dask_worker=None) -> int:
-    """Grow this worker process to ``fraction`` of its memory limit with arrays kept in a global (memory of
-    its own, which no release gives back: a previous computation's allocations), and keep it there.
+    """Keep this worker process at ``fraction`` of its memory limit with memory of its own (anonymous maps
+    kept in a global, which no release of ours gives back: a previous computation's allocations).
 
-    A thread tops the process up every 5 ms while ``_drop`` has not run: when the task that was running
-    ends, or our engine trims the heap of the paused worker, the process would otherwise fall below
-    distributed's pause threshold (a drop of 56 MiB, 86% -> 79% of 768 MiB, was seen) and the worker
-    would resume, which is not the scenario under test. Returns the bytes held at first."""
+    A thread keeps the process there every 5 ms while ``_drop`` has not run, both ways. Up: when the task
+    that was running ends, or our engine trims the heap of the paused worker, the process would otherwise
+    fall below distributed's pause threshold (a drop of 56 MiB, 86% -> 79% of 768 MiB, was seen) and the
+    worker would resume, which is not the scenario under test. Down: the task running when the worker
+    paused still allocates, and on top of the held memory it would reach the nanny's 95% and restart the
+    worker (seen once), which is not the scenario either. Each piece is its own ``mmap``, so that letting
+    one go returns it to the system at once. Returns the bytes held at first."""
     import builtins
+    import mmap
 
     import psutil
 
     limit = dask_worker.memory_manager.memory_limit
-    target = fraction * limit
+    target, piece = fraction * limit, 4 << 20
     held, stop = [], threading.Event()
-    builtins._dkmeans_test_held = (held, stop)
+    process = psutil.Process()
 
-    def top_up() -> int:
-        nbytes = int(target - psutil.Process().memory_info().rss)
-        if nbytes >= 1 << 20:
-            held.append(np.ones(nbytes // 8))
-            return nbytes
-        return 0
+    def keep_at_target() -> int:
+        gap = int(target - process.memory_info().rss)
+        added = 0
+        while gap - added >= piece:
+            block = mmap.mmap(-1, piece)
+            np.frombuffer(block, dtype=np.uint8)[:] = 1  # touched: resident
+            held.append(block)
+            added += piece
+        while gap < -piece and held:
+            held.pop().close()
+            gap += piece
+        return added
 
-    first = top_up()
+    first = keep_at_target()
 
     def keep() -> None:
         while not stop.wait(0.005):
-            top_up()
+            keep_at_target()
 
-    threading.Thread(target=keep, daemon=True, name="dkmeans-test-hold").start()
+    keeper = threading.Thread(target=keep, daemon=True, name="dkmeans-test-hold")
+    builtins._dkmeans_test_held = (held, stop, keeper)
+    keeper.start()
     return first
 
 
@@ -204,7 +216,9 @@ def _drop() -> None:
     held = builtins.__dict__.pop("_dkmeans_test_held", None)
     if held is not None:
         held[1].set()
-        held[0].clear()
+        held[2].join()
+        while held[0]:
+            held[0].pop().close()
 
 
 def _pause_when_queued(client, address: str, fraction: float, done: threading.Event, fired: list,

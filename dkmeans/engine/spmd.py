@@ -294,6 +294,14 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                     for record in value:
                         on_progress(record)
             if outcome is not None:
+                # the other ranks end a moment later; what they do after their last exchange (keep a
+                # driver's state in their worker's registry) must be done before the caller goes on
+                # (and, say, drops that state everywhere): wait for them, within the ranks' own wait
+                try:
+                    with client.as_current():
+                        wait(futures, timeout=_spmd_wait_s())
+                except TimeoutError:
+                    pass
                 break
             failed = [f.exception() for f in futures if f.status == "error"]
             if failed:

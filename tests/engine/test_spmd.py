@@ -134,7 +134,10 @@ def test_killed_worker_mid_spmd_fit_gives_the_same_result(own_cluster, spmd, cap
 
 def test_cluster_restart_mid_spmd_fit_is_a_clear_error(own_cluster, spmd):
     c = own_cluster
-    X, _, _ = make_blobs(20_000, 3, 6, seed=5)
+    # uniform rows and many clusters: about 200 iterations of a few ms each, so that the fit is still
+    # running when the restart (at its first record) is done; blobs converge in a batch or two of
+    # records, and under load the result could come with the first of them (no restart mid-fit)
+    X = np.random.default_rng(5).random((400_000, 3))
     restarted = []
 
     def restart_once(record):
@@ -143,7 +146,7 @@ def test_cluster_restart_mid_spmd_fit_is_a_clear_error(own_cluster, spmd):
             restarted.append(1)
 
     with pytest.raises(ClusterRestartedError, match="restarted"):
-        fit_lloyd(persist_rows(c, X, 4), pick_rows(X, 6, seed=1), max_iter=200, stop_rule=CentroidShift(0.0),
+        fit_lloyd(persist_rows(c, X, 4), pick_rows(X, 48, seed=1), max_iter=300, stop_rule=CentroidShift(0.0),
                   on_iteration=restart_once)
     assert restarted
 

@@ -123,3 +123,19 @@ def test_sparse_rows_scored_as_scikit_learn_scores_the_dense_rows():
         )
     assert result.reference is None and result.answers["gap"] is None
     assert result.suggested_k in result.models and "no test for data without clusters" in result.rule
+
+
+def test_out_of_core_equals_in_memory(client, blobs):
+    """Rows read from their source in every pass: the same tree, scores and suggestion."""
+    X = da.from_array(blobs, chunks=(300, 3))
+    ks = [2, 4, 5]
+    streamed = dkmeans.sweep(X, ks, random_state=2, method="bisecting", out_of_core=True)
+    local = dkmeans.sweep(blobs, ks, random_state=2, method="bisecting")
+    assert streamed.data_mode == "out-of-core" and local.data_mode == "in-memory"
+    np.testing.assert_allclose(streamed.tree.cluster_centers_, local.tree.cluster_centers_,
+                               rtol=1e-10)
+    for k in ks:
+        assert streamed.objective[k] == pytest.approx(local.objective[k], rel=1e-10)
+        assert streamed.metrics[k]["gap"] == pytest.approx(local.metrics[k]["gap"], rel=1e-9)
+    assert streamed.suggested_k == local.suggested_k == 5
+    assert streamed.models[5].data_mode_ == "out-of-core"

@@ -208,3 +208,20 @@ def test_the_suggestion_is_a_k_of_the_grid_or_none_and_states_its_reason(case):
         got = answers(s)
         assert got["gap"] == got["bic"] == k
         assert ch[ks.index(k)] >= (1 - MODEL_CH_SHARE) * np.nanmax(np.asarray(ch, float))
+
+
+def test_a_tie_goes_to_davies_bouldin_s_k():
+    """Noise read as a seventh cluster (the benchmark's noise set of seed 16, rounded): the elbow
+    and Davies-Bouldin say 6, Calinski-Harabasz and the gap 7; the BIC says 9 (no override)."""
+    s = _case(
+        ks=(4, 5, 6, 7, 8, 9),
+        ch=[3184, 4862, 7864, 8995, 8384, 7898],
+        db=[0.426, 0.402, 0.310, 0.368, 0.398, 0.463],
+        objective=[15880, 8164, 4130, 3025, 2783, 2585],
+        gaps=[1.28, 1.77, 2.24, 2.39, 2.39, 2.39],
+        bic=[-6001, -5606, -5184, -4942, -4892, -4846],
+    )
+    got = answers(s)
+    assert (got["elbow"], got["davies_bouldin"], got["calinski_harabasz"], got["gap"]) == (6, 6, 7, 7)
+    k, reason = suggest(s)
+    assert k == 6 and reason.startswith("a tie broken by davies_bouldin"), reason

@@ -197,7 +197,7 @@ class SweepResult:
         rule = html.escape(self.rule)
         return (
             f"<div><p><b>dkmeans.SweepResult</b>: k = {html.escape(str(self.k_values))}, "
-            f"suggested k = <b>{suggested}</b> <span title=\"{rule}\">(elbow)</span>; "
+            f"suggested k = <b>{suggested}</b> (<span title=\"{rule}\">why</span>); "
             f"{self.n_passes} passes over the data ({self.n_passes / longest:.2f}x the longest "
             f"single fit's {longest}), {html.escape(self.data_mode)}, {self.seconds:.1f} s</p>"
             + (f"<div>{figure}</div>" if figure else "")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score, silhouette_score
 
 import dkmeans
@@ -139,3 +141,26 @@ def test_out_of_core_equals_in_memory(client, blobs):
         assert streamed.metrics[k]["gap"] == pytest.approx(local.metrics[k]["gap"], rel=1e-9)
     assert streamed.suggested_k == local.suggested_k == 5
     assert streamed.models[5].data_mode_ == "out-of-core"
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    ks=st.sets(st.integers(1, 9), min_size=1, max_size=4),
+    n=st.integers(12, 120),
+    d=st.integers(1, 4),
+)
+def test_any_grid_is_the_tree_s_cuts_at_their_nearest_centres(seed, ks, n, d):
+    """Shapes, grids (k = 1 too), seeds: each k's objective is its cut's at the nearest centres,
+    never above the tree's own; the suggestion is a k of the grid or none."""
+    X = np.random.default_rng(seed).normal(size=(n, d)) * np.arange(1, d + 1)
+    result = dkmeans.sweep(X, sorted(ks), random_state=seed, method="bisecting",
+                           reference_draws=0, silhouette_rows=0)
+    for k in ks:
+        centres = result.tree.cluster_centers_at(k)
+        assert centres.shape == (k, d)
+        _, objective = _nearest(X, centres)
+        assert result.objective[k] == pytest.approx(objective, rel=1e-9, abs=1e-12)
+        assert result.objective[k] <= result.tree.inertia_per_k_[k - 1] * (1 + 1e-9) + 1e-12
+    assert result.suggested_k is None or result.suggested_k in ks
+    assert list(result.models) == ([] if result.suggested_k is None else [result.suggested_k])

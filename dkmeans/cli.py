@@ -665,8 +665,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--save-models", metavar="DIR",
                        help="write the model of every k to DIR/kmeans-k<K>.npz (as dkmeans fit writes them)")
     sweep.add_argument("--method", choices=("refit", "bisecting"), default="refit",
-                       help="refit: a k-means fit of every k (default); bisecting: every k from one "
-                            "bisecting fit, then a k-means fit of the suggested k alone")
+                       help="refit: a k-means fit of every k (default); bisecting: every k "
+                            "from one bisecting fit, then a k-means fit of the suggested k alone")
     sweep.add_argument("--plot", metavar="FILE", help="write the objective per k, the suggested k marked (PNG)")
     sweep.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _storage_arguments(sweep)

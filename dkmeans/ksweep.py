@@ -145,8 +145,9 @@ class SweepResult:
             lines.append(f"passes over the data: {self.n_passes} in all (one bisecting fit of "
                          f"{longest} passes for every k, the scores{refit})")
         else:
-            lines.append(f"passes over the data: {self.n_passes} in all ({self.n_passes / longest:.2f}x the longest "
-                         f"single fit's {longest}; fitted one by one: {sum(self.passes.values())})")
+            lines.append(f"passes over the data: {self.n_passes} in all "
+                         f"({self.n_passes / longest:.2f}x the longest single fit's {longest}; "
+                         f"fitted one by one: {sum(self.passes.values())})")
         return "\n".join(lines)
 
     def plot(self, path=None, ax=None):
@@ -318,7 +319,8 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
     """
     ks = check_k_values(k_values)
     if method not in METHODS:
-        raise InvalidParameterError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+        raise InvalidParameterError(
+            f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
     counts = (("reference_draws", reference_draws, 0), ("reference_rows", reference_rows, 1),
               ("silhouette_rows", silhouette_rows, 0))
     for name, value, low in counts:
@@ -423,4 +425,5 @@ def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
                   gap_sd=column("gap_sd"), gap_at_1=gap_at_1, gap_sd_at_1=sd_at_1)
 
 
-__all__ = ["ELBOW_RULE", "METHODS", "SweepResult", "check_k_values", "elbow", "sweep", "sweep_scores"]
+__all__ = ["ELBOW_RULE", "METHODS", "SweepResult", "check_k_values", "elbow", "sweep",
+           "sweep_scores"]

@@ -314,5 +314,5 @@ def _quality_of(centroids, view) -> dict:
     return cluster_quality(view, centroids, "euclidean")
 
 
-__all__ = ["ScoredCentroids", "SweepFit", "SweepRun", "cluster_quality", "run_sweep", "sample_silhouettes",
-           "score_centroids"]
+__all__ = ["ScoredCentroids", "SweepFit", "SweepRun", "cluster_quality", "run_sweep",
+           "sample_silhouettes", "score_centroids"]

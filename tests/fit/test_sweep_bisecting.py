@@ -30,9 +30,11 @@ def _nearest(X, C):
 
 def test_each_k_is_the_tree_s_centroids_scored_as_scikit_learn_scores_them(blobs):
     """Per k: the tree's first k - 1 splits, every row at its nearest centre; the indices of
-    scikit-learn on those labels, the objective a float64 sum by hand, the silhouette of all rows."""
+    scikit-learn on those labels, the objective a float64 sum by hand, the silhouette of all
+    rows."""
     ks = [2, 3, 5, 7]
-    result = dkmeans.sweep(blobs, ks, random_state=4, method="bisecting", silhouette_rows=len(blobs))
+    result = dkmeans.sweep(blobs, ks, random_state=4, method="bisecting",
+                           silhouette_rows=len(blobs))
     tree = result.tree
     assert result.method == "bisecting" and isinstance(tree, BisectingKMeans)
     reference = BisectingKMeans(7, random_state=result.random_state).fit(blobs)
@@ -43,7 +45,8 @@ def test_each_k_is_the_tree_s_centroids_scored_as_scikit_learn_scores_them(blobs
         assert result.objective[k] == pytest.approx(objective, rel=1e-10)
         # the nearest centre never costs more than the tree's own leaf
         assert result.objective[k] <= tree.inertia_per_k_[k - 1] * (1 + 1e-12)
-        assert m["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(blobs, labels), rel=1e-9)
+        want = calinski_harabasz_score(blobs, labels)
+        assert m["calinski_harabasz"] == pytest.approx(want, rel=1e-9)
         assert m["davies_bouldin"] == pytest.approx(davies_bouldin_score(blobs, labels), rel=1e-9)
         assert m["silhouette"] == pytest.approx(silhouette_score(blobs, labels), rel=1e-9)
         sizes = np.bincount(labels, minlength=k)
@@ -124,7 +127,8 @@ def test_sparse_rows_scored_as_scikit_learn_scores_the_dense_rows():
             davies_bouldin_score(dense, labels), rel=1e-9
         )
     assert result.reference is None and result.answers["gap"] is None
-    assert result.suggested_k in result.models and "no test for data without clusters" in result.rule
+    assert result.suggested_k in result.models
+    assert "no test for data without clusters" in result.rule
 
 
 def test_out_of_core_equals_in_memory(client, blobs):

@@ -224,7 +224,8 @@ def _sweep(args) -> int:
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
     connect(args)
-    result = sweep(X, ks, verbose=_verbose(args), device="gpu" if args.gpu else None, **params)
+    result = sweep(X, ks, verbose=_verbose(args), device="gpu" if args.gpu else None,
+                   method=args.method, **params)
     print(f"swept {len(ks)} values of k on {len(columns)} columns in {result.seconds:.2f} s "
           f"(data {result.data_mode}, random_state {result.random_state}: any k refits alone with "
           f"dkmeans fit -k K --random-state {result.random_state})")
@@ -236,7 +237,8 @@ def _sweep(args) -> int:
     if args.save_models:
         folder = Path(args.save_models)
         folder.mkdir(parents=True, exist_ok=True)
-        paths = [result.models[k].save(folder / f"kmeans-k{k}.npz") for k in result.k_values]
+        # every k (method refit), or the suggested k's refit (method bisecting)
+        paths = [result.models[k].save(folder / f"kmeans-k{k}.npz") for k in sorted(result.models)]
         print(f"models written to {folder}: {', '.join(p.name for p in paths)}")
         args.summary["models"] = [str(p) for p in paths]
     if args.plot:
@@ -662,6 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fit_options(sweep, SWEEP_OPTIONS, minibatch=False)
     sweep.add_argument("--save-models", metavar="DIR",
                        help="write the model of every k to DIR/kmeans-k<K>.npz (as dkmeans fit writes them)")
+    sweep.add_argument("--method", choices=("refit", "bisecting"), default="refit",
+                       help="refit: a k-means fit of every k (default); bisecting: every k "
+                            "from one bisecting fit, then a k-means fit of the suggested k alone")
     sweep.add_argument("--plot", metavar="FILE", help="write the objective per k, the suggested k marked (PNG)")
     sweep.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _storage_arguments(sweep)

@@ -107,6 +107,7 @@ class FitTasks:
         self._init = None
         self._pass = None
         self._pass_id = None
+        self._pieces = 0  # leaves of the open pass
         self._runs = 0
         self._stop_steps = False  # a hook asked the open run's loop to stop (at its next step)
 
@@ -118,7 +119,8 @@ class FitTasks:
         return cls(estimator, X, y, sample_weight, n_runs, lock)
 
     def _begin(self, ctx):
-        ctx.call_on_fit_task_begin(estimator=self.estimator, X=self.X, y=self.y, metadata=self.metadata)
+        ctx.call_on_fit_task_begin(estimator=self.estimator, X=self.X, y=self.y,
+                                   metadata=self.metadata)
         return ctx
 
     def _end(self, ctx, attributes=None) -> bool:
@@ -262,11 +264,13 @@ class SweepTasks:
                     try:
                         if k in self.fits:
                             self.fits[k].finish(fitted=fitted)
-                        ctx.call_on_fit_task_end(estimator=self.owner, X=self.X, metadata=self.metadata)
+                        ctx.call_on_fit_task_end(estimator=self.owner, X=self.X,
+                                                 metadata=self.metadata)
                     finally:
                         if model is not None:  # the k's own callbacks torn down, as its fit would
                             managed(_nothing)(model)
-                self.root.call_on_fit_task_end(estimator=self.owner, X=self.X, metadata=self.metadata)
+                self.root.call_on_fit_task_end(estimator=self.owner, X=self.X,
+                                               metadata=self.metadata)
             finally:
                 self._stack.close()
                 managed(_nothing)(self.owner)  # the sweep's callbacks torn down

@@ -124,9 +124,10 @@ class _Progress:
             return  # a short pass says nothing; a long one once every few seconds
         else:
             self._pass_lines[index] = now
-        line = f"{self.prefix}pass {index:4d}  read {done}/{total} pieces  {event.get('seconds', 0.0):8.1f} s"
+        seconds = event.get("seconds", 0.0)
+        line = f"{self.prefix}pass {index:4d}  read {done}/{total} pieces  {seconds:8.1f} s"
         logger.info(line)
-        if self.verbose and (not ended or event.get("seconds", 0.0) >= self.PASS_LINE_EVERY_S):
+        if self.verbose and (not ended or seconds >= self.PASS_LINE_EVERY_S):
             print(line, file=sys.stdout, flush=True)
 
     def _lloyd_ended(self) -> None:
@@ -165,8 +166,8 @@ class _Progress:
 
     def hooks(self) -> dict:
         """The fit service's hooks that feed this object (:class:`~dkmeans.fit.spec.FitSpec`)."""
-        return {"on_iteration": self, "on_run_start": self.run_started, "on_run_end": self.run_ended,
-                "on_pass": self.pass_progress}
+        return {"on_iteration": self, "on_run_start": self.run_started,
+                "on_run_end": self.run_ended, "on_pass": self.pass_progress}
 
 
 def _progress(verbose):

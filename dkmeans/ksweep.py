@@ -318,7 +318,8 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
     models = {k: KMeans(n_clusters=k, random_state=seed, verbose=verbose, **kmeans_params) for k in ks}
     template = models[ks[-1]]
     dataset = template._fit_dataset(X)  # validated once; records n_features_in_ and the feature names
-    tasks = _callbacks.SweepTasks.start(callbacks, models, X, sample_weight, template._fit_spec().n_init)
+    runs = template._fit_spec().n_init
+    tasks = _callbacks.SweepTasks.start(callbacks, models, X, sample_weight, runs)
     fitted = False
     try:
         specs = []

@@ -449,8 +449,8 @@ def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatch
         save(s)
 
     while st.stop_reason is None and st.epoch < max_passes:
-        st = data.fold(_fold_chunk, st, args, stop=lambda s: s.stop_reason is not None or stop_asked,
-                       on_state=between_windows, start_row=st.next_row)
+        st = data.fold(_fold_chunk, st, args, on_state=between_windows, start_row=st.next_row,
+                       stop=lambda s: s.stop_reason is not None or stop_asked)
         if st.stop_reason is None and not stop_asked:  # the pass's last, shorter batch
             st = _run_batches(st, np.empty((0, data.n_features), data.dtype), None, *args, final=True)
         report(st)

@@ -49,7 +49,8 @@ def stall_timeout() -> float:
     return config.get("stall-timeout")
 
 
-def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = False, on_poll=None):
+def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = False,
+           on_poll=None):
     """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
 
     * Every worker gone for longer than :func:`worker_timeout`: the futures are

@@ -103,7 +103,7 @@ class HybridData:
             self.loop_modes.append("hybrid")
 
     def report(self, record: dict) -> bool:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: the caller asks the loop to stop)."""
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
         return self._on_progress is not None and bool(self._on_progress(record))
 
     def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,

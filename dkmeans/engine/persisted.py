@@ -439,7 +439,7 @@ class PersistedData:
         return result
 
     def report(self, record: dict) -> bool:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: the caller asks the loop to stop)."""
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
         return self._on_progress is not None and bool(self._on_progress(record))
 
     def rows(self, indices) -> np.ndarray:

@@ -157,4 +157,5 @@ def watch_passes(data, callback) -> None:
     if callback is not None and isinstance(data, (StreamedData, HybridData)):
         data.watch_passes(callback)
 
-__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data", "watch_passes"]
+__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data",
+           "watch_passes"]

@@ -247,7 +247,7 @@ class SharedView:
             self.loop_modes.append("shared")
 
     def report(self, record: dict) -> bool:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: the caller asks the loop to stop)."""
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
         return self._on_progress is not None and bool(self._on_progress(record))
 
     def release(self) -> None:

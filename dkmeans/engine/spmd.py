@@ -157,7 +157,8 @@ class RankComm:
         parts = [value if rank == self.rank else pickle.loads(got[rank][4]) for rank in range(self.size)]
         self.slowest_pass_s = max([self.last_pass_s] + [got[rank][3] for rank in got])
         # a stop request travels with rank 0's message: every rank sees it after the same exchange
-        self.stop_agreed = self.stop_agreed or bool(self.stop_asked if self.rank == 0 else got[0][5])
+        asked = self.stop_asked if self.rank == 0 else got[0][5]
+        self.stop_agreed = self.stop_agreed or bool(asked)
         return to_host(combine_fn(parts))
 
     def report(self, record: dict) -> None:
@@ -226,7 +227,7 @@ class RankChunks(ChunkList):
         return self.comm.allreduce(value, combine_fn)
 
     def report(self, record: dict) -> bool:
-        """Rank 0's records go to the client; True on every rank once a stop request reached them all."""
+        """Rank 0's records go to the client; True on every rank once a stop request reached all."""
         if self.comm.rank == 0:
             self.comm.report(record)
         return self.comm.stop_agreed
@@ -254,7 +255,8 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     each record rank 0 passed to ``chunks.comm.report`` (they travel in batches, see
     :meth:`RankComm.report`); where it returns True (a stop request) a
     :class:`distributed.Event` tells rank 0, whose next exchange tells every rank (their
-    ``report`` then returns True after one same iteration). Warnings raised on rank 0 are raised again here. Rank 0's
+    ``report`` then returns True after one same iteration). Warnings raised on rank 0 are raised
+    again here. Rank 0's
     result comes back through the scheduler (see :meth:`RankComm.send_result`); the other
     ranks' return values are dropped.
 

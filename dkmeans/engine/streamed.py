@@ -457,10 +457,14 @@ class StreamedData:
         (the results do not depend on where the tasks ran).
         """
         while True:
-            futures, pieces = self._submit_pass(make_task, combine_fn, fan_in, args, self._allowed_workers())
-            watch = _PassWatch(self._on_pass, self.passes + 1, pieces) if self._on_pass is not None else None
+            futures, pieces = self._submit_pass(make_task, combine_fn, fan_in, args,
+                                                self._allowed_workers())
+            watch = None
+            if self._on_pass is not None:
+                watch = _PassWatch(self._on_pass, self.passes + 1, pieces)
             try:
-                parts = gather(self.client, futures, (), self.generation, stalled_workers=True, on_poll=watch)
+                parts = gather(self.client, futures, (), self.generation, stalled_workers=True,
+                               on_poll=watch)
             except WorkersStalledError as exc:
                 self.client.cancel(futures)
                 watch is not None and watch.cancel(self.client)
@@ -469,7 +473,7 @@ class StreamedData:
                                "(%s): submitted again without %s", exc, ", ".join(exc.workers))
                 continue
             except BaseException:
-                if watch is not None:  # the pieces' tasks stop with the pass's (none is held any more)
+                if watch is not None:  # the pieces' tasks stop with the pass's (none held any more)
                     watch.cancel(self.client)
                 raise
             if watch is not None:
@@ -601,7 +605,7 @@ class StreamedData:
             self.loop_modes.append("streamed")
 
     def report(self, record: dict) -> bool:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: the caller asks the loop to stop)."""
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
         return self._on_progress is not None and bool(self._on_progress(record))
 
     def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,

@@ -142,8 +142,8 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
             centroids = search.centroids
             summary = RunSummary(centroids, 0.0, n_iter, settled.stop_reason, settled.converged, [])
         if asked:  # a stop request: the run ends with the best result confirmed so far
-            summary = dataclasses.replace(summary, stop_reason=STOPPED, converged=False, n_iter=n_iter,
-                                          history=history)
+            summary = dataclasses.replace(summary, stop_reason=STOPPED, converged=False,
+                                          n_iter=n_iter, history=history)
             return summary
         if not search.kept or n_iter >= end:  # (not kept: the last result stands, and its rule)
             break
@@ -212,7 +212,7 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                         loop = LoopState(result.centroids, result.n_iter, None, result.history)
                         summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                              list(result.history))
-                    if summary.stop_reason == STOPPED:  # asked to stop: the run ends with this loop's centroids
+                    if summary.stop_reason == STOPPED:  # asked to stop: the run ends here
                         state.phase = "done"
                     elif plan.local_search:
                         enter("local-search", loop)

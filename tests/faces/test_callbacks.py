@@ -13,7 +13,8 @@ import dkmeans
 from dkmeans import _callbacks
 from dkmeans.testing import make_blobs
 
-pytestmark = pytest.mark.skipif(not _callbacks.AVAILABLE, reason="scikit-learn without sklearn.callback")
+pytestmark = pytest.mark.skipif(not _callbacks.AVAILABLE,
+                                reason="scikit-learn without sklearn.callback")
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def blobs():
 
 class Recorder:
     """A FitCallback recording ``(hook, estimator, task, id, parent task, parent id)``; asks to
-    stop where ``stop(context)`` says (scikit-learn: at the end of a task, for that task's level)."""
+    stop where ``stop(context)`` says (scikit-learn: at a task's end, for that task's level)."""
 
     def __init__(self, stop=None):
         self.events = []
@@ -95,13 +96,14 @@ def test_a_stop_at_an_iteration_stops_that_run_only_and_one_at_a_run_stops_the_r
                         tol=0).set_callbacks(rec).fit(blobs)
     runs = rec.tasks("begin", "run")
     assert len(runs) == 3
-    per_run = [sum(1 for e in rec.tasks("begin", "lloyd_iteration") if e[5] == run[3]) for run in runs]
+    iterations = rec.tasks("begin", "lloyd_iteration")
+    per_run = [sum(1 for e in iterations if e[5] == run[3]) for run in runs]
     assert per_run == [2, 2, 2] and km.stop_reason_ == "stopped"
     _assert_valid_model(km, blobs)
 
 
 def test_runs_start_where_the_fit_service_says_even_with_a_local_search(blobs, capsys):
-    """The Lloyd loop confirming a local search's swaps starts at iteration 1 again: still the same run."""
+    """The Lloyd loop confirming a local search's swaps starts at iteration 1 again: same run."""
     rec = Recorder()
     km = dkmeans.KMeans(5, init="k-means++", n_init=3, random_state=0, local_search=True,
                         verbose=1).set_callbacks(rec).fit(blobs)
@@ -149,7 +151,7 @@ def test_a_stop_request_reaches_every_spmd_rank(client, spmd):
     loop stops a few iterations later, every rank at the same one (else the ranks would hang or
     fall back)."""
     rng = np.random.default_rng(0)
-    X = rng.random((60_000, 8)).astype(np.float32)  # uniform: Lloyd creeps on for hundreds of updates
+    X = rng.random((60_000, 8)).astype(np.float32)  # uniform: Lloyd creeps on for hundreds of steps
     Xd = da.from_array(X, chunks=15_000)
     rec = Recorder(stop=_stop_after_iteration(2))
     km = dkmeans.KMeans(64, init="random", random_state=0, local_search=False, tol=0, max_iter=300,
@@ -162,7 +164,8 @@ def test_a_stop_request_reaches_every_spmd_rank(client, spmd):
 def test_an_out_of_core_fit_reports_each_pass_with_its_pieces(client, blobs):
     Xd = da.from_array(blobs, chunks=500)  # six pieces a pass
     rec = Recorder()
-    km = dkmeans.KMeans(5, random_state=0, out_of_core=True, local_search=False).set_callbacks(rec).fit(Xd)
+    km = dkmeans.KMeans(5, random_state=0, out_of_core=True, local_search=False)
+    km.set_callbacks(rec).fit(Xd)
     passes = rec.tasks("begin", "pass")
     assert passes, "no pass reported"
     assert all(e[4] == "run" for e in passes)  # a task of the run that made it
@@ -194,13 +197,15 @@ def test_pass_progress_lines_and_events(client, blobs):
     by_pass = {}
     for e in events:
         by_pass.setdefault(e["pass"], []).append(e["done"])
-    assert by_pass and all(done[0] == 0 and done[-1] == 3 and done == sorted(done) for done in by_pass.values())
+    assert by_pass
+    assert all(done[0] == 0 and done[-1] == 3 and done == sorted(done) for done in by_pass.values())
     assert sorted(by_pass) == list(range(1, len(by_pass) + 1))
 
 
 def _models_equal(a, b):
     for k in a.k_values:
-        np.testing.assert_allclose(a.models[k].cluster_centers_, b.models[k].cluster_centers_, rtol=1e-6)
+        np.testing.assert_allclose(a.models[k].cluster_centers_, b.models[k].cluster_centers_,
+                                   rtol=1e-6)
 
 
 def test_a_sweep_reports_a_task_per_k_with_each_fit_nested(blobs):
@@ -216,12 +221,14 @@ def test_a_sweep_reports_a_task_per_k_with_each_fit_nested(blobs):
     assert [e[4] for e in fits] == ["sweep"] * 3 and [e[3] for e in fits] == [0, 1, 2]
     runs = rec.tasks("begin", "run")
     assert len(runs) == 3 * 2  # n_init runs of every k
-    assert len(rec.tasks("begin", "lloyd_iteration")) >= sum(int(m.n_iter_) for m in result.models.values())
+    n_iter = sum(int(m.n_iter_) for m in result.models.values())
+    assert len(rec.tasks("begin", "lloyd_iteration")) >= n_iter
     assert len(rec.tasks("begin")) == len(rec.tasks("end"))
-    assert plain.suggested_k == dkmeans.sweep(blobs, [2, 3, 5], random_state=0, reference_draws=0,
-                                              silhouette_rows=0, callbacks=[AutoRecorder()]).suggested_k
-    _models_equal(plain, dkmeans.sweep(blobs, [2, 3, 5], random_state=0, reference_draws=0,
-                                       silhouette_rows=0, callbacks=[AutoRecorder()]))
+    # callbacks change nothing in the models
+    again = dkmeans.sweep(blobs, [2, 3, 5], random_state=0, reference_draws=0, silhouette_rows=0,
+                          callbacks=[AutoRecorder()])
+    assert again.suggested_k == plain.suggested_k
+    _models_equal(plain, again)
 
 
 def test_a_sweep_shows_a_progress_bar_and_tears_it_down_after_an_error(blobs):
@@ -256,7 +263,8 @@ def test_progress_bar_in_a_grid_search_and_a_scoring_monitor_s_score(blobs):
     assert search.best_params_["n_clusters"] == 5
     # scikit-learn's ScoringMonitor scores only where y is given (y=None: an empty row); k-means
     # ignores y, so passing the true labels lets a score such as this one be logged
-    monitor = ScoringMonitor(scoring=lambda est, X, y=None: {"score": est.score(X)})  # (a callable: a dict)
+    # (a callable scoring returns a dict)
+    monitor = ScoringMonitor(scoring=lambda est, X, y=None: {"score": est.score(X)})
     km = dkmeans.KMeans(5, random_state=0).set_callbacks(ProgressBar(), monitor)
     km.fit(blobs, np.zeros(len(blobs)))
     log = monitor.get_logs()

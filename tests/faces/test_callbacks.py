@@ -270,3 +270,17 @@ def test_progress_bar_in_a_grid_search_and_a_scoring_monitor_s_score(blobs):
     log = monitor.get_logs()
     assert [row["task_name"] for row in log.data] == ["fit"]
     assert log.data[0]["score"] == pytest.approx(km.score(blobs))
+
+
+def test_a_stop_request_set_on_a_grid_search_reaches_every_fit(blobs):
+    """Set on the meta-estimator and propagated to each clone, as scikit-learn propagates it."""
+    from sklearn.model_selection import GridSearchCV
+
+    rec = AutoRecorder(stop=_stop_after_iteration(2))
+    search = GridSearchCV(dkmeans.KMeans(random_state=0, init="random", n_init=1, local_search=False,
+                                         tol=0), {"n_clusters": [3, 5]}, cv=2).set_callbacks(rec)
+    search.fit(blobs)
+    assert search.best_estimator_.stop_reason_ == "stopped" and search.best_estimator_.n_iter_ == 2
+    fits = [e for e in rec.tasks("begin", "fit") if e[1] == "KMeans"]
+    assert len(fits) == 2 * 2 + 1  # every candidate and fold, and the refit
+    assert len(rec.tasks("begin", "lloyd_iteration")) == 2 * len(fits)

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import logging
 import numbers
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +19,12 @@ import numpy as np
 
 from dkmeans.drivers.streams import resolve_seed
 from dkmeans.errors import InvalidParameterError
-from dkmeans.estimator import KMeans, _record_line
+from dkmeans import _callbacks
+from dkmeans.estimator import KMeans, _Progress
 from dkmeans.fit.gap import ReferenceCurve
 from dkmeans.fit.krules import RULE_TEXT, Scores, answers, elbow, suggest
 from dkmeans.fit.sweep import run_sweep, score_centroids
 
-logger = logging.getLogger("dkmeans")
 
 #: The rule :func:`elbow` applies (one of the rules in :attr:`SweepResult.answers`).
 ELBOW_RULE = RULE_TEXT["elbow"]
@@ -34,17 +32,13 @@ ELBOW_RULE = RULE_TEXT["elbow"]
 METHODS = ("refit", "bisecting")
 
 
-class _Progress:
-    """One k's progress lines: logged (logger ``dkmeans``, INFO) with the k in front; printed with ``verbose``."""
-
-    def __init__(self, k: int, verbose):
-        self.k, self.verbose = k, verbose
-
-    def __call__(self, record) -> None:
-        line = f"k={self.k:<4d} {_record_line(record)}"
-        logger.info(line)
-        if self.verbose:
-            print(line, file=sys.stdout, flush=True)
+def _k_progress(k: int, verbose, tasks) -> _Progress:
+    """One k's progress: its lines logged (logger ``dkmeans``, INFO) with the k in front and
+    printed with ``verbose``; its events to the k's task tree (scikit-learn's callbacks)."""
+    progress = _Progress(verbose)
+    progress.prefix = f"k={k:<4d} "
+    progress.tasks = tasks
+    return progress
 
 
 @dataclass
@@ -238,7 +232,7 @@ def check_k_values(k_values) -> list[int]:
 
 def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options=None,
           reference_draws: int = 5, reference_rows: int = 20_000, silhouette_rows: int = 2_000,
-          method: str = "refit", **kmeans_params) -> SweepResult:
+          method: str = "refit", callbacks=None, **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
     Read more in the :ref:`User Guide <guide-sweep>`.
@@ -286,6 +280,12 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
         random_state, **kmeans_params)`` (``models`` holds that one fit; none for no clear k).
         Faster where many k are swept; the suggestion agrees with ``"refit"``'s on most sets
         of ``benchmarks/choose_k.py`` (see the User Guide for the figures).
+    callbacks : sequence of scikit-learn callbacks, optional
+        ``sklearn.callback`` objects (``ProgressBar()``, ``ScoringMonitor(...)``; scikit-learn
+        1.9 or later) for the sweep's task tree: ``sweep``, one ``k=<k>`` task per k, and under
+        each the k's fit as :meth:`KMeans.fit <dkmeans.KMeans.fit>` reports it (auto-propagated
+        callbacks such as ``ProgressBar`` reach it). A stop request ends that k's run or runs
+        as in a single fit. See the :ref:`notebooks guide <guide-notebooks>`.
     **kmeans_params
         Any other :class:`~dkmeans.KMeans` parameter, the same for every k (not
         ``n_clusters``; not ``checkpoint``; ``init`` a strategy name or a callable, not
@@ -346,21 +346,37 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
     seed = resolve_seed(random_state)
     verbose = kmeans_params.pop("verbose", 0)
     if method == "bisecting":
+        if callbacks:
+            raise InvalidParameterError("callbacks report the fits of method='refit'; "
+                                        "method='bisecting' reports with verbose only")
         return _bisecting_sweep(X, ks, seed, t0, sample_weight, verbose, kmeans_params,
                                 reference_draws=reference_draws, reference_rows=reference_rows,
                                 silhouette_rows=silhouette_rows)
     models = {k: KMeans(n_clusters=k, random_state=seed, verbose=verbose, **kmeans_params) for k in ks}
     template = models[ks[-1]]
     dataset = template._fit_dataset(X)  # validated once; records n_features_in_ and the feature names
-    specs = [dataclasses.replace(models[k]._fit_spec(), on_iteration=_Progress(k, verbose)) for k in ks]
-    run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws,
-                    reference_rows=reference_rows, silhouette_rows=silhouette_rows)
-    for k, spec, fit in zip(ks, specs, run.fits):
-        model = models[k]
-        for name in ("n_features_in_", "feature_names_in_"):
-            if hasattr(template, name):
-                setattr(model, name, getattr(template, name))
-        model._fitted(fit.result, spec)
+    runs = template._fit_spec().n_init
+    tasks = _callbacks.SweepTasks.start(callbacks, models, X, sample_weight, runs)
+    fitted = False
+    try:
+        specs = []
+        for k in ks:
+            progress = _k_progress(k, verbose, tasks.fits[k] if tasks is not None else None)
+            hooks = {name: hook for name, hook in progress.hooks().items() if name != "on_pass"}
+            specs.append(dataclasses.replace(models[k]._fit_spec(), **hooks))
+        run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws,
+                        reference_rows=reference_rows, silhouette_rows=silhouette_rows)
+        for k, spec, fit in zip(ks, specs, run.fits):
+            model = models[k]
+            for name in ("n_features_in_", "feature_names_in_"):
+                if hasattr(template, name):
+                    setattr(model, name, getattr(template, name))
+            model._fitted(fit.result, spec)
+            spec.on_iteration.finish()
+        fitted = True
+    finally:
+        if tasks is not None:  # every task ended, the callbacks torn down (after an error too)
+            tasks.close(fitted)
     objective = {k: float(models[k].inertia_) for k in ks}
     metrics = {k: dict(fit.metrics) for k, fit in zip(ks, run.fits)}
     scores = sweep_scores(ks, objective, metrics, run.reference)

@@ -51,6 +51,11 @@ class HybridData:
     def nbytes(self) -> int:
         return self.head.nbytes + self.tail.nbytes
 
+    def watch_passes(self, callback) -> None:
+        """Progress of each pass, as its streamed part reads its pieces (the persisted head's
+        chunks run beside them: see :meth:`StreamedData.watch_passes`)."""
+        self.tail.watch_passes(callback)
+
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """Both parts at once (the head's pass in a thread); their results combined head first."""
         head = self._pool.submit(self.head.map_reduce, chunk_fn, combine_fn, args)
@@ -97,9 +102,9 @@ class HybridData:
             self._on_progress = None
             self.loop_modes.append("hybrid")
 
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
+    def report(self, record: dict) -> bool:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
 
     def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
                       per_label: int = 0):

@@ -169,9 +169,9 @@ class ChunkList:
             self._on_progress = None
             self.loop_modes.append("in-process")
 
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
+    def report(self, record: dict) -> bool:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
 
     def release(self) -> None:
         """The chunks are the caller's arrays: only the thread pool, if any, is let go."""

@@ -438,9 +438,9 @@ class PersistedData:
         self.loop_modes.append(mode)
         return result
 
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
+    def report(self, record: dict) -> bool:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""

@@ -148,4 +148,14 @@ def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0
     return data
 
 
-__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data"]
+
+def watch_passes(data, callback) -> None:
+    """``callback`` gets the progress within each pass over ``data`` read from its source
+    (out-of-core, or the streamed part of hybrid data): see
+    :meth:`~dkmeans.engine.streamed.StreamedData.watch_passes`. Data kept in memory makes its
+    passes in moments: nothing is watched."""
+    if callback is not None and isinstance(data, (StreamedData, HybridData)):
+        data.watch_passes(callback)
+
+__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data",
+           "watch_passes"]

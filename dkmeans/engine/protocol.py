@@ -123,11 +123,21 @@ class ChunkedData(Protocol):
         one SPMD rank's). ``work_per_row`` (multiply-adds per row and pass) lets the
         engine choose; the result must not depend on the choice beyond float rounding of
         combined sums. Records ``fn`` passes to ``data.report`` reach ``on_progress``
-        (at the latest when ``fn`` returns).
+        (at the latest when ``fn`` returns); ``on_progress`` returning True asks the loop to
+        stop (:meth:`report`).
         """
 
-    def report(self, record: dict) -> None:
-        """Progress from inside :meth:`run_loop` (a plain dict); sent on to its ``on_progress``."""
+    def report(self, record: dict) -> bool:
+        """Progress from inside :meth:`run_loop` (a plain dict); sent on to its ``on_progress``.
+
+        Returns True where the caller asked the loop to stop: ``on_progress`` returned True (a
+        scikit-learn callback's stop request). The loop then stops at this iteration boundary,
+        with a valid state. Where the loop runs matters: in this process (in-memory data, one
+        graph per pass, streamed, shared) the answer is ``on_progress``'s own; in SPMD every rank
+        gets True at the same later iteration (rank 0 sends the request with its next exchange);
+        in one task nothing reaches the loop while it runs (its records are reported when it
+        ends: the request is then honoured between blocks).
+        """
 
 
 __all__ = ["ChunkedData"]

@@ -246,9 +246,9 @@ class SharedView:
             self._on_progress = None
             self.loop_modes.append("shared")
 
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
+    def report(self, record: dict) -> bool:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
 
     def release(self) -> None:
         """Nothing of its own: the shared data is released by whoever placed it."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -299,6 +300,17 @@ class StreamedData:
             self._set_chunk_rows(X.chunks[0])
         self.loop_modes: list[str] = []
         self._on_progress = None
+        self._on_pass = None  # progress within each pass (:meth:`watch_passes`)
+
+    def watch_passes(self, callback: Callable[[dict], None] | None) -> None:
+        """``callback({"pass", "done", "total", "seconds"})`` as each pass reads its pieces: at its
+        start, about every :data:`~dkmeans.engine.futures.WATCH_POLL_S` while pieces finish, and
+        at its end (``done == total``); ``pass`` numbers the passes (1, 2, ...).
+
+        The pass's piece tasks are then watched from here: each piece's small result is held
+        until the next look (half a second at most), and let go then.
+        """
+        self._on_pass = callback
 
     @staticmethod
     def _kernel_per_row(source: ParquetSource) -> float:
@@ -445,15 +457,27 @@ class StreamedData:
         (the results do not depend on where the tasks ran).
         """
         while True:
-            futures = self._submit_pass(make_task, combine_fn, fan_in, args, self._allowed_workers())
+            futures, pieces = self._submit_pass(make_task, combine_fn, fan_in, args,
+                                                self._allowed_workers())
+            watch = None
+            if self._on_pass is not None:
+                watch = _PassWatch(self._on_pass, self.passes + 1, pieces)
             try:
-                parts = gather(self.client, futures, (), self.generation, stalled_workers=True)
+                parts = gather(self.client, futures, (), self.generation, stalled_workers=True,
+                               on_poll=watch)
             except WorkersStalledError as exc:
                 self.client.cancel(futures)
+                watch is not None and watch.cancel(self.client)
                 self.excluded |= set(exc.workers)
                 logger.warning("a pass waited on workers paused by memory of their own while the others were idle "
                                "(%s): submitted again without %s", exc, ", ".join(exc.workers))
                 continue
+            except BaseException:
+                if watch is not None:  # the pieces' tasks stop with the pass's (none held any more)
+                    watch.cancel(self.client)
+                raise
+            if watch is not None:
+                watch.end()
             self.passes += 1
             self._check_task_peak(max((float(p) for _, p in parts), default=0.0))
             return combine_fn([value for value, _ in parts])
@@ -473,9 +497,11 @@ class StreamedData:
                                             annotations=annotations)
             deps[key] = set(parents) | needs
             current.append(key)
+        pieces = list(current) if self._on_pass is not None else []  # watched: their futures too
         current = add_reduction_tree(layers, deps, current, combine_fn, token, fan_in)
         with submitting_own_graph():
-            return self.client.get(HighLevelGraph(layers, deps), current, sync=False)
+            futures = self.client.get(HighLevelGraph(layers, deps), current + pieces, sync=False)
+        return futures[:len(current)], futures[len(current):]
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
@@ -578,9 +604,9 @@ class StreamedData:
             self._on_progress = None
             self.loop_modes.append("streamed")
 
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
+    def report(self, record: dict) -> bool:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
 
     def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
                       per_label: int = 0):
@@ -599,6 +625,40 @@ class StreamedData:
         self.X = self.weights = None
         with contextlib.suppress(Exception):  # a courtesy: a worker gone by now does not fail the fit
             self.client.run(release_memory)
+
+
+class _PassWatch:
+    """A pass's progress from its piece tasks' futures (see :meth:`StreamedData.watch_passes`)."""
+
+    def __init__(self, callback: Callable[[dict], None], index: int, pieces: list):
+        self.callback, self.index = callback, index
+        self.pending, self.total = list(pieces), len(pieces)
+        self.t0 = time.monotonic()
+        self._tell(0)
+
+    def _tell(self, done: int) -> None:
+        self.callback({"pass": self.index, "done": done, "total": self.total,
+                       "seconds": time.monotonic() - self.t0})
+
+    def __call__(self) -> None:
+        finished = [f for f in self.pending if f.done()]
+        if not finished:
+            return
+        for f in finished:  # their results feed the reduction: nothing of theirs is held here
+            f.release()
+        self.pending = [f for f in self.pending if not f.done()]
+        self._tell(self.total - len(self.pending))
+
+    def end(self) -> None:
+        for f in self.pending:
+            f.release()
+        self.pending = []
+        self._tell(self.total)
+
+    def cancel(self, client) -> None:
+        with contextlib.suppress(Exception):  # the scheduler is gone: nothing runs there any more
+            client.cancel(self.pending)
+        self.pending = []
 
 
 __all__ = ["ReplayState", "StreamedData", "source_array"]

@@ -37,7 +37,7 @@ from dkmeans.drivers.streams import derive_seed, resolve_seed
 from dkmeans.engine.client import fit_client
 from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
-from dkmeans.engine.place import in_process_threads, place_data
+from dkmeans.engine.place import in_process_threads, place_data, watch_passes
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
@@ -126,6 +126,7 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
             data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core),
                               spec.n_clusters if n_clusters is None else n_clusters,
                               allow_hybrid=spec.algorithm != "minibatch")
+            watch_passes(data, spec.on_pass)  # out of core: progress within each pass
             # workers without room for the compiled kernels (full of a previous computation): NumPy kernels
             narrowed = path == "compiled" and data.kernel_path == "numpy"
             if narrowed:
@@ -219,7 +220,7 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
         hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
         hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
-        prune=resolve_prune(spec.prune), on_run_end=spec.on_run_end,
+        prune=resolve_prune(spec.prune), on_run_start=spec.on_run_start, on_run_end=spec.on_run_end,
     )
     best = fit_runs(data, plan, state, checkpointer)
     labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, best.centroids)

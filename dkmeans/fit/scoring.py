@@ -71,8 +71,8 @@ def placed(dataset: Dataset, weights, *, out_of_core="auto", n_clusters: int = 0
     threads = in_process_threads(dataset, weights) if mode is not True else None
     # one kernel plan for every score pass, chosen as a fit's (the size rule for in-process rows)
     plan = kernel_plan(dataset.array.dtype, dataset.n_features, n_rows=dataset.n_rows,
-                       n_clusters=max(1, n_clusters) if threads is not None else None,
-                       sparse=is_sparse_array(dataset.array))
+                       n_clusters=max(1, n_clusters), sparse=is_sparse_array(dataset.array),
+                       in_process=threads is not None)
     if threads is not None:
         data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
         try:

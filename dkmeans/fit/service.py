@@ -107,8 +107,7 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
     in_process = resolve_out_of_core(spec.out_of_core) != True  # noqa: E712
     threads = in_process_threads(dataset, weights) if in_process else None
     centroids = (spec.n_clusters if n_clusters is None else n_clusters) * max(1, spec.n_init)  # of all its runs
-    # the size rule is this process's (a cluster's workers load the compiled loops in theirs): in-process fits only
-    plan = fit_plan(dataset, centroids if threads is not None else None)
+    plan = fit_plan(dataset, centroids, in_process=threads is not None)
     if threads is not None:
         data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
         # one BLAS thread per chunk thread, as on the workers
@@ -129,11 +128,11 @@ def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = No
             yield data, client
 
 
-def fit_plan(dataset: Dataset, n_clusters: int | None) -> KernelPlan:
+def fit_plan(dataset: Dataset, n_clusters: int | None, in_process: bool = True) -> KernelPlan:
     """The kernel plan of a fit over ``dataset`` (:func:`dkmeans.kernels.plans.plan`) computing
-    ``n_clusters`` centroids in all in this process (times its runs; None: on a cluster, no size rule)."""
+    ``n_clusters`` centroids in all (times its runs; None: no size rule), here or on a cluster."""
     return kernel_plan(dataset.array.dtype, dataset.n_features, n_rows=dataset.n_rows, n_clusters=n_clusters,
-                       sparse=is_sparse_array(dataset.array))
+                       sparse=is_sparse_array(dataset.array), in_process=in_process)
 
 
 def _small(dataset: Dataset, n_clusters: int) -> bool:

@@ -28,10 +28,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dkmeans.kernels.backends import compiled_hartigan as _loops
+from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.backends.select import ALWAYS, Backend, select
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import cluster_sums
+
+_loops = LazyModule("dkmeans.kernels.backends.compiled_hartigan")  # numba imported at first use
 
 #: Relative margin a cost change must beat to count as an improvement (see module doc).
 REL_TOL = 1e-12

@@ -10,11 +10,11 @@ once, before the fit, and runs the fit under the returned :class:`KernelPlan`
 The rule (Dask config ``dkmeans.compile``, as pynndescent: compile at first need, numba's disk
 cache, an explicit warm-up, :func:`dkmeans.kernels.warm.warm_up` or ``dkmeans warm-up``):
 
-* ``"auto"`` (default): compiled, except an in-process fit of less work than
-  :data:`NUMPY_FIT_WORK` (elements x centroids x runs) in a process that has not loaded the
-  compiled loops of its dtype and width yet: the NumPy code serves it at once, and nothing
-  compiles. Anything else compiles at its first need (seconds once per machine, then a fraction
-  of a second from numba's disk cache).
+* ``"auto"`` (default): compiled, except a fit of less work than :data:`NUMPY_FIT_WORK`
+  (elements x centroids x runs) on a cluster, or in a process that has not loaded the compiled
+  loops of its dtype and width yet: the NumPy code serves it at once, and nothing compiles (nor
+  loads on the workers). Anything else compiles at its first need (seconds once per machine,
+  then a fraction of a second from numba's disk cache).
 * ``"eager"``: compiled always (the test suite uses it).
 * ``"off"``: the NumPy code always.
 
@@ -47,7 +47,7 @@ PATHS = ("compiled", "numpy")
 #: default fit, NumPy against compiled): 100,000 x 8, k = 10 (8e6): 0.076 against 0.046;
 #: 200,000 x 8, k = 10 (1.6e7): 0.145 against 0.075; 400,000 x 8, k = 10 (3.2e7): 0.24 against
 #: 0.135. The NumPy code costs less than the load plus the compiled fit up to about 3e7; the bound
-#: keeps a margin below that. Fits on a cluster are not weighed so (their workers load the loops).
+#: keeps a margin below that. A small fit on a cluster would make every worker load the loops.
 NUMPY_FIT_WORK = 2**24
 
 _current: contextvars.ContextVar = contextvars.ContextVar("dkmeans_kernel_plan", default=None)
@@ -142,7 +142,7 @@ def compiled_allowed() -> bool:
 
 
 def plan(dtype, n_features: int, *, n_rows: int | None = None, n_clusters: int | None = None,
-         sparse: bool = False) -> KernelPlan:
+         sparse: bool = False, in_process: bool = True) -> KernelPlan:
     """The kernel plan of one fit over ``n_rows x n_features`` rows of ``dtype`` (see the module docstring).
 
     Parameters
@@ -153,10 +153,12 @@ def plan(dtype, n_features: int, *, n_rows: int | None = None, n_clusters: int |
     n_rows : int, optional
         None: unknown (counts as large).
     n_clusters : int, optional
-        The centroids the fit computes in this process, times its runs; None: a fit on a
-        cluster, or of unknown size (no size rule).
+        The centroids the fit computes, times its runs; None: unknown (no size rule).
     sparse : bool
         ``scipy.sparse`` rows (the CSR kernels serve them whatever the path).
+    in_process : bool
+        The fit runs in this process (whose loaded loops count); else on a cluster, whose
+        workers would each load them for a small fit too.
 
     Returns
     -------
@@ -169,10 +171,12 @@ def plan(dtype, n_features: int, *, n_rows: int | None = None, n_clusters: int |
     if mode == "eager" or sparse or n_rows is None or n_clusters is None:
         return KernelPlan("compiled", backend)
     key = (np.dtype(dtype).str, int(n_features))
-    if key not in _loaded and int(n_rows) * max(1, int(n_features)) * max(1, int(n_clusters)) < NUMPY_FIT_WORK:
+    small = int(n_rows) * max(1, int(n_features)) * max(1, int(n_clusters)) < NUMPY_FIT_WORK
+    if small and not (in_process and key in _loaded):
         return KernelPlan("numpy", backend)
-    with _lock:
-        _loaded.add(key)  # the fit loads them (at its first kernel call): later small fits use them too
+    if in_process:
+        with _lock:
+            _loaded.add(key)  # the fit loads them (at its first kernel call): later small fits use them too
     return KernelPlan("compiled", backend)
 
 

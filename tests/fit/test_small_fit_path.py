@@ -92,11 +92,17 @@ def test_the_fit_service_counts_centroids_and_runs(monkeypatch):
     assert asked == [(6, 500, 4 * 3)]
 
 
-def test_a_fit_on_the_cluster_takes_no_size_rule(monkeypatch, client, on_cluster):
-    """The size rule weighs this process's load of the compiled loops: a cluster's workers load them in theirs."""
+@pytest.mark.parametrize("kernel_plan", [None], indirect=True)
+def test_a_fit_on_the_cluster_takes_the_size_rule_for_its_workers(monkeypatch, client, on_cluster, kernel_plan):
+    """A small fit on a cluster runs the NumPy code (no worker loads the compiled loops for it),
+    whatever this process has loaded."""
     asked = _asked(monkeypatch)
     dkmeans.KMeans(n_clusters=3, random_state=0).fit(_data(400, 5, 3, "blobs", np.float32))
-    assert asked == [(5, 400, None)]
+    assert asked == [(5, 400, 3)]
+    plans.mark_loaded(np.float32, 5)
+    assert plans.plan(np.float32, 5, n_rows=400, n_clusters=3, in_process=False).path == "numpy"
+    assert plans.plan(np.float32, 5, n_rows=400, n_clusters=3).path == "compiled"
+    assert plans.plan(np.float32, 5, n_rows=10**6, n_clusters=30, in_process=False).path == "compiled"
 
 
 @pytest.mark.parametrize("kernel_plan", [None], indirect=True)
@@ -109,7 +115,7 @@ def test_the_path_is_chosen_by_size(kernel_plan):
     assert plans.plan(np.float32, d, n_rows=below + 1, n_clusters=k).path == "compiled"
     assert plans.plan(np.float32, d, n_rows=1, n_clusters=1).path == "compiled", "loaded loops serve any fit"
     assert plans.plan(np.float32, d + 1, n_rows=1, n_clusters=1).path == "numpy"
-    # a fit on a cluster, or of unknown rows, compiles at its first need whatever its size
+    # a fit of unknown rows or centroids compiles at its first need whatever its size
     assert plans.plan(np.float32, 3, n_rows=10).path == "compiled"
     assert plans.plan(np.float32, 5, n_clusters=1).path == "compiled"
     assert plans.plan(np.float32, 7, n_rows=10, n_clusters=1, sparse=True).path == "compiled"

@@ -96,7 +96,7 @@ def best_moves(X, labels, C, W, npos, weights=None, *, rel_tol: float = REL_TOL)
     C = xp.ascontiguousarray(xp.asarray(C, dtype=xp.float64))
     W = xp.asarray(W, dtype=xp.float64)
     npos = xp.asarray(npos, dtype=xp.int64)
-    # the loops compile in the call on first use: no background compilation to wait for
+    # the loops compile in the call on first use, whatever the plan's path
     if select(X, compiled=ALWAYS) is Backend.COMPILED:
         target = np.empty(n, dtype=np.int32)
         dcost = np.empty(n, dtype=np.float64)

@@ -104,7 +104,7 @@ def _loops(dtype: np.dtype, d: int, k: int) -> tuple:
 def compiled_kinds(dtype, d: int) -> list:
     """``(kind, warm_up)`` of every compiled path an assignment of ``d``-feature rows may take.
 
-    What :func:`dkmeans.kernels.backends.compile.resolve_path` needs to choose a fit's one code path.
+    What :func:`dkmeans.kernels.warm.prepare` runs to load a fit's loops ahead of it.
     Empty for dtypes without compiled loops and for ``d = 0``.
     """
     dtype = np.dtype(dtype)

@@ -420,6 +420,20 @@ def _evaluate(args) -> int:
     return 0
 
 
+def _warm_up(args) -> int:
+    from dkmeans.fit.service import warm_up
+
+    for value in args.n_features:
+        _params.Int(1)("--n-features", value)
+    started = time.perf_counter()
+    warm_up(n_features=tuple(args.n_features))
+    seconds = time.perf_counter() - started
+    print(f"dkmeans warm-up: the kernels for float32 and float64 rows of {', '.join(map(str, args.n_features))} "
+          f"features are in numba's disk cache ({seconds:.1f} s)")
+    args.summary = {"seconds": round(seconds, 3), "n_features": list(args.n_features)}
+    return 0
+
+
 def _demo(args) -> int:
     from sklearn.metrics import adjusted_rand_score
 
@@ -714,7 +728,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(demo)
     demo.set_defaults(handler=_demo)
-    for command in (fit, sweep, predict, evaluate, demo):
+    warm = sub.add_parser("warm-up", help="compile the kernels into numba's disk cache now (once per machine; "
+                                          "later processes load them in a fraction of a second)")
+    warm.add_argument("--n-features", type=int, nargs="+", metavar="D", default=[2, 4, 8, 16, 32],
+                      help="widths to compile for (default 2 4 8 16 32; the direct loops have one variant per "
+                           "width up to 16, one for all wider rows)")
+    warm.set_defaults(handler=_warm_up)
+    for command in (fit, sweep, predict, evaluate, demo, warm):
         command.add_argument("--json", action="store_true",
                              help="print the outcome as one JSON line on stdout "
                                   "(everything else on stderr)")

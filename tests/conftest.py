@@ -113,6 +113,27 @@ def kernel_backend(request):
         yield request.param
 
 
+@pytest.fixture
+def kernel_plan(request, monkeypatch):
+    """The test runs under a kernel plan (:class:`dkmeans.kernels.plans.KernelPlan`), in a process
+    that has loaded no compiled loops yet (as a fresh one: the size rule of ``plans.plan`` applies).
+
+    The path is ``"compiled"`` unless the test asks for another with
+    ``@pytest.mark.parametrize("kernel_plan", ["numpy"], indirect=True)``, or for none (``None``:
+    the fit service chooses, under ``dkmeans.compile = "auto"``); yields the plan (or None).
+    """
+    from dkmeans.kernels import plans
+
+    monkeypatch.setattr(plans, "_loaded", set())
+    path = getattr(request, "param", "compiled")
+    if path is None:
+        with dask.config.set({"dkmeans.compile": "auto"}):
+            yield None
+        return
+    with plans.KernelPlan(path, dask.config.get("dkmeans.kernels.backend", "auto")).applied() as plan:
+        yield plan
+
+
 @pytest.fixture(params=["numpy", "cupy"])
 def xp(request):
     """Array namespaces to test kernels with (CuPy only where a GPU is present)."""

@@ -315,7 +315,7 @@ class SharedPasses:
         """``[job(view) for job in jobs]``, each in a thread of its own, their passes shared.
 
         Each thread runs in a copy of the caller's context (context variables, such as the
-        kernels' pinned path, travel with it). Raises the first exception a job raised
+        fit's kernel plan, travel with it). Raises the first exception a job raised
         (with a note naming the job) once the other jobs have stopped, or after
         ``wait_s`` for jobs still computing (they stop at their next request).
         """

@@ -255,6 +255,14 @@ class StreamedData:
     kind = "streamed"
     in_memory = False
 
+    #: The fit's kernel plan (:class:`dkmeans.kernels.plans.KernelPlan`, set by the placement): every
+    #: task of a pass runs its kernels under it. None: the workers' own config decides.
+    plan = None
+
+    def _planned(self, fn: Callable) -> Callable:
+        """``fn`` under the data's kernel plan wherever it runs (tasks included)."""
+        return fn if self.plan is None else self.plan.bind(fn)
+
     def __init__(self, client, X: da.Array | None, weights: da.Array | None = None, budget: MemoryBudget | None = None,
                  read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None,
                  source: ParquetSource | None = None):
@@ -505,6 +513,7 @@ class StreamedData:
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
+        chunk_fn = self._planned(chunk_fn)
         if self.chunk_rows is None:  # the first pass also counts the rows of each chunk
             value, rows = self._pass(lambda key, i, refs, a: Task(key, _stream_chunk_counting, chunk_fn, combine_fn, a, i,
                                                                   self.kernel_rows, *refs),
@@ -522,7 +531,7 @@ class StreamedData:
                             state: ReplayState | None = None):
         """A stateful pass whose state is rebuilt on each chunk by replaying the passes that made it."""
         self._ensure_chunk_rows()
-        steps = (state.steps if state is not None else ()) + ((chunk_fn, tuple(args)),)
+        steps = (state.steps if state is not None else ()) + ((self._planned(chunk_fn), tuple(args)),)
         if self.source is not None:
             src, rows = self.source, self.source.batch_rows
             value = self._pass(lambda key, i, refs, _: Task(key, _stream_piece_stateful, src, i, rows, steps, combine_fn,
@@ -548,6 +557,7 @@ class StreamedData:
         parents = set().union(*(a.__dask_layers__() for a in sources))
         if window is None:
             window = max(2, len(self.budget.per_worker()))  # about one chunk per worker at a time
+        chunk_fn = self._planned(chunk_fn)
         if self.source is not None:  # the task reads its piece itself, batch by batch
             chunk_fn = _PieceFold(self.source, self.source.batch_rows, chunk_fn)
         else:

@@ -24,7 +24,7 @@ from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.spec import FitResult, FitSpec
 from dkmeans.kernels import assign_partials
 from dkmeans.kernels import column_moments, combine_moments
-from dkmeans.kernels.backends.sparse import take_rows
+from dkmeans.kernels import take_rows
 
 
 # -- mini-batch --------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_user_errors_exit_2_with_one_line(parquet_dir, args, fragment):
 
 
 def test_every_command_has_help():
-    for cmd in ("fit", "sweep", "predict", "evaluate", "demo"):
+    for cmd in ("fit", "sweep", "predict", "evaluate", "demo", "warm-up"):
         res = run_cli(cmd, "--help")
         assert res.returncode == 0 and "usage: dkmeans" in res.stdout
 
@@ -166,7 +166,7 @@ def test_every_option_has_help():
     parser = build_parser()
     assert _options_without_help(parser) == []
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(commands) == {"fit", "sweep", "bisect", "predict", "evaluate", "demo"}  # a new command is walked too
+    assert set(commands) == {"fit", "sweep", "bisect", "predict", "evaluate", "demo", "warm-up"}  # walked too
     demo_help = {a.option_strings[0]: a.help for a in commands["demo"]._actions if a.option_strings}
     for option, default in (("--n-samples", "3000000"), ("--n-features", "8"), ("--chunk-rows", "250000"),
                             ("--max-iter", "100"), ("--tol", "0.0001"), ("--seed", "0"), ("--spread", "2.0")):
@@ -233,3 +233,23 @@ def test_progress_and_summary_come_out_in_order(client, parquet_dir):
     written = [i for i, line in enumerate(lines) if line == f"model written to {root / 'ordered.dkm'}"]
     assert len(first) == len(summary) == len(written) == 1, res.stdout
     assert first[0] < iterations[0] and iterations[-1] < summary[0] < written[0], res.stdout
+
+
+def test_warm_up_loads_the_compiled_kernels(monkeypatch, capsys):
+    """``dkmeans warm-up`` runs the compiled loops of each dtype and width once (numba's disk cache
+    keeps them for later processes); this process then counts them as loaded, so that its small
+    fits of those rows take them."""
+    import json
+
+    import numpy as np
+
+    from dkmeans.cli import main
+    from dkmeans.kernels import plans
+
+    monkeypatch.setattr(plans, "_loaded", set())
+    assert main(["warm-up", "--n-features", "3", "--json"]) == 0
+    outcome = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert outcome["status"] == "done" and outcome["n_features"] == [3]
+    assert plans.loaded(np.float32, 3) and plans.loaded(np.float64, 3) and not plans.loaded(np.float32, 4)
+    assert main(["warm-up", "--n-features", "0"]) == 2
+

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 import sys
@@ -10,10 +9,9 @@ import textwrap
 
 import numpy as np
 
-from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
 from dkmeans.kernels import assign_partials, combine_partials
-from dkmeans.kernels.backends import compile as kernel_compile
+from dkmeans.kernels import plans
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
 
 
@@ -22,7 +20,7 @@ def _partials_chunk(X, w, offset, C):
 
 
 def _path_chunk(X, w, offset):
-    return [(offset, kernel_compile.current_path())]
+    return [(offset, plans.current().path)]
 
 
 def test_threaded_chunks_combine_in_chunk_order_as_one_thread():
@@ -45,17 +43,15 @@ def test_threaded_chunks_combine_in_chunk_order_as_one_thread():
         pool.release()
 
 
-def test_threads_run_in_the_fits_kernel_path():
-    """The pool's threads see the path the fit pinned (each call runs in a copy of the caller's context)."""
+def test_threads_run_in_the_fits_kernel_plan():
+    """The pool's threads see the plan the fit applied (each call runs in a copy of the caller's context)."""
     X = np.zeros((1000, 2))
     data = ChunkList.from_array(X, None, n_chunks=4, threads=2)
     try:
         for path in ("numpy", "compiled"):
-            pinned = InContext(data, functools.partial(kernel_compile.call_pinned, path))
-            seen = pinned.map_reduce(_path_chunk, lambda parts: sum(parts, []))
+            with plans.KernelPlan(path, "auto").applied():
+                seen = data.map_reduce(_path_chunk, lambda parts: sum(parts, []))
             assert [o for o, _ in seen] == [0, 250, 500, 750] and {p for _, p in seen} == {path}
-            with kernel_compile.pinned(path):  # the caller's own pin reaches the threads too
-                assert {p for _, p in data.map_reduce(_path_chunk, lambda parts: sum(parts, []))} == {path}
     finally:
         data.release()
 

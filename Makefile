@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 DOCS_BUILD := docs/_build
 
-.PHONY: demo test test-quick test-bounds bench venv clean docs docs-inventories
+.PHONY: demo test test-system test-quick test-bounds bench venv clean docs docs-inventories
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +22,22 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/dkmeans demo
 
-# (with the docs extra: tests/system/test_docs.py builds the site)
+# Every test but the longest system cases (marked slow; `make test-system` runs them, CI runs
+# both). With the docs extra: tests/system/test_docs.py builds the site unless DKMEANS_DOCS_BUILD
+# names one already built.
 test: $(STAMP) $(DOCS_STAMP)
-	$(BIN)/python -m pytest -q -ra --durations=10
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not slow"
+
+# The longest system cases, whole: commands stopped by signals, the out-of-core acceptance on
+# memory-limited workers, killed workers, interrupted fits, the notebook, SLURM (tests/system/
+# conftest.py lists them).
+test-system: $(STAMP)
+	$(BIN)/python -m pytest -q -ra --durations=15 -m slow
 
 # The inner loop: every test but the system tests (tests/system/: subprocesses, faults,
 # out-of-core clusters, deploy recipes).
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -m "not system"
+	$(BIN)/python -m pytest -q -ra --durations=10 -m "not system and not slow"
 
 # `make test-bounds`: the kernel and default-path tests again with numba's bounds checks on
 # (NUMBA_BOUNDSCHECK=1, compiled afresh in a scratch cache): an out-of-range index in a compiled

@@ -12,8 +12,6 @@ one code path of a fit.
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -301,17 +299,3 @@ def test_pinned_path_reaches_every_task(client, request, mode, path):
         assert set(pinned_data.run_loop(_pin_loop, work_per_row=1.0)) == {(path, "numpy")}
     finally:
         data.release()
-
-
-def test_demo_prints_no_traceback(tmp_path):
-    """``dkmeans demo`` in a fresh process, kernels compiling in the background as for a user."""
-    import os
-
-    env = dict(os.environ, DASK_DKMEANS__COMPILE="background")
-    out = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "--n-samples", "300000", "--output",
-                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env,
-                         cwd=tmp_path)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
-    for bad in ("Traceback", "failed", "Error"):
-        assert bad not in text, text

@@ -29,8 +29,8 @@ test: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not slow"
 
 # The longest system cases, whole: commands stopped by signals, the out-of-core acceptance on
-# memory-limited workers, killed workers, interrupted fits, the notebook, SLURM (tests/system/
-# conftest.py lists them).
+# memory-limited workers, killed workers, interrupted fits, the notebook, SLURM, the examples as
+# scripts (tests/system/conftest.py lists them).
 test-system: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=15 -m slow
 

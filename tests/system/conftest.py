@@ -9,9 +9,11 @@ import pytest
 
 #: Modules whose every case runs for tens of seconds to minutes on 2 busy cores: commands
 #: stopped by signals, the out-of-core acceptance on memory-limited workers, killed workers,
-#: interrupted fits, the notebook under a real kernel, the single-node SLURM.
+#: interrupted fits, the notebook under a real kernel, the single-node SLURM, and the examples
+#: as scripts (at the sizes of the gallery, which ``make docs`` also runs).
 SLOW_MODULES = frozenset({
     "test_cli_signals.py",
+    "test_examples.py",
     "test_out_of_core_acceptance.py",
     "test_fault.py",
     "test_interrupt.py",

@@ -100,6 +100,24 @@ def blobs():
     return make_blobs(3000, 4, 5, spread=1.0, box=10.0, seed=1)
 
 
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory):
+    """Blobs with a truth and an id column, as a folder of two Parquet files and a CSV file:
+    ``(root, frame)`` (the command-line tests, in-process and in subprocesses)."""
+    import pandas as pd
+
+    root = tmp_path_factory.mktemp("cli")
+    X, truth, _ = make_blobs(6000, 2, 4, spread=0.8, seed=3)
+    df = pd.DataFrame(X, columns=["a", "b"])
+    df["truth"] = truth
+    df["id"] = [f"row{i}" for i in range(len(df))]
+    (root / "data").mkdir()
+    df.iloc[:2500].to_parquet(root / "data" / "part0.parquet")
+    df.iloc[2500:].to_parquet(root / "data" / "part1.parquet")
+    df.to_csv(root / "data.csv", index=False)
+    return root, df
+
+
 #: The values of Dask config ``dkmeans.kernels.backend``: the compiled loops chosen per shape,
 #: the compiled loops around BLAS products, the namespace code.
 KERNEL_BACKENDS = ("auto", "blas", "numpy")

@@ -316,6 +316,9 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                         if on_progress(record) and not stop_asked:
                             stop_asked = True
                             Event(_stop_name(token), client=client).set()
+            if outcome is not None and getattr(client, "generation", data.generation) != data.generation:
+                # the cluster restarted as the result came (its placed rows are gone): say so now
+                gather(client, futures, data._futures, data.generation)
             if outcome is not None:
                 # the other ranks end a moment later; what they do after their last exchange (keep a
                 # driver's state in their worker's registry) must be done before the caller goes on

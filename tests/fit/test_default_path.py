@@ -12,8 +12,6 @@ one code path of a fit.
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 import threading
 import warnings
 
@@ -268,20 +266,6 @@ def test_the_plan_reaches_every_task(client, request, mode, path):
         assert set(data.run_loop(_pin_loop, work_per_row=1.0)) == {(path, "numpy")}
     finally:
         data.release()
-
-
-def test_demo_prints_no_traceback(tmp_path):
-    """``dkmeans demo`` in a fresh process, under the default compile rule as for a user."""
-    import os
-
-    env = dict(os.environ, DASK_DKMEANS__COMPILE="auto")
-    out = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "--n-samples", "300000", "--output",
-                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env,
-                         cwd=tmp_path)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
-    for bad in ("Traceback", "failed", "Error"):
-        assert bad not in text, text
 
 
 def test_workers_without_room_for_the_compiled_kernels_take_the_numpy_plan(client, monkeypatch, caplog):

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 
@@ -54,33 +50,3 @@ def test_threads_run_in_the_fits_kernel_plan():
             assert [o for o, _ in seen] == [0, 250, 500, 750] and {p for _, p in seen} == {path}
     finally:
         data.release()
-
-
-def test_large_numpy_fit_without_a_client_starts_no_cluster():
-    """40 MiB of NumPy rows (above dkmeans.in-process-bytes) with no client: fitted here on threads,
-    no cluster started, no scheduler changed; the result equals a fit on one thread."""
-    code = textwrap.dedent("""
-        import json, warnings, numpy as np, dask, distributed
-        import dkmeans
-        from dkmeans.testing import make_blobs
-        X, _, _ = make_blobs(700_000, 8, 6, spread=1.0, box=10.0, seed=0)
-        X = X.astype(np.float32)  # 21 MiB: above the limit set below
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # an EmbeddedClusterWarning would fail here
-            with dask.config.set({"dkmeans.in-process-bytes": "8MiB"}):
-                km = dkmeans.KMeans(6, random_state=0).fit(X)
-        try:
-            distributed.default_client()
-            started = True
-        except ValueError:
-            started = False
-        one = dkmeans.KMeans(6, random_state=0).fit(X)  # within the default limit: one thread
-        print("RESULT " + json.dumps(dict(started=started, mode=km.data_mode_, same_iter=km.n_iter_ == one.n_iter_,
-                                          diff=float(np.max(np.abs(km.cluster_centers_ - one.cluster_centers_))))))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, out.stderr
-    result = json.loads(lines[0][len("RESULT "):])
-    assert not result["started"] and result["mode"] == "in-memory"
-    assert result["diff"] < 1e-3 and result["same_iter"]  # two chunks' sums against one: rounding only

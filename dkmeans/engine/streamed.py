@@ -566,10 +566,22 @@ class StreamedData:
         def refs(i):
             return ([i] if self.source is not None else []) + self._chunk_refs(i)
 
+        first = first_chunk(self.offsets, self.chunk_rows, start_row)
+        on_window = None
+        if self._on_pass is not None:  # progress by windows of pieces (a pass a stop request ends early
+            # ends there: the next pass, or the next step, closes it)
+            index, total, t0 = self.passes + 1, self.n_chunks - first, time.monotonic()
+
+            def on_window(end: int) -> None:
+                self._on_pass({"pass": index, "done": end - first, "total": total,
+                               "seconds": time.monotonic() - t0})
+
+            self._on_pass({"pass": index, "done": 0, "total": total, "seconds": 0.0})
         state = fold_chunks(self.client, self.n_chunks, refs, self.offsets, chunk_fn, state, args, window=window,
-                            stop=stop, on_state=on_state, first=first_chunk(self.offsets, self.chunk_rows, start_row),
+                            stop=stop, on_state=on_state, first=first,
                             source_layers=layers, source_deps=deps, parents=parents,
-                            gather_fn=lambda f: gather(self.client, f, (), self.generation))
+                            gather_fn=lambda f: gather(self.client, f, (), self.generation),
+                            on_window=on_window)
         self.passes += 1
         return state
 

@@ -202,6 +202,23 @@ def test_pass_progress_lines_and_events(client, blobs):
     assert sorted(by_pass) == list(range(1, len(by_pass) + 1))
 
 
+def test_an_out_of_core_minibatch_fit_reports_its_passes_by_windows(client, blobs):
+    """Mini-batch out of core reads its batches in windows of pieces (a fold): each pass is a task of
+    the run with one leaf per piece read; the fit equals the one without callbacks."""
+    Xd = da.from_array(blobs, chunks=500)  # six pieces a pass
+    params = dict(n_clusters=5, random_state=0, batch_size=1024, max_iter=3, out_of_core=True)
+    rec = Recorder()
+    km = dkmeans.MiniBatchKMeans(**params).set_callbacks(rec).fit(Xd)
+    plain = dkmeans.MiniBatchKMeans(**params).fit(Xd)
+    np.testing.assert_array_equal(km.cluster_centers_, plain.cluster_centers_)
+    passes = rec.tasks("begin", "pass")
+    assert passes, "no pass reported"
+    assert all(e[4] == "run" for e in passes)
+    pieces = [len([e for e in rec.tasks("end", "piece") if e[4] == "pass" and e[5] == p[3]]) for p in passes]
+    assert all(1 <= n <= 6 for n in pieces) and 6 in pieces, pieces  # whole passes read all six
+    assert len(rec.tasks("begin")) == len(rec.tasks("end"))
+
+
 def _models_equal(a, b):
     for k in a.k_values:
         np.testing.assert_allclose(a.models[k].cluster_centers_, b.models[k].cluster_centers_,

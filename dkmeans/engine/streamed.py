@@ -663,17 +663,16 @@ class _PassWatch:
                        "seconds": time.monotonic() - self.t0})
 
     def __call__(self) -> None:
-        finished = [f for f in self.pending if f.done()]
-        if not finished:
+        # finished pieces are let go by dropping them, never by ``release()``: a pass of at most
+        # ``fan_in`` pieces has no reduction tree, its pieces are its results (the same futures,
+        # which the pass still gathers); other pieces' small results feed the reduction
+        pending = [f for f in self.pending if not f.done()]
+        if len(pending) == len(self.pending):
             return
-        for f in finished:  # their results feed the reduction: nothing of theirs is held here
-            f.release()
-        self.pending = [f for f in self.pending if not f.done()]
+        self.pending = pending
         self._tell(self.total - len(self.pending))
 
     def end(self) -> None:
-        for f in self.pending:
-            f.release()
         self.pending = []
         self._tell(self.total)
 

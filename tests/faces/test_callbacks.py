@@ -177,6 +177,25 @@ def test_an_out_of_core_fit_reports_each_pass_with_its_pieces(client, blobs):
     assert len(rec.tasks("begin")) == len(rec.tasks("end"))
 
 
+def test_a_watched_pass_of_few_pieces_keeps_its_results(client, blobs, monkeypatch):
+    """A pass of at most ``fan_in`` pieces has no reduction tree: its pieces are its results. Watching
+    them (looked at every millisecond here, so that pieces end between two looks) must not let go of
+    a result before it is gathered (it was: "the Dask cluster cancelled this computation")."""
+    from dkmeans.engine import futures
+
+    monkeypatch.setattr(futures, "WATCH_POLL_S", 0.001)
+    Xd = da.from_array(blobs, chunks=750)  # four pieces a pass
+    events = []
+    km = dkmeans.KMeans(5, random_state=0, out_of_core=True, local_search=False, max_iter=5, tol=0)
+    spec = km._fit_spec()
+    import dataclasses
+
+    km._fit(Xd, None, dataclasses.replace(spec, on_pass=events.append))
+    plain = dkmeans.KMeans(5, random_state=0, local_search=False, max_iter=5, tol=0).fit(blobs)
+    np.testing.assert_allclose(km.cluster_centers_, plain.cluster_centers_, rtol=1e-6)
+    assert {e["total"] for e in events} == {4} and any(0 < e["done"] < 4 for e in events), events
+
+
 def test_pass_progress_lines_and_events(client, blobs):
     """The fit service's ``on_pass`` events: each pass from 0 to all its pieces, in order."""
     from dkmeans.estimator import _Progress

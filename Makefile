@@ -22,16 +22,17 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/dkmeans demo
 
-# Every test but the longest system cases (marked slow; `make test-system` runs them, CI runs
-# both). With the docs extra: tests/system/test_docs.py builds the site unless DKMEANS_DOCS_BUILD
-# names one already built.
-test: $(STAMP) $(DOCS_STAMP)
+# Every test but the long system cases (marked slow: `make test-system` runs them, CI runs both):
+# about 10 minutes on 2 cores.
+test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not slow"
 
-# The longest system cases, whole: commands stopped by signals, the out-of-core acceptance on
-# memory-limited workers, killed workers, interrupted fits, the notebook, SLURM, the examples as
-# scripts (tests/system/conftest.py lists them).
-test-system: $(STAMP)
+# The long system cases, whole: commands, scripts and notebooks run as processes of their own
+# (the CLI, the deploy recipes, the examples, the docs' examples), commands stopped by signals,
+# the out-of-core acceptance on memory-limited workers, killed workers, interrupted fits, SLURM
+# (tests/system/conftest.py lists them). With the docs extra: tests/system/test_docs.py builds
+# the site unless DKMEANS_DOCS_BUILD names one already built.
+test-system: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=15 -m slow
 
 # The inner loop: every test but the system tests (tests/system/: subprocesses, faults,
@@ -107,4 +108,4 @@ $(OLDEST_STAMP): $(OLDEST_BIN)/python pyproject.toml $(OLDEST_CONSTRAINTS)
 
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_BIN)/python .ci/check_oldest.py $(OLDEST_CONSTRAINTS)
-	$(OLDEST_BIN)/python -m pytest -q -ra --durations=10 -m "not slow" $(OLDEST_TESTS)
+	$(OLDEST_BIN)/python -m pytest -q -ra --durations=10 $(OLDEST_TESTS)

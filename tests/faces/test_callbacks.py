@@ -151,8 +151,10 @@ def test_a_stop_request_reaches_every_spmd_rank(client, spmd):
     loop stops a few iterations later, every rank at the same one (else the ranks would hang or
     fall back)."""
     rng = np.random.default_rng(0)
-    X = rng.random((60_000, 8)).astype(np.float32)  # uniform: Lloyd creeps on for hundreds of steps
-    Xd = da.from_array(X, chunks=15_000)
+    # uniform: Lloyd creeps on for hundreds of steps, and each takes tens of ms, so that the fit
+    # lasts seconds (60,000 rows converged within the first batches of records on a quiet machine)
+    X = rng.random((400_000, 8)).astype(np.float32)
+    Xd = da.from_array(X, chunks=100_000)
     rec = Recorder(stop=_stop_after_iteration(2))
     km = dkmeans.KMeans(64, init="random", random_state=0, local_search=False, tol=0, max_iter=300,
                         prune=False).set_callbacks(rec).fit(Xd)

@@ -27,6 +27,32 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 
+class InCallerLoop:
+    """``run_loop`` and ``report`` of data whose loops run right here, in the caller's thread,
+    pass by pass (not inside a task): in-process chunks, streamed, hybrid and shared-pass data.
+
+    A class sets :attr:`loop_mode`, the name ``run_loop`` records in its ``loop_modes``.
+    """
+
+    #: what ``run_loop`` appends to ``loop_modes``
+    loop_mode = "in-process"
+    _on_progress = None
+
+    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
+                 on_progress: Callable[[dict], Any] | None = None):
+        """``fn(self, *args)`` right here; its reports go to ``on_progress``."""
+        self._on_progress = on_progress
+        try:
+            return fn(self, *args)
+        finally:
+            self._on_progress = None
+            self.loop_modes.append(self.loop_mode)
+
+    def report(self, record: dict) -> bool:
+        """See :meth:`ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
+
+
 class ChunkedData(Protocol):
     """Row-chunked data (and optional weights) a driver can make passes over."""
 

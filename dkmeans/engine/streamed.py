@@ -50,6 +50,7 @@ from dkmeans.engine.sources import (KERNEL_ROW_VALUES, MAX_BATCH_ROWS, MIN_BATCH
                                     count_rows, measure_read, task_peak, task_peak_start)
 from dkmeans.errors import WorkersPausedError
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
+from dkmeans.engine.protocol import InCallerLoop
 
 logger = logging.getLogger("dkmeans")
 
@@ -225,7 +226,7 @@ def kernel_batch_rows(scratch_bytes: float, n_features: int) -> int:
     return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, rows)))
 
 
-class StreamedData:
+class StreamedData(InCallerLoop):
     """Row-chunked data read from its source in every pass (the data protocol, out of core).
 
     Parameters
@@ -262,6 +263,8 @@ class StreamedData:
     def _planned(self, fn: Callable) -> Callable:
         """``fn`` under the data's kernel plan wherever it runs (tasks included)."""
         return fn if self.plan is None else self.plan.bind(fn)
+
+    loop_mode = "streamed"
 
     def __init__(self, client, X: da.Array | None, weights: da.Array | None = None, budget: MemoryBudget | None = None,
                  read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None,
@@ -307,7 +310,6 @@ class StreamedData:
         elif not any(np.isnan(c) for c in X.chunks[0]):
             self._set_chunk_rows(X.chunks[0])
         self.loop_modes: list[str] = []
-        self._on_progress = None
         self._on_pass = None  # progress within each pass (:meth:`watch_passes`)
 
     def watch_passes(self, callback: Callable[[dict], None] | None) -> None:
@@ -572,11 +574,12 @@ class StreamedData:
             # ends there: the next pass, or the next step, closes it)
             index, total, t0 = self.passes + 1, self.n_chunks - first, time.monotonic()
 
-            def on_window(end: int) -> None:
+            def tell(end: int) -> None:
                 self._on_pass({"pass": index, "done": end - first, "total": total,
                                "seconds": time.monotonic() - t0})
 
-            self._on_pass({"pass": index, "done": 0, "total": total, "seconds": 0.0})
+            tell(first)
+            on_window = tell
         state = fold_chunks(self.client, self.n_chunks, refs, self.offsets, chunk_fn, state, args, window=window,
                             stop=stop, on_state=on_state, first=first,
                             source_layers=layers, source_deps=deps, parents=parents,
@@ -615,20 +618,6 @@ class StreamedData:
         order = np.argsort(idx, kind="stable")
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
         return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)
-
-    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
-                 on_progress: Callable[[dict], None] | None = None):
-        """``fn(self, *args)`` here: every pass of the loop streams the data."""
-        self._on_progress = on_progress
-        try:
-            return fn(self, *args)
-        finally:
-            self._on_progress = None
-            self.loop_modes.append("streamed")
-
-    def report(self, record: dict) -> bool:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
-        return self._on_progress is not None and bool(self._on_progress(record))
 
     def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
                       per_label: int = 0):

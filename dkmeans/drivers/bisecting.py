@@ -289,11 +289,11 @@ def _split_round(passes, tree, nodes, batch, init, n_init, max_iter, tol, seed) 
     centres, n_iter, final = _lloyd_pairs(passes, tree, slots, starts, max_iter, tol)
     splits = []
     for b in range(B):
-        best = None
-        for t in range(n_init):
+        best, best_objective = b, final["inertia"][b].sum()  # start 0's pair, kept unless beaten
+        for t in range(1, n_init):
             p = t * B + b
             objective = final["inertia"][p].sum()
-            if best is None or objective < best_objective * (1 - BETTER):
+            if objective < best_objective * (1 - BETTER):
                 best, best_objective = p, objective
         splits.append(
             Split(

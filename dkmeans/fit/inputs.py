@@ -349,7 +349,7 @@ def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_cluste
         )
 
 
-def check_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids") -> np.ndarray:
+def check_user_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids") -> np.ndarray:
     """A finite (n_clusters, n_features) array in ``dtype`` (a copy; the user's array is untouched)."""
     if is_dask_collection(C):
         C = C.compute()

@@ -1,9 +1,9 @@
 """The default fit's local search: search on a sample of the rows (a coreset), confirm on the data.
 
 :func:`coreset_local_search` draws a uniform sample in one pass, runs
-:func:`~dkmeans.drivers.local_search.local_search` on it in this process and keeps its centroids only
-where Lloyd on the data confirms a lower objective; :func:`coreset_start` settles a seeding on such a
-sample before Lloyd on all the rows.
+:func:`~dkmeans.drivers.local_search.local_search` on it in this process and keeps its
+centroids only where Lloyd on the data confirms a lower objective; :func:`coreset_start` settles
+a seeding on such a sample before Lloyd on all the rows.
 """
 
 from __future__ import annotations
@@ -16,9 +16,15 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from dkmeans.drivers.local_search import RECOMMENDED, REL_TOL, LocalSearchResult, local_search, lloyd_passes
 from dkmeans.drivers.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, lloyd
 from dkmeans.drivers.lloyd import objective as objective_of  # `objective` names the fit's value here
+from dkmeans.drivers.local_search import (
+    RECOMMENDED,
+    REL_TOL,
+    LocalSearchResult,
+    lloyd_passes,
+    local_search,
+)
 from dkmeans.drivers.state import LocalSearchRecord
 from dkmeans.drivers.streams import STREAMS
 from dkmeans.engine.local import ChunkList
@@ -73,7 +79,7 @@ CORESET_SPLIT_SHARE = 0.25
 
 
 def coreset_searches(n_rows: int, k: int) -> bool:
-    """Whether a sample of :func:`coreset_size` rows is large enough to search ``k`` centroids on."""
+    """Whether a sample of :func:`coreset_size` rows is large enough to search ``k`` centroids."""
     return coreset_size(n_rows, k) >= CORESET_MIN_PER_CLUSTER * k
 
 
@@ -104,7 +110,8 @@ def _combine_coreset(parts, s):
 
 
 def coreset_chunks(s: int) -> int:
-    """Chunks of a sample of ``s`` rows: one per :data:`CORESET_CHUNK_ROWS`, at most :data:`CORESET_MAX_CHUNKS`.
+    """Chunks of a sample of ``s`` rows: one per :data:`CORESET_CHUNK_ROWS`, at most
+    :data:`CORESET_MAX_CHUNKS`.
 
     A function of the sample's size alone (never of the machine): the search's sums, combined
     in chunk order, are the same wherever it runs; the chunks run on a thread each.
@@ -121,11 +128,15 @@ def _draw_coreset(data, k: int, seed: int, stream: int, measure: np.ndarray | No
     searched on a thread each; release it (``core.release()``) when done.
     """
     s = coreset_size(data.n_rows, k)
-    sample = data.map_reduce(_coreset_chunk, functools.partial(_combine_coreset, s=s), (measure, s, seed, stream))
+    sample = data.map_reduce(
+        _coreset_chunk, functools.partial(_combine_coreset, s=s), (measure, s, seed, stream)
+    )
     f = None if measure is None else _finite(float(sample.objective))
     rows = np.asarray(sample.top.rows).astype(data.dtype)
     n_chunks = coreset_chunks(rows.shape[0])
-    return ChunkList.from_array(rows, None, n_chunks=n_chunks, threads=min(n_chunks, os.cpu_count() or 1)), f
+    return ChunkList.from_array(
+        rows, None, n_chunks=n_chunks, threads=min(n_chunks, os.cpu_count() or 1)
+    ), f
 
 
 def _finite(f: float) -> float:
@@ -139,12 +150,24 @@ def _fits_sample(n_rows: int, k: int) -> bool:
     return coreset_size(n_rows, k) >= CORESET_FIT_PER_CLUSTER * k
 
 
-def _search_coreset(core, C: np.ndarray, seed: int, stop_rule, rounds: int, lloyd_iters: int) -> LocalSearchResult:
-    """:func:`local_search` on the sample with the coreset's bounded candidates and swaps, until a round improves nothing."""
+def _search_coreset(
+    core, C: np.ndarray, seed: int, stop_rule, rounds: int, lloyd_iters: int
+) -> LocalSearchResult:
+    """:func:`~dkmeans.drivers.local_search.local_search` on the sample with the coreset's bounded
+    candidates and swaps, until a round improves nothing."""
     k = C.shape[0]
-    return local_search(core, C, rounds=rounds, candidates_per_round=coreset_candidates(k), seed=seed,
-                        lloyd_iters=lloyd_iters, stop_rule=stop_rule, patience=1, max_swaps=coreset_swaps(k),
-                        split_share=CORESET_SPLIT_SHARE)
+    return local_search(
+        core,
+        C,
+        rounds=rounds,
+        candidates_per_round=coreset_candidates(k),
+        seed=seed,
+        lloyd_iters=lloyd_iters,
+        stop_rule=stop_rule,
+        patience=1,
+        max_swaps=coreset_swaps(k),
+        split_share=CORESET_SPLIT_SHARE,
+    )
 
 
 @dataclass
@@ -201,7 +224,7 @@ def coreset_local_search(
        ``sample_weight``, keyed by global row index: independent of the chunking); out of
        core the same read measures the objective ``f`` of ``centroids``, in memory a pass
        of its own does, and only when step 2 moved centroids.
-    2. :func:`local_search` runs on the sample, in this process (:func:`coreset_chunks`
+    2. :func:`~dkmeans.drivers.local_search.local_search` runs on the sample, in this process (:func:`coreset_chunks`
        threads), with :func:`coreset_candidates` candidates per round (the ``m x k`` cost
        matrix stays within :data:`CORESET_COST_ENTRIES` whatever ``k``), until a round
        improves nothing or after ``rounds`` rounds (one with fewer than
@@ -225,7 +248,9 @@ def coreset_local_search(
         rounds = min(rounds, 1)
     # the objective of the start is needed only to confirm moves: out of core it rides on the
     # sample's read; in memory a pass measures it only when the sample moved centroids
-    core, f = _draw_coreset(data, k, seed, CORESET_STREAMS(0), measure=None if data.in_memory else C)
+    core, f = _draw_coreset(
+        data, k, seed, CORESET_STREAMS(0), measure=None if data.in_memory else C
+    )
     try:
         search = _search_coreset(core, C, seed, stop_rule, rounds, lloyd_iters)
     finally:
@@ -235,17 +260,40 @@ def coreset_local_search(
         f, passes = _finite(objective_of(data, C)), passes + 1
     lloyd_result, kept, objective = None, False, float(objective_bound) if f is None else f
     if search.swaps_accepted and max_iter > 0 and f > 0:
-        lloyd_result = lloyd(data, np.asarray(search.centroids).astype(data.dtype), max_iter=max_iter,
-                             stop_rule=stop_rule, on_iteration=on_iteration, metric=metric, prune=prune)
+        lloyd_result = lloyd(
+            data,
+            np.asarray(search.centroids).astype(data.dtype),
+            max_iter=max_iter,
+            stop_rule=stop_rule,
+            on_iteration=on_iteration,
+            metric=metric,
+            prune=prune,
+        )
         passes += lloyd_passes(lloyd_result, stop_rule)
         confirmed = lloyd_result.history[-1].objective if lloyd_result.history else np.inf
         if confirmed < f * (1 - REL_TOL):
-            C, objective, kept = np.asarray(lloyd_result.centroids).astype(data.dtype), float(confirmed), True
+            C, objective, kept = (
+                np.asarray(lloyd_result.centroids).astype(data.dtype),
+                float(confirmed),
+                True,
+            )
     n_lloyd = lloyd_result.n_iter if lloyd_result is not None else 0
     before = objective if f is None else f
-    record = LocalSearchRecord(1, objective, before, objective - before, 0.0, 0.0, search.swaps_tried, search.rounds,
-                               search.swaps_accepted if kept else 0, n_lloyd, passes, kept,
-                               time.perf_counter() - t0)
+    record = LocalSearchRecord(
+        1,
+        objective,
+        before,
+        objective - before,
+        0.0,
+        0.0,
+        search.swaps_tried,
+        search.rounds,
+        search.swaps_accepted if kept else 0,
+        n_lloyd,
+        passes,
+        kept,
+        time.perf_counter() - t0,
+    )
     return CoresetSearchResult(C, objective, kept, lloyd_result, search, passes, record)
 
 
@@ -263,7 +311,7 @@ def coreset_start(
 
     One pass draws the sample of :func:`coreset_local_search`; on it, in this process,
     Lloyd runs to ``stop_rule`` (``max_iter`` updates at most: the fit settles only where its
-    own ``max_iter`` allows this loop its whole length) and then :func:`local_search` until a
+    own ``max_iter`` allows this loop its whole length) and then :func:`~dkmeans.drivers.local_search.local_search` until a
     round improves nothing (its rounds' Lloyd updates, ``lloyd_iters``, capped by ``max_iter``
     too; no search with fewer than :data:`CORESET_FIT_PER_CLUSTER` sample rows per cluster:
     Lloyd's fixed point on the sample is then the start). Lloyd on all the rows
@@ -274,7 +322,9 @@ def coreset_start(
     measured on the data.
     """
     C = np.asarray(centroids, dtype=data.dtype)
-    core, _ = _draw_coreset(data, C.shape[0], seed, CORESET_STREAMS(1))  # the start's objective is never needed
+    core, _ = _draw_coreset(
+        data, C.shape[0], seed, CORESET_STREAMS(1)
+    )  # the start's objective is never needed
     try:
         settled = lloyd(core, C, max_iter=max_iter, stop_rule=stop_rule).centroids
         settled = np.asarray(settled).astype(data.dtype)
@@ -286,5 +336,11 @@ def coreset_start(
     return np.asarray(search.centroids).astype(data.dtype)
 
 
-__all__ = ["CONFIRM_ITERS", "CoresetSearchResult", "coreset_local_search", "coreset_searches", "coreset_size",
-           "coreset_start"]
+__all__ = [
+    "CONFIRM_ITERS",
+    "CoresetSearchResult",
+    "coreset_local_search",
+    "coreset_searches",
+    "coreset_size",
+    "coreset_start",
+]

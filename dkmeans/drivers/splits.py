@@ -13,7 +13,8 @@ from dkmeans.kernels import assign, combine_split_sums, split_sums
 
 #: Random streams of round ``r``'s split candidates (:func:`split_candidates`).
 SPLIT_STREAMS = STREAMS["local-search.split"]
-#: Power steps towards each cluster's principal direction before it is split (:func:`split_candidates`).
+#: Power steps towards each cluster's principal direction before it is split
+#: (:func:`split_candidates`).
 SPLIT_POWER_STEPS = 2
 
 
@@ -23,7 +24,9 @@ def _split_chunk(X, w, offset, labels, C, V):
     return labels, split_sums(X, C, V, w, labels)
 
 
-def split_candidates(data, C: np.ndarray, n_split: int, seed: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
+def split_candidates(
+    data, C: np.ndarray, n_split: int, seed: int, stream: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Candidates that split clusters: the means of the two halves of the ``n_split`` clusters whose split
     lowers the objective most (``2 n_split`` rows at most, with the clusters' indices).
 
@@ -49,12 +52,23 @@ def split_candidates(data, C: np.ndarray, n_split: int, seed: int, stream: int) 
         sums, labels = data.map_reduce_stateful(_split_chunk, combine_split_sums, (C, V), labels)
         if step < SPLIT_POWER_STEPS:
             power = np.asarray(sums.power)
-            V = np.where(np.linalg.norm(power, axis=1, keepdims=True) > 0, power, V)  # (a cluster of one row)
+            V = np.where(
+                np.linalg.norm(power, axis=1, keepdims=True) > 0, power, V
+            )  # (a cluster of one row)
     counts = np.asarray(sums.half_counts).reshape(k, 2)
-    means = np.asarray(sums.half_sums).reshape(k, 2, d) / np.maximum(counts, np.finfo(np.float64).tiny)[:, :, None]
+    means = (
+        np.asarray(sums.half_sums).reshape(k, 2, d)
+        / np.maximum(counts, np.finfo(np.float64).tiny)[:, :, None]
+    )
     both = np.all(counts > 0, axis=1)
-    gain = np.where(both, counts[:, 0] * counts[:, 1] / np.where(both, counts.sum(axis=1), 1.0)
-                    * np.sum((means[:, 0] - means[:, 1]) ** 2, axis=1), 0.0)
+    gain = np.where(
+        both,
+        counts[:, 0]
+        * counts[:, 1]
+        / np.where(both, counts.sum(axis=1), 1.0)
+        * np.sum((means[:, 0] - means[:, 1]) ** 2, axis=1),
+        0.0,
+    )
     order = np.lexsort((np.arange(k), -gain))[:n_split]  # the largest gains, ties by index
     order = order[gain[order] > 0]
     return means[order].reshape(-1, d), np.repeat(order, 2)

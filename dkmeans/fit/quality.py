@@ -239,4 +239,5 @@ def sample_silhouette(data, labels_source, sample_size: int, random_state=None) 
     return float(silhouette_score(rows, labels))
 
 
-__all__ = ["ClusterScores", "cluster_scores", "label_stats_pass", "sample_rows", "sample_silhouette"]
+__all__ = ["ClusterScores", "cluster_scores", "imbalance_factor", "label_stats_pass", "sample_rows",
+           "sample_silhouette"]

@@ -6,13 +6,15 @@ resolved seed are built here, so no face names a driver.
 
 from __future__ import annotations
 
-from dkmeans.drivers.init import CHEAP_RANDOM, InitOptions
 from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
 from dkmeans.drivers.streams import resolve_seed
 
 
-def init_options(**options) -> InitOptions:
-    """The seeding's options (``oversampling_factor``, ``init_rounds``; defaults if not given)."""
+def init_options(**options):
+    """The seeding's :class:`~dkmeans.drivers.init.InitOptions` (``oversampling_factor``,
+    ``init_rounds``; defaults if not given)."""
+    from dkmeans.drivers.init import InitOptions  # the seedings load with a fit, not with the CLI
+
     return InitOptions(**options)
 
 
@@ -25,6 +27,8 @@ def minibatch_options(**rules) -> MiniBatchOptions:
 def auto_n_init(init) -> int:
     """scikit-learn's ``n_init="auto"`` of ``KMeans``: 10 for a cheap random start (``"random"``,
     ``"random-partition"``) or a callable, else 1."""
+    from dkmeans.drivers.init import CHEAP_RANDOM
+
     return 10 if (isinstance(init, str) and init in CHEAP_RANDOM) or callable(init) else 1
 
 

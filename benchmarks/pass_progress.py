@@ -17,14 +17,14 @@ import dask.array as da
 import numpy as np
 
 import dkmeans
-from dkmeans.estimator import _Progress
+from dkmeans.fit.progress import Progress
 from dkmeans.testing import local_cluster
 
 
 def fit_seconds(Xd, watched: bool) -> tuple[float, int]:
     km = dkmeans.KMeans(16, random_state=0, out_of_core=True, local_search=False, max_iter=10, tol=0,
                         init="random", n_init=1)
-    hooks = _Progress(0).hooks()
+    hooks = Progress(0).hooks()
     if not watched:
         hooks.pop("on_pass")
     t0 = time.perf_counter()

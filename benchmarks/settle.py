@@ -2,7 +2,7 @@
 
 The default fit (``KMeans(k, random_state=seed)``, local search on) may settle its seeding on a
 sample of ``coreset_size(n, k)`` rows before Lloyd on the data
-(:func:`dkmeans.drivers.local_search.coreset_start`). This runs every default fit twice, with
+(:func:`dkmeans.drivers.coreset.coreset_start`). This runs every default fit twice, with
 the settle forced on (``dkmeans.fit.runs.SETTLE_MAX_SHARE = 1``: at any share, as before issue
 51) and off (``0``), the two taking turns per seed in one process, on the float32 blobs of
 ``benchmarks/lloyd.py`` (d = 16, k = 32) at each size given and on the SIPU sets where present.
@@ -35,7 +35,7 @@ from lloyd import make_data  # noqa: E402
 
 import dkmeans  # noqa: E402
 import dkmeans.fit.runs as runs  # noqa: E402
-from dkmeans.drivers.local_search import coreset_size  # noqa: E402
+from dkmeans.drivers.coreset import coreset_size  # noqa: E402
 
 
 def objective(X, C) -> float:

@@ -40,8 +40,7 @@ import contextlib
 import functools
 import threading
 
-from dkmeans.drivers.state import (HartiganRecord, IterationRecord, LocalSearchRecord,
-                                   MiniBatchRecord)
+from dkmeans.fit.progress import HartiganRecord, IterationRecord, LocalSearchRecord, MiniBatchRecord
 
 try:  # scikit-learn >= 1.9
     from sklearn.callback import CallbackSupportMixin, with_callbacks

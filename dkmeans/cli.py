@@ -16,20 +16,16 @@ import os
 import signal
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from dkmeans.engine.workers import worker_info
-from dkmeans.fit import params as _params
-from dkmeans.engine.client import (EmbeddedClusterWarning, close_embedded_cluster,
-                                   shield_workers_from_signals)
-from dkmeans.errors import DKMeansError, InvalidParameterError, JobInterrupted
-from dkmeans.job_signals import JobSignals, signal_name
 from dkmeans._version import __version__
-from dkmeans.io.dataframe import select_columns
-from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE
+from dkmeans.errors import DKMeansError, InvalidParameterError, JobInterrupted
+from dkmeans.fit import params as _params
+from dkmeans.fit.cluster import close_command_cluster, cluster_size, connect_command
+from dkmeans.fit.options import DEFAULT_BATCH_SIZE
+from dkmeans.job_signals import JobSignals, signal_name
 
 logger = logging.getLogger("dkmeans")
 
@@ -37,25 +33,14 @@ logger = logging.getLogger("dkmeans")
 # -- the cluster -------------------------------------------------------------------
 def connect(args):
     """The client the command runs on: ``--scheduler``, ``--local``/``--gpu``, or the embedded one."""
-    from dkmeans.engine.client import connect_scheduler, get_client
-
-    if getattr(args, "scheduler", None):
-        client = connect_scheduler(args.scheduler, timeout=args.connect_timeout, tls_ca_file=args.tls_ca_file,
-                                   tls_cert=args.tls_cert, tls_key=args.tls_key)
-        args.opened_client = client  # closed by main() before it returns
-        return client
-    # --local is the default: the embedded cluster (closed by main() before it returns). A
-    # command has no later work of the user's that it could run on, so the library's warning
-    # that the cluster became the default scheduler is not shown; its address is logged.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EmbeddedClusterWarning)
-        if getattr(args, "gpu", False):
-            client = get_client(gpu=True)
-        else:
-            client = get_client(n_workers=getattr(args, "workers", None))
-    # A batch system signals every process of the job, a terminal its whole foreground group:
-    # the workers ignore SIGTERM and SIGINT, and this command closes them (main())
-    shield_workers_from_signals(client)
+    scheduler = getattr(args, "scheduler", None)
+    tls = {} if not scheduler else {"timeout": args.connect_timeout, "tls_ca_file": args.tls_ca_file,
+                                    "tls_cert": args.tls_cert, "tls_key": args.tls_key}
+    # --local is the default: the embedded cluster; either is closed by main() before it returns
+    client, opened = connect_command(scheduler, gpu=getattr(args, "gpu", False),
+                                     n_workers=getattr(args, "workers", None), **tls)
+    if opened:
+        args.opened_client = client
     return client
 
 
@@ -119,14 +104,11 @@ def _log_to(quiet: bool, to_stderr: bool = False):
 
 def _numeric_columns(df, columns):
     """``--columns`` as given, or every numeric column but bools (saying which others were left out)."""
-    from dkmeans.engine.columns import is_numeric_dtype
+    from dkmeans.fit.tables import numeric_columns
 
     if columns:
         return list(columns)
-    numeric = [c for c, t in df.dtypes.items() if is_numeric_dtype(t) and "bool" not in str(t)]
-    skipped = [c for c in df.columns if c not in numeric]
-    if not numeric:
-        raise InvalidParameterError("the input has no numeric column; name columns with --columns")
+    numeric, skipped = numeric_columns(df)
     if skipped:
         print(f"using numeric columns {numeric}; leaving out {skipped} (choose with --columns)")
     return numeric
@@ -160,7 +142,7 @@ def _fit_params(args, options=FIT_OPTIONS) -> dict:
 
 
 def _fit(args) -> int:
-    from dkmeans.engine.files import read_table
+    from dkmeans.fit.tables import read_table, select_columns
 
     params = _fit_params(args)  # checked before the input is read or a cluster starts
     checkpoint = _checkpoint_option(args)
@@ -216,7 +198,7 @@ def parse_k_values(text: str) -> list[int]:
 
 def _sweep(args) -> int:
     from dkmeans import sweep
-    from dkmeans.engine.files import read_table
+    from dkmeans.fit.tables import read_table, select_columns
 
     ks = parse_k_values(args.k_values)  # checked before the input is read or a cluster starts
     params = _fit_params(args, SWEEP_OPTIONS)
@@ -249,7 +231,7 @@ def _sweep(args) -> int:
 
 def _bisect(args) -> int:
     from dkmeans import BisectingKMeans
-    from dkmeans.engine.files import read_table
+    from dkmeans.fit.tables import read_table, select_columns
 
     names = _params.face_names("cli")
     given = {"n_clusters": args.k, "n_init": args.n_init, "max_iter": args.max_iter,
@@ -357,14 +339,13 @@ def _write_plot(path, km, X):
 def _load_model(path):
     """The estimator saved in ``path`` (``KMeans`` or ``MiniBatchKMeans``)."""
     from dkmeans import KMeans, MiniBatchKMeans
-    from dkmeans.io.model_file import load_model
+    from dkmeans.fit.model_files import saved_estimator
 
-    _, meta = load_model(path)
-    return (MiniBatchKMeans if meta.get("estimator") == "dkmeans.MiniBatchKMeans" else KMeans).load(path)
+    return (MiniBatchKMeans if saved_estimator(path) == "dkmeans.MiniBatchKMeans" else KMeans).load(path)
 
 
 def _predict(args) -> int:
-    from dkmeans.engine.files import read_table, write_parquet
+    from dkmeans.fit.tables import read_table, write_parquet
 
     km = _load_model(args.model)
     km.set_params(missing=_params.check("cli", {"--missing": args.missing})["missing"])
@@ -391,7 +372,7 @@ def _predict(args) -> int:
 
 def _evaluate(args) -> int:
     from dkmeans import metrics
-    from dkmeans.engine.files import read_table
+    from dkmeans.fit.tables import read_table, select_columns
 
     km = _load_model(args.model)
     km.set_params(missing=_params.check("cli", {"--missing": args.missing})["missing"])
@@ -438,8 +419,8 @@ def _demo(args) -> int:
     from sklearn.metrics import adjusted_rand_score
 
     from dkmeans import KMeans
-    from dkmeans.engine.files import write_labels_parquet
-    from dkmeans.testing import make_blobs_dask
+    from dkmeans.fit.demo_data import demo_blobs
+    from dkmeans.fit.tables import write_labels_parquet
 
     for option, value in (("--n-samples", args.n_samples), ("--n-features", args.n_features)):
         _params.Int(1)(option, value)
@@ -450,12 +431,11 @@ def _demo(args) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     client = connect(args)
-    workers = worker_info(client)
-    print(f"dkmeans demo: Dask cluster with {len(workers)} worker(s), "
-          f"{sum(w['nthreads'] for w in workers.values())} thread(s); dashboard {client.dashboard_link}")
-    X, true_centers = make_blobs_dask(args.n_samples, args.n_features, args.k, spread=args.spread,
-                                      seed=args.seed, chunk_rows=args.chunk_rows)
-    X = client.persist(X)
+    n_workers, n_threads = cluster_size(client)
+    print(f"dkmeans demo: Dask cluster with {n_workers} worker(s), {n_threads} thread(s); "
+          f"dashboard {client.dashboard_link}")
+    X, true_centers = demo_blobs(client, args.n_samples, args.n_features, args.k, spread=args.spread,
+                                 seed=args.seed, chunk_rows=args.chunk_rows)
     print(f"data: {args.n_samples:,} x {args.n_features} float32 Gaussian blobs ({X.nbytes / 2**20:.0f} MiB) "
           f"generated on the workers in {X.numblocks[0]} chunks; k = {args.k}")
 
@@ -803,7 +783,7 @@ def _run(args, signals, outcome: dict) -> int:
             opened = getattr(args, "opened_client", None)
             if opened is not None:  # --scheduler: disconnect (the scheduler and its workers stay)
                 opened.close()
-            close_embedded_cluster()  # before interpreter shutdown, so it closes quietly
+            close_command_cluster()  # before interpreter shutdown, so it closes quietly
 
 
 def _resume_hint(args, outcome: dict) -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
-import sys
 import warnings
 
 import numpy as np
@@ -18,167 +16,43 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans import _callbacks
-from dkmeans.fit import params as _params
-from dkmeans.engine.device import check_cupy_array
-from dkmeans.fit import inference
-from dkmeans.fit.inputs import (
-    as_dataset,
-    check_sample_weight,
-    FLOAT_DTYPES,
-    Dataset,
-    as_local_frame,
-    check_dask_array,
-    check_missing_policy,
-    data_errors,
-    expand_labels,
-    is_dask_collection,
-    test_rows,
-)
-from dkmeans.kernels.namespace import is_cupy_array
-from dkmeans.kernels.quality import imbalance_factor
 from dkmeans.engine.client import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
-from dkmeans.fit.spec import FitSpec
-from dkmeans.fit.service import run_fit
-from dkmeans.drivers.init import CHEAP_RANDOM, InitOptions
-from dkmeans.io.dataframe import (
+from dkmeans.fit import inference
+from dkmeans.fit import params as _params
+from dkmeans.fit.inputs import (
+    FLOAT_DTYPES,
+    Dataset,
+    as_dataset,
+    as_local_frame,
+    check_cupy_array,
+    check_dask_array,
     check_feature_names,
+    check_missing_policy,
+    check_sample_weight,
+    data_errors,
+    expand_labels,
     feature_names,
+    is_cupy_array,
+    is_dask_collection,
     is_dask_dataframe,
     is_dataframe,
     select_columns,
+    test_rows,
 )
-from dkmeans.drivers.state import HartiganRecord, IterationRecord, LocalSearchRecord, MiniBatchRecord, history_dicts
-
-logger = logging.getLogger("dkmeans")
-
-
-def _record_line(record) -> str:
-    """dkmeans' one line for a progress record (logged, and printed with ``verbose``)."""
-    if isinstance(record, LocalSearchRecord):
-        return (f"swap round {record.round:3d}  objective {record.objective:.6e}  swaps tried "
-                f"{record.swaps_tried}  accepted {record.swaps_accepted}  {record.seconds * 1e3:8.1f} ms")
-    if isinstance(record, IterationRecord):
-        detail = f"shift {record.centroid_shift:.3e}  empty fixed {record.empty_clusters_fixed}"
-    elif isinstance(record, MiniBatchRecord):
-        ewa = "-" if record.ewa_objective is None else f"{record.ewa_objective:.6e}"
-        detail = f"minibatch ewa {ewa}  shift {record.centroid_shift:.3e}  reassigned {record.reassigned}"
-    else:  # a Hartigan round
-        detail = f"hartigan {record.mode:13s} moves {record.moves}"
-    return (f"iteration {record.iteration:4d}  objective {record.objective:.6e}  {detail}  "
-            f"{record.seconds * 1e3:8.1f} ms")
-
-
-class _Progress:
-    """Each record is logged (logger ``dkmeans``, INFO); with ``verbose`` also printed.
-
-    Printed too, as scikit-learn's ``KMeans(verbose=1)`` prints them: ``Initialization
-    complete`` before the first record of each run (``n_init``; the fit service says where a
-    run starts: :meth:`run_started`), and when a Lloyd loop stopped by a rule, ``Converged at
-    iteration i: strict convergence.`` (no centroid moved) or ``Converged at iteration i:
-    center shift s within tolerance.`` (a loop's end is seen at the next record or at
-    :meth:`finish`). ``max_iter`` (set by the face) tells a loop that reached it from one
-    that stopped by the rule. Out of core, a pass over the data that takes a while is
-    reported as it goes (:meth:`pass_progress`: a line at most every
-    :data:`PASS_LINE_EVERY_S`, and at its end).
-
-    ``tasks`` (scikit-learn's callbacks, :class:`dkmeans._callbacks.FitTasks`) gets every
-    event too; a record's call returns True where a callback asked the loop to stop.
-    """
-
-    #: A pass's progress line at most this often (seconds), with ``verbose``.
-    PASS_LINE_EVERY_S = 2.0
-
-    def __init__(self, verbose):
-        self.verbose = verbose
-        self.tasks = None  # the task tree of scikit-learn's callbacks (dkmeans._callbacks.FitTasks)
-        self.max_iter = None
-        self.prefix = ""  # a sweep's "k=<k> " in front of each line
-        self._last = None  # the previous record
-        self._run_started = False  # a run started and reported no record yet
-        self._pass_lines = {}  # pass -> when its last line was printed
-
-    def run_started(self, run: int) -> None:
-        """The fit service starts run ``run``."""
-        self._run_started = True
-        if self.tasks is not None:
-            self.tasks.run_started(run)
-
-    def run_ended(self, run: int) -> bool:
-        """The fit service ended run ``run``; True where a callback asked for no more runs."""
-        return self.tasks.run_ended(run) if self.tasks is not None else False
-
-    def pass_progress(self, event: dict) -> None:
-        """A pass over out-of-core data: ``event["done"]`` of ``event["total"]`` pieces read."""
-        import time
-
-        if self.tasks is not None:
-            self.tasks.pass_progress(event)
-        done, total, index = event["done"], event["total"], event["pass"]
-        now = time.monotonic()
-        first = self._pass_lines.setdefault(index, now)
-        ended = done >= total
-        if ended:
-            self._pass_lines.pop(index, None)
-        elif now - first < self.PASS_LINE_EVERY_S or done == 0:
-            return  # a short pass says nothing; a long one once every few seconds
-        else:
-            self._pass_lines[index] = now
-        seconds = event.get("seconds", 0.0)
-        line = f"{self.prefix}pass {index:4d}  read {done}/{total} pieces  {seconds:8.1f} s"
-        logger.info(line)
-        if self.verbose and (not ended or seconds >= self.PASS_LINE_EVERY_S):
-            print(line, file=sys.stdout, flush=True)
-
-    def _lloyd_ended(self) -> None:
-        last = self._last
-        if not isinstance(last, IterationRecord):
-            return
-        if last.centroid_shift == 0.0:
-            print(f"{self.prefix}Converged at iteration {last.iteration}: strict convergence.",
-                  file=sys.stdout, flush=True)
-        elif self.max_iter is None or last.iteration < self.max_iter:
-            print(f"{self.prefix}Converged at iteration {last.iteration}: center shift "
-                  f"{last.centroid_shift} within tolerance.", file=sys.stdout, flush=True)
-
-    def __call__(self, record) -> bool:
-        line = self.prefix + _record_line(record)
-        continues_lloyd = (isinstance(record, IterationRecord) and isinstance(self._last, IterationRecord)
-                           and record.iteration == self._last.iteration + 1)
-        if self.verbose and not continues_lloyd:
-            self._lloyd_ended()
-        if self._run_started:
-            self._run_started = False
-            if self.verbose and not isinstance(record, MiniBatchRecord):  # scikit-learn's mini-batch has none
-                print(f"{self.prefix}Initialization complete", file=sys.stdout, flush=True)
-        stop = self.tasks.record(record) if self.tasks is not None else False
-        self._last = record
-        logger.info(line)
-        if self.verbose:
-            print(line, file=sys.stdout, flush=True)
-        return stop
-
-    def finish(self) -> None:
-        """The fit ended: the last Lloyd loop's convergence message."""
-        if self.verbose and not isinstance(self._last, MiniBatchRecord):
-            self._lloyd_ended()
-        self._last = None
-
-    def hooks(self) -> dict:
-        """The fit service's hooks that feed this object (:class:`~dkmeans.fit.spec.FitSpec`)."""
-        return {"on_iteration": self, "on_run_start": self.run_started,
-                "on_run_end": self.run_ended, "on_pass": self.pass_progress}
+from dkmeans.fit.model_files import ModelFileError, read_fitted, save_fitted
+from dkmeans.fit.options import auto_n_init, init_options
+from dkmeans.fit.progress import Progress as _Progress
+from dkmeans.fit.progress import finish_progress as _finish_progress
+from dkmeans.fit.progress import history_dicts
+from dkmeans.fit.quality import imbalance_factor
+from dkmeans.fit.service import run_fit
+from dkmeans.fit.spec import FitSpec
 
 
 def _progress(verbose):
-    """The progress callback of a fit (:class:`_Progress`)."""
+    """The progress callback of a fit (:class:`~dkmeans.fit.progress.Progress`; tests replace this seam)."""
     return _Progress(verbose)
-
-
-def _finish_progress(spec: FitSpec) -> None:
-    finish = getattr(spec.on_iteration, "finish", None)
-    if finish is not None:
-        finish()
 
 
 def _progress_for(verbose, max_iter: int):
@@ -382,31 +256,12 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         pathlib.Path
             The file written.
         """
-        from dkmeans.io.model_file import save_model
-        from dkmeans.model import Model
-
         check_is_fitted(self, "cluster_centers_")
-        params = self.get_params()
-        if not isinstance(params["init"], str):
-            params["init"] = "array"
-        if not isinstance(params["random_state"], (int, type(None))):
-            params["random_state"] = None
-        if "checkpoint" in params:
-            params["checkpoint"] = None  # a job's scratch file, not part of the model
-        meta = {
-            "estimator": f"dkmeans.{type(self).__name__}",
-            "params": params,
-            "n_features_in": int(self.n_features_in_),
-            "feature_names": [str(c) for c in self.feature_names_in_] if hasattr(self, "feature_names_in_") else None,
-            "objective": float(self.inertia_),
-            "iteration_count": int(self.n_iter_),
-            "stop_reason": self.stop_reason_,
-            "history": self.history_,
-        }
-        if getattr(self, "cluster_sizes_", None) is not None:  # from the final pass (absent: lazy out-of-core labels)
-            meta["cluster_sizes"] = [float(v) for v in self.cluster_sizes_]
-            meta["cluster_inertia"] = [float(v) for v in self.cluster_inertia_]
-        return save_model(path, Model(self.cluster_centers_), meta)
+        fitted = {name: getattr(self, f"{name}_", None) for name in (
+            "cluster_centers", "n_features_in", "feature_names_in", "inertia", "n_iter", "stop_reason", "history",
+            "cluster_sizes", "cluster_inertia")}
+        fitted["feature_names"] = fitted.pop("feature_names_in")
+        return save_fitted(path, f"dkmeans.{type(self).__name__}", self.get_params(), fitted)
 
     @classmethod
     def load(cls, path) -> "KMeans":
@@ -427,34 +282,13 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         dkmeans.io.ModelFileError
             The file is missing, damaged, altered, pickled or of another version.
         """
-        from dkmeans.io.model_file import ModelFileError, load_model
-
-        model, meta = load_model(path)
-        name = f"dkmeans.{cls.__name__}"
-        if meta.get("estimator") != name or not isinstance(meta.get("params"), dict):
-            raise ModelFileError(f"{path}: not a saved {name} (use dkmeans.io.load_model)")
-        params = dict(meta["params"])
-        if params.get("init") == "array":
-            params["init"] = model.centroids
+        params, fitted = read_fitted(path, f"dkmeans.{cls.__name__}")
         try:
             est = cls(**params)
         except TypeError as exc:
             raise ModelFileError(f"{path}: parameters do not fit this dkmeans version ({exc})") from None
-        est.cluster_centers_ = model.centroids
-        est.n_features_in_ = int(meta.get("n_features_in", model.centroids.shape[1]))
-        if est.n_features_in_ != model.centroids.shape[1]:
-            raise ModelFileError(f"{path}: n_features_in does not match the centroids")
-        if meta.get("feature_names"):
-            est.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
-        est.inertia_ = float(meta.get("objective", np.nan))
-        est.n_iter_ = int(meta.get("iteration_count", 0))
-        est.history_ = list(meta.get("history") or [])
-        est.stop_reason_ = meta.get("stop_reason")
-        if meta.get("cluster_sizes") is not None:
-            est.cluster_sizes_ = np.asarray(meta["cluster_sizes"], dtype=np.float64)
-            est.cluster_inertia_ = np.asarray(meta["cluster_inertia"], dtype=np.float64)
-            est.imbalance_ = imbalance_factor(est.cluster_sizes_)
-        est._n_features_out = model.centroids.shape[0]
+        vars(est).update(fitted)
+        est._n_features_out = est.cluster_centers_.shape[0]
         est._metric = getattr(est, "metric", "euclidean")
         return est
 
@@ -811,8 +645,7 @@ class KMeans(_KMeansBase):
             raise InvalidParameterError("refine='hartigan' applies to algorithm='lloyd' only")
         n_init = p["n_init"]
         if n_init == "auto":
-            # scikit-learn's rule: 10 for "random" and a callable (here "random-partition" too), else 1
-            n_init = 10 if (isinstance(init, str) and init in CHEAP_RANDOM) or callable(init) else 1
+            n_init = auto_n_init(init)  # scikit-learn's rule (here "random-partition" too)
         if not isinstance(init, str) and not callable(init) and n_init > 1:
             warnings.warn(
                 "Explicit initial center position passed: performing only one init in "
@@ -826,7 +659,7 @@ class KMeans(_KMeansBase):
             stop_rule="centroid-shift", tol_relative=True, tol_inclusive=True,
             algorithm=p["algorithm"], refine=p["refine"], hartigan_mode=p["hartigan_mode"],
             local_search=p["local_search"],
-            init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
+            init_options=init_options(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
             random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
             out_of_core=p["out_of_core"], on_iteration=_progress_for(p["verbose"], p["max_iter"]), metric=p["metric"],
             prune=p["prune"],

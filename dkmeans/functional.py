@@ -28,8 +28,7 @@ from dkmeans.engine.client import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
 from dkmeans.fit.spec import FitSpec
 from dkmeans.fit.service import run_fit
-from dkmeans.drivers.init import InitOptions
-from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
+from dkmeans.fit.options import DEFAULT_BATCH_SIZE, init_options, minibatch_options
 from dkmeans.model import InferResult, Model, TrainResult
 
 
@@ -174,8 +173,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     if desc.method == "minibatch":
         if desc.metric != "euclidean":
             raise InvalidParameterError("method='minibatch' is Euclidean only")
-        minibatch = MiniBatchOptions(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
-                                     reassignment_ratio=p["reassignment_ratio"])
+        minibatch = minibatch_options(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
+                                      reassignment_ratio=p["reassignment_ratio"])
     if initial_centroids is None:
         initial_centroids = "k-means||"
     if isinstance(initial_centroids, str) and initial_centroids not in _params.INIT_STRATEGIES:
@@ -197,7 +196,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         tol=desc.accuracy_threshold, stop_rule=desc.stop_rule, tol_relative=False, tol_inclusive=False,
         algorithm=desc.method, hartigan_mode="unsafe", hartigan_tol=desc.accuracy_threshold,
         local_search=p["local_search"],
-        init_options=InitOptions(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
+        init_options=init_options(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
         random_state=random_state if isinstance(initial_centroids, str) or desc.method == "minibatch" else 0,
         checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,
         names={"n_clusters": "cluster_count", "init": "initial_centroids"}, metric=desc.metric, minibatch=minibatch,

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from dkmeans.drivers.streams import resolve_seed
-from dkmeans.errors import InvalidParameterError
 from dkmeans import _callbacks
-from dkmeans.estimator import KMeans, _Progress
+from dkmeans.errors import InvalidParameterError
+from dkmeans.estimator import KMeans
 from dkmeans.fit.gap import ReferenceCurve
 from dkmeans.fit.krules import RULE_TEXT, Scores, answers, elbow, suggest
+from dkmeans.fit.options import resolve_seed
+from dkmeans.fit.progress import Progress
 from dkmeans.fit.sweep import run_sweep, score_centroids
 
 
@@ -32,10 +33,10 @@ ELBOW_RULE = RULE_TEXT["elbow"]
 METHODS = ("refit", "bisecting")
 
 
-def _k_progress(k: int, verbose, tasks) -> _Progress:
+def _k_progress(k: int, verbose, tasks) -> Progress:
     """One k's progress: its lines logged (logger ``dkmeans``, INFO) with the k in front and
     printed with ``verbose``; its events to the k's task tree (scikit-learn's callbacks)."""
-    progress = _Progress(verbose)
+    progress = Progress(verbose)
     progress.prefix = f"k={k:<4d} "
     progress.tasks = tasks
     return progress
@@ -337,8 +338,7 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
         raise InvalidParameterError("sweep: init must be a strategy name or a callable; initial centroids fit one k")
     t0 = time.perf_counter()
     if isinstance(X, (str, os.PathLike)):
-        from dkmeans.engine.files import read_table
-        from dkmeans.io.dataframe import select_columns
+        from dkmeans.fit.tables import read_table, select_columns
 
         X = select_columns(read_table(str(X), storage_options=storage_options), name=str(X))
     elif storage_options is not None:

@@ -28,11 +28,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from dkmeans.engine.rowwise import is_dask_array, pair_counts
 from dkmeans.errors import InvalidDataError
-from dkmeans.fit import inference, scoring
+from dkmeans.fit import inference, label_tables, scoring
+from dkmeans.fit.inputs import is_dask_array
 from dkmeans.fit.quality import ClusterScores
-from dkmeans.kernels import cluster_sums
 
 
 def objective(X, centroids, sample_weight=None) -> float:
@@ -62,7 +61,7 @@ def objective(X, centroids, sample_weight=None) -> float:
 def contingency_matrix(labels_true, labels_pred) -> np.ndarray:
     """Counts ``n_ij`` of rows with true class ``i`` and predicted cluster ``j`` (empty rows/columns dropped).
 
-    Dask labels (integers) are counted on the cluster (``dkmeans.engine.rowwise.pair_counts``);
+    Dask labels (integers) are counted on the cluster (``dkmeans.fit.label_tables.pair_count_table``);
     only the table comes back.
 
     Parameters
@@ -77,18 +76,7 @@ def contingency_matrix(labels_true, labels_pred) -> np.ndarray:
     ndarray of shape (n_classes, n_clusters), int64
         The counts, classes and clusters in sorted order.
     """
-    if is_dask_array(labels_true) or is_dask_array(labels_pred):
-        table = pair_counts(labels_true, labels_pred)
-    else:
-        a = np.asarray(labels_true).ravel()
-        b = np.asarray(labels_pred).ravel()
-        if a.shape != b.shape:
-            raise InvalidDataError(f"label arrays differ in length: {a.shape} vs {b.shape}")
-        _, ai = np.unique(a, return_inverse=True)
-        _, bi = np.unique(b, return_inverse=True)
-        width = int(bi.max()) + 1 if len(bi) else 0
-        table = np.bincount(ai * width + bi, minlength=(int(ai.max()) + 1 if len(ai) else 0) * width)
-        table = table.reshape(-1, width) if width else table.reshape(0, 0)
+    table = label_tables.pair_count_table(labels_true, labels_pred)
     return table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
 
 
@@ -193,10 +181,7 @@ def class_means(X, labels) -> np.ndarray:
     ndarray of shape (n_classes, n_features), float64
         The means, in sorted class order.
     """
-    X = np.asarray(X, dtype=np.float64)
-    classes, inverse = np.unique(np.asarray(labels), return_inverse=True)
-    sums, counts = cluster_sums(X, inverse.astype(np.int32), classes.size)
-    return sums / counts[:, None]
+    return label_tables.class_means(X, labels)
 
 
 # -- internal scores: how good is a partition? ------------------------------------------------------

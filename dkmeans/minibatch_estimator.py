@@ -1,29 +1,24 @@
 """``dkmeans.MiniBatchKMeans``: scikit-learn's ``MiniBatchKMeans`` on Dask, with a decaying stream mode.
 
 This module maps scikit-learn's mini-batch names onto the fit service (``algorithm=
-"minibatch"``, :class:`dkmeans.drivers.minibatch.MiniBatchOptions`); everything else (data checks,
+"minibatch"``, :func:`dkmeans.fit.options.minibatch_options`); everything else (data checks,
 inference, model files) is shared with :class:`dkmeans.KMeans`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 
-from dkmeans.drivers.streams import resolve_seed
-from dkmeans.fit.inputs import check_n_clusters_vs_rows, check_sample_weight, is_dask_collection
-from dkmeans.fit.inference import labels_and_objective
-from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError, NON_FINITE_INPUT
-from dkmeans.estimator import _KMeansBase, _finish_progress, _progress_for
-from dkmeans.fit.spec import FitSpec
-from dkmeans.fit.minibatch import run_partial_fit
+from dkmeans.errors import DataTypeError, InvalidParameterError
+from dkmeans.estimator import _finish_progress, _KMeansBase, _progress_for
+from dkmeans.fit.inputs import is_dask_collection
+from dkmeans.fit.options import DEFAULT_BATCH_SIZE, init_options, minibatch_options, resolve_seed
+from dkmeans.fit.partial_fit import partial_fit_step
+from dkmeans.fit.progress import history_dicts
 from dkmeans.fit.service import run_fit
-from dkmeans.drivers.init import InitOptions
-from dkmeans.drivers.minibatch import DEFAULT_BATCH_SIZE, MiniBatchOptions
-from dkmeans.drivers.state import MiniBatchState, history_dicts
+from dkmeans.fit.spec import FitSpec
 
 
 def resolve_decay(decay, half_life, time_unit: str) -> float:
@@ -212,12 +207,12 @@ class MiniBatchKMeans(_KMeansBase):
         return FitSpec(
             n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
             stop_rule="centroid-shift", tol_relative=True, algorithm="minibatch", local_search=False,
-            init_options=InitOptions(), random_state=self.random_state, out_of_core=p["out_of_core"],
+            init_options=init_options(), random_state=self.random_state, out_of_core=p["out_of_core"],
             checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], on_iteration=_progress_for(p["verbose"], p["max_iter"]),
             job={"estimator": "dkmeans.MiniBatchKMeans", "params": self._job_params()},
-            minibatch=MiniBatchOptions(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
-                                       reassignment_ratio=p["reassignment_ratio"], decay=decay,
-                                       time_unit=p["time_unit"]),
+            minibatch=minibatch_options(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
+                                        reassignment_ratio=p["reassignment_ratio"], decay=decay,
+                                        time_unit=p["time_unit"]),
             init_size=p["init_size"], compute_labels=p["compute_labels"],
         )
 
@@ -289,33 +284,21 @@ class MiniBatchKMeans(_KMeansBase):
             raise DataTypeError("partial_fit takes rows in host memory (NumPy, SciPy CSR, pandas, or a Dask "
                                 f"collection it computes), got {type(X).__name__}")
         X = batch
-        if first:
-            check_n_clusters_vs_rows(spec.n_clusters, X.shape[0], "n_clusters")
-        w = check_sample_weight(sample_weight, X.shape[0], positive_sum=False)  # a batch may weigh nothing
-        if w is not None and np.all(w == 1.0):
-            w = None  # unit weights: exactly the unweighted step, labels and inertia
-        if not np.all(np.isfinite(X.data if sp.issparse(X) else X)):
-            raise InvalidDataError(NON_FINITE_INPUT)
-        if first:
-            self._seed = resolve_seed(self.random_state)
-            self._batch_size = min(spec.minibatch.batch_size, X.shape[0])
-            self._stream = None
-        elif getattr(self, "_stream", None) is None:  # loaded from a file: counts unknown, start them at zero
-            self._seed = resolve_seed(self.random_state)
-            self._batch_size = min(spec.minibatch.batch_size, X.shape[0])
-            self._stream = MiniBatchState(np.asarray(self.cluster_centers_, np.float64),
-                                          getattr(self, "_counts", np.zeros(len(self.cluster_centers_))))
-        spec = dataclasses.replace(spec, minibatch=dataclasses.replace(spec.minibatch, batch_size=self._batch_size))
-        state, record = run_partial_fit(spec, X, w, self._stream, self._seed)
-        self._stream = state
+        step = partial_fit_step(spec, X, sample_weight, random_state=self.random_state,
+                                compute_labels=self.compute_labels, stream=getattr(self, "_stream", None),
+                                seed=getattr(self, "_seed", None), batch_size=getattr(self, "_batch_size", None),
+                                centers=None if first else self.cluster_centers_,
+                                counts=getattr(self, "_counts", None))
+        state = self._stream = step.state
+        self._seed, self._batch_size = step.seed, step.batch_size
         self._counts = state.counts
         self.cluster_centers_ = state.centroids.astype(X.dtype)
         self._n_features_out = self.cluster_centers_.shape[0]
         self.n_steps_ = state.n_steps
         self.n_iter_ = getattr(self, "n_iter_", 0)
-        self.history_ = list(getattr(self, "history_", [])) + history_dicts([record])
+        self.history_ = list(getattr(self, "history_", [])) + step.history
         if self.compute_labels:
-            self.labels_, self.inertia_ = labels_and_objective(X, self.cluster_centers_, weights=w)
+            self.labels_, self.inertia_ = step.labels, step.inertia
         return self
 
 

@@ -12,6 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def __getattr__(name: str):
+    """:func:`~dkmeans.engine.synthetic.make_blobs_dask` and its ``blob_block``, here too.
+
+    The Dask generator lives with the engine (the demo's data is made there too); it is loaded
+    on first use so that importing this module stays as light as NumPy.
+    """
+    if name in ("blob_block", "make_blobs_dask"):
+        from dkmeans.engine import synthetic
+
+        return getattr(synthetic, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def make_blobs(n_samples: int, n_features: int, n_centers: int, *, spread: float = 1.0,
                box: float = 10.0, seed: int = 0, dtype=np.float64):
     """Gaussian blobs: returns ``(X, true_labels, true_centers)``.
@@ -89,48 +102,6 @@ def pick_rows(X, k: int, seed: int = 0):
     """k distinct rows of ``X`` (a fixed NumPy draw), e.g. as shared initial centroids."""
     idx = np.random.default_rng(seed).choice(X.shape[0], k, replace=False)
     return np.asarray(X)[idx].copy()
-
-
-def blob_block(index: int, n_rows: int, *, centers, spread, seed, out_dtype, noise="normal"):
-    """Block ``index`` (of ``n_rows`` rows) of :func:`make_blobs_dask`'s data, computed anywhere."""
-    rng = np.random.default_rng([seed, index])
-    labels = rng.integers(0, centers.shape[0], size=n_rows)
-    shape = (n_rows, centers.shape[1])
-    if noise == "uniform":  # about 3 times cheaper to draw: for data sets larger than memory
-        X = centers[labels] + spread * np.sqrt(3.0) * (2 * rng.random(shape) - 1)
-    else:
-        X = centers[labels] + spread * rng.standard_normal(shape)
-    return X.astype(out_dtype, copy=False)
-
-
-def _blob_block(block_info=None, **options):
-    info = block_info[None]
-    (r0, r1), _ = info["array-location"]
-    return blob_block(info["chunk-location"][0], r1 - r0, **options)
-
-
-def make_blobs_dask(n_samples: int, n_features: int, n_centers: int, *, chunk_rows: int = 250_000,
-                    spread: float = 1.0, box: float = 10.0, seed: int = 0, dtype=np.float32, noise: str = "normal"):
-    """Gaussian (or uniform: ``noise="uniform"``) blobs generated on the workers, block by block.
-
-    Nothing is shipped from the client, and every block is recomputed from its index
-    (:func:`blob_block`), so the array is a recomputable source larger than memory if need be.
-
-    Returns
-    -------
-    X : dask.array.Array, shape (n_samples, n_features)
-    centers : ndarray, shape (n_centers, n_features)
-        The true centres.
-    """
-    import dask.array as da
-
-    centers = np.random.default_rng(seed).uniform(-box, box, size=(n_centers, n_features))
-    chunks = (tuple(min(chunk_rows, n_samples - i) for i in range(0, n_samples, chunk_rows)), (n_features,))
-    X = da.map_blocks(
-        _blob_block, dtype=dtype, chunks=chunks, meta=np.empty((0, 0), dtype),
-        centers=centers, spread=spread, seed=seed, out_dtype=dtype, noise=noise,
-    )
-    return X, centers
 
 
 def persist_rows(client, X, n_chunks: int = 4, weights=None):

@@ -26,6 +26,19 @@ DASK_OUTSIDE_ENGINE = {
 }
 
 
+#: What a face (a module of the package root) may import beyond the faces, the fit service and the base
+#: modules: the model and checkpoint files a user names (``dkmeans.io``), and from the engine only
+#: ``get_client`` (public API: the cluster a user's fits run on).
+FACE_FILES = {"dkmeans.io", "dkmeans.io.model_file", "dkmeans.io.checkpoint"}
+FACE_ENGINE_NAMES = {"dkmeans.engine.client": {"get_client"}}
+#: Root modules allowed to reach lower, each with why (this list only shrinks).
+FACE_EXCEPTIONS = {
+    # the test-data generators and reference fits of tests and benchmarks: they build data on the
+    # engine and run single drivers whole, which is what the tests check; no user's fit goes through them
+    "dkmeans.testing": "test helpers that run the engine and the drivers directly",
+}
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -150,6 +163,55 @@ def test_the_dask_exceptions_are_current():
     stale = [f"{m}: {name}" for m, names in DASK_OUTSIDE_ENGINE.items() for name in names
              if name not in users.get(m, set())]
     assert not stale, "listed but no longer imported: " + ", ".join(stale)
+
+
+def _face_imports():
+    """``(face, module, name)`` for every ``dkmeans`` import of a root module (``name``: the name taken
+    from ``module``, None for ``import module`` or a submodule)."""
+    for path in sorted(PACKAGE.glob("*.py")):
+        face = _module_name(path)
+        package = face if path.name == "__init__.py" else face.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                yield from ((face, a.name, None) for a in node.names if a.name.split(".")[0] == "dkmeans")
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                if base.split(".")[0] != "dkmeans":
+                    continue
+                for alias in node.names:
+                    candidate = Path(*f"{base}.{alias.name}".split("."))
+                    submodule = (PACKAGE.parent / candidate).with_suffix(".py").exists() or (PACKAGE.parent / candidate).is_dir()
+                    yield (face, f"{base}.{alias.name}", None) if submodule else (face, base, alias.name)
+
+
+def _face_may_import(module: str, name: str | None) -> bool:
+    return (_layer(module) in (0, FOLDERS["fit"], 6) or module in FACE_FILES
+            or name in FACE_ENGINE_NAMES.get(module, ()))
+
+
+def test_faces_speak_only_to_the_fit_service():
+    """Faces import the fit service, the base modules, model files and ``engine.client.get_client``:
+    how a fit runs (drivers, engine, kernels) is the fit service's to know."""
+    reaching = sorted({f"{face} imports {module}" + (f".{name}" if name else "")
+                       for face, module, name in _face_imports()
+                       if face not in FACE_EXCEPTIONS and not _face_may_import(module, name)})
+    assert not reaching, "\n".join(reaching)
+
+
+def test_the_face_exceptions_are_current():
+    reaching = {face for face, module, name in _face_imports() if not _face_may_import(module, name)}
+    assert set(FACE_EXCEPTIONS) <= reaching, f"no longer reaching lower: {sorted(set(FACE_EXCEPTIONS) - reaching)}"
+
+
+def test_the_face_rule_sees_names_and_modules():
+    assert _face_may_import("dkmeans.engine.client", "get_client")
+    assert not _face_may_import("dkmeans.engine.client", "connect_scheduler")
+    assert not _face_may_import("dkmeans.engine.files", None)
+    assert not _face_may_import("dkmeans.io.dataframe", None)
+    assert _face_may_import("dkmeans.io.model_file", None) and _face_may_import("dkmeans.fit.progress", None)
+    assert _face_may_import("dkmeans.errors", None) and _face_may_import("dkmeans", "KMeans")
 
 
 def test_the_layer_of_a_module_is_its_folder():

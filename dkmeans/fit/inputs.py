@@ -18,9 +18,12 @@ import numpy as np
 from sklearn.utils import check_array
 
 from dkmeans.engine.columns import complete_rows, frame_to_array, result_dtype
+from dkmeans.engine.device import check_cupy_array
 from dkmeans.engine.rowwise import chunked_rows, frame_rows, is_dask_array, skip_missing_rows, weight_stats
 from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
 from dkmeans.io.dataframe import as_pandas, is_dask_dataframe, is_dataframe, select_columns
+# the checks of a fitted model's feature names, for the faces (which import the fit service only)
+from dkmeans.io.dataframe import check_feature_names, feature_names  # noqa: F401
 from dkmeans.kernels.namespace import is_cupy_array, to_host
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -237,7 +240,7 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
     (``Dataset.kept``: which input rows remain, in memory; ``Dataset.unfiltered``: a Dask
     array's rows before, to label every input row).
     """
-    from dkmeans.engine.device import check_cupy_array, chunk_cupy_array, is_cupy_backed, to_device
+    from dkmeans.engine.device import chunk_cupy_array, is_cupy_backed, to_device
 
     if is_cupy_array(data):
         arr = to_device(chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), cluster_workers()), device)
@@ -349,7 +352,7 @@ def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_cluste
         )
 
 
-def check_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids") -> np.ndarray:
+def check_user_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids") -> np.ndarray:
     """A finite (n_clusters, n_features) array in ``dtype`` (a copy; the user's array is untouched)."""
     if is_dask_collection(C):
         C = C.compute()

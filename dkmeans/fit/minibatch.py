@@ -18,7 +18,7 @@ from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 from dkmeans.fit.checkpoint_job import checkpoint_job
 from dkmeans.fit.first_pass import check_rows_when_placed, moments_chunk
-from dkmeans.fit.inputs import Dataset, check_centroids
+from dkmeans.fit.inputs import Dataset, check_user_centroids
 from dkmeans.fit.metric_inputs import prepare_centroids
 from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.spec import FitResult, FitSpec
@@ -56,7 +56,7 @@ def minibatch_init(spec: FitSpec, X, w, seed: int, run: int) -> np.ndarray:
     sample = ChunkList.from_array(X, w)
     if callable(spec.init):
         C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
-        C = check_centroids(C, spec.n_clusters, X.shape[1], X.dtype, name="init (the callable's result)")
+        C = check_user_centroids(C, spec.n_clusters, X.shape[1], X.dtype, name="init (the callable's result)")
     else:
         options = dataclasses.replace(spec.init_options, metric=spec.metric)
         # a sample of a few thousand rows, on the caller: scikit-learn's OpenMP threads (k-means||'
@@ -190,7 +190,7 @@ def run_partial_fit(spec: FitSpec, X, sample_weight, state: MiniBatchState | Non
     if state is None:
         _, init_size = minibatch_sizes(spec, X.shape[0])
         if not isinstance(spec.init, str) and not callable(spec.init):
-            centers = check_centroids(spec.init, spec.n_clusters, X.shape[1], X.dtype, name="init")
+            centers = check_user_centroids(spec.init, spec.n_clusters, X.shape[1], X.dtype, name="init")
         else:
             rng = np.random.default_rng([seed, MINIBATCH_INIT_STREAM])
             idx = rng.integers(0, X.shape[0], init_size) if init_size < X.shape[0] else np.arange(X.shape[0])

@@ -124,7 +124,7 @@ def _distance_chunk(X, w, offset, C, keys, means, silhouette):
     return mean_distances(rows, codes, means, w, silhouette=silhouette)
 
 
-def first_pass(data, centroids=None):
+def label_stats_pass(data, centroids=None):
     """:class:`~dkmeans.kernels.quality.LabelStats` of the whole data (one pass)."""
     if centroids is None:
         return data.map_reduce(_label_chunk, combine_label_stats)
@@ -155,7 +155,7 @@ def cluster_scores(data, centroids=None, *, metric: str = "euclidean", passes: i
     start = data.passes
     labelled = centroids is None
     C = None if labelled else np.ascontiguousarray(np.asarray(centroids).astype(data.dtype))
-    stats = first_pass(data, C)
+    stats = label_stats_pass(data, C)
     count = np.asarray(stats.count)
     present = count > 0
     keys, means = np.asarray(stats.keys)[present], np.asarray(stats.mean)[present]
@@ -239,4 +239,5 @@ def sample_silhouette(data, labels_source, sample_size: int, random_state=None) 
     return float(silhouette_score(rows, labels))
 
 
-__all__ = ["ClusterScores", "cluster_scores", "first_pass", "sample_rows", "sample_silhouette"]
+__all__ = ["ClusterScores", "cluster_scores", "imbalance_factor", "label_stats_pass", "sample_rows",
+           "sample_silhouette"]

@@ -11,12 +11,12 @@ import numpy as np
 from dkmeans.drivers.hartigan import hartigan
 from dkmeans.drivers.lloyd import lloyd, objective, stop_after_update
 from dkmeans.drivers.pruned_lloyd import PrunedPasses
-from dkmeans.drivers.local_search import (CONFIRM_ITERS, coreset_local_search, coreset_searches,
-                                          coreset_size, coreset_start)
+from dkmeans.drivers.coreset import (CONFIRM_ITERS, coreset_local_search, coreset_searches, coreset_size,
+                                     coreset_start)
 from dkmeans.drivers.state import STOPPED, FitState, LoopState, RunSummary
 from dkmeans.drivers.streams import derive_seed
 from dkmeans.errors import INTERRUPTIONS
-from dkmeans.fit.inputs import check_centroids
+from dkmeans.fit.inputs import check_user_centroids
 from dkmeans.fit.spec import FitSpec
 from dkmeans.io.checkpoint import Checkpointer
 
@@ -61,13 +61,13 @@ SEARCH_AFTER_ITERS = 5
 #: rows its Lloyd would be the fit's (measured in ``benchmarks/README.md``, "max_iter and n_iter_").
 SETTLE_MAX_SHARE = 0.5
 #: Lloyd updates of the settle on the sample at most
-#: (:func:`~dkmeans.drivers.local_search.coreset_start`).
+#: (:func:`~dkmeans.drivers.coreset.coreset_start`).
 SETTLE_MAX_ITER = 300
 
 
 def settles_start(data, plan: FitPlan, k: int) -> bool:
     """Whether a run of ``plan`` settles and searches its seeding on a sample of the rows before
-    Lloyd (:func:`~dkmeans.drivers.local_search.coreset_start`).
+    Lloyd (:func:`~dkmeans.drivers.coreset.coreset_start`).
 
     Only where the sample is at most :data:`SETTLE_MAX_SHARE` of the rows, and where
     ``max_iter`` allows the settle its :data:`SETTLE_MAX_ITER` updates: a settle cut short by
@@ -94,12 +94,12 @@ def _first_lloyd_iters(data, plan: FitPlan, k: int) -> int:
 
 def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=False) -> RunSummary:
     """Swaps searched on a sample, confirmed by Lloyd on the data
-    (:func:`dkmeans.drivers.local_search.coreset_local_search`).
+    (:func:`dkmeans.drivers.coreset.coreset_local_search`).
 
     ``max_iter`` bounds the run's Lloyd updates on the data in all: Lloyd's first
     :data:`SEARCH_AFTER_ITERS` updates, then the searches' confirmations (kept or not: each
     update is a pass over the data, counted in the run's ``n_iter``), then Lloyd again
-    share it. A confirmation runs :data:`~dkmeans.drivers.local_search.CONFIRM_ITERS` updates at most;
+    share it. A confirmation runs :data:`~dkmeans.drivers.coreset.CONFIRM_ITERS` updates at most;
     after a confirmed search another one starts from its result (a new sample),
     :data:`CORESET_SEARCHES` at most. Lloyd then goes on from the last confirmed result (or
     from its own, when nothing was confirmed) to its stop rule, with what is left of
@@ -266,5 +266,5 @@ def callable_init(spec: FitSpec, data, seed: int, run: int) -> np.ndarray:
     idx = np.arange(n) if size == n else np.sort(rng.choice(n, size=size, replace=False))
     X = data.rows(idx)
     C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
-    return check_centroids(C, spec.n_clusters, data.n_features, data.dtype, name="init (the callable's result)")
+    return check_user_centroids(C, spec.n_clusters, data.n_features, data.dtype, name="init (the callable's result)")
 

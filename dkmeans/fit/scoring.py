@@ -27,7 +27,7 @@ from dkmeans.engine.place import in_process_threads, place_data
 from dkmeans.engine.rowwise import as_array, chunked_rows, weights_beside, with_label_column
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidDataError
-from dkmeans.fit.inputs import (Dataset, as_dataset, check_centroids, check_int, check_sample_weight,
+from dkmeans.fit.inputs import (Dataset, as_dataset, check_user_centroids, check_int, check_sample_weight,
                                 is_dask_collection)
 from dkmeans.fit.metric_inputs import prepare_dataset
 from dkmeans.fit.quality import ClusterScores, cluster_scores, sample_silhouette
@@ -99,7 +99,7 @@ def _prepared(X, *, centroids, labels, sample_weight, metric):
     values = None
     if centroids is not None:
         C = np.asarray(centroids.compute() if is_dask_collection(centroids) else centroids)
-        centroids = check_centroids(C, C.shape[0] if C.ndim == 2 else 0, dataset.n_features, dataset.array.dtype,
+        centroids = check_user_centroids(C, C.shape[0] if C.ndim == 2 else 0, dataset.n_features, dataset.array.dtype,
                                     name="centroids")
         dataset = prepare_dataset(dataset, metric)
     else:

@@ -42,7 +42,7 @@ from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.checkpoint_job import checkpoint_job
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
-from dkmeans.fit.inputs import (Dataset, check_centroids, check_n_clusters_vs_rows, check_sample_weight,
+from dkmeans.fit.inputs import (Dataset, check_user_centroids, check_n_clusters_vs_rows, check_sample_weight,
                                 kept_weights, named_missing)
 from dkmeans.fit.metric_inputs import prepare_centroids, prepare_dataset, supports_local_search
 from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fit
@@ -76,7 +76,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     dtype = dataset.array.dtype
     C0 = None
     if not isinstance(spec.init, str) and not callable(spec.init):
-        C0 = check_centroids(spec.init, k, dataset.n_features, dtype, name=spec.names.get("init", "init"))
+        C0 = check_user_centroids(spec.init, k, dataset.n_features, dtype, name=spec.names.get("init", "init"))
         C0 = prepare_centroids(C0, spec.metric, name=spec.names.get("init", "init"))
     if dataset.n_rows is not None:
         check_n_clusters_vs_rows(k, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))

@@ -38,7 +38,7 @@ def centroid_bytes(k: int, d: int, itemsize: int) -> int:
     return int(k) * (int(d) * (2 * int(itemsize) + 8 * CENTROID_COPIES_F64) + 32)
 
 
-def check_centroids(X, C) -> None:
+def check_centroid_shape(X, C) -> None:
     """Refuse centroids the assignment kernels cannot use (the compiled loops index without checks).
 
     Raises

@@ -38,7 +38,7 @@ from dkmeans.kernels.backends.layout import LazyModule, Output, direct_width
 # compiled loops of the NumPy rows, numba imported at their first use
 _compiled = LazyModule("dkmeans.kernels.backends.compiled")
 from dkmeans.kernels.backends.select import Backend, Loops, select
-from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, Partials, TopRows, check_centroids, plan_tiles,
+from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, Partials, TopRows, check_centroid_shape, plan_tiles,
                                     select_top)
 from dkmeans.kernels.common import unit_half_sq_norms  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
 from dkmeans.kernels.backends import sparse as _sparse
@@ -303,7 +303,7 @@ def assign(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     min_sq_dist : array, shape (n,), ``X.dtype``
         ``||x - c_label||^2`` computed from the difference.
     """
-    check_centroids(X, C)
+    check_centroid_shape(X, C)
     return _assign(_backend(X, C.shape[0]), X, C, scratch_bytes)
 
 
@@ -354,7 +354,7 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     Partials
         Sums and counts accumulated in float64; objective in float64.
     """
-    check_centroids(X, C)
+    check_centroid_shape(X, C)
     backend = _backend(X, C.shape[0])
     if backend is Backend.SPARSE:
         return _sparse.assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
@@ -420,7 +420,7 @@ def nearest_sq64(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
 
     The labels and distances of :func:`farthest_points` (sparse rows: computed in float64).
     """
-    check_centroids(X, C)
+    check_centroid_shape(X, C)
     return _nearest_sq64(_backend(X, C.shape[0]), X, C, scratch_bytes)
 
 
@@ -494,7 +494,7 @@ def refill_partials(X, live_labels, live_d2, L, R, live_index, refill_index, k: 
     full assignment; the squared distances differ there by rounding only.
     """
     xp = get_namespace(live_d2)
-    check_centroids(X, R)
+    check_centroid_shape(X, R)
     backend = _backend(X, R.shape[0])
     r_labels, r_d2 = _nearest_sq64(backend, X, R, scratch_bytes)
     live = xp.asarray(live_index)[live_labels]
@@ -521,7 +521,7 @@ def distances(X, C):
     zero diagonal) and nearby rows keep their small distances' digits. Memory: the n x k
     output plus float64 blocks of rows of about ``DEFAULT_SCRATCH_BYTES``.
     """
-    check_centroids(X, C)
+    check_centroid_shape(X, C)
     if select(X) is Backend.SPARSE:
         return _sparse.distances(X, C)
     xp = get_namespace(X, C)  # every dense backend: the namespace code

@@ -71,7 +71,7 @@ import numpy as np
 
 from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.backends.select import Backend
-from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL, Partials, check_centroids,
+from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL, Partials, check_centroid_shape,
                                     unit_half_sq_norms)
 from dkmeans.kernels.nearest import STREAM_BLOCK_BYTES, _assign, _backend, _compiled_tiles, assign_partials
 
@@ -327,7 +327,7 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         (float32, ``||x||`` rounded up), ``token`` (None: stale); None where the backend cannot prune.
     PrunedPartials
     """
-    check_centroids(X, C)
+    check_centroid_shape(X, C)
     n, d = X.shape
     k = C.shape[0]
     if groups is None:

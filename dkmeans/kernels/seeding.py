@@ -266,7 +266,7 @@ def bernoulli_rows(X, weights, offset: int, probability: float, seed: int, strea
     return SampleRows(index[keep], rows, w[keep])
 
 
-def combine_samples(parts) -> SampleRows:
+def concat_sample_rows(parts) -> SampleRows:
     """Concatenate :class:`SampleRows` in global row order (associative; chunk order does not matter)."""
     parts = [p for p in parts if p is not None]
     xp = get_namespace(parts[0].index)

@@ -516,7 +516,7 @@ def combine_split_sums(parts: Sequence[SplitSums]) -> SplitSums:
 def sample_by_cost(X, C, m: int, row_offset: int, seed: int, stream: int, weights=None) -> CandidateSample:
     """The chunk's ``m`` rows with the largest D^2 sampling keys, and its objective.
 
-    The global top ``m`` keys (:func:`combine_samples`) are ``m`` distinct rows drawn
+    The global top ``m`` keys (:func:`combine_candidate_samples`) are ``m`` distinct rows drawn
     without replacement with probabilities proportional to ``w d1`` (``d1``: squared
     distance to the nearest centroid), keyed by global row index. Rows with ``w d1 == 0``
     (on a centroid, or weightless) are never drawn.
@@ -548,7 +548,7 @@ def sample_by_cost(X, C, m: int, row_offset: int, seed: int, stream: int, weight
     return CandidateSample(TopRows(keys[keep], index[keep], X[keep]), xp.sum(wd1))
 
 
-def combine_samples(parts: Sequence[CandidateSample], m: int) -> CandidateSample:
+def combine_candidate_samples(parts: Sequence[CandidateSample], m: int) -> CandidateSample:
     """Merge per-chunk :class:`CandidateSample` into the global top ``m`` and the total objective."""
     parts = [p for p in parts if p is not None]
     objective = parts[0].objective
@@ -563,7 +563,7 @@ __all__ = [
     "SWAP_SCRATCH_BYTES",
     "SwapCosts",
     "TrialPartials",
-    "combine_samples",
+    "combine_candidate_samples",
     "combine_swap_costs",
     "combine_trial_partials",
     "nearest_two",

@@ -25,7 +25,7 @@ from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel
 from dkmeans.drivers.init.two_level import draw_sample, split_clusters, two_level, two_level_centres
 assign_module = importlib.import_module("dkmeans.kernels.nearest")  # the module (the package exports a function of that name)
 from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, centroid_bytes
-from dkmeans.kernels.seeding import bernoulli_rows, combine_samples, local_kmeans_plusplus
+from dkmeans.kernels.seeding import bernoulli_rows, concat_sample_rows, local_kmeans_plusplus
 from dkmeans.testing import make_blobs, persist_rows
 
 TWO_LEVEL = InitOptions(two_level_min_clusters=1)
@@ -98,7 +98,7 @@ def test_bernoulli_sample_does_not_depend_on_chunking(many):
     whole = bernoulli_rows(many, w, 0, 0.3, seed=5, stream=40)
     bounds = [0, 17, 2000, 2001, 4500, len(many)]
     parts = [bernoulli_rows(many[a:b], w[a:b], a, 0.3, seed=5, stream=40) for a, b in zip(bounds, bounds[1:])]
-    joined = combine_samples(parts[::-1])  # any order: combined in row order
+    joined = concat_sample_rows(parts[::-1])  # any order: combined in row order
     np.testing.assert_array_equal(joined.index, whole.index)
     np.testing.assert_array_equal(joined.rows, many[whole.index])
     np.testing.assert_array_equal(joined.weights, w[whole.index])

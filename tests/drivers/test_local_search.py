@@ -11,7 +11,7 @@ from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
 from dkmeans.kernels.swap import (
-    combine_samples,
+    combine_candidate_samples,
     nearest_two,
     sample_by_cost,
     swap_costs,
@@ -195,7 +195,7 @@ def test_sample_by_cost_does_not_depend_on_chunking(rows, weighted):
     for n_chunks in (1, 3, 7):
         data = Chunks(X, w, n_chunks)
         samples.append(data.map_reduce(lambda X, w, o: sample_by_cost(X, C, 25, o, 11, 2, w),
-                                       lambda parts: combine_samples(parts, 25)))
+                                       lambda parts: combine_candidate_samples(parts, 25)))
     for s in samples[1:]:
         np.testing.assert_array_equal(s.top.index, samples[0].top.index)
         np.testing.assert_array_equal(s.top.rows, X[s.top.index])
@@ -417,7 +417,7 @@ def _stuck_start(X, centers):
 
 
 def test_coreset_search_escapes_and_is_confirmed_on_the_data():
-    from dkmeans.drivers.local_search import coreset_local_search
+    from dkmeans.drivers.coreset import coreset_local_search
 
     X, centers = _grid()
     C = _stuck_start(X, centers)
@@ -433,7 +433,7 @@ def test_coreset_search_escapes_and_is_confirmed_on_the_data():
 
 def test_coreset_search_that_moves_nothing_computes_no_distances(monkeypatch):
     """In memory, the draw needs no distances; the start's objective is measured only to confirm moves."""
-    import dkmeans.drivers.local_search as ls
+    import dkmeans.drivers.coreset as ls
 
     X, centers = _grid()
     C = lloyd(ChunkList.from_array(X, None), centers, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
@@ -449,7 +449,7 @@ def test_coreset_search_that_moves_nothing_computes_no_distances(monkeypatch):
 
 def test_coreset_search_never_keeps_a_worse_result(monkeypatch):
     """A coreset that proposes a worse solution: Lloyd on the data measures it and the start stays."""
-    import dkmeans.drivers.local_search as ls
+    import dkmeans.drivers.coreset as ls
 
     X, centers = _grid()
     C = lloyd(ChunkList.from_array(X, None), centers + 0.1, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
@@ -471,7 +471,7 @@ def test_coreset_search_never_keeps_a_worse_result(monkeypatch):
 
 
 def test_coreset_bounds_whatever_k():
-    from dkmeans.drivers.local_search import CORESET_COST_ENTRIES, coreset_candidates, coreset_size
+    from dkmeans.drivers.coreset import CORESET_COST_ENTRIES, coreset_candidates, coreset_size
 
     for k in (1, 2, 32, 2048, 65536, 262144):
         m = coreset_candidates(k)
@@ -524,7 +524,7 @@ def test_trial_step_by_matrix_products_matches_swap_partials(weighted):
 
 def test_coreset_search_does_not_depend_on_the_machines_cores(monkeypatch):
     """The sample's chunks follow its size, never the core count: the same search with 1 or 8 threads."""
-    import dkmeans.drivers.local_search as ls
+    import dkmeans.drivers.coreset as ls
 
     monkeypatch.setattr(ls, "CORESET_CHUNK_ROWS", 1024)  # 4 chunks of the 4,096-row sample
     X, centers = _grid(n=20_000)
@@ -543,7 +543,7 @@ def test_coreset_search_does_not_depend_on_the_machines_cores(monkeypatch):
 def test_capped_confirmation_then_lloyd_goes_on_to_its_stop_rule():
     """A confirmation runs CONFIRM_ITERS updates at most; Lloyd then continues to its own stop rule."""
     from dkmeans import KMeans
-    from dkmeans.drivers.local_search import CONFIRM_ITERS
+    from dkmeans.drivers.coreset import CONFIRM_ITERS
 
     X, centers = _grid()
     stuck = _stuck_start(X, centers)
@@ -610,7 +610,7 @@ def test_split_sums_match_a_float64_reference(weighted):
 def test_split_candidates_are_the_means_of_a_merged_clusters_blobs():
     """One centroid on two separated blobs, one on a third: the largest split is the merged cluster's,
     its halves are the two blobs and its gain is the exact drop of the objective."""
-    from dkmeans.drivers.local_search import split_candidates
+    from dkmeans.drivers.splits import split_candidates
 
     rng = np.random.default_rng(2)
     centres = np.array([[0.0, 0.0, 0.0], [20.0, 0.0, 0.0], [0.0, 40.0, 0.0]])

@@ -200,11 +200,11 @@ def test_a_watched_pass_of_few_pieces_keeps_its_results(client, blobs, monkeypat
 
 def test_pass_progress_lines_and_events(client, blobs):
     """The fit service's ``on_pass`` events: each pass from 0 to all its pieces, in order."""
-    from dkmeans.estimator import _Progress
+    from dkmeans.fit.progress import Progress
 
     events = []
 
-    class Spy(_Progress):
+    class Spy(Progress):
         def pass_progress(self, event):
             events.append(dict(event))
             super().pass_progress(event)

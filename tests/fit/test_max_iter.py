@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from sklearn.cluster import KMeans as SKKMeans
 
 import dkmeans
+import dkmeans.drivers.coreset as coreset_module
 import dkmeans.drivers.local_search as local_search_module
 import dkmeans.fit.runs as runs
 import dkmeans.fit.service as service
-from dkmeans.drivers.local_search import CORESET_MIN_ROWS, coreset_size
+from dkmeans.drivers.coreset import CORESET_MIN_ROWS, coreset_size
 from dkmeans.ksweep import sweep as k_sweep
 
 
@@ -125,9 +126,11 @@ def test_every_lloyd_loop_is_bounded_and_data_updates_counted(monkeypatch, max_i
     real_start = runs.coreset_start
     monkeypatch.setattr(runs, "coreset_start",
                         lambda *a, **kw: settles.append(kw["max_iter"]) or real_start(*a, **kw))
-    on_sample = _spy_lloyd(monkeypatch, local_search_module)
+    on_coreset = _spy_lloyd(monkeypatch, coreset_module)  # the settle and the confirmations
+    on_search = _spy_lloyd(monkeypatch, local_search_module)  # the search's rounds on the sample
     on_data = _spy_lloyd(monkeypatch, runs)
     model = dkmeans.KMeans(12, n_init=1, max_iter=max_iter, random_state=0).fit(X)
+    on_sample = on_coreset + on_search
     assert settles == [runs.SETTLE_MAX_ITER]  # run whole: the same start whatever the cap
     assert all(n_iter <= cap <= max_iter for cap, _, n_iter in on_sample + on_data)
     assert any(rows < n for _, rows, _ in on_sample)  # the settle ran on the sample

@@ -52,7 +52,7 @@ def test_streamed_fit_equals_in_memory_fit_for_every_init(client, small, init):
     assert ours.n_iter_ == ref.n_iter_
     # passes are counted, and streaming makes no extra pass over the data: in memory a local search
     # that moved centroids on its sample measures the start's objective in a pass of its own, which
-    # out of core rides on the sample's read (drivers/local_search.coreset_local_search)
+    # out of core rides on the sample's read (drivers/coreset.coreset_local_search)
     assert ref.n_passes_ >= ours.n_passes_ > ours.n_iter_
     if init == "k-means||":  # (its searches move nothing here: the same passes)
         assert ours.n_passes_ == ref.n_passes_

@@ -48,7 +48,7 @@ from dkmeans.drivers.streams import STREAMS
 from dkmeans.drivers.init.options import DEFAULT_TWO_LEVEL_CLUSTERS
 from dkmeans.kernels import assign, assign_partials, update_centroids, uniform_by_index
 from dkmeans.kernels.cosine import unit_centroids
-from dkmeans.kernels.seeding import bernoulli_rows, combine_samples, local_kmeans_plusplus
+from dkmeans.kernels.seeding import bernoulli_rows, concat_sample_rows, local_kmeans_plusplus
 
 #: Sample rows per centroid drawn in the one pass.
 SAMPLE_PER_CENTROID = 8
@@ -73,7 +73,7 @@ def _sample_chunk(X, w, offset, probability, seed):
 def draw_sample(data, k: int, seed: int, per_centroid: int = SAMPLE_PER_CENTROID):
     """The sample of step 1 (one pass): :class:`~dkmeans.kernels.seeding.SampleRows`, host arrays."""
     probability = min(1.0, per_centroid * k / max(1, data.n_rows))
-    s = data.map_reduce(_sample_chunk, combine_samples, (probability, seed))
+    s = data.map_reduce(_sample_chunk, concat_sample_rows, (probability, seed))
     return type(s)(np.asarray(s.index), np.asarray(s.rows), np.asarray(s.weights, dtype=np.float64))
 
 

@@ -178,6 +178,11 @@ TIE_BREAKERS = ("davies_bouldin", "calinski_harabasz")
 #: Calinski-Harabasz index is within this share of the maximum (the benchmark's sets where the
 #: vote missed had it within 1-6%; the sets where the two agreed on a wrong k, 41% and more).
 MODEL_CH_SHARE = 0.15
+#: A larger k than Davies-Bouldin's whose index is worse than at Davies-Bouldin's k by more than
+#: this share (and whose Calinski-Harabasz index gains less than that) adds a diffuse cluster:
+#: :func:`diffuse_split`. Tuning sets: real extra clusters that pass the index test raise the
+#: Davies-Bouldin index by at most 14%, a cluster of uniform noise by 28%.
+DIFFUSE_DB_SHARE = 0.2
 
 
 def clustered(scores: Scores) -> bool | None:
@@ -201,6 +206,8 @@ def suggest(scores: Scores) -> tuple:
        :data:`TIE_BREAKERS` that is tied (else the smallest tied k).
     3. Unless the gap rule and the BIC agree on another k whose Calinski-Harabasz index is
        within :data:`MODEL_CH_SHARE` of the maximum: then that k (:func:`model_override`).
+    4. Unless the k of steps 2 and 3 is larger than Davies-Bouldin's and its extra clusters are
+       diffuse (:func:`diffuse_split`): then Davies-Bouldin's k.
     """
     found = answers(scores)
     has_structure = clustered(scores)
@@ -228,11 +235,54 @@ def suggest(scores: Scores) -> tuple:
     reason = f"{how} of {', '.join(VOTERS)} ({detail}){note}"
     agreed = model_override(scores, found)
     if agreed is not None and agreed != k:
-        return agreed, (
+        k, reason = agreed, (
             f"the gap statistic and the BIC agree on {agreed}, whose Calinski-Harabasz index is "
             f"within {MODEL_CH_SHARE:.0%} of the maximum, over {k} by {reason}"
         )
+    fewer = diffuse_split(scores, k, found)
+    if fewer is not None:
+        db, ch = scores.column("davies_bouldin"), scores.column("calinski_harabasz")
+        i, j = scores.ks.index(k), scores.ks.index(fewer)
+        return fewer, (
+            f"Davies-Bouldin's {fewer}: the {k - fewer} extra cluster(s) of {k} are diffuse "
+            f"(the Davies-Bouldin index {db[i] / db[j] - 1:.0%} worse, by more than "
+            f"{DIFFUSE_DB_SHARE:.0%}, and the Calinski-Harabasz index {ch[i] / ch[j] - 1:+.0%}), "
+            f"over {k} by {reason}"
+        )
     return k, reason
+
+
+def diffuse_split(scores: Scores, k: int, found: dict | None = None) -> int | None:
+    """Davies-Bouldin's k where the larger ``k`` only adds diffuse clusters (noise), else None.
+
+    A real cluster split off well separated leaves the Davies-Bouldin index (the mean over
+    clusters of the worst ratio of two clusters' scatters to their centres' distance) about
+    level; a cluster of scattered rows (uniform noise between the clusters, or one cut out of
+    a cloud) has a large scatter close to the others' centres and raises it. Overlapping real
+    clusters raise it too, but their split cuts the within-cluster scatter by far more than the
+    added cluster costs, so the Calinski-Harabasz index rises more than the Davies-Bouldin one.
+    So: where Davies-Bouldin's k ``k0`` is smaller than ``k``, ``DB(k) > (1 + s) DB(k0)`` for
+    ``s =`` :data:`DIFFUSE_DB_SHARE` and ``CH(k) / CH(k0) < DB(k) / DB(k0)`` (the separation
+    lost outweighs the variance ratio gained), ``k0``.
+
+    Parameters
+    ----------
+    scores : Scores
+    k : int
+        The k chosen so far (a value of ``scores.ks``).
+    found : dict, optional
+        :func:`answers` of ``scores``, when already computed.
+    """
+    found = answers(scores) if found is None else found
+    k0 = found["davies_bouldin"]
+    if k0 is None or k is None or not k0 < k:
+        return None
+    db, ch = scores.column("davies_bouldin"), scores.column("calinski_harabasz")
+    i, j = scores.ks.index(k), scores.ks.index(k0)
+    if not (np.isfinite(ch[i]) and np.isfinite(ch[j]) and db[j] > 0 and ch[j] > 0):
+        return None
+    worse = db[i] / db[j]
+    return k0 if worse > 1 + DIFFUSE_DB_SHARE and ch[i] / ch[j] < worse else None
 
 
 def model_override(scores: Scores, found: dict | None = None) -> int | None:
@@ -264,6 +314,7 @@ def model_override(scores: Scores, found: dict | None = None) -> int | None:
 
 
 __all__ = [
+    "DIFFUSE_DB_SHARE",
     "MODEL_CH_SHARE",
     "RULES",
     "RULE_TEXT",
@@ -274,6 +325,7 @@ __all__ = [
     "answers",
     "bic_score",
     "clustered",
+    "diffuse_split",
     "elbow",
     "gap_choice",
     "model_override",

@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 from dkmeans.fit.krules import (
+    DIFFUSE_DB_SHARE,
     MODEL_CH_SHARE,
     RULE_TEXT,
     RULES,
     Scores,
     answers,
     bic_score,
+    diffuse_split,
     gap_choice,
     model_override,
     suggest,
@@ -208,6 +210,8 @@ def test_the_suggestion_is_a_k_of_the_grid_or_none_and_states_its_reason(case):
         got = answers(s)
         assert got["gap"] == got["bic"] == k
         assert ch[ks.index(k)] >= (1 - MODEL_CH_SHARE) * np.nanmax(np.asarray(ch, float))
+    if reason.startswith("Davies-Bouldin's"):
+        assert k == answers(s)["davies_bouldin"]
 
 
 def test_a_tie_goes_to_davies_bouldin_s_k():
@@ -226,3 +230,83 @@ def test_a_tie_goes_to_davies_bouldin_s_k():
     assert tuple(got[name] for name in rules) == (6, 6, 7, 7)
     k, reason = suggest(s)
     assert k == 6 and reason.startswith("a tie broken by davies_bouldin"), reason
+
+
+def _noise_split():
+    """The benchmark's noise set of seed 16 (6 clusters and 5% uniform rows) on the coarse grid,
+    rounded: the gap and the BIC agree on 8 (two clusters of noise), Calinski-Harabasz's
+    maximum; Davies-Bouldin says 6."""
+    return Scores(
+        ks=[2, 3, 4, 6, 8, 10, 12],
+        objective=[63215, 32494, 15878, 4130, 2783, 2450, 2192],
+        calinski_harabasz=[1697, 2095, 3184, 7864, 8384, 7405, 6766],
+        davies_bouldin=[0.581, 0.508, 0.426, 0.310, 0.398, 0.585, 0.824],
+        silhouette=[nan] * 7,
+        bic=[-6639, -6373, -6001, -5184, -4892, -4908, -5011],
+        gap=[0.700, 0.986, 1.277, 2.244, 2.361, 2.211, 2.136],
+        gap_sd=[0.024, 0.022, 0.010, 0.051, 0.048, 0.017, 0.032],
+        gap_at_1=0.262,
+        gap_sd_at_1=0.02,
+    )
+
+
+def test_extra_clusters_of_noise_give_davies_bouldin_s_k():
+    """8 against 6: the index of separation 28% worse (0.398 / 0.310), Calinski-Harabasz only
+    7% better (8384 / 7864): the two extra clusters are diffuse, so 6."""
+    s = _noise_split()
+    got = answers(s)
+    assert (got["gap"], got["bic"], got["calinski_harabasz"], got["davies_bouldin"]) == (8, 8, 8, 6)
+    assert model_override(s) == 8
+    assert diffuse_split(s, 8) == 6
+    k, reason = suggest(s)
+    assert k == 6, reason
+    assert reason.startswith("Davies-Bouldin's 6: the 2 extra cluster(s) of 8 are diffuse"), reason
+    assert "28% worse" in reason and "+7%" in reason and "the gap statistic and the BIC" in reason
+
+
+def test_overlapping_clusters_that_raise_davies_bouldin_less_than_they_gain_stay():
+    """Overlapping clusters (the benchmark's overlapping set of seed 18, rounded): every rule but
+    Davies-Bouldin (3) says 6; the index is 26% worse at 6, but Calinski-Harabasz 40% better."""
+    ks = [2, 3, 4, 5, 6, 7, 8]
+    s = Scores(
+        ks=ks,
+        objective=[15010, 9187, 5718, 4443, 3427, 3307, 3193],
+        calinski_harabasz=[752, 898, 1142, 1165, 1260, 1093, 973],
+        davies_bouldin=[1.036, 0.614, 0.810, 0.773, 0.771, 1.061, 1.330],
+        silhouette=[nan] * 7,
+        bic=[-8286, -7626, -7203, -6993, -6734, -6790, -6854],
+        gap=[0.743, 1.015, 1.270, 1.454, 1.589, 1.533, 1.497],
+        gap_sd=[0.046, 0.054, 0.012, 0.056, 0.005, 0.020, 0.031],
+        gap_at_1=0.484,
+        gap_sd_at_1=0.04,
+    )
+    got = answers(s)
+    assert (got["davies_bouldin"], got["calinski_harabasz"], got["gap"], got["bic"]) == (3, 6, 6, 6)
+    assert diffuse_split(s, 6) is None
+    assert suggest(s)[0] == 6
+
+
+@pytest.mark.parametrize(
+    "db_k, ch_k, expected",
+    [
+        # 25% worse, CH 10% better: diffuse
+        (1.25, 1.10, 2),
+        # 25% worse, CH 30% better: a real split
+        (1.25, 1.30, None),
+        # worse by less than the share, CH lower: kept
+        (1 + DIFFUSE_DB_SHARE - 0.01, 0.9, None),
+        # better separation at the larger k: kept
+        (0.9, 0.5, None),
+    ],
+)
+def test_diffuse_split_by_hand(db_k, ch_k, expected):
+    """Davies-Bouldin's k is 2 (index 1.0, CH 100); the k chosen is 3."""
+    s = _scores(
+        [2, 3, 4],
+        calinski_harabasz=[100.0, 100.0 * ch_k, 1.0],
+        davies_bouldin=[1.0, db_k, 5.0],
+    )
+    if db_k < 1.0:  # Davies-Bouldin's k is then 3 itself: nothing smaller to fall back to
+        assert answers(s)["davies_bouldin"] == 3
+    assert diffuse_split(s, 3) == expected
+    assert diffuse_split(s, 2) is None  # not larger than Davies-Bouldin's k

@@ -179,9 +179,9 @@ TIE_BREAKERS = ("davies_bouldin", "calinski_harabasz")
 #: vote missed had it within 1-6%; the sets where the two agreed on a wrong k, 41% and more).
 MODEL_CH_SHARE = 0.15
 #: A larger k than Davies-Bouldin's whose index is worse than at Davies-Bouldin's k by more than
-#: this share (and whose Calinski-Harabasz index gains less than that) adds a diffuse cluster:
-#: :func:`diffuse_split`. Tuning sets: real extra clusters that pass the index test raise the
-#: Davies-Bouldin index by at most 14%, a cluster of uniform noise by 28%.
+#: this share (and whose gap rises by less than STRUCTURE_MARGIN per extra cluster) adds diffuse
+#: clusters: :func:`diffuse_split`. Tuning sets: real extra clusters that pass the gap test
+#: raise the Davies-Bouldin index by at most 14%, clusters of uniform noise by 28%.
 DIFFUSE_DB_SHARE = 0.2
 
 
@@ -241,13 +241,14 @@ def suggest(scores: Scores) -> tuple:
         )
     fewer = diffuse_split(scores, k, found)
     if fewer is not None:
-        db, ch = scores.column("davies_bouldin"), scores.column("calinski_harabasz")
+        db, gap, sd = (scores.column(c) for c in ("davies_bouldin", "gap", "gap_sd"))
         i, j = scores.ks.index(k), scores.ks.index(fewer)
         return fewer, (
             f"Davies-Bouldin's {fewer}: the {k - fewer} extra cluster(s) of {k} are diffuse "
-            f"(the Davies-Bouldin index {db[i] / db[j] - 1:.0%} worse, by more than "
-            f"{DIFFUSE_DB_SHARE:.0%}, and the Calinski-Harabasz index {ch[i] / ch[j] - 1:+.0%}), "
-            f"over {k} by {reason}"
+            f"(the Davies-Bouldin index {db[i] / db[j] - 1:.0%} worse, more than "
+            f"{DIFFUSE_DB_SHARE:.0%}; the gap, less its standard error, "
+            f"{gap[i] - sd[i] - gap[j]:+.2f} above {fewer}'s, less than {STRUCTURE_MARGIN} "
+            f"per extra cluster), over {k} by {reason}"
         )
     return k, reason
 
@@ -255,15 +256,15 @@ def suggest(scores: Scores) -> tuple:
 def diffuse_split(scores: Scores, k: int, found: dict | None = None) -> int | None:
     """Davies-Bouldin's k where the larger ``k`` only adds diffuse clusters (noise), else None.
 
-    A real cluster split off well separated leaves the Davies-Bouldin index (the mean over
-    clusters of the worst ratio of two clusters' scatters to their centres' distance) about
-    level; a cluster of scattered rows (uniform noise between the clusters, or one cut out of
-    a cloud) has a large scatter close to the others' centres and raises it. Overlapping real
-    clusters raise it too, but their split cuts the within-cluster scatter by far more than the
-    added cluster costs, so the Calinski-Harabasz index rises more than the Davies-Bouldin one.
-    So: where Davies-Bouldin's k ``k0`` is smaller than ``k``, ``DB(k) > (1 + s) DB(k0)`` for
-    ``s =`` :data:`DIFFUSE_DB_SHARE` and ``CH(k) / CH(k0) < DB(k) / DB(k0)`` (the separation
-    lost outweighs the variance ratio gained), ``k0``.
+    Two signs, both needed. (a) A cluster of scattered rows (uniform noise between the
+    clusters, or a piece cut out of a cloud) has a large scatter close to the others' centres:
+    the Davies-Bouldin index (the mean over clusters of the worst ratio of two clusters'
+    scatters to their centres' distance) is worse at ``k`` than at its own k ``k0`` by more
+    than :data:`DIFFUSE_DB_SHARE`. Overlapping real clusters raise the index too, so (b): the
+    extra clusters lower the objective little more than they would lower uniform data's, the
+    gap statistic's test of step 1 applied to the step from ``k0`` to ``k``:
+    ``gap(k) - s_k - gap(k0) < STRUCTURE_MARGIN * (k - k0)``. A real cluster split off cuts
+    the objective far more than a split of uniform rows does.
 
     Parameters
     ----------
@@ -272,17 +273,24 @@ def diffuse_split(scores: Scores, k: int, found: dict | None = None) -> int | No
         The k chosen so far (a value of ``scores.ks``).
     found : dict, optional
         :func:`answers` of ``scores``, when already computed.
+
+    Returns
+    -------
+    int or None
+        ``k0`` where both signs hold; None where either fails, where ``k0`` is not smaller
+        than ``k``, or where a score it needs is undefined (no gap reference: no test).
     """
     found = answers(scores) if found is None else found
     k0 = found["davies_bouldin"]
     if k0 is None or k is None or not k0 < k:
         return None
-    db, ch = scores.column("davies_bouldin"), scores.column("calinski_harabasz")
+    db, gap, sd = (scores.column(c) for c in ("davies_bouldin", "gap", "gap_sd"))
     i, j = scores.ks.index(k), scores.ks.index(k0)
-    if not (np.isfinite(ch[i]) and np.isfinite(ch[j]) and db[j] > 0 and ch[j] > 0):
+    if not (db[j] > 0 and np.isfinite([db[i], gap[i], sd[i], gap[j]]).all()):
         return None
-    worse = db[i] / db[j]
-    return k0 if worse > 1 + DIFFUSE_DB_SHARE and ch[i] / ch[j] < worse else None
+    diffuse = db[i] > (1 + DIFFUSE_DB_SHARE) * db[j]
+    no_structure = gap[i] - sd[i] - gap[j] < STRUCTURE_MARGIN * (k - k0)
+    return k0 if diffuse and no_structure else None
 
 
 def model_override(scores: Scores, found: dict | None = None) -> int | None:

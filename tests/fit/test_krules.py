@@ -251,8 +251,9 @@ def _noise_split():
 
 
 def test_extra_clusters_of_noise_give_davies_bouldin_s_k():
-    """8 against 6: the index of separation 28% worse (0.398 / 0.310), Calinski-Harabasz only
-    7% better (8384 / 7864): the two extra clusters are diffuse, so 6."""
+    """8 against 6: the index of separation 28% worse (0.398 / 0.310) and the gap, less its
+    standard error, only 0.069 above 6's (2.361 - 0.048 - 2.244), under 0.1 per extra cluster:
+    the two extra clusters are diffuse, so 6 (before: the gap and the BIC's 8)."""
     s = _noise_split()
     got = answers(s)
     assert (got["gap"], got["bic"], got["calinski_harabasz"], got["davies_bouldin"]) == (8, 8, 8, 6)
@@ -261,52 +262,57 @@ def test_extra_clusters_of_noise_give_davies_bouldin_s_k():
     k, reason = suggest(s)
     assert k == 6, reason
     assert reason.startswith("Davies-Bouldin's 6: the 2 extra cluster(s) of 8 are diffuse"), reason
-    assert "28% worse" in reason and "+7%" in reason and "the gap statistic and the BIC" in reason
+    assert "28% worse" in reason and "+0.07 above 6's" in reason
+    assert "over 8 by the gap statistic and the BIC agree on 8" in reason
 
 
-def test_overlapping_clusters_that_raise_davies_bouldin_less_than_they_gain_stay():
-    """Overlapping clusters (the benchmark's overlapping set of seed 18, rounded): every rule but
-    Davies-Bouldin (3) says 6; the index is 26% worse at 6, but Calinski-Harabasz 40% better."""
-    ks = [2, 3, 4, 5, 6, 7, 8]
+def test_overlapping_pairs_that_raise_davies_bouldin_but_cut_the_objective_stay():
+    """The issue's 8 blobs with two pairs 5 sd apart (``test_sweep``'s coarse grid, rounded):
+    Davies-Bouldin and the elbow say 6, the index 40% worse at 8; but the gap rises 0.35 from 6
+    to 8, well above 0.1 per extra cluster: the pairs are real clusters, so 8."""
+    ks = [2, 3, 4, 6, 8, 10, 12]
     s = Scores(
         ks=ks,
-        objective=[15010, 9187, 5718, 4443, 3427, 3307, 3193],
-        calinski_harabasz=[752, 898, 1142, 1165, 1260, 1093, 973],
-        davies_bouldin=[1.036, 0.614, 0.810, 0.773, 0.771, 1.061, 1.330],
+        objective=[60000, 47000, 36000, 14000, 10500, 10300, 10100],
+        calinski_harabasz=[4740, 4652, 6180, 15430, 17771, 14260, 12062],
+        davies_bouldin=[0.980, 0.761, 0.596, 0.476, 0.665, 1.416, 1.963],
         silhouette=[nan] * 7,
-        bic=[-8286, -7626, -7203, -6993, -6734, -6790, -6854],
-        gap=[0.743, 1.015, 1.270, 1.454, 1.589, 1.533, 1.497],
-        gap_sd=[0.046, 0.054, 0.012, 0.056, 0.005, 0.020, 0.031],
-        gap_at_1=0.484,
-        gap_sd_at_1=0.04,
+        bic=[-99954, -95439, -88670, -69591, -63672, -64268, -64782],
+        gap=[0.663, 0.789, 1.113, 2.184, 2.533, 2.485, 2.443],
+        gap_sd=[0.01] * 7,
+        gap_at_1=0.3,
+        gap_sd_at_1=0.01,
     )
     got = answers(s)
-    assert (got["davies_bouldin"], got["calinski_harabasz"], got["gap"], got["bic"]) == (3, 6, 6, 6)
-    assert diffuse_split(s, 6) is None
-    assert suggest(s)[0] == 6
+    assert (got["davies_bouldin"], got["calinski_harabasz"], got["gap"], got["bic"]) == (6, 8, 8, 8)
+    assert diffuse_split(s, 8) is None
+    assert suggest(s)[0] == 8
 
 
 @pytest.mark.parametrize(
-    "db_k, ch_k, expected",
+    "db_3, gap_3, expected",
     [
-        # 25% worse, CH 10% better: diffuse
-        (1.25, 1.10, 2),
-        # 25% worse, CH 30% better: a real split
-        (1.25, 1.30, None),
-        # worse by less than the share, CH lower: kept
-        (1 + DIFFUSE_DB_SHARE - 0.01, 0.9, None),
-        # better separation at the larger k: kept
-        (0.9, 0.5, None),
+        # 25% worse, the gap 0.05 above 2's: diffuse
+        (1.25, 1.05, 2),
+        # 25% worse, the gap 0.3 above: a real cluster
+        (1.25, 1.3, None),
+        # the gap flat, the index worse by less than the share: kept
+        (1 + DIFFUSE_DB_SHARE - 0.01, 1.0, None),
+        # the index better at 3: 3 is Davies-Bouldin's k, nothing smaller to fall back to
+        (0.9, 1.0, None),
+        # no gap at 3 (undefined): no test
+        (1.25, nan, None),
     ],
 )
-def test_diffuse_split_by_hand(db_k, ch_k, expected):
-    """Davies-Bouldin's k is 2 (index 1.0, CH 100); the k chosen is 3."""
+def test_diffuse_split_by_hand(db_3, gap_3, expected):
+    """Davies-Bouldin's index 1.0 at k = 2, gap 1.0 (standard errors 0); the k chosen is 3."""
     s = _scores(
         [2, 3, 4],
-        calinski_harabasz=[100.0, 100.0 * ch_k, 1.0],
-        davies_bouldin=[1.0, db_k, 5.0],
+        calinski_harabasz=[100.0, 100.0, 1.0],
+        davies_bouldin=[1.0, db_3, 5.0],
+        gap=[1.0, gap_3, 0.0],
+        gap_sd=[0.0, 0.0, 0.0],
     )
-    if db_k < 1.0:  # Davies-Bouldin's k is then 3 itself: nothing smaller to fall back to
-        assert answers(s)["davies_bouldin"] == 3
+    assert answers(s)["davies_bouldin"] == (3 if db_3 < 1.0 else 2)
     assert diffuse_split(s, 3) == expected
     assert diffuse_split(s, 2) is None  # not larger than Davies-Bouldin's k

@@ -22,6 +22,8 @@ from dkmeans.fit.krules import (
     diffuse_split,
     gap_choice,
     model_override,
+    real_split,
+    separated_k,
     suggest,
 )
 
@@ -137,7 +139,14 @@ def test_the_gap_and_the_bic_overrule_the_vote_where_the_separation_index_allows
     got = answers(s)
     assert (got["calinski_harabasz"], got["davies_bouldin"], got["gap"], got["bic"]) == (2, 2, 3, 3)
     assert model_override(s) == 3
+    # the elbow here says 3 too: the tie (2: CH, DB; 3: elbow, gap) already goes to 3, a real
+    # split over Davies-Bouldin's 2 (the index 3% worse, the gap +0.13); without the elbow's
+    # vote the override gives 3
     k, reason = suggest(s)
+    assert k == 3 and reason.startswith("a tie broken by davies_bouldin's 2 raised to"), reason
+    flat = dataclasses.replace(s, objective=[3833, 3000, 2200, 1500, 1479])
+    assert answers(flat)["elbow"] != 3
+    k, reason = suggest(flat)
     assert k == 3 and reason.startswith("the gap statistic and the BIC agree on 3"), reason
     assert " over 2 by " in reason
 
@@ -210,8 +219,8 @@ def test_the_suggestion_is_a_k_of_the_grid_or_none_and_states_its_reason(case):
         got = answers(s)
         assert got["gap"] == got["bic"] == k
         assert ch[ks.index(k)] >= (1 - MODEL_CH_SHARE) * np.nanmax(np.asarray(ch, float))
-    if reason.startswith("Davies-Bouldin's"):
-        assert k == answers(s)["davies_bouldin"]
+    if " are diffuse (" in reason.split(" over ")[0]:
+        assert k == separated_k(s) and k <= max(v for v in answers(s).values() if v is not None)
 
 
 def test_a_tie_goes_to_davies_bouldin_s_k():
@@ -261,7 +270,7 @@ def test_extra_clusters_of_noise_give_davies_bouldin_s_k():
     assert diffuse_split(s, 8) == 6
     k, reason = suggest(s)
     assert k == 6, reason
-    assert reason.startswith("Davies-Bouldin's 6: the 2 extra cluster(s) of 8 are diffuse"), reason
+    assert reason.startswith("6 (Davies-Bouldin's k): the 2 extra cluster(s) of 8 are diffuse"), reason
     assert "28% worse" in reason and "+0.07 above 6's" in reason
     assert "over 8 by the gap statistic and the BIC agree on 8" in reason
 
@@ -316,3 +325,63 @@ def test_diffuse_split_by_hand(db_3, gap_3, expected):
     assert answers(s)["davies_bouldin"] == (3 if db_3 < 1.0 else 2)
     assert diffuse_split(s, 3) == expected
     assert diffuse_split(s, 2) is None  # not larger than Davies-Bouldin's k
+
+
+def _four_way():
+    """The benchmark's noise set of seed 38 (8 clusters, 5% uniform rows), fine grid, rounded:
+    four voters, four k (Davies-Bouldin 6, elbow 8, Calinski-Harabasz 9, the gap 10)."""
+    ks = list(range(2, 13))
+    return Scores(
+        ks=ks,
+        objective=[172387, 108943, 49844, 25646, 20090, 14797, 9531, 7878, 7269, 6683, 6369],
+        calinski_harabasz=[1031, 1182, 2219, 3528, 3670, 4224, 5715, 6078, 5863, 5745, 5482],
+        davies_bouldin=[1.033, 0.666, 0.494, 0.421, 0.391, 0.437, 0.419, 0.476, 0.557, 0.641,
+                        0.642],
+        silhouette=[nan] * 11,
+        bic=[-13513, -13098, -11989, -11041, -10807, -10466, -9864, -9560, -9448, -9341, -9282],
+        gap=[0.557, 0.800, 1.364, 1.846, 1.901, 2.077, 2.385, 2.495, 2.523, 2.542, 2.536],
+        gap_sd=[0.011, 0.032, 0.023, 0.008, 0.010, 0.013, 0.040, 0.014, 0.010, 0.019, 0.016],
+        gap_at_1=0.282,
+        gap_sd_at_1=0.01,
+    )
+
+
+def test_a_four_way_tie_goes_to_the_real_split_over_davies_bouldin_s_k():
+    """8 over 6: the index 7% worse (at most 10%), the gap +0.22 per extra cluster (at least
+    0.1): real clusters. 9 and 10 worsen the index by 22% and 42%: not real. So 8."""
+    s = _four_way()
+    got = answers(s)
+    rules = ("davies_bouldin", "elbow", "calinski_harabasz", "gap")
+    assert tuple(got[name] for name in rules) == (6, 8, 9, 10)
+    assert real_split(s, 6, 8) and not real_split(s, 6, 9) and not real_split(s, 6, 10)
+    assert separated_k(s) == 8
+    k, reason = suggest(s)
+    assert k == 8 and reason.startswith("a tie broken by davies_bouldin's 6 raised to a real"), reason
+
+
+def test_on_the_coarse_grid_the_diffuse_test_starts_from_the_real_split():
+    """The same set on the coarse grid: Calinski-Harabasz and the gap say 10 (two votes); over 6
+    its extra clusters are not diffuse on average (+0.15 per cluster), but over 8, the real split
+    of 6, they are (the index 33% worse, the gap +0.06 per cluster): so 8."""
+    full = _four_way()
+    at = [full.ks.index(k) for k in (2, 3, 4, 6, 8, 10, 12)]
+    s = Scores(
+        ks=[full.ks[i] for i in at],
+        **{
+            name: [getattr(full, name)[i] for i in at]
+            for name in (
+                "objective", "calinski_harabasz", "davies_bouldin", "silhouette", "bic", "gap",
+                "gap_sd",
+            )
+        },
+        gap_at_1=full.gap_at_1,
+        gap_sd_at_1=full.gap_sd_at_1,
+    )
+    got = answers(s)
+    assert (got["calinski_harabasz"], got["gap"], got["elbow"], got["davies_bouldin"]) == (
+        10, 10, 8, 6,
+    )
+    assert separated_k(s) == 8 and diffuse_split(s, 10) == 8
+    k, reason = suggest(s)
+    assert k == 8, reason
+    assert reason.startswith("8 (Davies-Bouldin's 6 raised to a real split): the 2 extra"), reason

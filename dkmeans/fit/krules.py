@@ -269,9 +269,10 @@ def diffuse_split(scores: Scores, k: int, found: dict | None = None) -> int | No
     clusters, or a piece cut out of a cloud) has a large scatter close to the others' centres:
     the Davies-Bouldin index (the mean over clusters of the worst ratio of two clusters'
     scatters to their centres' distance) is worse at ``k`` than at ``k0`` (its own k, or the
-    real split :func:`separated_k` raises that to) by more than :data:`DIFFUSE_DB_SHARE`. Overlapping real clusters raise the index too, so (b): the
-    extra clusters lower the objective little more than they would lower uniform data's, the
-    gap statistic's test of step 1 applied to the step from ``k0`` to ``k``:
+    real split :func:`separated_k` raises that to) by more than :data:`DIFFUSE_DB_SHARE`.
+    Overlapping real clusters raise the index too, so (b): the extra clusters lower the
+    objective little more than they would lower uniform data's, the gap statistic's test of
+    step 1 applied to the step from ``k0`` to ``k``:
     ``gap(k) - s_k - gap(k0) < STRUCTURE_MARGIN * (k - k0)``. A real cluster split off cuts
     the objective far more than a split of uniform rows does.
 

@@ -214,7 +214,7 @@ def suggest(scores: Scores) -> tuple:
        within :data:`MODEL_CH_SHARE` of the maximum: then that k (:func:`model_override`).
     4. Unless the k of steps 2 and 3 is larger than Davies-Bouldin's (raised by
        :func:`separated_k`) and its extra clusters over that k are diffuse
-       (:func:`diffuse_split`): then that k.
+       (:func:`diffuse_split`): then that smaller k.
     """
     found = answers(scores)
     has_structure = clustered(scores)
@@ -319,6 +319,12 @@ def real_split(scores: Scores, k0: int, k: int) -> bool:
     index at most :data:`REAL_DB_SHARE` worse at ``k`` than at ``k0``, and the gap, less its
     standard error, at least :data:`STRUCTURE_MARGIN` per extra cluster above ``k0``'s.
     False where a score is undefined.
+
+    Parameters
+    ----------
+    scores : Scores
+    k0, k : int
+        Values of ``scores.ks``.
     """
     steps = _steps(scores, k0, k) if k0 < k else None
     if steps is None:
@@ -334,6 +340,12 @@ def separated_k(scores: Scores, found: dict | None = None) -> int | None:
     a little noise between them makes look close; where another voter's larger k splits off
     clusters that are compact and structured (:func:`real_split`), that k is the base the
     tie rule and :func:`diffuse_split` start from. None where Davies-Bouldin has no k.
+
+    Parameters
+    ----------
+    scores : Scores
+    found : dict, optional
+        :func:`answers` of ``scores``, when already computed.
     """
     found = answers(scores) if found is None else found
     k0 = found["davies_bouldin"]

@@ -26,10 +26,13 @@ not depend on the grid, so the coarse grid's scores are the fine grid's at its v
 For each rule and family: the share of sets where the rule gives the true k (for uniform data: no
 k), and within one step of the grid (the true k's neighbours in the grid, or the nearest grid
 values when the true k is not in the grid). The default suggestion was chosen on seeds 0..23
-(``--tune-seeds``: its first form on 0..11, the gap and BIC override and the tie rule on 0..23);
-the script runs held-out seeds from 24 (``--first-seed``; ``--seeds``: 4 per family by default, a
-few minutes; 12 for the table in ``benchmarks/README.md``, about 30 minutes on a loaded 2-core
-machine) and reports only seeds from ``--tune-seeds`` on (``--all-seeds``: every seed run).
+(``--tune-seeds``: its first form on 0..11, the gap and BIC override and the tie rule on 0..23,
+the diffuse-split step's threshold on 0..23 after a look at the noise sets it missed among
+24..35); the script runs held-out seeds from 24 (``--first-seed``; ``--seeds``: 4 per family by
+default, a few minutes; 12 for the table in ``benchmarks/README.md``, about 30 minutes on a
+loaded 2-core machine; ``--first-seed 36`` for seeds no rule was looked at on) and reports only
+seeds from ``--tune-seeds`` on (``--all-seeds``: every seed run). ``--misses`` lists each set
+the default misses, with every rule's k and the default's reason.
 
 ``--methods refit bisecting`` sweeps each set both ways, one after the other
 (``dkmeans.sweep(..., method="bisecting")``: every k from one bisecting fit), and adds a table of
@@ -229,6 +232,29 @@ def evaluate(records: list, tune_seeds: int, all_seeds: bool, method: str = "ref
     return table
 
 
+def print_misses(records: list, tune_seeds: int, all_seeds: bool, method: str = "refit") -> None:
+    """Each reported set and grid where the default misses the true k, with every rule's k."""
+    rules = ["elbow", "calinski_harabasz", "davies_bouldin", "silhouette", "gap", "bic"]
+    print("\nsets where the default misses (every rule's k; the default's reason)\n")
+    for rec in records:
+        if rec.get("method", "refit") != method:
+            continue
+        if not all_seeds and rec["family"] != "sipu" and rec["seed"] < tune_seeds:
+            continue
+        fine = rec["raw"]["ks"]
+        for grid_name, grid in (("fine", fine), ("coarse", coarse_grid(fine))):
+            from dkmeans.fit.krules import answers, suggest
+
+            scores = restrict(rec["raw"], grid)
+            k, why = suggest(scores)
+            if k == (rec["k"] or None):
+                continue
+            found = answers(scores)
+            rule_ks = " ".join(f"{r}={found[r]}" for r in rules)
+            print(f"{rec['family']} seed {rec['seed']} ({rec['what']}) {grid_name}: "
+                  f"true {rec['k'] or None}, default {k}; {rule_ks}; {why}")
+
+
 def print_table(table) -> None:
     rules = ["elbow", "calinski_harabasz", "davies_bouldin", "silhouette", "gap", "bic", "default"]
     short = {
@@ -377,6 +403,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", default="choose_k.json")
     parser.add_argument(
+        "--misses", action="store_true", help="list the sets where the default misses the true k"
+    )
+    parser.add_argument(
         "--methods",
         nargs="+",
         default=["refit"],
@@ -386,7 +415,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     if args.from_json:
-        records = [r for path in args.from_json for r in json.loads(path.read_text())["records"]]
+        records = [
+            r
+            for path in args.from_json
+            for r in json.loads(path.read_text())["records"]
+            if r["family"] in args.families
+        ]
     else:
         records = collect(args)
         path = write_json(
@@ -403,6 +437,8 @@ def main(argv=None) -> int:
         if method in methods:
             print(f"\n## method={method!r}")
             print_table(evaluate(records, args.tune_seeds, args.all_seeds, method))
+            if args.misses:
+                print_misses(records, args.tune_seeds, args.all_seeds, method)
     compare_methods(records)
     return 0
 

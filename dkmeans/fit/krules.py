@@ -178,6 +178,16 @@ TIE_BREAKERS = ("davies_bouldin", "calinski_harabasz")
 #: Calinski-Harabasz index is within this share of the maximum (the benchmark's sets where the
 #: vote missed had it within 1-6%; the sets where the two agreed on a wrong k, 41% and more).
 MODEL_CH_SHARE = 0.15
+#: A larger k than Davies-Bouldin's whose index is worse than at Davies-Bouldin's k by more than
+#: this share (and whose gap rises by less than STRUCTURE_MARGIN per extra cluster) adds diffuse
+#: clusters: :func:`diffuse_split`. Tuning sets: real extra clusters that pass the gap test
+#: raise the Davies-Bouldin index by at most 14%, clusters of uniform noise by 28%.
+DIFFUSE_DB_SHARE = 0.2
+#: A larger k whose Davies-Bouldin index is at most this share worse (and whose gap rises by at
+#: least STRUCTURE_MARGIN per extra cluster) splits off real clusters: :func:`real_split`. Below
+#: DIFFUSE_DB_SHARE, so that the two tests leave a margin between them (a cluster of noise
+#: worsened the index by 19% in the benchmark's noise set of seed 16).
+REAL_DB_SHARE = 0.1
 
 
 def clustered(scores: Scores) -> bool | None:
@@ -198,9 +208,13 @@ def suggest(scores: Scores) -> tuple:
 
     1. No clear k where the gap statistic's reference finds no structure (:func:`clustered`).
     2. Else the k most of :data:`VOTERS` choose. On a tie, the k of the first of
-       :data:`TIE_BREAKERS` that is tied (else the smallest tied k).
+       :data:`TIE_BREAKERS` that is tied (else the smallest tied k); where that is
+       Davies-Bouldin's, the tied k :func:`separated_k` raises it to, if any.
     3. Unless the gap rule and the BIC agree on another k whose Calinski-Harabasz index is
        within :data:`MODEL_CH_SHARE` of the maximum: then that k (:func:`model_override`).
+    4. Unless the k of steps 2 and 3 is larger than Davies-Bouldin's (raised by
+       :func:`separated_k`) and its extra clusters over that k are diffuse
+       (:func:`diffuse_split`): then that smaller k.
     """
     found = answers(scores)
     has_structure = clustered(scores)
@@ -223,16 +237,130 @@ def suggest(scores: Scores) -> tuple:
         breaker = next((name for name in TIE_BREAKERS if found[name] in tied), None)
         k = found[breaker] if breaker else tied[0]
         how = f"a tie broken by {breaker or 'the smallest k'}"
+        base = separated_k(scores, found)
+        if breaker == "davies_bouldin" and base in tied and base != k:
+            k = base
+            how = f"a tie broken by davies_bouldin's {found[breaker]} raised to a real split"
     detail = "; ".join(f"{', '.join(names)}: {v}" for v, names in sorted(votes.items()))
     note = "" if has_structure else "; no gap reference, so no test for data without clusters"
     reason = f"{how} of {', '.join(VOTERS)} ({detail}){note}"
     agreed = model_override(scores, found)
     if agreed is not None and agreed != k:
-        return agreed, (
+        k, reason = agreed, (
             f"the gap statistic and the BIC agree on {agreed}, whose Calinski-Harabasz index is "
             f"within {MODEL_CH_SHARE:.0%} of the maximum, over {k} by {reason}"
         )
+    fewer = diffuse_split(scores, k, found)
+    if fewer is not None:
+        worse, rise = _steps(scores, fewer, k)
+        return fewer, (
+            f"{fewer} ({_base_text(found, fewer)}): the {k - fewer} extra cluster(s) of {k} "
+            f"are diffuse (the Davies-Bouldin index {worse:.0%} worse, more than "
+            f"{DIFFUSE_DB_SHARE:.0%}; the gap, less its standard error, {rise:+.2f} above "
+            f"{fewer}'s, less than {STRUCTURE_MARGIN} per extra cluster), over {k} by {reason}"
+        )
     return k, reason
+
+
+def diffuse_split(scores: Scores, k: int, found: dict | None = None) -> int | None:
+    """:func:`separated_k` where the larger ``k`` only adds diffuse clusters (noise), else None.
+
+    Two signs, both needed. (a) A cluster of scattered rows (uniform noise between the
+    clusters, or a piece cut out of a cloud) has a large scatter close to the others' centres:
+    the Davies-Bouldin index (the mean over clusters of the worst ratio of two clusters'
+    scatters to their centres' distance) is worse at ``k`` than at ``k0`` (its own k, or the
+    real split :func:`separated_k` raises that to) by more than :data:`DIFFUSE_DB_SHARE`.
+    Overlapping real clusters raise the index too, so (b): the extra clusters lower the
+    objective little more than they would lower uniform data's, the gap statistic's test of
+    step 1 applied to the step from ``k0`` to ``k``:
+    ``gap(k) - s_k - gap(k0) < STRUCTURE_MARGIN * (k - k0)``. A real cluster split off cuts
+    the objective far more than a split of uniform rows does.
+
+    Parameters
+    ----------
+    scores : Scores
+    k : int
+        The k chosen so far (a value of ``scores.ks``).
+    found : dict, optional
+        :func:`answers` of ``scores``, when already computed.
+
+    Returns
+    -------
+    int or None
+        ``k0`` where both signs hold; None where either fails, where ``k0`` is not smaller
+        than ``k``, or where a score it needs is undefined (no gap reference: no test).
+    """
+    found = answers(scores) if found is None else found
+    k0 = separated_k(scores, found)
+    if k0 is None or k is None or not k0 < k:
+        return None
+    steps = _steps(scores, k0, k)
+    if steps is None:
+        return None
+    worse, rise = steps
+    diffuse = worse > DIFFUSE_DB_SHARE
+    no_structure = rise < STRUCTURE_MARGIN * (k - k0)
+    return k0 if diffuse and no_structure else None
+
+
+def _steps(scores: Scores, k0: int, k: int):
+    """``(DB(k) / DB(k0) - 1, gap(k) - s_k - gap(k0))``, or None where one is undefined."""
+    db, gap, sd = (scores.column(c) for c in ("davies_bouldin", "gap", "gap_sd"))
+    i, j = scores.ks.index(k), scores.ks.index(k0)
+    if not (db[j] > 0 and np.isfinite([db[i], gap[i], sd[i], gap[j]]).all()):
+        return None
+    return float(db[i] / db[j] - 1), float(gap[i] - sd[i] - gap[j])
+
+
+def real_split(scores: Scores, k0: int, k: int) -> bool:
+    """Whether the extra clusters of ``k`` over ``k0 < k`` are real: compact and structured.
+
+    The opposite of :func:`diffuse_split`'s two signs, with a margin: the Davies-Bouldin
+    index at most :data:`REAL_DB_SHARE` worse at ``k`` than at ``k0``, and the gap, less its
+    standard error, at least :data:`STRUCTURE_MARGIN` per extra cluster above ``k0``'s.
+    False where a score is undefined.
+
+    Parameters
+    ----------
+    scores : Scores
+    k0, k : int
+        Values of ``scores.ks``.
+    """
+    steps = _steps(scores, k0, k) if k0 < k else None
+    if steps is None:
+        return False
+    worse, rise = steps
+    return worse <= REAL_DB_SHARE and rise >= STRUCTURE_MARGIN * (k - k0)
+
+
+def separated_k(scores: Scores, found: dict | None = None) -> int | None:
+    """Davies-Bouldin's k, raised to the largest k of :data:`VOTERS` that is a real split of it.
+
+    Davies-Bouldin's index is the least drawn to a cluster of noise but merges clusters that
+    a little noise between them makes look close; where another voter's larger k splits off
+    clusters that are compact and structured (:func:`real_split`), that k is the base the
+    tie rule and :func:`diffuse_split` start from. None where Davies-Bouldin has no k.
+
+    Parameters
+    ----------
+    scores : Scores
+    found : dict, optional
+        :func:`answers` of ``scores``, when already computed.
+    """
+    found = answers(scores) if found is None else found
+    k0 = found["davies_bouldin"]
+    if k0 is None:
+        return None
+    larger = {found[name] for name in VOTERS if found[name] is not None and found[name] > k0}
+    real = [k for k in larger if real_split(scores, k0, k)]
+    return max(real) if real else k0
+
+
+def _base_text(found: dict, base: int) -> str:
+    k0 = found["davies_bouldin"]
+    if base == k0:
+        return "Davies-Bouldin's k"
+    return f"Davies-Bouldin's {k0} raised to a real split"
 
 
 def model_override(scores: Scores, found: dict | None = None) -> int | None:
@@ -264,7 +392,9 @@ def model_override(scores: Scores, found: dict | None = None) -> int | None:
 
 
 __all__ = [
+    "DIFFUSE_DB_SHARE",
     "MODEL_CH_SHARE",
+    "REAL_DB_SHARE",
     "RULES",
     "RULE_TEXT",
     "STRUCTURE_MARGIN",
@@ -274,8 +404,11 @@ __all__ = [
     "answers",
     "bic_score",
     "clustered",
+    "diffuse_split",
     "elbow",
     "gap_choice",
     "model_override",
+    "real_split",
+    "separated_k",
     "suggest",
 ]

@@ -23,7 +23,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from dkmeans.kernels.namespace import to_host
-from dkmeans.kernels.nearest import assign
+from dkmeans.kernels.nearest import assign, cluster_sums
 from dkmeans.kernels.sampling import uniform_by_index
 
 
@@ -111,21 +111,6 @@ def reference_rows(frame: Frame, offset: int, n: int, m: int, seed: int, stream:
     return frame.mean + (frame.lo + (frame.hi - frame.lo) * u) @ frame.axes.T
 
 
-#: Rows of the one-hot tile of :func:`_sums` (its scratch: TILE_ROWS x k float64).
-TILE_ROWS = 2048
-
-
-def _sums(R, labels, k: int):
-    """Per-label sums (k, d) and counts (k,) of ``R``: one-hot tiles times the rows."""
-    sums = np.zeros((k, R.shape[1]))
-    for i0 in range(0, R.shape[0], TILE_ROWS):
-        rows = labels[i0 : i0 + TILE_ROWS]
-        one_hot = np.zeros((rows.shape[0], k))
-        one_hot[np.arange(rows.shape[0]), rows] = 1.0
-        sums += one_hot.T @ R[i0 : i0 + TILE_ROWS]
-    return sums, np.bincount(labels, minlength=k).astype(np.float64)
-
-
 def reference_partials(
     offset: int,
     n: int,
@@ -166,7 +151,7 @@ def reference_partials(
                 per_set.append((np.zeros((k, d)), np.zeros(k), 0.0))
                 continue
             labels, min_sq = assign(R, C)
-            per_set.append((*_sums(R, labels, k), float(np.sum(min_sq, dtype=np.float64))))
+            per_set.append((*cluster_sums(R, labels, k), float(np.sum(min_sq, dtype=np.float64))))
         out.append(per_set)
     return out
 

@@ -166,10 +166,9 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
     @_callbacks.managed  # scikit-learn's callbacks (where it has them) are torn down at the end
     def _fit_managed(self, X, y, sample_weight):
         spec = self._fit_spec()
-        progress = getattr(spec, "on_iteration", None)
-        runs = 1 if getattr(spec, "algorithm", None) == "minibatch" else getattr(spec, "n_init", 1)
-        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, runs)
-        # BisectingKMeans' spec has no per-iteration hook: its task tree is the fit alone
+        progress = spec.on_iteration
+        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, spec.n_runs)
+        # a fit without per-record progress (BisectingKMeans'): its task tree is the fit alone
         if isinstance(progress, _Progress):
             progress.tasks = tasks
             spec = dataclasses.replace(spec, **progress.hooks())

@@ -20,7 +20,8 @@ releases it when the run ends (:meth:`PrunedPasses.release`), so the short block
 as one loop: bounds stay valid for any later centroids once each centroid's drift from the
 centroids of the last pruned pass is applied, whatever happened between (a confirmation whose
 result was rejected included). Between blocks each chunk's bounds stay where the chunk is
-(:meth:`~dkmeans.engine.protocol.ChunkedData.keep_state`): in this process, as futures on the
+(:meth:`~dkmeans.engine.protocol.PrunableData.keep_state`, a capability the driver tests for
+by type; data without it rebuilds the bounds in every block): in this process, as futures on the
 workers (one graph per pass), or in the registry of the worker that ran the one task or SPMD
 rank (:mod:`dkmeans.engine.kept`), tagged with the partition's token and a digest of the
 centroids they refer to; a chunk whose bounds are not found (another worker, a rank that
@@ -57,6 +58,7 @@ import uuid
 
 import numpy as np
 
+from dkmeans.engine.protocol import PrunableData
 from dkmeans.kernels import assign_partials, combine_partials
 from dkmeans.kernels.pruned import centroid_groups, combine_pruned, group_count, pruned_partials
 
@@ -231,7 +233,8 @@ class PrunedPasses:
         if self.mode == "auto":
             self.pause, self.next_pause = 0, AUTO_FIRST_PAUSE
             self.build = iterations is None or iterations >= AUTO_MIN_ITERS
-        if self.on and self.reference is not None and self.state is None and hasattr(data, "kept_state"):
+        if (self.on and self.reference is not None and self.state is None
+                and isinstance(data, PrunableData)):
             self.state = data.kept_state(self.key, self._tag())
 
     def end(self, data) -> None:
@@ -239,7 +242,7 @@ class PrunedPasses:
         if self.key is None:
             self.close()
         elif self.state is not None:
-            if self.reference is not None and hasattr(data, "keep_state"):
+            if self.reference is not None and isinstance(data, PrunableData):
                 data.keep_state(self.key, self._tag(), self.state)
             self.state = None
 
@@ -252,7 +255,7 @@ class PrunedPasses:
     def release(self, data) -> None:
         """The run's Lloyd ended: drop its bounds wherever they are kept (no more pruning after)."""
         self.close()
-        if self.key is not None and hasattr(data, "drop_state"):
+        if self.key is not None and isinstance(data, PrunableData):
             data.drop_state(self.key)
         self.key, self.on = None, False
 

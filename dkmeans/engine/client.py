@@ -376,7 +376,7 @@ def close_embedded_cluster() -> None:
     2-3 s on an idle 2-core machine, more when the machine is busy (two fits at once), longer
     than the 4 s distributed's ``LocalCluster.close`` waits before it kills the process.
     Before that each worker is told the cluster closes
-    (:func:`~dkmeans.engine.worker_session.prepare_to_exit`): it logs only critical records from
+    (``worker_session.prepare_to_exit``): it logs only critical records from
     then on, and its exit skips the collection of the objects it holds, most of those seconds.
     """
     with _lock:

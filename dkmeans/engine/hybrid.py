@@ -18,10 +18,10 @@ import numpy as np
 
 from dkmeans.engine.persisted import PersistedData
 from dkmeans.engine.streamed import StreamedData
-from dkmeans.engine.protocol import InCallerLoop
+from dkmeans.engine.protocol import InCallerLoop, SummedLabels
 
 
-class HybridData(InCallerLoop):
+class HybridData(SummedLabels, InCallerLoop):
     """The data protocol over a persisted head and a streamed tail (see the module docstring)."""
 
     kind = "hybrid"
@@ -93,15 +93,6 @@ class HybridData(InCallerLoop):
         if (~in_head).any():
             out[~in_head] = self.tail.rows(idx[~in_head])
         return out
-
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
-                      per_label: int = 0):
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: one read, no labels kept."""
-        from dkmeans.engine.rowwise import summed_pass
-
-        if per_label:
-            return (None, *summed_pass(self, block_fn, args, per_label))
-        return None, summed_pass(self, block_fn, args)
 
     def release(self) -> None:
         self.head.release()

@@ -3,8 +3,8 @@
 A loop run inside a task (one task, or an SPMD rank) loses its memory when the task ends. A
 driver whose per-chunk state (:meth:`~dkmeans.engine.protocol.ChunkedData.map_reduce_stateful`)
 is worth keeping for the next block stores it with
-:meth:`~dkmeans.engine.protocol.ChunkedData.keep_state` and picks it up with
-:meth:`~dkmeans.engine.protocol.ChunkedData.kept_state`; held in this process (the caller's or
+:meth:`~dkmeans.engine.protocol.PrunableData.keep_state` and picks it up with
+:meth:`~dkmeans.engine.protocol.PrunableData.kept_state`; held in this process (the caller's or
 a worker's), it lives in this registry, keyed by the driver's ``key`` and each chunk's first row
 and row count. The engine knows nothing of what the state is: the driver checks it (``tag``: a
 state stored under another tag is not given back) and rebuilds what is missing.

@@ -15,10 +15,10 @@ from typing import Any, Callable, Sequence
 from dkmeans.kernels.namespace import concatenate_rows, get_namespace, to_host
 from dkmeans.engine import kept
 from dkmeans.engine.passes import first_chunk
-from dkmeans.engine.protocol import InCallerLoop
+from dkmeans.engine.protocol import InCallerLoop, PrunableData
 
 
-class ChunkList(InCallerLoop):
+class ChunkList(InCallerLoop, PrunableData):
     """Chunks held in this process, with the data protocol's passes run as plain loops.
 
     The base of :class:`LocalChunks` (every chunk) and of an SPMD rank's chunks, which
@@ -125,18 +125,19 @@ class ChunkList(InCallerLoop):
         return state
 
     def keep_state(self, key: str, tag, state) -> None:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.keep_state`: in this process's registry
+        """See :meth:`dkmeans.engine.protocol.PrunableData.keep_state`: in this process's registry
         (:mod:`dkmeans.engine.kept`), by chunk (first row and rows)."""
         if state is not None:
             kept.keep(key, tag, self.offsets, [int(X.shape[0]) for X in self.blocks], state)
 
     def kept_state(self, key: str, tag):
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.kept_state` (None where no chunk has any)."""
+        """See :meth:`dkmeans.engine.protocol.PrunableData.kept_state` (None where no chunk has
+        any)."""
         states = kept.take(key, tag, self.offsets, [int(X.shape[0]) for X in self.blocks])
         return states if any(s is not None for s in states) else None
 
     def drop_state(self, key: str) -> None:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.drop_state`."""
+        """See :meth:`dkmeans.engine.protocol.PrunableData.drop_state`."""
         kept.drop(key)
 
     def row_state_bytes(self) -> float:

@@ -49,8 +49,9 @@ from dkmeans.engine.health import note_interrupt
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
-from dkmeans.engine.placement import _balance_rows, _spread_rows
+from dkmeans.engine.balance import balance_rows, spread_rows
 from dkmeans.engine import kept, spmd
+from dkmeans.engine.protocol import PrunableData
 from dkmeans.engine.spmd import SpmdUnavailable, spmd_enabled
 
 logger = logging.getLogger("dkmeans")
@@ -118,7 +119,7 @@ class ChunkState:
         return sorted({self._chunk_owner[i] for i in chunk_ids})
 
 
-class PersistedData:
+class PersistedData(PrunableData):
     """A row-chunked Dask array (plus optional weights) persisted once on the cluster.
 
     Parameters
@@ -147,13 +148,6 @@ class PersistedData:
 
     kind = "persisted"
     in_memory = True
-    #: The fit's kernel plan (:class:`dkmeans.kernels.plans.KernelPlan`, set by the placement): every
-    #: task of a pass runs its kernels under it. None: the workers' own config decides.
-    plan = None
-
-    def _planned(self, fn: Callable) -> Callable:
-        """``fn`` under the data's kernel plan wherever it runs (tasks included)."""
-        return fn if self.plan is None else self.plan.bind(fn)
 
     def __init__(self, client, X: da.Array, weights: da.Array | None = None, budget: MemoryBudget | None = None,
                  first_row: int = 0, row_bytes: float | None = None):
@@ -180,10 +174,10 @@ class PersistedData:
                     X = X.compute_chunk_sizes()
                     if weights is not None:
                         weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
-                X, weights = _spread_rows(client, X, weights)
+                X, weights = spread_rows(client, X, weights)
                 # Placement is read from where the chunks are, so wait until they are there.
                 wait(futures_of(X) + (futures_of(weights) if weights is not None else []))
-                X, weights = _balance_rows(client, X, weights)
+                X, weights = balance_rows(client, X, weights)
                 futures = futures_of(X) + (futures_of(weights) if weights is not None else [])
                 wait(futures)
         except KeyboardInterrupt:  # interrupted while persisting: the chunks leave the cluster now
@@ -339,18 +333,18 @@ class PersistedData:
         return int(self.n_rows * per_row)
 
     def keep_state(self, key: str, tag, state) -> None:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.keep_state`: a graph-mode loop's
+        """See :meth:`dkmeans.engine.protocol.PrunableData.keep_state`: a graph-mode loop's
         :class:`ChunkState` stays referenced here (its futures on the workers)."""
         if state is not None:
             self._kept[key] = (tag, state)
 
     def kept_state(self, key: str, tag):
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.kept_state`."""
+        """See :meth:`dkmeans.engine.protocol.PrunableData.kept_state`."""
         entry = self._kept.pop(key, None)
         return entry[1] if entry is not None and entry[0] == tag else None
 
     def drop_state(self, key: str) -> None:
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.drop_state`: here, and in every worker's
+        """See :meth:`dkmeans.engine.protocol.PrunableData.drop_state`: here, and in every worker's
         registry (what loops run in one task or SPMD kept, :mod:`dkmeans.engine.kept`)."""
         self._kept.pop(key, None)
         if self.client is None:

@@ -37,7 +37,7 @@ def chunked_rows(X: np.ndarray, n_workers: int = 1) -> da.Array:
     """Split an in-memory array into row chunks of about 64 MiB (at least ``n_workers``).
 
     Fewer chunks than the cluster has threads are split further where they are persisted
-    (:mod:`dkmeans.engine.placement`), so the cluster need not be known here. A
+    (:mod:`dkmeans.engine.balance`), so the cluster need not be known here. A
     ``scipy.sparse`` CSR matrix gives CSR chunks (sized by their stored bytes).
     """
     n = X.shape[0]

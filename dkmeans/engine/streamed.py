@@ -17,9 +17,10 @@ redo the earlier ones' distance updates) but no memory per row.
 
 Parquet files behind a ``dd.read_parquet`` DataFrame (and CSV files read through
 :func:`dkmeans.engine.files.read_table`) are read by the engine itself
-(:mod:`dkmeans.engine.sources`): each task of a pass reads one piece of a file (row
-groups, or a byte range cut at line ends) in row batches sized from the measured peak memory of a read, so a task holds
-one batch plus the kernel's scratch whatever the file's size. Tasks go only to workers
+(:mod:`dkmeans.engine.sources` cuts them into pieces, :mod:`dkmeans.engine.reader` reads
+them): each task of a pass reads one piece of a file (row groups, or a byte range cut at line
+ends) in row batches sized from the measured peak memory of a read, so a task holds one batch
+plus the kernel's scratch whatever the file's size. Tasks go only to workers
 that are not paused by distributed's memory monitor: a pass whose tasks wait on a
 worker that stays paused (its memory is its own, not Dask's data) is submitted again
 without it (see :func:`dkmeans.engine.futures.gather`).
@@ -28,7 +29,6 @@ without it (see :func:`dkmeans.engine.futures.gather`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
 import uuid
@@ -46,11 +46,13 @@ from dkmeans.engine.workers import worker_info
 from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import WorkersStalledError, gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, release_memory
+from dkmeans.engine.reader import (PieceFold, batch_rows, piece_column, read_piece,
+                                   shrunk_batch_rows, source_array, worker_memory)
 from dkmeans.engine.sources import (KERNEL_ROW_VALUES, MAX_BATCH_ROWS, MIN_BATCH_ROWS, ParquetSource,
-                                    count_rows, measure_read, task_peak, task_peak_start)
+                                    count_rows)
 from dkmeans.errors import WorkersPausedError
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
-from dkmeans.engine.protocol import InCallerLoop
+from dkmeans.engine.protocol import InCallerLoop, SummedLabels
 
 logger = logging.getLogger("dkmeans")
 
@@ -136,81 +138,24 @@ class _SlicedFold:
         return state
 
 
-def _piece_batches(source: ParquetSource, piece: int, batch_rows: int, w):
-    """``(row offset in the piece, X, w)`` batches of a piece (weights sliced alike)."""
-    for start, X in source.batches(piece, batch_rows):
-        yield start, X, (None if w is None else w[start:start + X.shape[0]])
+class _ReplayedResult:
+    """A batch's result after the replayed ``steps`` (a chunk function for the reader's tasks)."""
+
+    def __init__(self, steps: tuple):
+        self.steps = steps
+
+    def __call__(self, X, w, offset):
+        return _replay(X, w, offset, self.steps)[1]
 
 
-def _stream_piece(source, piece, batch_rows, chunk_fn, combine_fn, args, offset, w=None):
-    """A piece of a file, batch by batch; only one batch is held at a time."""
-    start_rss = task_peak_start()
-    results = []
-    for start, X, wb in _piece_batches(source, piece, batch_rows, w):
-        results.append(to_host(chunk_fn(X, wb, offset + start, *args)))
-        del X, wb
-    return combine_fn(results), task_peak(start_rss)
+class _ReplayedColumn:
+    """A batch's per-row array ``name`` of the state after the replayed ``steps``."""
 
+    def __init__(self, steps: tuple, name: str):
+        self.steps, self.name = steps, name
 
-def _stream_piece_stateful(source, piece, batch_rows, steps, combine_fn, offset, w=None):
-    start_rss = task_peak_start()
-    results = []
-    for start, X, wb in _piece_batches(source, piece, batch_rows, w):
-        results.append(to_host(_replay(X, wb, offset + start, steps)[1]))
-        del X, wb
-    return combine_fn(results), task_peak(start_rss)
-
-
-def _state_piece(source, piece, batch_rows, steps, name, offset, w=None):
-    parts = [_replay(X, wb, offset + start, steps)[0][name] for start, X, wb in
-             _piece_batches(source, piece, batch_rows, w)]
-    return np.concatenate(parts) if parts else np.zeros((0,), dtype=np.int32)
-
-
-class _PieceFold:
-    """A fold step over a whole piece: ``chunk_fn`` applied batch by batch (``X`` is the piece's index)."""
-
-    def __init__(self, source, batch_rows, chunk_fn):
-        self.source, self.batch_rows, self.chunk_fn = source, batch_rows, chunk_fn
-
-    def __call__(self, piece, w, offset, state, *args):
-        for start, X, wb in _piece_batches(self.source, piece, self.batch_rows, w):
-            state = to_host(self.chunk_fn(X, wb, offset + start, state, *args))
-            del X, wb
-        return state
-
-
-def _read_rows(source, piece, start, stop, batch_rows):
-    """Rows ``start:stop`` of a piece (a block of the source as a Dask array)."""
-    out = np.empty((stop - start, len(source.columns)), dtype=source.dtype)
-    for b0, X in source.batches(piece, batch_rows, limit=stop):
-        lo, hi = max(start, b0), min(stop, b0 + X.shape[0])
-        if lo < hi:
-            out[lo - start:hi - start] = X[lo - b0:hi - b0]
-        del X
-    return out
-
-
-def source_array(source: ParquetSource, block_rows: int) -> da.Array:
-    """The source's rows as a Dask array of blocks of at most ``block_rows`` rows, each read by the engine."""
-    name = f"dkmeans-files-{uuid.uuid4().hex[:12]}"
-    tasks, rows = {}, []
-    for p, n in enumerate(source.piece_rows):
-        for start in range(0, n, block_rows):
-            stop = min(n, start + block_rows)
-            key = (name, len(rows), 0)
-            tasks[key] = Task(key, _read_rows, source, p, start, stop, block_rows)
-            rows.append(stop - start)
-    graph = HighLevelGraph.from_collections(name, tasks, dependencies=())
-    return da.Array(graph, name, (tuple(rows), (len(source.columns),)), dtype=source.dtype,
-                    meta=np.empty((0, 0), dtype=source.dtype))
-
-
-def _worker_memory(client, workers=None) -> str:
-    info = worker_info(client)
-    return "; ".join(f"{a}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
-                     f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB ({w.get('status', 'running')})"
-                     for a, w in info.items() if workers is None or a in workers)
+    def __call__(self, X, w, offset):
+        return _replay(X, w, offset, self.steps)[0][self.name]
 
 
 def rows_in_block(X):
@@ -226,7 +171,7 @@ def kernel_batch_rows(scratch_bytes: float, n_features: int) -> int:
     return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, rows)))
 
 
-class StreamedData(InCallerLoop):
+class StreamedData(SummedLabels, InCallerLoop):
     """Row-chunked data read from its source in every pass (the data protocol, out of core).
 
     Parameters
@@ -255,15 +200,6 @@ class StreamedData(InCallerLoop):
 
     kind = "streamed"
     in_memory = False
-
-    #: The fit's kernel plan (:class:`dkmeans.kernels.plans.KernelPlan`, set by the placement): every
-    #: task of a pass runs its kernels under it. None: the workers' own config decides.
-    plan = None
-
-    def _planned(self, fn: Callable) -> Callable:
-        """``fn`` under the data's kernel plan wherever it runs (tasks included)."""
-        return fn if self.plan is None else self.plan.bind(fn)
-
     loop_mode = "streamed"
 
     def __init__(self, client, X: da.Array | None, weights: da.Array | None = None, budget: MemoryBudget | None = None,
@@ -282,7 +218,9 @@ class StreamedData(InCallerLoop):
         if source is not None:
             # CSV pieces: their rows counted first (one task per piece), so that offsets are known
             count_rows(client, source, lambda f: gather(client, f), workers=list(self.budget.limits))
-            self.read_cost, source.batch_rows = self._batch_rows(source)
+            self.read_cost, source.batch_rows, self.budget, full = batch_rows(client, source,
+                                                                              self.budget)
+            self.excluded |= full
             X = source_array(source, source.batch_rows)
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
@@ -322,66 +260,11 @@ class StreamedData(InCallerLoop):
         """
         self._on_pass = callback
 
-    @staticmethod
-    def _kernel_per_row(source: ParquetSource) -> float:
-        return KERNEL_ROW_VALUES * 8.0 * len(source.columns)
-
-    def _task_allowance(self) -> float:
-        """Bytes a task may rise by: its input budget plus the kernel's fixed scratch and the centroids."""
-        return self.budget.task_bytes() + self.budget.scratch_bytes + self.budget.centroid_bytes
-
     def _check_task_peak(self, peak: float) -> None:
         """After a pass over the files: smaller batches from now on if a task's measured peak exceeded its budget."""
-        allowed = self._task_allowance()
-        if self.source is None or peak <= allowed:
-            return
-        fixed = self.read_cost.fixed + self.budget.scratch_bytes + self.budget.centroid_bytes
-        rows = self.source.batch_rows
-        shrunk = max(MIN_BATCH_ROWS, int(rows * max(0.0, allowed - fixed) / max(1.0, peak - fixed)))
-        if shrunk < rows:
-            logger.info("a task's measured peak was %.1f MiB, above its budget of %.1f MiB: batches of %d rows "
-                        "(were %d)", peak / 2**20, allowed / 2**20, shrunk, rows)
-            self.source.batch_rows = shrunk
-
-    def _batch_rows(self, source: ParquetSource):
-        """The read's measured cost, and the rows per batch that a worker's task budget holds.
-
-        The cost is measured by a probe task on a worker (:func:`~dkmeans.engine.sources.measure_read`).
-        """
-        workers = list(self.budget.limits)
-        future = self.client.submit(measure_read, source, pure=False, workers=workers, allow_other_workers=False)
-        cost = gather(self.client, future)
-        # what the probe's reads left in the pools released, and the memory measured again: the
-        # budget was read before (a computation that just ended may have been releasing its data)
-        self.budget = self.budget.remeasured(self.client)
-        needed = min(MIN_BATCH_ROWS, max(source.piece_rows))
-
-        def rows_on(address=None):
-            task = self.budget.task_bytes(address)
-            return min(MAX_BATCH_ROWS, max(source.piece_rows), cost.rows_for(task, self._kernel_per_row(source)))
-
-        full = [a for a in workers if rows_on(a) < needed]
-        if full and len(full) < len(workers):  # as for paused workers: the others take their share
-            logger.warning("workers without room for %d rows of the files at a time get none of this fit's tasks: "
-                           "%s", needed, _worker_memory(self.client, full))
-            self.budget = dataclasses.replace(self.budget, limits={a: v for a, v in self.budget.limits.items()
-                                                                   if a not in full})
-            self.excluded |= set(full)
-        task_bytes = self.budget.task_bytes()
-        rows = rows_on()
-        if rows < needed:
-            raise WorkersPausedError(
-                f"The workers have no room to read even {MIN_BATCH_ROWS} rows of the files at a time: a "
-                f"read takes {cost.fixed / 2**20:.1f} MiB plus {cost.per_row:.0f} bytes per row (measured), a task "
-                f"may take {task_bytes / 2**20:.1f} MiB ({_worker_memory(self.client)}). The workers' processes "
-                f"keep that memory themselves (imports, a previous computation's allocations); give the workers "
-                f"more memory, restart them (client.restart()) before the fit, or use fewer worker processes with "
-                f"more memory each."
-            )
-        logger.info("reading %d file pieces in batches of %d rows: a read takes %.1f MiB + %.0f bytes per row "
-                    "(%s), a task may take %.1f MiB", len(source.pieces), rows, cost.fixed / 2**20, cost.per_row,
-                    "measured" if cost.measured else "not measured: a default", task_bytes / 2**20)
-        return cost, int(rows)
+        if self.source is not None:
+            self.source.batch_rows = shrunk_batch_rows(self.source, self.read_cost, self.budget,
+                                                       peak)
 
     def _set_chunk_rows(self, rows) -> None:
         """Row counts known (from metadata or the first pass): offsets, and every chunk checked against the budget."""
@@ -452,10 +335,11 @@ class StreamedData(InCallerLoop):
         if not workers:
             raise WorkersPausedError(
                 f"Every worker of the Dask cluster stays paused by distributed's memory monitor "
-                f"({_worker_memory(self.client)}), so the pass was stopped: their processes keep that memory "
-                f"themselves (imports, a previous computation's allocations), and releasing what the allocators "
-                f"keep did not bring them below the pause threshold. Restart the workers (client.restart()) before "
-                f"the fit, give them more memory, or use fewer worker processes with more memory each."
+                f"({worker_memory(self.client)}), so the pass was stopped: their processes keep "
+                f"that memory themselves (imports, a previous computation's allocations), and "
+                f"releasing what the allocators keep did not bring them below the pause "
+                f"threshold. Restart the workers (client.restart()) before the fit, give them "
+                f"more memory, or use fewer worker processes with more memory each."
             )
         return workers
 
@@ -524,8 +408,9 @@ class StreamedData(InCallerLoop):
             return value
         if self.source is not None:
             src, rows = self.source, self.source.batch_rows
-            return self._pass(lambda key, i, refs, a: Task(key, _stream_piece, src, i, rows, chunk_fn, combine_fn, a,
-                                                           self.offsets[i], *refs), combine_fn, args=args)
+            return self._pass(lambda key, i, refs, a: Task(key, read_piece, src, i, rows, chunk_fn,
+                                                           combine_fn, a, self.offsets[i], *refs),
+                              combine_fn, args=args)
         return self._pass(lambda key, i, refs, a: Task(key, _stream_chunk, chunk_fn, combine_fn, a, self.offsets[i],
                                                        self.kernel_rows, *refs), combine_fn, args=args)
 
@@ -536,8 +421,10 @@ class StreamedData(InCallerLoop):
         steps = (state.steps if state is not None else ()) + ((self._planned(chunk_fn), tuple(args)),)
         if self.source is not None:
             src, rows = self.source, self.source.batch_rows
-            value = self._pass(lambda key, i, refs, _: Task(key, _stream_piece_stateful, src, i, rows, steps, combine_fn,
-                                                            self.offsets[i], *refs), combine_fn)
+            last = _ReplayedResult(steps)
+            value = self._pass(lambda key, i, refs, _: Task(key, read_piece, src, i, rows, last,
+                                                            combine_fn, (), self.offsets[i], *refs),
+                               combine_fn)
         else:
             value = self._pass(lambda key, i, refs, _: Task(key, _stream_chunk_stateful, steps, combine_fn,
                                                             self.offsets[i], self.kernel_rows, *refs), combine_fn)
@@ -561,7 +448,7 @@ class StreamedData(InCallerLoop):
             window = max(2, len(self.budget.per_worker()))  # about one chunk per worker at a time
         chunk_fn = self._planned(chunk_fn)
         if self.source is not None:  # the task reads its piece itself, batch by batch
-            chunk_fn = _PieceFold(self.source, self.source.batch_rows, chunk_fn)
+            chunk_fn = PieceFold(self.source, self.source.batch_rows, chunk_fn)
         else:
             chunk_fn = _SlicedFold(self.kernel_rows, chunk_fn)
 
@@ -599,7 +486,8 @@ class StreamedData(InCallerLoop):
         pieces = []
         if self.source is not None:
             for i, wb in enumerate(w_blocks):
-                block = dask.delayed(_state_piece)(self.source, i, self.source.batch_rows, state.steps, name,
+                column = _ReplayedColumn(state.steps, name)
+                block = dask.delayed(piece_column)(self.source, i, self.source.batch_rows, column,
                                                    self.offsets[i], wb)
                 pieces.append(da.from_delayed(block, shape=(self.chunk_rows[i],), dtype=np.int32))
             return da.concatenate(pieces) if pieces else da.zeros((0,), dtype=np.int32)
@@ -619,20 +507,13 @@ class StreamedData(InCallerLoop):
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
         return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
-                      per_label: int = 0):
-        """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: one read, no labels kept."""
-        from dkmeans.engine.rowwise import summed_pass
-
-        if per_label:
-            return (None, *summed_pass(self, block_fn, args, per_label))
-        return None, summed_pass(self, block_fn, args)
-
     def release(self) -> None:
         """Nothing is held on the cluster between passes; what the reads left in the workers' allocators
         and pyarrow's pool is given back (93 MiB of each 768 MiB worker after a fit over 18 files of
         64 MB: 446 -> 353 MiB resident), so that the user's next computation finds the memory the fit
-        found."""
+        found. Once: a second call finds nothing to let go."""
+        if self.X is None:
+            return
         self.X = self.weights = None
         with contextlib.suppress(Exception):  # a courtesy: a worker gone by now does not fail the fit
             self.client.run(release_memory)
@@ -671,4 +552,4 @@ class _PassWatch:
         self.pending = []
 
 
-__all__ = ["ReplayState", "StreamedData", "source_array"]
+__all__ = ["ReplayState", "StreamedData", "kernel_batch_rows", "rows_in_block"]

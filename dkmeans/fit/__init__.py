@@ -8,5 +8,6 @@ the three faces), :mod:`~dkmeans.fit.inputs` (the dataset and weight checks),
 :mod:`~dkmeans.fit.minibatch` (the mini-batch fit), :mod:`~dkmeans.fit.checkpoint_job`,
 :mod:`~dkmeans.fit.inference` (labels, distances and objective for every input kind: every
 face's inference and the final pass) and :mod:`~dkmeans.fit.results` (the end of a fit).
-The data's placement is the engine's (:mod:`dkmeans.engine.place`).
+Every fit, sweep and score places its data through :mod:`~dkmeans.fit.placement` (one entry,
+over the engine's policy in :mod:`dkmeans.engine.place`).
 """

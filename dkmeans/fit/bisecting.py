@@ -2,7 +2,7 @@
 
 The faces (:class:`dkmeans.BisectingKMeans`, :func:`dkmeans.train_bisecting`, ``dkmeans bisect``)
 map their users' words onto a :class:`BisectingSpec` and call :func:`run_bisecting`. The data is
-placed as for every fit (:func:`dkmeans.fit.service.placed`: in this process, persisted on the
+placed as for every fit (:func:`dkmeans.fit.placement.placed`: in this process, persisted on the
 workers, or read from its source in every pass), the first pass checks it and gives the root's
 centre (the unweighted mean), the driver (:mod:`dkmeans.drivers.bisecting`) grows the tree, and
 a final pass labels every row by descending it (scikit-learn's ``labels_``), with the objective
@@ -22,14 +22,14 @@ from dkmeans.drivers.streams import resolve_seed
 from dkmeans.engine.rowwise import index_meta, is_dask_array, map_partitions, map_row_blocks
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight
-from dkmeans.fit.service import placed
-from dkmeans.fit.spec import FitSpec
+from dkmeans.fit.placement import placed
+from dkmeans.fit.spec import FitSpec, RunSpec
 from dkmeans.io.dataframe import is_dask_dataframe
 from dkmeans.kernels.bisecting import TreeArrays, leaf_labels, leaf_values
 
 
 @dataclass(frozen=True)
-class BisectingSpec:
+class BisectingSpec(RunSpec):
     """What a face asks of a bisecting fit (the fit service's names, checked by the face)."""
 
     n_clusters: int
@@ -69,7 +69,7 @@ def run_bisecting(spec: BisectingSpec, dataset: Dataset, sample_weight=None) -> 
     weights = check_sample_weight(sample_weight, dataset.n_rows)
     seed = resolve_seed(spec.random_state)
     fit_spec = FitSpec(n_clusters=k, out_of_core=spec.out_of_core, names=spec.names)
-    with placed(fit_spec, dataset, weights) as (data, client):
+    with placed(dataset, weights, out_of_core=spec.out_of_core, n_clusters=k) as (data, _):
         try:
             check_rows_when_placed(fit_spec, dataset, data)
             moments, _ = first_pass(data)

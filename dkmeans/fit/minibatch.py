@@ -11,7 +11,7 @@ from threadpoolctl import threadpool_limits
 
 from dkmeans.drivers import init as init_strategies
 from dkmeans.drivers.minibatch import MiniBatchOptions, advance, gather_rows, minibatch, minibatch_pass, step_rng
-from dkmeans.drivers.state import MiniBatchState, PassState
+from dkmeans.drivers.state import MiniBatchState, PassState, RunSummary
 from dkmeans.drivers.streams import STREAMS, derive_seed
 from dkmeans.engine.local import ChunkList
 from dkmeans.engine.sparse_rows import is_sparse_array
@@ -20,7 +20,7 @@ from dkmeans.fit.checkpoint_job import checkpoint_job
 from dkmeans.fit.first_pass import check_rows_when_placed, moments_chunk
 from dkmeans.fit.inputs import Dataset, check_user_centroids
 from dkmeans.fit.metric_inputs import prepare_centroids
-from dkmeans.fit.results import final_assignment, fit_result
+from dkmeans.fit.results import FinalAssignment, final_assignment, fit_result
 from dkmeans.fit.spec import FitResult, FitSpec
 from dkmeans.kernels import assign_partials
 from dkmeans.kernels import column_moments, combine_moments
@@ -132,19 +132,19 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
         else:
             n_epochs = math.ceil(result.n_steps * b / n)
         centroids = result.centroids.astype(data.dtype)
-        per_cluster = {}
         if spec.compute_labels:
-            labels, inertia, n_passes, per_cluster = final_assignment(spec, dataset, data, client, centroids)
+            assignment = final_assignment(spec, dataset, data, client, centroids)
         else:
             total_weight = float(data.map_reduce(_weight_sum_chunk, sum)) if data.has_weights else float(n)
             ewa = result.state.ewa_objective
-            labels, inertia = None, (float("nan") if ewa is None else ewa * total_weight)
-            n_passes = data.passes
+            objective = float("nan") if ewa is None else ewa * total_weight
+            assignment = FinalAssignment(None, objective, data.passes)
     finally:
         data.release()
-    return fit_result(spec, dataset, data, centroids, labels, inertia, n_epochs, result.stop_reason, result.converged,
-                   list(result.history), n_passes, with_labels=spec.compute_labels, minibatch_state=result.state,
-                   **per_cluster)
+    run = RunSummary(centroids, assignment.objective, n_epochs, result.stop_reason,
+                     result.converged, list(result.history))
+    return fit_result(spec, dataset, data, run, assignment, with_labels=spec.compute_labels,
+                      minibatch_state=result.state)
 
 
 def _minibatch_centers(spec: FitSpec, data, C0, seed: int, head, init_size: int) -> np.ndarray:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from dkmeans.drivers.state import RunSummary
 from dkmeans.fit import inference
 from dkmeans.fit.inputs import Dataset, expand_labels
 from dkmeans.fit.spec import FitResult, FitSpec
@@ -13,9 +16,40 @@ from dkmeans.kernels.inference import labels_objective_block
 from dkmeans.kernels.namespace import is_cupy_array, to_host
 
 
-def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
+@dataclass(frozen=True)
+class FinalAssignment:
+    """The final assignment's pass (:func:`final_assignment`).
+
+    Attributes
+    ----------
+    labels : ndarray, dask.array.Array or None
+        Where the pass kept them (None: rows read from a DataFrame, labelled on its index later).
+    objective : float
+        Of the centroids on the data (what inference gives).
+    n_passes : int
+        Passes over the data, this one included.
+    cluster_sizes, cluster_objective : ndarray (k,), float64, or None
+        Per cluster: the weighted row count and the objective of its rows (None: no such pass).
+    """
+
+    labels: Any
+    objective: float
+    n_passes: int
+    cluster_sizes: Any = None
+    cluster_objective: Any = None
+
+
+@dataclass(frozen=True)
+class PlacedFit:
+    """A fit's runs and final assignment on placed data (:func:`dkmeans.fit.service.fit_placed`)."""
+
+    best: RunSummary
+    assignment: FinalAssignment
+
+
+def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids) -> FinalAssignment:
     """Labels and objective of ``centroids`` on the data (what inference gives), the passes made, and per cluster
-    the weighted sizes and objective (``dict(cluster_sizes=, cluster_objective=)``, float64), all from one pass."""
+    the weighted sizes and objective (float64), all from one pass."""
     # one pass where the rows are; the rows are the metric's already (a fit's unit rows for cosine)
     block = functools.partial(labels_objective_block, metric=spec.metric, normalize=False, with_weights=True)
     C = np.asarray(centroids).astype(data.dtype)
@@ -23,8 +57,8 @@ def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids):
     labels, inertia, sums = data.labelled_pass(block, (C,), keep_labels=dataset.frame is None, per_label=C.shape[0])
     if labels is None and dataset.frame is None:  # rows read from their source: labels stay lazy, read when used
         labels = inference.labels(dataset.array, C)
-    n_passes = data.passes
-    return labels, inertia, n_passes, dict(cluster_sizes=sums[:, 1], cluster_objective=sums[:, 0])
+    return FinalAssignment(labels, inertia, data.passes, cluster_sizes=sums[:, 1],
+                           cluster_objective=sums[:, 0])
 
 
 def labels_on_host(labels):
@@ -38,12 +72,14 @@ def labels_on_host(labels):
     return labels
 
 
-def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_reason, converged, history, n_passes,
-            with_labels: bool = True, **extra) -> FitResult:
-    """The :class:`FitResult`, with labels where the face wants them (after the data's release).
+def fit_result(spec: FitSpec, dataset: Dataset, data, run: RunSummary, assignment: FinalAssignment,
+               *, with_labels: bool = True, minibatch_state=None) -> FitResult:
+    """The :class:`FitResult` of the kept ``run`` and its final ``assignment`` (after the data's
+    release), with labels where the face wants them.
 
     ``with_labels=False`` (mini-batch's ``compute_labels=False``): no labels at all.
     """
+    centroids, labels = run.centroids, assignment.labels
     if not with_labels:
         labels = None
     elif dataset.frame is not None:  # on the DataFrame's index, from its partitions (the final pass kept none)
@@ -56,6 +92,12 @@ def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_rea
         labels = labels_on_host(labels)  # labels follow the input (host data, device="gpu")
     if with_labels and dataset.kept is not None:  # in memory, missing="skip": -1 for the rows left out
         labels = expand_labels(labels, dataset.kept)
-    return FitResult(centroids, labels, inertia, n_iter, stop_reason, converged, history,
-                     "in-memory" if data.in_memory else "out-of-core", n_passes, list(data.loop_modes), **extra)
+    mode = "in-memory" if data.in_memory else "out-of-core"
+    return FitResult(centroids, labels, assignment.objective, run.n_iter, run.stop_reason,
+                     run.converged, list(run.history), mode, assignment.n_passes,
+                     list(data.loop_modes), minibatch_state=minibatch_state,
+                     cluster_sizes=assignment.cluster_sizes,
+                     cluster_objective=assignment.cluster_objective)
 
+
+__all__ = ["FinalAssignment", "PlacedFit", "final_assignment", "fit_result", "labels_on_host"]

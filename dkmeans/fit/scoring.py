@@ -3,7 +3,7 @@
 The faces give the rows (NumPy, pandas, Dask arrays or DataFrames, in memory or read from
 files), a partition (centroids, or a label per row) and weights; this module validates
 them as a fit does (:func:`dkmeans.fit.inputs.as_dataset`, :func:`~dkmeans.fit.inputs.check_sample_weight`),
-places the rows where a fit would (:func:`dkmeans.engine.place.place_data`: in this
+places the rows where a fit would (:func:`dkmeans.fit.placement.placed`: in this
 process, persisted on the workers, or read from their source in every pass when they do
 not fit the cluster's memory budget; ``out_of_core`` and the Dask config
 ``dkmeans.out-of-core`` decide as for a fit) and runs :mod:`dkmeans.fit.quality` on them.
@@ -16,23 +16,16 @@ scikit-learn's ``LabelEncoder``); Dask labels must be numeric.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
-from threadpoolctl import threadpool_limits
 
-from dkmeans.engine.client import fit_client
-from dkmeans.engine.local import ChunkList
-from dkmeans.engine.place import in_process_threads, place_data
-from dkmeans.engine.rowwise import as_array, chunked_rows, weights_beside, with_label_column
+from dkmeans.engine.rowwise import as_array, chunked_rows, with_label_column
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidDataError
 from dkmeans.fit.inputs import (Dataset, as_dataset, check_user_centroids, check_int, check_sample_weight,
                                 is_dask_collection)
 from dkmeans.fit.metric_inputs import prepare_dataset
+from dkmeans.fit.placement import placed
 from dkmeans.fit.quality import ClusterScores, cluster_scores, sample_silhouette
-from dkmeans.fit.spec import resolve_out_of_core
-from dkmeans.kernels.plans import plan as kernel_plan
 
 
 def _labelled(dataset: Dataset, labels):
@@ -57,37 +50,6 @@ def _labelled(dataset: Dataset, labels):
         X = as_array(dataset.frame, lengths=True)  # in-memory labels need the partitions' lengths
     rows = with_label_column(X, labels)
     return Dataset(rows, True, dataset.n_features + 1, dataset.n_rows), values
-
-
-@contextlib.contextmanager
-def placed(dataset: Dataset, weights, *, out_of_core="auto", n_clusters: int = 0):
-    """The data protocol over ``dataset`` for the block's duration, placed as a fit's (and released after).
-
-    In-memory data small enough (Dask config ``dkmeans.in-process-bytes``) stays in this
-    process; else it goes where :func:`~dkmeans.engine.place.place_data` puts a fit's.
-    Kernels run on one code path, chosen as for a fit, in this process and in the tasks.
-    """
-    mode = resolve_out_of_core(out_of_core)
-    threads = in_process_threads(dataset, weights) if mode is not True else None
-    # one kernel plan for every score pass, chosen as a fit's (the size rule for in-process rows)
-    plan = kernel_plan(dataset.array.dtype, dataset.n_features, n_rows=dataset.n_rows,
-                       n_clusters=max(1, n_clusters), sparse=is_sparse_array(dataset.array),
-                       in_process=threads is not None)
-    if threads is not None:
-        data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
-        try:
-            with plan.applied(), threadpool_limits(limits=1) if threads > 1 else contextlib.nullcontext():
-                yield data
-        finally:
-            data.release()
-        return
-    with fit_client() as client:
-        data = place_data(client, dataset, weights_beside(weights, dataset.array), mode, n_clusters, plan=plan)
-        try:
-            with data.plan.applied():
-                yield data
-        finally:
-            data.release()
 
 
 def _prepared(X, *, centroids, labels, sample_weight, metric):
@@ -116,7 +78,7 @@ def scores(X, *, centroids=None, labels=None, sample_weight=None, metric: str = 
     dataset, weights, C, values = _prepared(X, centroids=centroids, labels=labels, sample_weight=sample_weight,
                                             metric=metric)
     k = 0 if C is None else C.shape[0]
-    with placed(dataset, weights, out_of_core=out_of_core, n_clusters=k) as data:
+    with placed(dataset, weights, out_of_core=out_of_core, n_clusters=k, fit=False) as (data, _):
         result = cluster_scores(data, C, metric=metric, passes=passes)
     if values is not None:
         from dataclasses import replace
@@ -133,11 +95,11 @@ def silhouette(X, *, centroids=None, labels=None, sample_size=None, random_state
     dataset, weights, C, _ = _prepared(X, centroids=centroids, labels=labels, sample_weight=sample_weight,
                                        metric=metric)
     k = 0 if C is None else C.shape[0]
-    with placed(dataset, weights, out_of_core=out_of_core, n_clusters=k) as data:
+    with placed(dataset, weights, out_of_core=out_of_core, n_clusters=k, fit=False) as (data, _):
         size = data.n_rows if sample_size is None else sample_size
         if size is None:  # rows of unknown count: every row
             size = np.iinfo(np.int64).max
         return sample_silhouette(data, C, size, random_state)
 
 
-__all__ = ["placed", "scores", "silhouette"]
+__all__ = ["scores", "silhouette"]

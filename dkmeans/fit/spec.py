@@ -11,8 +11,23 @@ from dkmeans import config
 from dkmeans.drivers.init import InitOptions
 
 
+class RunSpec:
+    """The base of every fit's spec (:class:`FitSpec`,
+    :class:`~dkmeans.fit.bisecting.BisectingSpec`): what a face's bookkeeping of a fit's runs
+    reads, whatever the fit."""
+
+    #: the fit's per-record progress hook; None: the fit reports no records (a bisecting fit)
+    on_iteration: Callable | None = None
+    n_init: int = 1
+
+    @property
+    def n_runs(self) -> int:
+        """The runs the fit starts and ends (``n_init``)."""
+        return self.n_init
+
+
 @dataclass(frozen=True)
-class FitSpec:
+class FitSpec(RunSpec):
     """Everything a fit needs besides the data, in the fit service's names (already validated).
 
     Attributes
@@ -109,6 +124,12 @@ class FitSpec:
     minibatch: Any = None
     init_size: int | None = None
     compute_labels: bool = True
+
+    @property
+    def n_runs(self) -> int:
+        """The runs the fit starts and ends: ``n_init``; one for mini-batch (whose ``n_init`` are
+        initialisations of its one run)."""
+        return 1 if self.algorithm == "minibatch" else self.n_init
 
 
 @dataclass

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,8 +44,9 @@ from dkmeans.fit.krules import bic_score
 from dkmeans.fit.quality import cluster_scores, sample_rows
 from dkmeans.kernels.inference import labels_block
 from dkmeans.kernels.namespace import to_host
-from dkmeans.fit.results import fit_result
-from dkmeans.fit.service import fit_placed, placed
+from dkmeans.fit.placement import fit_placement, placed
+from dkmeans.fit.results import PlacedFit, fit_result
+from dkmeans.fit.service import fit_placed
 from dkmeans.fit.spec import FitResult, FitSpec
 
 
@@ -57,6 +58,15 @@ class SweepFit:
     """One k of a sweep: its fit (as :func:`~dkmeans.fit.service.run_fit` gives it) and its metrics."""
 
     result: FitResult
+    metrics: dict
+
+
+@dataclass(frozen=True)
+class _KFit:
+    """One k's job of a sweep, as it ended on its view of the shared data."""
+
+    fitted: PlacedFit
+    view: Any
     metrics: dict
 
 
@@ -182,18 +192,18 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     with_gap = reference_draws > 0 and specs[0].metric == "euclidean" and not sparse
     with_sample = silhouette_rows > 0 and not sparse
     # a combined pass carries every k's centroids: the placement's budget counts them all
-    with named_missing(dataset), placed(specs[0], dataset, weights,
-                                        n_clusters=sum(spec.n_clusters for spec in specs)) as (data, client):
+    placement = fit_placement(specs[0], n_clusters=sum(spec.n_clusters for spec in specs))
+    with named_missing(dataset), placed(dataset, weights, **placement) as (data, client):
         try:
             for spec in specs:
                 check_rows_when_placed(spec, dataset, data)
             moments, mean_variance = first_pass(data)
 
-            def one_k(i: int, view):
+            def one_k(i: int, view) -> _KFit:
                 spec = specs[i]
                 fitted = fit_placed(spec, dataset, view, None, seeds[i], client, searches[i], moments, mean_variance)
-                best, inertia = fitted[0], fitted[2]
-                return (*fitted, view, cluster_quality(view, best.centroids, spec.metric, inertia))
+                return _KFit(fitted, view, cluster_quality(view, fitted.best.centroids, spec.metric,
+                                                           fitted.assignment.objective))
 
             jobs = [functools.partial(one_k, i) for i in range(len(specs))]
             names = [f"n_clusters={spec.n_clusters}" for spec in specs]
@@ -211,17 +221,18 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     reference = outcomes[len(specs)] if with_gap else None
     silhouettes = {}
     if with_sample:
-        centroids = {spec.n_clusters: o[0].centroids for spec, o in zip(specs, outcomes)}
+        centroids = {spec.n_clusters: o.fitted.best.centroids for spec, o in zip(specs, outcomes)}
         rows = np.asarray(to_host(outcomes[-1]))
         silhouettes = sample_silhouettes(rows, centroids, specs[0].metric)
     fits = []
-    for spec, (best, labels, inertia, n_passes, per_cluster, view, metrics) in zip(specs, outcomes):
-        result = fit_result(spec, dataset, view, best.centroids, labels, inertia, best.n_iter, best.stop_reason,
-                            best.converged, list(best.history), n_passes, **per_cluster)
-        metrics = {**metrics, "silhouette": silhouettes.get(spec.n_clusters, nan)}
+    for spec, k_fit in zip(specs, outcomes[:len(specs)]):
+        fitted = k_fit.fitted
+        result = fit_result(spec, dataset, k_fit.view, fitted.best, fitted.assignment)
+        metrics = {**k_fit.metrics, "silhouette": silhouettes.get(spec.n_clusters, nan)}
         if reference is not None and spec.n_clusters in reference.mean_log:
             sd = reference.sd_log[spec.n_clusters] * np.sqrt(1 + 1 / reference.draws)
-            metrics.update(gap=reference.gap(spec.n_clusters, inertia), gap_sd=float(sd))
+            gap = reference.gap(spec.n_clusters, fitted.assignment.objective)
+            metrics.update(gap=gap, gap_sd=float(sd))
         fits.append(SweepFit(result, metrics))
     mode = "in-memory" if data.in_memory else "out-of-core"
     return SweepRun(fits, int(data.passes), mode, reference)
@@ -282,7 +293,8 @@ def score_centroids(centroids: dict, dataset: Dataset, sample_weight=None, *, se
     dataset = prepare_dataset(dataset, "euclidean")
     spec = FitSpec(n_clusters=max(ks), out_of_core=out_of_core)
     with_gap, with_sample = reference_draws > 0 and not sparse, silhouette_rows > 0 and not sparse
-    with named_missing(dataset), placed(spec, dataset, weights, n_clusters=sum(ks)) as (data, _):
+    placement = fit_placement(spec, n_clusters=sum(ks))
+    with named_missing(dataset), placed(dataset, weights, **placement) as (data, _):
         try:
             jobs = [functools.partial(_quality_of, centroids[k]) for k in ks]
             names = [f"n_clusters={k}" for k in ks]

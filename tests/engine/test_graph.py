@@ -182,7 +182,7 @@ def _add_arrays(parts):
 
 def test_one_chunk_input_is_spread_over_every_worker_thread(client):
     """A one-chunk input (a one-partition Parquet file) would keep every pass on one worker."""
-    from dkmeans.engine.placement import SPREAD_MIN_ROWS
+    from dkmeans.engine.balance import SPREAD_MIN_ROWS
 
     rng = np.random.default_rng(4)
     n = 3 * SPREAD_MIN_ROWS + 17
@@ -198,7 +198,7 @@ def test_one_chunk_input_is_spread_over_every_worker_thread(client):
 
 
 def test_input_with_a_chunk_per_thread_or_few_rows_is_kept_as_it_is(client):
-    from dkmeans.engine.placement import SPREAD_MIN_ROWS
+    from dkmeans.engine.balance import SPREAD_MIN_ROWS
 
     X = np.arange(2 * SPREAD_MIN_ROWS * 2, dtype=float).reshape(-1, 2)
     many = PersistedData(client, da.from_array(X, chunks=(len(X) // 2, 2)))
@@ -210,7 +210,7 @@ def test_input_with_a_chunk_per_thread_or_few_rows_is_kept_as_it_is(client):
 
 # -- rows per worker evened out by moving whole chunks -------------------------------------
 def test_chunk_moves_even_out_rows_per_thread():
-    from dkmeans.engine.placement import plan_chunk_moves
+    from dkmeans.engine.balance import plan_chunk_moves
 
     two = {"a": 1, "b": 1}
     assert plan_chunk_moves([10] * 16, ["a", "b"] * 8, two) == {}

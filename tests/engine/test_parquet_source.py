@@ -58,6 +58,32 @@ def test_parquet_fit_equals_a_float64_lloyd_file_by_file(client, tmp_path, out_o
     assert len(labels) == sum(sizes)
 
 
+
+@pytest.mark.parametrize("algorithm", ["lloyd", "hartigan", "minibatch"])
+def test_every_kind_of_pass_over_the_files_gives_the_in_memory_fit(client, tmp_path, algorithm):
+    """Stateful passes (k-means||'s replayed state), the labels read out of a replayed state
+    (Hartigan) and sequential passes (out-of-core mini-batch) over pieces the engine reads."""
+    _write(str(tmp_path), [4000, 2500, 3500])
+    df = dd.read_parquet(str(tmp_path))[COLUMNS]
+    options = dict(random_state=0, n_init=1, max_iter=3)
+    if algorithm == "minibatch":
+        fit = [dkmeans.MiniBatchKMeans(K, batch_size=1024, out_of_core=o, **options).fit(df)
+               for o in (True, False)]
+    else:
+        fit = [dkmeans.KMeans(K, algorithm=algorithm, tol=0.0, out_of_core=o, **options).fit(df)
+               for o in (True, False)]
+    streamed, persisted = fit
+    assert (streamed.data_mode_, persisted.data_mode_) == ("out-of-core", "in-memory")
+    if algorithm == "minibatch":  # one pass in row order per epoch, against batches drawn at random
+        assert np.isfinite(streamed.inertia_) and streamed.cluster_centers_.shape == (K, D)
+        labels, predicted = streamed.labels_.compute(), streamed.predict(df).compute()
+        np.testing.assert_array_equal(np.asarray(labels), np.asarray(predicted))
+        return
+    np.testing.assert_allclose(streamed.cluster_centers_, persisted.cluster_centers_, rtol=1e-5,
+                               atol=1e-4)
+    assert streamed.inertia_ == pytest.approx(persisted.inertia_, rel=1e-5)
+
+
 def test_a_frame_that_is_not_a_plain_parquet_read_is_read_by_dask(tmp_path):
     from dkmeans.engine.sources import parquet_source
 

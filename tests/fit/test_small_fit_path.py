@@ -20,7 +20,7 @@ import dkmeans
 from dkmeans.kernels import plans
 
 nearest = importlib.import_module("dkmeans.kernels.nearest")
-service = importlib.import_module("dkmeans.fit.service")
+placement = importlib.import_module("dkmeans.fit.placement")
 
 
 def _data(n, d, k, kind, dtype, seed=0):
@@ -62,7 +62,8 @@ def test_a_small_fit_runs_numpy_in_one_blas_thread(monkeypatch, kernel_plan):
     def spy(X, k):
         backend = original(X, k)
         seen.append(backend.value)
-        blas.update(pool["num_threads"] for pool in service._blas_pools().info() if pool["user_api"] == "blas")
+        blas.update(pool["num_threads"] for pool in placement._blas_pools().info()
+                    if pool["user_api"] == "blas")
         return backend
 
     monkeypatch.setattr(nearest, "_backend", spy)
@@ -75,13 +76,13 @@ def test_a_small_fit_runs_numpy_in_one_blas_thread(monkeypatch, kernel_plan):
 def _asked(monkeypatch) -> list:
     """The arguments of every plan the fit service asks for."""
     asked = []
-    original = service.kernel_plan
+    original = placement.kernel_plan
 
     def spy(dtype, n_features, **kwargs):
         asked.append((n_features, kwargs["n_rows"], kwargs["n_clusters"]))
         return original(dtype, n_features, **kwargs)
 
-    monkeypatch.setattr(service, "kernel_plan", spy)
+    monkeypatch.setattr(placement, "kernel_plan", spy)
     return asked
 
 

@@ -23,7 +23,7 @@ logger = logging.getLogger("dkmeans")
 
 
 #: Input with fewer row chunks than the cluster has worker threads is split into pieces of
-#: at least this many rows, one per thread, placed thread by thread (:func:`_spread_rows`).
+#: at least this many rows, one per thread, placed thread by thread (:func:`spread_rows`).
 SPREAD_MIN_ROWS = 8192
 
 
@@ -31,7 +31,7 @@ def _row_piece(block, start, stop):
     return block[start:stop].copy()  # a copy: a view would keep the whole parent chunk alive
 
 
-def _spread_rows(client, X: da.Array, weights: da.Array | None):
+def spread_rows(client, X: da.Array, weights: da.Array | None):
     """``X`` (and ``weights``) persisted in about one row piece per worker thread, each on its own worker.
 
     Dask computes the pieces of a chunk where the chunk is, so a one-chunk input (a Parquet
@@ -88,7 +88,7 @@ def _persist_layers(client, X: da.Array, weights: da.Array | None, layers: dict,
 
 
 #: Input whose rows per worker thread exceed the even share by more than this fraction is
-#: rebalanced by moving whole chunks (:func:`_balance_rows`).
+#: rebalanced by moving whole chunks (:func:`balance_rows`).
 BALANCE_TOLERANCE = 0.04
 
 
@@ -132,7 +132,7 @@ def plan_chunk_moves(rows: Sequence[int], holders: Sequence[str], nthreads: dict
     return moves
 
 
-def _balance_rows(client, X: da.Array, weights: da.Array | None):
+def balance_rows(client, X: da.Array, weights: da.Array | None):
     """Persisted ``X`` (and ``weights``) with whole chunks moved so that rows per worker thread are even.
 
     Dask places persisted chunks without regard to their rows; a worker with 9 of 16
@@ -164,3 +164,6 @@ def _balance_rows(client, X: da.Array, weights: da.Array | None):
         annotations = {"workers": [where], "allow_other_workers": True} if where else None
         layers[f"{x_name}-{c}"] = MaterializedLayer(tasks, annotations=annotations)
     return _persist_layers(client, X, weights, layers, x_name, w_name, tuple(rows))
+
+
+__all__ = ["SPREAD_MIN_ROWS", "balance_rows", "plan_chunk_moves", "spread_rows"]

@@ -36,7 +36,7 @@ from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease
 from dkmeans.drivers.streams import derive_seed, resolve_seed
 from dkmeans.engine.client import fit_client
 from dkmeans.engine.local import ChunkList
-from dkmeans.engine.place import in_process_threads, place_data, watch_passes
+from dkmeans.engine.place import in_caller_rows, in_process_threads, place_data, watch_passes
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
@@ -88,6 +88,10 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
+    if resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - a small Dask array: fitted here
+        rows = in_caller_rows(dataset, weights)
+        if rows is not None:
+            dataset, weights = dataclasses.replace(dataset, local=rows[0]), rows[1]
     with named_missing(dataset), placed(spec, dataset, weights) as (data, client):
         return fit(spec, dataset, data, C0, seed, client, searches)
 

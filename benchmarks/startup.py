@@ -17,18 +17,20 @@ Cases (the start-up issue's table; ``--cases`` picks some):
 
 The fit phases are measured in the fitting process by timing the fit service's steps
 (wrappers around its functions; nothing in dkmeans changes): cluster start (the embedded
-cluster's processes, their imports included), placement (the memory probe, the workers'
-preparation, the data moved), of which the memory probe with the workers' kernel load, the
-first pass (column moments), the seeding, the iterations (the runs less their seeding) and
-the final pass. ``other`` is the rest of the fit call (validation, the result). Each phase is
-inclusive wall time of the first call on this process's clock.
+cluster's processes, their imports included), the compute into the caller (a small Dask
+array's rows computed once and fitted in this process: no cluster is then started, no worker
+prepared), placement (the memory probe, the workers' preparation, the data moved), of which
+the memory probe with the workers' kernel load, the first pass (column moments), the seeding,
+the iterations (the runs less their seeding) and the final pass. ``other`` is the rest of the
+fit call (validation, the result). Each phase is inclusive wall time of the first call on this
+process's clock.
 
 Goals (the issue): embedded first fit <= 1.5 s, on a running client <= 1.0 s, a repeated fit
 <= 0.25 s; ``import dkmeans`` <= 1.1x ``import sklearn.cluster, distributed``; the demo's fit
 <= 3 s; the CLI <= 2x ``read_parquet`` plus the fit's passes; the tall first fit <= 0.5x
 scikit-learn's. JSON goes to ``benchmarks/results/startup.json``.
 
-Run:  .venv/bin/python benchmarks/startup.py [--cases import embedded client tall demo cli]
+Run:  .venv/bin/python benchmarks/startup.py [--cases import embedded client tall demo cli] [--on-cluster]
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ from dkmeans.fit import placement, service
 from dkmeans.engine import memory
 timed_context(placement, "fit_client", "cluster start")
 timed(placement, "place_data", "placement")
+timed(service, "in_caller_rows", "compute into the caller")
 _of = memory.MemoryBudget.of.__func__
 def _probe(cls, *args, **kwargs):
     t = time.perf_counter()
@@ -110,8 +113,8 @@ service.init_strategies.get_strategy = _timed_strategy
 def phases(total):
     out = dict(T)
     out["iterations"] = out.pop("runs", 0.0) - out.get("seeding", 0.0)
-    inner = sum(out.get(k, 0.0) for k in ("cluster start", "placement", "first pass", "seeding", "iterations",
-                                           "final pass"))
+    inner = sum(out.get(k, 0.0) for k in ("cluster start", "placement", "compute into the caller", "first pass",
+                                           "seeding", "iterations", "final pass"))
     out["other"] = total - inner
     out["fit"] = total
     T.clear()
@@ -204,11 +207,12 @@ def import_case(repeats: int) -> dict:
     return result
 
 
-def fit_case(name: str, repeats: int) -> dict:
+def fit_case(name: str, repeats: int, on_cluster: bool = False) -> dict:
     spec = SETUPS[name]
     code = FIT_CASE.format(root=str(ROOT), setup=spec["setup"], teardown=spec["teardown"], k=spec["k"],
                            repeats=repeats)
-    return _run(code)
+    # on_cluster: dkmeans.in-process-bytes 0, every fit on the cluster (how small Dask arrays ran before)
+    return _run(code, env={"DASK_DKMEANS__IN_PROCESS_BYTES": "0"} if on_cluster else None)
 
 
 def demo_case() -> dict:
@@ -259,8 +263,11 @@ def main() -> None:
                         choices=["import", "embedded", "client", "tall", "demo", "cli"])
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per import statement; repeated "
                                                                 "fits per fit case (default 3)")
+    parser.add_argument("--on-cluster", action="store_true",
+                        help="fit on the cluster whatever the size (dkmeans.in-process-bytes = 0): the "
+                             "embedded and client cases as before small Dask arrays were fitted in the caller")
     args = parser.parse_args()
-    result = {"machine": machine(), "load_before": os.getloadavg(), "cases": {}}
+    result = {"machine": machine(), "load_before": os.getloadavg(), "on_cluster": args.on_cluster, "cases": {}}
     for case in args.cases:
         if case == "import":
             value = import_case(args.repeats)
@@ -269,7 +276,7 @@ def main() -> None:
         elif case == "cli":
             value = cli_case()
         else:
-            value = fit_case(case, args.repeats)
+            value = fit_case(case, args.repeats, args.on_cluster)
         result["cases"][case] = value
         print(case, json.dumps(value), flush=True)
     result["load_after"] = os.getloadavg()
@@ -305,7 +312,7 @@ def main() -> None:
               f"{c['read_parquet_s']:.2f} s | <= 2x read + passes |")
     print(f"load average before {result['load_before']}, after {result['load_after']} (2 cores: above 2, "
           f"other work ran beside)")
-    print("results:", write_json("startup.json", result))
+    print("results:", write_json("startup-on-cluster.json" if args.on_cluster else "startup.json", result))
 
 
 if __name__ == "__main__":

@@ -114,7 +114,8 @@ KEYS: dict[str, Key] = {key.name: key for key in (
         "pays, switching itself off when too few rows are settled), True (always) or False (never)"),
     Key("in-process-bytes", "32MiB", _bytes,
         "in-memory data up to this size is fitted in the calling process, in one thread (larger "
-        "in-memory data too when no Dask client exists); 0 sends all data to a cluster"),
+        "in-memory data too when no Dask client exists), and so is a dense Dask array of known "
+        "chunk lengths up to this size, computed once; 0 sends all data to a cluster"),
     Key("embedded-cluster.set-as-default", True, _boolean,
         "whether the embedded LocalCluster's client becomes Dask's default scheduler"),
     Key("spmd", True, _boolean, "run large Lloyd loops SPMD (True) or as one graph per pass"),

@@ -86,12 +86,19 @@ def in_daemon_process() -> bool:
     return bool(multiprocessing.current_process().daemon)
 
 
-def _in_worker_task() -> bool:
+def in_worker_task() -> bool:
+    """Whether this code runs inside a task of a Dask worker."""
     try:
         distributed.get_worker()
     except ValueError:
         return False
     return True
+
+
+def embedded_client():
+    """The embedded cluster's client while it runs (also where it is not Dask's default), or None."""
+    client = _embedded.get("client")
+    return client if client is not None and client.status == "running" else None
 
 
 @contextmanager
@@ -103,7 +110,7 @@ def fit_client():
     (secedes) while the fit waits on the cluster, so the tasks it waits for can run on
     that thread, and takes it back (rejoins) afterwards. Elsewhere it is :func:`get_client`.
     """
-    if _in_worker_task():
+    if in_worker_task():
         with distributed.worker_client() as client:
             yield client
         return

@@ -16,7 +16,7 @@ import numpy as np
 
 from dkmeans import config
 from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
-from dkmeans.engine.client import current_client, in_daemon_process
+from dkmeans.engine.client import current_client, embedded_client, in_daemon_process, in_worker_task
 from dkmeans.engine.hybrid import HybridData
 from dkmeans.engine.sources import parquet_source
 from dkmeans.engine.sparse_rows import is_sparse_array, sparse_row_bytes
@@ -132,6 +132,57 @@ def in_process_threads(dataset, weights) -> int | None:
     return None
 
 
+def in_caller_rows(dataset, weights):
+    """A small Dask array's rows (and weights) computed once into this process, or None.
+
+    A dense Dask array whose chunk lengths are known and whose bytes (rows, and weights) are
+    at most ``dkmeans.in-process-bytes`` is computed once (on the current client, or Dask's
+    default scheduler when none exists: no cluster is started for it) and fitted here like
+    in-memory data: a cluster round trip per pass, the workers' preparation and their memory
+    probe would cost more than the passes (20,000 x 5 float64, k = 5: 0.5-0.7 s a fit on a
+    running client against a few hundredths in the caller). Results do not depend on where the
+    rows are (keyed by the global row index). Returns ``(X, weights)`` as NumPy arrays, or
+    None: a DataFrame (labels on its index), ``missing="skip"``, sparse or GPU rows, unknown
+    lengths, or a larger array stay on the cluster.
+    """
+    X = dataset.array
+    if (not dataset.is_dask or dataset.local is not None or dataset.frame is not None
+            or dataset.unfiltered is not None or dataset.on_device or is_sparse_array(X)
+            or dataset.n_rows is None or any(math.isnan(c) for c in X.chunks[0])):
+        return None
+    if weights is not None and not isinstance(weights, np.ndarray) and not hasattr(weights, "dask"):
+        return None
+    if not isinstance(getattr(X, "_meta", None), np.ndarray):
+        return None
+    limit = config.get("in-process-bytes")
+    w_bytes = 8 * dataset.n_rows if weights is not None else 0
+    if dataset.n_rows * dataset.n_features * X.dtype.itemsize + w_bytes > limit:
+        return None
+    if in_worker_task():  # a fit inside a task waits on its cluster (fit_client), never computes here
+        return None
+    arrays = [X] if weights is None or isinstance(weights, np.ndarray) else [X, weights]
+    client = current_client()
+    client = embedded_client() if client is None else client
+    if client is None:  # no cluster: Dask's own scheduler, as X.compute() would
+        import dask
+
+        computed = dask.compute(*arrays)
+    else:  # its chunks may live there; lost workers are named, never waited for
+        computed = gather(client, client.compute(arrays))
+    rows, w = computed[0], (computed[1] if len(computed) > 1 else weights)
+    rows = np.ascontiguousarray(rows)
+    return rows, (None if w is None else np.ascontiguousarray(w, dtype=np.float64))
+
+
+def labels_like(labels, dataset):
+    """Labels computed in this process for a Dask array input, as a Dask array chunked like its rows."""
+    if labels is None or not dataset.is_dask or hasattr(labels, "dask") or dataset.frame is not None:
+        return labels
+    import dask.array as da
+
+    return da.from_array(np.asarray(labels), chunks=(dataset.array.chunks[0],))
+
+
 def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0, allow_hybrid: bool = True,
                plan=None):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
@@ -165,5 +216,5 @@ def watch_passes(data, callback) -> None:
     if callback is not None and isinstance(data, (StreamedData, HybridData)):
         data.watch_passes(callback)
 
-__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data",
-           "watch_passes"]
+__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_caller_rows", "in_process_threads", "labels_like",
+           "place_data", "watch_passes"]

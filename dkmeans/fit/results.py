@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from dkmeans.drivers.state import RunSummary
+from dkmeans.engine.place import labels_like
 from dkmeans.fit import inference
 from dkmeans.fit.inputs import Dataset, expand_labels
 from dkmeans.fit.spec import FitResult, FitSpec
@@ -88,6 +89,8 @@ def fit_result(spec: FitSpec, dataset: Dataset, data, run: RunSummary, assignmen
         labels = inference.labels(dataset.unfiltered, centroids, spec.metric, missing="skip")
     elif not dataset.is_dask and hasattr(labels, "compute"):  # in-memory input, labels from the cluster
         labels = labels.compute()
+    elif dataset.is_dask:  # a small Dask array fitted in this process: its labels a Dask array all the same
+        labels = labels_like(labels, dataset)
     if labels is not None and not dataset.on_device:
         labels = labels_on_host(labels)  # labels follow the input (host data, device="gpu")
     if with_labels and dataset.kept is not None:  # in memory, missing="skip": -1 for the rows left out

@@ -30,6 +30,7 @@ import numpy as np
 from dkmeans.drivers import init as init_strategies
 from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease
 from dkmeans.drivers.streams import derive_seed, resolve_seed
+from dkmeans.engine.place import in_caller_rows
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.checkpoint_job import checkpoint_job
@@ -41,7 +42,7 @@ from dkmeans.fit.minibatch import fit_minibatch, minibatch_sizes, run_partial_fi
 from dkmeans.fit.placement import fit_placement, placed
 from dkmeans.fit.results import PlacedFit, final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs, settles_start
-from dkmeans.fit.spec import (FitResult, FitSpec, resolve_prune, two_level_clusters,
+from dkmeans.fit.spec import (FitResult, FitSpec, resolve_out_of_core, resolve_prune, two_level_clusters,
                               wants_local_search)
 from dkmeans.kernels.warm import warm_up
 
@@ -77,6 +78,10 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
+    if resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - a small Dask array: fitted here
+        rows = in_caller_rows(dataset, weights)
+        if rows is not None:
+            dataset, weights = dataclasses.replace(dataset, local=rows[0]), rows[1]
     with named_missing(dataset), placed(dataset, weights, **fit_placement(spec)) as (data, client):
         return fit(spec, dataset, data, C0, seed, client, searches)
 

@@ -76,7 +76,7 @@ def test_bad_data_error_is_raised_as_it_is(client, spmd):
     assert "lloyd_iterations" in spmd
 
 
-def test_spmd_is_the_default_for_loops_too_large_for_one_task(client, monkeypatch):
+def test_spmd_is_the_default_for_loops_too_large_for_one_task(client, monkeypatch, on_cluster):
     """Without the suite's setting, the estimator runs a large loop SPMD and matches the graph loop."""
     import dkmeans.engine.spmd
 

@@ -134,7 +134,8 @@ def test_a_stop_request_ends_hartigan_and_minibatch_at_their_step(blobs):
 
 
 @pytest.mark.parametrize("mode", ["graph", "streamed"])
-def test_a_stop_request_reaches_a_loop_on_the_cluster_at_its_step(client, blobs, mode, graph_loop):
+def test_a_stop_request_reaches_a_loop_on_the_cluster_at_its_step(client, blobs, mode, graph_loop,
+                                                                  on_cluster):
     """One graph per pass, or read from the source in every pass: the loop runs here and stops at
     the iteration the request came with."""
     Xd = da.from_array(blobs, chunks=750)

@@ -268,7 +268,8 @@ def test_the_plan_reaches_every_task(client, request, mode, path):
         data.release()
 
 
-def test_workers_without_room_for_the_compiled_kernels_take_the_numpy_plan(client, monkeypatch, caplog):
+def test_workers_without_room_for_the_compiled_kernels_take_the_numpy_plan(client, monkeypatch, caplog,
+                                                                          on_cluster):
     """The placement narrows a compiled plan to the NumPy code where loading the compiled kernels would
     take a worker past its pause threshold, and the tasks follow the narrowed plan; the fit says so."""
     import dask.array as da

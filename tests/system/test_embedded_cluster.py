@@ -18,8 +18,9 @@ from dkmeans.errors import DKMeansError
 
 ANNOUNCEMENT = "dkmeans started a local Dask cluster"
 
-# Two fits of a Dask array (always fitted on a cluster) with no client: the first starts the
-# embedded cluster, the second reuses it. The script never closes it: the exit handler does.
+# Two fits of a Dask array with no client (sent to a cluster: dkmeans.in-process-bytes 0, else
+# rows this small are computed once and fitted in the caller): the first starts the embedded
+# cluster, the second reuses it. The script never closes it: the exit handler does.
 DEFAULT_SCRIPT = textwrap.dedent(
     """
     import dask, dask.array as da, distributed
@@ -27,6 +28,7 @@ DEFAULT_SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         assert dask.base.get_scheduler() is None, "no scheduler before the fit"
+        dask.config.set({"dkmeans.in-process-bytes": 0})
         X = da.random.RandomState(0).normal(size=(4000, 3), chunks=1000).astype("float32")
         km = dkmeans.KMeans(3, random_state=0, n_init=1).fit(X)  # FIRST FIT
         km = dkmeans.KMeans(3, random_state=1, n_init=1).fit(X)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dkmeans
-from dkmeans.fit import service
+from dkmeans.fit import placement
 
 
 def _rows():
@@ -22,7 +22,7 @@ def _no_placement(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a small Dask array was placed on the cluster")
 
-    monkeypatch.setattr(service, "place_data", refuse)
+    monkeypatch.setattr(placement, "place_data", refuse)
 
 
 def _same(a, b):

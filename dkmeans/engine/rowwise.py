@@ -8,6 +8,7 @@ give CuPy results (the output's meta follows the input's namespace).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import dask.array as da
@@ -61,6 +62,20 @@ def map_row_blocks(X: da.Array, fn, *args, dtype, width: int | None = None) -> d
     if width is None:
         return X.map_blocks(fn, *args, dtype=dtype, drop_axis=1, meta=xp.empty((0,), dtype))
     return X.map_blocks(fn, *args, dtype=dtype, chunks=(X.chunks[0], (width,)), meta=xp.empty((0, width), dtype))
+
+
+def _at_offset(fn, block, *args, block_info=None):
+    return fn(block, int(block_info[0]["array-location"][0][0]), *args)
+
+
+def map_row_blocks_at(X: da.Array, fn, *args, dtype) -> da.Array:
+    """``fn(block, row_offset, *args)`` for every row block of ``X`` (``row_offset`` its first row's global
+    index), lazily: shape ``(n,)``. The row blocks' lengths must be known."""
+    if any(math.isnan(c) for c in X.chunks[0]):
+        raise ValueError("rows of unknown block lengths (compute_chunk_sizes() first)")
+    xp = get_namespace(meta_from_array(X))
+    return X.map_blocks(functools.partial(_at_offset, fn), *args, dtype=dtype, drop_axis=1,
+                        meta=xp.empty((0,), dtype))
 
 
 def map_rows_like(X: da.Array, fn) -> da.Array:

@@ -1,0 +1,336 @@
+"""Size-capped assignment over the data protocol: per-cluster prices moved by counting passes.
+
+With a size range ``[lower, upper]`` per cluster (weighted rows), the assignment of rows to
+fixed centroids that minimises the objective is a transportation problem. Its dual has one
+price per cluster, and at the right prices each row goes to ``argmin_j d(x, c_j) + p_j``
+(:mod:`dkmeans.kernels.capacitated`, with exact integer costs and ties split by global row
+index). :class:`CapacitatedPasses` finds such prices with an auction over passes:
+
+1. every pass counts the rows of each cluster under the current prices and, for the clusters
+   found over (under) their cap in the previous pass, reports the smallest price rises (cuts)
+   at which one of their rows would leave (join);
+2. an over-full cluster raises its price by the margin of the row that brings it exactly to its
+   cap; once none is over-full, an under-full cluster lowers its price likewise. Raises only
+   move rows out of the cluster that raised, cuts only into the one that cut, so no step breaks
+   a cap another step met;
+3. the rounds end when every size is within its caps: the pass that shows it gives the Lloyd
+   partials too. The prices are then optimal duals when complementary slackness holds (a
+   cluster with a positive price is full, one with a negative price at its floor). Prices carry
+   over from one Lloyd iteration to the next; where the carried prices end without slackness
+   the rounds restart from zero prices, where the auction's rises are optimal.
+
+A pass moves at most :data:`MOVES_PER_PASS` rows in all (split between the clusters): the
+data shipped per pass stays small whatever n.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dkmeans.errors import InvalidDataError
+from dkmeans.kernels.capacitated import (TIE_BITS, PricePartials, combine_price_partials, price_partials,
+                                         priced_label_objective)
+
+logger = logging.getLogger("dkmeans")
+
+#: Rows' moves reported per pass, over all clusters (each at least 64).
+MOVES_PER_PASS = 1 << 18
+#: Price rounds per assignment at most (a guard: the auction ends long before).
+MAX_ROUNDS = 500
+#: Rounds that move prices toward optimality once the sizes are within their caps, at most.
+REPAIR_ROUNDS = 200
+#: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
+QUANTUM_BITS = 44
+
+
+class CapacityError(InvalidDataError):
+    """The capacitated assignment's prices did not settle (rows tied between clusters in numbers)."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Resolved size caps: every cluster's weighted size within ``[lower, upper]``."""
+
+    lower: float
+    upper: float
+
+    def __post_init__(self):
+        if self.lower > self.upper:
+            raise ValueError(f"lower cap {self.lower} above upper cap {self.upper}")
+
+
+def _chunk(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from=None, exit_to=None, exit_wanted=0):
+    return price_partials(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from, exit_to, exit_wanted)
+
+
+def _labels_chunk(X, w, offset, C, P, Q, q):
+    labels, per = priced_label_objective(X, w, offset, C, P, Q, q)
+    return [(offset, labels)], per
+
+
+def _sums_chunk(X, w, offset, C, P, Q, q):
+    return priced_label_objective(X, w, offset, C, P, Q, q)[1]
+
+
+def _sum_arrays(parts):
+    return np.sum([p for p in parts if p is not None], axis=0)
+
+
+def _combine_labels(parts):
+    parts = [p for p in parts if p is not None]
+    return [piece for p in parts for piece in p[0]], np.sum([p[1] for p in parts], axis=0)
+
+
+@dataclass
+class CapacitatedPasses:
+    """The Lloyd passes of size-capped k-means: each iteration's partials under solved prices.
+
+    Used by :func:`dkmeans.drivers.lloyd.lloyd_iterations` in place of its plain passes
+    (same ``begin``/``partials``/``end``). ``passes_per_solve`` records the passes each
+    assignment took (the partials included).
+    """
+
+    capacity: Capacity
+    quantum: float | None = None
+    prices: tuple | None = None
+    passes_per_solve: list = field(default_factory=list)
+
+    def begin(self, data, iterations: int | None = None) -> None:
+        """Nothing to prepare (the interface of the plain passes)."""
+
+    def end(self, data) -> None:
+        """Nothing to release."""
+
+    def partials(self, data, C: np.ndarray):
+        """The :class:`~dkmeans.kernels.common.Partials` of the capacitated assignment to ``C``, and 1.0
+        (every distance computed)."""
+        return self.solve(data, C).partials, 1.0
+
+    def _scale(self, data, C) -> float:
+        """The quantum: a power of two about ``2**-QUANTUM_BITS`` of four times the largest squared
+        distance (centroids stay in the rows' hull, within a factor 4 of it), fixed for the fit."""
+        if self.quantum is None:
+            k = len(C)
+            zeros = np.zeros(k, dtype=np.int64)
+            ask = _Requests.none(k)
+            part = data.map_reduce(_chunk, ask.combine(), (C, np.zeros(k), np.zeros(k), 0.0) + ask.args())
+            top = 4.0 * part.max_sq
+            self.quantum = 2.0 ** (math.ceil(math.log2(top)) - QUANTUM_BITS) if top > 0 else 1.0
+        return self.quantum
+
+    def solve(self, data, C: np.ndarray) -> PricePartials:
+        """Move the prices until every size is within the caps; the last pass's :class:`PricePartials`.
+
+        From the previous assignment's prices where it has some; where those end without
+        complementary slackness, again from zero prices.
+        """
+        k = len(C)
+        q = self._scale(data, C)
+        warm = self.prices is not None
+        P, Q = (np.array(p, dtype=np.float64) for p in self.prices) if warm else (np.zeros(k), np.zeros(k))
+        part, passes = self._auction(data, C, q, P, Q)
+        if warm and not self.optimal(P, part.partials.counts):
+            P, Q = np.zeros(k), np.zeros(k)
+            part, more = self._auction(data, C, q, P, Q)
+            passes += more
+        self.prices = (P, Q)
+        self.passes_per_solve.append(passes)
+        return part
+
+    def optimal(self, P, sizes) -> bool:
+        """Whether prices ``P`` are optimal duals for ``sizes`` (feasible sizes, complementary slackness)."""
+        lower, upper = self.capacity.lower, self.capacity.upper
+        slack = _slack(sizes)
+        if np.any(sizes > upper + slack) or np.any(sizes < lower - slack):
+            return False
+        below_cap, above_floor = P[sizes < upper - slack], P[sizes > lower + slack]
+        # prices matter up to a common shift (the sizes sum to n): one level must separate them
+        return not (below_cap.size and above_floor.size and below_cap.max() > above_floor.min())
+
+    def _auction(self, data, C, q: float, P, Q):
+        """Rounds of moves (``P``, ``Q`` changed in place) until the sizes are within their caps and the
+        prices optimal: over-full clusters raise their prices first (an ascending auction), then
+        under-full ones cut theirs, then prices on the wrong side of the common level move toward it.
+        Where the last of these do not end in :data:`REPAIR_ROUNDS`, the last sizes within the caps
+        are kept (their prices short of optimal)."""
+        k = len(C)
+        lower, upper = self.capacity.lower, self.capacity.upper
+        ask = _Requests.none(k)
+        per_cluster = max(64, MOVES_PER_PASS // k)
+        previous_gap, repairs, feasible = math.inf, 0, None
+        for passes in range(1, MAX_ROUNDS + 1):
+            part = data.map_reduce(_chunk, ask.combine(), (C, P, Q, q) + ask.args())
+            sizes = part.partials.counts
+            slack = _slack(sizes)
+            over = sizes - upper > slack
+            under = lower - sizes > slack
+            mean_weight = np.where(part.rows > 0, sizes / np.maximum(part.rows, 1), 1.0)
+            if not (over.any() or under.any()):
+                if self.optimal(P, sizes):
+                    return part, passes
+                feasible = (part, P.copy(), Q.copy())
+                repairs += 1
+                if repairs > REPAIR_ROUNDS:
+                    break
+                level = _level(P, sizes, lower, upper, slack)
+                high = (P > level) & (sizes < upper - slack)  # priced up yet not full: cut toward the level
+                low = (P < level) & (sizes > lower + slack)  # priced down yet above its floor: raise toward it
+                _move(part.enter, upper - sizes, high, P, Q, sign=-1.0, limit=level)
+                _move(part.shed, sizes - lower, low, P, Q, sign=1.0, limit=level)
+                Q -= Q.min()
+                ask = _Requests(_wanted(sizes - lower, low, mean_weight, per_cluster),
+                                _wanted(upper - sizes, high, mean_weight, per_cluster))
+                previous_gap = math.inf
+                continue
+            up = bool(over.any())  # this round's direction
+            gap = float(np.sum((sizes - upper)[over])) if up else float(np.sum((lower - sizes)[under]))
+            closed = sizes >= upper - slack if up else sizes > lower + slack
+            uniform = (ask.exit_from is not None and ask.exits_up == up and part.exits.cluster.shape[0] > 0
+                       and np.array_equal(ask.exit_from, closed))
+            if up and uniform:  # the closed clusters raise together: rows leave the set
+                _move_set(part.exits, float(np.sum(np.maximum(sizes - upper, 0)[closed])), closed, P, Q, 1.0)
+            elif up:
+                _move(part.shed, sizes - upper, over, P, Q, sign=1.0)
+            elif uniform:  # the clusters at their floor cut together: rows join the set
+                _move_set(part.exits, float(np.sum(np.maximum(lower - sizes, 0)[~closed])), ~closed, P, Q, -1.0)
+            else:
+                _move(part.enter, lower - sizes, under, P, Q, sign=-1.0)
+            Q -= Q.min()  # a common shift of the second prices changes no choice; keeps them small
+            # a round of single moves that did not shrink the gap (clusters passing rows between them):
+            # the next moves a whole set of clusters alike
+            stalled = gap >= previous_gap and not uniform
+            previous_gap = gap
+            exit_rows = int(min(MOVES_PER_PASS, np.ceil(gap / max(float(np.mean(mean_weight)), 1e-300) * 1.25) + 4))
+            ask = _Requests(_wanted(sizes - upper, over, mean_weight, per_cluster),
+                            _wanted(lower - sizes, under, mean_weight, per_cluster),
+                            closed if stalled else None, ~closed if stalled else None,
+                            exit_rows if stalled else 0, exits_up=up)
+        else:
+            if feasible is None:
+                raise CapacityError(
+                    f"the size caps' assignment did not settle in {MAX_ROUNDS} passes (sizes "
+                    f"{np.round(part.partials.counts).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
+                    "many rows exactly tied between clusters (duplicates equidistant from two centroids); a "
+                    "maximum size alone, or looser caps, settle where two-sided caps do not")
+        part, P[:], Q[:] = feasible
+        logger.debug("size caps: prices within the caps kept after %d repair rounds (not proven optimal)", repairs)
+        return part, passes
+
+    def sums(self, data, C: np.ndarray) -> np.ndarray:
+        """Per cluster ``(objective, size)`` (k, 2) under the prices :meth:`solve` found for ``C``."""
+        P, Q = self.prices
+        return data.map_reduce(_sums_chunk, _sum_arrays, (C, P, Q, self.quantum))
+
+    def labels(self, data, C: np.ndarray):
+        """Labels of the in-memory rows (one array in row order) and per cluster ``(objective, size)``,
+        under the prices :meth:`solve` found for ``C``."""
+        P, Q = self.prices
+        pieces, per = data.map_reduce(_labels_chunk, _combine_labels, (C, P, Q, self.quantum))
+        pieces.sort(key=lambda piece: piece[0])
+        labels = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int32)
+        return labels, per
+
+
+@dataclass(frozen=True)
+class _Requests:
+    """What the next pass reports: moves out of and into clusters, and out of the closed set."""
+
+    shed: np.ndarray
+    enter: np.ndarray
+    exit_from: np.ndarray | None = None
+    exit_to: np.ndarray | None = None
+    exits: int = 0
+    exits_up: bool = True
+
+    @classmethod
+    def none(cls, k: int) -> "_Requests":
+        return cls(np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64))
+
+    def args(self) -> tuple:
+        return (self.shed, self.enter, self.exit_from, self.exit_to, self.exits)
+
+    def combine(self):
+        return functools.partial(combine_price_partials, shed_wanted=self.shed, enter_wanted=self.enter,
+                                 exit_wanted=self.exits)
+
+
+def _wanted(gap, mask, mean_weight, per_cluster: int) -> np.ndarray:
+    """Moves to report next pass per cluster: the rows the gap takes, with a margin, capped."""
+    rows = np.ceil(np.where(mask, gap, 0.0) / np.maximum(mean_weight, 1e-300) * 1.25) + 4
+    return np.where(mask, np.minimum(rows, per_cluster), 0).astype(np.int64)
+
+
+def _move(margins, gap, mask, P, Q, sign: float, limit: float | None = None) -> None:
+    """Raise (``sign`` 1) or cut (-1) the prices of the clusters in ``mask`` by the margin that moves
+    rows of weight ``gap`` (or all the reported rows, where fewer were reported); ``limit``: a
+    primary price stops there (rows whose move needs more stay)."""
+    for j in np.flatnonzero(mask):
+        sel = margins.cluster == j
+        if not sel.any():
+            continue  # not asked for in this pass: the next pass reports its moves
+        step, second = _step(margins.primary[sel], margins.secondary[sel], margins.weight[sel], gap[j])
+        if limit is not None and step >= abs(P[j] - limit):
+            P[j] = limit  # rows whose margin is below the old price move; the price is at the level
+            continue
+        P[j] += sign * step
+        Q[j] += sign * second
+
+
+def _move_set(margins, gap: float, members, P, Q, sign: float) -> None:
+    """Raise (``sign`` 1) or cut (-1) the prices of all ``members`` alike by the margin that moves rows of
+    weight ``gap`` out of (into) the set."""
+    if gap <= 0:
+        return
+    step, second = _step(margins.primary, margins.secondary, margins.weight, gap)
+    P[members] += sign * step
+    Q[members] += sign * second
+
+
+def _step(primary, secondary, weight, gap: float):
+    """The price change ``(primary, secondary)`` that moves the first rows of the sorted margins
+    up to weight ``gap``, strictly between two margins: no row is left exactly tied.
+
+    Rows of equal margins move together: where ``gap`` ends inside such a group, the step stops
+    before it (or takes it whole, where it is the first).
+    """
+    n = primary.shape[0]
+    at = min(int(np.searchsorted(np.cumsum(weight), gap * (1 - 1e-12))), n - 1)
+    same = (primary == primary[at]) & (secondary == secondary[at])
+    lo, hi = int(np.argmax(same)), n - 1 - int(np.argmax(same[::-1]))
+    if hi > at:
+        at = lo - 1 if lo > 0 else hi
+    if at + 1 < n and primary[at + 1] == primary[at]:  # midway to the next margin (an integer where one fits)
+        gap_to_next = secondary[at + 1] - secondary[at]
+        return primary[at], secondary[at] + (np.floor(gap_to_next / 2) if gap_to_next >= 2 else gap_to_next / 2)
+    # past the next row's margin (unknown, or of a larger primary): a step no other margin is likely to
+    # equal, varied with the margin (two moves by one constant would leave two rows equally tied)
+    scatter = (int(secondary[at]) * 2654435761 + int(primary[at]) * 40503) % (1 << (TIE_BITS - 16))
+    return primary[at], secondary[at] + float((1 << (TIE_BITS - 12)) + scatter)
+
+
+def _level(P, sizes, lower: float, upper: float, slack: float) -> float:
+    """The common level ``t`` of optimal prices: ``P_j > t`` only where cluster ``j`` is full, ``P_j < t``
+    only where it is at its floor (the sizes sum to n, so prices matter up to a common shift).
+
+    Where no level separates them, the middle of the conflict (an integer): prices move toward it.
+    """
+    below_cap = P[sizes < upper - slack]
+    above_floor = P[sizes > lower + slack]
+    low = below_cap.max() if below_cap.size else -math.inf
+    high = above_floor.min() if above_floor.size else math.inf
+    if low <= high:
+        return low if math.isfinite(low) else (high if math.isfinite(high) else 0.0)
+    return float(np.floor((low + high) / 2))
+
+
+def _slack(sizes) -> float:
+    """Tolerance of a size against a cap: rounding of weighted sums (none for unit weights)."""
+    return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
+
+
+__all__ = ["Capacity", "CapacitatedPasses", "CapacityError", "MAX_ROUNDS", "MOVES_PER_PASS", "REPAIR_ROUNDS"]

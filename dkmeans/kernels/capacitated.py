@@ -1,0 +1,285 @@
+"""Assignment under per-cluster prices: the chunk kernels of size-capped k-means.
+
+A capacitated assignment (cluster ``j`` holds between ``L_j`` and ``U_j`` rows) is a
+transportation problem whose dual has one price per cluster: at the right prices every row
+goes to ``argmin_j d(x, c_j) + p_j``. :mod:`dkmeans.drivers.capacitated` moves the prices
+with passes of :func:`price_partials`; this module computes, for one chunk, the priced
+labels and what the driver needs to move the prices.
+
+Exactness. Squared distances are rounded once, row by row, to integer multiples of a quantum
+``q`` (a power of two about ``2**-44`` of the largest squared distance), so that costs, prices
+and their differences are exact integers held in float64: a price moved by a margin makes the
+row exactly tied, never off by a rounding. Ties are then broken by a second, lexicographic
+cost ``h(i) xor g(j) + Q_j`` (``h`` a 36-bit hash of the global row index ``i``, ``g`` one of the
+cluster, ``Q_j`` a second price): rows with equal distances (duplicates) are split between
+clusters by their index, whatever the chunking, and two rows' margins are almost never equal.
+A pair of prices ``(P_j, Q_j)`` is compared as a pair: ``P`` first.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from dkmeans.kernels.common import Partials
+from dkmeans.kernels.nearest import cluster_sums
+
+#: Rows per tile of the n x k cost arrays (float64): scratch bounded whatever the chunk size.
+TILE_BYTES = 1 << 24
+
+
+class PricedCosts(NamedTuple):
+    """Costs of a tile of rows under prices: primary ``A`` (n, k) and secondary ``B`` (n, k)."""
+
+    A: np.ndarray
+    B: np.ndarray
+
+
+class Margins(NamedTuple):
+    """Per-cluster candidate moves, lexicographically smallest first.
+
+    ``cluster`` (int64) the cluster a move concerns, ``primary``/``secondary`` the price
+    change (a pair) at which the row moves, ``weight`` the row's weight.
+    """
+
+    cluster: np.ndarray
+    primary: np.ndarray
+    secondary: np.ndarray
+    weight: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Margins":
+        return cls(np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0))
+
+
+class PricePartials(NamedTuple):
+    """One pass's contribution to a price round.
+
+    ``partials``: the Lloyd :class:`~dkmeans.kernels.common.Partials` of the priced labels
+    (per-cluster weighted sums and sizes, objective from the differences ``x - c``);
+    ``rows`` (k,) unweighted rows per cluster;
+    ``shed``: for each over-full cluster asked for, the smallest price rises that move a row out;
+    ``enter``: for each under-full cluster asked for, the smallest price cuts that move a row in;
+    ``exits``: the smallest moves of a row from one set of clusters to another (tagged cluster
+    -1): the uniform price change of either set that moves it;
+    ``max_sq``: the largest squared distance of any row to any centroid (the quantum's scale).
+    """
+
+    partials: Partials
+    rows: np.ndarray
+    shed: Margins
+    enter: Margins
+    exits: Margins
+    max_sq: float
+
+
+#: Bits of the tie-breaking hashes: sums of them and of second prices stay exact in float64.
+TIE_BITS = 36
+
+
+def _mix(z):
+    """splitmix64's finaliser on uint64 (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def tie_costs(row_offset: int, n: int, k: int) -> np.ndarray:
+    """The secondary costs ``h(i) xor g(j)`` (n, k) of rows ``row_offset ..`` (float64 integers < 2**36)."""
+    with np.errstate(over="ignore"):
+        rows = _mix(np.arange(row_offset, row_offset + n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+        cols = _mix(np.arange(k, dtype=np.uint64) + np.uint64(0xD1B54A32D192ED03))
+    shift = np.uint64(64 - TIE_BITS)
+    return ((rows >> shift)[:, None] ^ (cols >> shift)[None, :]).astype(np.float64)
+
+
+def sq_distances64(X, C) -> np.ndarray:
+    """Squared distances (n, k) in float64 by ``||x||^2 - 2 x.c + ||c||^2``, clipped at 0.
+
+    Row by row the same values whatever rows share the call (one product per row tile).
+    """
+    X64 = np.asarray(X, dtype=np.float64)
+    C64 = np.asarray(C, dtype=np.float64)
+    d2 = np.einsum("ij,ij->i", X64, X64)[:, None] - 2.0 * (X64 @ C64.T) + np.einsum("ij,ij->i", C64, C64)[None, :]
+    return np.maximum(d2, 0.0, out=d2)
+
+
+def priced_costs(X, C, P, Q, q: float, row_offset: int) -> PricedCosts:
+    """The primary costs ``rint(d2 / q) + P`` and secondary ``h(i) xor g(j) + Q`` of a tile."""
+    n, k = X.shape[0], C.shape[0]
+    A = np.rint(sq_distances64(X, C) / q)
+    A += P[None, :]
+    B = tie_costs(row_offset, n, k)
+    B += Q[None, :]
+    return PricedCosts(A, B)
+
+
+def lex_argmin(A, B):
+    """Column of the lexicographically smallest ``(A, B)`` per row, with that pair (lowest column on full ties)."""
+    a = A.min(axis=1)
+    Bm = np.where(A == a[:, None], B, np.inf)
+    labels = Bm.argmin(axis=1)
+    b = Bm[np.arange(A.shape[0]), labels]
+    return labels, a, b
+
+
+def _tiles(n: int, k: int):
+    rows = max(1, TILE_BYTES // (8 * 4 * max(1, k)))
+    for i0 in range(0, n, rows):
+        yield i0, min(n, i0 + rows)
+
+
+def priced_labels(X, C, P, Q, q: float, row_offset: int) -> np.ndarray:
+    """Labels (int32) of the rows of ``X`` under prices ``(P, Q)`` and quantum ``q``.
+
+    Parameters
+    ----------
+    X : ndarray (n, d)
+    C : ndarray (k, d)
+    P, Q : ndarray (k,), float64
+        The primary and secondary prices (integers held in float64).
+    q : float
+        The quantum of squared distances.
+    row_offset : int
+        Global index of the chunk's first row.
+    """
+    n, k = X.shape[0], C.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    for i0, i1 in _tiles(n, k):
+        costs = priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0)
+        labels[i0:i1] = lex_argmin(*costs)[0]
+    return labels
+
+
+def _smallest(cluster: int, mA, mB, w, m: int) -> Margins:
+    """The ``m`` lexicographically smallest ``(mA, mB)`` (sorted), tagged with ``cluster``."""
+    if m <= 0 or mA.shape[0] == 0:
+        return Margins.empty()
+    if mA.shape[0] > m:  # the m smallest pairs lie among the rows whose mA is at most the m-th smallest
+        cut = np.partition(mA, m - 1)[m - 1]
+        keep = mA <= cut
+        mA, mB, w = mA[keep], mB[keep], w[keep]
+    order = np.lexsort((mB, mA))[:m]
+    return Margins(np.full(order.shape[0], cluster, np.int64), mA[order], mB[order], w[order])
+
+
+def _concat(parts: Sequence[Margins]) -> Margins:
+    parts = [p for p in parts if p.cluster.shape[0]]
+    if not parts:
+        return Margins.empty()
+    return Margins(*(np.concatenate(field) for field in zip(*parts)))
+
+
+def select_margins(margins: Margins, wanted: np.ndarray) -> Margins:
+    """For each cluster ``j``, the ``wanted[j]`` lexicographically smallest of ``margins``, sorted."""
+    if margins.cluster.shape[0] == 0:
+        return margins
+    out = []
+    for j in np.unique(margins.cluster):
+        sel = margins.cluster == j
+        out.append(_smallest(int(j), margins.primary[sel], margins.secondary[sel], margins.weight[sel],
+                             int(wanted[j])))
+    return _concat(out)
+
+
+def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_wanted,
+                   exit_from=None, exit_to=None, exit_wanted: int = 0) -> PricePartials:
+    """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
+
+    ``shed_wanted[j]`` (``enter_wanted[j]``) is how many of the smallest moves out of (into)
+    cluster ``j`` to report; zero for none. ``exit_wanted``: how many of the smallest moves
+    of a row of a cluster in ``exit_from`` (bool, k) to its best cluster in ``exit_to`` (bool,
+    k, disjoint). ``q`` 0: only ``max_sq`` is meaningful.
+    """
+    n, d = X.shape
+    k = C.shape[0]
+    weights = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
+    sums, sizes, rows = np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    objective, max_sq = 0.0, 0.0
+    C64 = np.asarray(C, dtype=np.float64)
+    shed_parts, enter_parts, exit_parts = [], [], []
+    exits = exit_wanted > 0 and exit_to is not None and bool(np.any(exit_to)) and bool(np.any(exit_from))
+    shed_clusters = np.flatnonzero(shed_wanted) if k > 1 else np.empty(0, np.int64)
+    enter_clusters = np.flatnonzero(enter_wanted) if k > 1 else np.empty(0, np.int64)
+    for i0, i1 in _tiles(n, k):
+        X64, wt = np.asarray(X[i0:i1], dtype=np.float64), weights[i0:i1]
+        d2 = sq_distances64(X64, C64)
+        max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
+        A = np.rint(d2 / q) if q else np.zeros_like(d2)
+        A += P[None, :]
+        B = tie_costs(row_offset + i0, i1 - i0, k)
+        B += Q[None, :]
+        labels, a, b = lex_argmin(A, B)
+        diff = X64 - C64[labels]
+        objective += float(np.dot(np.einsum("ij,ij->i", diff, diff), wt))
+        tile_sums, tile_sizes = cluster_sums(X64, labels.astype(np.int32), k, wt)
+        sums += tile_sums
+        sizes += tile_sizes
+        rows += np.bincount(labels, minlength=k)
+        if shed_clusters.shape[0]:
+            r = np.flatnonzero(np.isin(labels, shed_clusters))
+            if r.shape[0]:
+                A2, B2 = A[r], B[r]
+                A2[np.arange(r.shape[0]), labels[r]] = np.inf  # the row's next choice, its own cluster aside
+                _, a2, b2 = lex_argmin(A2, B2)
+                mA, mB, lr, wr = a2 - a[r], b2 - b[r], labels[r], wt[r]
+                for j in shed_clusters:
+                    sel = lr == j
+                    shed_parts.append(_smallest(int(j), mA[sel], mB[sel], wr[sel], int(shed_wanted[j])))
+        for j in enter_clusters:
+            sel = labels != j
+            enter_parts.append(_smallest(int(j), A[sel, j] - a[sel], B[sel, j] - b[sel], wt[sel],
+                                         int(enter_wanted[j])))
+        if exits:
+            r = np.flatnonzero(exit_from[labels])
+            if r.shape[0]:
+                A2, B2 = A[r], B[r]
+                A2[:, ~exit_to] = np.inf
+                _, a2, b2 = lex_argmin(A2, B2)
+                exit_parts.append(_smallest(-1, a2 - a[r], b2 - b[r], wt[r], int(exit_wanted)))
+    partials = Partials(sums, sizes, np.asarray(objective, dtype=np.float64))
+    return PricePartials(partials, rows, select_margins(_concat(shed_parts), shed_wanted),
+                         select_margins(_concat(enter_parts), enter_wanted),
+                         _smallest_of(_concat(exit_parts), exit_wanted), max_sq)
+
+
+def _smallest_of(margins: Margins, m: int) -> Margins:
+    """The ``m`` smallest of one cluster's margins."""
+    if margins.cluster.shape[0] == 0:
+        return margins
+    return _smallest(int(margins.cluster[0]), margins.primary, margins.secondary, margins.weight, m)
+
+
+def combine_price_partials(parts: Sequence[PricePartials], shed_wanted, enter_wanted,
+                           exit_wanted: int = 0) -> PricePartials:
+    """Sum the partials and keep the smallest moves of a sequence of :class:`PricePartials` (associative)."""
+    parts = [p for p in parts if p is not None]
+    partials = Partials(*(np.sum([p.partials[i] for p in parts], axis=0) for i in range(3)))
+    rows = np.sum([p.rows for p in parts], axis=0)
+    shed = select_margins(_concat([p.shed for p in parts]), shed_wanted)
+    enter = select_margins(_concat([p.enter for p in parts]), enter_wanted)
+    exits = _smallest_of(_concat([p.exits for p in parts]), exit_wanted)
+    return PricePartials(partials, rows, shed, enter, exits, max(p.max_sq for p in parts))
+
+
+def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float):
+    """Labels (int32), and per cluster the weighted objective and size, of a chunk under prices."""
+    n, k = X.shape[0], C.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    per = np.zeros((k, 2))
+    C64 = np.asarray(C, dtype=np.float64)
+    weights = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
+    for i0, i1 in _tiles(n, k):
+        lab = lex_argmin(*priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0))[0]
+        diff = np.asarray(X[i0:i1], dtype=np.float64) - C64[lab]
+        wt = weights[i0:i1]
+        per[:, 0] += np.bincount(lab, weights=np.einsum("ij,ij->i", diff, diff) * wt, minlength=k)
+        per[:, 1] += np.bincount(lab, weights=wt, minlength=k)
+        labels[i0:i1] = lab
+    return labels, per
+
+
+__all__ = ["Margins", "PricePartials", "PricedCosts", "TIE_BITS", "combine_price_partials", "lex_argmin",
+           "price_partials", "priced_costs", "tie_costs", "priced_label_objective", "priced_labels", "select_margins",
+           "sq_distances64"]

@@ -42,6 +42,8 @@ logger = logging.getLogger("dkmeans")
 MOVES_PER_PASS = 1 << 18
 #: Price rounds per assignment at most (a guard: the auction ends long before).
 MAX_ROUNDS = 500
+#: Passes without a smaller gap to the caps after which the auction is given up (CapacityError).
+STALL_PASSES = 100
 #: Rounds that move prices toward optimality once the sizes are within their caps, at most.
 REPAIR_ROUNDS = 200
 #: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
@@ -163,6 +165,8 @@ class CapacitatedPasses:
         ask = _Requests.none(k)
         per_cluster = max(64, MOVES_PER_PASS // k)
         previous_gap, repairs, feasible = math.inf, 0, None
+        best_gap, best_pass = math.inf, 0
+        passes = 0
         for passes in range(1, MAX_ROUNDS + 1):
             part = data.map_reduce(_chunk, ask.combine(), (C, P, Q, q) + ask.args())
             sizes = part.partials.counts
@@ -189,6 +193,10 @@ class CapacitatedPasses:
                 continue
             up = bool(over.any())  # this round's direction
             gap = float(np.sum((sizes - upper)[over])) if up else float(np.sum((lower - sizes)[under]))
+            if gap < best_gap:
+                best_gap, best_pass = gap, passes
+            elif passes - best_pass > STALL_PASSES and feasible is None:
+                break  # rows passed around without the gap shrinking: the auction will not end here
             closed = sizes >= upper - slack if up else sizes > lower + slack
             uniform = (ask.exit_from is not None and ask.exits_up == up and part.exits.cluster.shape[0] > 0
                        and np.array_equal(ask.exit_from, closed))
@@ -210,13 +218,12 @@ class CapacitatedPasses:
                             _wanted(lower - sizes, under, mean_weight, per_cluster),
                             closed if stalled else None, ~closed if stalled else None,
                             exit_rows if stalled else 0, exits_up=up)
-        else:
-            if feasible is None:
-                raise CapacityError(
-                    f"the size caps' assignment did not settle in {MAX_ROUNDS} passes (sizes "
-                    f"{np.round(part.partials.counts).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
-                    "many rows exactly tied between clusters (duplicates equidistant from two centroids); a "
-                    "maximum size alone, or looser caps, settle where two-sided caps do not")
+        if feasible is None:
+            raise CapacityError(
+                f"the size caps' assignment did not settle in {passes} passes (sizes "
+                f"{np.round(part.partials.counts).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
+                "rows passed back and forth between full clusters without the excess shrinking; looser caps "
+                "settle where tight ones do not")
         part, P[:], Q[:] = feasible
         logger.debug("size caps: prices within the caps kept after %d repair rounds (not proven optimal)", repairs)
         return part, passes

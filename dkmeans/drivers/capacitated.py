@@ -33,19 +33,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels.capacitated import (TIE_BITS, PricePartials, combine_price_partials, price_partials,
-                                         priced_label_objective)
+from dkmeans.kernels.capacitated import (TIE_BITS, PricePartials, RepairAsk, combine_price_partials,
+                                         price_partials, priced_label_objective)
 
 logger = logging.getLogger("dkmeans")
 
 #: Rows' moves reported per pass, over all clusters (each at least 64).
 MOVES_PER_PASS = 1 << 18
-#: Price rounds per assignment at most (a guard: the auction ends long before).
-MAX_ROUNDS = 500
-#: Passes without a smaller gap to the caps after which the auction is given up (CapacityError).
-STALL_PASSES = 100
+#: Passes without a smaller gap to the caps after which the auction hands over to the repair.
+STALL_PASSES = 4
+#: Price passes of one assignment at most before the repair takes the rows left over.
+AUCTION_PASSES = 40
 #: Rounds that move prices toward optimality once the sizes are within their caps, at most.
-REPAIR_ROUNDS = 200
+REPAIR_ROUNDS = 20
+#: Passes of the final repair at most (each moves rows; the repair ends in a few).
+FIX_PASSES = 50
 #: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
 QUANTUM_BITS = 44
 
@@ -66,17 +68,19 @@ class Capacity:
             raise ValueError(f"lower cap {self.lower} above upper cap {self.upper}")
 
 
-def _chunk(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from=None, exit_to=None, exit_wanted=0):
-    return price_partials(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from, exit_to, exit_wanted)
+def _chunk(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from=None, exit_to=None, exit_wanted=0,
+           overrides=None, repair=None):
+    return price_partials(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from, exit_to, exit_wanted,
+                          overrides, repair)
 
 
-def _labels_chunk(X, w, offset, C, P, Q, q):
-    labels, per = priced_label_objective(X, w, offset, C, P, Q, q)
+def _labels_chunk(X, w, offset, C, P, Q, q, overrides=None):
+    labels, per = priced_label_objective(X, w, offset, C, P, Q, q, overrides)
     return [(offset, labels)], per
 
 
-def _sums_chunk(X, w, offset, C, P, Q, q):
-    return priced_label_objective(X, w, offset, C, P, Q, q)[1]
+def _sums_chunk(X, w, offset, C, P, Q, q, overrides=None):
+    return priced_label_objective(X, w, offset, C, P, Q, q, overrides)[1]
 
 
 def _sum_arrays(parts):
@@ -101,6 +105,12 @@ class CapacitatedPasses:
     quantum: float | None = None
     prices: tuple | None = None
     passes_per_solve: list = field(default_factory=list)
+    #: the last assignment's rows moved by the final repair: ``(rows, labels)`` or None
+    overrides: tuple | None = None
+    #: per assignment, the rows the final repair moved (0: the prices alone met the caps)
+    repaired_per_solve: list = field(default_factory=list)
+    #: the last assignment's objective and the dual lower bound on the optimal transport's
+    bounds: tuple | None = None
 
     def begin(self, data, iterations: int | None = None) -> None:
         """Nothing to prepare (the interface of the plain passes)."""
@@ -136,13 +146,75 @@ class CapacitatedPasses:
         warm = self.prices is not None
         P, Q = (np.array(p, dtype=np.float64) for p in self.prices) if warm else (np.zeros(k), np.zeros(k))
         part, passes = self._auction(data, C, q, P, Q)
-        if warm and not self.optimal(P, part.partials.counts):
-            P, Q = np.zeros(k), np.zeros(k)
-            part, more = self._auction(data, C, q, P, Q)
+        if warm and part is not None and not self.optimal(P, part.partials.counts):
+            P0, Q0 = np.zeros(k), np.zeros(k)
+            cold, more = self._auction(data, C, q, P0, Q0)
             passes += more
-        self.prices = (P, Q)
+            if cold is not None:
+                part, P, Q = cold, P0, Q0
+        moved = None
+        if part is None:  # the prices left a few rows over (under) their caps: the repair moves them
+            part, moved, more = self._repair(data, C, q, P, Q)
+            passes += more
+        self.prices, self.overrides = (P, Q), moved
         self.passes_per_solve.append(passes)
+        self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
+        self.bounds = (float(part.partials.objective), self.dual_bound(part, P))
         return part
+
+    def dual_bound(self, part: PricePartials, P) -> float:
+        """A lower bound on the optimal transport's objective: the Lagrangian dual at prices ``P``
+        (weak duality; exact up to the quantum's rounding, ``n q / 2``)."""
+        lower, upper = self.capacity.lower, self.capacity.upper
+        caps = np.where(P > 0, P * upper, P * lower)
+        return float((part.dual - caps.sum()) * self.quantum)
+
+    def _repair(self, data, C, q: float, P, Q):
+        """Move the rows left over the caps (under the floors) to the clusters with room (below their
+        floors), the cheapest moves first: by the extra squared distance, then global row index.
+
+        Over-full clusters shed first (each row to its nearest cluster with room), then under-full
+        ones take rows from clusters above their floor. The moves are kept as ``(rows, labels)``
+        overrides of the priced labels. Returns the last pass's partials, the overrides and the
+        passes.
+        """
+        k = len(C)
+        lower, upper = self.capacity.lower, self.capacity.upper
+        moved: dict[int, int] = {}
+        none = _Requests.none(k)
+        ask = None
+        overrides = None
+        for passes in range(1, FIX_PASSES + 1):
+            part = data.map_reduce(_chunk, functools.partial(combine_price_partials, shed_wanted=none.shed,
+                                                             enter_wanted=none.enter, repair=ask),
+                                   (C, P, Q, q) + none.args() + (overrides, ask))
+            sizes = part.partials.counts.astype(np.float64).copy()
+            slack = _slack(sizes)
+            over, under = sizes - upper > slack, lower - sizes > slack
+            if not (over.any() or under.any()):
+                return part, overrides, passes
+            if ask is not None:
+                if not _apply_moves(part.moves, ask.shed, sizes, lower, upper, slack, moved):
+                    break
+                rows = np.array(sorted(moved), dtype=np.int64)
+                overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
+                over, under = sizes - upper > slack, lower - sizes > slack
+            mean_weight = np.where(part.rows > 0, part.partials.counts / np.maximum(part.rows, 1), 1.0)
+            if over.any():
+                room = sizes < upper - slack
+                gap = np.where(over, sizes - upper, 0.0)
+                ask = RepairAsk(True, over, room, _repair_wanted(gap, mean_weight))
+            elif under.any():
+                donors = sizes > lower + slack
+                gap = np.where(under, lower - sizes, 0.0)
+                ask = RepairAsk(False, donors, under, _repair_wanted(gap, mean_weight))
+            else:
+                ask = None
+        raise CapacityError(
+            f"the size caps' repair did not settle in {passes} passes (sizes "
+            f"{np.round(sizes).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
+            "no move of a single row brings a cluster within its caps (weighted rows whose weights "
+            "do not fit the caps' room)")
 
     def optimal(self, P, sizes) -> bool:
         """Whether prices ``P`` are optimal duals for ``sizes`` (feasible sizes, complementary slackness)."""
@@ -167,7 +239,7 @@ class CapacitatedPasses:
         previous_gap, repairs, feasible = math.inf, 0, None
         best_gap, best_pass = math.inf, 0
         passes = 0
-        for passes in range(1, MAX_ROUNDS + 1):
+        for passes in range(1, AUCTION_PASSES + 1):
             part = data.map_reduce(_chunk, ask.combine(), (C, P, Q, q) + ask.args())
             sizes = part.partials.counts
             slack = _slack(sizes)
@@ -196,7 +268,7 @@ class CapacitatedPasses:
             if gap < best_gap:
                 best_gap, best_pass = gap, passes
             elif passes - best_pass > STALL_PASSES and feasible is None:
-                break  # rows passed around without the gap shrinking: the auction will not end here
+                break  # rows passed around without the gap shrinking: the repair takes the rest
             closed = sizes >= upper - slack if up else sizes > lower + slack
             uniform = (ask.exit_from is not None and ask.exits_up == up and part.exits.cluster.shape[0] > 0
                        and np.array_equal(ask.exit_from, closed))
@@ -219,11 +291,7 @@ class CapacitatedPasses:
                             closed if stalled else None, ~closed if stalled else None,
                             exit_rows if stalled else 0, exits_up=up)
         if feasible is None:
-            raise CapacityError(
-                f"the size caps' assignment did not settle in {passes} passes (sizes "
-                f"{np.round(part.partials.counts).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
-                "rows passed back and forth between full clusters without the excess shrinking; looser caps "
-                "settle where tight ones do not")
+            return None, passes  # sizes still outside the caps: the repair moves the rows left over
         part, P[:], Q[:] = feasible
         logger.debug("size caps: prices within the caps kept after %d repair rounds (not proven optimal)", repairs)
         return part, passes
@@ -231,13 +299,13 @@ class CapacitatedPasses:
     def sums(self, data, C: np.ndarray) -> np.ndarray:
         """Per cluster ``(objective, size)`` (k, 2) under the prices :meth:`solve` found for ``C``."""
         P, Q = self.prices
-        return data.map_reduce(_sums_chunk, _sum_arrays, (C, P, Q, self.quantum))
+        return data.map_reduce(_sums_chunk, _sum_arrays, (C, P, Q, self.quantum, self.overrides))
 
     def labels(self, data, C: np.ndarray):
         """Labels of the in-memory rows (one array in row order) and per cluster ``(objective, size)``,
         under the prices :meth:`solve` found for ``C``."""
         P, Q = self.prices
-        pieces, per = data.map_reduce(_labels_chunk, _combine_labels, (C, P, Q, self.quantum))
+        pieces, per = data.map_reduce(_labels_chunk, _combine_labels, (C, P, Q, self.quantum, self.overrides))
         pieces.sort(key=lambda piece: piece[0])
         labels = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int32)
         return labels, per
@@ -264,6 +332,33 @@ class _Requests:
     def combine(self):
         return functools.partial(combine_price_partials, shed_wanted=self.shed, enter_wanted=self.enter,
                                  exit_wanted=self.exits)
+
+
+def _repair_wanted(gap, mean_weight) -> np.ndarray:
+    """Candidate moves per cluster for the repair: twice the rows of its gap and some, capped."""
+    rows = np.ceil(gap / np.maximum(mean_weight, 1e-300) * 2.0) + 8
+    return np.where(gap > 0, np.minimum(rows, MOVES_PER_PASS), 0).astype(np.int64)
+
+
+def _apply_moves(moves, shed: bool, sizes, lower: float, upper: float, slack: float, moved: dict) -> int:
+    """Take the candidate ``moves`` (sorted by cost, then row) greedily: a move is kept while its
+    source is over its cap (shed) or above its floor, and its target has room (shed) or is under
+    its floor. ``sizes`` and ``moved`` (row -> cluster) are updated in place; returns the moves kept."""
+    taken = set()
+    for s, t, row, w in zip(moves.source.tolist(), moves.target.tolist(), moves.row.tolist(),
+                            moves.weight.tolist()):
+        if row in taken:
+            continue
+        if shed:
+            ok = sizes[s] - upper > slack and sizes[t] + w <= upper + slack
+        else:
+            ok = lower - sizes[t] > slack and sizes[s] - w >= lower - slack
+        if ok:
+            sizes[s] -= w
+            sizes[t] += w
+            moved[row] = t
+            taken.add(row)
+    return len(taken)
 
 
 def _wanted(gap, mask, mean_weight, per_cluster: int) -> np.ndarray:
@@ -340,4 +435,5 @@ def _slack(sizes) -> float:
     return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
 
 
-__all__ = ["Capacity", "CapacitatedPasses", "CapacityError", "MAX_ROUNDS", "MOVES_PER_PASS", "REPAIR_ROUNDS"]
+__all__ = ["AUCTION_PASSES", "Capacity", "CapacitatedPasses", "CapacityError", "FIX_PASSES", "MOVES_PER_PASS",
+           "REPAIR_ROUNDS"]

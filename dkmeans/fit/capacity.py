@@ -67,9 +67,11 @@ def resolve_capacity(spec: FitSpec, n_rows: int, total_weight: float, max_weight
             return float(math.ceil(exact - 1e-9) if up else math.floor(exact + 1e-9)) if not weighted else exact
         return float(value)
 
-    if spec.balanced:  # a cap of the share rounded up: equal sizes where k divides n
+    if spec.balanced:  # sizes within one of the share (within the largest weight with weights)
         share = total_weight / k
-        return Capacity(0.0, share + max_weight if weighted else float(math.ceil(share - 1e-9)))
+        if weighted:
+            return Capacity(max(0.0, share - max_weight), share + max_weight)
+        return Capacity(float(math.floor(share + 1e-9)), float(math.ceil(share - 1e-9)))
     upper = math.inf if spec.max_cluster_size is None else amount(spec.max_cluster_size, True)
     lower = 0.0 if spec.min_cluster_size is None else amount(spec.min_cluster_size, False)
     unit = "weight" if weighted else "rows"
@@ -115,16 +117,17 @@ def data_capacity(spec: FitSpec, data) -> Capacity | None:
     return resolve_capacity(spec, data.n_rows, float(total), float(largest), data.has_weights)
 
 
-def _block_labels(X, row_offset, C, P, Q, q, cosine):
-    return priced_labels(normalize_rows(X) if cosine else X, C, P, Q, q, row_offset)
+def _block_labels(X, row_offset, C, P, Q, q, cosine, overrides):
+    return priced_labels(normalize_rows(X) if cosine else X, C, P, Q, q, row_offset, overrides)
 
 
 def capacitated_assignment(spec: FitSpec, dataset, data, passes: CapacitatedPasses, centroids):
     """Labels, objective, passes and per-cluster sums of the capacitated assignment to ``centroids``.
 
     Prices are solved on the placed data (warm from the last Lloyd iteration); the labels are
-    then those prices' priced labels: in this process for in-memory rows, lazily per block (by
-    the block's global row offset) for a Dask array.
+    then those prices' priced labels, with the final repair's moved rows (by global row index):
+    in this process for in-memory rows, lazily per block (by the block's global row offset) for
+    a Dask array.
     """
     C = np.asarray(centroids).astype(data.dtype)
     passes.solve(data, C)
@@ -132,7 +135,7 @@ def capacitated_assignment(spec: FitSpec, dataset, data, passes: CapacitatedPass
     if is_dask_array(dataset.array):
         per = passes.sums(data, C)
         labels = map_row_blocks_at(dataset.array, _block_labels, C, P, Q, passes.quantum, spec.metric == "cosine",
-                                   dtype=np.int32)
+                                   passes.overrides, dtype=np.int32)
     else:
         labels, per = passes.labels(data, C)
     inertia = float(per[:, 0].sum()) * (0.5 if spec.metric == "cosine" else 1.0)

@@ -63,7 +63,10 @@ class PricePartials(NamedTuple):
     ``enter``: for each under-full cluster asked for, the smallest price cuts that move a row in;
     ``exits``: the smallest moves of a row from one set of clusters to another (tagged cluster
     -1): the uniform price change of either set that moves it;
-    ``max_sq``: the largest squared distance of any row to any centroid (the quantum's scale).
+    ``max_sq``: the largest squared distance of any row to any centroid (the quantum's scale);
+    ``moves``: the repair's candidate moves asked for (:class:`Moves`);
+    ``dual``: the weighted sum over rows of the smallest priced cost (quanta), the first term of
+    the dual bound.
     """
 
     partials: Partials
@@ -72,6 +75,100 @@ class PricePartials(NamedTuple):
     enter: Margins
     exits: Margins
     max_sq: float
+    moves: "Moves"
+    dual: float
+
+
+class Moves(NamedTuple):
+    """Candidate moves of single rows for the final repair: ``row`` (global index, int64) from
+    cluster ``source`` to ``target`` at an extra cost ``cost`` (unpriced squared distance, quanta)."""
+
+    source: np.ndarray
+    target: np.ndarray
+    cost: np.ndarray
+    row: np.ndarray
+    weight: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Moves":
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64),
+                   np.empty(0))
+
+
+class RepairAsk(NamedTuple):
+    """What a repair pass reports. ``shed`` True: rows of the clusters in ``source`` (over their cap)
+    to their cheapest cluster of ``target`` (with room), the ``wanted[j]`` cheapest per source ``j``;
+    False: rows of ``source`` (above their floor) into each cluster ``j`` of ``target`` (under its
+    floor), the ``wanted[j]`` cheapest per target. Cheapest: by cost, then global row index."""
+
+    shed: bool
+    source: np.ndarray
+    target: np.ndarray
+    wanted: np.ndarray
+
+
+def _cheapest(moves: Moves, group: np.ndarray, wanted: np.ndarray) -> Moves:
+    """Per value ``j`` of ``group``, the ``wanted[j]`` cheapest moves (by cost, then row), sorted."""
+    if moves.row.shape[0] == 0:
+        return moves
+    keep = []
+    for j in np.unique(group):
+        sel = np.flatnonzero(group == j)
+        order = np.lexsort((moves.row[sel], moves.cost[sel]))[:int(wanted[j])]
+        keep.append(sel[order])
+    idx = np.concatenate(keep) if keep else np.empty(0, np.int64)
+    out = Moves(*(field[idx] for field in moves))
+    order = np.lexsort((out.row, out.cost))
+    return Moves(*(field[order] for field in out))
+
+
+def select_moves(moves: Moves, ask: "RepairAsk | None") -> Moves:
+    """The moves a :class:`RepairAsk` keeps of ``moves`` (associative: chunks' lists, then theirs)."""
+    if ask is None or moves.row.shape[0] == 0:
+        return Moves.empty()
+    return _cheapest(moves, moves.source if ask.shed else moves.target, ask.wanted)
+
+
+def _concat_moves(parts) -> Moves:
+    parts = [p for p in parts if p.row.shape[0]]
+    if not parts:
+        return Moves.empty()
+    return Moves(*(np.concatenate(field) for field in zip(*parts)))
+
+
+def apply_overrides(labels: np.ndarray, overrides, row_offset: int) -> np.ndarray:
+    """Positions (in ``labels``) of the rows the repair moved, their labels set in place.
+
+    ``overrides``: ``(rows, labels)``, global row indices sorted ascending and their clusters.
+    """
+    if overrides is None or overrides[0].shape[0] == 0:
+        return np.empty(0, np.int64)
+    rows, new = overrides
+    lo, hi = np.searchsorted(rows, [row_offset, row_offset + labels.shape[0]])
+    pos = rows[lo:hi] - row_offset
+    labels[pos] = new[lo:hi]
+    return pos
+
+
+def _repair_moves(D, labels, wt, row_offset: int, ask: RepairAsk) -> Moves:
+    """A tile's candidate moves for ``ask`` (``D`` the unpriced integer costs of the tile)."""
+    r = np.flatnonzero(ask.source[labels])
+    if r.shape[0] == 0 or not np.any(ask.target):
+        return Moves.empty()
+    own = D[r, labels[r]]
+    if ask.shed:
+        D2 = D[r][:, ask.target]
+        cols = np.flatnonzero(ask.target)
+        t = D2.argmin(axis=1)
+        moves = Moves(labels[r].astype(np.int64), cols[t].astype(np.int64),
+                      D2[np.arange(r.shape[0]), t] - own, r + row_offset, wt[r])
+        return _cheapest(moves, moves.source, ask.wanted)
+    parts = []
+    for j in np.flatnonzero(ask.target):
+        moves = Moves(labels[r].astype(np.int64), np.full(r.shape[0], j, np.int64), D[r, j] - own,
+                      r + row_offset, wt[r])
+        parts.append(_cheapest(moves, moves.target, ask.wanted))
+    return _concat_moves(parts)
 
 
 #: Bits of the tie-breaking hashes: sums of them and of second prices stay exact in float64.
@@ -130,7 +227,7 @@ def _tiles(n: int, k: int):
         yield i0, min(n, i0 + rows)
 
 
-def priced_labels(X, C, P, Q, q: float, row_offset: int) -> np.ndarray:
+def priced_labels(X, C, P, Q, q: float, row_offset: int, overrides=None) -> np.ndarray:
     """Labels (int32) of the rows of ``X`` under prices ``(P, Q)`` and quantum ``q``.
 
     Parameters
@@ -143,12 +240,16 @@ def priced_labels(X, C, P, Q, q: float, row_offset: int) -> np.ndarray:
         The quantum of squared distances.
     row_offset : int
         Global index of the chunk's first row.
+    overrides : tuple of ndarray, optional
+        ``(rows, labels)``: the final repair's moves (global rows sorted ascending), which
+        replace the priced labels of those rows.
     """
     n, k = X.shape[0], C.shape[0]
     labels = np.empty(n, dtype=np.int32)
     for i0, i1 in _tiles(n, k):
         costs = priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0)
         labels[i0:i1] = lex_argmin(*costs)[0]
+    apply_overrides(labels, overrides, row_offset)
     return labels
 
 
@@ -184,13 +285,15 @@ def select_margins(margins: Margins, wanted: np.ndarray) -> Margins:
 
 
 def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_wanted,
-                   exit_from=None, exit_to=None, exit_wanted: int = 0) -> PricePartials:
+                   exit_from=None, exit_to=None, exit_wanted: int = 0, overrides=None,
+                   repair: RepairAsk | None = None) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
     ``shed_wanted[j]`` (``enter_wanted[j]``) is how many of the smallest moves out of (into)
     cluster ``j`` to report; zero for none. ``exit_wanted``: how many of the smallest moves
     of a row of a cluster in ``exit_from`` (bool, k) to its best cluster in ``exit_to`` (bool,
-    k, disjoint). ``q`` 0: only ``max_sq`` is meaningful.
+    k, disjoint). ``q`` 0: only ``max_sq`` is meaningful. ``overrides``: the repair's moved rows
+    (see :func:`priced_labels`); ``repair``: the candidate moves to report.
     """
     n, d = X.shape
     k = C.shape[0]
@@ -198,7 +301,8 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
     sums, sizes, rows = np.zeros((k, d)), np.zeros(k), np.zeros(k)
     objective, max_sq = 0.0, 0.0
     C64 = np.asarray(C, dtype=np.float64)
-    shed_parts, enter_parts, exit_parts = [], [], []
+    shed_parts, enter_parts, exit_parts, move_parts = [], [], [], []
+    dual = 0.0
     exits = exit_wanted > 0 and exit_to is not None and bool(np.any(exit_to)) and bool(np.any(exit_from))
     shed_clusters = np.flatnonzero(shed_wanted) if k > 1 else np.empty(0, np.int64)
     enter_clusters = np.flatnonzero(enter_wanted) if k > 1 else np.empty(0, np.int64)
@@ -206,11 +310,17 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
         X64, wt = np.asarray(X[i0:i1], dtype=np.float64), weights[i0:i1]
         d2 = sq_distances64(X64, C64)
         max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
-        A = np.rint(d2 / q) if q else np.zeros_like(d2)
-        A += P[None, :]
+        D = np.rint(d2 / q) if q else np.zeros_like(d2)
+        A = D + P[None, :]
         B = tie_costs(row_offset + i0, i1 - i0, k)
         B += Q[None, :]
         labels, a, b = lex_argmin(A, B)
+        dual += float(np.dot(a, wt))
+        moved = apply_overrides(labels, overrides, row_offset + i0)
+        if moved.shape[0]:
+            a[moved], b[moved] = A[moved, labels[moved]], B[moved, labels[moved]]
+        if repair is not None:
+            move_parts.append(_repair_moves(D, labels, wt, row_offset + i0, repair))
         diff = X64 - C64[labels]
         objective += float(np.dot(np.einsum("ij,ij->i", diff, diff), wt))
         tile_sums, tile_sizes = cluster_sums(X64, labels.astype(np.int32), k, wt)
@@ -241,7 +351,8 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
     partials = Partials(sums, sizes, np.asarray(objective, dtype=np.float64))
     return PricePartials(partials, rows, select_margins(_concat(shed_parts), shed_wanted),
                          select_margins(_concat(enter_parts), enter_wanted),
-                         _smallest_of(_concat(exit_parts), exit_wanted), max_sq)
+                         _smallest_of(_concat(exit_parts), exit_wanted), max_sq,
+                         select_moves(_concat_moves(move_parts), repair), dual)
 
 
 def _smallest_of(margins: Margins, m: int) -> Margins:
@@ -252,7 +363,7 @@ def _smallest_of(margins: Margins, m: int) -> Margins:
 
 
 def combine_price_partials(parts: Sequence[PricePartials], shed_wanted, enter_wanted,
-                           exit_wanted: int = 0) -> PricePartials:
+                           exit_wanted: int = 0, repair: RepairAsk | None = None) -> PricePartials:
     """Sum the partials and keep the smallest moves of a sequence of :class:`PricePartials` (associative)."""
     parts = [p for p in parts if p is not None]
     partials = Partials(*(np.sum([p.partials[i] for p in parts], axis=0) for i in range(3)))
@@ -260,10 +371,12 @@ def combine_price_partials(parts: Sequence[PricePartials], shed_wanted, enter_wa
     shed = select_margins(_concat([p.shed for p in parts]), shed_wanted)
     enter = select_margins(_concat([p.enter for p in parts]), enter_wanted)
     exits = _smallest_of(_concat([p.exits for p in parts]), exit_wanted)
-    return PricePartials(partials, rows, shed, enter, exits, max(p.max_sq for p in parts))
+    moves = select_moves(_concat_moves([p.moves for p in parts]), repair)
+    return PricePartials(partials, rows, shed, enter, exits, max(p.max_sq for p in parts), moves,
+                         float(sum(p.dual for p in parts)))
 
 
-def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float):
+def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=None):
     """Labels (int32), and per cluster the weighted objective and size, of a chunk under prices."""
     n, k = X.shape[0], C.shape[0]
     labels = np.empty(n, dtype=np.int32)
@@ -272,6 +385,7 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float):
     weights = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
     for i0, i1 in _tiles(n, k):
         lab = lex_argmin(*priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0))[0]
+        apply_overrides(lab, overrides, row_offset + i0)
         diff = np.asarray(X[i0:i1], dtype=np.float64) - C64[lab]
         wt = weights[i0:i1]
         per[:, 0] += np.bincount(lab, weights=np.einsum("ij,ij->i", diff, diff) * wt, minlength=k)
@@ -280,6 +394,6 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float):
     return labels, per
 
 
-__all__ = ["Margins", "PricePartials", "PricedCosts", "TIE_BITS", "combine_price_partials", "lex_argmin",
+__all__ = ["Margins", "Moves", "PricePartials", "RepairAsk", "apply_overrides", "select_moves", "PricedCosts", "TIE_BITS", "combine_price_partials", "lex_argmin",
            "price_partials", "priced_costs", "tie_costs", "priced_label_objective", "priced_labels", "select_margins",
            "sq_distances64"]

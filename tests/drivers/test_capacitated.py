@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses, CapacityError
+from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses
 from dkmeans.engine.local import ChunkList
 from dkmeans.kernels.capacitated import lex_argmin, price_partials, priced_labels, tie_costs
 
@@ -35,6 +35,26 @@ def solve(X, C, lower, upper, n_chunks=1, w=None):
     return part, labels, per, passes
 
 
+def check_against_transport(X, C, lower, upper, n_chunks=3):
+    """Sizes within the caps; the objective that of the optimal transport where the prices alone met
+    the caps, else at least it, with the dual bound at most it. A CapacityError fails the test: the
+    caps are feasible."""
+    part, labels, per, passes = solve(X, C, lower, upper, n_chunks=n_chunks)
+    k = len(C)
+    sizes = np.bincount(labels, minlength=k)
+    assert sizes.max() <= upper and sizes.min() >= lower
+    np.testing.assert_array_equal(sizes, part.partials.counts)
+    reference = transport_cost(X, C, lower, upper)
+    objective, bound = passes.bounds
+    assert float(per[:, 0].sum()) == pytest.approx(float(part.partials.objective), rel=1e-9, abs=1e-9)
+    assert bound <= reference + 1e-9 * max(1.0, abs(reference))
+    if passes.repaired_per_solve[-1] == 0 and passes.optimal(passes.prices[0], part.partials.counts):
+        assert objective == pytest.approx(reference, rel=1e-9, abs=1e-9)
+    else:
+        assert objective >= reference - 1e-9 * max(1.0, reference)
+    return passes
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 40), k=st.integers(1, 6), d=st.integers(1, 3), seed=st.integers(0, 2**31),
        slack=st.floats(0, 1))
@@ -45,16 +65,21 @@ def test_max_caps_match_optimal_transport(n, k, d, seed, slack):
     X = rng.normal(size=(n, d))
     C = X[rng.choice(n, k, replace=False)] + 0.05 * rng.normal(size=(k, d))
     upper = int(np.ceil(n / k) + slack * (n - np.ceil(n / k)))
-    try:
-        part, labels, per, _ = solve(X, C, 0, upper, n_chunks=3)
-    except CapacityError:  # prices that do not settle are a named error, never sizes over the cap
-        return
-    sizes = np.bincount(labels, minlength=k)
-    assert sizes.max() <= upper
-    np.testing.assert_array_equal(sizes, part.partials.counts)
-    reference = transport_cost(X, C, 0, upper)
-    assert float(part.partials.objective) == pytest.approx(reference, rel=1e-9, abs=1e-9)
-    assert float(per[:, 0].sum()) == pytest.approx(reference, rel=1e-9, abs=1e-9)
+    check_against_transport(X, C, 0, upper)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 40), k=st.integers(1, 6), d=st.integers(1, 3), seed=st.integers(0, 2**31),
+       duplicates=st.booleans())
+def test_balanced_caps_against_optimal_transport(n, k, d, seed, duplicates):
+    """Both caps of balanced=True (sizes within one of n/k), duplicated rows too: never a CapacityError."""
+    k = min(k, n)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    if duplicates:
+        X = X[rng.integers(0, max(1, n // 3), size=n)]
+    C = X[rng.choice(n, k, replace=False)] + 0.05 * rng.normal(size=(k, d))
+    check_against_transport(X, C, n // k, -(-n // k))
 
 
 def test_hand_computed_split_of_duplicates():

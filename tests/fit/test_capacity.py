@@ -28,6 +28,15 @@ def test_balanced_fit_equal_sizes_and_monotone_objective():
     assert km.inertia_ >= unconstrained.inertia_ * (1 - 1e-9)
 
 
+def test_balanced_floor_when_k_does_not_divide_n():
+    """Sizes within one of n/k both ways: 2,003 rows in 4 clusters are 500 or 501 each, 3 of 501."""
+    X = blobs(2004, seed=4)[:2003]
+    km = KMeans(4, random_state=0, n_init=1, balanced=True).fit(X)
+    sizes = np.bincount(km.labels_, minlength=4)
+    assert sizes.min() >= 500 and sizes.max() <= 501 and sizes.sum() == 2003
+    np.testing.assert_array_equal(km.cluster_sizes_, sizes)
+
+
 def test_max_cluster_size_fraction_and_train_face():
     X = blobs(1200, seed=1)
     km = KMeans(3, random_state=0, n_init=1, max_cluster_size=0.35).fit(X)
@@ -69,7 +78,9 @@ def test_caps_checked_at_the_edge(kwargs, words):
 def test_resolve_capacity_arithmetic():
     spec = FitSpec(n_clusters=4, balanced=True)
     cap = resolve_capacity(spec, 10, 10.0, 1.0, False)
-    assert (cap.lower, cap.upper) == (0.0, 3.0)
+    assert (cap.lower, cap.upper) == (2.0, 3.0)
+    cap = resolve_capacity(spec, 10, 12.0, 2.0, True)  # weighted: within the largest weight of the share
+    assert (cap.lower, cap.upper) == (1.0, 5.0)
     spec = FitSpec(n_clusters=4, max_cluster_size=0.3, min_cluster_size=0.2)
     cap = resolve_capacity(spec, 10, 10.0, 1.0, False)
     assert (cap.lower, cap.upper) == (2.0, 3.0)

@@ -41,13 +41,18 @@ logger = logging.getLogger("dkmeans")
 #: Rows' moves reported per pass, over all clusters (each at least 64).
 MOVES_PER_PASS = 1 << 18
 #: Passes without a smaller gap to the caps after which the auction hands over to the repair.
-STALL_PASSES = 4
+STALL_PASSES = 3
 #: Price passes of one assignment at most before the repair takes the rows left over.
-AUCTION_PASSES = 40
+AUCTION_PASSES = 12
 #: Rounds that move prices toward optimality once the sizes are within their caps, at most.
 REPAIR_ROUNDS = 20
 #: Passes of the final repair at most (each moves rows; the repair ends in a few).
 FIX_PASSES = 50
+#: A capped Lloyd loop stops after :data:`STOP_PATIENCE` assignments none of which lowered the best
+#: objective by more than this share: the final repair's moves among near-tied rows can keep labels
+#: changing at a settled objective (the centroid-shift rule alone might never be met).
+STOP_RTOL = 1e-4
+STOP_PATIENCE = 3
 #: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
 QUANTUM_BITS = 44
 
@@ -435,5 +440,5 @@ def _slack(sizes) -> float:
     return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
 
 
-__all__ = ["AUCTION_PASSES", "Capacity", "CapacitatedPasses", "CapacityError", "FIX_PASSES", "MOVES_PER_PASS",
+__all__ = ["AUCTION_PASSES", "STOP_PATIENCE", "STOP_RTOL", "Capacity", "CapacitatedPasses", "CapacityError", "FIX_PASSES", "MOVES_PER_PASS",
            "REPAIR_ROUNDS"]

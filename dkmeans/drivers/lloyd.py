@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from dkmeans.kernels import (
 from dkmeans.kernels.nearest import farthest_from, nearest_sq64, refill_partials
 from dkmeans.kernels.cosine import objective_scale, unit_centroids
 from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
-from dkmeans.drivers.capacitated import CapacitatedPasses
+from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
 from dkmeans.drivers.state import IterationRecord, LoopState
 
 logger = logging.getLogger("dkmeans")
@@ -295,6 +296,7 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
     n_records = len(history)
     stop_reason, converged = "max_iter", False
     carried = None  # the next iteration's partials, formed with an empty-cluster refill
+    best_objective, since_best = math.inf, 0  # capped loops: assignments since the best objective
     try:
         for it in range(n_iter, max_iter):
             t0 = time.perf_counter()
@@ -313,6 +315,14 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
             ):
                 stop_reason, converged = stop_rule.name, True
                 break
+            if isinstance(passes, CapacitatedPasses):  # repaired near ties: settle in objective, not in labels
+                if objective < best_objective * (1 - STOP_RTOL):
+                    best_objective, since_best = objective, 0
+                else:
+                    since_best += 1
+                if since_best >= STOP_PATIENCE:
+                    stop_reason, converged = "objective-decrease", True
+                    break
             new, empty = update(partials, C)
             n_empty = int(empty.sum())
             if n_empty and it + 1 < max_iter and not isinstance(passes, CapacitatedPasses):  # next assignment: with the refill

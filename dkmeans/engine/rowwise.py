@@ -88,6 +88,19 @@ def map_partitions(df, fn, *args, meta):
     return df.map_partitions(fn, *args, meta=meta)
 
 
+def _partition_at(fn, offsets, part, *args, partition_info=None):
+    return fn(part, int(offsets[partition_info["number"]]), *args)
+
+
+def map_partitions_at(df, fn, *args, meta):
+    """``fn(partition, row_offset, *args)`` for every partition of a Dask DataFrame, lazily (its
+    index kept), ``row_offset`` the global index of the partition's first row (the partitions'
+    lengths are counted first, in one pass)."""
+    lengths = np.asarray(df.map_partitions(len).compute(), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return df.map_partitions(functools.partial(_partition_at, fn, offsets), *args, meta=meta)
+
+
 def index_meta(df):
     """An empty index of the DataFrame's index type, for the meta of index-aligned results."""
     return df._meta.index  # private: see the README's table of private uses
@@ -301,5 +314,6 @@ def summed_pass(data, block_fn, args=(), per_label: int = 0):
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 
-__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "missing_counts", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
+__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "missing_counts", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_partitions_at", "map_row_blocks",
+           "map_row_blocks_at", "map_rows_like",
            "pair_counts", "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]

@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses
-from dkmeans.engine.rowwise import is_dask_array, map_row_blocks_at
+from dkmeans.engine.columns import frame_to_array
+from dkmeans.engine.rowwise import index_meta, is_dask_array, map_partitions_at, map_row_blocks_at
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.spec import FitSpec
 from dkmeans.kernels.capacitated import priced_labels
@@ -38,9 +40,9 @@ def check_capped_spec(spec: FitSpec, sparse: bool, frame: bool) -> None:
     if sparse:
         raise InvalidParameterError(f"{name} needs dense rows (the capacitated assignment has no sparse kernel)")
     if frame:
-        raise InvalidParameterError(f"{name} needs an array (NumPy, CuPy on host, Dask array) or files read as "
-                                    "one: a Dask DataFrame's labels live on its index, which the capped "
-                                    "assignment's row order does not follow")
+        raise InvalidParameterError(f"{name} and missing='skip' on a Dask input: the capped assignment "
+                                    "splits ties by global row index, which rows left out would shift; "
+                                    "drop the incomplete rows first (or missing='error')")
     for key in ("max_cluster_size", "min_cluster_size"):
         value = getattr(spec, key)
         if isinstance(value, float) and value > 1.0:
@@ -121,18 +123,30 @@ def _block_labels(X, row_offset, C, P, Q, q, cosine, overrides):
     return priced_labels(normalize_rows(X) if cosine else X, C, P, Q, q, row_offset, overrides)
 
 
+def _partition_labels(part, row_offset, C, P, Q, q, cosine, overrides, dtype, name):
+    X = frame_to_array(part, dtype)
+    labels = priced_labels(normalize_rows(X) if cosine else X, C, P, Q, q, row_offset, overrides)
+    return pd.Series(labels, index=part.index, name=name)
+
+
 def capacitated_assignment(spec: FitSpec, dataset, data, passes: CapacitatedPasses, centroids):
     """Labels, objective, passes and per-cluster sums of the capacitated assignment to ``centroids``.
 
     Prices are solved on the placed data (warm from the last Lloyd iteration); the labels are
     then those prices' priced labels, with the final repair's moved rows (by global row index):
     in this process for in-memory rows, lazily per block (by the block's global row offset) for
-    a Dask array.
+    a Dask array, and per partition on the index of a Dask DataFrame.
     """
     C = np.asarray(centroids).astype(data.dtype)
     passes.solve(data, C)
     P, Q = passes.prices
-    if is_dask_array(dataset.array):
+    cosine = spec.metric == "cosine"
+    if dataset.frame is not None:  # on the DataFrame's index, each partition by its first row's index
+        per = passes.sums(data, C)
+        meta = pd.Series(np.empty(0, np.int32), name="cluster", index=index_meta(dataset.frame))
+        labels = map_partitions_at(dataset.frame, _partition_labels, C, P, Q, passes.quantum, cosine,
+                                   passes.overrides, np.dtype(data.dtype), "cluster", meta=meta)
+    elif is_dask_array(dataset.array):
         per = passes.sums(data, C)
         labels = map_row_blocks_at(dataset.array, _block_labels, C, P, Q, passes.quantum, spec.metric == "cosine",
                                    passes.overrides, dtype=np.int32)

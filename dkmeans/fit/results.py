@@ -46,7 +46,7 @@ def fit_result(spec, dataset, data, centroids, labels, inertia, n_iter, stop_rea
     """
     if not with_labels:
         labels = None
-    elif dataset.frame is not None:  # on the DataFrame's index, from its partitions (the final pass kept none)
+    elif dataset.frame is not None and not spec.capped:  # on the DataFrame's index, from its partitions (the final pass kept none)
         labels = inference.labels(dataset.frame, centroids, spec.metric, missing=dataset.missing)
     elif dataset.unfiltered is not None:  # missing="skip": every input row, -1 where one was left out
         labels = inference.labels(dataset.unfiltered, centroids, spec.metric, missing="skip")

@@ -1,6 +1,8 @@
 """Size caps through the faces: KMeans, train and the CLI's options; the caps' checks at the public edge."""
 
+import dask
 import numpy as np
+import pandas as pd
 import pytest
 
 from dkmeans import Descriptor, KMeans, train
@@ -97,3 +99,63 @@ def test_cli_options_reach_the_estimator():
     args = build_parser().parse_args(["fit", "in.parquet", "--model", "m.json", "-k", "4",
                                       "--min-cluster-size", "0.1"])
     assert _fit_params(args)["min_cluster_size"] == 0.1
+
+
+def _same_capped_fit(reference, other, cap):
+    labels = np.asarray(other.labels_.compute() if hasattr(other.labels_, "compute") else other.labels_)
+    np.testing.assert_array_equal(labels, reference.labels_)
+    np.testing.assert_allclose(other.cluster_centers_, reference.cluster_centers_, rtol=1e-6, atol=1e-9)
+    assert other.inertia_ == pytest.approx(reference.inertia_, rel=1e-9)
+    assert np.bincount(labels).max() <= cap
+
+
+def test_worker_count_chunking_and_out_of_core_invariance(client, single_worker_client, on_cluster):
+    """The same capped fit in this process, on two workers, on one worker and out of core (Dask
+    arrays of other chunkings on the cluster): the same labels, centroids and objective."""
+    import dask.array as da
+
+    X = blobs(1600, seed=5)
+    caps = dict(max_cluster_size=460, random_state=0, n_init=1)
+    with dask.config.set({"dkmeans.in-process-bytes": 1 << 30}):
+        reference = KMeans(4, **caps).fit(X)
+    assert np.bincount(reference.labels_).max() <= 460
+    two = KMeans(4, **caps).fit(da.from_array(X, chunks=(300, 3)))
+    _same_capped_fit(reference, two, 460)
+    with single_worker_client.as_current():
+        one = KMeans(4, **caps).fit(da.from_array(X, chunks=(512, 3)))
+        _same_capped_fit(reference, one, 460)
+    streamed = KMeans(4, out_of_core=True, **caps).fit(da.from_array(X, chunks=(250, 3)))
+    assert streamed.data_mode_ == "out-of-core"
+    _same_capped_fit(reference, streamed, 460)
+
+
+def test_dask_dataframe_labels_on_its_index(client):
+    """A Dask DataFrame (index not 0..n-1) gets the capped labels of the same rows as an array."""
+    import dask.dataframe as dd
+
+    X = blobs(1200, seed=6)
+    frame = pd.DataFrame(X, columns=list("abc"), index=np.arange(1200) * 3 + 7)
+    reference = KMeans(3, random_state=0, n_init=1, balanced=True).fit(X)
+    ours = KMeans(3, random_state=0, n_init=1, balanced=True).fit(dd.from_pandas(frame, npartitions=4))
+    labels = ours.labels_.compute()
+    assert list(labels.index) == list(frame.index)
+    _same_capped_fit(reference, ours, 400)
+    np.testing.assert_array_equal(np.bincount(labels.to_numpy()), [400, 400, 400])
+
+
+def test_cli_fit_on_a_parquet_file(tmp_path):
+    """dkmeans fit FILE --max-cluster-size: the model's sizes within the cap, its centroids those of
+    KMeans on the same rows."""
+    from dkmeans.io import load_model
+    from tests.helpers import run_cli
+
+    X = blobs(800, seed=7)
+    pd.DataFrame(X, columns=list("abc")).to_parquet(tmp_path / "rows.parquet")
+    res = run_cli("fit", tmp_path / "rows.parquet", "-k", 4, "--max-cluster-size", 220, "--model",
+                  tmp_path / "m.npz", "--random-state", 0, "--workers", 1, "--json")
+    assert res.returncode == 0, res.stderr
+    model, meta = load_model(tmp_path / "m.npz")
+    assert max(meta["cluster_sizes"]) <= 220 and sum(meta["cluster_sizes"]) == 800
+    reference = KMeans(4, random_state=0, n_init=1, max_cluster_size=220).fit(X)
+    np.testing.assert_allclose(model.centroids, reference.cluster_centers_, rtol=1e-6, atol=1e-9)
+    assert meta["objective"] == pytest.approx(reference.inertia_, rel=1e-9)

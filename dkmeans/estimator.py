@@ -673,7 +673,8 @@ class KMeans(_KMeansBase):
         Size cap: no cluster gets more than this many training rows (an integer), or more
         than this fraction of them (a float in (0, 1]); with ``sample_weight`` rows count by
         weight. Each Lloyd iteration then assigns rows to minimise the objective under the
-        caps (an optimal transport solved with per-cluster prices over counting passes), so
+        caps (an optimal transport solved with per-cluster prices over counting passes, the
+        rows the prices leave over the caps moved by a final greedy repair), so
         ``labels_`` and ``inertia_`` are the capped assignment's, not ``predict``'s nearest
         centroids. Lloyd only (no Hartigan, local search or sparse rows). See
         :ref:`guide-balanced`.

@@ -149,3 +149,24 @@ def test_kernel_margins_move_exactly():
     Q2[0] += m.secondary[2] + 0.5 * (m.secondary[3] - m.secondary[2]) if m.primary[3] == m.primary[2] else 1.0
     after = np.bincount(priced_labels(X, C, P2, Q2, q, 0), minlength=2)
     assert before[0] - after[0] == 3
+
+
+@pytest.mark.parametrize("lower, upper", [(0, 45), (40, 41), (30, 60)])
+def test_repair_meets_caps_exactly_whatever_the_chunks(monkeypatch, lower, upper):
+    """The auction cut short (one pass): the repair alone brings the sizes within both caps, the
+    same labels for any chunking, an objective at least the optimal transport's, and the dual
+    bound at most it."""
+    import dkmeans.drivers.capacitated as capacitated
+
+    monkeypatch.setattr(capacitated, "AUCTION_PASSES", 1)
+    rng = np.random.default_rng(11)
+    X = np.concatenate([rng.normal(size=(150, 2)), rng.normal(size=(50, 2)) + 3])[:205 if upper == 41 else 200]
+    X = np.concatenate([X, X[:5]]) if len(X) < 205 else X  # 205 rows: duplicates of the first five
+    C = X[rng.choice(len(X), 5, replace=False)] + 0.1
+    results = []
+    for chunks in (1, 3, 8):
+        passes = check_against_transport(X, C, lower, upper, n_chunks=chunks)
+        assert passes.repaired_per_solve[-1] > 0  # the repair ran
+        results.append(solve(X, C, lower, upper, n_chunks=chunks)[1])
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])

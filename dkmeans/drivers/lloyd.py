@@ -315,7 +315,7 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
             ):
                 stop_reason, converged = stop_rule.name, True
                 break
-            if isinstance(passes, CapacitatedPasses):  # repaired near ties: settle in objective, not in labels
+            if isinstance(passes, CapacitatedPasses):  # repaired near-ties: objective settles
                 if objective < best_objective * (1 - STOP_RTOL):
                     best_objective, since_best = objective, 0
                 else:
@@ -325,7 +325,8 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
                     break
             new, empty = update(partials, C)
             n_empty = int(empty.sum())
-            if n_empty and it + 1 < max_iter and not isinstance(passes, CapacitatedPasses):  # next assignment: with the refill
+            capped = isinstance(passes, CapacitatedPasses)
+            if n_empty and it + 1 < max_iter and not capped:  # next assignment: with the refill
                 new, carried = fill_empty_clusters(data, new, empty, assign_next=True)
             elif n_empty:
                 new = fill_empty_clusters(data, new, empty)

@@ -69,8 +69,8 @@ def _at_offset(fn, block, *args, block_info=None):
 
 
 def map_row_blocks_at(X: da.Array, fn, *args, dtype) -> da.Array:
-    """``fn(block, row_offset, *args)`` for every row block of ``X`` (``row_offset`` its first row's global
-    index), lazily: shape ``(n,)``. The row blocks' lengths must be known."""
+    """``fn(block, row_offset, *args)`` for every row block of ``X`` (``row_offset`` its first
+    row's global index), lazily: shape ``(n,)``. The row blocks' lengths must be known."""
     if any(math.isnan(c) for c in X.chunks[0]):
         raise ValueError("rows of unknown block lengths (compute_chunk_sizes() first)")
     xp = get_namespace(meta_from_array(X))

@@ -91,7 +91,8 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     dataset = prepare_dataset(dataset, spec.metric)  # cosine: unit rows, normalised chunk by chunk where read
     if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
-    check_capped_spec(spec, is_sparse_array(dataset.array), dataset.is_dask and dataset.missing == "skip")
+    check_capped_spec(spec, is_sparse_array(dataset.array),
+                      dataset.is_dask and dataset.missing == "skip")
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
     with named_missing(dataset), placed(spec, dataset, weights) as (data, client):
         return fit(spec, dataset, data, C0, seed, client, searches)

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 DOCS_BUILD := docs/_build
 
-.PHONY: demo test test-quick test-bounds bench venv clean docs docs-inventories
+.PHONY: demo test test-system test-quick test-bounds bench venv clean docs docs-inventories
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,19 +22,28 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/dkmeans demo
 
-# (with the docs extra: tests/system/test_docs.py builds the site)
-test: $(STAMP) $(DOCS_STAMP)
-	$(BIN)/python -m pytest -q -ra --durations=10
+# Every test but the long system cases (marked slow: `make test-system` runs them, CI runs both):
+# about 10 minutes on 2 cores.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not slow"
+
+# The long system cases, whole: commands, scripts and notebooks run as processes of their own
+# (the CLI, the deploy recipes, the examples, the docs' examples), commands stopped by signals,
+# the out-of-core acceptance on memory-limited workers, killed workers, interrupted fits, SLURM
+# (tests/system/conftest.py lists them). With the docs extra: tests/system/test_docs.py builds
+# the site unless DKMEANS_DOCS_BUILD names one already built.
+test-system: $(STAMP) $(DOCS_STAMP)
+	$(BIN)/python -m pytest -q -ra --durations=15 -m slow
 
 # The inner loop: every test but the system tests (tests/system/: subprocesses, faults,
 # out-of-core clusters, deploy recipes).
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -m "not system"
+	$(BIN)/python -m pytest -q -ra --durations=10 -m "not system and not slow"
 
 # `make test-bounds`: the kernel and default-path tests again with numba's bounds checks on
 # (NUMBA_BOUNDSCHECK=1, compiled afresh in a scratch cache): an out-of-range index in a compiled
 # loop raises IndexError there instead of corrupting memory. About 5 minutes on 2 cores.
-BOUNDS_TESTS := tests/kernels/test_kernels.py tests/kernels/test_kernels_targets.py tests/fit/test_default_path.py \
+BOUNDS_TESTS := tests/kernels/test_kernels.py tests/system/test_kernels_targets.py tests/fit/test_default_path.py \
 	tests/drivers/test_local_search.py tests/drivers/test_hartigan.py tests/drivers/test_minibatch.py
 
 test-bounds: $(STAMP)
@@ -74,16 +83,18 @@ docs-inventories: $(STAMP)
 # `make test-oldest`: the tests again in a separate .venv-oldest holding exactly the oldest
 # versions pyproject.toml allows (the pins of .ci/oldest-constraints.txt, wheels only), on a
 # subset of the suite: fit, predict and scikit-learn's estimator checks, the functional API,
-# the CLI, DataFrames and Parquet, the kernels, the pass graph and the SPMD exchange (not the
-# system tests, which kill or restart clusters). About 1 minute to install and 3-4 minutes of
+# the CLI (in process and its commands in processes of their own), DataFrames and Parquet, the
+# kernels, the pass graph and the SPMD exchange (not the cases that kill or restart clusters, which
+# are in other files of tests/system/). About 1 minute to install and 3-4 minutes of
 # tests on 2 busy cores, numba compiling every kernel afresh.
 OLDEST_VENV := .venv-oldest
 OLDEST_BIN := $(OLDEST_VENV)/bin
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 OLDEST_CONSTRAINTS := .ci/oldest-constraints.txt
 OLDEST_TESTS := tests/faces/test_estimator.py tests/faces/test_sklearn_checks.py tests/faces/test_functional.py \
-	tests/faces/test_cli.py tests/faces/test_dataframe.py tests/kernels/test_kernels.py tests/engine/test_graph.py \
-	tests/faces/test_hartigan_faces.py tests/engine/test_mailbox.py tests/engine/test_spmd.py
+	tests/faces/test_cli.py tests/system/test_cli_commands.py tests/faces/test_dataframe.py \
+	tests/kernels/test_kernels.py tests/engine/test_graph.py tests/faces/test_hartigan_faces.py \
+	tests/engine/test_mailbox.py tests/engine/test_spmd.py
 
 .PHONY: test-oldest
 
@@ -97,4 +108,4 @@ $(OLDEST_STAMP): $(OLDEST_BIN)/python pyproject.toml $(OLDEST_CONSTRAINTS)
 
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_BIN)/python .ci/check_oldest.py $(OLDEST_CONSTRAINTS)
-	$(OLDEST_BIN)/python -m pytest -q -ra --durations=10 -m "not system" $(OLDEST_TESTS)
+	$(OLDEST_BIN)/python -m pytest -q -ra --durations=10 $(OLDEST_TESTS)

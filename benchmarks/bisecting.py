@@ -10,7 +10,9 @@ Parts (``--parts``):
 * **every-k**: the objective at every k from 2 to ``--every-k`` (default 64) on the same data:
   one ``dkmeans.BisectingKMeans(64)`` fit (its ``inertia_per_k_``) against
   ``dkmeans.KMeans(n_clusters=k)`` fitted alone for each k (one fresh process for the loop), and
-  with ``--with-sweep`` ``dkmeans.sweep(X, range(2, 65))``.
+  with ``--with-sweep`` ``dkmeans.sweep(X, range(2, 65))`` (a k-means fit of every k sharing their
+  passes) and ``dkmeans.sweep(X, range(2, 65), method="bisecting")`` (one bisecting fit, every k
+  scored at its nearest centres, the suggested k refitted), with the k each suggests.
 
 Reported per fit: seconds of ``fit`` alone (the process's imports and the data's load are not
 counted; wall clock, and CPU seconds of the process, which a busy machine disturbs less), passes over the data (``n_passes_``; scikit-learn's are not counted), and two
@@ -116,13 +118,16 @@ def _contender(kind: str, data: str, k: int, every: int) -> dict:
             "passes": sum(v["passes"] for v in per_k.values()),
             "per_k": per_k,
         }
-    if kind == "dkmeans-sweep":
+    if kind in ("dkmeans-sweep", "dkmeans-sweep-bisecting"):
+        method = "bisecting" if kind.endswith("bisecting") else "refit"
         t = time.perf_counter()
-        result = dkmeans.sweep(X, list(range(2, every + 1)), random_state=0)
+        result = dkmeans.sweep(X, list(range(2, every + 1)), random_state=0, method=method)
         seconds = time.perf_counter() - t
         return {
             "seconds": seconds,
             "passes": int(result.n_passes),
+            "suggested_k": result.suggested_k,
+            "answers": result.answers,
             "per_k": {kk: {"objective": float(result.objective[kk])} for kk in range(2, every + 1)},
         }
     raise SystemExit(f"unknown contender {kind}")
@@ -200,7 +205,7 @@ def main() -> None:
             }
         if "every-k" in args.parts:
             kinds = ("dkmeans-bisecting", "dkmeans-each-k") + (
-                ("dkmeans-sweep",) if args.with_sweep else ()
+                ("dkmeans-sweep", "dkmeans-sweep-bisecting") if args.with_sweep else ()
             )
             report["every_k_fits"] = {
                 kind: run_child(kind, data, args.every_k, args.every_k) for kind in kinds
@@ -226,11 +231,12 @@ def main() -> None:
             int(kk): v for kk, v in fits["dkmeans-each-k"]["per_k"].items()
         }  # JSON keys are strings
         sweep = {int(kk): v for kk, v in fits.get("dkmeans-sweep", {"per_k": {}})["per_k"].items()}
-        print(f"\n| every k in 2..{args.every_k} | seconds | CPU seconds | passes |")
-        print("|---|---:|---:|---:|")
+        print(f"\n| every k in 2..{args.every_k} | seconds | CPU seconds | passes | suggested k |")
+        print("|---|---:|---:|---:|---:|")
         for kind in fits:
             r = fits[kind]
-            print(f"| {kind} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['passes']} |")
+            print(f"| {kind} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['passes']} "
+                  f"| {r.get('suggested_k', '-')} |")
         ratio = [per_k[kk - 1] / each[kk]["objective"] for kk in range(2, args.every_k + 1)]
         ratio_sweep = [sweep[kk]["objective"] / each[kk]["objective"] for kk in sorted(sweep)]
         print(

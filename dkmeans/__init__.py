@@ -5,20 +5,30 @@ Public names: :class:`KMeans`, :class:`MiniBatchKMeans`, :class:`BisectingKMeans
 :class:`InferResult` (oneDAL-style functional API), :func:`sweep` and :class:`SweepResult` (several
 values of k fitted together, sharing their passes over the data), :func:`get_client`.
 
-Submodules are reached as attributes once ``dkmeans`` is imported, each loaded on first use:
+Names and submodules are reached as attributes once ``dkmeans`` is imported, each loaded on first use:
 ``dkmeans.plot`` (matplotlib figures), ``dkmeans.metrics`` (clustering scores), ``dkmeans.io``
 (model files), ``dkmeans.testing`` (test data), ``dkmeans.config`` (the Dask config keys).
 """
 
-from dkmeans.engine.client import get_client
-from dkmeans.estimator import KMeans
-from dkmeans.minibatch_estimator import MiniBatchKMeans
-from dkmeans.bisecting_estimator import BisectingKMeans
-from dkmeans.functional import Descriptor, infer, train
-from dkmeans.ksweep import SweepResult, sweep
-from dkmeans.model import InferResult, Model, TrainResult
-
 from dkmeans._version import __version__
+
+#: The public names, each imported from its module on first use (PEP 562), so that ``import
+#: dkmeans`` costs next to nothing: the estimators' modules load scikit-learn, Dask and the
+#: kernels when first reached (``dkmeans.KMeans``, ``from dkmeans import KMeans``).
+_NAMES = {
+    "get_client": "dkmeans.engine.client",
+    "KMeans": "dkmeans.estimator",
+    "MiniBatchKMeans": "dkmeans.minibatch_estimator",
+    "BisectingKMeans": "dkmeans.bisecting_estimator",
+    "Descriptor": "dkmeans.functional",
+    "infer": "dkmeans.functional",
+    "train": "dkmeans.functional",
+    "SweepResult": "dkmeans.ksweep",
+    "sweep": "dkmeans.ksweep",
+    "InferResult": "dkmeans.model",
+    "Model": "dkmeans.model",
+    "TrainResult": "dkmeans.model",
+}
 
 #: Public submodules, imported on first use (``dkmeans.plot``, ``dkmeans.metrics``, ...) as
 #: scikit-learn does: ``import dkmeans`` stays light (matplotlib only with ``dkmeans.plot``).
@@ -27,15 +37,19 @@ _SUBMODULES = ("cli", "config", "errors", "functional", "io", "ksweep", "metrics
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        import importlib
+    import importlib
 
+    if name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+        globals()[name] = value  # later lookups find it without this function
+        return value
+    if name in _SUBMODULES:
         return importlib.import_module(f"dkmeans.{name}")
     raise AttributeError(f"module 'dkmeans' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(_NAMES) | set(_SUBMODULES))
 
 __all__ = [
     "__version__",

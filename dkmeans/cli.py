@@ -226,7 +226,8 @@ def _sweep(args) -> int:
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
     connect(args)
-    result = sweep(X, ks, verbose=_verbose(args), device="gpu" if args.gpu else None, **params)
+    result = sweep(X, ks, verbose=_verbose(args), device="gpu" if args.gpu else None,
+                   method=args.method, **params)
     print(f"swept {len(ks)} values of k on {len(columns)} columns in {result.seconds:.2f} s "
           f"(data {result.data_mode}, random_state {result.random_state}: any k refits alone with "
           f"dkmeans fit -k K --random-state {result.random_state})")
@@ -238,7 +239,8 @@ def _sweep(args) -> int:
     if args.save_models:
         folder = Path(args.save_models)
         folder.mkdir(parents=True, exist_ok=True)
-        paths = [result.models[k].save(folder / f"kmeans-k{k}.npz") for k in result.k_values]
+        # every k (method refit), or the suggested k's refit (method bisecting)
+        paths = [result.models[k].save(folder / f"kmeans-k{k}.npz") for k in sorted(result.models)]
         print(f"models written to {folder}: {', '.join(p.name for p in paths)}")
         args.summary["models"] = [str(p) for p in paths]
     if args.plot:
@@ -417,6 +419,20 @@ def _evaluate(args) -> int:
         print(f"adjusted Rand index: {scores['adjusted_rand_index']:.4f}")
         print(f"centroid index vs the truth's class means: {scores['centroid_index']}")
         args.summary.update(scores)
+    return 0
+
+
+def _warm_up(args) -> int:
+    from dkmeans.fit.service import warm_up
+
+    for value in args.n_features:
+        _params.Int(1)("--n-features", value)
+    started = time.perf_counter()
+    warm_up(n_features=tuple(args.n_features))
+    seconds = time.perf_counter() - started
+    print(f"dkmeans warm-up: the kernels for float32 and float64 rows of {', '.join(map(str, args.n_features))} "
+          f"features are in numba's disk cache ({seconds:.1f} s)")
+    args.summary = {"seconds": round(seconds, 3), "n_features": list(args.n_features)}
     return 0
 
 
@@ -677,6 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fit_options(sweep, SWEEP_OPTIONS, minibatch=False)
     sweep.add_argument("--save-models", metavar="DIR",
                        help="write the model of every k to DIR/kmeans-k<K>.npz (as dkmeans fit writes them)")
+    sweep.add_argument("--method", choices=("refit", "bisecting"), default="refit",
+                       help="refit: a k-means fit of every k (default); bisecting: every k "
+                            "from one bisecting fit, then a k-means fit of the suggested k alone")
     sweep.add_argument("--plot", metavar="FILE", help="write the objective per k, the suggested k marked (PNG)")
     sweep.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _storage_arguments(sweep)
@@ -724,7 +743,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(demo)
     demo.set_defaults(handler=_demo)
-    for command in (fit, sweep, predict, evaluate, demo):
+    warm = sub.add_parser("warm-up", help="compile the kernels into numba's disk cache now (once per machine; "
+                                          "later processes load them in a fraction of a second)")
+    warm.add_argument("--n-features", type=int, nargs="+", metavar="D", default=[2, 4, 8, 16, 32],
+                      help="widths to compile for (default 2 4 8 16 32; the direct loops have one variant per "
+                           "width up to 16, one for all wider rows)")
+    warm.set_defaults(handler=_warm_up)
+    for command in (fit, sweep, predict, evaluate, demo, warm):
         command.add_argument("--json", action="store_true",
                              help="print the outcome as one JSON line on stdout "
                                   "(everything else on stderr)")

@@ -95,9 +95,11 @@ class Key:
 
 #: The table: every key dkmeans reads.
 KEYS: dict[str, Key] = {key.name: key for key in (
-    Key("compile", "background", _one_of("background", "eager", "off"),
-        "when the compiled kernels are built: 'background' (a first fit may run on the NumPy code "
-        "while they compile), 'eager' (compile before the first call) or 'off' (NumPy code only)"),
+    Key("compile", "auto", _one_of("auto", "eager", "off", "background"),
+        "which code path a fit's kernels take (dkmeans.kernels.plans): 'auto' (the compiled loops, "
+        "built at their first need and kept in numba's disk cache, except small in-process fits in a "
+        "process that has not loaded them: the NumPy code), 'eager' (the compiled loops always) or "
+        "'off' (the NumPy code only); 'background', the former default, reads as 'auto'"),
     Key("kernels.backend", "auto", _one_of("auto", "blas", "numpy"),
         "which code the kernels run (dkmeans.kernels.backends.select): 'auto' (scipy.sparse rows the "
         "CSR kernels, CuPy the fused CUDA kernels, NumPy float32/float64 the compiled loops, chosen per "

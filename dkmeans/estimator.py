@@ -73,67 +73,101 @@ class _Progress:
     """Each record is logged (logger ``dkmeans``, INFO); with ``verbose`` also printed.
 
     Printed too, as scikit-learn's ``KMeans(verbose=1)`` prints them: ``Initialization
-    complete`` before the first record of each run (``n_init``), and when a Lloyd loop
-    stopped by a rule, ``Converged at iteration i: strict convergence.`` (no centroid moved)
-    or ``Converged at iteration i: center shift s within tolerance.`` (a loop's end is seen
-    at the next record or at :meth:`finish`). ``max_iter`` (set by the face) tells a loop
-    that reached it from one that stopped by the rule.
+    complete`` before the first record of each run (``n_init``; the fit service says where a
+    run starts: :meth:`run_started`), and when a Lloyd loop stopped by a rule, ``Converged at
+    iteration i: strict convergence.`` (no centroid moved) or ``Converged at iteration i:
+    center shift s within tolerance.`` (a loop's end is seen at the next record or at
+    :meth:`finish`). ``max_iter`` (set by the face) tells a loop that reached it from one
+    that stopped by the rule. Out of core, a pass over the data that takes a while is
+    reported as it goes (:meth:`pass_progress`: a line at most every
+    :data:`PASS_LINE_EVERY_S`, and at its end).
+
+    ``tasks`` (scikit-learn's callbacks, :class:`dkmeans._callbacks.FitTasks`) gets every
+    event too; a record's call returns True where a callback asked the loop to stop.
     """
+
+    #: A pass's progress line at most this often (seconds), with ``verbose``.
+    PASS_LINE_EVERY_S = 2.0
 
     def __init__(self, verbose):
         self.verbose = verbose
         self.tasks = None  # the task tree of scikit-learn's callbacks (dkmeans._callbacks.FitTasks)
         self.max_iter = None
+        self.prefix = ""  # a sweep's "k=<k> " in front of each line
         self._last = None  # the previous record
-        self._settle = False  # this run's local search kept swaps: Lloyd runs again from them
+        self._run_started = False  # a run started and reported no record yet
+        self._pass_lines = {}  # pass -> when its last line was printed
 
-    def _starts_run(self, record) -> bool:
-        last = self._last
-        if last is None:
-            return True
-        if isinstance(record, IterationRecord) and record.iteration == 1:
-            return not self._settle  # else the Lloyd loop after the swaps, in the same run
-        if isinstance(record, HartiganRecord) and record.iteration == 0:  # algorithm="hartigan"
-            return isinstance(last, HartiganRecord)  # (after Lloyd: refine, the same run)
-        return False
+    def run_started(self, run: int) -> None:
+        """The fit service starts run ``run``."""
+        self._run_started = True
+        if self.tasks is not None:
+            self.tasks.run_started(run)
+
+    def run_ended(self, run: int) -> bool:
+        """The fit service ended run ``run``; True where a callback asked for no more runs."""
+        return self.tasks.run_ended(run) if self.tasks is not None else False
+
+    def pass_progress(self, event: dict) -> None:
+        """A pass over out-of-core data: ``event["done"]`` of ``event["total"]`` pieces read."""
+        import time
+
+        if self.tasks is not None:
+            self.tasks.pass_progress(event)
+        done, total, index = event["done"], event["total"], event["pass"]
+        now = time.monotonic()
+        first = self._pass_lines.setdefault(index, now)
+        ended = done >= total
+        if ended:
+            self._pass_lines.pop(index, None)
+        elif now - first < self.PASS_LINE_EVERY_S or done == 0:
+            return  # a short pass says nothing; a long one once every few seconds
+        else:
+            self._pass_lines[index] = now
+        seconds = event.get("seconds", 0.0)
+        line = f"{self.prefix}pass {index:4d}  read {done}/{total} pieces  {seconds:8.1f} s"
+        logger.info(line)
+        if self.verbose and (not ended or seconds >= self.PASS_LINE_EVERY_S):
+            print(line, file=sys.stdout, flush=True)
 
     def _lloyd_ended(self) -> None:
         last = self._last
         if not isinstance(last, IterationRecord):
             return
         if last.centroid_shift == 0.0:
-            print(f"Converged at iteration {last.iteration}: strict convergence.", file=sys.stdout, flush=True)
-        elif self.max_iter is None or last.iteration < self.max_iter:
-            print(f"Converged at iteration {last.iteration}: center shift {last.centroid_shift} within tolerance.",
+            print(f"{self.prefix}Converged at iteration {last.iteration}: strict convergence.",
                   file=sys.stdout, flush=True)
+        elif self.max_iter is None or last.iteration < self.max_iter:
+            print(f"{self.prefix}Converged at iteration {last.iteration}: center shift "
+                  f"{last.centroid_shift} within tolerance.", file=sys.stdout, flush=True)
 
-    def __call__(self, record) -> None:
-        line = _record_line(record)
-        starts = self._starts_run(record)
+    def __call__(self, record) -> bool:
+        line = self.prefix + _record_line(record)
         continues_lloyd = (isinstance(record, IterationRecord) and isinstance(self._last, IterationRecord)
                            and record.iteration == self._last.iteration + 1)
         if self.verbose and not continues_lloyd:
             self._lloyd_ended()
-        if starts:
-            self._settle = False
+        if self._run_started:
+            self._run_started = False
             if self.verbose and not isinstance(record, MiniBatchRecord):  # scikit-learn's mini-batch has none
-                print("Initialization complete", file=sys.stdout, flush=True)
-        elif isinstance(record, IterationRecord) and record.iteration == 1:
-            self._settle = False
-        if isinstance(record, LocalSearchRecord) and record.swaps_accepted > 0:
-            self._settle = True
-        if self.tasks is not None:
-            self.tasks.record(record, starts)
+                print(f"{self.prefix}Initialization complete", file=sys.stdout, flush=True)
+        stop = self.tasks.record(record) if self.tasks is not None else False
         self._last = record
         logger.info(line)
         if self.verbose:
             print(line, file=sys.stdout, flush=True)
+        return stop
 
     def finish(self) -> None:
         """The fit ended: the last Lloyd loop's convergence message."""
         if self.verbose and not isinstance(self._last, MiniBatchRecord):
             self._lloyd_ended()
         self._last = None
+
+    def hooks(self) -> dict:
+        """The fit service's hooks that feed this object (:class:`~dkmeans.fit.spec.FitSpec`)."""
+        return {"on_iteration": self, "on_run_start": self.run_started,
+                "on_run_end": self.run_ended, "on_pass": self.pass_progress}
 
 
 def _progress(verbose):
@@ -258,12 +292,13 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
     @_callbacks.managed  # scikit-learn's callbacks (where it has them) are torn down at the end
     def _fit_managed(self, X, y, sample_weight):
         spec = self._fit_spec()
-        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, getattr(spec, "n_init", 1))
+        progress = getattr(spec, "on_iteration", None)
+        runs = 1 if getattr(spec, "algorithm", None) == "minibatch" else getattr(spec, "n_init", 1)
+        tasks = _callbacks.FitTasks.start(self, X, y, sample_weight, runs)
         # BisectingKMeans' spec has no per-iteration hook: its task tree is the fit alone
-        if tasks is not None and isinstance(getattr(spec, "on_iteration", None), _Progress):
-            spec.on_iteration.tasks = tasks
-            spec = dataclasses.replace(spec, on_run_end=tasks.run_ended)
-            tasks.runs_ended_by_service = True
+        if isinstance(progress, _Progress):
+            progress.tasks = tasks
+            spec = dataclasses.replace(spec, **progress.hooks())
         fitted_before = {name: value for name, value in vars(self).items() if name.endswith("_")}
         try:
             fitted = self._fit(X, sample_weight, spec)
@@ -714,8 +749,8 @@ class KMeans(_KMeansBase):
         row-to-centroid distances its assignment step computed: below 1 where pruning skipped
         some, see ``prune``), Hartigan moves, proposals and mode.
     stop_reason_ : str
-        ``"centroid-shift"``, ``"fixed-point"``, ``"no-improving-move"`` (Hartigan) or
-        ``"max_iter"``.
+        ``"centroid-shift"``, ``"fixed-point"``, ``"no-improving-move"`` (Hartigan),
+        ``"max_iter"``, or ``"stopped"`` (a scikit-learn callback asked the fit to stop).
     data_mode_ : {"in-memory", "out-of-core"}
         Whether the data was persisted for the fit or read from its source in every pass.
     n_passes_ : int

@@ -9,39 +9,36 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import logging
 import numbers
 import os
-import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from dkmeans.drivers.streams import resolve_seed
 from dkmeans.errors import InvalidParameterError
-from dkmeans.estimator import KMeans, _record_line
+from dkmeans import _callbacks
+from dkmeans.estimator import KMeans, _Progress
 from dkmeans.fit.gap import ReferenceCurve
 from dkmeans.fit.krules import RULE_TEXT, Scores, answers, elbow, suggest
-from dkmeans.fit.sweep import run_sweep
+from dkmeans.fit.sweep import run_sweep, score_centroids
 
-logger = logging.getLogger("dkmeans")
 
 #: The rule :func:`elbow` applies (one of the rules in :attr:`SweepResult.answers`).
 ELBOW_RULE = RULE_TEXT["elbow"]
+#: How :func:`sweep` fits the values of k.
+METHODS = ("refit", "bisecting")
 
 
-class _Progress:
-    """One k's progress lines: logged (logger ``dkmeans``, INFO) with the k in front; printed with ``verbose``."""
-
-    def __init__(self, k: int, verbose):
-        self.k, self.verbose = k, verbose
-
-    def __call__(self, record) -> None:
-        line = f"k={self.k:<4d} {_record_line(record)}"
-        logger.info(line)
-        if self.verbose:
-            print(line, file=sys.stdout, flush=True)
+def _k_progress(k: int, verbose, tasks) -> _Progress:
+    """One k's progress: its lines logged (logger ``dkmeans``, INFO) with the k in front and
+    printed with ``verbose``; its events to the k's task tree (scikit-learn's callbacks)."""
+    progress = _Progress(verbose)
+    progress.prefix = f"k={k:<4d} "
+    progress.tasks = tasks
+    return progress
 
 
 @dataclass
@@ -88,6 +85,11 @@ class SweepResult:
         The gap statistic's reference fits (``dkmeans.fit.gap.ReferenceCurve``: per k the
         mean and spread of their log objective, the passes they made); None without reference
         draws (``reference_draws=0``) or for cosine.
+    method : {"refit", "bisecting"}
+        How the values of k were fitted (:func:`sweep`'s ``method``).
+    tree : BisectingKMeans or None
+        With ``method="bisecting"``: the one bisecting fit whose first ``k - 1`` splits gave
+        each k's centroids (``tree.cluster_centers_at(k)``, ``tree.inertia_per_k_``).
     """
 
     k_values: list
@@ -106,6 +108,8 @@ class SweepResult:
     answers: dict = field(default_factory=dict)
     scores: Scores | None = None
     reference: ReferenceCurve | None = None
+    method: str = "refit"
+    tree: Any = None
 
     def rows(self) -> list[dict]:
         """One dict per k: k, objective, n_iter, passes, stop_reason and the metrics."""
@@ -130,8 +134,14 @@ class SweepResult:
         if self.answers:
             lines.append("each rule's k: " + ", ".join(
                 f"{name} {'none' if k is None else k}" for name, k in self.answers.items()))
-        lines.append(f"passes over the data: {self.n_passes} in all ({self.n_passes / longest:.2f}x the longest single "
-                     f"fit's {longest}; fitted one by one: {sum(self.passes.values())})")
+        if self.method == "bisecting":
+            refit = "" if self.suggested_k is None else f", the refit of k = {self.suggested_k}"
+            lines.append(f"passes over the data: {self.n_passes} in all (one bisecting fit of "
+                         f"{longest} passes for every k, the scores{refit})")
+        else:
+            lines.append(f"passes over the data: {self.n_passes} in all "
+                         f"({self.n_passes / longest:.2f}x the longest single fit's {longest}; "
+                         f"fitted one by one: {sum(self.passes.values())})")
         return "\n".join(lines)
 
     def plot(self, path=None, ax=None):
@@ -182,7 +192,7 @@ class SweepResult:
         rule = html.escape(self.rule)
         return (
             f"<div><p><b>dkmeans.SweepResult</b>: k = {html.escape(str(self.k_values))}, "
-            f"suggested k = <b>{suggested}</b> <span title=\"{rule}\">(elbow)</span>; "
+            f"suggested k = <b>{suggested}</b> (<span title=\"{rule}\">why</span>); "
             f"{self.n_passes} passes over the data ({self.n_passes / longest:.2f}x the longest "
             f"single fit's {longest}), {html.escape(self.data_mode)}, {self.seconds:.1f} s</p>"
             + (f"<div>{figure}</div>" if figure else "")
@@ -222,7 +232,7 @@ def check_k_values(k_values) -> list[int]:
 
 def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options=None,
           reference_draws: int = 5, reference_rows: int = 20_000, silhouette_rows: int = 2_000,
-          **kmeans_params) -> SweepResult:
+          method: str = "refit", callbacks=None, **kmeans_params) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
     Read more in the :ref:`User Guide <guide-sweep>`.
@@ -259,6 +269,23 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
     silhouette_rows : int, default 2,000
         Rows of the sample every k's silhouette is computed on (one pass, then scikit-learn's
         ``silhouette_score`` on the caller, O(silhouette_rows^2) per k); 0: no silhouette.
+    method : {"refit", "bisecting"}, default "refit"
+        ``"refit"``: a k-means fit of every k, sharing their passes (``models`` holds every
+        k). ``"bisecting"``: one :class:`~dkmeans.BisectingKMeans` fit to the largest k
+        (``BisectingKMeans(max(k_values), random_state=random_state)``; Euclidean, dense
+        rows) gives the centroids of every k, its first ``k - 1`` splits; each k is scored with
+        every row at its nearest centroid (the objective, the indices, the gap and the
+        silhouette of those labels, in shared passes), the rules choose k on those scores, and
+        only the suggested k is fitted again with ``KMeans(n_clusters=k, random_state=
+        random_state, **kmeans_params)`` (``models`` holds that one fit; none for no clear k).
+        Faster where many k are swept; the suggestion agrees with ``"refit"``'s on most sets
+        of ``benchmarks/choose_k.py`` (see the User Guide for the figures).
+    callbacks : sequence of scikit-learn callbacks, optional
+        ``sklearn.callback`` objects (``ProgressBar()``, ``ScoringMonitor(...)``; scikit-learn
+        1.9 or later) for the sweep's task tree: ``sweep``, one ``k=<k>`` task per k, and under
+        each the k's fit as :meth:`KMeans.fit <dkmeans.KMeans.fit>` reports it (auto-propagated
+        callbacks such as ``ProgressBar`` reach it). A stop request ends that k's run or runs
+        as in a single fit. See the :ref:`notebooks guide <guide-notebooks>`.
     **kmeans_params
         Any other :class:`~dkmeans.KMeans` parameter, the same for every k (not
         ``n_clusters``; not ``checkpoint``; ``init`` a strategy name or a callable, not
@@ -291,6 +318,9 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
     >>> result.plot("sweep.png")                                      # doctest: +SKIP
     """
     ks = check_k_values(k_values)
+    if method not in METHODS:
+        raise InvalidParameterError(
+            f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
     counts = (("reference_draws", reference_draws, 0), ("reference_rows", reference_rows, 1),
               ("silhouette_rows", silhouette_rows, 0))
     for name, value, low in counts:
@@ -315,18 +345,38 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
         raise InvalidParameterError("storage_options applies to a path; pass them to the reader of X")
     seed = resolve_seed(random_state)
     verbose = kmeans_params.pop("verbose", 0)
+    if method == "bisecting":
+        if callbacks:
+            raise InvalidParameterError("callbacks report the fits of method='refit'; "
+                                        "method='bisecting' reports with verbose only")
+        return _bisecting_sweep(X, ks, seed, t0, sample_weight, verbose, kmeans_params,
+                                reference_draws=reference_draws, reference_rows=reference_rows,
+                                silhouette_rows=silhouette_rows)
     models = {k: KMeans(n_clusters=k, random_state=seed, verbose=verbose, **kmeans_params) for k in ks}
     template = models[ks[-1]]
     dataset = template._fit_dataset(X)  # validated once; records n_features_in_ and the feature names
-    specs = [dataclasses.replace(models[k]._fit_spec(), on_iteration=_Progress(k, verbose)) for k in ks]
-    run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws,
-                    reference_rows=reference_rows, silhouette_rows=silhouette_rows)
-    for k, spec, fit in zip(ks, specs, run.fits):
-        model = models[k]
-        for name in ("n_features_in_", "feature_names_in_"):
-            if hasattr(template, name):
-                setattr(model, name, getattr(template, name))
-        model._fitted(fit.result, spec)
+    runs = template._fit_spec().n_init
+    tasks = _callbacks.SweepTasks.start(callbacks, models, X, sample_weight, runs)
+    fitted = False
+    try:
+        specs = []
+        for k in ks:
+            progress = _k_progress(k, verbose, tasks.fits[k] if tasks is not None else None)
+            hooks = {name: hook for name, hook in progress.hooks().items() if name != "on_pass"}
+            specs.append(dataclasses.replace(models[k]._fit_spec(), **hooks))
+        run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws,
+                        reference_rows=reference_rows, silhouette_rows=silhouette_rows)
+        for k, spec, fit in zip(ks, specs, run.fits):
+            model = models[k]
+            for name in ("n_features_in_", "feature_names_in_"):
+                if hasattr(template, name):
+                    setattr(model, name, getattr(template, name))
+            model._fitted(fit.result, spec)
+            spec.on_iteration.finish()
+        fitted = True
+    finally:
+        if tasks is not None:  # every task ended, the callbacks torn down (after an error too)
+            tasks.close(fitted)
     objective = {k: float(models[k].inertia_) for k in ks}
     metrics = {k: dict(fit.metrics) for k, fit in zip(ks, run.fits)}
     scores = sweep_scores(ks, objective, metrics, run.reference)
@@ -338,6 +388,40 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
         data_mode=run.data_mode, seconds=time.perf_counter() - t0, random_state=seed,
         stop_reason={k: models[k].stop_reason_ for k in ks}, answers=answers(scores), scores=scores,
         reference=run.reference,
+    )
+
+
+def _bisecting_sweep(X, ks, seed: int, t0: float, sample_weight, verbose, kmeans_params,
+                     **counts) -> SweepResult:
+    """``sweep(method="bisecting")``: every k from one bisecting fit, the suggested k refitted."""
+    from dkmeans.bisecting_estimator import BisectingKMeans
+
+    if kmeans_params.get("metric", "euclidean") != "euclidean":
+        raise InvalidParameterError("method='bisecting' is Euclidean: bisecting k-means has no "
+                                    f"metric={kmeans_params['metric']!r}; use method='refit'")
+    out_of_core = kmeans_params.get("out_of_core", "auto")
+    template = KMeans(n_clusters=ks[-1], random_state=seed, **kmeans_params)
+    dataset = template._fit_dataset(X)  # checks the KMeans parameters too, before any fit
+    tree = BisectingKMeans(ks[-1], random_state=seed, out_of_core=out_of_core, verbose=verbose)
+    tree.fit(X, sample_weight=sample_weight)
+    centroids = {k: tree.cluster_centers_at(k) for k in ks}
+    scored = score_centroids(centroids, dataset, sample_weight, seed=seed,
+                             out_of_core=out_of_core, **counts)
+    objective = {k: float(scored.metrics[k]["objective"]) for k in ks}
+    scores = sweep_scores(ks, objective, scored.metrics, scored.reference)
+    suggested, rule = suggest(scores)
+    models, n_passes = {}, tree.n_passes_ + scored.n_passes
+    if suggested is not None:
+        model = KMeans(n_clusters=suggested, random_state=seed, verbose=verbose, **kmeans_params)
+        models[suggested] = model.fit(X, sample_weight=sample_weight)
+        n_passes += model.n_passes_
+    return SweepResult(
+        k_values=ks, models=models, objective=objective, n_iter={k: int(tree.n_iter_) for k in ks},
+        passes={k: int(tree.n_passes_) for k in ks}, metrics=scored.metrics,
+        suggested_k=suggested, rule=rule, n_passes=int(n_passes), data_mode=scored.data_mode,
+        seconds=time.perf_counter() - t0, random_state=seed,
+        stop_reason={k: "bisecting tree" for k in ks}, answers=answers(scores), scores=scores,
+        reference=scored.reference, method="bisecting", tree=tree,
     )
 
 
@@ -357,4 +441,5 @@ def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
                   gap_sd=column("gap_sd"), gap_at_1=gap_at_1, gap_sd_at_1=sd_at_1)
 
 
-__all__ = ["ELBOW_RULE", "SweepResult", "check_k_values", "elbow", "sweep", "sweep_scores"]
+__all__ = ["ELBOW_RULE", "METHODS", "SweepResult", "check_k_values", "elbow", "sweep",
+           "sweep_scores"]

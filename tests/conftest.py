@@ -100,6 +100,24 @@ def blobs():
     return make_blobs(3000, 4, 5, spread=1.0, box=10.0, seed=1)
 
 
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory):
+    """Blobs with a truth and an id column, as a folder of two Parquet files and a CSV file:
+    ``(root, frame)`` (the command-line tests, in-process and in subprocesses)."""
+    import pandas as pd
+
+    root = tmp_path_factory.mktemp("cli")
+    X, truth, _ = make_blobs(6000, 2, 4, spread=0.8, seed=3)
+    df = pd.DataFrame(X, columns=["a", "b"])
+    df["truth"] = truth
+    df["id"] = [f"row{i}" for i in range(len(df))]
+    (root / "data").mkdir()
+    df.iloc[:2500].to_parquet(root / "data" / "part0.parquet")
+    df.iloc[2500:].to_parquet(root / "data" / "part1.parquet")
+    df.to_csv(root / "data.csv", index=False)
+    return root, df
+
+
 #: The values of Dask config ``dkmeans.kernels.backend``: the compiled loops chosen per shape,
 #: the compiled loops around BLAS products, the namespace code.
 KERNEL_BACKENDS = ("auto", "blas", "numpy")
@@ -111,6 +129,27 @@ def kernel_backend(request):
     ``@pytest.mark.parametrize("kernel_backend", [...], indirect=True)``); yields the setting."""
     with dask.config.set({"dkmeans.kernels.backend": request.param}):
         yield request.param
+
+
+@pytest.fixture
+def kernel_plan(request, monkeypatch):
+    """The test runs under a kernel plan (:class:`dkmeans.kernels.plans.KernelPlan`), in a process
+    that has loaded no compiled loops yet (as a fresh one: the size rule of ``plans.plan`` applies).
+
+    The path is ``"compiled"`` unless the test asks for another with
+    ``@pytest.mark.parametrize("kernel_plan", ["numpy"], indirect=True)``, or for none (``None``:
+    the fit service chooses, under ``dkmeans.compile = "auto"``); yields the plan (or None).
+    """
+    from dkmeans.kernels import plans
+
+    monkeypatch.setattr(plans, "_loaded", set())
+    path = getattr(request, "param", "compiled")
+    if path is None:
+        with dask.config.set({"dkmeans.compile": "auto"}):
+            yield None
+        return
+    with plans.KernelPlan(path, dask.config.get("dkmeans.kernels.backend", "auto")).applied() as plan:
+        yield plan
 
 
 @pytest.fixture(params=["numpy", "cupy"])

@@ -159,3 +159,11 @@ def test_the_layer_of_a_module_is_its_folder():
     assert _layer("dkmeans.fit.service") == 5
     assert _layer("dkmeans.errors") == 0
     assert _layer("dkmeans.estimator") == _layer("dkmeans") == 6
+
+
+def test_the_kernel_backends_stay_behind_the_kernel_plan():
+    """Above the kernels, only the engine's placement and the kernel plan (``dkmeans.kernels.plans``)
+    speak of code paths: nothing above the engine imports ``dkmeans.kernels.backends``."""
+    reaching = [f"{m} imports {t}" for m, targets in _graph(False).items() if _layer(m) > FOLDERS["engine"]
+                for t in targets if t.startswith("dkmeans.kernels.backends")]
+    assert not reaching, "\n".join(reaching)

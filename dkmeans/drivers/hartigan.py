@@ -38,7 +38,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from dkmeans.drivers.state import HartiganRecord
+from dkmeans.drivers.state import STOPPED, HartiganRecord
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.kernels import assign, cluster_sums
@@ -344,7 +344,9 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
         Cluster pairs whose best proposal comes back each round (default ``max(8 k, 64)``);
         a safe round accepts at most ``k / 2`` moves, the first ones of this list.
     on_iteration : callable, optional
-        Called with each :class:`HartiganRecord` (the initial partition first).
+        Called with each :class:`HartiganRecord` (the initial partition first); where it
+        returns True the refinement stops with the partition just measured (stop reason
+        ``"stopped"``).
 
     Returns
     -------
@@ -362,10 +364,9 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
     unsafe = mode == "unsafe"
     history: list[HartiganRecord] = []
 
-    def emit(record):
+    def emit(record) -> bool:
         history.append(record)
-        if on_iteration is not None:
-            on_iteration(record)
+        return on_iteration is not None and bool(on_iteration(record))
 
     t0 = time.perf_counter()
     action = ("init-centroids", value.astype(data.dtype)) if kind == "centroids" else ("init-labels", value)
@@ -400,8 +401,12 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
         S, W, npos = part.sums, part.weights, part.npos
         objective = float(part.objective)
         mode_name, n_moves, proposals, predicted = round_info
-        emit(HartiganRecord(rounds, objective, n_moves, proposals, mode_name, predicted, time.perf_counter() - t0))
+        asked = emit(HartiganRecord(rounds, objective, n_moves, proposals, mode_name, predicted,
+                                    time.perf_counter() - t0))
         t0 = time.perf_counter()
+        if asked:  # the caller asked to stop: the partition just measured stands
+            stop_reason = STOPPED
+            break
         if part.n_proposals == 0:
             stop_reason, converged = "no-improving-move", True
             break

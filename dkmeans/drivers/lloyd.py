@@ -12,7 +12,8 @@ centroids; when the next iteration is in the same block, each chunk keeps that a
 and the next iteration's partials take only a product with the refilled centroids
 (:func:`fill_empty_clusters` with ``assign_next``). The loop ends on the stop rule, at a
 fixed point (no centroid moved: further iterations cannot change anything), or after
-``max_iter`` updates.
+``max_iter`` updates, or where the caller asks it to stop (``on_iteration`` returning True:
+a scikit-learn callback's stop request; stop reason ``"stopped"``, after a finished update).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from dkmeans.kernels.nearest import farthest_from, nearest_sq64, refill_partials
 from dkmeans.kernels.cosine import objective_scale, unit_centroids
 from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
 from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
-from dkmeans.drivers.state import IterationRecord, LoopState
+from dkmeans.drivers.state import STOPPED, IterationRecord, LoopState
 
 logger = logging.getLogger("dkmeans")
 
@@ -184,7 +185,10 @@ def lloyd(
         Maximum number of centroid updates in total (0 returns the initial centroids).
     stop_rule : ObjectiveDecrease or CentroidShift
     on_iteration : callable, optional
-        Called with each :class:`IterationRecord` (progress display).
+        Called with each :class:`IterationRecord` (progress display). Where it returns True
+        the loop stops after that update (stop reason ``"stopped"``; see
+        :meth:`~dkmeans.engine.protocol.ChunkedData.report` for when a loop running on the
+        cluster sees the request).
     resume : LoopState, optional
         Continue a loop from a checkpoint: its centroids, update count, last objective
         and history. The result is the one the uninterrupted loop would have given.
@@ -215,12 +219,14 @@ def lloyd(
     """
     state = resume if resume is not None else LoopState(np.asarray(initial_centroids))
     reported = state.n_iter
+    stop_asked = False
 
-    def report(record: dict) -> None:
-        nonlocal reported
+    def report(record: dict) -> bool:
+        nonlocal reported, stop_asked
         if on_iteration is not None and record["iteration"] > reported:
-            on_iteration(IterationRecord(**record))
+            stop_asked = bool(on_iteration(IterationRecord(**record))) or stop_asked
         reported = max(reported, record["iteration"])
+        return stop_asked
 
     work_per_row = len(state.centroids) * data.n_features
     if capacitated is not None:
@@ -253,6 +259,9 @@ def lloyd(
             if on_state is not None:
                 on_state(state)
         if result.stop_reason != "max_iter" or result.n_iter >= max_iter:
+            return result
+        if stop_asked:  # asked while a block ran where the request could not reach it (one task)
+            result.stop_reason = STOPPED
             return result
 
 
@@ -334,11 +343,14 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
             shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
             record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed)
             history.append(record)
-            data.report(record.as_dict())
+            stop = data.report(record.as_dict())
             C, n_iter, previous_objective, n_records = new, it + 1, objective, len(history)
             reason = stop_after_update(record, stop_rule)
             if reason is not None:
                 stop_reason, converged = reason, True
+                break
+            if stop:  # the caller asked to stop: here, with this update's centroids
+                stop_reason = STOPPED
                 break
     except INTERRUPTIONS as stop:
         # the last finished update, for a final checkpoint: (C, n_iter, previous_objective,

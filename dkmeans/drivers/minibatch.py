@@ -61,7 +61,7 @@ from dkmeans.kernels.minibatch import (
     reset_counts,
     weighted_batch_partials,
 )
-from dkmeans.drivers.state import MiniBatchRecord, MiniBatchState, PassState
+from dkmeans.drivers.state import STOPPED, MiniBatchRecord, MiniBatchState, PassState
 
 #: stream number of the batch draws in :func:`step_rng` (apart from the initialisation's)
 BATCH_STREAM = STREAMS["minibatch.batches"]()
@@ -294,7 +294,8 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
     tol : float
         Squared center change to stop at (already scaled; 0 disables the rule).
     on_step : callable, optional
-        Called with each :class:`MiniBatchRecord`.
+        Called with each :class:`MiniBatchRecord`; True from it stops the steps (stop reason
+        ``"stopped"``; see :meth:`~dkmeans.engine.protocol.ChunkedData.report`).
     resume : PassState, optional
         Continue a run from a checkpoint: its state, records and stop reason.
     on_state : callable, optional
@@ -305,12 +306,14 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
     progress = resume if resume is not None else PassState(state)
     state, reason, history = progress.run, progress.stop_reason, list(progress.history)
     reported = state.n_steps
+    stop_asked = False
 
-    def report(record: dict) -> None:
-        nonlocal reported
+    def report(record: dict) -> bool:
+        nonlocal reported, stop_asked
         if on_step is not None and record["iteration"] > reported:
-            on_step(MiniBatchRecord(**record))
+            stop_asked = bool(on_step(MiniBatchRecord(**record))) or stop_asked
         reported = max(reported, record["iteration"])
+        return stop_asked
 
     work_per_row = len(state.centroids) * data.n_features * options.batch_size / max(1, data.n_rows)
     draws = weighted_draws(data)
@@ -324,9 +327,12 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
             report(record.as_dict())
         history += result.history
         state, reason = result.state, (result.stop_reason if result.converged else None)
+        if stop_asked:  # (a block in one task hears the request only when it ends)
+            reason = STOPPED
         if on_state is not None:
             on_state(PassState(state, history=list(history), stop_reason=reason))
-    return MiniBatchResult(state.centroids, state, state.n_steps, reason or "max_iter", reason is not None, history)
+    return MiniBatchResult(state.centroids, state, state.n_steps, reason or "max_iter",
+                           reason not in (None, STOPPED), history)
 
 
 def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, options: MiniBatchOptions,
@@ -354,7 +360,8 @@ def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, option
 
         state, record, reason = advance(state, partials, b, options, rng, rows_at, n, tol, started=t0)
         history.append(record)
-        data.report(record.as_dict())
+        if data.report(record.as_dict()) and reason is None:  # the caller asked to stop
+            return MiniBatchResult(state.centroids, state, state.n_steps, STOPPED, False, history)
         if reason is not None:
             break
     converged = reason is not None
@@ -422,13 +429,13 @@ def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatch
     st = resume if resume is not None else PassState(state)
     history, st = list(st.history), replace(st, history=[])  # st.history: this pass's new records
     args = (seed, options, tol, n_total, data.dtype)
-    reported, saved_at = 0, st.run.n_steps
+    reported, saved_at, stop_asked = 0, st.run.n_steps, False
 
     def report(s: PassState) -> None:
-        nonlocal reported
+        nonlocal reported, stop_asked
         if on_step is not None:
             for record in s.history[reported:]:
-                on_step(record)
+                stop_asked = bool(on_step(record)) or stop_asked
         reported = len(s.history)
 
     def save(s: PassState, final: bool = False) -> None:
@@ -442,16 +449,18 @@ def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatch
         save(s)
 
     while st.stop_reason is None and st.epoch < max_passes:
-        st = data.fold(_fold_chunk, st, args, stop=lambda s: s.stop_reason is not None, on_state=between_windows,
-                       start_row=st.next_row)
-        if st.stop_reason is None:  # the pass's last, shorter batch
+        st = data.fold(_fold_chunk, st, args, on_state=between_windows, start_row=st.next_row,
+                       stop=lambda s: s.stop_reason is not None or stop_asked)
+        if st.stop_reason is None and not stop_asked:  # the pass's last, shorter batch
             st = _run_batches(st, np.empty((0, data.n_features), data.dtype), None, *args, final=True)
         report(st)
+        if stop_asked and st.stop_reason is None:  # the caller asked to stop (seen between windows)
+            st = replace(st, stop_reason=STOPPED)
         history += st.history
         st, reported = PassState(st.run, stop_reason=st.stop_reason, epoch=st.epoch + 1), 0
         save(st, final=st.stop_reason is not None or st.epoch >= max_passes)
     return MiniBatchResult(st.run.centroids, st.run, st.run.n_steps, st.stop_reason or "max_iter",
-                           st.stop_reason is not None, history)
+                           st.stop_reason not in (None, STOPPED), history)
 
 
 __all__ = ["BATCH_STREAM", "PassState", "WeightedDraws", "advance", "gather_rows", "MiniBatchOptions", "MiniBatchResult",

@@ -228,6 +228,11 @@ class LoopState:
     history: list = field(default_factory=list)  # IterationRecord
 
 
+#: The stop reason of a loop its caller asked to stop (its progress callback returned True: a
+#: scikit-learn callback's stop request); the loop ends after a finished step, with a valid state.
+STOPPED = "stopped"
+
+
 @dataclass
 class RunSummary:
     """A finished run (one initialisation followed by the algorithm)."""
@@ -274,4 +279,4 @@ _RECORD_OF = {name: cls for cls, name in _ALGORITHM_OF.items()}
 
 
 __all__ = ["FitState", "LocalSearchRecord", "MiniBatchRecord", "MiniBatchState", "HartiganRecord", "IterationRecord",
-           "LoopState", "PassState", "RunSummary", "history_dicts", "history_records"]
+           "LoopState", "PassState", "RunSummary", "STOPPED", "history_dicts", "history_records"]

@@ -17,7 +17,6 @@ user's scheduler as it was: fits still run on the embedded cluster, and nothing 
 from __future__ import annotations
 
 import atexit
-import gc
 import logging
 import multiprocessing
 from multiprocessing import resource_tracker
@@ -32,6 +31,7 @@ import dask
 import distributed
 
 from dkmeans import config
+from dkmeans.engine import worker_session
 from dkmeans.engine.health import note_interrupt
 from dkmeans.errors import DKMeansError
 
@@ -375,8 +375,9 @@ def close_embedded_cluster() -> None:
     itself: the interpreter's teardown of a worker that loaded numba, pandas and pyarrow takes
     2-3 s on an idle 2-core machine, more when the machine is busy (two fits at once), longer
     than the 4 s distributed's ``LocalCluster.close`` waits before it kills the process.
-    Before that each worker's objects are frozen (``gc.freeze()``), so that its exit
-    skips the collection of the objects it holds, most of those seconds.
+    Before that each worker is told the cluster closes
+    (:func:`~dkmeans.engine.worker_session.prepare_to_exit`): it logs only critical records from
+    then on, and its exit skips the collection of the objects it holds, most of those seconds.
     """
     with _lock:
         client = _embedded.pop("client", None)
@@ -385,11 +386,10 @@ def close_embedded_cluster() -> None:
         cluster = client.cluster
         if cluster is not None and client.status == "running":
             try:
-                # every object the worker holds now is left out of its exit's garbage collection,
-                # which takes most of those seconds (about 1.9 s -> 0.2 s, measured)
-                client.run(gc.freeze, on_error="ignore")
+                # quiet shutdown logs, and an exit that skips collecting what the worker holds
+                client.run(worker_session.prepare_to_exit, on_error="ignore")
             except Exception as exc:  # a worker gone already: its nanny's close below handles it
-                logger.debug("freezing the workers' objects before they exit: %r", exc)
+                logger.debug("preparing the workers to exit: %r", exc)
         client.close()
         if cluster is not None:
             _close_worker_processes(cluster, WORKER_EXIT_SECONDS)

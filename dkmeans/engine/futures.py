@@ -27,6 +27,8 @@ from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, 
 
 #: Paused workers are asked to release their allocators' memory at most this often (s).
 RELEASE_EVERY = 5.0
+#: A watched wait (``gather(on_poll=...)``) looks at its progress this often (s).
+WATCH_POLL_S = 0.5
 
 
 class WorkersStalledError(ClusterError):
@@ -47,7 +49,8 @@ def stall_timeout() -> float:
     return config.get("stall-timeout")
 
 
-def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = False):
+def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = False,
+           on_poll=None):
     """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
 
     * Every worker gone for longer than :func:`worker_timeout`: the futures are
@@ -68,12 +71,17 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
       workers' state and memory, or, with ``stalled_workers``, a
       :class:`WorkersStalledError` names the paused workers (the caller submits the work
       again without them).
+
+    ``on_poll()``, where given, is called about every :data:`WATCH_POLL_S` while the wait goes
+    on (a pass's progress display, :mod:`dkmeans.engine.streamed`).
     """
     timeout = worker_timeout()
     stall_limit = stall_timeout()
     stalled_since = None
     last_release = 0.0
     poll = min(1.0, max(0.05, timeout / 4))
+    if on_poll is not None:
+        poll = min(poll, WATCH_POLL_S)
     single = not isinstance(futures, (list, tuple))
     futures = [futures] if single else list(futures)
     no_workers_since = None
@@ -85,6 +93,8 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
                 break
             except TimeoutError:
                 pass
+            if on_poll is not None:
+                on_poll()
             paused = _paused_workers(client)
             if client.nthreads() and paused is None:  # workers running: lost chunks are recomputed, keep waiting
                 no_workers_since = None

@@ -18,13 +18,16 @@ import numpy as np
 
 from dkmeans.engine.persisted import PersistedData
 from dkmeans.engine.streamed import StreamedData
+from dkmeans.engine.protocol import InCallerLoop
 
 
-class HybridData:
+class HybridData(InCallerLoop):
     """The data protocol over a persisted head and a streamed tail (see the module docstring)."""
 
     kind = "hybrid"
     in_memory = False
+
+    loop_mode = "hybrid"
 
     def __init__(self, head: PersistedData, tail: StreamedData):
         if head.first_row != 0 or tail.first_row != head.n_rows:
@@ -36,7 +39,6 @@ class HybridData:
         self.generation = head.generation
         self.client = head.client
         self.loop_modes: list[str] = []
-        self._on_progress = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dkmeans-hybrid")
 
     @property
@@ -50,6 +52,11 @@ class HybridData:
     @property
     def nbytes(self) -> int:
         return self.head.nbytes + self.tail.nbytes
+
+    def watch_passes(self, callback) -> None:
+        """Progress of each pass, as its streamed part reads its pieces (the persisted head's
+        chunks run beside them: see :meth:`StreamedData.watch_passes`)."""
+        self.tail.watch_passes(callback)
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """Both parts at once (the head's pass in a thread); their results combined head first."""
@@ -86,20 +93,6 @@ class HybridData:
         if (~in_head).any():
             out[~in_head] = self.tail.rows(idx[~in_head])
         return out
-
-    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
-                 on_progress: Callable[[dict], None] | None = None):
-        """``fn(self, *args)`` here: every pass reads the tail from its source."""
-        self._on_progress = on_progress
-        try:
-            return fn(self, *args)
-        finally:
-            self._on_progress = None
-            self.loop_modes.append("hybrid")
-
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
 
     def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
                       per_label: int = 0):

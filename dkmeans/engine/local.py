@@ -15,9 +15,10 @@ from typing import Any, Callable, Sequence
 from dkmeans.kernels.namespace import concatenate_rows, get_namespace, to_host
 from dkmeans.engine import kept
 from dkmeans.engine.passes import first_chunk
+from dkmeans.engine.protocol import InCallerLoop
 
 
-class ChunkList:
+class ChunkList(InCallerLoop):
     """Chunks held in this process, with the data protocol's passes run as plain loops.
 
     The base of :class:`LocalChunks` (every chunk) and of an SPMD rank's chunks, which
@@ -31,13 +32,14 @@ class ChunkList:
     kind = "local"
     in_memory = True
 
+    loop_mode = "in-process"
+
     def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None, threads: int = 1):
         self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(int(o) for o in offsets)
         self.dtype, self.n_features = dtype, n_features
         self.n_rows = int(sum(int(b.shape[0]) for b in self.blocks)) if n_rows is None else int(n_rows)
         self.passes = 0
         self.loop_modes: list[str] = []
-        self._on_progress = None
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dkmeans-chunks") \
             if threads > 1 and len(self.blocks) > 1 else None
 
@@ -159,19 +161,6 @@ class ChunkList:
             else:
                 raise IndexError(f"row {int(i)} is not held here")
         return concatenate_rows(out) if out else np.empty((0, self.n_features), self.dtype)
-
-    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0, on_progress=None):
-        """``fn(self, *args)`` right here; its reports go to ``on_progress``."""
-        self._on_progress = on_progress
-        try:
-            return fn(self, *args)
-        finally:
-            self._on_progress = None
-            self.loop_modes.append("in-process")
-
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
 
     def release(self) -> None:
         """The chunks are the caller's arrays: only the thread pool, if any, is let go."""

@@ -29,7 +29,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 HANDLER = "dkmeans_spmd_deliver"
 #: The name the plugin is registered under.
 PLUGIN_NAME = "dkmeans-spmd-mailbox"
-#: Message kinds; a pass message is ``(PASS, seq, rank, seconds, payload)``.
+#: Message kinds; a pass message is ``(PASS, seq, rank, seconds, payload, stop)`` (``stop``:
+#: rank 0 tells every rank that the client asked the loop to stop, see
+#: :mod:`dkmeans.engine.spmd`).
 PASS, STOP, FAILED = "pass", "stop", "failed"
 #: How many finished ranks and stopped loops a worker remembers (late messages are dropped).
 REMEMBER = 1024

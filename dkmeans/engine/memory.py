@@ -23,10 +23,11 @@ does. Two fractions of the limit, both Dask config keys (documented in the READM
 
 A fit's compiled kernels take memory of the worker process too (numba and LLVM, the loaded
 machine code: about 260 MiB on a fresh worker, measured with the process's resident memory
-before and after): before the budget is read, the fit's kernels are loaded on every worker
-(``kernels``: their dtype and width; :func:`prepare_worker` runs them on a few rows, compiled
-or from numba's cache), so the budget counts that memory as the worker's own instead of
-meeting it in the first pass's tasks.
+before and after): before the budget is read, every worker is prepared for the fit's kernel
+plan (``kernels``: the plan, the dtype and the width; :func:`prepare_worker`, the engine's one
+worker-preparation hook, loads the plan's kernels, compiled or from numba's cache), so the
+budget counts that memory as the worker's own instead of meeting it in the first pass's tasks.
+Workers without room for them take the plan's NumPy code (:attr:`MemoryBudget.plan`).
 
 When a worker's own memory leaves it less than its nominal task budget, the workers are first
 asked to give freed memory back to the operating system (``gc.collect()`` and glibc's
@@ -53,6 +54,8 @@ from dkmeans.engine.futures import worker_timeout
 from dkmeans.engine.health import raise_if_lost
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
+from dkmeans.kernels.plans import KernelPlan
+from dkmeans.kernels.warm import prepare
 
 #: Seconds the budget waits before measuring a worker again when its own memory cut into its task budget.
 RELEASE_SETTLE_S = 1.0
@@ -86,18 +89,18 @@ class MemoryBudget:
     scratch_bytes: int = 0
     unmanaged: dict = field(default_factory=dict)
     centroid_bytes: int = 0
-    #: the kernel path the fit can afford on these workers: the caller's, or "numpy" where loading the
-    #: compiled kernels (numba and LLVM: about KERNELS_BYTES) would take a worker past its pause threshold
-    kernel_path: str | None = None
+    #: the kernel plan the fit can afford on these workers: the caller's, or its NumPy code where loading
+    #: the compiled kernels (numba and LLVM: about KERNELS_BYTES) would take a worker past its pause threshold
+    plan: KernelPlan | None = None
 
     @classmethod
     def of(cls, client, scratch_bytes: int = 0, centroid_bytes: int = 0, kernels: tuple | None = None
            ) -> "MemoryBudget":
         """The budget of ``client``'s cluster as the scheduler reports it now.
 
-        ``kernels``: ``(dtype, n_features)`` of the fit's compiled kernels, loaded on every
-        worker first (:func:`prepare_worker`, on the code path the caller pinned) so that
-        their memory is counted. Where a worker's own memory cuts into its task budget, the
+        ``kernels``: ``(plan, dtype, n_features)``, the fit's kernel plan
+        (:class:`~dkmeans.kernels.plans.KernelPlan`) and its rows, for which every worker is
+        prepared first (:func:`prepare_worker`) so that the kernels' memory is counted. Where a worker's own memory cuts into its task budget, the
         workers first release the memory their allocators keep (see the module docstring).
         """
         for attempt in range(MEASURE_ATTEMPTS):
@@ -121,20 +124,18 @@ class MemoryBudget:
     def _measured(cls, client, info: dict, scratch_bytes: int, centroid_bytes: int,
                   kernels: tuple | None) -> "MemoryBudget":
         """The budget of the workers in ``info`` (see :meth:`of`), measured now."""
-        path = None
+        plan = None
         if kernels is not None:
-            from dkmeans.kernels.backends.compile import current_path
-
-            path = current_path()
-            if path == "compiled" and not _room_for_kernels(client, info, *kernels):
-                path = "numpy"  # the NumPy kernels need no compiler in the workers
-            rss = client.run(_prepare_in_thread, path, *kernels)
+            plan, dtype, n_features = kernels
+            if plan.path == "compiled" and not _room_for_kernels(client, info, dtype, n_features):
+                plan = plan.numpy()  # the NumPy kernels need no compiler in the workers
+            rss = client.run(_prepare_in_thread, plan, dtype, n_features)
             info = _next_reports(client, info) if _paused(info) else worker_info(client)
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
             if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
                 # a computation that just ended may still be releasing its data: look once more
                 time.sleep(RELEASE_SETTLE_S)
-                rss = client.run(_prepare_in_thread, path, *kernels)
+                rss = client.run(_prepare_in_thread, plan, dtype, n_features)
                 info = _next_reports(client, info)
                 budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
@@ -154,7 +155,7 @@ class MemoryBudget:
             )
         if paused:  # plan with the workers that run tasks; the paused ones get none of ours
             budget = dataclasses.replace(budget, limits={a: v for a, v in budget.limits.items() if a not in paused})
-        budget = dataclasses.replace(budget, kernel_path=path)
+        budget = dataclasses.replace(budget, plan=plan)
         return budget
 
     @classmethod
@@ -206,29 +207,19 @@ class MemoryBudget:
 _prepared: set = set()
 
 
-def prepare_worker(path, dtype, n_features: int) -> int:
-    """Run on each worker before its memory is read: the fit's compiled kernels loaded, the allocators'
+def prepare_worker(plan: KernelPlan | None, dtype, n_features: int) -> int:
+    """The engine's worker preparation for a fit: its kernel plan's kernels loaded, the allocators'
     free memory released; returns the process's resident memory (bytes, as distributed measures it).
 
-    ``path``: the fit's kernel path (:func:`dkmeans.kernels.backends.compile.current_path`); the NumPy
-    path (or none pinned) loads nothing. The kernels run once on a few rows (compiling them,
-    or loading them from numba's cache), once per process and kind.
+    Run on each worker before its memory is read (:meth:`MemoryBudget.of`). A compiled plan's
+    kernels run once on a few rows (compiling them, or loading them from numba's cache), once
+    per process, dtype and width (:func:`dkmeans.kernels.warm.prepare`); a NumPy plan loads nothing.
     """
     import psutil
 
-    key = (path, str(dtype), int(n_features))
-    if path == "compiled" and key not in _prepared:
-        import numpy as np
-
-        from dkmeans.kernels.nearest import compiled_kinds
-        from dkmeans.kernels.backends.compile import call_pinned
-        from dkmeans.kernels.pruned import warm_up as warm_up_pruned
-
-        for _, warm_up in compiled_kinds(dtype, int(n_features)):
-            call_pinned("compiled", warm_up)
-        if int(n_features) > 0 and np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64)):
-            call_pinned("compiled", warm_up_pruned, dtype, int(n_features))  # Lloyd's pruned passes
-        _prepared.add(key)
+    if plan is not None and plan.path == "compiled":
+        prepare(plan, dtype, n_features)
+        _prepared.add((str(dtype), int(n_features)))
     release_memory()
     return int(psutil.Process().memory_info().rss)
 
@@ -246,12 +237,12 @@ def _release_and_measure() -> int:
 KERNELS_BYTES = 300 * 2**20
 
 
-def _kernels_loaded(path, dtype, n_features: int) -> tuple[bool, int]:
-    """Whether this worker has the kernels of ``(path, dtype, n_features)`` loaded, and its memory after a release."""
+def _kernels_loaded(dtype, n_features: int) -> tuple[bool, int]:
+    """Whether this worker has the compiled kernels of ``(dtype, n_features)`` loaded, and its memory after a release."""
     import psutil
 
     release_memory()
-    return (path, str(dtype), int(n_features)) in _prepared, int(psutil.Process().memory_info().rss)
+    return (str(dtype), int(n_features)) in _prepared, int(psutil.Process().memory_info().rss)
 
 
 def _room_for_kernels(client, info: dict, dtype, n_features: int) -> bool:
@@ -262,7 +253,7 @@ def _room_for_kernels(client, info: dict, dtype, n_features: int) -> bool:
     on top would pause it before the fit's first task.
     """
     pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
-    state = client.run(_kernels_loaded, "compiled", dtype, n_features)
+    state = client.run(_kernels_loaded, dtype, n_features)
     for address, (loaded, rss) in state.items():
         limit = int(info.get(address, {}).get("memory_limit") or 0) or HOST_MEMORY
         if not loaded and rss + KERNELS_BYTES > pause * limit:
@@ -270,12 +261,12 @@ def _room_for_kernels(client, info: dict, dtype, n_features: int) -> bool:
     return True
 
 
-async def _prepare_in_thread(path, dtype, n_features: int) -> int:
+async def _prepare_in_thread(plan, dtype, n_features: int) -> int:
     """:func:`prepare_worker` in a thread of the worker (``client.run`` awaits it on the worker's event
     loop, which stays free for heartbeats and transfers during a compilation of several seconds)."""
     import asyncio
 
-    return await asyncio.get_running_loop().run_in_executor(None, prepare_worker, path, dtype, n_features)
+    return await asyncio.get_running_loop().run_in_executor(None, prepare_worker, plan, dtype, n_features)
 
 
 def _paused(info: dict) -> list:

@@ -107,7 +107,8 @@ def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offset
                 chunk_fn: Callable, state: Any, args: Sequence[Any], *, window: int,
                 stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
                 first: int = 0, source_layers: dict | None = None, source_deps: dict | None = None,
-                parents: set | None = None, gather_fn: Callable | None = None) -> Any:
+                parents: set | None = None, gather_fn: Callable | None = None,
+                on_window: Callable[[int], None] | None = None) -> Any:
     """A sequential pass over chunks ``first, first + 1, ...`` in row order, ``window`` chunks per graph.
 
     Each graph chains ``window`` tasks: task ``i`` takes chunk ``i`` (``chunk_refs(i)``:
@@ -117,7 +118,8 @@ def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offset
     ``stop(state)`` ends the pass early (later chunks are never read), and at most one
     window of chunks is held at a time. Chunks before ``first`` are not read at all.
     ``source_layers``, ``source_deps`` and ``parents`` are the graph the chunks are read
-    from (streamed data); persisted chunks need none.
+    from (streamed data); persisted chunks need none. ``on_window(i)`` is told, after each
+    window, that the chunks before ``i`` are done.
     """
     token = uuid.uuid4().hex[:12]
     window = max(1, int(window))
@@ -141,6 +143,8 @@ def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offset
         state = gather_fn(future) if gather_fn is not None else future.result()
         if on_state is not None:
             on_state(state)
+        if on_window is not None:
+            on_window(min(n_chunks, start + window))
     return state
 
 

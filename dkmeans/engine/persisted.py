@@ -147,6 +147,13 @@ class PersistedData:
 
     kind = "persisted"
     in_memory = True
+    #: The fit's kernel plan (:class:`dkmeans.kernels.plans.KernelPlan`, set by the placement): every
+    #: task of a pass runs its kernels under it. None: the workers' own config decides.
+    plan = None
+
+    def _planned(self, fn: Callable) -> Callable:
+        """``fn`` under the data's kernel plan wherever it runs (tasks included)."""
+        return fn if self.plan is None else self.plan.bind(fn)
 
     def __init__(self, client, X: da.Array, weights: da.Array | None = None, budget: MemoryBudget | None = None,
                  first_row: int = 0, row_bytes: float | None = None):
@@ -261,6 +268,7 @@ class PersistedData:
     def build_pass_graph(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
                          fan_in: int = 8, state: ChunkState | None = None, stateful: bool = False):
         """The graph of one pass: ``(graph, result_keys, state_keys)``; see :meth:`map_reduce`."""
+        chunk_fn = self._planned(chunk_fn)
         token = uuid.uuid4().hex[:12]
         layers: dict[str, MaterializedLayer] = {}
         deps: dict[str, set] = {}
@@ -419,6 +427,8 @@ class PersistedData:
         (Dask makes that fault tolerant), and so do later loops on this data.
         """
         mode = self.loop_mode(work_per_row)
+        if mode != "graph":  # the loop runs in tasks: its kernels there under the plan (here, passes carry it)
+            fn = self._planned(fn)
         if mode == "spmd":
             try:
                 result, passes = spmd.run_spmd(self, fn, args, on_progress)
@@ -438,9 +448,9 @@ class PersistedData:
         self.loop_modes.append(mode)
         return result
 
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
+    def report(self, record: dict) -> bool:
+        """See :meth:`dkmeans.engine.protocol.ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
 
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""
@@ -451,8 +461,8 @@ class PersistedData:
              stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
              start_row: int = 0, window: int = 16):
         """A sequential pass over the persisted chunks in row order (the state moves, the chunks stay)."""
-        state = fold_chunks(self.client, self.n_chunks, self.chunk_refs_of, self.offsets, chunk_fn, state, args,
-                            window=window, stop=stop, on_state=on_state,
+        state = fold_chunks(self.client, self.n_chunks, self.chunk_refs_of, self.offsets, self._planned(chunk_fn),
+                            state, args, window=window, stop=stop, on_state=on_state,
                             first=first_chunk(self.offsets, self.chunk_rows, start_row),
                             gather_fn=lambda f: gather(self.client, f, self._futures, self.generation))
         self.passes += 1
@@ -481,7 +491,7 @@ class PersistedData:
         from dkmeans.engine.rowwise import labelled_pass
 
         self.passes += 1
-        return labelled_pass(self.client, self.X, block_fn, args, self.weights,
+        return labelled_pass(self.client, self.X, self._planned(block_fn), args, self.weights,
                              keep="persist" if keep_labels else "none", generation=self.generation,
                              per_label=per_label)
 

@@ -47,7 +47,7 @@ def _estimated_rows(client, X) -> int:
 
 
 def _place(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
-               allow_hybrid: bool = True):
+               allow_hybrid: bool = True, plan=None):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
     Where the size is not in the metadata (a Dask DataFrame of unknown partition
@@ -59,7 +59,8 @@ def _place(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
     mode = out_of_core
     budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES,
                              centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize),
-                             kernels=None if is_sparse_array(dataset.array) else (dataset.array.dtype, dataset.n_features))
+                             kernels=None if plan is None or is_sparse_array(dataset.array)
+                             else (plan, dataset.array.dtype, dataset.n_features))
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     # Parquet behind a dd.read_parquet frame: the engine reads it in row batches, row counts from the footers
@@ -131,21 +132,38 @@ def in_process_threads(dataset, weights) -> int | None:
     return None
 
 
-def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0, allow_hybrid: bool = True):
+def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0, allow_hybrid: bool = True,
+               plan=None):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
     Where the size is not in the metadata (a Dask DataFrame of unknown partition lengths,
     read from Parquet or CSV), it is estimated from the first partition (read once) with a
     margin of :data:`SIZE_ESTIMATE_MARGIN`; streamed data then counts its rows exactly in its
     first pass. The budget counts the memory the ``n_clusters`` centroids take on each worker
-    during a pass and the fit's compiled kernels. ``data.kernel_path`` is the kernel path the
-    workers can afford: the caller's, or "numpy" where loading the compiled kernels would take
-    a worker past its pause threshold (:func:`dkmeans.engine.memory.MemoryBudget.of`).
+    during a pass and the fit's compiled kernels.
+
+    ``plan``: the fit's :class:`~dkmeans.kernels.plans.KernelPlan`. The workers are prepared for
+    it (:func:`dkmeans.engine.memory.prepare_worker`), and every task of the data's passes runs
+    its kernels under ``data.plan``: ``plan``, or its NumPy code where loading the compiled
+    kernels would take a worker past its pause threshold (:meth:`MemoryBudget.of
+    <dkmeans.engine.memory.MemoryBudget.of>`). None: the tasks' kernels follow the workers' own config.
     """
-    data = _place(client, dataset, weights, out_of_core, n_clusters, allow_hybrid)
+    data = _place(client, dataset, weights, out_of_core, n_clusters, allow_hybrid, plan)
     budget = data.tail.budget if isinstance(data, HybridData) else data.budget
-    data.kernel_path = budget.kernel_path
+    data.plan = budget.plan if budget.plan is not None else plan
+    if isinstance(data, HybridData):
+        data.head.plan = data.tail.plan = data.plan
     return data
 
 
-__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data"]
+
+def watch_passes(data, callback) -> None:
+    """``callback`` gets the progress within each pass over ``data`` read from its source
+    (out-of-core, or the streamed part of hybrid data): see
+    :meth:`~dkmeans.engine.streamed.StreamedData.watch_passes`. Data kept in memory makes its
+    passes in moments: nothing is watched."""
+    if callback is not None and isinstance(data, (StreamedData, HybridData)):
+        data.watch_passes(callback)
+
+__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_process_threads", "place_data",
+           "watch_passes"]

@@ -27,6 +27,32 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 
+class InCallerLoop:
+    """``run_loop`` and ``report`` of data whose loops run right here, in the caller's thread,
+    pass by pass (not inside a task): in-process chunks, streamed, hybrid and shared-pass data.
+
+    A class sets :attr:`loop_mode`, the name ``run_loop`` records in its ``loop_modes``.
+    """
+
+    #: what ``run_loop`` appends to ``loop_modes``
+    loop_mode = "in-process"
+    _on_progress = None
+
+    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
+                 on_progress: Callable[[dict], Any] | None = None):
+        """``fn(self, *args)`` right here; its reports go to ``on_progress``."""
+        self._on_progress = on_progress
+        try:
+            return fn(self, *args)
+        finally:
+            self._on_progress = None
+            self.loop_modes.append(self.loop_mode)
+
+    def report(self, record: dict) -> bool:
+        """See :meth:`ChunkedData.report` (True: asked to stop)."""
+        return self._on_progress is not None and bool(self._on_progress(record))
+
+
 class ChunkedData(Protocol):
     """Row-chunked data (and optional weights) a driver can make passes over."""
 
@@ -123,11 +149,21 @@ class ChunkedData(Protocol):
         one SPMD rank's). ``work_per_row`` (multiply-adds per row and pass) lets the
         engine choose; the result must not depend on the choice beyond float rounding of
         combined sums. Records ``fn`` passes to ``data.report`` reach ``on_progress``
-        (at the latest when ``fn`` returns).
+        (at the latest when ``fn`` returns); ``on_progress`` returning True asks the loop to
+        stop (:meth:`report`).
         """
 
-    def report(self, record: dict) -> None:
-        """Progress from inside :meth:`run_loop` (a plain dict); sent on to its ``on_progress``."""
+    def report(self, record: dict) -> bool:
+        """Progress from inside :meth:`run_loop` (a plain dict); sent on to its ``on_progress``.
+
+        Returns True where the caller asked the loop to stop: ``on_progress`` returned True (a
+        scikit-learn callback's stop request). The loop then stops at this iteration boundary,
+        with a valid state. Where the loop runs matters: in this process (in-memory data, one
+        graph per pass, streamed, shared) the answer is ``on_progress``'s own; in SPMD every rank
+        gets True at the same later iteration (rank 0 sends the request with its next exchange);
+        in one task nothing reaches the loop while it runs (its records are reported when it
+        ends: the request is then honoured between blocks).
+        """
 
 
 __all__ = ["ChunkedData"]

@@ -50,6 +50,7 @@ from dkmeans import config
 from dkmeans.engine.rowwise import sum_pairs
 from dkmeans.kernels.namespace import to_host
 from dkmeans.kernels.quality import label_sums
+from dkmeans.engine.protocol import InCallerLoop
 
 logger = logging.getLogger("dkmeans")
 
@@ -156,7 +157,7 @@ class _Request:
     result: Any = None
 
 
-class SharedView:
+class SharedView(InCallerLoop):
     """One job's data: the protocol over the shared rows, its passes run with the other jobs'.
 
     ``passes`` counts the data's passes before the jobs started plus this job's own: what
@@ -165,12 +166,13 @@ class SharedView:
 
     kind = "shared"
 
+    loop_mode = "shared"
+
     def __init__(self, shared: "SharedPasses", base_passes: int):
         self._shared = shared
         self._base = int(base_passes)
         self._own = 0
         self.loop_modes: list[str] = []
-        self._on_progress = None
 
     # -- what the data is ---------------------------------------------------------------
     @property
@@ -235,20 +237,6 @@ class SharedView:
 
     def rows(self, indices) -> np.ndarray:
         return self._shared.direct("rows", indices)
-
-    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
-                 on_progress: Callable[[dict], None] | None = None) -> Any:
-        """``fn(self, *args)`` in this job's thread: the loop's passes are shared with the other jobs."""
-        self._on_progress = on_progress
-        try:
-            return fn(self, *args)
-        finally:
-            self._on_progress = None
-            self.loop_modes.append("shared")
-
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
 
     def release(self) -> None:
         """Nothing of its own: the shared data is released by whoever placed it."""
@@ -315,7 +303,7 @@ class SharedPasses:
         """``[job(view) for job in jobs]``, each in a thread of its own, their passes shared.
 
         Each thread runs in a copy of the caller's context (context variables, such as the
-        kernels' pinned path, travel with it). Raises the first exception a job raised
+        fit's kernel plan, travel with it). Raises the first exception a job raised
         (with a note naming the job) once the other jobs have stopped, or after
         ``wait_s`` for jobs still computing (they stop at their next request).
         """

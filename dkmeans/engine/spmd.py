@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 from dask.task_spec import Task
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from distributed import Queue, wait
+from distributed import Event, Queue, wait
 
 from dkmeans import config
 from dkmeans.engine import mailbox
@@ -67,6 +67,10 @@ def _progress_name(token: str) -> str:
     return f"{token}-progress"
 
 
+def _stop_name(token: str) -> str:
+    return f"{token}-stop"
+
+
 class RankComm:
     """Rank ``rank`` of the ranks on ``addresses``: an allreduce by direct messages (runs in a task).
 
@@ -93,6 +97,10 @@ class RankComm:
         #: seconds of this rank's last local pass, and the longest of any rank's last passes
         self.last_pass_s = 0.0
         self.slowest_pass_s = 0.0
+        #: rank 0: the client asked the loop to stop (seen with a report); every rank: the
+        #: request reached every rank, with rank 0's message of one same exchange
+        self.stop_asked = False
+        self.stop_agreed = False
 
     def _send_failed(self, exc: BaseException) -> None:
         self.box.put((mailbox.FAILED, f"{type(exc).__name__}: {exc}"))
@@ -120,7 +128,7 @@ class RankComm:
                 raise SpmdUnavailable(f"rank {self.rank} was told to stop")
             if kind == mailbox.FAILED:
                 raise SpmdUnavailable(f"rank {self.rank} could not reach a peer: {message[1]}")
-            _, their_seq, rank, _, _ = message
+            their_seq, rank = message[1], message[2]
             if their_seq == seq:
                 got[rank] = message
             elif their_seq > seq:
@@ -138,14 +146,19 @@ class RankComm:
         """
         seq, self.seq = self.seq, self.seq + 1
         if self.size == 1:
+            self.stop_agreed = self.stop_agreed or self.stop_asked
             return value
-        message = (mailbox.PASS, seq, self.rank, self.last_pass_s, pickle.dumps(value, protocol=5))
+        message = (mailbox.PASS, seq, self.rank, self.last_pass_s, pickle.dumps(value, protocol=5),
+                   self.stop_asked)
         for rank, address in enumerate(self.addresses):
             if rank != self.rank:
                 mailbox.send(self.worker, address, self.token, rank, message, self._send_failed)
         got = self._receive(seq)
         parts = [value if rank == self.rank else pickle.loads(got[rank][4]) for rank in range(self.size)]
         self.slowest_pass_s = max([self.last_pass_s] + [got[rank][3] for rank in got])
+        # a stop request travels with rank 0's message: every rank sees it after the same exchange
+        asked = self.stop_asked if self.rank == 0 else got[0][5]
+        self.stop_agreed = self.stop_agreed or bool(asked)
         return to_host(combine_fn(parts))
 
     def report(self, record: dict) -> None:
@@ -169,6 +182,8 @@ class RankComm:
         if self._pending:
             self._progress_queue().put(("records", self._pending))
             self._pending = []
+            # as often as records are sent: has the client asked the loop to stop?
+            self.stop_asked = self.stop_asked or Event(_stop_name(self.token)).is_set()
         self._last_sent = time.monotonic()
 
     def send_result(self, result) -> None:
@@ -211,9 +226,11 @@ class RankChunks(ChunkList):
     def _combine(self, value, combine_fn):
         return self.comm.allreduce(value, combine_fn)
 
-    def report(self, record: dict) -> None:
+    def report(self, record: dict) -> bool:
+        """Rank 0's records go to the client; True on every rank once a stop request reached all."""
         if self.comm.rank == 0:
             self.comm.report(record)
+        return self.comm.stop_agreed
 
 
 def _run_rank(fn, args, token, rank, addresses, wait_s, offsets, has_weights, dtype, n_features, n_rows, *refs):
@@ -236,7 +253,10 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     ``data`` is a :class:`~dkmeans.engine.persisted.PersistedData`; ``chunks`` is a
     :class:`RankChunks`. ``on_progress`` receives, on the client and while the ranks run,
     each record rank 0 passed to ``chunks.comm.report`` (they travel in batches, see
-    :meth:`RankComm.report`). Warnings raised on rank 0 are raised again here. Rank 0's
+    :meth:`RankComm.report`); where it returns True (a stop request) a
+    :class:`distributed.Event` tells rank 0, whose next exchange tells every rank (their
+    ``report`` then returns True after one same iteration). Warnings raised on rank 0 are raised
+    again here. Rank 0's
     result comes back through the scheduler (see :meth:`RankComm.send_result`); the other
     ranks' return values are dropped.
 
@@ -257,6 +277,7 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
     mailbox.install(client)
     token = f"dkmeans-spmd-{uuid.uuid4().hex[:12]}"
     progress = Queue(_progress_name(token), client=client)  # the client holds it until the end
+    stop_asked = False
     layers, deps, keys = {}, {}, []
     shared, needs = task_args(args, token, layers, deps)
     for rank, (addr, chunk_ids) in enumerate(groups):
@@ -292,8 +313,21 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                     outcome = pickle.loads(value)
                 elif on_progress is not None:
                     for record in value:
-                        on_progress(record)
+                        if on_progress(record) and not stop_asked:
+                            stop_asked = True
+                            Event(_stop_name(token), client=client).set()
+            if outcome is not None and getattr(client, "generation", data.generation) != data.generation:
+                # the cluster restarted as the result came (its placed rows are gone): say so now
+                gather(client, futures, data._futures, data.generation)
             if outcome is not None:
+                # the other ranks end a moment later; what they do after their last exchange (keep a
+                # driver's state in their worker's registry) must be done before the caller goes on
+                # (and, say, drops that state everywhere): wait for them, within the ranks' own wait
+                try:
+                    with client.as_current():
+                        wait(futures, timeout=_spmd_wait_s())
+                except TimeoutError:
+                    pass
                 break
             failed = [f.exception() for f in futures if f.status == "error"]
             if failed:
@@ -317,6 +351,8 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                 pass
         client.cancel(futures)
         progress.close()
+        if stop_asked:
+            Event(_stop_name(token), client=client).clear()  # the scheduler forgets a cleared event
     result, passes, caught = outcome
     reraise_warnings(caught)
     return result, passes

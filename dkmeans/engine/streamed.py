@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -49,6 +50,7 @@ from dkmeans.engine.sources import (KERNEL_ROW_VALUES, MAX_BATCH_ROWS, MIN_BATCH
                                     count_rows, measure_read, task_peak, task_peak_start)
 from dkmeans.errors import WorkersPausedError
 from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
+from dkmeans.engine.protocol import InCallerLoop
 
 logger = logging.getLogger("dkmeans")
 
@@ -224,7 +226,7 @@ def kernel_batch_rows(scratch_bytes: float, n_features: int) -> int:
     return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, rows)))
 
 
-class StreamedData:
+class StreamedData(InCallerLoop):
     """Row-chunked data read from its source in every pass (the data protocol, out of core).
 
     Parameters
@@ -253,6 +255,16 @@ class StreamedData:
 
     kind = "streamed"
     in_memory = False
+
+    #: The fit's kernel plan (:class:`dkmeans.kernels.plans.KernelPlan`, set by the placement): every
+    #: task of a pass runs its kernels under it. None: the workers' own config decides.
+    plan = None
+
+    def _planned(self, fn: Callable) -> Callable:
+        """``fn`` under the data's kernel plan wherever it runs (tasks included)."""
+        return fn if self.plan is None else self.plan.bind(fn)
+
+    loop_mode = "streamed"
 
     def __init__(self, client, X: da.Array | None, weights: da.Array | None = None, budget: MemoryBudget | None = None,
                  read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None,
@@ -298,7 +310,17 @@ class StreamedData:
         elif not any(np.isnan(c) for c in X.chunks[0]):
             self._set_chunk_rows(X.chunks[0])
         self.loop_modes: list[str] = []
-        self._on_progress = None
+        self._on_pass = None  # progress within each pass (:meth:`watch_passes`)
+
+    def watch_passes(self, callback: Callable[[dict], None] | None) -> None:
+        """``callback({"pass", "done", "total", "seconds"})`` as each pass reads its pieces: at its
+        start, about every :data:`~dkmeans.engine.futures.WATCH_POLL_S` while pieces finish, and
+        at its end (``done == total``); ``pass`` numbers the passes (1, 2, ...).
+
+        The pass's piece tasks are then watched from here: each piece's small result is held
+        until the next look (half a second at most), and let go then.
+        """
+        self._on_pass = callback
 
     @staticmethod
     def _kernel_per_row(source: ParquetSource) -> float:
@@ -445,15 +467,27 @@ class StreamedData:
         (the results do not depend on where the tasks ran).
         """
         while True:
-            futures = self._submit_pass(make_task, combine_fn, fan_in, args, self._allowed_workers())
+            futures, pieces = self._submit_pass(make_task, combine_fn, fan_in, args,
+                                                self._allowed_workers())
+            watch = None
+            if self._on_pass is not None:
+                watch = _PassWatch(self._on_pass, self.passes + 1, pieces)
             try:
-                parts = gather(self.client, futures, (), self.generation, stalled_workers=True)
+                parts = gather(self.client, futures, (), self.generation, stalled_workers=True,
+                               on_poll=watch)
             except WorkersStalledError as exc:
                 self.client.cancel(futures)
+                watch is not None and watch.cancel(self.client)
                 self.excluded |= set(exc.workers)
                 logger.warning("a pass waited on workers paused by memory of their own while the others were idle "
                                "(%s): submitted again without %s", exc, ", ".join(exc.workers))
                 continue
+            except BaseException:
+                if watch is not None:  # the pieces' tasks stop with the pass's (none held any more)
+                    watch.cancel(self.client)
+                raise
+            if watch is not None:
+                watch.end()
             self.passes += 1
             self._check_task_peak(max((float(p) for _, p in parts), default=0.0))
             return combine_fn([value for value, _ in parts])
@@ -473,12 +507,15 @@ class StreamedData:
                                             annotations=annotations)
             deps[key] = set(parents) | needs
             current.append(key)
+        pieces = list(current) if self._on_pass is not None else []  # watched: their futures too
         current = add_reduction_tree(layers, deps, current, combine_fn, token, fan_in)
         with submitting_own_graph():
-            return self.client.get(HighLevelGraph(layers, deps), current, sync=False)
+            futures = self.client.get(HighLevelGraph(layers, deps), current + pieces, sync=False)
+        return futures[:len(current)], futures[len(current):]
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
+        chunk_fn = self._planned(chunk_fn)
         if self.chunk_rows is None:  # the first pass also counts the rows of each chunk
             value, rows = self._pass(lambda key, i, refs, a: Task(key, _stream_chunk_counting, chunk_fn, combine_fn, a, i,
                                                                   self.kernel_rows, *refs),
@@ -496,7 +533,7 @@ class StreamedData:
                             state: ReplayState | None = None):
         """A stateful pass whose state is rebuilt on each chunk by replaying the passes that made it."""
         self._ensure_chunk_rows()
-        steps = (state.steps if state is not None else ()) + ((chunk_fn, tuple(args)),)
+        steps = (state.steps if state is not None else ()) + ((self._planned(chunk_fn), tuple(args)),)
         if self.source is not None:
             src, rows = self.source, self.source.batch_rows
             value = self._pass(lambda key, i, refs, _: Task(key, _stream_piece_stateful, src, i, rows, steps, combine_fn,
@@ -522,6 +559,7 @@ class StreamedData:
         parents = set().union(*(a.__dask_layers__() for a in sources))
         if window is None:
             window = max(2, len(self.budget.per_worker()))  # about one chunk per worker at a time
+        chunk_fn = self._planned(chunk_fn)
         if self.source is not None:  # the task reads its piece itself, batch by batch
             chunk_fn = _PieceFold(self.source, self.source.batch_rows, chunk_fn)
         else:
@@ -530,10 +568,23 @@ class StreamedData:
         def refs(i):
             return ([i] if self.source is not None else []) + self._chunk_refs(i)
 
+        first = first_chunk(self.offsets, self.chunk_rows, start_row)
+        on_window = None
+        if self._on_pass is not None:  # progress by windows of pieces (a pass a stop request ends early
+            # ends there: the next pass, or the next step, closes it)
+            index, total, t0 = self.passes + 1, self.n_chunks - first, time.monotonic()
+
+            def tell(end: int) -> None:
+                self._on_pass({"pass": index, "done": end - first, "total": total,
+                               "seconds": time.monotonic() - t0})
+
+            tell(first)
+            on_window = tell
         state = fold_chunks(self.client, self.n_chunks, refs, self.offsets, chunk_fn, state, args, window=window,
-                            stop=stop, on_state=on_state, first=first_chunk(self.offsets, self.chunk_rows, start_row),
+                            stop=stop, on_state=on_state, first=first,
                             source_layers=layers, source_deps=deps, parents=parents,
-                            gather_fn=lambda f: gather(self.client, f, (), self.generation))
+                            gather_fn=lambda f: gather(self.client, f, (), self.generation),
+                            on_window=on_window)
         self.passes += 1
         return state
 
@@ -568,20 +619,6 @@ class StreamedData:
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
         return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)
 
-    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
-                 on_progress: Callable[[dict], None] | None = None):
-        """``fn(self, *args)`` here: every pass of the loop streams the data."""
-        self._on_progress = on_progress
-        try:
-            return fn(self, *args)
-        finally:
-            self._on_progress = None
-            self.loop_modes.append("streamed")
-
-    def report(self, record: dict) -> None:
-        if self._on_progress is not None:
-            self._on_progress(record)
-
     def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
                       per_label: int = 0):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: one read, no labels kept."""
@@ -599,6 +636,39 @@ class StreamedData:
         self.X = self.weights = None
         with contextlib.suppress(Exception):  # a courtesy: a worker gone by now does not fail the fit
             self.client.run(release_memory)
+
+
+class _PassWatch:
+    """A pass's progress from its piece tasks' futures (see :meth:`StreamedData.watch_passes`)."""
+
+    def __init__(self, callback: Callable[[dict], None], index: int, pieces: list):
+        self.callback, self.index = callback, index
+        self.pending, self.total = list(pieces), len(pieces)
+        self.t0 = time.monotonic()
+        self._tell(0)
+
+    def _tell(self, done: int) -> None:
+        self.callback({"pass": self.index, "done": done, "total": self.total,
+                       "seconds": time.monotonic() - self.t0})
+
+    def __call__(self) -> None:
+        # finished pieces are let go by dropping them, never by ``release()``: a pass of at most
+        # ``fan_in`` pieces has no reduction tree, its pieces are its results (the same futures,
+        # which the pass still gathers); other pieces' small results feed the reduction
+        pending = [f for f in self.pending if not f.done()]
+        if len(pending) == len(self.pending):
+            return
+        self.pending = pending
+        self._tell(self.total - len(self.pending))
+
+    def end(self) -> None:
+        self.pending = []
+        self._tell(self.total)
+
+    def cancel(self, client) -> None:
+        with contextlib.suppress(Exception):  # the scheduler is gone: nothing runs there any more
+            client.cancel(self.pending)
+        self.pending = []
 
 
 __all__ = ["ReplayState", "StreamedData", "source_array"]

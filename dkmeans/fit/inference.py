@@ -19,15 +19,26 @@ from dkmeans.engine.columns import complete_rows, frame_to_array
 from dkmeans.engine.rowwise import (frame_rows, index_meta, is_dask_array, labelled_pass, map_partitions,
                                     map_row_blocks, sum_on_cluster)
 from dkmeans.io.dataframe import is_dask_dataframe
-from dkmeans.kernels.backends.compile import call_pinned, current_pin
+from dkmeans.kernels import plans
 from dkmeans.kernels.namespace import is_sparse
 from dkmeans.kernels.inference import distances_block, labels_block, labels_objective_block, objective_block
 from dkmeans.kernels.namespace import get_namespace
 
 
-def _pinned(fn):
-    """``fn`` run on the caller's kernel path and backend setting (a fit's, or the config's), in tasks too."""
-    return functools.partial(call_pinned, current_pin(), fn)
+def _plan(X, C) -> plans.KernelPlan:
+    """The kernel plan of an inference on ``X`` against ``C``: the caller's (a fit's), else one chosen
+    as for a fit (:func:`dkmeans.kernels.plans.plan`; in-memory rows: with the size rule)."""
+    active = plans.current()
+    if active is not None:
+        return active
+    local = not is_dask_array(X) and not is_dask_dataframe(X)
+    return plans.plan(getattr(X, "dtype", np.float64), X.shape[1] if len(X.shape) > 1 else 1, n_rows=X.shape[0] if local else None,
+                      n_clusters=max(1, len(C)) if local else None, sparse=is_sparse(X))
+
+
+def _pinned(fn, X, C):
+    """``fn`` run under the caller's kernel plan (or one chosen here) wherever it runs, in tasks too."""
+    return _plan(X, C).bind(fn)
 
 
 def _rows(part, C, missing="error"):
@@ -76,8 +87,8 @@ def labels(X, C, metric: str = "euclidean", *, name: str = "cluster", missing: s
         return map_partitions(X, _labels_partition, C, name, metric, missing, meta=meta)
     block = _block(labels_block, -1, missing)
     if is_dask_array(X):
-        return map_row_blocks(X, _pinned(block), C, metric, dtype=np.int32)
-    return block(X, C, metric)
+        return map_row_blocks(X, _pinned(block, X, C), C, metric, dtype=np.int32)
+    return _plan(X, C).call(block, X, C, metric)
 
 
 def distances(X, C, metric: str = "euclidean", *, names=None, missing: str = "error"):
@@ -93,8 +104,8 @@ def distances(X, C, metric: str = "euclidean", *, names=None, missing: str = "er
         return map_partitions(X, _distances_partition, C, names, metric, missing, meta=meta)
     block = _block(distances_block, np.nan, missing)
     if is_dask_array(X):
-        return map_row_blocks(X, _pinned(block), C, metric, dtype=X.dtype, width=C.shape[0])
-    return block(X, C, metric)
+        return map_row_blocks(X, _pinned(block, X, C), C, metric, dtype=X.dtype, width=C.shape[0])
+    return _plan(X, C).call(block, X, C, metric)
 
 
 def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=None, missing: str = "error") -> float:
@@ -110,9 +121,9 @@ def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=Non
         if sample_weight is not None:
             X = X.compute_chunk_sizes()
     if is_dask_array(X):
-        return sum_on_cluster(client, map_row_blocks(X, _pinned(block), C, metric, dtype=np.float64),
+        return sum_on_cluster(client, map_row_blocks(X, _pinned(block, X, C), C, metric, dtype=np.float64),
                               sample_weight)
-    d2 = block(X, C, metric)
+    d2 = _plan(X, C).call(block, X, C, metric)
     if sample_weight is not None:  # (NumPy weights of CuPy rows go to the device)
         d2 = d2 * get_namespace(d2).asarray(sample_weight, dtype=np.float64)
     return float(d2.sum())
@@ -130,9 +141,9 @@ def labels_and_objective(X, C, metric: str = "euclidean", weights=None, *, clien
     C = np.asarray(C).astype(X.dtype)
     block = functools.partial(_labels_objective, metric=metric, normalize=not prepared)
     if not is_dask_array(X):
-        out = block(X, C, None if weights is None else np.asarray(weights, np.float64))
+        out = _plan(X, C).call(block, X, C, None if weights is None else np.asarray(weights, np.float64))
         return out[:, 0].astype(np.int32), float(out[:, 1].sum())
-    return labelled_pass(client, X, _pinned(block), (C,), weights, keep=keep, generation=generation)
+    return labelled_pass(client, X, _pinned(block, X, C), (C,), weights, keep=keep, generation=generation)
 
 
 def _labels_objective(X, C, w=None, *, metric, normalize):

@@ -24,7 +24,7 @@ from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.spec import FitResult, FitSpec
 from dkmeans.kernels import assign_partials
 from dkmeans.kernels import column_moments, combine_moments
-from dkmeans.kernels.backends.sparse import take_rows
+from dkmeans.kernels import take_rows
 
 
 # -- mini-batch --------------------------------------------------------------------------
@@ -106,6 +106,8 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
         # the two ways of drawing batches give different runs: a checkpoint never crosses over
         checkpointer, state = checkpoint_job(spec, data, moments, C0, seed,
                                           batches="sequential" if one_pass else "random")
+        if spec.on_run_start is not None:  # the fit's one run (its n_init are initialisations only)
+            spec.on_run_start(0)
         if state.minibatch is None:
             centers = _minibatch_centers(spec, data, C0, state.seed, head, init_size)
             state.phase, state.minibatch = "minibatch", PassState(MiniBatchState(centers, np.zeros(k)))
@@ -122,6 +124,8 @@ def fit_minibatch(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, 
         else:
             result = minibatch(data, resume.run, n_steps=(spec.max_iter * n) // b, seed=state.seed, options=opts,
                                tol=tol, on_step=spec.on_iteration, resume=resume, **checkpointing)
+        if spec.on_run_end is not None:
+            spec.on_run_end(0)
         # scikit-learn's epochs: steps' worth of rows; out of core, a pass of ceil(n / b) steps each
         if one_pass:
             n_epochs = math.ceil(result.n_steps / math.ceil(n / b))

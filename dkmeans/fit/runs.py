@@ -13,7 +13,7 @@ from dkmeans.drivers.lloyd import lloyd, objective, stop_after_update
 from dkmeans.drivers.pruned_lloyd import PrunedPasses
 from dkmeans.drivers.local_search import (CONFIRM_ITERS, coreset_local_search, coreset_searches,
                                           coreset_size, coreset_start)
-from dkmeans.drivers.state import FitState, LoopState, RunSummary
+from dkmeans.drivers.state import STOPPED, FitState, LoopState, RunSummary
 from dkmeans.drivers.streams import derive_seed
 from dkmeans.errors import INTERRUPTIONS
 from dkmeans.fit.inputs import check_centroids
@@ -40,6 +40,8 @@ class FitPlan:
     metric: str = "euclidean"
     warm_start: bool = True
     prune: object = False
+    #: ``on_run_start(run)`` where each run starts (its initialisation; a resumed run too)
+    on_run_start: Callable[[int], None] | None = None
     #: ``on_run_end(run)`` after each run; True stops the runs left (the best so far is the result)
     on_run_end: Callable[[int], bool] | None = None
     #: size caps (:class:`~dkmeans.drivers.capacitated.Capacity`): every run's Lloyd assigns under them
@@ -133,18 +135,21 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
                                       metric=plan.metric, on_iteration=plan.on_iteration, prune=pruning,
                                       objective_bound=bound)
         record = dataclasses.replace(search.record, round=attempt + 1)
-        if plan.on_iteration is not None:
-            plan.on_iteration(record)
+        asked = plan.on_iteration is not None and bool(plan.on_iteration(record))
         history.append(record)
         if search.lloyd is not None:  # its updates were passes over the data, kept or not
             history += list(search.lloyd.history)
             n_iter += search.lloyd.n_iter
-        if not search.kept:  # the last result stands, and so does the rule that stopped it
-            break
-        settled = search.lloyd
-        centroids = search.centroids
-        summary = RunSummary(centroids, 0.0, n_iter, settled.stop_reason, settled.converged, [])
-        if n_iter >= end:
+        asked = asked or (search.lloyd is not None and search.lloyd.stop_reason == STOPPED)
+        if search.kept:
+            settled = search.lloyd
+            centroids = search.centroids
+            summary = RunSummary(centroids, 0.0, n_iter, settled.stop_reason, settled.converged, [])
+        if asked:  # a stop request: the run ends with the best result confirmed so far
+            summary = dataclasses.replace(summary, stop_reason=STOPPED, converged=False,
+                                          n_iter=n_iter, history=history)
+            return summary
+        if not search.kept or n_iter >= end:  # (not kept: the last result stands, and its rule)
             break
     goes_on = settled.stop_reason == "max_iter" if settled is not None else paused
     if goes_on and n_iter < end:
@@ -184,6 +189,8 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
 
     try:
         while state.run < plan.n_init:
+            if plan.on_run_start is not None:
+                plan.on_run_start(state.run)
             if state.phase == "init":
                 start = np.asarray(plan.initialise(state.run))
                 if settles_start(data, plan, len(start)):
@@ -209,14 +216,18 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                         loop = LoopState(result.centroids, result.n_iter, None, result.history)
                         summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                              list(result.history))
-                    if plan.local_search:
+                    if summary.stop_reason == STOPPED:  # asked to stop: the run ends here
+                        state.phase = "done"
+                    elif plan.local_search:
                         enter("local-search", loop)
                     elif plan.hartigan_mode is not None:
                         enter("refine", loop)
                 if state.phase == "local-search":
                     summary = _local_search_phase(data, plan, loop, state.run, pruning)
                     loop = LoopState(summary.centroids, summary.n_iter, None, summary.history)
-                    if plan.hartigan_mode is not None:
+                    if summary.stop_reason == STOPPED:
+                        state.phase = "done"
+                    elif plan.hartigan_mode is not None:
                         enter("refine", loop)
                 if state.phase == "refine":
                     if isinstance(pruning, PrunedPasses):  # its bounds' memory is Hartigan's now

@@ -17,13 +17,11 @@ scikit-learn's ``LabelEncoder``); Dask labels must be numeric.
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from dkmeans.engine.client import fit_client
-from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
 from dkmeans.engine.place import in_process_threads, place_data
 from dkmeans.engine.rowwise import as_array, chunked_rows, weights_beside, with_label_column
@@ -34,8 +32,7 @@ from dkmeans.fit.inputs import (Dataset, as_dataset, check_centroids, check_int,
 from dkmeans.fit.metric_inputs import prepare_dataset
 from dkmeans.fit.quality import ClusterScores, cluster_scores, sample_silhouette
 from dkmeans.fit.spec import resolve_out_of_core
-from dkmeans.kernels.backends.compile import COMPILE_FIRST_ELEMENTS, call_pinned, current_pin, pinned, resolve_path
-from dkmeans.kernels.nearest import compiled_kinds
+from dkmeans.kernels.plans import plan as kernel_plan
 
 
 def _labelled(dataset: Dataset, labels):
@@ -70,26 +67,27 @@ def placed(dataset: Dataset, weights, *, out_of_core="auto", n_clusters: int = 0
     process; else it goes where :func:`~dkmeans.engine.place.place_data` puts a fit's.
     Kernels run on one code path, chosen as for a fit, in this process and in the tasks.
     """
-    n_elements = (dataset.n_rows if dataset.n_rows is not None else COMPILE_FIRST_ELEMENTS) * dataset.n_features
-    kinds = [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
     mode = resolve_out_of_core(out_of_core)
-    with pinned(resolve_path(kinds, n_elements)):
-        threads = in_process_threads(dataset, weights) if mode is not True else None
-        if threads is not None:
-            data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
-            try:
-                with threadpool_limits(limits=1) if threads > 1 else contextlib.nullcontext():
-                    yield data
-            finally:
-                data.release()
-            return
-        with fit_client() as client:
-            data = place_data(client, dataset, weights_beside(weights, dataset.array), mode, n_clusters)
-            try:
-                with pinned("numpy") if data.kernel_path == "numpy" else contextlib.nullcontext():
-                    yield InContext(data, functools.partial(call_pinned, current_pin()))
-            finally:
-                data.release()
+    threads = in_process_threads(dataset, weights) if mode is not True else None
+    # one kernel plan for every score pass, chosen as a fit's (the size rule for in-process rows)
+    plan = kernel_plan(dataset.array.dtype, dataset.n_features, n_rows=dataset.n_rows,
+                       n_clusters=max(1, n_clusters), sparse=is_sparse_array(dataset.array),
+                       in_process=threads is not None)
+    if threads is not None:
+        data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
+        try:
+            with plan.applied(), threadpool_limits(limits=1) if threads > 1 else contextlib.nullcontext():
+                yield data
+        finally:
+            data.release()
+        return
+    with fit_client() as client:
+        data = place_data(client, dataset, weights_beside(weights, dataset.array), mode, n_clusters, plan=plan)
+        try:
+            with data.plan.applied():
+                yield data
+        finally:
+            data.release()
 
 
 def _prepared(X, *, centroids, labels, sample_weight, metric):

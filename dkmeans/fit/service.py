@@ -35,9 +35,8 @@ from dkmeans.drivers import init as init_strategies
 from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease
 from dkmeans.drivers.streams import derive_seed, resolve_seed
 from dkmeans.engine.client import fit_client
-from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
-from dkmeans.engine.place import in_process_threads, place_data
+from dkmeans.engine.place import in_process_threads, place_data, watch_passes
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
@@ -53,9 +52,8 @@ from dkmeans.fit.results import final_assignment, fit_result
 from dkmeans.fit.runs import FitPlan, callable_init, fit_runs, settles_start
 from dkmeans.fit.spec import (FitResult, FitSpec, resolve_out_of_core, resolve_prune, two_level_clusters,
                               wants_local_search)
-from dkmeans.kernels.backends.compile import (COMPILE_FIRST_ELEMENTS, after_small_fit, call_pinned, current_pin, pinned,
-                                              resolve_path, small_fit)
-from dkmeans.kernels.nearest import compiled_kinds
+from dkmeans.kernels.plans import NUMPY_FIT_WORK, KernelPlan, plan as kernel_plan
+from dkmeans.kernels.warm import warm_up
 
 
 logger = logging.getLogger("dkmeans")
@@ -100,43 +98,52 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
 
 @contextlib.contextmanager
 def placed(spec: FitSpec, dataset: Dataset, weights, n_clusters: int | None = None):
-    """The fit's data where it runs, under the fit's kernel path: yields ``(data, client)``.
+    """The fit's data where it runs, under the fit's kernel plan: yields ``(data, client)``.
 
     In this process (``client`` None) when :func:`~dkmeans.engine.place.in_process_threads`
     says so, else placed on the cluster (:func:`~dkmeans.engine.place.place_data`), whose
-    memory budget counts ``n_clusters`` centroids (default ``spec.n_clusters``). The caller
-    releases the data.
+    memory budget counts ``n_clusters`` centroids (default ``spec.n_clusters``). The kernel
+    plan (:func:`dkmeans.kernels.plans.plan`) is chosen here, once, and is in force in this
+    process and, carried by the placed data, in every task of the fit. The caller releases
+    the data.
     """
     # out_of_core True, not "auto", sends the data to a cluster
     in_process = resolve_out_of_core(spec.out_of_core) != True  # noqa: E712
     threads = in_process_threads(dataset, weights) if in_process else None
-    n_elements = _elements(dataset)
     centroids = (spec.n_clusters if n_clusters is None else n_clusters) * max(1, spec.n_init)  # of all its runs
-    # the size rule is this process's (a cluster's workers load the compiled loops in theirs): in-process fits only
-    path = _kernel_path(dataset, n_elements, centroids if threads is not None else None)
-    # one code path and one backend setting (read here, once) for the whole fit: here, and (InContext) in its tasks
-    with pinned(path):
-        if threads is not None:
-            data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
-            # one BLAS thread per chunk thread, as on the workers
-            small = path == "numpy" and small_fit(n_elements, centroids)
-            with threadpool_limits(limits=1) if threads > 1 else _one_blas_thread(small):
-                yield data, None
-            if small:  # ended: a process fitting small data repeatedly compiles for its next fits
-                after_small_fit(_kinds(dataset))
-            return
-        with fit_client() as client:
-            weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
-            data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core),
-                              spec.n_clusters if n_clusters is None else n_clusters,
-                              allow_hybrid=spec.algorithm != "minibatch")
-            # workers without room for the compiled kernels (full of a previous computation): NumPy kernels
-            narrowed = path == "compiled" and data.kernel_path == "numpy"
-            if narrowed:
-                logger.info("the workers have no room below their pause threshold for the compiled kernels: "
-                            "the fit runs the NumPy kernels")
-            with pinned("numpy") if narrowed else contextlib.nullcontext():
-                yield InContext(data, functools.partial(call_pinned, current_pin())), client
+    plan = fit_plan(dataset, centroids, in_process=threads is not None)
+    if threads is not None:
+        data = ChunkList.from_array(dataset.local, weights, n_chunks=threads, threads=threads)
+        # one BLAS thread per chunk thread, as on the workers
+        small = plan.path == "numpy" and _small(dataset, centroids)
+        with plan.applied(), threadpool_limits(limits=1) if threads > 1 else _one_blas_thread(small):
+            yield data, None
+        return
+    with fit_client() as client:
+        weights = weights_beside(weights, dataset.array)  # chunked once, like the rows
+        data = place_data(client, dataset, weights, resolve_out_of_core(spec.out_of_core),
+                          spec.n_clusters if n_clusters is None else n_clusters,
+                          allow_hybrid=spec.algorithm != "minibatch", plan=plan)
+        watch_passes(data, spec.on_pass)  # out of core: progress within each pass
+        # workers without room for the compiled kernels (full of a previous computation): NumPy kernels
+        if data.plan != plan:
+            logger.info("the workers have no room below their pause threshold for the compiled kernels: "
+                        "the fit runs the NumPy kernels")
+        with data.plan.applied():
+            yield data, client
+
+
+def fit_plan(dataset: Dataset, n_clusters: int | None, in_process: bool = True) -> KernelPlan:
+    """The kernel plan of a fit over ``dataset`` (:func:`dkmeans.kernels.plans.plan`) computing
+    ``n_clusters`` centroids in all (times its runs; None: no size rule), here or on a cluster."""
+    return kernel_plan(dataset.array.dtype, dataset.n_features, n_rows=dataset.n_rows, n_clusters=n_clusters,
+                       sparse=is_sparse_array(dataset.array), in_process=in_process)
+
+
+def _small(dataset: Dataset, n_clusters: int) -> bool:
+    """Whether an in-process fit is small enough for one BLAS thread (:func:`_one_blas_thread`)."""
+    n_rows = dataset.n_rows if dataset.n_rows is not None else 2**22
+    return n_rows * max(1, dataset.n_features) * max(1, n_clusters) < NUMPY_FIT_WORK
 
 
 def _one_blas_thread(small: bool):
@@ -155,23 +162,6 @@ def _one_blas_thread(small: bool):
 def _blas_pools() -> ThreadpoolController:
     """This process's thread pools (threadpoolctl scans the loaded libraries for them: 10-20 ms, once)."""
     return ThreadpoolController()
-
-
-def _elements(dataset: Dataset) -> int:
-    """Rows x features; rows of unknown count (a DataFrame of unknown partition lengths) count as large."""
-    n_rows = dataset.n_rows if dataset.n_rows is not None else COMPILE_FIRST_ELEMENTS
-    return n_rows * max(1, dataset.n_features)
-
-
-def _kinds(dataset: Dataset) -> list:
-    """The compiled kinds a fit's kernels may take on these rows (none for sparse rows)."""
-    return [] if is_sparse_array(dataset.array) else compiled_kinds(dataset.array.dtype, dataset.n_features)
-
-
-def _kernel_path(dataset: Dataset, n_elements: int, n_clusters: int | None) -> str:
-    """The kernels' code path for this whole fit (:func:`dkmeans.kernels.backends.compile.resolve_path`)
-    over ``n_elements``, computing ``n_clusters`` centroids in all (times its runs; None: no size rule)."""
-    return resolve_path(_kinds(dataset), n_elements, n_clusters)
 
 
 def _fit(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, searches: bool) -> FitResult:
@@ -226,7 +216,8 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
         hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
         hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
-        prune=resolve_prune(spec.prune), on_run_end=spec.on_run_end, capacity=capacity, capacitated=capacitated,
+        prune=resolve_prune(spec.prune), on_run_start=spec.on_run_start, on_run_end=spec.on_run_end,
+        capacity=capacity, capacitated=capacitated,
     )
     best = fit_runs(data, plan, state, checkpointer)
     if capacitated is not None:
@@ -238,5 +229,5 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
     return best, labels, inertia, n_passes, per_cluster
 
 
-__all__ = ["FitPlan", "FitResult", "FitSpec", "fit_placed", "fit_runs", "minibatch_sizes", "place_data", "placed",
-           "run_fit", "run_partial_fit"]
+__all__ = ["FitPlan", "FitResult", "FitSpec", "fit_placed", "fit_plan", "fit_runs", "minibatch_sizes", "place_data",
+           "placed", "run_fit", "run_partial_fit", "warm_up"]

@@ -46,10 +46,20 @@ class FitSpec:
         Pruned Lloyd passes over in-memory data (:mod:`dkmeans.drivers.pruned_lloyd`); "auto"
         resolves through the Dask config ``dkmeans.prune`` (:func:`resolve_prune`).
     on_iteration : callable, optional
-        Progress callback for each Lloyd or Hartigan record.
+        Progress callback for each Lloyd, local-search, Hartigan or mini-batch record. True
+        from it asks the fit to stop: the loop ends after that step with its centroids, the
+        run ends there (no later phase), and the runs left start only if ``on_run_end``
+        allows (a scikit-learn callback's stop request, at the level it came from).
+    on_run_start : callable, optional
+        ``on_run_start(run)`` where each run (``n_init``; a mini-batch fit makes one) starts,
+        before its initialisation: where progress displays begin a run.
     on_run_end : callable, optional
         ``on_run_end(run) -> bool`` after each run (``n_init``); True stops the runs left, and
         the best run made so far is the result (a callback's stop request).
+    on_pass : callable, optional
+        ``on_pass(event)``: progress within each pass over data read from its source (out of
+        core): ``event`` is ``{"pass", "done", "total", "seconds"}``, pieces read of the pass's
+        total (:meth:`dkmeans.engine.streamed.StreamedData.watch_passes`).
     job : dict
         The face's description of the job for the checkpoint (its name and parameters).
     names : dict
@@ -95,7 +105,9 @@ class FitSpec:
     out_of_core: Any = "auto"
     prune: Any = "auto"
     on_iteration: Callable | None = None
+    on_run_start: Callable | None = None
     on_run_end: Callable | None = None
+    on_pass: Callable | None = None
     job: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
     metric: str = "euclidean"

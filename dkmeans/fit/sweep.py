@@ -83,15 +83,17 @@ class SweepRun:
     reference: ReferenceCurve | None = None
 
 
-def cluster_quality(data, centroids, metric: str, objective: float) -> dict:
+def cluster_quality(data, centroids, metric: str, objective: float | None = None) -> dict:
     """The metrics of one k of a sweep, computed on its view of the shared data.
 
     :func:`~dkmeans.fit.quality.cluster_scores`' two passes run combined with the other k's
     like every other pass (``data`` is the k's
     :class:`~dkmeans.engine.shared_passes.SharedView`): the whole sweep's metrics cost two
-    passes, whatever the number of k.
+    passes, whatever the number of k. ``objective`` None: the rows' objective at their nearest
+    centroid, from those passes.
     """
     scores = cluster_scores(data, centroids, metric=metric)
+    objective = scores.objective if objective is None else objective
     return {"objective": float(objective), "calinski_harabasz": float(scores.calinski_harabasz),
             "davies_bouldin": float(scores.davies_bouldin),
             "simplified_silhouette": float(scores.simplified_silhouette),
@@ -225,4 +227,92 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     return SweepRun(fits, int(data.passes), mode, reference)
 
 
-__all__ = ["SweepFit", "SweepRun", "cluster_quality", "run_sweep", "sample_silhouettes"]
+@dataclass
+class ScoredCentroids:
+    """The per-k metrics of given centroids (:func:`score_centroids`).
+
+    Attributes
+    ----------
+    metrics : dict of int to dict
+        Per k: :func:`cluster_quality`'s metrics (the objective of every row at its nearest
+        centroid), the sampled silhouette, and the gap with its standard error where there
+        is a reference curve.
+    n_passes : int
+    data_mode : {"in-memory", "out-of-core"}
+    reference : ReferenceCurve or None
+    """
+
+    metrics: dict
+    n_passes: int
+    data_mode: str
+    reference: ReferenceCurve | None = None
+
+
+def score_centroids(centroids: dict, dataset: Dataset, sample_weight=None, *, seed: int,
+                    out_of_core="auto", reference_draws: int = 5, reference_rows: int = 20_000,
+                    silhouette_rows: int = 2_000) -> ScoredCentroids:
+    """The metrics the rules of :mod:`dkmeans.fit.krules` read, for centroids fitted elsewhere.
+
+    The sweep of a bisecting tree (one fit gives the centroids of every k) scores each k's
+    centroids here: every row labelled by its nearest centroid (as ``KMeans.predict`` would
+    label it), the cluster scores of every k in the same two combined passes, the gap's
+    reference fits and the silhouette's sample riding them, as in :func:`run_sweep`.
+
+    Parameters
+    ----------
+    centroids : dict of int to ndarray (k, n_features)
+        Per value of k, Euclidean.
+    dataset : Dataset
+        Checked already (the fit of the centroids read it).
+    sample_weight : array-like or Dask array, optional
+    seed : int
+        The resolved seed of the gap's reference draws and the silhouette's sample.
+    out_of_core : {"auto", True, False}
+        Where the data lives, as for a fit.
+    reference_draws, reference_rows, silhouette_rows : int
+        As :func:`run_sweep` takes them.
+
+    Returns
+    -------
+    ScoredCentroids
+    """
+    ks = sorted(centroids)
+    weights = check_sample_weight(kept_weights(dataset, sample_weight), dataset.n_rows)
+    sparse = is_sparse_array(dataset.array)
+    dataset = prepare_dataset(dataset, "euclidean")
+    spec = FitSpec(n_clusters=max(ks), out_of_core=out_of_core)
+    with_gap, with_sample = reference_draws > 0 and not sparse, silhouette_rows > 0 and not sparse
+    with named_missing(dataset), placed(spec, dataset, weights, n_clusters=sum(ks)) as (data, _):
+        try:
+            jobs = [functools.partial(_quality_of, centroids[k]) for k in ks]
+            names = [f"n_clusters={k}" for k in ks]
+            if with_gap:
+                jobs.append(lambda view: reference_curve(view, ks, seed, draws=reference_draws,
+                                                         max_rows=reference_rows))
+                names.append("gap reference")
+            if with_sample:
+                jobs.append(lambda view: sample_rows(view, silhouette_rows, seed)[1])
+                names.append("silhouette sample")
+            outcomes = SharedPasses(data).run(jobs, names=names)
+        finally:
+            data.release()
+    reference = outcomes[len(ks)] if with_gap else None
+    silhouettes = {}
+    if with_sample:
+        silhouettes = sample_silhouettes(np.asarray(to_host(outcomes[-1])), centroids, "euclidean")
+    metrics = {}
+    for k, quality in zip(ks, outcomes):
+        metrics[k] = {**quality, "silhouette": silhouettes.get(k, nan)}
+        if reference is not None and k in reference.mean_log:
+            sd = reference.sd_log[k] * np.sqrt(1 + 1 / reference.draws)
+            metrics[k].update(gap=reference.gap(k, quality["objective"]), gap_sd=float(sd))
+    mode = "in-memory" if data.in_memory else "out-of-core"
+    return ScoredCentroids(metrics, int(data.passes), mode, reference)
+
+
+def _quality_of(centroids, view) -> dict:
+    return cluster_quality(view, centroids, "euclidean")
+
+
+__all__ = ["ScoredCentroids", "SweepFit", "SweepRun", "cluster_quality", "run_sweep",
+           "sample_silhouettes", "score_centroids"]

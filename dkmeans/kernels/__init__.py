@@ -29,6 +29,9 @@ __all__ = [
 from dkmeans.kernels.sampling import random_top_rows, uniform_by_index  # noqa: E402
 from dkmeans.kernels.stats import Moments, column_moments, combine_moments  # noqa: E402
 
+from dkmeans.kernels.plans import KernelPlan, plan  # noqa: E402
+
+__all__ += ["KernelPlan", "plan"]
 __all__ += ["Moments", "column_moments", "combine_moments", "random_top_rows", "uniform_by_index"]
 
 from dkmeans.kernels.nearest import cluster_sums, select_top  # noqa: E402

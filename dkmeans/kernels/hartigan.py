@@ -28,10 +28,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dkmeans.kernels.backends import compiled_hartigan as _loops
+from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.backends.select import ALWAYS, Backend, select
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import cluster_sums
+
+_loops = LazyModule("dkmeans.kernels.backends.compiled_hartigan")  # numba imported at first use
 
 #: Relative margin a cost change must beat to count as an improvement (see module doc).
 REL_TOL = 1e-12
@@ -94,7 +96,7 @@ def best_moves(X, labels, C, W, npos, weights=None, *, rel_tol: float = REL_TOL)
     C = xp.ascontiguousarray(xp.asarray(C, dtype=xp.float64))
     W = xp.asarray(W, dtype=xp.float64)
     npos = xp.asarray(npos, dtype=xp.int64)
-    # the loops compile in the call on first use: no background compilation to wait for
+    # the loops compile in the call on first use, whatever the plan's path
     if select(X, compiled=ALWAYS) is Backend.COMPILED:
         target = np.empty(n, dtype=np.int32)
         dcost = np.empty(n, dtype=np.float64)

@@ -33,8 +33,10 @@ import numpy as np
 from dkmeans.kernels.namespace import get_namespace, sparse_namespace
 from dkmeans.kernels.backends import cuda as _cuda  # fused CuPy kernels; imports CuPy only when called
 
-from dkmeans.kernels.backends import compiled as _compiled  # compiled loops of the NumPy path
-from dkmeans.kernels.backends.compiled import Output
+from dkmeans.kernels.backends.layout import LazyModule, Output, direct_width
+
+# compiled loops of the NumPy rows, numba imported at their first use
+_compiled = LazyModule("dkmeans.kernels.backends.compiled")
 from dkmeans.kernels.backends.select import Backend, Loops, select
 from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, Partials, TopRows, check_centroids, plan_tiles,
                                     select_top)
@@ -73,7 +75,7 @@ NARROW_CENTROIDS = 128  # at most 255: the ranks of :func:`_nearest_narrow` are 
 def _kind(engine: str, dtype, d: int) -> tuple:
     """The compile unit of a compiled path: its loops for one dtype (and, direct, one width)."""
     dtype = np.dtype(dtype)
-    return ("direct", dtype.str, _compiled.direct_width(d)) if engine == "direct" else ("blas", dtype.str)
+    return ("direct", dtype.str, direct_width(d)) if engine == "direct" else ("blas", dtype.str)
 
 
 def _backend(X, k: int) -> Backend:
@@ -95,20 +97,20 @@ def _loops(dtype: np.dtype, d: int, k: int) -> tuple:
     """The direct loops (None where they do not suit the shape) and the BLAS loops of one shape
     (cached: built on every call they cost as much as the rest of the choice)."""
     warm_up = functools.partial(_warm_up, dtype, d, k)
-    direct = _compiled.direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS
+    direct = direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS
     return (Loops(_kind("direct", dtype, d), warm_up) if direct else None), Loops(_kind("blas", dtype, d), warm_up)
 
 
 def compiled_kinds(dtype, d: int) -> list:
     """``(kind, warm_up)`` of every compiled path an assignment of ``d``-feature rows may take.
 
-    What :func:`dkmeans.kernels.backends.compile.resolve_path` needs to choose a fit's one code path.
+    What :func:`dkmeans.kernels.warm.prepare` runs to load a fit's loops ahead of it.
     Empty for dtypes without compiled loops and for ``d = 0``.
     """
     dtype = np.dtype(dtype)
     if dtype not in _FLOATS or d < 1:
         return []
-    engines = ["direct"] if _compiled.direct_width(d) is not None else ["direct", "blas"]
+    engines = ["direct"] if direct_width(d) is not None else ["direct", "blas"]
     # k = 1 warms the BLAS path, k = STREAM_MIN_CENTROIDS the streamed loop of wide rows
     return [(_kind(e, dtype, d), functools.partial(_warm_up, dtype, d, 1 if e == "blas" else STREAM_MIN_CENTROIDS))
             for e in engines]
@@ -235,7 +237,7 @@ def _run_compiled(backend: Backend, X, C, output: Output, weights, scratch_bytes
     c_half = unit_half_sq_norms(np, C, 0.5 * np.einsum("ij,ij->i", C, C), X.dtype)
     tile, block = _compiled_tiles(backend, n, k, d, X.dtype.itemsize, scratch_bytes)
     if backend is Backend.COMPILED:
-        kernel = _compiled.direct_kernel(_compiled.direct_width(d))
+        kernel = _compiled.direct_kernel(direct_width(d))
         groups = max(1, STREAM_BLOCK_BYTES // (d * _compiled.STREAM_GROUP * X.dtype.itemsize))
         # the member's value: numba types an IntEnum argument in Python, about 15 us a call
         objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, int(output))

@@ -69,11 +69,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dkmeans.kernels.backends import compiled_pruned as _loops
+from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.backends.select import Backend
 from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL, Partials, check_centroids,
                                     unit_half_sq_norms)
 from dkmeans.kernels.nearest import STREAM_BLOCK_BYTES, _assign, _backend, _compiled_tiles, assign_partials
+
+_loops = LazyModule("dkmeans.kernels.backends.compiled_pruned")  # numba imported at first use
 
 #: Yinyang's group size: about this many centroids per group (Ding et al. use k / 10).
 CENTROIDS_PER_GROUP = 10

@@ -15,7 +15,7 @@ from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
 from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
 from dkmeans.kernels.backends import sparse as _sparse
-from dkmeans.kernels.backends.compile import pinned
+from dkmeans.kernels.plans import numpy_plan
 from dkmeans.kernels.backends.select import ALWAYS, Backend, select
 from dkmeans.kernels.backends.sparse import take_rows
 
@@ -208,7 +208,7 @@ def weighted_lloyd(X, weights, centers, *, max_iter: int = 300, tol: float = 1e-
     k = C.shape[0]
     threshold = float(tol) * float(xp.mean(xp.var(X, axis=0))) if X.shape[0] else 0.0
     previous = None
-    with pinned("numpy"):
+    with numpy_plan().applied():
         for _ in range(max_iter):
             labels, d2 = assign(X, C)
             sums, counts = cluster_sums(X, labels, k, w)

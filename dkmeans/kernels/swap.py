@@ -38,13 +38,15 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from dkmeans.kernels.backends import compiled_swap as _loops
+from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.backends.select import Backend, Loops, select
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import TopRows, assign, cluster_sums, select_top
 from dkmeans.kernels.reduce import combine_top, sum_in_order
 from dkmeans.kernels.sampling import uniform_by_index
 from dkmeans.kernels.seeding import weighted_sample_keys
+
+_loops = LazyModule("dkmeans.kernels.backends.compiled_swap")  # numba imported at first use
 
 #: :func:`swap_costs` with more candidates than this, and :func:`nearest_two` with more
 #: centroids, take matrix products (rows in cluster order against all candidates; tiles of

@@ -420,19 +420,3 @@ def test_functional_method_minibatch(data):
     assert a.stop_reason in ("no-improvement", "centroid-shift", "max_iter")
     with pytest.raises(InvalidParameterError):
         dkmeans.train(desc, data, batch_size=0)
-
-
-def test_cli_fit_minibatch_on_parquet(tmp_path, data):
-    import subprocess
-    import sys
-
-    import pandas as pd
-
-    pd.DataFrame(data, columns=["a", "b", "c", "d"]).to_parquet(tmp_path / "x.parquet")
-    model = tmp_path / "m.dkm"
-    res = subprocess.run([sys.executable, "-m", "dkmeans", "fit", str(tmp_path / "x.parquet"), "-k", "6",
-                          "--algorithm", "minibatch", "--batch-size", "512", "--model", str(model),
-                          "--random-state", "0", "--workers", "1"], capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stderr
-    loaded = MiniBatchKMeans.load(model)
-    assert loaded.batch_size == 512 and list(loaded.feature_names_in_) == ["a", "b", "c", "d"]

@@ -83,8 +83,35 @@ def test_every_rank_gets_the_same_combination_in_rank_order():
             np.testing.assert_array_equal(results[rank][step], expected)
 
 
-def _pass_message(seq, rank, value, seconds=0.0):
-    return (mailbox.PASS, seq, rank, seconds, pickle.dumps(value))
+def _pass_message(seq, rank, value, seconds=0.0, stop=False):
+    return (mailbox.PASS, seq, rank, seconds, pickle.dumps(value), stop)
+
+
+def test_a_stop_request_reaches_every_rank_after_the_same_exchange():
+    """Rank 0 learns of the client's stop request between two exchanges; it travels with its next
+    message, so every rank's ``stop_agreed`` turns True after that same exchange (and every rank
+    then stops at the same iteration)."""
+    token, size = _token(), 3
+    seen = {}
+
+    def run(rank):
+        comm = _in_process(token, size, rank)
+        try:
+            seen[rank] = []
+            for step in range(4):
+                comm.allreduce(np.array([rank, step], float), _stack)
+                seen[rank].append(comm.stop_agreed)
+                if rank == 0 and step == 1:  # as a report would find the client's request
+                    comm.stop_asked = True
+        finally:
+            comm.close()
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert seen == {rank: [False, False, True, True] for rank in range(size)}
 
 
 def test_a_pass_that_overtakes_the_one_before_is_kept_for_its_turn():

@@ -1,10 +1,9 @@
 """What a notebook user meets: plots that leave matplotlib alone and return Figures, the sweep's
-HTML view, lazy submodules, and scikit-learn's callback protocol (where scikit-learn has it)."""
+HTML view, and scikit-learn's callback protocol (where scikit-learn has it); lazy submodules, in a
+fresh process, are in ``tests/system/test_fresh_processes.py``."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,20 +19,6 @@ matplotlib = pytest.importorskip("matplotlib")
 def blobs():
     X, _, _ = make_blobs(2_000, 3, 4, seed=0)
     return X
-
-
-def test_import_dkmeans_loads_no_matplotlib_and_reaches_submodules_lazily():
-    code = ("import sys, dkmeans; assert 'matplotlib' not in sys.modules; "
-            "assert 'dkmeans.plot' not in sys.modules and 'dkmeans.metrics' not in sys.modules; "
-            "print(dkmeans.plot.__name__, dkmeans.metrics.__name__, dkmeans.io.__name__, "
-            "dkmeans.testing.__name__); "
-            "assert 'matplotlib' not in sys.modules; assert 'plot' in dir(dkmeans)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["dkmeans.plot", "dkmeans.metrics", "dkmeans.io",
-                                  "dkmeans.testing"]
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        dkmeans.nope  # noqa: B018
 
 
 def test_plots_return_figures_and_leave_the_backend_alone(blobs, tmp_path):

@@ -4,7 +4,8 @@ float64 fit of the same numbers.
 
 Spark is not installed: its layout is built with pyarrow as Spark writes it (``part-*.snappy.parquet``
 files beside ``_SUCCESS`` and ``.crc`` files, hive-partitioned ``key=value/`` folders, decimal,
-timestamp and nested columns that are not selected).
+timestamp and nested columns that are not selected). The command line on the same files, in
+processes of its own, is in ``tests/system/test_cli_writers.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import pytest
 from dkmeans import KMeans
 from dkmeans.engine.files import read_table
 from dkmeans.errors import DataSourceError, InvalidDataError
-from tests.helpers import run_cli
 
 polars = pytest.importorskip("polars")
 
@@ -114,22 +114,6 @@ def test_spark_folder_keeps_its_partition_and_other_columns_out_of_the_fit(clien
     assert len(labels) == N and labels.between(0, 2).all()
 
 
-def test_cli_fits_and_labels_a_spark_folder(written, tmp_path):
-    ref = reference()
-    model = tmp_path / "model.npz"
-    res = run_cli("fit", written["spark"], "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1,
-                  "--out-of-core", "true", "--quiet")
-    assert res.returncode == 0, res.stderr
-    fitted = KMeans.load(model).cluster_centers_  # seeded by k-means||: the same clusters, in its order
-    np.testing.assert_allclose(fitted[np.argsort(fitted[:, 2])], ref.cluster_centers_[np.argsort(ref.cluster_centers_[:, 2])],
-                               rtol=1e-6)
-    res = run_cli("predict", model, written["spark"], "--output", tmp_path / "labelled", "--workers", 1)
-    assert res.returncode == 0, res.stderr
-    out = pd.read_parquet(tmp_path / "labelled")
-    assert len(out) == N and out["cluster"].between(0, 2).all()
-    assert f"written to {tmp_path / 'labelled'} " in res.stdout
-
-
 # -- CSV with a header and missing values --------------------------------------------------------------
 @pytest.fixture
 def csv_with_missing(tmp_path):
@@ -153,23 +137,6 @@ def test_csv_with_missing_values_errors_or_skips(client, csv_with_missing, out_o
     np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-9)
     labels = km.predict(df).compute().to_numpy()
     assert (labels[~complete] == -1).all() and (labels[complete] == ref.labels_).all()
-
-
-def test_cli_predict_with_missing_skip_keeps_every_row_with_a_null_label(csv_with_missing, tmp_path):
-    path, complete = csv_with_missing
-    model = tmp_path / "m.npz"
-    res = run_cli("fit", path, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1, "--quiet")
-    assert res.returncode == 2, res.stderr
-    assert error_lines(res) == ["dkmeans: error: X: missing values (NaN or null) in column(s) 'y' (2), 'amount' (1): "
-                                "remove or impute them, or pass missing='skip' to leave such rows out of the fit "
-                                "(predict labels them -1)"]
-    res = run_cli("fit", path, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1, "--quiet",
-                  "--missing", "skip")
-    assert res.returncode == 0, res.stderr
-    res = run_cli("predict", model, path, "--output", tmp_path / "out", "--workers", 1, "--missing", "skip")
-    assert res.returncode == 0, res.stderr
-    out = pd.read_parquet(tmp_path / "out")
-    assert len(out) == N and out["cluster"].isna().to_numpy().tolist() == (~complete).tolist()
 
 
 def test_paths_that_do_not_exist_or_match_nothing_say_so(tmp_path):

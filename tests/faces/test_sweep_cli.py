@@ -80,3 +80,21 @@ def test_k_values_syntax():
     assert parse_k_values("7") == [7]
     with pytest.raises(InvalidParameterError, match="step >= 1"):
         parse_k_values("2:8:0")
+
+
+def test_sweep_by_a_bisecting_tree_saves_the_suggested_k_s_refit(parquet_dir, tmp_path, capsys):
+    """In process, Parquet: every k from one bisecting fit; the model file is KMeans(4) alone."""
+    models = tmp_path / "models"
+    code = main(["sweep", str(parquet_dir / "data"), "-k", "2:6", "--exclude", "truth",
+                 "--random-state", "0", "--method", "bisecting", "--save-models", str(models),
+                 "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert any(line.startswith("suggested k: 4 (") for line in out.splitlines()), out
+    assert "one bisecting fit of" in out and "the refit of k = 4" in out
+    assert [p.name for p in models.iterdir()] == ["kmeans-k4.npz"]
+    from dkmeans.engine.files import read_table
+
+    single = KMeans(4, random_state=0).fit(read_table(str(parquet_dir / "data"))[["a", "b"]])
+    saved = KMeans.load(models / "kmeans-k4.npz")
+    np.testing.assert_allclose(saved.cluster_centers_, single.cluster_centers_, rtol=1e-8)

@@ -12,10 +12,7 @@ one code path of a fit.
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 import threading
-import time
 import warnings
 
 import dask
@@ -27,7 +24,7 @@ from hypothesis import strategies as st
 
 import dkmeans
 from dkmeans.kernels import assign, assign_partials, distances
-from dkmeans.kernels.backends import compile as kernel_compile
+from dkmeans.kernels import plans
 from dkmeans.kernels.seeding import Nearest, update_nearest
 from tests.helpers import sq_distances
 
@@ -155,27 +152,23 @@ def test_update_nearest_keeps_the_state_when_a_round_drew_nothing():
 
 
 # -- the warm-up (make demo once printed a ZeroDivisionError from it) -----------------------
-def test_empty_probes_start_no_compilation(monkeypatch):
-    """Dask probes a block function with (0, 0) arrays: no compilation may start from them."""
+def test_empty_probes_compile_nothing(kernel_plan):
+    """Dask probes a block function with (0, 0) arrays: they take the NumPy code, whatever the plan."""
     from dkmeans.kernels.backends import select
 
-    started = []
-    monkeypatch.setattr(select, "compiled_ready", lambda kind, warm_up: started.append(kind) or False)
-    with dask.config.set({"dkmeans.compile": "background"}):
-        for X in (np.empty((0, 0), np.float32), np.empty((0, 5), np.float64), np.empty((4, 0), np.float32)):
-            assert assign_module._backend(X, 3) is select.Backend.NUMPY
-    assert started == []
+    for X in (np.empty((0, 0), np.float32), np.empty((0, 5), np.float64), np.empty((4, 0), np.float32)):
+        assert assign_module._backend(X, 3) is select.Backend.NUMPY
     with pytest.raises(ValueError, match="at least one feature"):
         assign_module._warm_up(np.dtype(np.float32), 0, 4)
 
 
 def test_lazy_predict_warms_up_nothing_empty(client):
-    """A lazy predict on a Dask array in background mode: the workers log no failed compilation."""
+    """A lazy predict on a Dask array under the default rule: the workers log no failed compilation."""
     import dask.array as da
 
     X = da.from_array(np.random.default_rng(0).normal(size=(2000, 4)).astype(np.float32), chunks=500)
     km = dkmeans.KMeans(n_clusters=3, random_state=0).fit(X.compute())
-    with dask.config.set({"dkmeans.compile": "background"}):
+    with dask.config.set({"dkmeans.compile": "auto"}):
         labels = km.predict(X).compute()
     _assert_nearest(X.compute(), km.cluster_centers_, labels)
 
@@ -201,72 +194,44 @@ def _record_paths(monkeypatch):
     return seen
 
 
-def test_a_fit_keeps_one_code_path_while_kernels_compile(monkeypatch):
-    """Background compilation that ends in the middle of a fit does not change the fit's path."""
-    monkeypatch.setattr(kernel_compile, "_ready", set())
-    monkeypatch.setattr(kernel_compile, "_started", set())
-    monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)  # the fit does not wait for it
-    monkeypatch.setattr(kernel_compile, "NUMPY_FIT_WORK", 0)  # a fit this small would start no compilation
-    real_warm = kernel_compile._warm
-
-    def slow_warm(*args):  # the compilation ends while the first fit runs
-        time.sleep(0.2)
-        real_warm(*args)
-
-    monkeypatch.setattr(kernel_compile, "_warm", slow_warm)
+@pytest.mark.parametrize("kernel_plan", [None], indirect=True)
+def test_a_fit_keeps_one_code_path(monkeypatch, kernel_plan):
+    """The fit service chooses one plan: a small first fit runs on the NumPy code throughout, a larger
+    one compiles at its first need and runs compiled throughout, and later small fits of the same
+    rows' kind take the loaded compiled loops."""
     seen = _record_paths(monkeypatch)
     X = np.random.default_rng(0).normal(size=(3000, 24)).astype(np.float32)
-    with dask.config.set({"dkmeans.compile": "background"}):
-        first = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
-        assert set(seen) == {"numpy"}, "the first fit of a process runs on the NumPy code throughout"
-        assert kernel_compile.wait_compiled(timeout=300)
-        seen.clear()
-        second = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
-        assert set(seen) == {"compiled"}, "a fit after the compilation runs compiled throughout"
+    first = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
+    assert set(seen) == {"numpy"}, "the first small fit of a process runs on the NumPy code throughout"
+    seen.clear()
+    big = np.random.default_rng(1).normal(size=(60_000, 24)).astype(np.float32)
+    dkmeans.KMeans(n_clusters=12, random_state=0, max_iter=2).fit(big)  # 60,000 x 24 x 12 > 2^24
+    assert set(seen) == {"compiled"}, "a fit above the work bound runs compiled throughout"
+    seen.clear()
+    second = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
+    assert set(seen) == {"compiled"}, "once loaded, the compiled loops serve small fits too"
     # the two paths agree to rounding: the same partition here
     np.testing.assert_allclose(first.cluster_centers_, second.cluster_centers_, rtol=1e-4, atol=1e-4)
+    assert not any(t.name == "dkmeans-compile" for t in threading.enumerate()), "no compiling thread"
 
 
-def test_small_data_waits_for_a_compilation_that_costs_less_than_numpy(monkeypatch):
-    """A compilation that ends within what the NumPy code would cost serves the whole fit."""
-    monkeypatch.setattr(kernel_compile, "_ready", set())
-    monkeypatch.setattr(kernel_compile, "_started", set())
-    monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 1.0)  # any compilation is cheaper
-    monkeypatch.setattr(kernel_compile, "NUMPY_FIT_WORK", 0)  # a fit this small would start no compilation
-    seen = _record_paths(monkeypatch)
-    X = np.random.default_rng(0).normal(size=(500, 5)).astype(np.float32)
+def test_the_compile_setting_chooses_the_path():
+    """``dkmeans.compile``: "off" the NumPy code, "eager" the compiled loops whatever the size;
+    "background", the former default, reads as "auto"."""
+    for mode, path in (("off", "numpy"), ("eager", "compiled")):
+        with dask.config.set({"dkmeans.compile": mode}):
+            assert plans.plan(np.float32, 4, n_rows=10, n_clusters=1).path == path
+            assert plans.plan(np.float32, 4).path == path
     with dask.config.set({"dkmeans.compile": "background"}):
-        dkmeans.KMeans(n_clusters=3, random_state=0).fit(X)
-    assert set(seen) == {"compiled"}
-
-
-def test_large_data_compiles_first(monkeypatch):
-    """From COMPILE_FIRST_ELEMENTS on, a background-mode fit waits for the compiled loops."""
-    monkeypatch.setattr(kernel_compile, "_ready", set())
-    monkeypatch.setattr(kernel_compile, "_started", set())
-    release = threading.Event()
-    kinds = [(("test-kind", 1), lambda: release.wait(30))]  # a compilation that has not ended
-    try:
-        with dask.config.set({"dkmeans.compile": "background"}):
-            monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 1e-6)
-            assert kernel_compile.resolve_path(kinds, 1000) == "numpy"  # waited 1 ms, then NumPy
-            assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS) == "compiled"
-    finally:
-        release.set()
-    assert kernel_compile.wait_compiled(timeout=30)
-    assert ("test-kind", 1) in kernel_compile._ready
-    with dask.config.set({"dkmeans.compile": "off"}):
-        assert kernel_compile.resolve_path(kinds, 10**12) == "numpy"
-    with dask.config.set({"dkmeans.compile": "eager"}):
-        assert kernel_compile.resolve_path(kinds, 1) == "compiled"
+        assert plans.compile_mode() == "auto"
 
 
 def _path_chunk(X, w, offset):
-    return [kernel_compile.current_path()]
+    return [plans.current().path]
 
 
 def _pin_chunk(X, w, offset):
-    return [(kernel_compile.current_path(), kernel_compile.backend_setting())]
+    return [(plans.current().path, plans.backend_setting())]
 
 
 def _pin_loop(data):
@@ -279,39 +244,49 @@ def _path_loop(data):
 
 @pytest.mark.parametrize("mode", ["graph_loop", "single_task", "spmd"])
 @pytest.mark.parametrize("path", ["numpy", "compiled"])
-def test_pinned_path_reaches_every_task(client, request, mode, path):
-    """The fit's path and backend setting travel with its chunk functions: plain passes and loops in every mode."""
+def test_the_plan_reaches_every_task(client, request, mode, path):
+    """The placed data carries the fit's plan (path and backend setting) into its tasks: plain passes
+    and loops in every mode."""
     import dask.array as da
-    import functools
 
     from dkmeans.engine import PersistedData
-    from dkmeans.engine.context import InContext
 
     request.getfixturevalue(mode)
     X = da.from_array(np.random.default_rng(0).normal(size=(4000, 3)), chunks=500)
     data = PersistedData(client, X)
     try:
-        pinned_data = InContext(data, functools.partial(kernel_compile.call_pinned, path))
-        assert set(pinned_data.map_reduce(_path_chunk, lambda parts: sum(parts, []))) == {path}
-        assert set(pinned_data.run_loop(_path_loop, work_per_row=1.0)) == {path}
-        # the client's dkmeans.kernels.backend travels in the pin (the workers' own config says "auto")
-        with dask.config.set({"dkmeans.kernels.backend": "numpy"}), kernel_compile.pinned(path):
-            pinned_data = InContext(data, functools.partial(kernel_compile.call_pinned, kernel_compile.current_pin()))
-        assert set(pinned_data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))) == {(path, "numpy")}
-        assert set(pinned_data.run_loop(_pin_loop, work_per_row=1.0)) == {(path, "numpy")}
+        data.plan = plans.KernelPlan(path, "auto")
+        assert set(data.map_reduce(_path_chunk, lambda parts: sum(parts, []))) == {path}
+        assert set(data.run_loop(_path_loop, work_per_row=1.0)) == {path}
+        # the client's dkmeans.kernels.backend travels in the plan (the workers' own config says "auto")
+        with dask.config.set({"dkmeans.kernels.backend": "numpy"}):
+            assert plans.plan(np.float64, 3) == plans.KernelPlan("numpy", "numpy"), "the setting takes no loops"
+        data.plan = plans.KernelPlan(path, "numpy")
+        assert set(data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))) == {(path, "numpy")}
+        assert set(data.run_loop(_pin_loop, work_per_row=1.0)) == {(path, "numpy")}
     finally:
         data.release()
 
 
-def test_demo_prints_no_traceback(tmp_path):
-    """``dkmeans demo`` in a fresh process, kernels compiling in the background as for a user."""
-    import os
+def test_workers_without_room_for_the_compiled_kernels_take_the_numpy_plan(client, monkeypatch, caplog):
+    """The placement narrows a compiled plan to the NumPy code where loading the compiled kernels would
+    take a worker past its pause threshold, and the tasks follow the narrowed plan; the fit says so."""
+    import dask.array as da
 
-    env = dict(os.environ, DASK_DKMEANS__COMPILE="background")
-    out = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "--n-samples", "300000", "--output",
-                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env,
-                         cwd=tmp_path)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
-    for bad in ("Traceback", "failed", "Error"):
-        assert bad not in text, text
+    from dkmeans.engine import memory
+    from dkmeans.engine.place import place_data
+    from dkmeans.fit.inputs import as_dataset
+
+    X = da.from_array(np.random.default_rng(0).normal(size=(4000, 3)), chunks=500)
+    for room, path in ((True, "compiled"), (False, "numpy")):
+        monkeypatch.setattr(memory, "_room_for_kernels", lambda *args, room=room: room)
+        data = place_data(client, as_dataset(X), None, plan=plans.KernelPlan("compiled", "blas"))
+        try:
+            assert data.plan == plans.KernelPlan(path, "blas")
+            assert set(data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))) == {(path, "blas")}
+        finally:
+            data.release()
+    with caplog.at_level("INFO", logger="dkmeans"):
+        km = dkmeans.KMeans(n_clusters=3, random_state=0).fit(X)
+    assert "no room below their pause threshold" in caplog.text
+    _assert_nearest(X.compute(), km.cluster_centers_, km.labels_.compute())

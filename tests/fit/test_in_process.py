@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 
-from dkmeans.engine.context import InContext
 from dkmeans.engine.local import ChunkList
 from dkmeans.kernels import assign_partials, combine_partials
-from dkmeans.kernels.backends import compile as kernel_compile
+from dkmeans.kernels import plans
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
 
 
@@ -22,7 +16,7 @@ def _partials_chunk(X, w, offset, C):
 
 
 def _path_chunk(X, w, offset):
-    return [(offset, kernel_compile.current_path())]
+    return [(offset, plans.current().path)]
 
 
 def test_threaded_chunks_combine_in_chunk_order_as_one_thread():
@@ -45,46 +39,14 @@ def test_threaded_chunks_combine_in_chunk_order_as_one_thread():
         pool.release()
 
 
-def test_threads_run_in_the_fits_kernel_path():
-    """The pool's threads see the path the fit pinned (each call runs in a copy of the caller's context)."""
+def test_threads_run_in_the_fits_kernel_plan():
+    """The pool's threads see the plan the fit applied (each call runs in a copy of the caller's context)."""
     X = np.zeros((1000, 2))
     data = ChunkList.from_array(X, None, n_chunks=4, threads=2)
     try:
         for path in ("numpy", "compiled"):
-            pinned = InContext(data, functools.partial(kernel_compile.call_pinned, path))
-            seen = pinned.map_reduce(_path_chunk, lambda parts: sum(parts, []))
+            with plans.KernelPlan(path, "auto").applied():
+                seen = data.map_reduce(_path_chunk, lambda parts: sum(parts, []))
             assert [o for o, _ in seen] == [0, 250, 500, 750] and {p for _, p in seen} == {path}
-            with kernel_compile.pinned(path):  # the caller's own pin reaches the threads too
-                assert {p for _, p in data.map_reduce(_path_chunk, lambda parts: sum(parts, []))} == {path}
     finally:
         data.release()
-
-
-def test_large_numpy_fit_without_a_client_starts_no_cluster():
-    """40 MiB of NumPy rows (above dkmeans.in-process-bytes) with no client: fitted here on threads,
-    no cluster started, no scheduler changed; the result equals a fit on one thread."""
-    code = textwrap.dedent("""
-        import json, warnings, numpy as np, dask, distributed
-        import dkmeans
-        from dkmeans.testing import make_blobs
-        X, _, _ = make_blobs(700_000, 8, 6, spread=1.0, box=10.0, seed=0)
-        X = X.astype(np.float32)  # 21 MiB: above the limit set below
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # an EmbeddedClusterWarning would fail here
-            with dask.config.set({"dkmeans.in-process-bytes": "8MiB"}):
-                km = dkmeans.KMeans(6, random_state=0).fit(X)
-        try:
-            distributed.default_client()
-            started = True
-        except ValueError:
-            started = False
-        one = dkmeans.KMeans(6, random_state=0).fit(X)  # within the default limit: one thread
-        print("RESULT " + json.dumps(dict(started=started, mode=km.data_mode_, same_iter=km.n_iter_ == one.n_iter_,
-                                          diff=float(np.max(np.abs(km.cluster_centers_ - one.cluster_centers_))))))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, out.stderr
-    result = json.loads(lines[0][len("RESULT "):])
-    assert not result["started"] and result["mode"] == "in-memory"
-    assert result["diff"] < 1e-3 and result["same_iter"]  # two chunks' sums against one: rounding only

@@ -1,16 +1,15 @@
 """A first fit on small data: the NumPy code, chosen by the fit's size, with the compiled loops' result.
 
-The policy of :func:`dkmeans.kernels.backends.compile.resolve_path` (background mode): below
-``NUMPY_FIT_WORK`` (elements x centroids x runs) a fit runs the NumPy code unless the loops are
-compiled already, and starts no compilation; above, it starts one and waits as long as it
-pays. The two paths must give the same fit (the path a fit takes depends on what ran before
-it in the process).
+The rule of :func:`dkmeans.kernels.plans.plan` (``dkmeans.compile = "auto"``): below
+``NUMPY_FIT_WORK`` (elements x centroids x runs) an in-process fit runs the NumPy code unless the
+process has loaded the compiled loops of its dtype and width, and compiles nothing; above, it
+compiles at its first need. The two paths must give the same fit (the path a fit takes depends
+on what ran before it in the process).
 """
 
 from __future__ import annotations
 
 import importlib
-import threading
 import warnings
 
 import dask
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 
 import dkmeans
-from dkmeans.kernels.backends import compile as kernel_compile
+from dkmeans.kernels import plans
 
 nearest = importlib.import_module("dkmeans.kernels.nearest")
 service = importlib.import_module("dkmeans.fit.service")
@@ -55,118 +54,83 @@ def test_numpy_and_compiled_paths_give_the_same_fit(n, d, k, kind, dtype):
     assert a.n_iter_ == b.n_iter_
 
 
-@pytest.fixture
-def fresh_compile_state(monkeypatch):
-    """No kind compiled or started in this process, and no small fit counted (as in a fresh one)."""
-    monkeypatch.setattr(kernel_compile, "_ready", set())
-    monkeypatch.setattr(kernel_compile, "_started", set())
-    monkeypatch.setattr(kernel_compile, "_small_fits", 0)
-
-
-def _compiling() -> bool:
-    return any(t.name == "dkmeans-compile" and t.is_alive() for t in threading.enumerate())
-
-
-def test_a_small_fit_runs_numpy_and_no_compilation_competes_with_it(monkeypatch, fresh_compile_state):
-    assert kernel_compile.wait_compiled(timeout=60)  # nothing of another test still compiling
+@pytest.mark.parametrize("kernel_plan", [None], indirect=True)
+def test_a_small_fit_runs_numpy_in_one_blas_thread(monkeypatch, kernel_plan):
     seen, blas = [], set()
     original = nearest._backend
 
     def spy(X, k):
         backend = original(X, k)
-        seen.append((backend.value, _compiling()))
+        seen.append(backend.value)
         blas.update(pool["num_threads"] for pool in service._blas_pools().info() if pool["user_api"] == "blas")
         return backend
 
     monkeypatch.setattr(nearest, "_backend", spy)
     X = _data(20_000, 8, 10, "blobs", np.float32)
-    with dask.config.set({"dkmeans.compile": "background"}):
-        dkmeans.KMeans(n_clusters=10, random_state=0).fit(X)
-    assert seen and set(seen) == {("numpy", False)}
-    assert kernel_compile._started == set()
+    dkmeans.KMeans(n_clusters=10, random_state=0).fit(X)
+    assert seen and set(seen) == {"numpy"}
     assert blas <= {1}, "its small BLAS products run in one thread"
 
 
-def test_repeated_small_fits_compile_after_a_fit_for_the_next(monkeypatch, fresh_compile_state):
-    """After SMALL_FITS_BEFORE_COMPILING small fits the compilation starts, when a fit has ended."""
-    assert kernel_compile.wait_compiled(timeout=60)
-    monkeypatch.setattr(kernel_compile, "SMALL_FITS_BEFORE_COMPILING", 2)
-    warmed = []
-    monkeypatch.setattr(kernel_compile, "_warm", lambda kind, warm_up, backend: warmed.append(kind))  # no compiling
-    during = []
-    original = nearest._backend
-    monkeypatch.setattr(nearest, "_backend", lambda X, k: during.append(_compiling()) or original(X, k))
-    X = _data(5_000, 8, 4, "blobs", np.float32)
-    kinds = {kind for kind, _ in nearest.compiled_kinds(np.float32, 8)}
-    with dask.config.set({"dkmeans.compile": "background"}):
-        dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
-        assert kernel_compile._started == set()
-        dkmeans.KMeans(n_clusters=4, random_state=1).fit(X)
-        assert kernel_compile._started == kinds, "the second small fit's end starts the compilation"
-    kernel_compile.wait_compiled(timeout=30)
-    assert set(warmed) == kinds
-    assert during and not any(during), "no compilation ran during a fit"
+def _asked(monkeypatch) -> list:
+    """The arguments of every plan the fit service asks for."""
+    asked = []
+    original = service.kernel_plan
+
+    def spy(dtype, n_features, **kwargs):
+        asked.append((n_features, kwargs["n_rows"], kwargs["n_clusters"]))
+        return original(dtype, n_features, **kwargs)
+
+    monkeypatch.setattr(service, "kernel_plan", spy)
+    return asked
 
 
 def test_the_fit_service_counts_centroids_and_runs(monkeypatch):
-    asked = []
-    original = service.resolve_path
-
-    def spy(kinds, n_elements, n_clusters=None):
-        asked.append((n_elements, n_clusters))
-        return original(kinds, n_elements, n_clusters)
-
-    monkeypatch.setattr(service, "resolve_path", spy)
+    asked = _asked(monkeypatch)
     X = _data(500, 6, 4, "blobs", np.float32)
     dkmeans.KMeans(n_clusters=4, n_init=3, random_state=0).fit(X)
-    assert asked == [(500 * 6, 4 * 3)]
+    assert asked == [(6, 500, 4 * 3)]
 
 
-def test_a_fit_on_the_cluster_takes_no_size_rule(monkeypatch, client, on_cluster):
-    """The size rule weighs this process's load of the compiled loops: a cluster's workers load them in theirs."""
-    asked = []
-    original = service.resolve_path
-    monkeypatch.setattr(service, "resolve_path", lambda kinds, n, k=None: asked.append((n, k)) or original(kinds, n, k))
+@pytest.mark.parametrize("kernel_plan", [None], indirect=True)
+def test_a_fit_on_the_cluster_takes_the_size_rule_for_its_workers(monkeypatch, client, on_cluster, kernel_plan):
+    """A small fit on a cluster runs the NumPy code (no worker loads the compiled loops for it),
+    whatever this process has loaded."""
+    asked = _asked(monkeypatch)
     dkmeans.KMeans(n_clusters=3, random_state=0).fit(_data(400, 5, 3, "blobs", np.float32))
-    assert asked == [(400 * 5, None)]
+    assert asked == [(5, 400, 3)]
+    plans.mark_loaded(np.float32, 5)
+    assert plans.plan(np.float32, 5, n_rows=400, n_clusters=3, in_process=False).path == "numpy"
+    assert plans.plan(np.float32, 5, n_rows=400, n_clusters=3).path == "compiled"
+    assert plans.plan(np.float32, 5, n_rows=10**6, n_clusters=30, in_process=False).path == "compiled"
 
 
-def test_the_path_is_chosen_by_size(monkeypatch, fresh_compile_state):
-    release = threading.Event()
-    kind = ("test-small-fit", 1)
-    kinds = [(kind, lambda: release.wait(30))]  # a compilation that ends when told
-    k = 10
-    below = -(-kernel_compile.NUMPY_FIT_WORK // k) - 1  # elements of the largest fit below the work bound
-    monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 1e-9)  # waits about a millisecond
-    try:
-        with dask.config.set({"dkmeans.compile": "background"}):
-            assert kernel_compile.resolve_path(kinds, below, k) == "numpy"
-            assert kernel_compile._started == set(), "a small fit starts no compilation"
-            assert kernel_compile.resolve_path(kinds, below + 1, k) == "numpy"  # waited, then NumPy
-            assert kind in kernel_compile._started, "a larger fit starts the compilation"
-            release.set()
-            assert kernel_compile.wait_compiled(timeout=30)
-            assert kernel_compile.resolve_path(kinds, 1, 1) == "compiled", "compiled loops serve any fit once ready"
-    finally:
-        release.set()
+@pytest.mark.parametrize("kernel_plan", [None], indirect=True)
+def test_the_path_is_chosen_by_size(kernel_plan):
+    k, d = 10, 8
+    below = -(-plans.NUMPY_FIT_WORK // (k * d)) - 1  # rows of the largest fit below the work bound
+    assert plans.plan(np.float32, d, n_rows=below, n_clusters=k).path == "numpy"
+    assert plans.plan(np.float64, d, n_rows=below + 1, n_clusters=k).path == "compiled"
+    assert plans.plan(np.float32, d, n_rows=below, n_clusters=k).path == "numpy", "another dtype's loops"
+    assert plans.plan(np.float32, d, n_rows=below + 1, n_clusters=k).path == "compiled"
+    assert plans.plan(np.float32, d, n_rows=1, n_clusters=1).path == "compiled", "loaded loops serve any fit"
+    assert plans.plan(np.float32, d + 1, n_rows=1, n_clusters=1).path == "numpy"
+    # a fit of unknown rows or centroids compiles at its first need whatever its size
+    assert plans.plan(np.float32, 3, n_rows=10).path == "compiled"
+    assert plans.plan(np.float32, 5, n_clusters=1).path == "compiled"
+    assert plans.plan(np.float32, 7, n_rows=10, n_clusters=1, sparse=True).path == "compiled"
+    with dask.config.set({"dkmeans.kernels.backend": "numpy"}):
+        assert plans.plan(np.float32, 9, n_rows=10**9, n_clusters=10) == plans.KernelPlan("numpy", "numpy")
 
 
-def test_unknown_centroids_keep_the_element_rules(fresh_compile_state):
-    kinds = [(("test-unknown-k", 1), lambda: None)]
-    with dask.config.set({"dkmeans.compile": "background"}):
-        assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS) == "compiled"
-        assert kernel_compile.resolve_path(kinds, kernel_compile.COMPILE_FIRST_ELEMENTS, 1) == "numpy"
+@pytest.mark.parametrize("kernel_plan", [None], indirect=True)
+def test_preparing_loads_the_loops_for_later_small_fits(kernel_plan):
+    """``warm.prepare`` (a worker's preparation, and ``dkmeans warm-up``) loads the compiled loops of
+    one dtype and width; small fits of those then take them."""
+    from dkmeans.kernels import warm
 
-
-def test_a_process_finishes_its_compilation_before_it_exits(monkeypatch, fresh_compile_state):
-    """A background compilation left running is waited for at exit (numba's disk cache then serves the next process)."""
-    kind = ("test-at-exit", 1)
-    monkeypatch.setattr(kernel_compile, "NUMPY_SECONDS_PER_ELEMENT", 0.0)
-    with dask.config.set({"dkmeans.compile": "background"}):
-        elements = kernel_compile.COMPILE_FIRST_ELEMENTS // 2  # a fit that starts a compilation, not waiting for it
-        path = kernel_compile.resolve_path([(kind, lambda: threading.Event().wait(0.3))], elements,
-                                           -(-kernel_compile.NUMPY_FIT_WORK // elements))
-    assert path == "numpy" and kind not in kernel_compile._ready
-    assert kernel_compile._at_exit, "registered with atexit when the compilation started"
-    assert kernel_compile.finish_at_exit(timeout=30)
-    assert kind in kernel_compile._ready
+    assert plans.plan(np.float32, 6, n_rows=100, n_clusters=2).path == "numpy"
+    warm.prepare(plans.KernelPlan("numpy", "auto"), np.float32, 6)
+    assert plans.plan(np.float32, 6, n_rows=100, n_clusters=2).path == "numpy", "a NumPy plan loads nothing"
+    warm.prepare(plans.KernelPlan("compiled", "auto"), np.float32, 6)
+    assert plans.plan(np.float32, 6, n_rows=100, n_clusters=2).path == "compiled"

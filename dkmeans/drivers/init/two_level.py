@@ -148,7 +148,7 @@ def two_level_centres(X, w, k: int, seed: int, metric: str = "euclidean", thread
     threads = threads or min(8, os.cpu_count() or 1)
     if threads > 1 and len(todo) > 1:
         with ThreadPoolExecutor(threads) as pool:
-            # each group in a copy of this context: the fit's kernel pin (code path, backend setting) holds there too
+            # each group in a copy of this context: the fit's kernel plan (code path, backend setting) holds there too
             parts = list(pool.map(lambda g: contextvars.copy_context().run(one, g), todo))
     else:
         parts = [one(g) for g in todo]

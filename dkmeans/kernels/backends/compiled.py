@@ -34,7 +34,6 @@ of this module; where no directory is writable it is compiled in memory in each 
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import importlib.util
 import os
@@ -49,28 +48,10 @@ from dkmeans.kernels.backends import simd as _simd
 from dkmeans.kernels.backends.simd import STREAM_GROUP  # noqa: F401 - assign sizes the streamed blocks with it
 from dkmeans.kernels.backends.simd import rows_exact_sq_blocked, rows_partials_blocked
 
-#: Feature widths of the generated direct loops that hold a block of rows in registers:
-#: ``d`` is padded with zeros up to the smallest width that holds it. Above the largest
-#: width the rows are streamed (:func:`direct_kernel` with ``width=None``).
-DIRECT_WIDTHS = (4, 8, 16)
+from dkmeans.kernels.backends.layout import DIRECT_WIDTHS, Output, direct_width  # noqa: F401 - re-exported
+
 # reassoc lets LLVM vectorise the per-row sum of squared differences.
 _REDUCE_MATH = {"reassoc", "contract"}
-
-
-class Output(enum.IntEnum):
-    """What a direct kernel computes besides the nearest centroid.
-
-    The generated loops compare their ``output`` argument with the members by name (numba
-    freezes them as integer constants); callers pass ``int(member)``, which numba's dispatcher
-    types at C speed, where an enum member costs about 15 us a call.
-    """
-
-    #: the labels (int32) only
-    LABELS = 0
-    #: the labels and the exact squared distances
-    DISTANCES = 1
-    #: no labels: each tile folded into float64 sums, counts and the objective
-    PARTIALS = 2
 
 
 @numba.njit(cache=True, nogil=True)
@@ -298,14 +279,6 @@ def _source_digest(source: str) -> str:
         except OSError:  # pragma: no cover - running from a zip: the source hash alone
             pass
     return h.hexdigest()[:12]
-
-
-def direct_width(d: int) -> int | None:
-    """The generated loop width for ``d`` features, or None when ``d`` is too large."""
-    for width in DIRECT_WIDTHS:
-        if d <= width:
-            return width
-    return None
 
 
 def direct_kernel(width: int | None):

@@ -13,13 +13,14 @@ along instead of asking again, so one call never mixes two backends. The rules, 
 4. A non-empty NumPy float32/float64 array, for an operation with compiled loops (numba):
    :attr:`Backend.COMPILED`, or :attr:`Backend.BLAS` for loops around a BLAS product (the
    nearest-centroid kernels, for shapes the direct loops do not suit, or always when the
-   key is ``"blas"``), once the loops may serve (:func:`.compile.compiled_ready`: the
-   fit's pinned path, or the compile mode). Empty arrays never start a compilation (Dask
+   key is ``"blas"``), when the loops may serve (:func:`dkmeans.kernels.plans.compiled_allowed`:
+   the fit's kernel plan, or the compile setting). Empty arrays never compile anything (Dask
    probes functions with them).
 5. Otherwise :attr:`Backend.NUMPY`.
 
-The key is read where a fit starts and travels with its tasks (:class:`.compile.Pin`), like
-the fit's compile path, so workers follow the client's ``dask.config.set``.
+The key is read where a fit starts and travels with its tasks in the fit's
+:class:`~dkmeans.kernels.plans.KernelPlan`, like its code path, so workers follow the
+client's ``dask.config.set``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Callable, Hashable, NamedTuple
 import numpy as np
 
 from dkmeans.kernels.backends import cuda as _cuda  # imports CuPy only when its kernels run
-from dkmeans.kernels.backends.compile import backend_setting, compiled_ready
+from dkmeans.kernels.plans import backend_setting, compiled_allowed
 from dkmeans.kernels.namespace import is_sparse
 
 #: The values of Dask config ``dkmeans.kernels.backend``.
@@ -60,9 +61,9 @@ class Loops(NamedTuple):
     Attributes
     ----------
     kind : hashable or None
-        The compile unit :func:`~dkmeans.kernels.backends.compile.compiled_ready` tracks
-        (compiled in the background, or pinned by a fit); None: loops that compile in the
-        call on first use and always serve.
+        The compile unit, whose loops serve where the kernel plan takes the compiled path
+        (:func:`~dkmeans.kernels.plans.compiled_allowed`); None: loops that serve whatever
+        the path (they compile in the call on first use).
     warm_up : callable or None
         Runs the loops of ``kind`` once on a few rows (None with ``kind`` None).
     """
@@ -72,15 +73,15 @@ class Loops(NamedTuple):
 
     def ready(self) -> bool:
         """Whether these loops may serve the call now."""
-        return self.kind is None or compiled_ready(self.kind, self.warm_up)
+        return self.kind is None or compiled_allowed()
 
 
-#: Loops that compile in the call on first use (no background compilation to wait for).
+#: Loops that serve on either code path (they compile in the call on first use).
 ALWAYS = Loops()
 
 
 def setting() -> str:
-    """The ``dkmeans.kernels.backend`` setting of this call (a fit's pinned value, else the config's)."""
+    """The ``dkmeans.kernels.backend`` setting of this call (a fit's plan's value, else the config's)."""
     return backend_setting()
 
 

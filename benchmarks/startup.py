@@ -1,0 +1,312 @@
+"""Start-up: what a user waits for besides the iterations, each case in a fresh process, by phase.
+
+Cases (the start-up issue's table; ``--cases`` picks some):
+
+* ``import``: ``import dkmeans`` against ``import sklearn.cluster, distributed`` (each in its own
+  fresh process), and which heavy modules ``import dkmeans`` loaded.
+* ``embedded``: ``KMeans(5).fit(X)`` on a 20,000 x 5 float64 Dask array, no client (dkmeans
+  starts its embedded cluster): the first fit and the repeated fits, with scikit-learn on the
+  same rows.
+* ``client``: the same with the user's ``Client(n_workers=2)`` already running (its start is
+  reported apart).
+* ``tall``: the default fit of 2,000,000 x 16 float32 NumPy rows, k = 32, on a running
+  ``Client(n_workers=2)``: first and second fit, against scikit-learn's default fit.
+* ``demo``: ``dkmeans demo`` (3M x 8, k = 12), its wall time and its own fit time.
+* ``cli``: ``dkmeans fit DIR -k 4`` on 200,000 x 16 rows of Parquet, against a plain
+  ``pandas.read_parquet`` of the same files.
+
+The fit phases are measured in the fitting process by timing the fit service's steps
+(wrappers around its functions; nothing in dkmeans changes): cluster start (the embedded
+cluster's processes, their imports included), placement (the memory probe, the workers'
+preparation, the data moved), of which the memory probe with the workers' kernel load, the
+first pass (column moments), the seeding, the iterations (the runs less their seeding) and
+the final pass. ``other`` is the rest of the fit call (validation, the result). Each phase is
+inclusive wall time of the first call on this process's clock.
+
+Goals (the issue): embedded first fit <= 1.5 s, on a running client <= 1.0 s, a repeated fit
+<= 0.25 s; ``import dkmeans`` <= 1.1x ``import sklearn.cluster, distributed``; the demo's fit
+<= 3 s; the CLI <= 2x ``read_parquet`` plus the fit's passes; the tall first fit <= 0.5x
+scikit-learn's. JSON goes to ``benchmarks/results/startup.json``.
+
+Run:  .venv/bin/python benchmarks/startup.py [--cases import embedded client tall demo cli]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, machine, write_json  # noqa: E402
+
+#: Run in each fitting process: wrappers that time the fit service's steps (the first call of each).
+TRACE = r"""
+import contextlib, functools, sys, time
+sys.path.insert(0, {root!r})
+T = {{}}
+
+def _add(name, seconds):
+    T[name] = T.get(name, 0.0) + seconds
+
+def timed(owner, attr, name):
+    fn = getattr(owner, attr)
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _add(name, time.perf_counter() - t)
+    setattr(owner, attr, wrapper)
+
+def timed_context(owner, attr, name):
+    fn = getattr(owner, attr)
+    @contextlib.contextmanager
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        with fn(*args, **kwargs) as value:
+            _add(name, time.perf_counter() - t)
+            yield value
+    setattr(owner, attr, wrapper)
+
+t0 = time.perf_counter()
+import dkmeans
+from dkmeans import KMeans
+T["imports"] = time.perf_counter() - t0
+from dkmeans.fit import service
+from dkmeans.engine import memory
+timed_context(service, "fit_client", "cluster start")
+timed(service, "place_data", "placement")
+_of = memory.MemoryBudget.of.__func__
+def _probe(cls, *args, **kwargs):
+    t = time.perf_counter()
+    try:
+        return _of(cls, *args, **kwargs)
+    finally:
+        _add("memory probe + worker kernel load", time.perf_counter() - t)
+memory.MemoryBudget.of = classmethod(_probe)
+timed(service, "first_pass", "first pass")
+timed(service, "fit_runs", "runs")
+timed(service, "final_assignment", "final pass")
+_get = service.init_strategies.get_strategy
+def _timed_strategy(name):
+    strategy = _get(name)
+    def run(*a, **k):
+        t = time.perf_counter()
+        try:
+            return strategy(*a, **k)
+        finally:
+            _add("seeding", time.perf_counter() - t)
+    return run
+service.init_strategies.get_strategy = _timed_strategy
+
+def phases(total):
+    out = dict(T)
+    out["iterations"] = out.pop("runs", 0.0) - out.get("seeding", 0.0)
+    inner = sum(out.get(k, 0.0) for k in ("cluster start", "placement", "first pass", "seeding", "iterations",
+                                           "final pass"))
+    out["other"] = total - inner
+    out["fit"] = total
+    T.clear()
+    return {{k: round(v, 4) for k, v in out.items()}}
+"""
+
+FIT_CASE = TRACE + r"""
+import json
+import numpy as np
+{setup}
+t = time.perf_counter()
+KMeans({k}, random_state=0).fit(X)
+first = phases(time.perf_counter() - t)
+first["imports"] = round(imports, 4)
+again = []
+for seed in range(1, {repeats} + 1):
+    t = time.perf_counter()
+    KMeans({k}, random_state=seed).fit(X)
+    again.append(round(time.perf_counter() - t, 4))
+    T.clear()
+T["imports"] = 0.0
+from sklearn.cluster import KMeans as SK
+Xs = X.compute() if hasattr(X, "compute") else X
+t = time.perf_counter()
+SK({k}, random_state=0).fit(Xs)
+sk_first = time.perf_counter() - t
+t = time.perf_counter()
+SK({k}, random_state=1).fit(Xs)
+sk = time.perf_counter() - t
+print(json.dumps({{"first": first, "repeated": again, "sklearn_first_s": sk_first, "sklearn_s": sk,
+                   "extra": extra}}))
+{teardown}
+"""
+
+SETUPS = {
+    "embedded": dict(k=5, setup=r"""
+imports = T.pop("imports")
+import dask.array as da
+extra = {}
+X = da.from_array(np.random.default_rng(0).normal(size=(20_000, 5)), chunks=5_000)
+""", teardown=""),
+    "client": dict(k=5, setup=r"""
+imports = T.pop("imports")
+import dask.array as da
+from distributed import Client
+t = time.perf_counter()
+client = Client(n_workers=2, threads_per_worker=1, dashboard_address=None)
+extra = {"user's Client(n_workers=2) start": time.perf_counter() - t}
+X = da.from_array(np.random.default_rng(0).normal(size=(20_000, 5)), chunks=5_000)
+""", teardown="client.close()"),
+    "tall": dict(k=32, setup=r"""
+imports = T.pop("imports")
+from distributed import Client
+t = time.perf_counter()
+client = Client(n_workers=2, threads_per_worker=1, dashboard_address=None)
+extra = {"user's Client(n_workers=2) start": time.perf_counter() - t}
+from dkmeans.testing import make_blobs
+X = make_blobs(2_000_000, 16, 32, seed=0)[0].astype(np.float32)
+""", teardown="client.close()"),
+}
+
+IMPORT_CODE = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+t = time.perf_counter()
+{statement}
+seconds = time.perf_counter() - t
+heavy = [m for m in ("dask.dataframe", "pyarrow", "matplotlib", "numba", "dkmeans.kernels", "pandas", "sklearn")
+         if m in sys.modules]
+print(json.dumps({{"seconds": seconds, "loaded": heavy}}))
+"""
+
+
+def _run(code: str, timeout: float = 900, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, **(env or {})), cwd=tempfile.gettempdir())
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def import_case(repeats: int) -> dict:
+    statements = {"import dkmeans": "import dkmeans",
+                  "from dkmeans import KMeans": "from dkmeans import KMeans",
+                  "import sklearn.cluster, distributed": "import sklearn.cluster, distributed"}
+    result = {name: [] for name in statements}
+    for _ in range(repeats):  # alternating, each a fresh process
+        for name, statement in statements.items():
+            result[name].append(_run(IMPORT_CODE.format(root=str(ROOT), statement=statement)))
+    return result
+
+
+def fit_case(name: str, repeats: int) -> dict:
+    spec = SETUPS[name]
+    code = FIT_CASE.format(root=str(ROOT), setup=spec["setup"], teardown=spec["teardown"], k=spec["k"],
+                           repeats=repeats)
+    return _run(code)
+
+
+def demo_case() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "--output", str(Path(tmp) / "out")],
+                             capture_output=True, text=True, timeout=900, cwd=tmp,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        wall = time.perf_counter() - t
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    found = re.search(r"total fit ([0-9.]+) s", out.stdout)
+    return {"wall_s": wall, "fit_s": float(found.group(1)) if found else None}
+
+
+def cli_case() -> dict:
+    import numpy as np
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "data"
+        folder.mkdir()
+        X = np.random.default_rng(0).normal(size=(200_000, 16)).astype(np.float32)
+        for i, part in enumerate(np.array_split(X, 4)):
+            pd.DataFrame(part, columns=[f"f{j}" for j in range(16)]).to_parquet(folder / f"part-{i}.parquet")
+        read = _run(f"import time, json, pandas as pd\nt = time.perf_counter()\npd.read_parquet({str(folder)!r})\n"
+                    "print(json.dumps({'seconds': time.perf_counter() - t}))")
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "dkmeans", "fit", str(folder), "-k", "4", "--model",
+                              str(Path(tmp) / "model.npz"), "--json", "--quiet"], capture_output=True, text=True,
+                             timeout=900, cwd=tmp, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        wall = time.perf_counter() - t
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    outcome = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, "read_parquet_s": read["seconds"], "outcome": {k: outcome.get(k) for k in
+                                                                           ("status", "n_iter", "seconds")}}
+
+
+def _median(values):
+    values = sorted(v for v in values if v is not None)
+    return values[len(values) // 2] if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=["import", "embedded", "client", "tall", "demo", "cli"],
+                        choices=["import", "embedded", "client", "tall", "demo", "cli"])
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per import statement; repeated "
+                                                                "fits per fit case (default 3)")
+    args = parser.parse_args()
+    result = {"machine": machine(), "load_before": os.getloadavg(), "cases": {}}
+    for case in args.cases:
+        if case == "import":
+            value = import_case(args.repeats)
+        elif case == "demo":
+            value = demo_case()
+        elif case == "cli":
+            value = cli_case()
+        else:
+            value = fit_case(case, args.repeats)
+        result["cases"][case] = value
+        print(case, json.dumps(value), flush=True)
+    result["load_after"] = os.getloadavg()
+    cases = result["cases"]
+    print()
+    print("| case | dkmeans | for comparison | goal |")
+    print("|---|---|---|---|")
+    if "import" in cases:
+        ours = _median(r["seconds"] for r in cases["import"]["import dkmeans"])
+        klass = _median(r["seconds"] for r in cases["import"]["from dkmeans import KMeans"])
+        theirs = _median(r["seconds"] for r in cases["import"]["import sklearn.cluster, distributed"])
+        loaded = cases["import"]["import dkmeans"][0]["loaded"]
+        print(f"| `import dkmeans` (loads: {', '.join(loaded) or 'none of the heavy ones'}) | {ours:.2f} s; "
+              f"`from dkmeans import KMeans` {klass:.2f} s | `import sklearn.cluster, distributed` {theirs:.2f} s | "
+              f"<= 1.1x: {ours / theirs:.2f}x |")
+    for case, goal in (("embedded", 1.5), ("client", 1.0), ("tall", None)):
+        if case not in cases:
+            continue
+        c = cases[case]
+        first = c["first"]
+        breakdown = ", ".join(f"{k} {v:.2f}" for k, v in first.items() if k not in ("fit",))
+        repeated = _median(c["repeated"])
+        target = (f"first <= {goal} s, repeated <= 0.25 s" if goal else
+                  f"first <= 0.5x scikit-learn: {first['fit'] / c['sklearn_first_s']:.2f}x")
+        print(f"| {case}: first fit {first['fit']:.2f} s ({breakdown}); repeated {repeated:.2f} s | "
+              f"scikit-learn {c['sklearn_first_s']:.2f} s first, {c['sklearn_s']:.2f} s again | {target} |")
+    if "demo" in cases:
+        d = cases["demo"]
+        print(f"| `dkmeans demo`: fit {d['fit_s']} s, wall {d['wall_s']:.1f} s | - | fit <= 3 s |")
+    if "cli" in cases:
+        c = cases["cli"]
+        print(f"| `dkmeans fit DIR -k 4` (200,000 x 16 Parquet): wall {c['wall_s']:.1f} s | `pandas.read_parquet` "
+              f"{c['read_parquet_s']:.2f} s | <= 2x read + passes |")
+    print(f"load average before {result['load_before']}, after {result['load_after']} (2 cores: above 2, "
+          f"other work ran beside)")
+    print("results:", write_json("startup.json", result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Loading the compiled kernels ahead of a fit: a worker's preparation, and ``dkmeans warm-up``.
+
+numba compiles each loop at its first call (6-9 s for a fit's loops on 2 cores, once per
+machine) and keeps it in its disk cache, from which a fresh process loads it in a fraction of a
+second. :func:`prepare` runs a plan's loops on a few rows, so that the load (or the compilation)
+happens before the fit's first pass; :func:`warm_up` fills the disk cache for the usual widths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dkmeans import config
+from dkmeans.kernels import plans
+from dkmeans.kernels.nearest import compiled_kinds
+from dkmeans.kernels.pruned import warm_up as warm_up_pruned
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def prepare(kernel_plan: plans.KernelPlan | None, dtype, n_features: int) -> None:
+    """Load a plan's compiled kernels for rows of ``dtype`` and ``n_features`` in this process.
+
+    Runs every compiled loop a fit may take on a few rows (compiling them, or loading them from
+    numba's disk cache), once per process, dtype and width. A NumPy plan (or none) loads nothing.
+    """
+    if kernel_plan is None or kernel_plan.path != "compiled" or int(n_features) < 1:
+        return
+    if np.dtype(dtype) not in _FLOATS or plans.loaded(dtype, n_features):
+        return
+    with kernel_plan.applied():
+        for _, warm in compiled_kinds(dtype, int(n_features)):
+            warm()
+        warm_up_pruned(dtype, int(n_features))  # Lloyd's pruned passes
+    plans.mark_loaded(dtype, n_features)
+
+
+def warm_up(dtypes=("float32", "float64"), n_features=(2, 4, 8, 16, 32)) -> None:
+    """Compile the kernels into numba's disk cache now (what ``dkmeans warm-up`` runs).
+
+    A fresh install compiles at the first fit that needs the loops (6-9 s on 2 cores, once per
+    machine and CPU); this pays it up front, so that later processes load them from the cache.
+
+    Parameters
+    ----------
+    dtypes : sequence of dtype
+    n_features : sequence of int
+        Widths to compile for (the direct loops have one variant per width up to 16).
+    """
+    for dtype in dtypes:
+        for d in n_features:
+            prepare(plans.KernelPlan("compiled", config.get("kernels.backend")), dtype, d)
+
+
+__all__ = ["prepare", "warm_up"]

@@ -26,6 +26,7 @@ data shipped per pass stays small whatever n.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import math
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ import numpy as np
 
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels.capacitated import (TIE_BITS, PricePartials, RepairAsk, combine_price_partials,
-                                         price_partials, priced_label_objective)
+                                         cost_cache, price_partials, priced_label_objective)
 
 logger = logging.getLogger("dkmeans")
 
@@ -79,6 +80,21 @@ def _chunk(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from=None, 
                           overrides, repair)
 
 
+def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
+    """:func:`_chunk` with the chunk's integer costs kept between the passes of one assignment
+    (built again where the centroids or the quantum changed)."""
+    tag = _digest(C, q)
+    if cache is None or cache.tag != tag:
+        cache = cost_cache(X, C, q, offset, tag)
+    return cache, price_partials(X, w, offset, C, P, Q, q, *rest, cache=cache)
+
+
+def _digest(C, q: float) -> bytes:
+    C = np.ascontiguousarray(C, dtype=np.float64)
+    return hashlib.blake2b(C.tobytes() + np.float64(q).tobytes() + repr(C.shape).encode(),
+                           digest_size=16).digest()
+
+
 def _labels_chunk(X, w, offset, C, P, Q, q, overrides=None):
     labels, per = priced_label_objective(X, w, offset, C, P, Q, q, overrides)
     return [(offset, labels)], per
@@ -117,11 +133,34 @@ class CapacitatedPasses:
     #: the last assignment's objective and the dual lower bound on the optimal transport's
     bounds: tuple | None = None
 
+    #: per chunk, the integer costs of the current centroids (:class:`~dkmeans.kernels.capacitated.
+    #: CostCache`), kept where the chunks are during one block of iterations; None: none kept
+    state: object = None
+    #: whether the passes keep the costs (in-memory data with room for ``8 k`` bytes a row)
+    keep: bool | None = None
+
+    def __getstate__(self):
+        out = dict(self.__dict__)
+        out["state"] = None  # the costs stay where the chunks are
+        return out
+
     def begin(self, data, iterations: int | None = None) -> None:
-        """Nothing to prepare (the interface of the plain passes)."""
+        """Keep the chunks' costs between passes where the data stays in memory and has room."""
+        self.state, self.keep = None, None  # decided at the first pass, which knows k
 
     def end(self, data) -> None:
-        """Nothing to release."""
+        """Release the chunks' costs."""
+        self.state = None
+
+    def _pass(self, data, combine, args):
+        """One pass of :func:`_chunk` (the costs kept per chunk where :meth:`begin` allowed it)."""
+        if self.keep is None:
+            per_row = 8.0 * (len(args[0]) + 1)
+            self.keep = bool(getattr(data, "in_memory", False)) and data.row_state_bytes() >= per_row
+        if self.keep and args[3]:  # q 0: the scale's pass, no costs to keep
+            out, self.state = data.map_reduce_stateful(_cached_chunk, combine, args, self.state)
+            return out
+        return data.map_reduce(_chunk, combine, args)
 
     def partials(self, data, C: np.ndarray):
         """The :class:`~dkmeans.kernels.common.Partials` of the capacitated assignment to ``C``, and 1.0
@@ -135,7 +174,7 @@ class CapacitatedPasses:
             k = len(C)
             zeros = np.zeros(k, dtype=np.int64)
             ask = _Requests.none(k)
-            part = data.map_reduce(_chunk, ask.combine(), (C, np.zeros(k), np.zeros(k), 0.0) + ask.args())
+            part = self._pass(data, ask.combine(), (C, np.zeros(k), np.zeros(k), 0.0) + ask.args())
             top = 4.0 * part.max_sq
             self.quantum = 2.0 ** (math.ceil(math.log2(top)) - QUANTUM_BITS) if top > 0 else 1.0
         return self.quantum
@@ -190,9 +229,9 @@ class CapacitatedPasses:
         ask = None
         overrides = None
         for passes in range(1, FIX_PASSES + 1):
-            part = data.map_reduce(_chunk, functools.partial(combine_price_partials, shed_wanted=none.shed,
-                                                             enter_wanted=none.enter, repair=ask),
-                                   (C, P, Q, q) + none.args() + (overrides, ask))
+            part = self._pass(data, functools.partial(combine_price_partials, shed_wanted=none.shed,
+                                                      enter_wanted=none.enter, repair=ask),
+                              (C, P, Q, q) + none.args() + (overrides, ask))
             sizes = part.partials.counts.astype(np.float64).copy()
             slack = _slack(sizes)
             over, under = sizes - upper > slack, lower - sizes > slack
@@ -245,7 +284,7 @@ class CapacitatedPasses:
         best_gap, best_pass = math.inf, 0
         passes = 0
         for passes in range(1, AUCTION_PASSES + 1):
-            part = data.map_reduce(_chunk, ask.combine(), (C, P, Q, q) + ask.args())
+            part = self._pass(data, ask.combine(), (C, P, Q, q) + ask.args())
             sizes = part.partials.counts
             slack = _slack(sizes)
             over = sizes - upper > slack

@@ -22,8 +22,10 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.common import Partials
 from dkmeans.kernels.nearest import cluster_sums
+from dkmeans.kernels.plans import compiled_allowed
 
 #: Rows per tile of the n x k cost arrays (float64): scratch bounded whatever the chunk size.
 TILE_BYTES = 1 << 24
@@ -182,13 +184,23 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
-def tie_costs(row_offset: int, n: int, k: int) -> np.ndarray:
-    """The secondary costs ``h(i) xor g(j)`` (n, k) of rows ``row_offset ..`` (float64 integers < 2**36)."""
+def row_hashes(row_offset: int, n: int) -> np.ndarray:
+    """``h(i)`` (uint64, below ``2**TIE_BITS``) of rows ``row_offset .. row_offset + n``."""
     with np.errstate(over="ignore"):
         rows = _mix(np.arange(row_offset, row_offset + n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    return rows >> np.uint64(64 - TIE_BITS)
+
+
+def cluster_hashes(k: int) -> np.ndarray:
+    """``g(j)`` (uint64, below ``2**TIE_BITS``) of clusters ``0 .. k``."""
+    with np.errstate(over="ignore"):
         cols = _mix(np.arange(k, dtype=np.uint64) + np.uint64(0xD1B54A32D192ED03))
-    shift = np.uint64(64 - TIE_BITS)
-    return ((rows >> shift)[:, None] ^ (cols >> shift)[None, :]).astype(np.float64)
+    return cols >> np.uint64(64 - TIE_BITS)
+
+
+def tie_costs(row_offset: int, n: int, k: int) -> np.ndarray:
+    """The secondary costs ``h(i) xor g(j)`` (n, k) of rows ``row_offset ..`` (float64 integers < 2**36)."""
+    return (row_hashes(row_offset, n)[:, None] ^ cluster_hashes(k)[None, :]).astype(np.float64)
 
 
 def sq_distances64(X, C) -> np.ndarray:
@@ -284,16 +296,113 @@ def select_margins(margins: Margins, wanted: np.ndarray) -> Margins:
     return _concat(out)
 
 
+class CostCache(NamedTuple):
+    """A chunk's integer costs under one set of centroids, kept between the passes of one
+    assignment (the prices change, the centroids do not): ``tag`` (a digest of the centroids and
+    the quantum), ``D`` (n, k) the costs ``rint(d2 / q)``, ``hrow`` (n,) the rows' tie hashes,
+    ``max_sq`` the largest squared distance."""
+
+    tag: object
+    D: np.ndarray
+    hrow: np.ndarray
+    max_sq: float
+
+
+def cost_cache(X, C, q: float, row_offset: int, tag) -> CostCache:
+    """The :class:`CostCache` of a chunk (one float64 distance product per tile of rows)."""
+    n, k = X.shape[0], C.shape[0]
+    D = np.empty((n, k))
+    max_sq = 0.0
+    C64 = np.asarray(C, dtype=np.float64)
+    for i0, i1 in _tiles(n, k):
+        d2 = sq_distances64(X[i0:i1], C64)
+        max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
+        if q:
+            np.rint(d2 / q, out=D[i0:i1])
+        else:
+            D[i0:i1] = 0.0
+    return CostCache(tag, D, row_hashes(row_offset, n), max_sq)
+
+
+_loops = LazyModule("dkmeans.kernels.backends.compiled_capacitated")  # numba imported at first use
+
+
+def _best(D, P, Q, hrow, hcol):
+    """Labels and the smallest pair ``(a, b)`` of each row of ``D`` under prices ``(P, Q)``."""
+    n = D.shape[0]
+    if compiled_allowed() and n:
+        labels, a, b = np.empty(n, np.int64), np.empty(n), np.empty(n)
+        _loops.best_rows(np.ascontiguousarray(D), P, Q, hrow, hcol, labels, a, b)
+        return labels, a, b
+    B = (hrow[:, None] ^ hcol[None, :]).astype(np.float64)
+    B += Q[None, :]
+    return lex_argmin(D + P[None, :], B)
+
+
+def _next(D, P, Q, hrow, hcol, rows, own, allowed):
+    """For the rows ``rows`` of ``D``, the smallest pair among the ``allowed`` columns but ``own``."""
+    m = rows.shape[0]
+    if compiled_allowed() and m:
+        a2, b2 = np.empty(m), np.empty(m)
+        _loops.next_rows(np.ascontiguousarray(D), P, Q, hrow, hcol, rows.astype(np.int64),
+                         own.astype(np.int64), allowed, a2, b2)
+        return a2, b2
+    A2 = D[rows] + P[None, :]
+    A2[np.arange(m), own] = np.inf
+    A2[:, ~allowed] = np.inf
+    B2 = (hrow[rows][:, None] ^ hcol[None, :]).astype(np.float64)
+    B2 += Q[None, :]
+    _, a2, b2 = lex_argmin(A2, B2)
+    return a2, b2
+
+
+def _pair_at(D, P, Q, hrow, hcol, rows, cols):
+    """The pairs ``(A, B)`` of the given rows at the given columns."""
+    return (D[rows, cols] + P[cols],
+            (hrow[rows] ^ hcol[cols]).astype(np.float64) + Q[cols])
+
+
+def _partials(X, X64, wt, weighted: bool, C64, labels, sums, sizes, rows) -> float:
+    """Add a tile's Lloyd partials of ``labels`` to ``sums``, ``sizes``, ``rows``; its objective."""
+    if compiled_allowed() and labels.shape[0]:
+        return float(_loops.partial_rows(np.ascontiguousarray(X), wt, weighted, C64, labels, sums,
+                                         sizes, rows))
+    diff = X64 - C64[labels]
+    tile_sums, tile_sizes = cluster_sums(X64, labels.astype(np.int32), C64.shape[0], wt)
+    sums += tile_sums
+    sizes += tile_sizes
+    rows += np.bincount(labels, minlength=C64.shape[0])
+    return float(np.dot(np.einsum("ij,ij->i", diff, diff), wt))
+
+
+def _enter(D, P, Q, hrow, hcol, labels, a, b, clusters):
+    """Per cluster ``j`` of ``clusters``: ``(j, mA, mB, rows)``, the margins ``(A - a, B - b)`` at
+    which the rows ``rows`` (those of other clusters) would move into ``j``."""
+    if compiled_allowed() and labels.shape[0]:
+        mA, mB = np.empty((clusters.shape[0], D.shape[0])), np.empty((clusters.shape[0], D.shape[0]))
+        _loops.enter_margins(np.ascontiguousarray(D), P, Q, hrow, hcol, labels,
+                             a, b, clusters.astype(np.int64), mA, mB)
+        for c, j in enumerate(clusters):
+            sel = np.flatnonzero(labels != j)
+            yield j, mA[c, sel], mB[c, sel], sel
+        return
+    for j in clusters:
+        sel = np.flatnonzero(labels != j)
+        Aj, Bj = _pair_at(D, P, Q, hrow, hcol, sel, np.full(sel.shape[0], j))
+        yield j, Aj - a[sel], Bj - b[sel], sel
+
+
 def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_wanted,
                    exit_from=None, exit_to=None, exit_wanted: int = 0, overrides=None,
-                   repair: RepairAsk | None = None) -> PricePartials:
+                   repair: RepairAsk | None = None, cache: CostCache | None = None) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
     ``shed_wanted[j]`` (``enter_wanted[j]``) is how many of the smallest moves out of (into)
     cluster ``j`` to report; zero for none. ``exit_wanted``: how many of the smallest moves
     of a row of a cluster in ``exit_from`` (bool, k) to its best cluster in ``exit_to`` (bool,
     k, disjoint). ``q`` 0: only ``max_sq`` is meaningful. ``overrides``: the repair's moved rows
-    (see :func:`priced_labels`); ``repair``: the candidate moves to report.
+    (see :func:`priced_labels`); ``repair``: the candidate moves to report; ``cache``: the
+    chunk's :class:`CostCache` for ``C`` and ``q`` (else the costs are formed here).
     """
     n, d = X.shape
     k = C.shape[0]
@@ -301,53 +410,51 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
     sums, sizes, rows = np.zeros((k, d)), np.zeros(k), np.zeros(k)
     objective, max_sq = 0.0, 0.0
     C64 = np.asarray(C, dtype=np.float64)
+    P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
+    hcol = cluster_hashes(k)
+    every = np.ones(k, dtype=bool)
     shed_parts, enter_parts, exit_parts, move_parts = [], [], [], []
     dual = 0.0
     exits = exit_wanted > 0 and exit_to is not None and bool(np.any(exit_to)) and bool(np.any(exit_from))
     shed_clusters = np.flatnonzero(shed_wanted) if k > 1 else np.empty(0, np.int64)
     enter_clusters = np.flatnonzero(enter_wanted) if k > 1 else np.empty(0, np.int64)
     for i0, i1 in _tiles(n, k):
-        X64, wt = np.asarray(X[i0:i1], dtype=np.float64), weights[i0:i1]
-        d2 = sq_distances64(X64, C64)
-        max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
-        D = np.rint(d2 / q) if q else np.zeros_like(d2)
-        A = D + P[None, :]
-        B = tie_costs(row_offset + i0, i1 - i0, k)
-        B += Q[None, :]
-        labels, a, b = lex_argmin(A, B)
+        wt = weights[i0:i1]
+        X64 = None if cache is not None and compiled_allowed() else np.asarray(X[i0:i1], np.float64)
+        if cache is not None:
+            D, hrow = cache.D[i0:i1], cache.hrow[i0:i1]
+        else:
+            d2 = sq_distances64(X[i0:i1], C64)
+            max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
+            D = np.rint(d2 / q) if q else np.zeros_like(d2)
+            hrow = row_hashes(row_offset + i0, i1 - i0)
+        labels, a, b = _best(D, P, Q, hrow, hcol)
         dual += float(np.dot(a, wt))
         moved = apply_overrides(labels, overrides, row_offset + i0)
         if moved.shape[0]:
-            a[moved], b[moved] = A[moved, labels[moved]], B[moved, labels[moved]]
+            a[moved], b[moved] = _pair_at(D, P, Q, hrow, hcol, moved, labels[moved])
         if repair is not None:
             move_parts.append(_repair_moves(D, labels, wt, row_offset + i0, repair))
-        diff = X64 - C64[labels]
-        objective += float(np.dot(np.einsum("ij,ij->i", diff, diff), wt))
-        tile_sums, tile_sizes = cluster_sums(X64, labels.astype(np.int32), k, wt)
-        sums += tile_sums
-        sizes += tile_sizes
-        rows += np.bincount(labels, minlength=k)
+        objective += _partials(X[i0:i1], X64, wt, w is not None, C64, labels, sums, sizes, rows)
         if shed_clusters.shape[0]:
             r = np.flatnonzero(np.isin(labels, shed_clusters))
             if r.shape[0]:
-                A2, B2 = A[r], B[r]
-                A2[np.arange(r.shape[0]), labels[r]] = np.inf  # the row's next choice, its own cluster aside
-                _, a2, b2 = lex_argmin(A2, B2)
+                # the row's next choice, its own cluster aside
+                a2, b2 = _next(D, P, Q, hrow, hcol, r, labels[r], every)
                 mA, mB, lr, wr = a2 - a[r], b2 - b[r], labels[r], wt[r]
                 for j in shed_clusters:
                     sel = lr == j
                     shed_parts.append(_smallest(int(j), mA[sel], mB[sel], wr[sel], int(shed_wanted[j])))
-        for j in enter_clusters:
-            sel = labels != j
-            enter_parts.append(_smallest(int(j), A[sel, j] - a[sel], B[sel, j] - b[sel], wt[sel],
-                                         int(enter_wanted[j])))
+        if enter_clusters.shape[0]:
+            for j, mA, mB, sel in _enter(D, P, Q, hrow, hcol, labels, a, b, enter_clusters):
+                enter_parts.append(_smallest(int(j), mA, mB, wt[sel], int(enter_wanted[j])))
         if exits:
             r = np.flatnonzero(exit_from[labels])
             if r.shape[0]:
-                A2, B2 = A[r], B[r]
-                A2[:, ~exit_to] = np.inf
-                _, a2, b2 = lex_argmin(A2, B2)
+                a2, b2 = _next(D, P, Q, hrow, hcol, r, labels[r], np.asarray(exit_to, dtype=bool))
                 exit_parts.append(_smallest(-1, a2 - a[r], b2 - b[r], wt[r], int(exit_wanted)))
+    if cache is not None:
+        max_sq = cache.max_sq
     partials = Partials(sums, sizes, np.asarray(objective, dtype=np.float64))
     return PricePartials(partials, rows, select_margins(_concat(shed_parts), shed_wanted),
                          select_margins(_concat(enter_parts), enter_wanted),
@@ -394,6 +501,6 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=N
     return labels, per
 
 
-__all__ = ["Margins", "Moves", "PricePartials", "RepairAsk", "apply_overrides", "select_moves", "PricedCosts", "TIE_BITS", "combine_price_partials", "lex_argmin",
+__all__ = ["CostCache", "cost_cache", "cluster_hashes", "row_hashes", "Margins", "Moves", "PricePartials", "RepairAsk", "apply_overrides", "select_moves", "PricedCosts", "TIE_BITS", "combine_price_partials", "lex_argmin",
            "price_partials", "priced_costs", "tie_costs", "priced_label_objective", "priced_labels", "select_margins",
            "sq_distances64"]

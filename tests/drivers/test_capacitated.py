@@ -1,5 +1,6 @@
 """Size-capped assignment: prices moved by counting passes against an optimal-transport reference."""
 
+import dask
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -7,7 +8,8 @@ from scipy.optimize import linear_sum_assignment
 
 from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses
 from dkmeans.engine.local import ChunkList
-from dkmeans.kernels.capacitated import lex_argmin, price_partials, priced_labels, tie_costs
+from dkmeans.kernels.capacitated import (RepairAsk, cost_cache, lex_argmin, price_partials, priced_labels,
+                                         tie_costs)
 
 
 def transport_cost(X, C, lower, upper, w=None):
@@ -132,6 +134,46 @@ def test_kernel_lexicographic_choice_and_ties():
     np.testing.assert_array_equal(a, [1.0, 0.0])
     assert tie_costs(10, 3, 4).shape == (3, 4)
     np.testing.assert_array_equal(tie_costs(10, 3, 4)[1:], tie_costs(11, 2, 4))  # by global index only
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_compiled_and_kept_costs_give_the_numpy_pass(weighted):
+    """The compiled loops and a pass over kept costs report what the NumPy pass does: the same
+    labels' counts, margins (shed, enter, exits), dual and repair moves, to the bit; the partials
+    up to float rounding. Duplicated rows and integer prices make primary ties (secondary
+    costs decide)."""
+    rng = np.random.default_rng(5)
+    X = np.repeat(rng.normal(size=(60, 3)), 3, axis=0).astype(np.float32)
+    w = rng.uniform(0.5, 2.0, size=len(X)) if weighted else None
+    C = rng.normal(size=(5, 3))
+    q = 2.0 ** -20
+    P = np.rint(rng.normal(size=5) * 2 ** 18)
+    Q = np.rint(rng.uniform(0, 2 ** 30, size=5))
+    C[3], P[3] = C[1], P[1]  # every row's costs tie between clusters 1 and 3
+    shed, enter = np.array([7, 0, 3, 0, 0]), np.array([0, 9, 0, 0, 4])
+    exit_from, exit_to = np.array([1, 0, 1, 0, 0], bool), np.array([0, 1, 0, 1, 0], bool)
+    overrides = (np.array([2, 50, 101]), np.array([4, 0, 1], np.int32))
+    repair = RepairAsk(True, np.array([1, 1, 0, 0, 0], bool), np.array([0, 0, 1, 1, 1], bool),
+                       np.array([6, 6, 0, 0, 0]))
+    args = (C, P, Q, q, shed, enter, exit_from, exit_to, 5, overrides, repair)
+    with dask.config.set({"dkmeans.compile": "off"}):
+        reference = price_partials(X, w, 40, *args)
+        kept_numpy = price_partials(X, w, 40, *args, cache=cost_cache(X, C, q, 40, None))
+    compiled = price_partials(X, w, 40, *args)
+    kept = price_partials(X, w, 40, *args, cache=cost_cache(X, C, q, 40, None))
+    for out in (kept_numpy, compiled, kept):
+        np.testing.assert_array_equal(out.rows, reference.rows)
+        for name in ("shed", "enter", "exits", "moves"):
+            for got, want in zip(getattr(out, name), getattr(reference, name)):
+                np.testing.assert_array_equal(got, want)
+        assert out.dual == reference.dual and out.max_sq == reference.max_sq
+        np.testing.assert_allclose(out.partials.sums, reference.partials.sums, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(out.partials.counts, reference.partials.counts, rtol=1e-12)
+        assert float(out.partials.objective) == pytest.approx(float(reference.partials.objective),
+                                                              rel=1e-12)
+    assert reference.shed.cluster.shape[0] and reference.enter.cluster.shape[0]
+    assert reference.exits.cluster.shape[0] and reference.moves.row.shape[0]
+    assert reference.rows[1] and reference.rows[3]  # the ties split by the rows' hashes
 
 
 def test_kernel_margins_move_exactly():

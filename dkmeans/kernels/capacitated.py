@@ -234,7 +234,9 @@ def lex_argmin(A, B):
 
 
 def _tiles(n: int, k: int):
-    rows = max(1, TILE_BYTES // (8 * 4 * max(1, k)))
+    """Row ranges whose ``n x k`` float64 scratch arrays (a few of them) fit :data:`TILE_BYTES`;
+    ``k`` 0: no scratch (the whole chunk in one)."""
+    rows = max(1, TILE_BYTES // (8 * 4 * k)) if k > 0 else max(1, n)
     for i0 in range(0, n, rows):
         yield i0, min(n, i0 + rows)
 
@@ -375,16 +377,18 @@ def _partials(X, X64, wt, weighted: bool, C64, labels, sums, sizes, rows) -> flo
     return float(np.dot(np.einsum("ij,ij->i", diff, diff), wt))
 
 
-def _enter(D, P, Q, hrow, hcol, labels, a, b, clusters):
+def _enter(D, P, Q, hrow, hcol, labels, a, b, clusters, wanted):
     """Per cluster ``j`` of ``clusters``: ``(j, mA, mB, rows)``, the margins ``(A - a, B - b)`` at
-    which the rows ``rows`` (those of other clusters) would move into ``j``."""
+    which rows ``rows`` of other clusters would move into ``j``: all of them, or (compiled) those
+    whose ``A - a`` is at most the ``wanted[j]``-th smallest (a superset of the smallest pairs)."""
     if compiled_allowed() and labels.shape[0]:
-        mA, mB = np.empty((clusters.shape[0], D.shape[0])), np.empty((clusters.shape[0], D.shape[0]))
-        _loops.enter_margins(np.ascontiguousarray(D), P, Q, hrow, hcol, labels,
-                             a, b, clusters.astype(np.int64), mA, mB)
+        owner, rows, mA, mB = _loops.enter_candidates(
+            np.ascontiguousarray(D), P, Q, hrow, hcol, labels, a, b, clusters.astype(np.int64),
+            np.maximum(np.asarray(wanted)[clusters], 1).astype(np.int64))
+        bounds = np.searchsorted(owner, np.arange(clusters.shape[0] + 1))
         for c, j in enumerate(clusters):
-            sel = np.flatnonzero(labels != j)
-            yield j, mA[c, sel], mB[c, sel], sel
+            sel = slice(bounds[c], bounds[c + 1])
+            yield j, mA[sel], mB[sel], rows[sel]
         return
     for j in clusters:
         sel = np.flatnonzero(labels != j)
@@ -418,7 +422,9 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
     exits = exit_wanted > 0 and exit_to is not None and bool(np.any(exit_to)) and bool(np.any(exit_from))
     shed_clusters = np.flatnonzero(shed_wanted) if k > 1 else np.empty(0, np.int64)
     enter_clusters = np.flatnonzero(enter_wanted) if k > 1 else np.empty(0, np.int64)
-    for i0, i1 in _tiles(n, k):
+    # kept costs with the compiled loops: no n x k scratch (the whole chunk at once)
+    lean = cache is not None and compiled_allowed()
+    for i0, i1 in _tiles(n, 0 if lean else k):
         wt = weights[i0:i1]
         X64 = None if cache is not None and compiled_allowed() else np.asarray(X[i0:i1], np.float64)
         if cache is not None:
@@ -441,12 +447,17 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
             if r.shape[0]:
                 # the row's next choice, its own cluster aside
                 a2, b2 = _next(D, P, Q, hrow, hcol, r, labels[r], every)
-                mA, mB, lr, wr = a2 - a[r], b2 - b[r], labels[r], wt[r]
-                for j in shed_clusters:
-                    sel = lr == j
+                lr = labels[r]
+                order = np.argsort(lr, kind="stable")  # the rows grouped by cluster
+                r, lr, a2, b2 = r[order], lr[order], a2[order], b2[order]
+                mA, mB, wr = a2 - a[r], b2 - b[r], wt[r]
+                bounds = np.searchsorted(lr, np.concatenate([shed_clusters, shed_clusters + 1]))
+                for c, j in enumerate(shed_clusters):
+                    sel = slice(bounds[c], bounds[c + shed_clusters.shape[0]])
                     shed_parts.append(_smallest(int(j), mA[sel], mB[sel], wr[sel], int(shed_wanted[j])))
         if enter_clusters.shape[0]:
-            for j, mA, mB, sel in _enter(D, P, Q, hrow, hcol, labels, a, b, enter_clusters):
+            for j, mA, mB, sel in _enter(D, P, Q, hrow, hcol, labels, a, b, enter_clusters,
+                                         enter_wanted):
                 enter_parts.append(_smallest(int(j), mA, mB, wt[sel], int(enter_wanted[j])))
         if exits:
             r = np.flatnonzero(exit_from[labels])

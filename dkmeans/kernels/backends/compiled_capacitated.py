@@ -75,20 +75,43 @@ def next_rows(D, P, Q, hrow, hcol, rows, own, allowed, a2, b2):  # pragma: no co
 
 
 @numba.njit(cache=True, nogil=True)
-def enter_margins(D, P, Q, hrow, hcol, labels, a, b, cols, mA, mB):  # pragma: no cover - compiled
-    """For each cluster ``cols[c]``, every row's margin ``(A - a, B - b)`` to move into it
-    (``mA[c, i]`` infinite for the cluster's own rows)."""
+def enter_candidates(D, P, Q, hrow, hcol, labels, a, b, cols, wanted):  # pragma: no cover - compiled
+    """For each cluster ``cols[c]``, the rows of other clusters whose margin ``A - a`` to move
+    into it is at most its ``wanted[c]``-th smallest (every such row: ties at the cut kept), as
+    ``(c, row, A - a, B - b)`` arrays; the exact selection is the caller's."""
     n = D.shape[0]
+    buf = np.empty(n)
+    total = 0
+    cuts = np.empty(cols.shape[0])
     for c in range(cols.shape[0]):
-        j = cols[c]
-        g, p, q = hcol[j], P[j], Q[j]
+        j, p = cols[c], P[cols[c]]
+        m = 0
         for i in range(n):
-            if labels[i] == j:
-                mA[c, i] = np.inf
-                mB[c, i] = np.inf
-            else:
-                mA[c, i] = D[i, j] + p - a[i]
-                mB[c, i] = _secondary(hrow[i], g, q) - b[i]
+            if labels[i] != j:
+                buf[m] = D[i, j] + p - a[i]
+                m += 1
+        cut = np.inf
+        if wanted[c] < m:
+            cut = np.partition(buf[:m], wanted[c] - 1)[wanted[c] - 1]
+        cuts[c] = cut
+        for i in range(m):
+            if buf[i] <= cut:
+                total += 1
+    owner = np.empty(total, np.int64)
+    rows = np.empty(total, np.int64)
+    mA = np.empty(total)
+    mB = np.empty(total)
+    t = 0
+    for c in range(cols.shape[0]):
+        j, p, q, g = cols[c], P[cols[c]], Q[cols[c]], hcol[cols[c]]
+        for i in range(n):
+            if labels[i] != j:
+                x = D[i, j] + p - a[i]
+                if x <= cuts[c]:
+                    owner[t], rows[t], mA[t] = c, i, x
+                    mB[t] = _secondary(hrow[i], g, q) - b[i]
+                    t += 1
+    return owner, rows, mA, mB
 
 
 @numba.njit(cache=True, nogil=True)

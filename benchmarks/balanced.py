@@ -43,7 +43,8 @@ def run(X, k: int, **caps) -> dict:
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     sizes = np.bincount(np.asarray(km.labels_), minlength=k)
     passes = getattr(km, "capacity_passes_", None)
-    return {"caps": caps, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "n_iter": int(km.n_iter_), "n_passes": int(km.n_passes_),
+    return {"caps": caps, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+            "n_iter": int(km.n_iter_), "n_passes": int(km.n_passes_),
             "capacity_passes_sum": int(sum(passes)) if passes else None,
             "capacity_passes_max": int(max(passes)) if passes else None,
             "objective": float(km.inertia_), "largest": int(sizes.max()), "smallest": int(sizes.min())}

@@ -156,7 +156,8 @@ class CapacitatedPasses:
         """One pass of :func:`_chunk` (the costs kept per chunk where :meth:`begin` allowed it)."""
         if self.keep is None:
             per_row = 8.0 * (len(args[0]) + 1)
-            self.keep = bool(getattr(data, "in_memory", False)) and data.row_state_bytes() >= per_row
+            in_memory = bool(getattr(data, "in_memory", False))
+            self.keep = in_memory and data.row_state_bytes() >= per_row
         if self.keep and args[3]:  # q 0: the scale's pass, no costs to keep
             out, self.state = data.map_reduce_stateful(_cached_chunk, combine, args, self.state)
             return out

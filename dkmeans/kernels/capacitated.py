@@ -199,7 +199,8 @@ def cluster_hashes(k: int) -> np.ndarray:
 
 
 def tie_costs(row_offset: int, n: int, k: int) -> np.ndarray:
-    """The secondary costs ``h(i) xor g(j)`` (n, k) of rows ``row_offset ..`` (float64 integers < 2**36)."""
+    """The secondary costs ``h(i) xor g(j)`` (n, k) of rows ``row_offset ..`` (float64 integers
+    below ``2**36``)."""
     return (row_hashes(row_offset, n)[:, None] ^ cluster_hashes(k)[None, :]).astype(np.float64)
 
 
@@ -342,7 +343,7 @@ def _best(D, P, Q, hrow, hcol):
 
 
 def _next(D, P, Q, hrow, hcol, rows, own, allowed):
-    """For the rows ``rows`` of ``D``, the smallest pair among the ``allowed`` columns but ``own``."""
+    """For rows ``rows`` of ``D``, the smallest pair among the ``allowed`` columns but ``own``."""
     m = rows.shape[0]
     if compiled_allowed() and m:
         a2, b2 = np.empty(m), np.empty(m)
@@ -398,7 +399,8 @@ def _enter(D, P, Q, hrow, hcol, labels, a, b, clusters, wanted):
 
 def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_wanted,
                    exit_from=None, exit_to=None, exit_wanted: int = 0, overrides=None,
-                   repair: RepairAsk | None = None, cache: CostCache | None = None) -> PricePartials:
+                   repair: RepairAsk | None = None,
+                   cache: CostCache | None = None) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
     ``shed_wanted[j]`` (``enter_wanted[j]``) is how many of the smallest moves out of (into)
@@ -512,6 +514,9 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=N
     return labels, per
 
 
-__all__ = ["CostCache", "cost_cache", "cluster_hashes", "row_hashes", "Margins", "Moves", "PricePartials", "RepairAsk", "apply_overrides", "select_moves", "PricedCosts", "TIE_BITS", "combine_price_partials", "lex_argmin",
-           "price_partials", "priced_costs", "tie_costs", "priced_label_objective", "priced_labels", "select_margins",
-           "sq_distances64"]
+__all__ = [
+    "CostCache", "Margins", "Moves", "PricePartials", "PricedCosts", "RepairAsk", "TIE_BITS",
+    "apply_overrides", "cluster_hashes", "combine_price_partials", "cost_cache", "lex_argmin",
+    "price_partials", "priced_costs", "priced_label_objective", "priced_labels", "row_hashes",
+    "select_margins", "select_moves", "sq_distances64", "tie_costs",
+]

@@ -8,8 +8,8 @@ from scipy.optimize import linear_sum_assignment
 
 from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses
 from dkmeans.engine.local import ChunkList
-from dkmeans.kernels.capacitated import (RepairAsk, cost_cache, lex_argmin, price_partials, priced_labels,
-                                         tie_costs)
+from dkmeans.kernels.capacitated import (RepairAsk, cost_cache, lex_argmin, price_partials,
+                                         priced_labels, tie_costs)
 
 
 def transport_cost(X, C, lower, upper, w=None):
@@ -167,7 +167,8 @@ def test_compiled_and_kept_costs_give_the_numpy_pass(weighted):
             for got, want in zip(getattr(out, name), getattr(reference, name)):
                 np.testing.assert_array_equal(got, want)
         assert out.dual == reference.dual and out.max_sq == reference.max_sq
-        np.testing.assert_allclose(out.partials.sums, reference.partials.sums, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(out.partials.sums, reference.partials.sums, rtol=1e-12,
+                                   atol=1e-12)
         np.testing.assert_allclose(out.partials.counts, reference.partials.counts, rtol=1e-12)
         assert float(out.partials.objective) == pytest.approx(float(reference.partials.objective),
                                                               rel=1e-12)

@@ -45,7 +45,7 @@ def best_rows(D, P, Q, hrow, hcol, labels, a, b):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def next_rows(D, P, Q, hrow, hcol, rows, own, allowed, a2, b2):  # pragma: no cover - compiled
-    """For the rows ``rows``, the smallest pair among the ``allowed`` columns other than ``own[r]``."""
+    """For the rows ``rows``, the smallest pair among the ``allowed`` columns but ``own[r]``."""
     k = D.shape[1]
     for r in range(rows.shape[0]):
         i = rows[r]
@@ -75,7 +75,7 @@ def next_rows(D, P, Q, hrow, hcol, rows, own, allowed, a2, b2):  # pragma: no co
 
 
 @numba.njit(cache=True, nogil=True)
-def enter_candidates(D, P, Q, hrow, hcol, labels, a, b, cols, wanted):  # pragma: no cover - compiled
+def enter_candidates(D, P, Q, hrow, hcol, labels, a, b, cols, wanted):  # pragma: no cover
     """For each cluster ``cols[c]``, the rows of other clusters whose margin ``A - a`` to move
     into it is at most its ``wanted[c]``-th smallest (every such row: ties at the cut kept), as
     ``(c, row, A - a, B - b)`` arrays; the exact selection is the caller's."""

@@ -117,7 +117,8 @@ def _numeric_columns(df, columns):
 # -- commands ----------------------------------------------------------------------
 #: The fit options taken from the parameter table, by their service names (see :func:`_add_fit_options`).
 FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "local_search",
-               "out_of_core", "checkpoint_every", "metric", "prune", "missing")
+               "out_of_core", "checkpoint_every", "metric", "prune", "missing", "max_cluster_size",
+               "min_cluster_size", "balanced")
 
 
 #: Options whose default is the estimator's (``KMeans``'s or ``MiniBatchKMeans``'s): left out unless given.
@@ -125,7 +126,8 @@ ESTIMATOR_DEFAULTS = ("checkpoint_every",)
 
 
 #: The fit options of ``dkmeans sweep``: those of ``fit`` but ``-k`` (the values of k) and the checkpoint's.
-SWEEP_OPTIONS = tuple(name for name in FIT_OPTIONS if name not in ("n_clusters", "checkpoint_every"))
+SWEEP_OPTIONS = tuple(name for name in FIT_OPTIONS if name not in ("n_clusters", "checkpoint_every", "max_cluster_size",
+                                                                   "min_cluster_size", "balanced"))
 
 
 def _fit_params(args, options=FIT_OPTIONS) -> dict:
@@ -578,6 +580,17 @@ def _int_or_none(text: str):
     return None if text.lower() == "none" else int(text)
 
 
+def _size(text: str):
+    """``--max-cluster-size``/``--min-cluster-size``: a count (integer) or a fraction of the rows (a float)."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a count or a fraction in (0, 1], got {text!r}") from None
+
+
 def _auto_or_bool(text: str):
     value = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}.get(text.lower())
     if value is None:
@@ -596,7 +609,7 @@ def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> Non
     minibatch_defaults = {name: p.default for name, p in inspect.signature(MiniBatchKMeans).parameters.items()}
     estimator = _params.face_names("estimator")
     types = {"n_init": _int_or_auto, "out_of_core": _auto_or_bool, "local_search": _auto_or_bool,
-             "prune": _auto_or_bool, "tol": float,
+             "prune": _auto_or_bool, "tol": float, "max_cluster_size": _size, "min_cluster_size": _size,
              "random_state": int}
     for name in options:
         param = _params.PARAMS[name]
@@ -614,6 +627,8 @@ def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> Non
             kwargs["type"] = types.get(name, int)
         if name == "n_clusters":
             kwargs.update(required=True, dest="k")
+        elif name == "balanced":  # a flag
+            kwargs = {"help": param.doc, "action": "store_true"}
         else:
             kwargs["default"] = default
         parser.add_argument(param.cli, **kwargs)

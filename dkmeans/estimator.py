@@ -202,6 +202,8 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         self.stop_reason_ = result.stop_reason
         self.data_mode_ = result.data_mode
         self.n_passes_ = result.n_passes
+        if result.capacity_passes is not None:  # size caps: each capacitated assignment's passes
+            self.capacity_passes_ = list(result.capacity_passes)
         # per cluster, from the final assignment's pass (no pass of their own)
         self.cluster_sizes_ = result.cluster_sizes
         self.cluster_inertia_ = result.cluster_objective
@@ -420,6 +422,9 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             params.pop(name, None)
         if params.get("missing") == "error":  # the default: checkpoints written before the parameter resume
             params.pop("missing")
+        for name, default in (("max_cluster_size", None), ("min_cluster_size", None), ("balanced", False)):
+            if params.get(name, default) is default:  # uncapped: checkpoints written before the caps resume
+                params.pop(name, None)
         if not isinstance(self.init, str):
             params["init"] = "callable" if callable(self.init) else "array"
         rs = params["random_state"]
@@ -532,6 +537,20 @@ class KMeans(_KMeansBase):
         of the unpruned iterations; only the time and ``history_[i]["distances_computed"]``
         differ. "auto": where it pays. Out-of-core and mini-batch fits are never pruned. See
         :ref:`guide-pruning`.
+    max_cluster_size : int, float or None, default None
+        Size cap: no cluster gets more than this many training rows (an integer), or more
+        than this fraction of them (a float in (0, 1]); with ``sample_weight`` rows count by
+        weight. Each Lloyd iteration then assigns rows to minimise the objective under the
+        caps (an optimal transport solved with per-cluster prices over counting passes, the
+        rows the prices leave over the caps moved by a final greedy repair), so
+        ``labels_`` and ``inertia_`` are the capped assignment's, not ``predict``'s nearest
+        centroids. Lloyd only (no Hartigan, local search or sparse rows). See
+        :ref:`guide-balanced`.
+    min_cluster_size : int, float or None, default None
+        Size floor, as ``max_cluster_size``: every cluster gets at least this many rows.
+    balanced : bool, default False
+        Sizes within one row of ``n / n_clusters`` (caps ``floor`` and ``ceil`` of it; with
+        weights, within the largest weight of it). Not with the two caps above.
     missing : {"error", "skip"}, default "error"
         Rows with a missing value (NaN, ``pd.NA``, an Arrow null). ``"error"``: raise
         :class:`~dkmeans.errors.InvalidDataError` naming the columns (and, in memory, how many
@@ -578,6 +597,9 @@ class KMeans(_KMeansBase):
     imbalance_ : float
         faiss's imbalance factor ``n_clusters * sum(cluster_sizes_**2) / sum(cluster_sizes_)**2``:
         1.0 for clusters of equal size, up to ``n_clusters`` when one cluster holds all rows.
+    capacity_passes_ : list of int
+        With size caps only: the passes each capacitated assignment took (per Lloyd
+        iteration, per run's score and the final one), the pass giving its partials included.
 
     Examples
     --------
@@ -611,6 +633,9 @@ class KMeans(_KMeansBase):
         metric="euclidean",
         prune="auto",
         missing="error",
+        max_cluster_size=None,
+        min_cluster_size=None,
+        balanced=False,
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -632,6 +657,9 @@ class KMeans(_KMeansBase):
         self.metric = metric
         self.prune = prune
         self.missing = missing
+        self.max_cluster_size = max_cluster_size
+        self.min_cluster_size = min_cluster_size
+        self.balanced = balanced
 
     # -- parameters ---------------------------------------------------------------
     def _fit_spec(self) -> FitSpec:
@@ -661,6 +689,7 @@ class KMeans(_KMeansBase):
             init_options=init_options(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
             random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
             out_of_core=p["out_of_core"], on_iteration=_progress_for(p["verbose"], p["max_iter"]), metric=p["metric"],
-            prune=p["prune"],
+            prune=p["prune"], max_cluster_size=p["max_cluster_size"], min_cluster_size=p["min_cluster_size"],
+            balanced=p["balanced"],
             job={"estimator": "dkmeans.KMeans", "params": self._job_params()},
         )

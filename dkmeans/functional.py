@@ -101,7 +101,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
           oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
           checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False, prune="auto",
           batch_size: int = DEFAULT_BATCH_SIZE,
-          max_no_improvement=10, reassignment_ratio: float = 0.01, missing="error") -> TrainResult:
+          max_no_improvement=10, reassignment_ratio: float = 0.01, missing="error", max_cluster_size=None,
+          min_cluster_size=None, balanced: bool = False) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Read more in the :ref:`User Guide <guide-functional>`.
@@ -148,6 +149,12 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
     missing : {"error", "skip"}, default "error"
         Rows with a missing value (NaN, ``pd.NA``, Arrow null): an error naming the columns,
         or left out of the fit (``labels`` -1 for them), as :class:`dkmeans.KMeans` does.
+    max_cluster_size, min_cluster_size : int, float or None, default None
+        Size caps: a count of rows, or a fraction of them in (0, 1] (see
+        :class:`dkmeans.KMeans`); each iteration assigns under them, and ``labels`` and
+        ``objective_function_value`` are the capped assignment's (not :func:`infer`'s).
+    balanced : bool, default False
+        Sizes within one row of ``n / cluster_count``.
 
     Returns
     -------
@@ -168,6 +175,7 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         "checkpoint_every": checkpoint_every, "device": device, "out_of_core": out_of_core,
         "local_search": local_search, "batch_size": batch_size, "max_no_improvement": max_no_improvement,
         "reassignment_ratio": reassignment_ratio, "prune": prune, "missing": missing,
+        "max_cluster_size": max_cluster_size, "min_cluster_size": min_cluster_size, "balanced": balanced,
     })
     minibatch = None
     if desc.method == "minibatch":
@@ -191,6 +199,10 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
            "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None}
     if minibatch is not None:  # only then: Lloyd checkpoints of earlier versions keep their job
         job["minibatch"] = asdict(minibatch)
+    caps = {name: p[name] for name in ("max_cluster_size", "min_cluster_size") if p[name] is not None}
+    if p["balanced"]:
+        caps["balanced"] = True
+    job.update(caps)  # only where set: uncapped checkpoints of earlier versions keep their job
     spec = FitSpec(
         n_clusters=desc.cluster_count, init=initial_centroids, n_init=1, max_iter=desc.max_iteration_count,
         tol=desc.accuracy_threshold, stop_rule=desc.stop_rule, tol_relative=False, tol_inclusive=False,
@@ -200,7 +212,8 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         random_state=random_state if isinstance(initial_centroids, str) or desc.method == "minibatch" else 0,
         checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,
         names={"n_clusters": "cluster_count", "init": "initial_centroids"}, metric=desc.metric, minibatch=minibatch,
-        prune=p["prune"],
+        prune=p["prune"], max_cluster_size=p["max_cluster_size"], min_cluster_size=p["min_cluster_size"],
+        balanced=p["balanced"],
     )
     result = run_fit(spec, dataset, sample_weight)
     return TrainResult(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from dkmeans.kernels import (
 from dkmeans.kernels.nearest import farthest_from, nearest_sq64, refill_partials
 from dkmeans.kernels.cosine import objective_scale, unit_centroids
 from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
+from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
 from dkmeans.drivers.state import STOPPED, IterationRecord, LoopState
 
 logger = logging.getLogger("dkmeans")
@@ -164,6 +166,7 @@ def lloyd(
     state_every: int | None = None,
     metric: str = "euclidean",
     prune=False,
+    capacitated=None,
 ) -> LloydResult:
     """Run Lloyd iterations over the data protocol.
 
@@ -204,6 +207,10 @@ def lloyd(
         Only data kept in memory is pruned. A run's
         :meth:`~dkmeans.drivers.pruned_lloyd.PrunedPasses.for_run` keeps its bounds across this
         call's blocks and the run's other calls.
+    capacitated : CapacitatedPasses, optional
+        Size caps (:mod:`dkmeans.drivers.capacitated`): each assignment is the capacitated one
+        (prices moved by counting passes), never pruned; empty clusters (possible with a
+        maximum size only) are refilled without carrying an uncapped assignment over.
 
     Returns
     -------
@@ -222,6 +229,8 @@ def lloyd(
         return stop_asked
 
     work_per_row = len(state.centroids) * data.n_features
+    if capacitated is not None:
+        prune = False
     if isinstance(prune, PrunedPasses):
         n_groups = prune.n_groups
     else:
@@ -231,7 +240,7 @@ def lloyd(
         if on_state is not None and state_every:
             end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
         try:
-            result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric, prune, n_groups),
+            result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric, prune, n_groups, capacitated),
                                    work_per_row=work_per_row,
                                    on_progress=report)
         except INTERRUPTIONS as stop:
@@ -257,7 +266,7 @@ def lloyd(
 
 
 def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: str = "euclidean",
-                     prune=False, n_groups: int | None = None) -> LloydResult:
+                     prune=False, n_groups: int | None = None, capacitated=None) -> LloydResult:
     """Lloyd from ``state`` up to ``max_iter`` updates, one pass per iteration over ``data``.
 
     The body of :func:`lloyd`'s blocks: runs wherever ``data`` lives (in the caller, in one
@@ -274,7 +283,10 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
     update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
-    if isinstance(prune, PrunedPasses):
+    if capacitated is not None:  # the size caps' assignment (its prices kept between iterations)
+        passes = capacitated
+        passes.begin(data, max_iter - n_iter)
+    elif isinstance(prune, PrunedPasses):
         passes = prune
         passes.begin(data, max_iter - n_iter)
     else:
@@ -293,6 +305,7 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
     n_records = len(history)
     stop_reason, converged = "max_iter", False
     carried = None  # the next iteration's partials, formed with an empty-cluster refill
+    best_objective, since_best = math.inf, 0  # capped loops: assignments since the best objective
     try:
         for it in range(n_iter, max_iter):
             t0 = time.perf_counter()
@@ -311,9 +324,18 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
             ):
                 stop_reason, converged = stop_rule.name, True
                 break
+            if isinstance(passes, CapacitatedPasses):  # repaired near-ties: objective settles
+                if objective < best_objective * (1 - STOP_RTOL):
+                    best_objective, since_best = objective, 0
+                else:
+                    since_best += 1
+                if since_best >= STOP_PATIENCE:
+                    stop_reason, converged = "objective-decrease", True
+                    break
             new, empty = update(partials, C)
             n_empty = int(empty.sum())
-            if n_empty and it + 1 < max_iter:  # the next assignment is in this block: form it with the refill
+            capped = isinstance(passes, CapacitatedPasses)
+            if n_empty and it + 1 < max_iter and not capped:  # next assignment: with the refill
                 new, carried = fill_empty_clusters(data, new, empty, assign_next=True)
             elif n_empty:
                 new = fill_empty_clusters(data, new, empty)

@@ -8,6 +8,7 @@ give CuPy results (the output's meta follows the input's namespace).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import dask.array as da
@@ -63,6 +64,20 @@ def map_row_blocks(X: da.Array, fn, *args, dtype, width: int | None = None) -> d
     return X.map_blocks(fn, *args, dtype=dtype, chunks=(X.chunks[0], (width,)), meta=xp.empty((0, width), dtype))
 
 
+def _at_offset(fn, block, *args, block_info=None):
+    return fn(block, int(block_info[0]["array-location"][0][0]), *args)
+
+
+def map_row_blocks_at(X: da.Array, fn, *args, dtype) -> da.Array:
+    """``fn(block, row_offset, *args)`` for every row block of ``X`` (``row_offset`` its first
+    row's global index), lazily: shape ``(n,)``. The row blocks' lengths must be known."""
+    if any(math.isnan(c) for c in X.chunks[0]):
+        raise ValueError("rows of unknown block lengths (compute_chunk_sizes() first)")
+    xp = get_namespace(meta_from_array(X))
+    return X.map_blocks(functools.partial(_at_offset, fn), *args, dtype=dtype, drop_axis=1,
+                        meta=xp.empty((0,), dtype))
+
+
 def map_rows_like(X: da.Array, fn) -> da.Array:
     """``fn(block)`` for every row block of ``X``, lazily, where ``fn`` keeps a block's shape and type."""
     return X.map_blocks(fn, dtype=X.dtype, meta=meta_from_array(X))
@@ -71,6 +86,19 @@ def map_rows_like(X: da.Array, fn) -> da.Array:
 def map_partitions(df, fn, *args, meta):
     """``fn(partition, *args)`` for every partition of a Dask DataFrame, lazily (its index kept)."""
     return df.map_partitions(fn, *args, meta=meta)
+
+
+def _partition_at(fn, offsets, part, *args, partition_info=None):
+    return fn(part, int(offsets[partition_info["number"]]), *args)
+
+
+def map_partitions_at(df, fn, *args, meta):
+    """``fn(partition, row_offset, *args)`` for every partition of a Dask DataFrame, lazily (its
+    index kept), ``row_offset`` the global index of the partition's first row (the partitions'
+    lengths are counted first, in one pass)."""
+    lengths = np.asarray(df.map_partitions(len).compute(), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return df.map_partitions(functools.partial(_partition_at, fn, offsets), *args, meta=meta)
 
 
 def index_meta(df):
@@ -286,5 +314,6 @@ def summed_pass(data, block_fn, args=(), per_label: int = 0):
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 
-__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "missing_counts", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_row_blocks", "map_rows_like",
+__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "missing_counts", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_partitions_at", "map_row_blocks",
+           "map_row_blocks_at", "map_rows_like",
            "pair_counts", "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]

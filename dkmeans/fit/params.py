@@ -209,6 +209,16 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           estimator="copy_x"),
     Param("missing", OneOf(MISSING), "rows with a missing value (NaN, null): 'error', or 'skip' (left out of the "
           "fit, labelled -1 by predict)", estimator="missing", functional="missing", cli="--missing"),
+    Param("max_cluster_size", Either((OneOf((None,)), Int(1), Float(0.0, open_below=True))),
+          "size cap: no cluster holds more rows (an integer), or more than this fraction of them (a float "
+          "in (0, 1]); weighted rows count by weight", estimator="max_cluster_size",
+          functional="max_cluster_size", cli="--max-cluster-size"),
+    Param("min_cluster_size", Either((OneOf((None,)), Int(0), Float(0.0, open_below=True))),
+          "size floor: every cluster holds at least this many rows (an integer), or this fraction of them "
+          "(a float in (0, 1])", estimator="min_cluster_size", functional="min_cluster_size",
+          cli="--min-cluster-size"),
+    Param("balanced", OneOf((False, True)), "sizes within one row of n / k (caps of floor and ceiling of n / k)",
+          estimator="balanced", functional="balanced", cli="--balanced"),
     Param("metric", OneOf(METRICS), "euclidean, or cosine (spherical k-means: unit rows and centroids, "
           "objective sum of w (1 - cos))", estimator="metric", functional="metric", cli="--metric"),
 )}

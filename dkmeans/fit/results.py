@@ -31,6 +31,8 @@ class FinalAssignment:
         Passes over the data, this one included.
     cluster_sizes, cluster_objective : ndarray (k,), float64, or None
         Per cluster: the weighted row count and the objective of its rows (None: no such pass).
+    capacity_passes : list of int or None
+        Size caps: the passes of each capacitated assignment of the fit (None: no caps).
     """
 
     labels: Any
@@ -38,6 +40,7 @@ class FinalAssignment:
     n_passes: int
     cluster_sizes: Any = None
     cluster_objective: Any = None
+    capacity_passes: Any = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def fit_result(spec: FitSpec, dataset: Dataset, data, run: RunSummary, assignmen
     centroids, labels = run.centroids, assignment.labels
     if not with_labels:
         labels = None
-    elif dataset.frame is not None:  # on the DataFrame's index, from its partitions (the final pass kept none)
+    elif dataset.frame is not None and not spec.capped:  # on the DataFrame's index, from its partitions (the final pass kept none)
         labels = inference.labels(dataset.frame, centroids, spec.metric, missing=dataset.missing)
     elif dataset.unfiltered is not None:  # missing="skip": every input row, -1 where one was left out
         labels = inference.labels(dataset.unfiltered, centroids, spec.metric, missing="skip")
@@ -100,7 +103,8 @@ def fit_result(spec: FitSpec, dataset: Dataset, data, run: RunSummary, assignmen
                      run.converged, list(run.history), mode, assignment.n_passes,
                      list(data.loop_modes), minibatch_state=minibatch_state,
                      cluster_sizes=assignment.cluster_sizes,
-                     cluster_objective=assignment.cluster_objective)
+                     cluster_objective=assignment.cluster_objective,
+                     capacity_passes=assignment.capacity_passes)
 
 
 __all__ = ["FinalAssignment", "PlacedFit", "final_assignment", "fit_result", "labels_on_host"]

@@ -44,6 +44,10 @@ class FitPlan:
     on_run_start: Callable[[int], None] | None = None
     #: ``on_run_end(run)`` after each run; True stops the runs left (the best so far is the result)
     on_run_end: Callable[[int], bool] | None = None
+    #: size caps (:class:`~dkmeans.drivers.capacitated.Capacity`): every run's Lloyd assigns under them
+    capacity: object = None
+    #: the capped runs' passes (prices carried from run to run), set by :func:`fit_runs`
+    capacitated: object = None
 
 
 #: Coreset searches of a run at most: another follows one whose result the data confirmed.
@@ -208,7 +212,7 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                                        on_iteration=plan.on_iteration, resume=loop,
                                        on_state=checkpoint.loop_hook(state) if checkpoint else None,
                                        state_every=checkpoint.every if checkpoint else None, metric=plan.metric,
-                                       prune=pruning)
+                                       prune=pruning, capacitated=plan.capacitated)
                         loop = LoopState(result.centroids, result.n_iter, None, result.history)
                         summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
                                              list(result.history))
@@ -237,7 +241,7 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                 if isinstance(pruning, PrunedPasses):
                     pruning.release(data)
             if plan.n_init > 1:
-                summary.score = objective(data, summary.centroids)
+                summary.score = _score(data, plan, summary.centroids)
             if state.best is None or summary.score < state.best.score:
                 state.best = summary
             state.run, state.phase, state.loop = state.run + 1, "init", None
@@ -254,6 +258,13 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
 
 
 # -- the whole fit ----------------------------------------------------------------------
+def _score(data, plan: FitPlan, centroids) -> float:
+    """A run's objective on the data: under the size caps where the fit has some."""
+    if plan.capacitated is not None:
+        return float(plan.capacitated.solve(data, np.asarray(centroids).astype(data.dtype)).partials.objective)
+    return objective(data, centroids)
+
+
 def callable_init(spec: FitSpec, data, seed: int, run: int) -> np.ndarray:
     """Centroids from a user callable ``init(X, n_clusters, random_state)``, given the data's rows.
 

@@ -33,6 +33,8 @@ from dkmeans.drivers.streams import derive_seed, resolve_seed
 from dkmeans.engine.place import in_caller_rows
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
+from dkmeans.drivers.capacitated import CapacitatedPasses
+from dkmeans.fit.capacity import capacitated_assignment, check_capped_spec, data_capacity
 from dkmeans.fit.checkpoint_job import checkpoint_job
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.inputs import (Dataset, check_user_centroids, check_n_clusters_vs_rows, check_sample_weight,
@@ -77,6 +79,8 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     dataset = prepare_dataset(dataset, spec.metric)  # cosine: unit rows, normalised chunk by chunk where read
     if spec.algorithm == "minibatch" and spec.metric != "euclidean":  # never unit rows with Euclidean updates
         raise InvalidParameterError(f"mini-batch k-means is Euclidean only, not metric={spec.metric!r}")
+    check_capped_spec(spec, is_sparse_array(dataset.array),
+                      dataset.is_dask and dataset.missing == "skip")
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
     if resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - a small Dask array: fitted here
         rows = in_caller_rows(dataset, weights)
@@ -106,6 +110,8 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
     (:mod:`dkmeans.fit.sweep`).
     """
     k = spec.n_clusters
+    capacity = data_capacity(spec, data)  # size caps against the placed rows (an error where they cannot hold)
+    capacitated = CapacitatedPasses(capacity) if capacity is not None else None
     checkpointer, state = checkpoint_job(spec, data, moments, C0, seed)
     if spec.stop_rule == "objective-decrease":
         stop_rule = ObjectiveDecrease(spec.tol)
@@ -127,14 +133,18 @@ def fit_placed(spec: FitSpec, dataset: Dataset, data, C0, seed: int, client, sea
 
     plan = FitPlan(
         n_init=spec.n_init, initialise=initialise, max_iter=spec.max_iter, stop_rule=stop_rule,
-        lloyd=spec.algorithm == "lloyd", local_search=searches and wants_local_search(spec),
+        lloyd=spec.algorithm == "lloyd",
+        local_search=searches and wants_local_search(spec) and capacity is None,
         seed_of_run=lambda run: derive_seed(state.seed, run),
         hartigan_mode=spec.hartigan_mode if "hartigan" in (spec.algorithm, spec.refine) else None,
         hartigan_tol=spec.hartigan_tol, on_iteration=spec.on_iteration, metric=spec.metric,
         warm_start=isinstance(spec.init, str),  # a seeding's centroids, never the user's own
         prune=resolve_prune(spec.prune), on_run_start=spec.on_run_start, on_run_end=spec.on_run_end,
+        capacity=capacity, capacitated=capacitated,
     )
     best = fit_runs(data, plan, state, checkpointer)
+    if capacitated is not None:
+        return PlacedFit(best, capacitated_assignment(spec, dataset, data, capacitated, best.centroids))
     return PlacedFit(best, final_assignment(spec, dataset, data, client, best.centroids))
 
 

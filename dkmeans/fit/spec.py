@@ -93,6 +93,11 @@ class FitSpec(RunSpec):
     compute_labels : bool
         Mini-batch: end with a pass for the labels and the objective (else the objective
         is the smoothed batch objective times the data's weight, as in scikit-learn).
+    max_cluster_size, min_cluster_size : int, float or None
+        Size caps (a count, or a fraction of the rows), resolved against the data by
+        :func:`dkmeans.fit.capacity.resolve_capacity`; Lloyd then assigns under them.
+    balanced : bool
+        Caps of ``floor(n / k)`` and ``ceil(n / k)``.
     """
 
     n_clusters: int
@@ -124,6 +129,14 @@ class FitSpec(RunSpec):
     minibatch: Any = None
     init_size: int | None = None
     compute_labels: bool = True
+    max_cluster_size: Any = None
+    min_cluster_size: Any = None
+    balanced: bool = False
+
+    @property
+    def capped(self) -> bool:
+        """Whether the fit assigns under size caps."""
+        return self.balanced or self.max_cluster_size is not None or self.min_cluster_size is not None
 
     @property
     def n_runs(self) -> int:
@@ -171,6 +184,8 @@ class FitResult:
     minibatch_state: Any = None  # MiniBatchState of a mini-batch fit (to continue with partial_fit)
     cluster_sizes: Any = None
     cluster_objective: Any = None
+    #: size-capped fits: the passes each capacitated assignment took (its Lloyd partials' pass included)
+    capacity_passes: Any = None
 
 
 def resolve_out_of_core(requested) -> Any:

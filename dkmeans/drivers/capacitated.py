@@ -1,0 +1,484 @@
+"""Size-capped assignment over the data protocol: per-cluster prices moved by counting passes.
+
+With a size range ``[lower, upper]`` per cluster (weighted rows), the assignment of rows to
+fixed centroids that minimises the objective is a transportation problem. Its dual has one
+price per cluster, and at the right prices each row goes to ``argmin_j d(x, c_j) + p_j``
+(:mod:`dkmeans.kernels.capacitated`, with exact integer costs and ties split by global row
+index). :class:`CapacitatedPasses` finds such prices with an auction over passes:
+
+1. every pass counts the rows of each cluster under the current prices and, for the clusters
+   found over (under) their cap in the previous pass, reports the smallest price rises (cuts)
+   at which one of their rows would leave (join);
+2. an over-full cluster raises its price by the margin of the row that brings it exactly to its
+   cap; once none is over-full, an under-full cluster lowers its price likewise. Raises only
+   move rows out of the cluster that raised, cuts only into the one that cut, so no step breaks
+   a cap another step met;
+3. the rounds end when every size is within its caps: the pass that shows it gives the Lloyd
+   partials too. The prices are then optimal duals when complementary slackness holds (a
+   cluster with a positive price is full, one with a negative price at its floor). Prices carry
+   over from one Lloyd iteration to the next; where the carried prices end without slackness
+   the rounds restart from zero prices, where the auction's rises are optimal.
+
+A pass moves at most :data:`MOVES_PER_PASS` rows in all (split between the clusters): the
+data shipped per pass stays small whatever n.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dkmeans.errors import InvalidDataError
+from dkmeans.kernels.capacitated import (TIE_BITS, PricePartials, RepairAsk, combine_price_partials,
+                                         cost_cache, price_partials, priced_label_objective)
+
+logger = logging.getLogger("dkmeans")
+
+#: Rows' moves reported per pass, over all clusters (each at least 64).
+MOVES_PER_PASS = 1 << 18
+#: Passes without a smaller gap to the caps after which the auction hands over to the repair.
+STALL_PASSES = 3
+#: Price passes of one assignment at most before the repair takes the rows left over.
+AUCTION_PASSES = 12
+#: Rounds that move prices toward optimality once the sizes are within their caps, at most.
+REPAIR_ROUNDS = 20
+#: Passes of the final repair at most (each moves rows; the repair ends in a few).
+FIX_PASSES = 50
+#: A capped Lloyd loop stops after :data:`STOP_PATIENCE` assignments none of which lowered the best
+#: objective by more than this share: the final repair's moves among near-tied rows can keep labels
+#: changing at a settled objective (the centroid-shift rule alone might never be met).
+STOP_RTOL = 1e-4
+STOP_PATIENCE = 3
+#: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
+QUANTUM_BITS = 44
+
+
+class CapacityError(InvalidDataError):
+    """The capacitated assignment's prices did not settle (rows tied between clusters in numbers)."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Resolved size caps: every cluster's weighted size within ``[lower, upper]``."""
+
+    lower: float
+    upper: float
+
+    def __post_init__(self):
+        if self.lower > self.upper:
+            raise ValueError(f"lower cap {self.lower} above upper cap {self.upper}")
+
+
+def _chunk(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from=None, exit_to=None, exit_wanted=0,
+           overrides=None, repair=None):
+    return price_partials(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from, exit_to, exit_wanted,
+                          overrides, repair)
+
+
+def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
+    """:func:`_chunk` with the chunk's integer costs kept between the passes of one assignment
+    (built again where the centroids or the quantum changed)."""
+    tag = _digest(C, q)
+    if cache is None or cache.tag != tag:
+        cache = cost_cache(X, C, q, offset, tag)
+    return cache, price_partials(X, w, offset, C, P, Q, q, *rest, cache=cache)
+
+
+def _digest(C, q: float) -> bytes:
+    C = np.ascontiguousarray(C, dtype=np.float64)
+    return hashlib.blake2b(C.tobytes() + np.float64(q).tobytes() + repr(C.shape).encode(),
+                           digest_size=16).digest()
+
+
+def _labels_chunk(X, w, offset, C, P, Q, q, overrides=None):
+    labels, per = priced_label_objective(X, w, offset, C, P, Q, q, overrides)
+    return [(offset, labels)], per
+
+
+def _sums_chunk(X, w, offset, C, P, Q, q, overrides=None):
+    return priced_label_objective(X, w, offset, C, P, Q, q, overrides)[1]
+
+
+def _sum_arrays(parts):
+    return np.sum([p for p in parts if p is not None], axis=0)
+
+
+def _combine_labels(parts):
+    parts = [p for p in parts if p is not None]
+    return [piece for p in parts for piece in p[0]], np.sum([p[1] for p in parts], axis=0)
+
+
+@dataclass
+class CapacitatedPasses:
+    """The Lloyd passes of size-capped k-means: each iteration's partials under solved prices.
+
+    Used by :func:`dkmeans.drivers.lloyd.lloyd_iterations` in place of its plain passes
+    (same ``begin``/``partials``/``end``). ``passes_per_solve`` records the passes each
+    assignment took (the partials included).
+    """
+
+    capacity: Capacity
+    quantum: float | None = None
+    prices: tuple | None = None
+    passes_per_solve: list = field(default_factory=list)
+    #: the last assignment's rows moved by the final repair: ``(rows, labels)`` or None
+    overrides: tuple | None = None
+    #: per assignment, the rows the final repair moved (0: the prices alone met the caps)
+    repaired_per_solve: list = field(default_factory=list)
+    #: the last assignment's objective and the dual lower bound on the optimal transport's
+    bounds: tuple | None = None
+
+    #: per chunk, the integer costs of the current centroids (:class:`~dkmeans.kernels.capacitated.
+    #: CostCache`), kept where the chunks are during one block of iterations; None: none kept
+    state: object = None
+    #: whether the passes keep the costs (in-memory data with room for ``8 k`` bytes a row)
+    keep: bool | None = None
+
+    def __getstate__(self):
+        out = dict(self.__dict__)
+        out["state"] = None  # the costs stay where the chunks are
+        return out
+
+    def begin(self, data, iterations: int | None = None) -> None:
+        """Keep the chunks' costs between passes where the data stays in memory and has room."""
+        self.state, self.keep = None, None  # decided at the first pass, which knows k
+
+    def end(self, data) -> None:
+        """Release the chunks' costs."""
+        self.state = None
+
+    def _pass(self, data, combine, args):
+        """One pass of :func:`_chunk` (the costs kept per chunk where :meth:`begin` allowed it)."""
+        if self.keep is None:
+            per_row = 8.0 * (len(args[0]) + 1)
+            in_memory = bool(getattr(data, "in_memory", False))
+            self.keep = in_memory and data.row_state_bytes() >= per_row
+        if self.keep and args[3]:  # q 0: the scale's pass, no costs to keep
+            out, self.state = data.map_reduce_stateful(_cached_chunk, combine, args, self.state)
+            return out
+        return data.map_reduce(_chunk, combine, args)
+
+    def partials(self, data, C: np.ndarray):
+        """The :class:`~dkmeans.kernels.common.Partials` of the capacitated assignment to ``C``, and 1.0
+        (every distance computed)."""
+        return self.solve(data, C).partials, 1.0
+
+    def _scale(self, data, C) -> float:
+        """The quantum: a power of two about ``2**-QUANTUM_BITS`` of four times the largest squared
+        distance (centroids stay in the rows' hull, within a factor 4 of it), fixed for the fit."""
+        if self.quantum is None:
+            k = len(C)
+            zeros = np.zeros(k, dtype=np.int64)
+            ask = _Requests.none(k)
+            part = self._pass(data, ask.combine(), (C, np.zeros(k), np.zeros(k), 0.0) + ask.args())
+            top = 4.0 * part.max_sq
+            self.quantum = 2.0 ** (math.ceil(math.log2(top)) - QUANTUM_BITS) if top > 0 else 1.0
+        return self.quantum
+
+    def solve(self, data, C: np.ndarray) -> PricePartials:
+        """Move the prices until every size is within the caps; the last pass's :class:`PricePartials`.
+
+        From the previous assignment's prices where it has some; where those end without
+        complementary slackness, again from zero prices.
+        """
+        k = len(C)
+        q = self._scale(data, C)
+        warm = self.prices is not None
+        P, Q = (np.array(p, dtype=np.float64) for p in self.prices) if warm else (np.zeros(k), np.zeros(k))
+        part, passes = self._auction(data, C, q, P, Q)
+        if warm and part is not None and not self.optimal(P, part.partials.counts):
+            P0, Q0 = np.zeros(k), np.zeros(k)
+            cold, more = self._auction(data, C, q, P0, Q0)
+            passes += more
+            if cold is not None:
+                part, P, Q = cold, P0, Q0
+        moved = None
+        if part is None:  # the prices left a few rows over (under) their caps: the repair moves them
+            part, moved, more = self._repair(data, C, q, P, Q)
+            passes += more
+        self.prices, self.overrides = (P, Q), moved
+        self.passes_per_solve.append(passes)
+        self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
+        self.bounds = (float(part.partials.objective), self.dual_bound(part, P))
+        return part
+
+    def dual_bound(self, part: PricePartials, P) -> float:
+        """A lower bound on the optimal transport's objective: the Lagrangian dual at prices ``P``
+        (weak duality; exact up to the quantum's rounding, ``n q / 2``)."""
+        lower, upper = self.capacity.lower, self.capacity.upper
+        caps = np.where(P > 0, P * upper, P * lower)
+        return float((part.dual - caps.sum()) * self.quantum)
+
+    def _repair(self, data, C, q: float, P, Q):
+        """Move the rows left over the caps (under the floors) to the clusters with room (below their
+        floors), the cheapest moves first: by the extra squared distance, then global row index.
+
+        Over-full clusters shed first (each row to its nearest cluster with room), then under-full
+        ones take rows from clusters above their floor. The moves are kept as ``(rows, labels)``
+        overrides of the priced labels. Returns the last pass's partials, the overrides and the
+        passes.
+        """
+        k = len(C)
+        lower, upper = self.capacity.lower, self.capacity.upper
+        moved: dict[int, int] = {}
+        none = _Requests.none(k)
+        ask = None
+        overrides = None
+        for passes in range(1, FIX_PASSES + 1):
+            part = self._pass(data, functools.partial(combine_price_partials, shed_wanted=none.shed,
+                                                      enter_wanted=none.enter, repair=ask),
+                              (C, P, Q, q) + none.args() + (overrides, ask))
+            sizes = part.partials.counts.astype(np.float64).copy()
+            slack = _slack(sizes)
+            over, under = sizes - upper > slack, lower - sizes > slack
+            if not (over.any() or under.any()):
+                return part, overrides, passes
+            if ask is not None:
+                if not _apply_moves(part.moves, ask.shed, sizes, lower, upper, slack, moved):
+                    break
+                rows = np.array(sorted(moved), dtype=np.int64)
+                overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
+                over, under = sizes - upper > slack, lower - sizes > slack
+            mean_weight = np.where(part.rows > 0, part.partials.counts / np.maximum(part.rows, 1), 1.0)
+            if over.any():
+                room = sizes < upper - slack
+                gap = np.where(over, sizes - upper, 0.0)
+                ask = RepairAsk(True, over, room, _repair_wanted(gap, mean_weight))
+            elif under.any():
+                donors = sizes > lower + slack
+                gap = np.where(under, lower - sizes, 0.0)
+                ask = RepairAsk(False, donors, under, _repair_wanted(gap, mean_weight))
+            else:
+                ask = None
+        raise CapacityError(
+            f"the size caps' repair did not settle in {passes} passes (sizes "
+            f"{np.round(sizes).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
+            "no move of a single row brings a cluster within its caps (weighted rows whose weights "
+            "do not fit the caps' room)")
+
+    def optimal(self, P, sizes) -> bool:
+        """Whether prices ``P`` are optimal duals for ``sizes`` (feasible sizes, complementary slackness)."""
+        lower, upper = self.capacity.lower, self.capacity.upper
+        slack = _slack(sizes)
+        if np.any(sizes > upper + slack) or np.any(sizes < lower - slack):
+            return False
+        below_cap, above_floor = P[sizes < upper - slack], P[sizes > lower + slack]
+        # prices matter up to a common shift (the sizes sum to n): one level must separate them
+        return not (below_cap.size and above_floor.size and below_cap.max() > above_floor.min())
+
+    def _auction(self, data, C, q: float, P, Q):
+        """Rounds of moves (``P``, ``Q`` changed in place) until the sizes are within their caps and the
+        prices optimal: over-full clusters raise their prices first (an ascending auction), then
+        under-full ones cut theirs, then prices on the wrong side of the common level move toward it.
+        Where the last of these do not end in :data:`REPAIR_ROUNDS`, the last sizes within the caps
+        are kept (their prices short of optimal)."""
+        k = len(C)
+        lower, upper = self.capacity.lower, self.capacity.upper
+        ask = _Requests.none(k)
+        per_cluster = max(64, MOVES_PER_PASS // k)
+        previous_gap, repairs, feasible = math.inf, 0, None
+        best_gap, best_pass = math.inf, 0
+        passes = 0
+        for passes in range(1, AUCTION_PASSES + 1):
+            part = self._pass(data, ask.combine(), (C, P, Q, q) + ask.args())
+            sizes = part.partials.counts
+            slack = _slack(sizes)
+            over = sizes - upper > slack
+            under = lower - sizes > slack
+            mean_weight = np.where(part.rows > 0, sizes / np.maximum(part.rows, 1), 1.0)
+            if not (over.any() or under.any()):
+                if self.optimal(P, sizes):
+                    return part, passes
+                feasible = (part, P.copy(), Q.copy())
+                repairs += 1
+                if repairs > REPAIR_ROUNDS:
+                    break
+                level = _level(P, sizes, lower, upper, slack)
+                high = (P > level) & (sizes < upper - slack)  # priced up yet not full: cut toward the level
+                low = (P < level) & (sizes > lower + slack)  # priced down yet above its floor: raise toward it
+                _move(part.enter, upper - sizes, high, P, Q, sign=-1.0, limit=level)
+                _move(part.shed, sizes - lower, low, P, Q, sign=1.0, limit=level)
+                Q -= Q.min()
+                ask = _Requests(_wanted(sizes - lower, low, mean_weight, per_cluster),
+                                _wanted(upper - sizes, high, mean_weight, per_cluster))
+                previous_gap = math.inf
+                continue
+            up = bool(over.any())  # this round's direction
+            gap = float(np.sum((sizes - upper)[over])) if up else float(np.sum((lower - sizes)[under]))
+            if gap < best_gap:
+                best_gap, best_pass = gap, passes
+            elif passes - best_pass > STALL_PASSES and feasible is None:
+                break  # rows passed around without the gap shrinking: the repair takes the rest
+            closed = sizes >= upper - slack if up else sizes > lower + slack
+            uniform = (ask.exit_from is not None and ask.exits_up == up and part.exits.cluster.shape[0] > 0
+                       and np.array_equal(ask.exit_from, closed))
+            if up and uniform:  # the closed clusters raise together: rows leave the set
+                _move_set(part.exits, float(np.sum(np.maximum(sizes - upper, 0)[closed])), closed, P, Q, 1.0)
+            elif up:
+                _move(part.shed, sizes - upper, over, P, Q, sign=1.0)
+            elif uniform:  # the clusters at their floor cut together: rows join the set
+                _move_set(part.exits, float(np.sum(np.maximum(lower - sizes, 0)[~closed])), ~closed, P, Q, -1.0)
+            else:
+                _move(part.enter, lower - sizes, under, P, Q, sign=-1.0)
+            Q -= Q.min()  # a common shift of the second prices changes no choice; keeps them small
+            # a round of single moves that did not shrink the gap (clusters passing rows between them):
+            # the next moves a whole set of clusters alike
+            stalled = gap >= previous_gap and not uniform
+            previous_gap = gap
+            exit_rows = int(min(MOVES_PER_PASS, np.ceil(gap / max(float(np.mean(mean_weight)), 1e-300) * 1.25) + 4))
+            ask = _Requests(_wanted(sizes - upper, over, mean_weight, per_cluster),
+                            _wanted(lower - sizes, under, mean_weight, per_cluster),
+                            closed if stalled else None, ~closed if stalled else None,
+                            exit_rows if stalled else 0, exits_up=up)
+        if feasible is None:
+            return None, passes  # sizes still outside the caps: the repair moves the rows left over
+        part, P[:], Q[:] = feasible
+        logger.debug("size caps: prices within the caps kept after %d repair rounds (not proven optimal)", repairs)
+        return part, passes
+
+    def sums(self, data, C: np.ndarray) -> np.ndarray:
+        """Per cluster ``(objective, size)`` (k, 2) under the prices :meth:`solve` found for ``C``."""
+        P, Q = self.prices
+        return data.map_reduce(_sums_chunk, _sum_arrays, (C, P, Q, self.quantum, self.overrides))
+
+    def labels(self, data, C: np.ndarray):
+        """Labels of the in-memory rows (one array in row order) and per cluster ``(objective, size)``,
+        under the prices :meth:`solve` found for ``C``."""
+        P, Q = self.prices
+        pieces, per = data.map_reduce(_labels_chunk, _combine_labels, (C, P, Q, self.quantum, self.overrides))
+        pieces.sort(key=lambda piece: piece[0])
+        labels = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int32)
+        return labels, per
+
+
+@dataclass(frozen=True)
+class _Requests:
+    """What the next pass reports: moves out of and into clusters, and out of the closed set."""
+
+    shed: np.ndarray
+    enter: np.ndarray
+    exit_from: np.ndarray | None = None
+    exit_to: np.ndarray | None = None
+    exits: int = 0
+    exits_up: bool = True
+
+    @classmethod
+    def none(cls, k: int) -> "_Requests":
+        return cls(np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64))
+
+    def args(self) -> tuple:
+        return (self.shed, self.enter, self.exit_from, self.exit_to, self.exits)
+
+    def combine(self):
+        return functools.partial(combine_price_partials, shed_wanted=self.shed, enter_wanted=self.enter,
+                                 exit_wanted=self.exits)
+
+
+def _repair_wanted(gap, mean_weight) -> np.ndarray:
+    """Candidate moves per cluster for the repair: twice the rows of its gap and some, capped."""
+    rows = np.ceil(gap / np.maximum(mean_weight, 1e-300) * 2.0) + 8
+    return np.where(gap > 0, np.minimum(rows, MOVES_PER_PASS), 0).astype(np.int64)
+
+
+def _apply_moves(moves, shed: bool, sizes, lower: float, upper: float, slack: float, moved: dict) -> int:
+    """Take the candidate ``moves`` (sorted by cost, then row) greedily: a move is kept while its
+    source is over its cap (shed) or above its floor, and its target has room (shed) or is under
+    its floor. ``sizes`` and ``moved`` (row -> cluster) are updated in place; returns the moves kept."""
+    taken = set()
+    for s, t, row, w in zip(moves.source.tolist(), moves.target.tolist(), moves.row.tolist(),
+                            moves.weight.tolist()):
+        if row in taken:
+            continue
+        if shed:
+            ok = sizes[s] - upper > slack and sizes[t] + w <= upper + slack
+        else:
+            ok = lower - sizes[t] > slack and sizes[s] - w >= lower - slack
+        if ok:
+            sizes[s] -= w
+            sizes[t] += w
+            moved[row] = t
+            taken.add(row)
+    return len(taken)
+
+
+def _wanted(gap, mask, mean_weight, per_cluster: int) -> np.ndarray:
+    """Moves to report next pass per cluster: the rows the gap takes, with a margin, capped."""
+    rows = np.ceil(np.where(mask, gap, 0.0) / np.maximum(mean_weight, 1e-300) * 1.25) + 4
+    return np.where(mask, np.minimum(rows, per_cluster), 0).astype(np.int64)
+
+
+def _move(margins, gap, mask, P, Q, sign: float, limit: float | None = None) -> None:
+    """Raise (``sign`` 1) or cut (-1) the prices of the clusters in ``mask`` by the margin that moves
+    rows of weight ``gap`` (or all the reported rows, where fewer were reported); ``limit``: a
+    primary price stops there (rows whose move needs more stay)."""
+    for j in np.flatnonzero(mask):
+        sel = margins.cluster == j
+        if not sel.any():
+            continue  # not asked for in this pass: the next pass reports its moves
+        step, second = _step(margins.primary[sel], margins.secondary[sel], margins.weight[sel], gap[j])
+        if limit is not None and step >= abs(P[j] - limit):
+            P[j] = limit  # rows whose margin is below the old price move; the price is at the level
+            continue
+        P[j] += sign * step
+        Q[j] += sign * second
+
+
+def _move_set(margins, gap: float, members, P, Q, sign: float) -> None:
+    """Raise (``sign`` 1) or cut (-1) the prices of all ``members`` alike by the margin that moves rows of
+    weight ``gap`` out of (into) the set."""
+    if gap <= 0:
+        return
+    step, second = _step(margins.primary, margins.secondary, margins.weight, gap)
+    P[members] += sign * step
+    Q[members] += sign * second
+
+
+def _step(primary, secondary, weight, gap: float):
+    """The price change ``(primary, secondary)`` that moves the first rows of the sorted margins
+    up to weight ``gap``, strictly between two margins: no row is left exactly tied.
+
+    Rows of equal margins move together: where ``gap`` ends inside such a group, the step stops
+    before it (or takes it whole, where it is the first).
+    """
+    n = primary.shape[0]
+    at = min(int(np.searchsorted(np.cumsum(weight), gap * (1 - 1e-12))), n - 1)
+    same = (primary == primary[at]) & (secondary == secondary[at])
+    lo, hi = int(np.argmax(same)), n - 1 - int(np.argmax(same[::-1]))
+    if hi > at:
+        at = lo - 1 if lo > 0 else hi
+    if at + 1 < n and primary[at + 1] == primary[at]:  # midway to the next margin (an integer where one fits)
+        gap_to_next = secondary[at + 1] - secondary[at]
+        return primary[at], secondary[at] + (np.floor(gap_to_next / 2) if gap_to_next >= 2 else gap_to_next / 2)
+    # past the next row's margin (unknown, or of a larger primary): a step no other margin is likely to
+    # equal, varied with the margin (two moves by one constant would leave two rows equally tied)
+    scatter = (int(secondary[at]) * 2654435761 + int(primary[at]) * 40503) % (1 << (TIE_BITS - 16))
+    return primary[at], secondary[at] + float((1 << (TIE_BITS - 12)) + scatter)
+
+
+def _level(P, sizes, lower: float, upper: float, slack: float) -> float:
+    """The common level ``t`` of optimal prices: ``P_j > t`` only where cluster ``j`` is full, ``P_j < t``
+    only where it is at its floor (the sizes sum to n, so prices matter up to a common shift).
+
+    Where no level separates them, the middle of the conflict (an integer): prices move toward it.
+    """
+    below_cap = P[sizes < upper - slack]
+    above_floor = P[sizes > lower + slack]
+    low = below_cap.max() if below_cap.size else -math.inf
+    high = above_floor.min() if above_floor.size else math.inf
+    if low <= high:
+        return low if math.isfinite(low) else (high if math.isfinite(high) else 0.0)
+    return float(np.floor((low + high) / 2))
+
+
+def _slack(sizes) -> float:
+    """Tolerance of a size against a cap: rounding of weighted sums (none for unit weights)."""
+    return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
+
+
+__all__ = ["AUCTION_PASSES", "STOP_PATIENCE", "STOP_RTOL", "Capacity", "CapacitatedPasses", "CapacityError", "FIX_PASSES", "MOVES_PER_PASS",
+           "REPAIR_ROUNDS"]

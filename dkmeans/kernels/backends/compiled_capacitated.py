@@ -1,0 +1,134 @@
+"""Compiled loops of the priced assignment (numba, one thread): :mod:`dkmeans.kernels.capacitated`.
+
+Row by row over a chunk's integer costs ``D`` (n, k) kept between passes: the lexicographically
+smallest ``(D + P, h(i) xor g(j) + Q)``, lowest column on full ties, the same values to the bit
+as the NumPy code (integer sums held in float64). The secondary cost is formed only where two
+primary costs tie: most rows never hash.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _secondary(h, g, q):  # pragma: no cover - compiled
+    return float(h ^ g) + q
+
+
+@numba.njit(cache=True, nogil=True)
+def best_rows(D, P, Q, hrow, hcol, labels, a, b):  # pragma: no cover - compiled
+    """Per row the smallest ``(A, B)`` pair: its column (``labels``), ``a`` and ``b``."""
+    n, k = D.shape
+    for i in range(n):
+        h = hrow[i]
+        ba = np.inf
+        bj = 0
+        bb = np.inf
+        tied = False
+        for j in range(k):
+            x = D[i, j] + P[j]
+            if x < ba:
+                ba, bj, tied = x, j, False
+            elif x == ba:
+                if not tied:
+                    bb = _secondary(h, hcol[bj], Q[bj])
+                    tied = True
+                y = _secondary(h, hcol[j], Q[j])
+                if y < bb:
+                    bb, bj = y, j
+        labels[i] = bj
+        a[i] = ba
+        b[i] = bb if tied else _secondary(h, hcol[bj], Q[bj])
+
+
+@numba.njit(cache=True, nogil=True)
+def next_rows(D, P, Q, hrow, hcol, rows, own, allowed, a2, b2):  # pragma: no cover - compiled
+    """For the rows ``rows``, the smallest pair among the ``allowed`` columns but ``own[r]``."""
+    k = D.shape[1]
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        h = hrow[i]
+        ba = np.inf
+        bj = -1
+        bb = np.inf
+        tied = False
+        for j in range(k):
+            if j == own[r] or not allowed[j]:
+                continue
+            x = D[i, j] + P[j]
+            if x < ba:
+                ba, bj, tied = x, j, False
+            elif x == ba:
+                if not tied:
+                    bb = _secondary(h, hcol[bj], Q[bj])
+                    tied = True
+                y = _secondary(h, hcol[j], Q[j])
+                if y < bb:
+                    bb, bj = y, j
+        a2[r] = ba
+        if bj < 0:
+            b2[r] = np.inf
+        else:
+            b2[r] = bb if tied else _secondary(h, hcol[bj], Q[bj])
+
+
+@numba.njit(cache=True, nogil=True)
+def enter_candidates(D, P, Q, hrow, hcol, labels, a, b, cols, wanted):  # pragma: no cover
+    """For each cluster ``cols[c]``, the rows of other clusters whose margin ``A - a`` to move
+    into it is at most its ``wanted[c]``-th smallest (every such row: ties at the cut kept), as
+    ``(c, row, A - a, B - b)`` arrays; the exact selection is the caller's."""
+    n = D.shape[0]
+    buf = np.empty(n)
+    total = 0
+    cuts = np.empty(cols.shape[0])
+    for c in range(cols.shape[0]):
+        j, p = cols[c], P[cols[c]]
+        m = 0
+        for i in range(n):
+            if labels[i] != j:
+                buf[m] = D[i, j] + p - a[i]
+                m += 1
+        cut = np.inf
+        if wanted[c] < m:
+            cut = np.partition(buf[:m], wanted[c] - 1)[wanted[c] - 1]
+        cuts[c] = cut
+        for i in range(m):
+            if buf[i] <= cut:
+                total += 1
+    owner = np.empty(total, np.int64)
+    rows = np.empty(total, np.int64)
+    mA = np.empty(total)
+    mB = np.empty(total)
+    t = 0
+    for c in range(cols.shape[0]):
+        j, p, q, g = cols[c], P[cols[c]], Q[cols[c]], hcol[cols[c]]
+        for i in range(n):
+            if labels[i] != j:
+                x = D[i, j] + p - a[i]
+                if x <= cuts[c]:
+                    owner[t], rows[t], mA[t] = c, i, x
+                    mB[t] = _secondary(hrow[i], g, q) - b[i]
+                    t += 1
+    return owner, rows, mA, mB
+
+
+@numba.njit(cache=True, nogil=True)
+def partial_rows(X, w, weighted, C64, labels, sums, sizes, counts):  # pragma: no cover - compiled
+    """Lloyd partials of labelled rows (exact float64 differences ``x - c``); the objective."""
+    n, d = X.shape
+    total = 0.0
+    for i in range(n):
+        j = labels[i]
+        wi = w[i] if weighted else 1.0
+        s = 0.0
+        for f in range(d):
+            x = np.float64(X[i, f])
+            t = x - C64[j, f]
+            s += t * t
+            sums[j, f] += wi * x
+        total += wi * s
+        sizes[j] += wi
+        counts[j] += 1.0
+    return total

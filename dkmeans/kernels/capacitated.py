@@ -1,0 +1,522 @@
+"""Assignment under per-cluster prices: the chunk kernels of size-capped k-means.
+
+A capacitated assignment (cluster ``j`` holds between ``L_j`` and ``U_j`` rows) is a
+transportation problem whose dual has one price per cluster: at the right prices every row
+goes to ``argmin_j d(x, c_j) + p_j``. :mod:`dkmeans.drivers.capacitated` moves the prices
+with passes of :func:`price_partials`; this module computes, for one chunk, the priced
+labels and what the driver needs to move the prices.
+
+Exactness. Squared distances are rounded once, row by row, to integer multiples of a quantum
+``q`` (a power of two about ``2**-44`` of the largest squared distance), so that costs, prices
+and their differences are exact integers held in float64: a price moved by a margin makes the
+row exactly tied, never off by a rounding. Ties are then broken by a second, lexicographic
+cost ``h(i) xor g(j) + Q_j`` (``h`` a 36-bit hash of the global row index ``i``, ``g`` one of the
+cluster, ``Q_j`` a second price): rows with equal distances (duplicates) are split between
+clusters by their index, whatever the chunking, and two rows' margins are almost never equal.
+A pair of prices ``(P_j, Q_j)`` is compared as a pair: ``P`` first.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from dkmeans.kernels.backends.layout import LazyModule
+from dkmeans.kernels.common import Partials
+from dkmeans.kernels.nearest import cluster_sums
+from dkmeans.kernels.plans import compiled_allowed
+
+#: Rows per tile of the n x k cost arrays (float64): scratch bounded whatever the chunk size.
+TILE_BYTES = 1 << 24
+
+
+class PricedCosts(NamedTuple):
+    """Costs of a tile of rows under prices: primary ``A`` (n, k) and secondary ``B`` (n, k)."""
+
+    A: np.ndarray
+    B: np.ndarray
+
+
+class Margins(NamedTuple):
+    """Per-cluster candidate moves, lexicographically smallest first.
+
+    ``cluster`` (int64) the cluster a move concerns, ``primary``/``secondary`` the price
+    change (a pair) at which the row moves, ``weight`` the row's weight.
+    """
+
+    cluster: np.ndarray
+    primary: np.ndarray
+    secondary: np.ndarray
+    weight: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Margins":
+        return cls(np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0))
+
+
+class PricePartials(NamedTuple):
+    """One pass's contribution to a price round.
+
+    ``partials``: the Lloyd :class:`~dkmeans.kernels.common.Partials` of the priced labels
+    (per-cluster weighted sums and sizes, objective from the differences ``x - c``);
+    ``rows`` (k,) unweighted rows per cluster;
+    ``shed``: for each over-full cluster asked for, the smallest price rises that move a row out;
+    ``enter``: for each under-full cluster asked for, the smallest price cuts that move a row in;
+    ``exits``: the smallest moves of a row from one set of clusters to another (tagged cluster
+    -1): the uniform price change of either set that moves it;
+    ``max_sq``: the largest squared distance of any row to any centroid (the quantum's scale);
+    ``moves``: the repair's candidate moves asked for (:class:`Moves`);
+    ``dual``: the weighted sum over rows of the smallest priced cost (quanta), the first term of
+    the dual bound.
+    """
+
+    partials: Partials
+    rows: np.ndarray
+    shed: Margins
+    enter: Margins
+    exits: Margins
+    max_sq: float
+    moves: "Moves"
+    dual: float
+
+
+class Moves(NamedTuple):
+    """Candidate moves of single rows for the final repair: ``row`` (global index, int64) from
+    cluster ``source`` to ``target`` at an extra cost ``cost`` (unpriced squared distance, quanta)."""
+
+    source: np.ndarray
+    target: np.ndarray
+    cost: np.ndarray
+    row: np.ndarray
+    weight: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Moves":
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64),
+                   np.empty(0))
+
+
+class RepairAsk(NamedTuple):
+    """What a repair pass reports. ``shed`` True: rows of the clusters in ``source`` (over their cap)
+    to their cheapest cluster of ``target`` (with room), the ``wanted[j]`` cheapest per source ``j``;
+    False: rows of ``source`` (above their floor) into each cluster ``j`` of ``target`` (under its
+    floor), the ``wanted[j]`` cheapest per target. Cheapest: by cost, then global row index."""
+
+    shed: bool
+    source: np.ndarray
+    target: np.ndarray
+    wanted: np.ndarray
+
+
+def _cheapest(moves: Moves, group: np.ndarray, wanted: np.ndarray) -> Moves:
+    """Per value ``j`` of ``group``, the ``wanted[j]`` cheapest moves (by cost, then row), sorted."""
+    if moves.row.shape[0] == 0:
+        return moves
+    keep = []
+    for j in np.unique(group):
+        sel = np.flatnonzero(group == j)
+        order = np.lexsort((moves.row[sel], moves.cost[sel]))[:int(wanted[j])]
+        keep.append(sel[order])
+    idx = np.concatenate(keep) if keep else np.empty(0, np.int64)
+    out = Moves(*(field[idx] for field in moves))
+    order = np.lexsort((out.row, out.cost))
+    return Moves(*(field[order] for field in out))
+
+
+def select_moves(moves: Moves, ask: "RepairAsk | None") -> Moves:
+    """The moves a :class:`RepairAsk` keeps of ``moves`` (associative: chunks' lists, then theirs)."""
+    if ask is None or moves.row.shape[0] == 0:
+        return Moves.empty()
+    return _cheapest(moves, moves.source if ask.shed else moves.target, ask.wanted)
+
+
+def _concat_moves(parts) -> Moves:
+    parts = [p for p in parts if p.row.shape[0]]
+    if not parts:
+        return Moves.empty()
+    return Moves(*(np.concatenate(field) for field in zip(*parts)))
+
+
+def apply_overrides(labels: np.ndarray, overrides, row_offset: int) -> np.ndarray:
+    """Positions (in ``labels``) of the rows the repair moved, their labels set in place.
+
+    ``overrides``: ``(rows, labels)``, global row indices sorted ascending and their clusters.
+    """
+    if overrides is None or overrides[0].shape[0] == 0:
+        return np.empty(0, np.int64)
+    rows, new = overrides
+    lo, hi = np.searchsorted(rows, [row_offset, row_offset + labels.shape[0]])
+    pos = rows[lo:hi] - row_offset
+    labels[pos] = new[lo:hi]
+    return pos
+
+
+def _repair_moves(D, labels, wt, row_offset: int, ask: RepairAsk) -> Moves:
+    """A tile's candidate moves for ``ask`` (``D`` the unpriced integer costs of the tile)."""
+    r = np.flatnonzero(ask.source[labels])
+    if r.shape[0] == 0 or not np.any(ask.target):
+        return Moves.empty()
+    own = D[r, labels[r]]
+    if ask.shed:
+        D2 = D[r][:, ask.target]
+        cols = np.flatnonzero(ask.target)
+        t = D2.argmin(axis=1)
+        moves = Moves(labels[r].astype(np.int64), cols[t].astype(np.int64),
+                      D2[np.arange(r.shape[0]), t] - own, r + row_offset, wt[r])
+        return _cheapest(moves, moves.source, ask.wanted)
+    parts = []
+    for j in np.flatnonzero(ask.target):
+        moves = Moves(labels[r].astype(np.int64), np.full(r.shape[0], j, np.int64), D[r, j] - own,
+                      r + row_offset, wt[r])
+        parts.append(_cheapest(moves, moves.target, ask.wanted))
+    return _concat_moves(parts)
+
+
+#: Bits of the tie-breaking hashes: sums of them and of second prices stay exact in float64.
+TIE_BITS = 36
+
+
+def _mix(z):
+    """splitmix64's finaliser on uint64 (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def row_hashes(row_offset: int, n: int) -> np.ndarray:
+    """``h(i)`` (uint64, below ``2**TIE_BITS``) of rows ``row_offset .. row_offset + n``."""
+    with np.errstate(over="ignore"):
+        rows = _mix(np.arange(row_offset, row_offset + n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    return rows >> np.uint64(64 - TIE_BITS)
+
+
+def cluster_hashes(k: int) -> np.ndarray:
+    """``g(j)`` (uint64, below ``2**TIE_BITS``) of clusters ``0 .. k``."""
+    with np.errstate(over="ignore"):
+        cols = _mix(np.arange(k, dtype=np.uint64) + np.uint64(0xD1B54A32D192ED03))
+    return cols >> np.uint64(64 - TIE_BITS)
+
+
+def tie_costs(row_offset: int, n: int, k: int) -> np.ndarray:
+    """The secondary costs ``h(i) xor g(j)`` (n, k) of rows ``row_offset ..`` (float64 integers
+    below ``2**36``)."""
+    return (row_hashes(row_offset, n)[:, None] ^ cluster_hashes(k)[None, :]).astype(np.float64)
+
+
+def sq_distances64(X, C) -> np.ndarray:
+    """Squared distances (n, k) in float64 by ``||x||^2 - 2 x.c + ||c||^2``, clipped at 0.
+
+    Row by row the same values whatever rows share the call (one product per row tile).
+    """
+    X64 = np.asarray(X, dtype=np.float64)
+    C64 = np.asarray(C, dtype=np.float64)
+    d2 = np.einsum("ij,ij->i", X64, X64)[:, None] - 2.0 * (X64 @ C64.T) + np.einsum("ij,ij->i", C64, C64)[None, :]
+    return np.maximum(d2, 0.0, out=d2)
+
+
+def priced_costs(X, C, P, Q, q: float, row_offset: int) -> PricedCosts:
+    """The primary costs ``rint(d2 / q) + P`` and secondary ``h(i) xor g(j) + Q`` of a tile."""
+    n, k = X.shape[0], C.shape[0]
+    A = np.rint(sq_distances64(X, C) / q)
+    A += P[None, :]
+    B = tie_costs(row_offset, n, k)
+    B += Q[None, :]
+    return PricedCosts(A, B)
+
+
+def lex_argmin(A, B):
+    """Column of the lexicographically smallest ``(A, B)`` per row, with that pair (lowest column on full ties)."""
+    a = A.min(axis=1)
+    Bm = np.where(A == a[:, None], B, np.inf)
+    labels = Bm.argmin(axis=1)
+    b = Bm[np.arange(A.shape[0]), labels]
+    return labels, a, b
+
+
+def _tiles(n: int, k: int):
+    """Row ranges whose ``n x k`` float64 scratch arrays (a few of them) fit :data:`TILE_BYTES`;
+    ``k`` 0: no scratch (the whole chunk in one)."""
+    rows = max(1, TILE_BYTES // (8 * 4 * k)) if k > 0 else max(1, n)
+    for i0 in range(0, n, rows):
+        yield i0, min(n, i0 + rows)
+
+
+def priced_labels(X, C, P, Q, q: float, row_offset: int, overrides=None) -> np.ndarray:
+    """Labels (int32) of the rows of ``X`` under prices ``(P, Q)`` and quantum ``q``.
+
+    Parameters
+    ----------
+    X : ndarray (n, d)
+    C : ndarray (k, d)
+    P, Q : ndarray (k,), float64
+        The primary and secondary prices (integers held in float64).
+    q : float
+        The quantum of squared distances.
+    row_offset : int
+        Global index of the chunk's first row.
+    overrides : tuple of ndarray, optional
+        ``(rows, labels)``: the final repair's moves (global rows sorted ascending), which
+        replace the priced labels of those rows.
+    """
+    n, k = X.shape[0], C.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    for i0, i1 in _tiles(n, k):
+        costs = priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0)
+        labels[i0:i1] = lex_argmin(*costs)[0]
+    apply_overrides(labels, overrides, row_offset)
+    return labels
+
+
+def _smallest(cluster: int, mA, mB, w, m: int) -> Margins:
+    """The ``m`` lexicographically smallest ``(mA, mB)`` (sorted), tagged with ``cluster``."""
+    if m <= 0 or mA.shape[0] == 0:
+        return Margins.empty()
+    if mA.shape[0] > m:  # the m smallest pairs lie among the rows whose mA is at most the m-th smallest
+        cut = np.partition(mA, m - 1)[m - 1]
+        keep = mA <= cut
+        mA, mB, w = mA[keep], mB[keep], w[keep]
+    order = np.lexsort((mB, mA))[:m]
+    return Margins(np.full(order.shape[0], cluster, np.int64), mA[order], mB[order], w[order])
+
+
+def _concat(parts: Sequence[Margins]) -> Margins:
+    parts = [p for p in parts if p.cluster.shape[0]]
+    if not parts:
+        return Margins.empty()
+    return Margins(*(np.concatenate(field) for field in zip(*parts)))
+
+
+def select_margins(margins: Margins, wanted: np.ndarray) -> Margins:
+    """For each cluster ``j``, the ``wanted[j]`` lexicographically smallest of ``margins``, sorted."""
+    if margins.cluster.shape[0] == 0:
+        return margins
+    out = []
+    for j in np.unique(margins.cluster):
+        sel = margins.cluster == j
+        out.append(_smallest(int(j), margins.primary[sel], margins.secondary[sel], margins.weight[sel],
+                             int(wanted[j])))
+    return _concat(out)
+
+
+class CostCache(NamedTuple):
+    """A chunk's integer costs under one set of centroids, kept between the passes of one
+    assignment (the prices change, the centroids do not): ``tag`` (a digest of the centroids and
+    the quantum), ``D`` (n, k) the costs ``rint(d2 / q)``, ``hrow`` (n,) the rows' tie hashes,
+    ``max_sq`` the largest squared distance."""
+
+    tag: object
+    D: np.ndarray
+    hrow: np.ndarray
+    max_sq: float
+
+
+def cost_cache(X, C, q: float, row_offset: int, tag) -> CostCache:
+    """The :class:`CostCache` of a chunk (one float64 distance product per tile of rows)."""
+    n, k = X.shape[0], C.shape[0]
+    D = np.empty((n, k))
+    max_sq = 0.0
+    C64 = np.asarray(C, dtype=np.float64)
+    for i0, i1 in _tiles(n, k):
+        d2 = sq_distances64(X[i0:i1], C64)
+        max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
+        if q:
+            np.rint(d2 / q, out=D[i0:i1])
+        else:
+            D[i0:i1] = 0.0
+    return CostCache(tag, D, row_hashes(row_offset, n), max_sq)
+
+
+_loops = LazyModule("dkmeans.kernels.backends.compiled_capacitated")  # numba imported at first use
+
+
+def _best(D, P, Q, hrow, hcol):
+    """Labels and the smallest pair ``(a, b)`` of each row of ``D`` under prices ``(P, Q)``."""
+    n = D.shape[0]
+    if compiled_allowed() and n:
+        labels, a, b = np.empty(n, np.int64), np.empty(n), np.empty(n)
+        _loops.best_rows(np.ascontiguousarray(D), P, Q, hrow, hcol, labels, a, b)
+        return labels, a, b
+    B = (hrow[:, None] ^ hcol[None, :]).astype(np.float64)
+    B += Q[None, :]
+    return lex_argmin(D + P[None, :], B)
+
+
+def _next(D, P, Q, hrow, hcol, rows, own, allowed):
+    """For rows ``rows`` of ``D``, the smallest pair among the ``allowed`` columns but ``own``."""
+    m = rows.shape[0]
+    if compiled_allowed() and m:
+        a2, b2 = np.empty(m), np.empty(m)
+        _loops.next_rows(np.ascontiguousarray(D), P, Q, hrow, hcol, rows.astype(np.int64),
+                         own.astype(np.int64), allowed, a2, b2)
+        return a2, b2
+    A2 = D[rows] + P[None, :]
+    A2[np.arange(m), own] = np.inf
+    A2[:, ~allowed] = np.inf
+    B2 = (hrow[rows][:, None] ^ hcol[None, :]).astype(np.float64)
+    B2 += Q[None, :]
+    _, a2, b2 = lex_argmin(A2, B2)
+    return a2, b2
+
+
+def _pair_at(D, P, Q, hrow, hcol, rows, cols):
+    """The pairs ``(A, B)`` of the given rows at the given columns."""
+    return (D[rows, cols] + P[cols],
+            (hrow[rows] ^ hcol[cols]).astype(np.float64) + Q[cols])
+
+
+def _partials(X, X64, wt, weighted: bool, C64, labels, sums, sizes, rows) -> float:
+    """Add a tile's Lloyd partials of ``labels`` to ``sums``, ``sizes``, ``rows``; its objective."""
+    if compiled_allowed() and labels.shape[0]:
+        return float(_loops.partial_rows(np.ascontiguousarray(X), wt, weighted, C64, labels, sums,
+                                         sizes, rows))
+    diff = X64 - C64[labels]
+    tile_sums, tile_sizes = cluster_sums(X64, labels.astype(np.int32), C64.shape[0], wt)
+    sums += tile_sums
+    sizes += tile_sizes
+    rows += np.bincount(labels, minlength=C64.shape[0])
+    return float(np.dot(np.einsum("ij,ij->i", diff, diff), wt))
+
+
+def _enter(D, P, Q, hrow, hcol, labels, a, b, clusters, wanted):
+    """Per cluster ``j`` of ``clusters``: ``(j, mA, mB, rows)``, the margins ``(A - a, B - b)`` at
+    which rows ``rows`` of other clusters would move into ``j``: all of them, or (compiled) those
+    whose ``A - a`` is at most the ``wanted[j]``-th smallest (a superset of the smallest pairs)."""
+    if compiled_allowed() and labels.shape[0]:
+        owner, rows, mA, mB = _loops.enter_candidates(
+            np.ascontiguousarray(D), P, Q, hrow, hcol, labels, a, b, clusters.astype(np.int64),
+            np.maximum(np.asarray(wanted)[clusters], 1).astype(np.int64))
+        bounds = np.searchsorted(owner, np.arange(clusters.shape[0] + 1))
+        for c, j in enumerate(clusters):
+            sel = slice(bounds[c], bounds[c + 1])
+            yield j, mA[sel], mB[sel], rows[sel]
+        return
+    for j in clusters:
+        sel = np.flatnonzero(labels != j)
+        Aj, Bj = _pair_at(D, P, Q, hrow, hcol, sel, np.full(sel.shape[0], j))
+        yield j, Aj - a[sel], Bj - b[sel], sel
+
+
+def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_wanted,
+                   exit_from=None, exit_to=None, exit_wanted: int = 0, overrides=None,
+                   repair: RepairAsk | None = None,
+                   cache: CostCache | None = None) -> PricePartials:
+    """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
+
+    ``shed_wanted[j]`` (``enter_wanted[j]``) is how many of the smallest moves out of (into)
+    cluster ``j`` to report; zero for none. ``exit_wanted``: how many of the smallest moves
+    of a row of a cluster in ``exit_from`` (bool, k) to its best cluster in ``exit_to`` (bool,
+    k, disjoint). ``q`` 0: only ``max_sq`` is meaningful. ``overrides``: the repair's moved rows
+    (see :func:`priced_labels`); ``repair``: the candidate moves to report; ``cache``: the
+    chunk's :class:`CostCache` for ``C`` and ``q`` (else the costs are formed here).
+    """
+    n, d = X.shape
+    k = C.shape[0]
+    weights = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
+    sums, sizes, rows = np.zeros((k, d)), np.zeros(k), np.zeros(k)
+    objective, max_sq = 0.0, 0.0
+    C64 = np.asarray(C, dtype=np.float64)
+    P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
+    hcol = cluster_hashes(k)
+    every = np.ones(k, dtype=bool)
+    shed_parts, enter_parts, exit_parts, move_parts = [], [], [], []
+    dual = 0.0
+    exits = exit_wanted > 0 and exit_to is not None and bool(np.any(exit_to)) and bool(np.any(exit_from))
+    shed_clusters = np.flatnonzero(shed_wanted) if k > 1 else np.empty(0, np.int64)
+    enter_clusters = np.flatnonzero(enter_wanted) if k > 1 else np.empty(0, np.int64)
+    # kept costs with the compiled loops: no n x k scratch (the whole chunk at once)
+    lean = cache is not None and compiled_allowed()
+    for i0, i1 in _tiles(n, 0 if lean else k):
+        wt = weights[i0:i1]
+        X64 = None if cache is not None and compiled_allowed() else np.asarray(X[i0:i1], np.float64)
+        if cache is not None:
+            D, hrow = cache.D[i0:i1], cache.hrow[i0:i1]
+        else:
+            d2 = sq_distances64(X[i0:i1], C64)
+            max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
+            D = np.rint(d2 / q) if q else np.zeros_like(d2)
+            hrow = row_hashes(row_offset + i0, i1 - i0)
+        labels, a, b = _best(D, P, Q, hrow, hcol)
+        dual += float(np.dot(a, wt))
+        moved = apply_overrides(labels, overrides, row_offset + i0)
+        if moved.shape[0]:
+            a[moved], b[moved] = _pair_at(D, P, Q, hrow, hcol, moved, labels[moved])
+        if repair is not None:
+            move_parts.append(_repair_moves(D, labels, wt, row_offset + i0, repair))
+        objective += _partials(X[i0:i1], X64, wt, w is not None, C64, labels, sums, sizes, rows)
+        if shed_clusters.shape[0]:
+            r = np.flatnonzero(np.isin(labels, shed_clusters))
+            if r.shape[0]:
+                # the row's next choice, its own cluster aside
+                a2, b2 = _next(D, P, Q, hrow, hcol, r, labels[r], every)
+                lr = labels[r]
+                order = np.argsort(lr, kind="stable")  # the rows grouped by cluster
+                r, lr, a2, b2 = r[order], lr[order], a2[order], b2[order]
+                mA, mB, wr = a2 - a[r], b2 - b[r], wt[r]
+                bounds = np.searchsorted(lr, np.concatenate([shed_clusters, shed_clusters + 1]))
+                for c, j in enumerate(shed_clusters):
+                    sel = slice(bounds[c], bounds[c + shed_clusters.shape[0]])
+                    shed_parts.append(_smallest(int(j), mA[sel], mB[sel], wr[sel], int(shed_wanted[j])))
+        if enter_clusters.shape[0]:
+            for j, mA, mB, sel in _enter(D, P, Q, hrow, hcol, labels, a, b, enter_clusters,
+                                         enter_wanted):
+                enter_parts.append(_smallest(int(j), mA, mB, wt[sel], int(enter_wanted[j])))
+        if exits:
+            r = np.flatnonzero(exit_from[labels])
+            if r.shape[0]:
+                a2, b2 = _next(D, P, Q, hrow, hcol, r, labels[r], np.asarray(exit_to, dtype=bool))
+                exit_parts.append(_smallest(-1, a2 - a[r], b2 - b[r], wt[r], int(exit_wanted)))
+    if cache is not None:
+        max_sq = cache.max_sq
+    partials = Partials(sums, sizes, np.asarray(objective, dtype=np.float64))
+    return PricePartials(partials, rows, select_margins(_concat(shed_parts), shed_wanted),
+                         select_margins(_concat(enter_parts), enter_wanted),
+                         _smallest_of(_concat(exit_parts), exit_wanted), max_sq,
+                         select_moves(_concat_moves(move_parts), repair), dual)
+
+
+def _smallest_of(margins: Margins, m: int) -> Margins:
+    """The ``m`` smallest of one cluster's margins."""
+    if margins.cluster.shape[0] == 0:
+        return margins
+    return _smallest(int(margins.cluster[0]), margins.primary, margins.secondary, margins.weight, m)
+
+
+def combine_price_partials(parts: Sequence[PricePartials], shed_wanted, enter_wanted,
+                           exit_wanted: int = 0, repair: RepairAsk | None = None) -> PricePartials:
+    """Sum the partials and keep the smallest moves of a sequence of :class:`PricePartials` (associative)."""
+    parts = [p for p in parts if p is not None]
+    partials = Partials(*(np.sum([p.partials[i] for p in parts], axis=0) for i in range(3)))
+    rows = np.sum([p.rows for p in parts], axis=0)
+    shed = select_margins(_concat([p.shed for p in parts]), shed_wanted)
+    enter = select_margins(_concat([p.enter for p in parts]), enter_wanted)
+    exits = _smallest_of(_concat([p.exits for p in parts]), exit_wanted)
+    moves = select_moves(_concat_moves([p.moves for p in parts]), repair)
+    return PricePartials(partials, rows, shed, enter, exits, max(p.max_sq for p in parts), moves,
+                         float(sum(p.dual for p in parts)))
+
+
+def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=None):
+    """Labels (int32), and per cluster the weighted objective and size, of a chunk under prices."""
+    n, k = X.shape[0], C.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    per = np.zeros((k, 2))
+    C64 = np.asarray(C, dtype=np.float64)
+    weights = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
+    for i0, i1 in _tiles(n, k):
+        lab = lex_argmin(*priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0))[0]
+        apply_overrides(lab, overrides, row_offset + i0)
+        diff = np.asarray(X[i0:i1], dtype=np.float64) - C64[lab]
+        wt = weights[i0:i1]
+        per[:, 0] += np.bincount(lab, weights=np.einsum("ij,ij->i", diff, diff) * wt, minlength=k)
+        per[:, 1] += np.bincount(lab, weights=wt, minlength=k)
+        labels[i0:i1] = lab
+    return labels, per
+
+
+__all__ = [
+    "CostCache", "Margins", "Moves", "PricePartials", "PricedCosts", "RepairAsk", "TIE_BITS",
+    "apply_overrides", "cluster_hashes", "combine_price_partials", "cost_cache", "lex_argmin",
+    "price_partials", "priced_costs", "priced_label_objective", "priced_labels", "row_hashes",
+    "select_margins", "select_moves", "sq_distances64", "tie_costs",
+]

@@ -1,0 +1,215 @@
+"""Size-capped assignment: prices moved by counting passes against an optimal-transport reference."""
+
+import dask
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from scipy.optimize import linear_sum_assignment
+
+from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses
+from dkmeans.engine.local import ChunkList
+from dkmeans.kernels.capacitated import (RepairAsk, cost_cache, lex_argmin, price_partials,
+                                         priced_labels, tie_costs)
+
+
+def transport_cost(X, C, lower, upper, w=None):
+    """The optimal capacitated assignment's cost: linear_sum_assignment on replicated columns (float64).
+
+    Each cluster gets ``lower`` mandatory columns (a large cost for the dummy rows that fill the
+    matrix to square) and ``upper - lower`` optional ones.
+    """
+    n, k = len(X), len(C)
+    d2 = ((X[:, None, :].astype(np.float64) - C[None].astype(np.float64)) ** 2).sum(-1)
+    mandatory, optional = np.repeat(np.arange(k), lower), np.repeat(np.arange(k), upper - lower)
+    M = np.concatenate([d2[:, mandatory], d2[:, optional]], axis=1)
+    extra = M.shape[1] - n
+    dummy = np.concatenate([np.full((extra, mandatory.size), 1e12), np.zeros((extra, optional.size))], axis=1)
+    M = np.concatenate([M, dummy])
+    rows, cols = linear_sum_assignment(M)
+    return float(M[rows[:n], cols[:n]].sum())
+
+
+def solve(X, C, lower, upper, n_chunks=1, w=None):
+    data = ChunkList.from_array(X, w, n_chunks=min(n_chunks, len(X)))
+    passes = CapacitatedPasses(Capacity(float(lower), float(upper)))
+    part = passes.solve(data, C.astype(X.dtype))
+    labels, per = passes.labels(data, C.astype(X.dtype))
+    return part, labels, per, passes
+
+
+def check_against_transport(X, C, lower, upper, n_chunks=3):
+    """Sizes within the caps; the objective that of the optimal transport where the prices alone met
+    the caps, else at least it, with the dual bound at most it. A CapacityError fails the test: the
+    caps are feasible."""
+    part, labels, per, passes = solve(X, C, lower, upper, n_chunks=n_chunks)
+    k = len(C)
+    sizes = np.bincount(labels, minlength=k)
+    assert sizes.max() <= upper and sizes.min() >= lower
+    np.testing.assert_array_equal(sizes, part.partials.counts)
+    reference = transport_cost(X, C, lower, upper)
+    objective, bound = passes.bounds
+    assert float(per[:, 0].sum()) == pytest.approx(float(part.partials.objective), rel=1e-9, abs=1e-9)
+    assert bound <= reference + 1e-9 * max(1.0, abs(reference))
+    if passes.repaired_per_solve[-1] == 0 and passes.optimal(passes.prices[0], part.partials.counts):
+        assert objective == pytest.approx(reference, rel=1e-9, abs=1e-9)
+    else:
+        assert objective >= reference - 1e-9 * max(1.0, reference)
+    return passes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 40), k=st.integers(1, 6), d=st.integers(1, 3), seed=st.integers(0, 2**31),
+       slack=st.floats(0, 1))
+def test_max_caps_match_optimal_transport(n, k, d, seed, slack):
+    """Sizes within the cap, and the cost of the optimal transport of the same centroids (continuous rows)."""
+    k = min(k, n)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    C = X[rng.choice(n, k, replace=False)] + 0.05 * rng.normal(size=(k, d))
+    upper = int(np.ceil(n / k) + slack * (n - np.ceil(n / k)))
+    check_against_transport(X, C, 0, upper)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 40), k=st.integers(1, 6), d=st.integers(1, 3), seed=st.integers(0, 2**31),
+       duplicates=st.booleans())
+def test_balanced_caps_against_optimal_transport(n, k, d, seed, duplicates):
+    """Both caps of balanced=True (sizes within one of n/k), duplicated rows too: never a CapacityError."""
+    k = min(k, n)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    if duplicates:
+        X = X[rng.integers(0, max(1, n // 3), size=n)]
+    C = X[rng.choice(n, k, replace=False)] + 0.05 * rng.normal(size=(k, d))
+    check_against_transport(X, C, n // k, -(-n // k))
+
+
+def test_hand_computed_split_of_duplicates():
+    """Five equal rows, two equal centroids, cap 3: the split follows the rows' index hash, whatever the chunks."""
+    X = np.zeros((5, 2))
+    C = np.array([[1.0, 0.0], [0.0, 1.0]])
+    results = [solve(X, C, 0, 3, n_chunks=c)[1] for c in (1, 2, 5)]
+    for labels in results:
+        assert sorted(np.bincount(labels, minlength=2)) == [2, 3]
+        np.testing.assert_array_equal(labels, results[0])
+
+
+def test_unconstrained_caps_give_nearest_centroids():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    C = X[:4].copy()
+    part, labels, _, passes = solve(X, C, 0, 200)
+    d2 = ((X[:, None] - C[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(labels, d2.argmin(1))
+    assert passes.passes_per_solve == [1]
+
+
+def test_chunking_does_not_change_labels():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 4)).astype(np.float32)
+    C = X[rng.choice(300, 5, replace=False)]
+    labels = [solve(X, C, 0, 70, n_chunks=c)[1] for c in (1, 4, 7)]
+    for other in labels[1:]:
+        np.testing.assert_array_equal(other, labels[0])
+    assert np.bincount(labels[0]).max() <= 70
+
+
+def test_weighted_rows_count_by_weight():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(60, 2))
+    w = rng.integers(1, 4, size=60).astype(np.float64)
+    C = X[:3].copy()
+    cap = float(np.ceil(w.sum() / 3)) + 12
+    part, labels, per, _ = solve(X, C, 0, cap, n_chunks=3, w=w)
+    sizes = np.bincount(labels, weights=w, minlength=3)
+    assert sizes.max() <= cap
+    np.testing.assert_allclose(sizes, per[:, 1])
+
+
+def test_kernel_lexicographic_choice_and_ties():
+    A = np.array([[1.0, 1.0, 2.0], [0.0, 3.0, 0.0]])
+    B = np.array([[5.0, 4.0, 0.0], [1.0, 0.0, 1.0]])
+    labels, a, b = lex_argmin(A, B)
+    np.testing.assert_array_equal(labels, [1, 0])  # primary tie broken by the secondary; a full tie: lowest
+    np.testing.assert_array_equal(a, [1.0, 0.0])
+    assert tie_costs(10, 3, 4).shape == (3, 4)
+    np.testing.assert_array_equal(tie_costs(10, 3, 4)[1:], tie_costs(11, 2, 4))  # by global index only
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_compiled_and_kept_costs_give_the_numpy_pass(weighted):
+    """The compiled loops and a pass over kept costs report what the NumPy pass does: the same
+    labels' counts, margins (shed, enter, exits), dual and repair moves, to the bit; the partials
+    up to float rounding. Duplicated rows and integer prices make primary ties (secondary
+    costs decide)."""
+    rng = np.random.default_rng(5)
+    X = np.repeat(rng.normal(size=(60, 3)), 3, axis=0).astype(np.float32)
+    w = rng.uniform(0.5, 2.0, size=len(X)) if weighted else None
+    C = rng.normal(size=(5, 3))
+    q = 2.0 ** -20
+    P = np.rint(rng.normal(size=5) * 2 ** 18)
+    Q = np.rint(rng.uniform(0, 2 ** 30, size=5))
+    C[3], P[3] = C[1], P[1]  # every row's costs tie between clusters 1 and 3
+    shed, enter = np.array([7, 0, 3, 0, 0]), np.array([0, 9, 0, 0, 4])
+    exit_from, exit_to = np.array([1, 0, 1, 0, 0], bool), np.array([0, 1, 0, 1, 0], bool)
+    overrides = (np.array([2, 50, 101]), np.array([4, 0, 1], np.int32))
+    repair = RepairAsk(True, np.array([1, 1, 0, 0, 0], bool), np.array([0, 0, 1, 1, 1], bool),
+                       np.array([6, 6, 0, 0, 0]))
+    args = (C, P, Q, q, shed, enter, exit_from, exit_to, 5, overrides, repair)
+    with dask.config.set({"dkmeans.compile": "off"}):
+        reference = price_partials(X, w, 40, *args)
+        kept_numpy = price_partials(X, w, 40, *args, cache=cost_cache(X, C, q, 40, None))
+    compiled = price_partials(X, w, 40, *args)
+    kept = price_partials(X, w, 40, *args, cache=cost_cache(X, C, q, 40, None))
+    for out in (kept_numpy, compiled, kept):
+        np.testing.assert_array_equal(out.rows, reference.rows)
+        for name in ("shed", "enter", "exits", "moves"):
+            for got, want in zip(getattr(out, name), getattr(reference, name)):
+                np.testing.assert_array_equal(got, want)
+        assert out.dual == reference.dual and out.max_sq == reference.max_sq
+        np.testing.assert_allclose(out.partials.sums, reference.partials.sums, rtol=1e-12,
+                                   atol=1e-12)
+        np.testing.assert_allclose(out.partials.counts, reference.partials.counts, rtol=1e-12)
+        assert float(out.partials.objective) == pytest.approx(float(reference.partials.objective),
+                                                              rel=1e-12)
+    assert reference.shed.cluster.shape[0] and reference.enter.cluster.shape[0]
+    assert reference.exits.cluster.shape[0] and reference.moves.row.shape[0]
+    assert reference.rows[1] and reference.rows[3]  # the ties split by the rows' hashes
+
+
+def test_kernel_margins_move_exactly():
+    """Raising a cluster's price by a reported margin moves exactly the rows below it."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(50, 2))
+    C = np.array([[0.0, 0.0], [3.0, 0.0]])
+    P, Q = np.zeros(2), np.zeros(2)
+    q = 2.0 ** -30
+    part = price_partials(X, None, 0, C, P, Q, q, np.array([5, 0]), np.array([0, 0]))
+    before = np.bincount(priced_labels(X, C, P, Q, q, 0), minlength=2)
+    m = part.shed
+    P2, Q2 = P.copy(), Q.copy()
+    P2[0] += m.primary[2]
+    Q2[0] += m.secondary[2] + 0.5 * (m.secondary[3] - m.secondary[2]) if m.primary[3] == m.primary[2] else 1.0
+    after = np.bincount(priced_labels(X, C, P2, Q2, q, 0), minlength=2)
+    assert before[0] - after[0] == 3
+
+
+@pytest.mark.parametrize("lower, upper", [(0, 45), (40, 41), (30, 60)])
+def test_repair_meets_caps_exactly_whatever_the_chunks(monkeypatch, lower, upper):
+    """The auction cut short (one pass): the repair alone brings the sizes within both caps, the
+    same labels for any chunking, an objective at least the optimal transport's, and the dual
+    bound at most it."""
+    import dkmeans.drivers.capacitated as capacitated
+
+    monkeypatch.setattr(capacitated, "AUCTION_PASSES", 1)
+    rng = np.random.default_rng(11)
+    X = np.concatenate([rng.normal(size=(150, 2)), rng.normal(size=(50, 2)) + 3])[:205 if upper == 41 else 200]
+    X = np.concatenate([X, X[:5]]) if len(X) < 205 else X  # 205 rows: duplicates of the first five
+    C = X[rng.choice(len(X), 5, replace=False)] + 0.1
+    results = []
+    for chunks in (1, 3, 8):
+        passes = check_against_transport(X, C, lower, upper, n_chunks=chunks)
+        assert passes.repaired_per_solve[-1] > 0  # the repair ran
+        results.append(solve(X, C, lower, upper, n_chunks=chunks)[1])
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])

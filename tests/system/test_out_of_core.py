@@ -70,8 +70,9 @@ def test_streamed_hartigan_equals_in_memory_with_weights(client, small, algorith
     assert ours.inertia_ == pytest.approx(ref.inertia_, rel=1e-9) and ours.n_iter_ == ref.n_iter_
 
 
-def test_hybrid_mode_persists_the_head_and_streams_the_rest(client, small):
-    """A persist budget of about 60% of the data keeps the leading chunks and streams the others."""
+def test_hybrid_mode_persists_the_head_and_streams_the_rest(client, small, on_cluster):
+    """A persist budget of about 60% of the data keeps the leading chunks and streams the others
+    (data this small is fitted in the caller unless ``on_cluster`` says otherwise)."""
     X, w = small
     total = sum(MemoryBudget.of(client).limits.values())
     data_bytes = X.nbytes + 8 * len(X)

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 DOCS_BUILD := docs/_build
 
-.PHONY: demo test test-system test-quick test-bounds bench venv clean docs docs-inventories
+.PHONY: demo test lint test-system test-quick test-bounds bench venv clean docs docs-inventories
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,14 @@ demo: $(STAMP)
 
 # Every test but the long system cases (marked slow: `make test-system` runs them, CI runs both):
 # about 10 minutes on 2 cores.
-test: $(STAMP)
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not slow"
+
+# Formatting and lint by ruff (configured in pyproject.toml; a few seconds): `$(BIN)/ruff format .`
+# and `$(BIN)/ruff check --fix .` repair most of what it finds.
+lint: $(STAMP)
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
 
 # The long system cases, whole: commands, scripts and notebooks run as processes of their own
 # (the CLI, the deploy recipes, the examples, the docs' examples), commands stopped by signals,

@@ -55,11 +55,17 @@ def main(constraints: str, pyproject: str = "pyproject.toml") -> int:
     errors = []
     for name in sorted(bounds.keys() | pins.keys()):
         if name not in pins:
-            errors.append(f"{name}: {pyproject} requires >={bounds[name]} but {constraints} does not pin it")
+            errors.append(
+                f"{name}: {pyproject} requires >={bounds[name]} but {constraints} does not pin it"
+            )
         elif name not in bounds:
-            errors.append(f"{name}: pinned in {constraints} but not a bounded dependency in {pyproject}")
+            errors.append(
+                f"{name}: pinned in {constraints} but not a bounded dependency in {pyproject}"
+            )
         elif pins[name] != bounds[name]:
-            errors.append(f"{name}: pinned =={pins[name]} but the bound in {pyproject} is >={bounds[name]}")
+            errors.append(
+                f"{name}: pinned =={pins[name]} but the bound in {pyproject} is >={bounds[name]}"
+            )
     for name, pinned in sorted(pins.items()):
         try:
             installed = Version(version(name))

@@ -29,7 +29,11 @@ def load_sipu(path: Path):
 
 
 def machine() -> dict:
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def write_json(name: str, payload: dict) -> Path:

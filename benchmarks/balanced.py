@@ -38,16 +38,26 @@ def run(X, k: int, **caps) -> dict:
     try:
         km = KMeans(k, random_state=0, n_init=1, **caps).fit(X)
     except Exception as error:  # a capped fit whose prices did not settle: reported
-        return {"caps": caps, "error": f"{type(error).__name__}: {str(error)[:160]}",
-                "seconds": round(time.perf_counter() - t0, 2)}
+        return {
+            "caps": caps,
+            "error": f"{type(error).__name__}: {str(error)[:160]}",
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     sizes = np.bincount(np.asarray(km.labels_), minlength=k)
     passes = getattr(km, "capacity_passes_", None)
-    return {"caps": caps, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
-            "n_iter": int(km.n_iter_), "n_passes": int(km.n_passes_),
-            "capacity_passes_sum": int(sum(passes)) if passes else None,
-            "capacity_passes_max": int(max(passes)) if passes else None,
-            "objective": float(km.inertia_), "largest": int(sizes.max()), "smallest": int(sizes.min())}
+    return {
+        "caps": caps,
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu, 2),
+        "n_iter": int(km.n_iter_),
+        "n_passes": int(km.n_passes_),
+        "capacity_passes_sum": int(sum(passes)) if passes else None,
+        "capacity_passes_max": int(max(passes)) if passes else None,
+        "objective": float(km.inertia_),
+        "largest": int(sizes.max()),
+        "smallest": int(sizes.min()),
+    }
 
 
 def main() -> None:
@@ -55,7 +65,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--k", type=int, default=32)
-    parser.add_argument("--cap", type=float, default=1.1, help="max_cluster_size as a multiple of n/k")
+    parser.add_argument(
+        "--cap", type=float, default=1.1, help="max_cluster_size as a multiple of n/k"
+    )
     args = parser.parse_args()
     X = make_data(args.rows, args.features, args.k)
     run(X[:20_000], args.k)  # warm-up: kernels loaded, thread pools found

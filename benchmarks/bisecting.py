@@ -15,7 +15,8 @@ Parts (``--parts``):
   scored at its nearest centres, the suggested k refitted), with the k each suggests.
 
 Reported per fit: seconds of ``fit`` alone (the process's imports and the data's load are not
-counted; wall clock, and CPU seconds of the process, which a busy machine disturbs less), passes over the data (``n_passes_``; scikit-learn's are not counted), and two
+counted; wall clock, and CPU seconds of the process, which a busy machine disturbs less), passes
+over the data (``n_passes_``; scikit-learn's are not counted), and two
 objectives recomputed in float64 NumPy from the centres: the fit's own labels' (the tree's for
 bisecting) and every row at its nearest centre.
 
@@ -156,8 +157,11 @@ def run_child(kind: str, data: Path, k: int, every: int) -> dict:
     if out.returncode != 0:
         raise SystemExit(f"{kind} failed:\n{out.stderr[-4000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"  {kind}: {result['seconds']:.1f} s ({result['cpu_seconds']:.1f} CPU s), "
-          f"passes {result['passes']}", flush=True)
+    print(
+        f"  {kind}: {result['seconds']:.1f} s ({result['cpu_seconds']:.1f} CPU s), "
+        f"passes {result['passes']}",
+        flush=True,
+    )
     return result
 
 
@@ -235,8 +239,10 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|")
         for kind in fits:
             r = fits[kind]
-            print(f"| {kind} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['passes']} "
-                  f"| {r.get('suggested_k', '-')} |")
+            print(
+                f"| {kind} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['passes']} "
+                f"| {r.get('suggested_k', '-')} |"
+            )
         ratio = [per_k[kk - 1] / each[kk]["objective"] for kk in range(2, args.every_k + 1)]
         ratio_sweep = [sweep[kk]["objective"] / each[kk]["objective"] for kk in sorted(sweep)]
         print(

@@ -142,9 +142,7 @@ def sweep_scores(X, k_true: int, seed: int, reference_draws: int, method: str = 
 
     ks = fine_grid(k_true if k_true else 8)
     t0 = time.perf_counter()
-    result = dkmeans.sweep(
-        X, ks, random_state=seed, reference_draws=reference_draws, method=method
-    )
+    result = dkmeans.sweep(X, ks, random_state=seed, reference_draws=reference_draws, method=method)
     scores = result.scores
     raw = {
         name: list(getattr(scores, name))
@@ -251,8 +249,10 @@ def print_misses(records: list, tune_seeds: int, all_seeds: bool, method: str = 
                 continue
             found = answers(scores)
             rule_ks = " ".join(f"{r}={found[r]}" for r in rules)
-            print(f"{rec['family']} seed {rec['seed']} ({rec['what']}) {grid_name}: "
-                  f"true {rec['k'] or None}, default {k}; {rule_ks}; {why}")
+            print(
+                f"{rec['family']} seed {rec['seed']} ({rec['what']}) {grid_name}: "
+                f"true {rec['k'] or None}, default {k}; {rule_ks}; {why}"
+            )
 
 
 def print_table(table) -> None:
@@ -308,22 +308,38 @@ def collect(args) -> list:
                 for method in args.methods:
                     raw = sweep_scores(X, k, 0, args.reference_draws, method)
                     records.append(
-                        {"family": family, "seed": 0, "k": k, "what": name, "raw": raw,
-                         "method": method}
+                        {
+                            "family": family,
+                            "seed": 0,
+                            "k": k,
+                            "what": name,
+                            "raw": raw,
+                            "method": method,
+                        }
                     )
-                    print(f"{family:12s} {name:10s} k={k:<3d} {method:9s} {raw['seconds']:6.1f} s",
-                          flush=True)
+                    print(
+                        f"{family:12s} {name:10s} k={k:<3d} {method:9s} {raw['seconds']:6.1f} s",
+                        flush=True,
+                    )
             continue
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             X, k, what = generate(family, seed, per_cluster, uniform_rows)
             for method in args.methods:  # one after the other on the same set: alike conditions
                 raw = sweep_scores(X, k, seed, args.reference_draws, method)
                 records.append(
-                    {"family": family, "seed": seed, "k": k, "what": what, "raw": raw,
-                     "method": method}
+                    {
+                        "family": family,
+                        "seed": seed,
+                        "k": k,
+                        "what": what,
+                        "raw": raw,
+                        "method": method,
+                    }
                 )
-                print(f"{family:12s} seed {seed} {what:24s} {method:9s} {raw['seconds']:6.1f} s",
-                      flush=True)
+                print(
+                    f"{family:12s} seed {seed} {what:24s} {method:9s} {raw['seconds']:6.1f} s",
+                    flush=True,
+                )
     return records
 
 

@@ -51,10 +51,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 3, 5])
-    parser.add_argument("--minibatch", action="store_true", help="MiniBatchKMeans instead of KMeans")
+    parser.add_argument(
+        "--minibatch", action="store_true", help="MiniBatchKMeans instead of KMeans"
+    )
     args = parser.parse_args(argv)
     for path, mode in (("numpy", "off"), ("compiled", "eager")):
-        code = ONE_PATH.format(mode=mode, ks=tuple(args.k), seeds=args.seeds, minibatch=args.minibatch)
+        code = ONE_PATH.format(
+            mode=mode, ks=tuple(args.k), seeds=args.seeds, minibatch=args.minibatch
+        )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         lines = out.stdout.splitlines()
         for line in lines:

@@ -77,9 +77,11 @@ def load_cuda_kernels():
         # the module needs only NumPy of dkmeans' two plain kernel modules: load them by path
         # under their names (an import finds a module in sys.modules without its packages)
         kernels = ROOT / "dkmeans" / "kernels"
-        for name, path in (("dkmeans.kernels.common", kernels / "common.py"),
-                           ("dkmeans.kernels.namespace", kernels / "namespace.py"),
-                           ("dkmeans_cuda_standalone", kernels / "backends" / "cuda.py")):
+        for name, path in (
+            ("dkmeans.kernels.common", kernels / "common.py"),
+            ("dkmeans.kernels.namespace", kernels / "namespace.py"),
+            ("dkmeans_cuda_standalone", kernels / "backends" / "cuda.py"),
+        ):
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
@@ -92,14 +94,22 @@ def parse_args(argv=None):
     p.add_argument("--n", type=int, default=10_000_000)
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--k", type=int, default=1000)
-    p.add_argument("--iters", type=int, default=10, help="timed Lloyd iterations (after one warm-up)")
-    p.add_argument("--repeats", type=int, default=3, help="repeats of the floor and CPU timings (best)")
+    p.add_argument(
+        "--iters", type=int, default=10, help="timed Lloyd iterations (after one warm-up)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help="repeats of the floor and CPU timings (best)"
+    )
     p.add_argument("--scratch-mib", type=float, nargs="+", default=[32, 64, 128, 256])
-    p.add_argument("--chunk-rows", type=int, default=1_000_000, help="rows per generated chunk / Dask chunk")
+    p.add_argument(
+        "--chunk-rows", type=int, default=1_000_000, help="rows per generated chunk / Dask chunk"
+    )
     p.add_argument("--check-rows", type=int, default=200_000)
     p.add_argument("--cpu-rows", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-whole", action="store_true", help="skip the whole n x k product of the floor")
+    p.add_argument(
+        "--no-whole", action="store_true", help="skip the whole n x k product of the floor"
+    )
     p.add_argument("--no-dask", action="store_true", help="skip dkmeans on a LocalCUDACluster")
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU path")
     p.add_argument("--output", type=Path, default=None)
@@ -173,7 +183,9 @@ def lloyd_iterations(cp, kernels, X, C0, iters, scratch_bytes):
     for _ in range(iters + 1):
         t0 = time.perf_counter()
         sums, counts, objective = kernels.partials_cuda(X, C, scratch_bytes=scratch_bytes)
-        enqueue.append(time.perf_counter() - t0)  # host time to issue the work: ~ seconds if host-bound
+        enqueue.append(
+            time.perf_counter() - t0
+        )  # host time to issue the work: ~ seconds if host-bound
         sums, counts, objective = sums.get(), counts.get(), float(objective.get())
         nonempty = counts > 0
         C = C.copy()
@@ -234,18 +246,33 @@ def run_dask(args, C0):
         return {"skipped": f"not importable: {exc}"}
     result = {}
     try:
-        with LocalCUDACluster(n_workers=1, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
-                distributed.Client(cluster) as client:
+        with (
+            LocalCUDACluster(
+                n_workers=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+            ) as cluster,
+            distributed.Client(cluster) as client,
+        ):
             sizes = chunk_sizes(args.n, args.chunk_rows)
             centers = blob_centers(args.k, args.d, args.seed)
             X = da.map_blocks(
-                _dask_chunk, dtype=np.float32, chunks=(tuple(sizes), (args.d,)),
-                meta=cupy.empty((0, 0), dtype=cupy.float32), centers=centers, sizes=sizes, seed=args.seed,
+                _dask_chunk,
+                dtype=np.float32,
+                chunks=(tuple(sizes), (args.d,)),
+                meta=cupy.empty((0, 0), dtype=cupy.float32),
+                centers=centers,
+                sizes=sizes,
+                seed=args.seed,
             ).persist()
             distributed.wait(X)
             t0 = time.perf_counter()
-            km = dkmeans.KMeans(n_clusters=args.k, init=C0, n_init=1, max_iter=args.iters + 1, tol=0.0,
-                                random_state=0).fit(X)
+            km = dkmeans.KMeans(
+                n_clusters=args.k,
+                init=C0,
+                n_init=1,
+                max_iter=args.iters + 1,
+                tol=0.0,
+                random_state=0,
+            ).fit(X)
             result["fit_seconds"] = time.perf_counter() - t0
             secs = [h["seconds"] for h in km.history_]
             result["iterations"] = len(secs)
@@ -292,8 +319,13 @@ def run_cpu(args, C0):
     else:
         best = timed()
     per_row = best / args.cpu_rows
-    return {"rows": args.cpu_rows, "threads": len(chunks), "seconds": best, "seconds_per_row": per_row,
-            "seconds_for_n_rows": per_row * args.n}
+    return {
+        "rows": args.cpu_rows,
+        "threads": len(chunks),
+        "seconds": best,
+        "seconds_per_row": per_row,
+        "seconds_for_n_rows": per_row * args.n,
+    }
 
 
 # -- main --------------------------------------------------------------------------------------------
@@ -302,8 +334,13 @@ def device_info(cp):
     name = props.get("name", b"?")
     name = name.decode() if isinstance(name, bytes) else str(name)
     free, total = cp.cuda.runtime.memGetInfo()
-    return {"name": name, "memory_gib": total / 2**30, "cupy": cp.__version__,
-            "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "CUPY_TF32": os.environ.get("CUPY_TF32", "0")}
+    return {
+        "name": name,
+        "memory_gib": total / 2**30,
+        "cupy": cp.__version__,
+        "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+        "CUPY_TF32": os.environ.get("CUPY_TF32", "0"),
+    }
 
 
 def measure_gpu(cp, kernels, args, out):
@@ -317,8 +354,11 @@ def measure_gpu(cp, kernels, args, out):
     C0_dev = cp.asarray(C0)
 
     out["check"] = check_against_float64(cp, kernels, X, C0, min(args.check_rows, n))
-    print("check against float64 on {rows:,} rows: objective rel diff {objective_rel_diff:.2e}, "
-          "labels equal {labels_equal_fraction:.6f}".format(**out["check"]), flush=True)
+    print(
+        "check against float64 on {rows:,} rows: objective rel diff {objective_rel_diff:.2e}, "
+        "labels equal {labels_equal_fraction:.6f}".format(**out["check"]),
+        flush=True,
+    )
 
     # (a) floor: the whole product, if it fits
     floor = {}
@@ -333,7 +373,9 @@ def measure_gpu(cp, kernels, args, out):
             pool.free_all_blocks()
         else:
             floor["whole"] = None
-            floor["whole_skipped"] = f"needs {n * k * 4 / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+            floor["whole_skipped"] = (
+                f"needs {n * k * 4 / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+            )
     # (a) the tiled product and (b) the fused kernels, per scratch size
     rows = []
     flop = 2.0 * n * k * d  # one pass of the matrix-product form
@@ -341,9 +383,13 @@ def measure_gpu(cp, kernels, args, out):
         scratch = int(mib * 2**20)
         tile, block = kernels.plan_tiles(n, k, d, 4, scratch)
         buf = cp.empty(tile * block, dtype=cp.float32)
-        t_tiled = gpu_seconds(cp, lambda: tiled_product(cp, X, C0_dev, tile, block, buf), args.repeats)
+        t_tiled = gpu_seconds(
+            cp, lambda: tiled_product(cp, X, C0_dev, tile, block, buf), args.repeats
+        )
         buf = None
-        t_near = gpu_seconds(cp, lambda: kernels.nearest_cuda(X, C0_dev, scratch_bytes=scratch), args.repeats)
+        t_near = gpu_seconds(
+            cp, lambda: kernels.nearest_cuda(X, C0_dev, scratch_bytes=scratch), args.repeats
+        )
         # peak memory of the Lloyd iterations: the pool (cached, so its high-water mark since
         # the blocks were freed) and the device (the pool plus cuBLAS' and the context's own)
         pool.free_all_blocks()
@@ -352,21 +398,36 @@ def measure_gpu(cp, kernels, args, out):
         free, total = cp.cuda.runtime.memGetInfo()
         monotone = all(b <= a * (1 + 1e-6) for a, b in zip(objectives, objectives[1:]))
         med = statistics.median(secs)
-        rows.append({"scratch_mib": mib, "row_tile": tile, "centroid_block": block, "tiled_product": t_tiled,
-                     "nearest": t_near, "iteration_median": med, "iteration_min": min(secs),
-                     "tflops_equivalent": flop / med / 1e12,
-                     "tiled_product_tflops": flop / t_tiled / 1e12,
-                     "nearest_tflops_equivalent": flop / t_near / 1e12,
-                     "pool_peak_bytes": pool.total_bytes(), "pool_bytes_before": pool_before,
-                     "device_used_bytes_after": total - free,
-                     "enqueue_median": statistics.median(enqueue), "iteration_seconds": secs,
-                     "objectives": objectives, "objective_non_increasing": monotone})
-        print(f"  scratch {mib:g} MiB: tile {tile} x block {block}: tiled product {t_tiled:.4f} s, "
-              f"labels {t_near:.4f} s, iteration {med:.4f} s = {flop / med / 1e12:.1f} "
-              f"TFLOP/s-equivalent "
-              f"(host issues it in {statistics.median(enqueue):.4f} s); pool peak "
-              f"{pool.total_bytes() / 2**30:.2f} GiB (data {pool_before / 2**30:.2f}), device used "
-              f"{(total - free) / 2**30:.2f} GiB", flush=True)
+        rows.append(
+            {
+                "scratch_mib": mib,
+                "row_tile": tile,
+                "centroid_block": block,
+                "tiled_product": t_tiled,
+                "nearest": t_near,
+                "iteration_median": med,
+                "iteration_min": min(secs),
+                "tflops_equivalent": flop / med / 1e12,
+                "tiled_product_tflops": flop / t_tiled / 1e12,
+                "nearest_tflops_equivalent": flop / t_near / 1e12,
+                "pool_peak_bytes": pool.total_bytes(),
+                "pool_bytes_before": pool_before,
+                "device_used_bytes_after": total - free,
+                "enqueue_median": statistics.median(enqueue),
+                "iteration_seconds": secs,
+                "objectives": objectives,
+                "objective_non_increasing": monotone,
+            }
+        )
+        print(
+            f"  scratch {mib:g} MiB: tile {tile} x block {block}: tiled product {t_tiled:.4f} s, "
+            f"labels {t_near:.4f} s, iteration {med:.4f} s = {flop / med / 1e12:.1f} "
+            f"TFLOP/s-equivalent "
+            f"(host issues it in {statistics.median(enqueue):.4f} s); pool peak "
+            f"{pool.total_bytes() / 2**30:.2f} GiB (data {pool_before / 2**30:.2f}), device used "
+            f"{(total - free) / 2**30:.2f} GiB",
+            flush=True,
+        )
     floor["tiled_best"] = min(r["tiled_product"] for r in rows)
     floor["seconds"] = min(v for v in (floor.get("whole"), floor["tiled_best"]) if v is not None)
     floor["tflops"] = 2.0 * n * k * d / floor["seconds"] / 1e12
@@ -381,18 +442,29 @@ def main(argv=None):
 
     kernels, kernels_from = load_cuda_kernels()
     n, d, k = args.n, args.d, args.k
-    out = {"when": datetime.datetime.now().isoformat(timespec="seconds"), "args": vars(args) | {"output": None},
-           "device": device_info(cp), "host": {"cpus": os.cpu_count(), "platform": platform.platform()},
-           "kernels": kernels_from}
-    print(f"device: {out['device']['name']}  n={n:,} d={d} k={k} float32  kernels: {kernels_from}", flush=True)
+    out = {
+        "when": datetime.datetime.now().isoformat(timespec="seconds"),
+        "args": vars(args) | {"output": None},
+        "device": device_info(cp),
+        "host": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "kernels": kernels_from,
+    }
+    print(
+        f"device: {out['device']['name']}  n={n:,} d={d} k={k} float32  kernels: {kernels_from}",
+        flush=True,
+    )
 
     C0, floor, rows = measure_gpu(cp, kernels, args, out)
     flop = 2.0 * n * k * d
     best = min(rows, key=lambda r: r["iteration_median"])
-    out["fused_best"] = {"scratch_mib": best["scratch_mib"], "seconds_per_iteration": best["iteration_median"],
-                         "tflops_equivalent": best["tflops_equivalent"],
-                         "pool_peak_bytes": best["pool_peak_bytes"],
-                         "ratio_to_floor": best["iteration_median"] / floor["seconds"], "goal": 1.5}
+    out["fused_best"] = {
+        "scratch_mib": best["scratch_mib"],
+        "seconds_per_iteration": best["iteration_median"],
+        "tflops_equivalent": best["tflops_equivalent"],
+        "pool_peak_bytes": best["pool_peak_bytes"],
+        "ratio_to_floor": best["iteration_median"] / floor["seconds"],
+        "goal": 1.5,
+    }
 
     # (c), (d): the GPU copy of the data is gone with measure_gpu (the Dask worker makes its own)
     cp.get_default_memory_pool().free_all_blocks()
@@ -404,49 +476,69 @@ def main(argv=None):
     # table
     print()
     tf = "TF32" if out["device"]["CUPY_TF32"] == "1" else "float32"
-    print(f"| {out['device']['name']}, n={n:,}, d={d}, k={k}, {tf} | seconds "
-          f"| TFLOP/s-equivalent | x floor |")
+    print(
+        f"| {out['device']['name']}, n={n:,}, d={d}, k={k}, {tf} | seconds "
+        f"| TFLOP/s-equivalent | x floor |"
+    )
     print("|---|---:|---:|---:|")
     whole = floor.get("whole")
-    print(f"| cuBLAS X @ C.T, whole n x k | {_fmt(whole)} | {_tflops(flop, whole)} "
-          f"| {_ratio(whole, floor['seconds'])} |")
+    print(
+        f"| cuBLAS X @ C.T, whole n x k | {_fmt(whole)} | {_tflops(flop, whole)} "
+        f"| {_ratio(whole, floor['seconds'])} |"
+    )
     for r in rows:
-        print(f"| cuBLAS X @ C.T, tiles of {r['row_tile']} x {r['centroid_block']} ({r['scratch_mib']:g} MiB) "
-              f"| {r['tiled_product']:.4f} | {_tflops(flop, r['tiled_product'])} "
-              f"| {_ratio(r['tiled_product'], floor['seconds'])} |")
+        print(
+            f"| cuBLAS X @ C.T, tiles of {r['row_tile']} x {r['centroid_block']} ({r['scratch_mib']:g} MiB) "
+            f"| {r['tiled_product']:.4f} | {_tflops(flop, r['tiled_product'])} "
+            f"| {_ratio(r['tiled_product'], floor['seconds'])} |"
+        )
     for r in rows:
-        print(f"| fused labels pass, {r['scratch_mib']:g} MiB scratch | {r['nearest']:.4f} "
-              f"| {_tflops(flop, r['nearest'])} | {_ratio(r['nearest'], floor['seconds'])} |")
+        print(
+            f"| fused labels pass, {r['scratch_mib']:g} MiB scratch | {r['nearest']:.4f} "
+            f"| {_tflops(flop, r['nearest'])} | {_ratio(r['nearest'], floor['seconds'])} |"
+        )
     for r in rows:
-        print(f"| fused Lloyd iteration, {r['scratch_mib']:g} MiB scratch (pool peak "
-              f"{r['pool_peak_bytes'] / 2**30:.2f} GiB) | {r['iteration_median']:.4f} "
-              f"| {_tflops(flop, r['iteration_median'])} "
-              f"| {_ratio(r['iteration_median'], floor['seconds'])} |")
+        print(
+            f"| fused Lloyd iteration, {r['scratch_mib']:g} MiB scratch (pool peak "
+            f"{r['pool_peak_bytes'] / 2**30:.2f} GiB) | {r['iteration_median']:.4f} "
+            f"| {_tflops(flop, r['iteration_median'])} "
+            f"| {_ratio(r['iteration_median'], floor['seconds'])} |"
+        )
     dk = out["dask"]
     if "seconds_per_iteration_median" in dk:
         s_dk = dk["seconds_per_iteration_median"]
-        print(f"| dkmeans.KMeans on a LocalCUDACluster, per iteration | {s_dk:.4f} "
-              f"| {_tflops(flop, s_dk)} "
-              f"| {_ratio(s_dk, floor['seconds'])} |")
+        print(
+            f"| dkmeans.KMeans on a LocalCUDACluster, per iteration | {s_dk:.4f} "
+            f"| {_tflops(flop, s_dk)} "
+            f"| {_ratio(s_dk, floor['seconds'])} |"
+        )
     else:
         why = dk.get("error") or dk.get("skipped")
         print(f"| dkmeans.KMeans on a LocalCUDACluster | {why} | | |")
     cpu = out["cpu"]
     if "seconds_for_n_rows" in cpu:
         s_cpu = cpu["seconds_for_n_rows"]
-        print(f"| CPU NumPy kernels, {cpu['threads']} threads ({cpu['rows']:,} rows, scaled to n) "
-              f"| {s_cpu:.3f} | {_tflops(flop, s_cpu)} | {_ratio(s_cpu, floor['seconds'])} |")
+        print(
+            f"| CPU NumPy kernels, {cpu['threads']} threads ({cpu['rows']:,} rows, scaled to n) "
+            f"| {s_cpu:.3f} | {_tflops(flop, s_cpu)} | {_ratio(s_cpu, floor['seconds'])} |"
+        )
     print()
-    print(f"floor {floor['seconds']:.4f} s ({floor['tflops']:.1f} TFLOP/s); fused best "
-          f"{best['iteration_median']:.4f} s/iteration "
-          f"({best['tflops_equivalent']:.1f} TFLOP/s-equivalent) = "
-          f"{out['fused_best']['ratio_to_floor']:.2f} x floor "
-          f"(goal < 1.5)" + (f"; {out['speedup_over_cpu']:.1f} x the CPU path" if "speedup_over_cpu" in out else ""))
+    print(
+        f"floor {floor['seconds']:.4f} s ({floor['tflops']:.1f} TFLOP/s); fused best "
+        f"{best['iteration_median']:.4f} s/iteration "
+        f"({best['tflops_equivalent']:.1f} TFLOP/s-equivalent) = "
+        f"{out['fused_best']['ratio_to_floor']:.2f} x floor "
+        f"(goal < 1.5)"
+        + (f"; {out['speedup_over_cpu']:.1f} x the CPU path" if "speedup_over_cpu" in out else "")
+    )
 
     path = args.output
     if path is None:
-        path = Path(os.environ["OUT"]) / "gpu_lloyd.json" if os.environ.get("OUT") else \
-            ROOT / "benchmarks" / "results" / "gpu_lloyd.json"
+        path = (
+            Path(os.environ["OUT"]) / "gpu_lloyd.json"
+            if os.environ.get("OUT")
+            else ROOT / "benchmarks" / "results" / "gpu_lloyd.json"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, default=float))
     print(f"wrote {path}")

@@ -26,10 +26,10 @@ import dask.array as da
 import numpy as np
 
 from dkmeans import metrics
-from dkmeans.engine.persisted import PersistedData
-from dkmeans.engine.client import start_local_cluster
 from dkmeans.drivers.hartigan import hartigan, standard_hartigan
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
+from dkmeans.engine.client import start_local_cluster
+from dkmeans.engine.persisted import PersistedData
 from dkmeans.testing import pick_rows
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
@@ -44,10 +44,18 @@ def run_methods(data, X, C0, safe: bool):
     out["lloyd"] = (lr.centroids, lr.n_iter + 1, t_lloyd)
     t = time.perf_counter()
     hr = hartigan(data, lr.centroids, mode="unsafe", max_iter=10_000)
-    out["lloyd + batch hartigan"] = (hr.centroids, lr.n_iter + 1 + hr.n_passes, t_lloyd + time.perf_counter() - t)
+    out["lloyd + batch hartigan"] = (
+        hr.centroids,
+        lr.n_iter + 1 + hr.n_passes,
+        t_lloyd + time.perf_counter() - t,
+    )
     t = time.perf_counter()
     sr = standard_hartigan(X, lr.centroids, max_iter=10_000)
-    out["lloyd + standard hartigan"] = (sr.centroids, lr.n_iter + 1 + sr.n_iter, t_lloyd + time.perf_counter() - t)
+    out["lloyd + standard hartigan"] = (
+        sr.centroids,
+        lr.n_iter + 1 + sr.n_iter,
+        t_lloyd + time.perf_counter() - t,
+    )
     t = time.perf_counter()
     sr = standard_hartigan(X, C0, max_iter=10_000)
     out["standard hartigan"] = (sr.centroids, sr.n_iter, time.perf_counter() - t)
@@ -63,7 +71,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--sets", nargs="*", default=None)
-    parser.add_argument("--safe", action="store_true", help="also run batch Hartigan in safe mode (slow)")
+    parser.add_argument(
+        "--safe", action="store_true", help="also run batch Hartigan in safe mode (slow)"
+    )
     args = parser.parse_args(argv)
     data_dir = sipu_dir()
     if data_dir is None:
@@ -74,8 +84,12 @@ def main(argv=None) -> int:
     files = sorted(data_dir.glob("*.npz"))
     if args.sets:
         files = [f for f in files if f.stem in args.sets]
-    print(f"{len(seeds)} seeds, random-row initial centroids shared by all methods; 2 worker processes")
-    print(f"{'set':10s} {'method':28s} {'obj/gt':>8s} {'mean CI':>8s} {'CI=0':>6s} {'passes':>7s} {'s/run':>7s}")
+    print(
+        f"{len(seeds)} seeds, random-row initial centroids shared by all methods; 2 worker processes"
+    )
+    print(
+        f"{'set':10s} {'method':28s} {'obj/gt':>8s} {'mean CI':>8s} {'CI=0':>6s} {'passes':>7s} {'s/run':>7s}"
+    )
     results = {}
     for f in files:
         X, truth, k = load_sipu(f)
@@ -87,18 +101,33 @@ def main(argv=None) -> int:
             C0 = pick_rows(X, k, seed=seed)
             for name, (C, passes, seconds) in run_methods(data, X, C0, args.safe).items():
                 runs.setdefault(name, []).append(
-                    (metrics.objective(X, C) / gt_obj, metrics.centroid_index(C, gt), passes, seconds))
+                    (
+                        metrics.objective(X, C) / gt_obj,
+                        metrics.centroid_index(C, gt),
+                        passes,
+                        seconds,
+                    )
+                )
         data.release()
         rows = {}
         for name, rs in runs.items():
             a = np.asarray(rs, dtype=float)
-            rows[name] = {"objective_ratio": a[:, 0].mean(), "mean_ci": a[:, 1].mean(),
-                          "success": (a[:, 1] == 0).mean(), "passes": a[:, 2].mean(), "seconds": a[:, 3].mean()}
+            rows[name] = {
+                "objective_ratio": a[:, 0].mean(),
+                "mean_ci": a[:, 1].mean(),
+                "success": (a[:, 1] == 0).mean(),
+                "passes": a[:, 2].mean(),
+                "seconds": a[:, 3].mean(),
+            }
             r = rows[name]
-            print(f"{f.stem:10s} {name:28s} {r['objective_ratio']:8.4f} {r['mean_ci']:8.2f} {r['success']:6.0%} "
-                  f"{r['passes']:7.1f} {r['seconds']:7.2f}")
+            print(
+                f"{f.stem:10s} {name:28s} {r['objective_ratio']:8.4f} {r['mean_ci']:8.2f} {r['success']:6.0%} "
+                f"{r['passes']:7.1f} {r['seconds']:7.2f}"
+            )
         results[f.stem] = rows
-    out = write_json("hartigan_quality.json", {"machine": machine(), "seeds": seeds, "results": results})
+    out = write_json(
+        "hartigan_quality.json", {"machine": machine(), "seeds": seeds, "results": results}
+    )
     print(f"results in {out}")
     client.close()
     return 0

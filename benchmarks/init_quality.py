@@ -90,7 +90,10 @@ def main(argv=None) -> int:
     if args.sets:
         files = [f for f in files if f.stem in args.sets]
     results, verdicts = {}, []
-    header = f"{'set':10s} {'method':28s} {'mean CI':>8s} {'CI=0':>6s} {'obj/gt':>8s} {'acc':>6s} {'ARI':>6s} {'s/run':>6s}"
+    header = (
+        f"{'set':10s} {'method':28s} {'mean CI':>8s} {'CI=0':>6s} {'obj/gt':>8s} "
+        f"{'acc':>6s} {'ARI':>6s} {'s/run':>6s}"
+    )
     print(f"{len(seeds)} seeds per method; objective / ground-truth objective; 2 worker processes")
     print(header)
     for f in files:
@@ -98,13 +101,22 @@ def main(argv=None) -> int:
         rows = run_set(f.stem, X, truth, k, seeds)
         results[f.stem] = rows
         for method, r in rows.items():
-            print(f"{f.stem:10s} {method:28s} {r['mean_ci']:8.2f} {r['success']:6.0%} {r['objective_ratio']:8.4f} "
-                  f"{r['accuracy']:6.3f} {r['ari']:6.3f} {r['seconds']:6.2f}")
+            print(
+                f"{f.stem:10s} {method:28s} {r['mean_ci']:8.2f} {r['success']:6.0%} {r['objective_ratio']:8.4f} "
+                f"{r['accuracy']:6.3f} {r['ari']:6.3f} {r['seconds']:6.2f}"
+            )
         ours, ref = rows["dkmeans k-means||"], rows["scikit-learn k-means++"]
-        ok = ours["mean_ci"] <= ref["mean_ci"] and ours["objective_ratio"] <= ref["objective_ratio"] * 1.02
+        ok = (
+            ours["mean_ci"] <= ref["mean_ci"]
+            and ours["objective_ratio"] <= ref["objective_ratio"] * 1.02
+        )
         verdicts.append((f.stem, ok))
-        print(f"{f.stem:10s} goal (k-means|| CI <= scikit-learn's, objective within 2%): {'met' if ok else 'NOT met'}")
-    out = write_json("init_quality.json", {"machine": machine(), "seeds": seeds, "results": results})
+        print(
+            f"{f.stem:10s} goal (k-means|| CI <= scikit-learn's, objective within 2%): {'met' if ok else 'NOT met'}"
+        )
+    out = write_json(
+        "init_quality.json", {"machine": machine(), "seeds": seeds, "results": results}
+    )
     print(f"goal met on {sum(ok for _, ok in verdicts)} of {len(verdicts)} sets; results in {out}")
     client.close()
     return 0

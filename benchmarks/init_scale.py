@@ -31,9 +31,9 @@ from sklearn.cluster import kmeans_plusplus
 from threadpoolctl import threadpool_limits
 
 import dkmeans
-from dkmeans.engine.persisted import PersistedData
-from dkmeans.engine.client import start_local_cluster
 from dkmeans.drivers.init import kmeans_parallel
+from dkmeans.engine.client import start_local_cluster
+from dkmeans.engine.persisted import PersistedData
 from dkmeans.metrics import objective
 from dkmeans.testing import make_blobs
 
@@ -46,7 +46,9 @@ SHAPES = {"tall": (2_000_000, 16, 32), "wide": (500_000, 128, 256), "small": (20
 def exact_objective(X, C) -> float:
     """Float64 objective, in row blocks (bounded memory)."""
     C = np.asarray(C, dtype=np.float64)
-    return sum(objective(X[i : i + 200_000].astype(np.float64), C) for i in range(0, len(X), 200_000))
+    return sum(
+        objective(X[i : i + 200_000].astype(np.float64), C) for i in range(0, len(X), 200_000)
+    )
 
 
 def run_dkmeans(client, Xd, k, seed):
@@ -100,29 +102,42 @@ def main(argv=None) -> int:
         X, _, _ = make_blobs(n, d, k, spread=1.0, box=10.0, seed=0, dtype=np.float32)
         Xd = client.persist(da.from_array(X, chunks=(-(-n // 16), d)))
         rows = {}
-        methods = [("dkmeans k-means||", lambda s: run_dkmeans(client, Xd, k, s)),
-                   ("scikit-learn k-means++", lambda s: run_sklearn(X, k, s))]
+        methods = [
+            ("dkmeans k-means||", lambda s: run_dkmeans(client, Xd, k, s)),
+            ("scikit-learn k-means++", lambda s: run_sklearn(X, k, s)),
+        ]
         if have_dask_ml:
             methods.append(("dask-ml k-means||", lambda s: run_dask_ml(Xd, k, s)))
         for name, fn in methods:
             if not name.startswith("dask-ml"):
-                fn(1000)  # untimed warm-up: first-call costs (compiled kernels, imports) on every side
+                fn(
+                    1000
+                )  # untimed warm-up: first-call costs (compiled kernels, imports) on every side
             seeds = range(1 if name.startswith("dask-ml") else args.seeds)
             runs = []
             for seed in seeds:
                 init_s, C, iters = fn(seed)
-                runs.append({"init_s": init_s, "objective": exact_objective(X, C), "iterations": iters})
+                runs.append(
+                    {"init_s": init_s, "objective": exact_objective(X, C), "iterations": iters}
+                )
             r = {key: float(np.mean([x[key] for x in runs])) for key in runs[0]}
             rows[name] = r
-            print(f"{shape:6s} {name:26s} {r['init_s']:8.2f} {r['objective']:12.5e} {r['iterations']:6.1f}", flush=True)
+            print(
+                f"{shape:6s} {name:26s} {r['init_s']:8.2f} {r['objective']:12.5e} {r['iterations']:6.1f}",
+                flush=True,
+            )
         ours, sk = rows["dkmeans k-means||"], rows["scikit-learn k-means++"]
-        line = (f"{shape:6s} dkmeans init time / scikit-learn's: {ours['init_s'] / sk['init_s']:.2f} (goal <= 0.33); "
-                f"objective / scikit-learn's: {ours['objective'] / sk['objective']:.4f} (goal <= 1.01)")
+        line = (
+            f"{shape:6s} dkmeans init time / scikit-learn's: {ours['init_s'] / sk['init_s']:.2f} (goal <= 0.33); "
+            f"objective / scikit-learn's: {ours['objective'] / sk['objective']:.4f} (goal <= 1.01)"
+        )
         if "dask-ml k-means||" in rows:
             line += f"; init time / dask-ml's: {ours['init_s'] / rows['dask-ml k-means||']['init_s']:.3f} (goal <= 0.1)"
         print(line)
         results[shape] = rows
-    out = write_json("init_scale.json", {"machine": machine(), "seeds": args.seeds, "results": results})
+    out = write_json(
+        "init_scale.json", {"machine": machine(), "seeds": args.seeds, "results": results}
+    )
     print(f"results in {out}")
     client.close()
     return 0

@@ -42,16 +42,24 @@ def best(fn, repeats):
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", nargs="+", default=["small", "tall", "wide", "manyk"], choices=sorted(SHAPES))
+    parser.add_argument(
+        "--shapes", nargs="+", default=["small", "tall", "wide", "manyk"], choices=sorted(SHAPES)
+    )
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--engine", default="auto", choices=["auto", "blas", "numpy"],
-                        help="Dask config dkmeans.kernels.backend for the whole run")
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "blas", "numpy"],
+        help="Dask config dkmeans.kernels.backend for the whole run",
+    )
     args = parser.parse_args(argv)
     dask.config.set({"dkmeans.kernels.backend": args.engine})
     rng = np.random.default_rng(0)
-    print(f"{'shape':>10} {'m x d, k':>20} {'partials ms':>12} {'assign ms':>10} {'gemm ms':>9} "
-          f"{'gemm GF/s':>9} {'partials/gemm':>13}")
+    print(
+        f"{'shape':>10} {'m x d, k':>20} {'partials ms':>12} {'assign ms':>10} {'gemm ms':>9} "
+        f"{'gemm GF/s':>9} {'partials/gemm':>13}"
+    )
     for name in args.shapes:
         m, d, k = SHAPES[name]
         X = rng.normal(size=(m, d)).astype(args.dtype)
@@ -61,8 +69,10 @@ def main(argv=None):
         t_part = best(lambda: assign_partials(X, C), args.repeats)
         t_assign = best(lambda: assign(X, C), args.repeats)
         gf = 2 * m * k * d / t_gemm / 1e9
-        print(f"{name:>10} {f'{m} x {d}, {k}':>20} {t_part * 1e3:12.2f} {t_assign * 1e3:10.2f} "
-              f"{t_gemm * 1e3:9.2f} {gf:9.1f} {t_part / t_gemm:13.2f}")
+        print(
+            f"{name:>10} {f'{m} x {d}, {k}':>20} {t_part * 1e3:12.2f} {t_assign * 1e3:10.2f} "
+            f"{t_gemm * 1e3:9.2f} {gf:9.1f} {t_part / t_gemm:13.2f}"
+        )
 
 
 if __name__ == "__main__":

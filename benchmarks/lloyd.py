@@ -124,8 +124,14 @@ def make_data(n: int, d: int, k: int, seed: int = SEED, dtype=np.float32):
     Lloyd neither reaches a fixed point nor empties a cluster within the timed iterations
     on the default shapes: the libraries' empty-cluster rules differ.
     """
-    X, _ = make_blobs(n_samples=n, n_features=d, centers=k, cluster_std=6.0,
-                      center_box=(-10.0, 10.0), random_state=seed)
+    X, _ = make_blobs(
+        n_samples=n,
+        n_features=d,
+        centers=k,
+        cluster_std=6.0,
+        center_box=(-10.0, 10.0),
+        random_state=seed,
+    )
     X = np.ascontiguousarray(X, dtype=dtype)
     rows = np.random.default_rng(seed + 1).choice(n, size=k, replace=False)
     return X, X[np.sort(rows)].copy()
@@ -133,8 +139,9 @@ def make_data(n: int, d: int, k: int, seed: int = SEED, dtype=np.float32):
 
 def start_cluster(n_workers: int = N_WORKERS) -> distributed.Client:
     """dkmeans' embedded cluster configuration, with its client as the default one."""
-    return start_local_cluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
-                               set_as_default=True)
+    return start_local_cluster(
+        n_workers=n_workers, threads_per_worker=1, dashboard_address=None, set_as_default=True
+    )
 
 
 def persist_chunks(client: distributed.Client, X: np.ndarray, n_chunks: int = N_CHUNKS) -> da.Array:
@@ -169,8 +176,12 @@ class Fit:
 def fit_dkmeans(X, C0, max_iter):
     """dkmeans on the persisted Dask array ``X``."""
     km = dkmeans.KMeans(n_clusters=len(C0), init=C0, max_iter=max_iter, tol=0.0).fit(X)
-    return Fit(km.cluster_centers_, km.n_iter_, km.history_,
-               {"empty_clusters_fixed": sum(h["empty_clusters_fixed"] for h in km.history_)})
+    return Fit(
+        km.cluster_centers_,
+        km.n_iter_,
+        km.history_,
+        {"empty_clusters_fixed": sum(h["empty_clusters_fixed"] for h in km.history_)},
+    )
 
 
 def fit_dkmeans_graph(X, C0, max_iter):
@@ -184,8 +195,9 @@ def fit_sklearn(X, C0, max_iter):
     import sklearn.cluster
 
     with threadpool_limits(limits=N_THREADS):
-        km = sklearn.cluster.KMeans(n_clusters=len(C0), init=C0, n_init=1, algorithm="lloyd",
-                                    max_iter=max_iter, tol=0.0).fit(X)
+        km = sklearn.cluster.KMeans(
+            n_clusters=len(C0), init=C0, n_init=1, algorithm="lloyd", max_iter=max_iter, tol=0.0
+        ).fit(X)
     return Fit(km.cluster_centers_, km.n_iter_)
 
 
@@ -210,15 +222,17 @@ def fit_sklearnex(X, C0, max_iter):
     logger.propagate = False
     try:
         with threadpool_limits(limits=N_THREADS):
-            km = sklearnex.cluster.KMeans(n_clusters=len(C0), init=C0, n_init=1, algorithm="lloyd",
-                                          max_iter=max_iter, tol=0.0).fit(X)
+            km = sklearnex.cluster.KMeans(
+                n_clusters=len(C0), init=C0, n_init=1, algorithm="lloyd", max_iter=max_iter, tol=0.0
+            ).fit(X)
     finally:
         logger.handlers = handlers
         logger.setLevel(level)
         logger.propagate = propagate
     fit_logs = [m for m in handler.messages if ".fit:" in m or "fit" in m.split(":")[0]]
     accelerated = any("accelerated" in m or "onedal" in m.lower() for m in fit_logs) and not any(
-        "fallback" in m.lower() or "original Scikit-learn" in m for m in fit_logs)
+        "fallback" in m.lower() or "original Scikit-learn" in m for m in fit_logs
+    )
     return Fit(km.cluster_centers_, km.n_iter_, info={"onedal": accelerated, "log": fit_logs[:3]})
 
 
@@ -229,9 +243,19 @@ def fit_faiss(X, C0, max_iter):
     n, d = X.shape
     k = len(C0)
     faiss.omp_set_num_threads(N_THREADS)
-    km = faiss.Kmeans(d, k, niter=max_iter, verbose=False, seed=1,
-                      max_points_per_centroid=-(-n // k) + 1, min_points_per_centroid=1)
-    km.train(np.ascontiguousarray(X, dtype=np.float32), init_centroids=np.ascontiguousarray(C0, dtype=np.float32))
+    km = faiss.Kmeans(
+        d,
+        k,
+        niter=max_iter,
+        verbose=False,
+        seed=1,
+        max_points_per_centroid=-(-n // k) + 1,
+        min_points_per_centroid=1,
+    )
+    km.train(
+        np.ascontiguousarray(X, dtype=np.float32),
+        init_centroids=np.ascontiguousarray(C0, dtype=np.float32),
+    )
     return Fit(km.centroids, max_iter, info={"reported_obj_last": float(km.obj[-1])})
 
 
@@ -239,8 +263,9 @@ def fit_dask_ml(X, C0, max_iter):
     """dask-ml on the persisted Dask array ``X`` (``init`` must be an ndarray)."""
     import dask_ml.cluster
 
-    km = dask_ml.cluster.KMeans(n_clusters=len(C0), init=np.asarray(C0), max_iter=max_iter,
-                                tol=0.0).fit(X)
+    km = dask_ml.cluster.KMeans(
+        n_clusters=len(C0), init=np.asarray(C0), max_iter=max_iter, tol=0.0
+    ).fit(X)
     return Fit(km.cluster_centers_, km.n_iter_)
 
 
@@ -253,9 +278,17 @@ LIBRARIES = {
     "faiss": ("faiss", fit_faiss, False, True),
     "dask-ml": ("dask_ml.cluster", fit_dask_ml, True, False),
 }
-VERSION_MODULES = {"dkmeans": "dkmeans", "scikit-learn": "sklearn", "scikit-learn-intelex": "sklearnex",
-                   "faiss": "faiss", "dask-ml": "dask_ml", "dask": "dask", "distributed": "distributed",
-                   "numpy": "numpy", "numba": "numba"}
+VERSION_MODULES = {
+    "dkmeans": "dkmeans",
+    "scikit-learn": "sklearn",
+    "scikit-learn-intelex": "sklearnex",
+    "faiss": "faiss",
+    "dask-ml": "dask_ml",
+    "dask": "dask",
+    "distributed": "distributed",
+    "numpy": "numpy",
+    "numba": "numba",
+}
 
 
 def available_libraries(names, dtype) -> dict:
@@ -271,8 +304,10 @@ def available_libraries(names, dtype) -> dict:
                 warnings.simplefilter("ignore")
                 importlib.import_module(module)
         except ImportError as exc:
-            print(f"skipping {name}: cannot import {module} ({exc}); pip install -e '.[bench]'",
-                  file=sys.stderr)
+            print(
+                f"skipping {name}: cannot import {module} ({exc}); pip install -e '.[bench]'",
+                file=sys.stderr,
+            )
             continue
         found[name] = (fit, dask_input)
     return found
@@ -300,10 +335,12 @@ def dkmeans_source() -> dict:
     info = {"path": str(package), "commit": None, "modified": None}
     try:
         git = ["git", "-C", str(package)]
-        info["commit"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True, check=True).stdout.strip()
-        status = subprocess.run(git + ["status", "--porcelain", "--", "."], capture_output=True,
-                                text=True, check=True).stdout
+        info["commit"] = subprocess.run(
+            git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            git + ["status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
+        ).stdout
         info["modified"] = bool(status.strip())
     except (OSError, subprocess.CalledProcessError):
         pass
@@ -329,8 +366,10 @@ def seconds_per_iteration(fit, X, C0, repeats: int, iters: int) -> dict:
         t_long, result = timed(fit, X, C0, long_iter)
         for r, expected in ((short, SHORT), (result, long_iter)):
             if r.n_iter != expected:
-                raise RuntimeError(f"a fit ran {r.n_iter} iterations instead of {expected} "
-                                   "(converged early): use another --seed, shape or fewer --iters")
+                raise RuntimeError(
+                    f"a fit ran {r.n_iter} iterations instead of {expected} "
+                    "(converged early): use another --seed, shape or fewer --iters"
+                )
         out["short_s"].append(t_short)
         out["long_s"].append(t_long)
         out["per_iter_s"].append((t_long - t_short) / iters)
@@ -348,7 +387,7 @@ def objective(X: np.ndarray, C: np.ndarray, tile: int = 8192) -> float:
     c_sq = np.einsum("ij,ij->i", C, C)
     total = 0.0
     for i0 in range(0, X.shape[0], tile):
-        Xt = X[i0:i0 + tile].astype(np.float64)
+        Xt = X[i0 : i0 + tile].astype(np.float64)
         nearest = np.argmin(c_sq - 2.0 * (Xt @ C.T), axis=1)
         diff = Xt - C[nearest]
         total += float(np.einsum("ij,ij->", diff, diff))
@@ -387,8 +426,12 @@ def gemm_floor(X: np.ndarray, C: np.ndarray, threads: int = N_THREADS) -> dict:
     Ct = np.ascontiguousarray(C.T)
     times = {}
     with threadpool_limits(limits=threads, user_api="blas"):
-        for label, out_bytes in (("tiles 2 MiB", 2 * 2**20), ("tiles 16 MiB", 16 * 2**20),
-                                 ("tiles 128 MiB", 128 * 2**20), ("whole", 2**31)):
+        for label, out_bytes in (
+            ("tiles 2 MiB", 2 * 2**20),
+            ("tiles 16 MiB", 16 * 2**20),
+            ("tiles 128 MiB", 128 * 2**20),
+            ("whole", 2**31),
+        ):
             rows = min(n, max(1, out_bytes // (k * X.itemsize)))
             if label != "whole" and rows >= n:
                 continue
@@ -403,8 +446,12 @@ def gemm_floor(X: np.ndarray, C: np.ndarray, threads: int = N_THREADS) -> dict:
 
             times[label] = best_of(run)
     best = min(times, key=times.get)
-    return {"seconds": times[best], "how": best, "all": times,
-            "gflops": 2.0 * n * k * X.shape[1] / times[best] / 1e9}
+    return {
+        "seconds": times[best],
+        "how": best,
+        "all": times,
+        "gflops": 2.0 * n * k * X.shape[1] / times[best] / 1e9,
+    }
 
 
 def peak_gflops(dtype, threads: int = N_THREADS, size: int = 2048) -> float:
@@ -425,8 +472,13 @@ def measure_floor(X, C0, bandwidth: float, peak: float) -> dict:
     gemm = gemm_floor(X, C0)
     bw_seconds = X.nbytes / bandwidth
     rate_seconds = 2.0 * X.shape[0] * X.shape[1] * C0.shape[0] / (peak * 1e9)
-    return {"gemm": gemm, "bandwidth_seconds": bw_seconds, "seconds": max(gemm["seconds"], bw_seconds),
-            "peak_gflops": peak, "rate_seconds": max(rate_seconds, bw_seconds)}
+    return {
+        "gemm": gemm,
+        "bandwidth_seconds": bw_seconds,
+        "seconds": max(gemm["seconds"], bw_seconds),
+        "peak_gflops": peak,
+        "rate_seconds": max(rate_seconds, bw_seconds),
+    }
 
 
 def bench_shape(name, data, floor, client, libraries, args) -> dict:
@@ -434,8 +486,14 @@ def bench_shape(name, data, floor, client, libraries, args) -> dict:
     X, C0 = data
     (n, d), k, dtype = X.shape, C0.shape[0], X.dtype
     Xd = persist_chunks(client, X)
-    result = {"n_samples": n, "n_features": d, "n_clusters": k, "dtype": np.dtype(dtype).name,
-              "floor": floor, "libraries": {}}
+    result = {
+        "n_samples": n,
+        "n_features": d,
+        "n_clusters": k,
+        "dtype": np.dtype(dtype).name,
+        "floor": floor,
+        "libraries": {},
+    }
     for lib, (fit, dask_input) in libraries.items():
         print(f"[{name}] {lib} ...", file=sys.stderr, flush=True)
         reps = args.dask_ml_repeats if lib == "dask-ml" else args.repeats
@@ -447,7 +505,11 @@ def bench_shape(name, data, floor, client, libraries, args) -> dict:
             print(f"[{name}] {lib} failed: {exc!r}", file=sys.stderr)
             result["libraries"][lib] = {"error": repr(exc)}
             continue
-        timing["load_before"], timing["load_after"], timing["waited_s"] = load_before, os.getloadavg(), waited
+        timing["load_before"], timing["load_after"], timing["waited_s"] = (
+            load_before,
+            os.getloadavg(),
+            waited,
+        )
         centers = timing.pop("centers")
         timing["objective"] = objective(X, centers)
         timing["centers"] = centers
@@ -476,24 +538,39 @@ def shape_goals(name: str, result: dict, rtol: float) -> dict:
     if dk is None:
         return goals
     if dk <= 0:  # the difference of two fit times is below their jitter: no figure to compare
-        goals["measured"] = {"met": False, "why": "dkmeans' difference of fits is not positive (noise): "
-                                                  "rerun with more --repeats and --iters"}
+        goals["measured"] = {
+            "met": False,
+            "why": "dkmeans' difference of fits is not positive (noise): "
+            "rerun with more --repeats and --iters",
+        }
         return goals
-    fast = {p: libs[p]["seconds_per_iter"] for p in FAST_PEERS if "seconds_per_iter" in libs.get(p, {})}
+    fast = {
+        p: libs[p]["seconds_per_iter"] for p in FAST_PEERS if "seconds_per_iter" in libs.get(p, {})
+    }
     if fast:
         best = min(fast, key=fast.get)
-        goals["no_slower_than_fastest_peer"] = {"met": dk <= fast[best], "fastest": best,
-                                                "ratio": dk / fast[best]}
+        goals["no_slower_than_fastest_peer"] = {
+            "met": dk <= fast[best],
+            "fastest": best,
+            "ratio": dk / fast[best],
+        }
     if name in FLOOR_SHAPES:
         ratio = dk / result["floor"]["seconds"]
         goals["within_2x_floor"] = {"met": ratio <= FLOOR_GOAL, "ratio": ratio}
     if name in DASK_ML_GOAL and "seconds_per_iter" in libs.get("dask-ml", {}):
         speedup = libs["dask-ml"]["seconds_per_iter"] / dk
-        goals["vs_dask_ml"] = {"met": speedup >= DASK_ML_GOAL[name], "speedup": speedup,
-                               "goal": DASK_ML_GOAL[name]}
+        goals["vs_dask_ml"] = {
+            "met": speedup >= DASK_ML_GOAL[name],
+            "speedup": speedup,
+            "goal": DASK_ML_GOAL[name],
+        }
     diffs = [r["objective_rel_diff"] for r in libs.values() if "objective_rel_diff" in r]
     if diffs:
-        goals["objectives_agree"] = {"met": max(diffs) <= rtol, "max_rel_diff": max(diffs), "rtol": rtol}
+        goals["objectives_agree"] = {
+            "met": max(diffs) <= rtol,
+            "max_rel_diff": max(diffs),
+            "rtol": rtol,
+        }
     return goals
 
 
@@ -508,11 +585,15 @@ def format_table(results: dict) -> str:
     for name, res in results.items():
         dims = f"{res['n_samples']:,} x {res['n_features']}, k={res['n_clusters']}"
         fl = res["floor"]
-        lines.append(f"| {name} | {dims} | floor: max(GEMM {fl['gemm']['seconds']:.4f} s "
-                     f"({fl['gemm']['gflops']:.0f} GFLOP/s), X bytes / bandwidth "
-                     f"{fl['bandwidth_seconds']:.4f} s) | {fl['seconds']:.4f} | | 1 | | | | |")
-        lines.append(f"| {name} | {dims} | (flops at the peak rate, {fl['peak_gflops']:.0f} GFLOP/s: "
-                     f"{fl['rate_seconds']:.4f} s) | | | | | | | |")
+        lines.append(
+            f"| {name} | {dims} | floor: max(GEMM {fl['gemm']['seconds']:.4f} s "
+            f"({fl['gemm']['gflops']:.0f} GFLOP/s), X bytes / bandwidth "
+            f"{fl['bandwidth_seconds']:.4f} s) | {fl['seconds']:.4f} | | 1 | | | | |"
+        )
+        lines.append(
+            f"| {name} | {dims} | (flops at the peak rate, {fl['peak_gflops']:.0f} GFLOP/s: "
+            f"{fl['rate_seconds']:.4f} s) | | | | | | | |"
+        )
         for lib, r in res["libraries"].items():
             if "error" in r:
                 lines.append(f"| {name} | {dims} | {lib} | failed: {r['error'][:60]} | | | | | | |")
@@ -523,8 +604,10 @@ def format_table(results: dict) -> str:
             ratio = f"{r['peer_over_dkmeans']:.2f}" if "peer_over_dkmeans" in r else "1 (ref.)"
             rel = f"{r['objective_rel_diff']:.1e}" if "objective_rel_diff" in r else "-"
             load = f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f}"
-            lines.append(f"| {name} | {dims} | {lib} | {per_iter} | {ratio} | {r['ratio_to_floor']:.2f} | "
-                         f"{statistics.median(r['short_s']):.3f} | {r['objective']:.6e} | {rel} | {load} |")
+            lines.append(
+                f"| {name} | {dims} | {lib} | {per_iter} | {ratio} | {r['ratio_to_floor']:.2f} | "
+                f"{statistics.median(r['short_s']):.3f} | {r['objective']:.6e} | {rel} | {load} |"
+            )
     return "\n".join(lines)
 
 
@@ -533,17 +616,24 @@ def format_goals(results: dict) -> str:
     lines = []
     for name, res in results.items():
         for goal, g in res.get("goals", {}).items():
-            detail = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in g.items() if k != "met")
+            detail = ", ".join(
+                f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in g.items()
+                if k != "met"
+            )
             lines.append(f"{name}: {goal}: {'met' if g['met'] else 'NOT met'} ({detail})")
         for lib, r in res["libraries"].items():
             info = r.get("info") or {}
             if info.get("empty_clusters_fixed"):
-                lines.append(f"note: {name}: {lib} refilled {info['empty_clusters_fixed']} empty cluster(s); "
-                             "the libraries' empty-cluster rules differ, so their objectives may too")
+                lines.append(
+                    f"note: {name}: {lib} refilled {info['empty_clusters_fixed']} empty cluster(s); "
+                    "the libraries' empty-cluster rules differ, so their objectives may too"
+                )
             if lib == "scikit-learn-intelex" and info.get("onedal") is False:
-                lines.append(f"note: {name}: scikit-learn-intelex may have fallen back to scikit-learn: "
-                             f"{info.get('log')}")
+                lines.append(
+                    f"note: {name}: scikit-learn-intelex may have fallen back to scikit-learn: "
+                    f"{info.get('log')}"
+                )
     return "\n".join(lines)
 
 
@@ -555,29 +645,63 @@ def fmt_load(load) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES),
-                        help="shapes to run (default: all)")
-    parser.add_argument("--libraries", nargs="+", choices=list(LIBRARIES), default=list(LIBRARIES),
-                        help="libraries to time (default: all that import)")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        choices=list(SHAPES),
+        default=list(SHAPES),
+        help="shapes to run (default: all)",
+    )
+    parser.add_argument(
+        "--libraries",
+        nargs="+",
+        choices=list(LIBRARIES),
+        default=list(LIBRARIES),
+        help="libraries to time (default: all that import)",
+    )
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--quick", action="store_true", help="fewer rows: a fast smoke run")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per library (default 3)")
-    parser.add_argument("--dask-ml-repeats", type=int, default=None,
-                        help="timed repeats for dask-ml (default: --repeats)")
-    parser.add_argument("--iters", type=int, default=10,
-                        help="extra iterations of the long fit over the short one (default 10)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed repeats per library (default 3)"
+    )
+    parser.add_argument(
+        "--dask-ml-repeats",
+        type=int,
+        default=None,
+        help="timed repeats for dask-ml (default: --repeats)",
+    )
+    parser.add_argument(
+        "--iters",
+        type=int,
+        default=10,
+        help="extra iterations of the long fit over the short one (default 10)",
+    )
     parser.add_argument("--seed", type=int, default=SEED, help="seed of the data and of C0")
-    parser.add_argument("--objective-rtol", type=float, default=1e-4,
-                        help="largest relative objective difference counted as agreement (default 1e-4)")
-    parser.add_argument("--wait-load", type=float, default=None,
-                        help="before the floors and before each library, wait until the 1-minute load "
-                             "average is below this (at most --max-wait seconds each time)")
+    parser.add_argument(
+        "--objective-rtol",
+        type=float,
+        default=1e-4,
+        help="largest relative objective difference counted as agreement (default 1e-4)",
+    )
+    parser.add_argument(
+        "--wait-load",
+        type=float,
+        default=None,
+        help="before the floors and before each library, wait until the 1-minute load "
+        "average is below this (at most --max-wait seconds each time)",
+    )
     parser.add_argument("--max-wait", type=float, default=600.0, help="seconds (default 600)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="JSON file (default benchmarks/results/lloyd_<dtype>.json)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="JSON file (default benchmarks/results/lloyd_<dtype>.json)",
+    )
     args = parser.parse_args(argv)
     args.dask_ml_repeats = args.dask_ml_repeats or args.repeats
-    args.output = args.output or RESULTS / f"lloyd_{args.dtype}{'_quick' if args.quick else ''}.json"
+    args.output = (
+        args.output or RESULTS / f"lloyd_{args.dtype}{'_quick' if args.quick else ''}.json"
+    )
     return args
 
 
@@ -596,14 +720,24 @@ def main(argv=None) -> None:
     data, floors = {}, {}
     for name in args.shapes:
         n, d, k = shapes[name]
-        print(f"[{name}] data {n} x {d}, k={k}, {args.dtype}; floor ...", file=sys.stderr, flush=True)
+        print(
+            f"[{name}] data {n} x {d}, k={k}, {args.dtype}; floor ...", file=sys.stderr, flush=True
+        )
         data[name] = make_data(n, d, k, args.seed, args.dtype)
         floors[name] = measure_floor(*data[name], bandwidth, peak)
     client = start_cluster()
     try:
-        worker_env = client.run(lambda: {v: os.environ.get(v) for v in
-                                         ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                                          "MALLOC_TRIM_THRESHOLD_")})
+        worker_env = client.run(
+            lambda: {
+                v: os.environ.get(v)
+                for v in (
+                    "OMP_NUM_THREADS",
+                    "OPENBLAS_NUM_THREADS",
+                    "MKL_NUM_THREADS",
+                    "MALLOC_TRIM_THRESHOLD_",
+                )
+            }
+        )
         results = {}
         for name in args.shapes:
             results[name] = bench_shape(name, data.pop(name), floors[name], client, libraries, args)
@@ -612,31 +746,53 @@ def main(argv=None) -> None:
         client.close()
         cluster.close()
     load_after = os.getloadavg()
-    print(f"Lloyd seconds per iteration, {args.dtype}: (T(max_iter={SHORT + args.iters}) - "
-          f"T(max_iter={SHORT})) / {args.iters}, median of {args.repeats} repeats "
-          f"(dask-ml {args.dask_ml_repeats}); dkmeans and dask-ml on {N_WORKERS} workers x 1 thread, "
-          f"the others on {N_THREADS} threads; {os.cpu_count()} CPUs; peer / dkmeans > 1 means dkmeans "
-          f"is faster; memory read bandwidth {bandwidth / 1e9:.1f} GB/s, peak matrix-product rate "
-          f"{peak:.0f} GFLOP/s ({N_THREADS} threads)")
+    print(
+        f"Lloyd seconds per iteration, {args.dtype}: (T(max_iter={SHORT + args.iters}) - "
+        f"T(max_iter={SHORT})) / {args.iters}, median of {args.repeats} repeats "
+        f"(dask-ml {args.dask_ml_repeats}); dkmeans and dask-ml on {N_WORKERS} workers x 1 thread, "
+        f"the others on {N_THREADS} threads; {os.cpu_count()} CPUs; peer / dkmeans > 1 means dkmeans "
+        f"is faster; memory read bandwidth {bandwidth / 1e9:.1f} GB/s, peak matrix-product rate "
+        f"{peak:.0f} GFLOP/s ({N_THREADS} threads)"
+    )
     print(format_table(results))
     print(format_goals(results))
-    print(f"dkmeans from {source['path']} (commit {source['commit'] or 'unknown'}"
-          f"{', with uncommitted changes' if source['modified'] else ''})")
-    print(f"load average (1, 5, 15 min) before: {fmt_load(load_before)}, after: {fmt_load(load_after)}"
-          + (f" (waited {waited:.0f} s for the load to drop)" if waited else ""))
+    print(
+        f"dkmeans from {source['path']} (commit {source['commit'] or 'unknown'}"
+        f"{', with uncommitted changes' if source['modified'] else ''})"
+    )
+    print(
+        f"load average (1, 5, 15 min) before: {fmt_load(load_before)}, after: {fmt_load(load_after)}"
+        + (f" (waited {waited:.0f} s for the load to drop)" if waited else "")
+    )
     report = {
         "date": started.isoformat(timespec="seconds"),
         "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": " ".join([os.path.relpath(sys.executable)] + sys.argv),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "processor": platform.processor(), "python": platform.python_version(),
-                    "read_bandwidth_bytes_per_s": bandwidth,
-                    "load_average_before": load_before, "load_average_after": load_after},
-        "cluster": {"workers": N_WORKERS, "threads_per_worker": 1, "chunks": N_CHUNKS,
-                    "worker_env": next(iter(worker_env.values()))},
-        "method": {"short_max_iter": SHORT, "long_max_iter": SHORT + args.iters, "repeats": args.repeats,
-                   "dask_ml_repeats": args.dask_ml_repeats, "seed": args.seed, "quick": args.quick,
-                   "dtype": args.dtype, "objective_rtol": args.objective_rtol},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "python": platform.python_version(),
+            "read_bandwidth_bytes_per_s": bandwidth,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+        },
+        "cluster": {
+            "workers": N_WORKERS,
+            "threads_per_worker": 1,
+            "chunks": N_CHUNKS,
+            "worker_env": next(iter(worker_env.values())),
+        },
+        "method": {
+            "short_max_iter": SHORT,
+            "long_max_iter": SHORT + args.iters,
+            "repeats": args.repeats,
+            "dask_ml_repeats": args.dask_ml_repeats,
+            "seed": args.seed,
+            "quick": args.quick,
+            "dtype": args.dtype,
+            "objective_rtol": args.objective_rtol,
+        },
         "versions": library_versions(),
         "dkmeans_source": source,
         "skipped": sorted(set(args.libraries) - set(libraries)),

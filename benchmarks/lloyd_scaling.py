@@ -71,7 +71,15 @@ from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
 from dkmeans.testing import make_blobs_dask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lloyd import SHAPES, dkmeans_source, fmt_load, library_versions, make_data, persist_chunks, wait_for_load  # noqa: E402
+from lloyd import (  # noqa: E402
+    SHAPES,
+    dkmeans_source,
+    fmt_load,
+    library_versions,
+    make_data,
+    persist_chunks,
+    wait_for_load,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lloyd_scaling.json"
 PARTS = ("dtype", "workers", "spmd", "contention", "kernels", "memory", "fixed", "n", "k")
@@ -80,8 +88,9 @@ N_CHUNKS = 16
 
 # -- helpers -------------------------------------------------------------------------------
 def cluster(n_workers: int) -> distributed.Client:
-    return start_local_cluster(n_workers=n_workers, threads_per_worker=1, dashboard_address=None,
-                               set_as_default=True)
+    return start_local_cluster(
+        n_workers=n_workers, threads_per_worker=1, dashboard_address=None, set_as_default=True
+    )
 
 
 def close(client) -> None:
@@ -108,14 +117,19 @@ def per_iteration(X, C0, iters: int, repeats: int) -> dict:
             raise RuntimeError(f"converged after {km.n_iter_} iterations; use fewer --iters")
         diffs.append(((t2 - t1) - (t1 - t0)) / iters)
         hist += [h["seconds"] for h in km.history_]
-    return {"seconds_per_iter": statistics.median(diffs), "history_median_s": statistics.median(hist),
-            "per_iter_s": diffs, "fit1_s": t1 - t0}
+    return {
+        "seconds_per_iter": statistics.median(diffs),
+        "history_median_s": statistics.median(hist),
+        "per_iter_s": diffs,
+        "fit1_s": t1 - t0,
+    }
 
 
 def persist_generated(client, n, d, k, seed=0, dtype=np.float32):
     """Blobs generated on the workers (16 chunks), persisted; ``k`` rows of them as ``C0``."""
-    X, _ = make_blobs_dask(n, d, k, chunk_rows=-(-n // N_CHUNKS), spread=6.0, box=10.0, seed=seed,
-                           dtype=dtype)
+    X, _ = make_blobs_dask(
+        n, d, k, chunk_rows=-(-n // N_CHUNKS), spread=6.0, box=10.0, seed=seed, dtype=dtype
+    )
     X = client.persist(X)
     distributed.wait(X)
     C0 = X[:k].compute()
@@ -135,8 +149,6 @@ def local_data_bytes(client, X) -> dict:
 
 def _rss_start(dask_worker, interval=0.002):
     import threading
-
-    from threadpoolctl import threadpool_limits
 
     page = os.sysconf("SC_PAGE_SIZE")
 
@@ -193,7 +205,9 @@ def part_dtype(args) -> dict:
                 row[dtype] = per_iteration(Xd, C0, args.iters, args.repeats)
                 del Xd, X
             row["ratio"] = row["float64"]["seconds_per_iter"] / row["float32"]["seconds_per_iter"]
-            row["ratio_history"] = row["float64"]["history_median_s"] / row["float32"]["history_median_s"]
+            row["ratio_history"] = (
+                row["float64"]["history_median_s"] / row["float32"]["history_median_s"]
+            )
             out[name] = row
     finally:
         close(client)
@@ -216,7 +230,7 @@ def part_workers(args) -> dict:
                 del Xd, X
         finally:
             close(client)
-    for name, row in out.items():
+    for row in out.values():
         row["speedup"] = row[1]["seconds_per_iter"] / row[2]["seconds_per_iter"]
         row["speedup_history"] = row[1]["history_median_s"] / row[2]["history_median_s"]
     return out
@@ -234,8 +248,8 @@ def _allreduce_times(chunks, value, passes):
 
 def _pass_stamps(chunks, C, passes):
     """(start, local kernels done, exchange done) of each Lloyd pass (an SPMD program; every rank's)."""
-    from dkmeans.kernels.reduce import combine_partials
     from dkmeans.drivers.lloyd import _partials_chunk
+    from dkmeans.kernels.reduce import combine_partials
 
     stamps = []
     for _ in range(passes):
@@ -246,7 +260,10 @@ def _pass_stamps(chunks, C, passes):
 
 
 def _med_p90_ms(values) -> dict:
-    return {"median_ms": float(np.median(values)) * 1e3, "p90_ms": float(np.percentile(values, 90)) * 1e3}
+    return {
+        "median_ms": float(np.median(values)) * 1e3,
+        "p90_ms": float(np.percentile(values, 90)) * 1e3,
+    }
 
 
 def part_spmd(args, exchanges: int = 400, passes: int = 300, skip: int = 50) -> dict:
@@ -267,9 +284,25 @@ def part_spmd(args, exchanges: int = 400, passes: int = 300, skip: int = 50) -> 
         out = {"exchange": {f"rank {r}": _med_p90_ms(t[skip:]) for r, t in enumerate(times)}}
         print("[spmd] tall passes ...", file=sys.stderr, flush=True)
         (a, b), _ = run_spmd(data, _pass_stamps, (C0, passes))
-        rows = np.array([((a1 - a0), (b1 - b0), abs(a1 - b1), max(a2, b2) - max(a1, b1), max(a2, b2) - min(a0, b0))
-                         for (a0, a1, a2), (b0, b1, b2) in list(zip(a, b))[skip:]])
-        names = ("kernel rank 0", "kernel rank 1", "gap between ranks", "exchange after the later rank", "pass")
+        rows = np.array(
+            [
+                (
+                    (a1 - a0),
+                    (b1 - b0),
+                    abs(a1 - b1),
+                    max(a2, b2) - max(a1, b1),
+                    max(a2, b2) - min(a0, b0),
+                )
+                for (a0, a1, a2), (b0, b1, b2) in list(zip(a, b))[skip:]
+            ]
+        )
+        names = (
+            "kernel rank 0",
+            "kernel rank 1",
+            "gap between ranks",
+            "exchange after the later rank",
+            "pass",
+        )
         out["tall pass"] = {name: _med_p90_ms(rows[:, i]) for i, name in enumerate(names)}
     finally:
         close(client)
@@ -278,8 +311,8 @@ def part_spmd(args, exchanges: int = 400, passes: int = 300, skip: int = 50) -> 
 
 def _warm_worker(d, dtype):
     """Load the kernels of ``d`` features and ``dtype`` in this process (runs on a worker)."""
-    import dkmeans.estimator  # noqa: F401 - the modules a fit imports
     import dkmeans.drivers.lloyd  # noqa: F401
+    import dkmeans.estimator  # noqa: F401 - the modules a fit imports
     from dkmeans.kernels import assign, assign_partials, column_moments
 
     X = np.random.default_rng(0).standard_normal((600, d)).astype(dtype)
@@ -363,8 +396,12 @@ def part_contention(args, repeats: int = 15) -> dict:
             t.start()
         for t in threads:
             t.join()
-    return {"alone_s": alone[0], "two_at_once_s": sorted(both), "slowdown": max(both) / alone[0],
-            "speedup_cap": 2 * alone[0] / max(both)}
+    return {
+        "alone_s": alone[0],
+        "two_at_once_s": sorted(both),
+        "slowdown": max(both) / alone[0],
+        "speedup_cap": 2 * alone[0] / max(both),
+    }
 
 
 def part_kernels(args, repeats: int = 7) -> dict:
@@ -387,8 +424,14 @@ def part_kernels(args, repeats: int = 7) -> dict:
             for engine in ("auto", "blas"):
                 with dask.config.set({"dkmeans.kernels.backend": engine}):
                     times[engine] = _median_call_s(assign_partials, (X, C), repeats)
-            out[name] = {"rows": n // 2, "d": d, "k": k, "auto_s": times["auto"], "blas_s": times["blas"],
-                         "blas_over_auto": times["blas"] / times["auto"]}
+            out[name] = {
+                "rows": n // 2,
+                "d": d,
+                "k": k,
+                "auto_s": times["auto"],
+                "blas_s": times["blas"],
+                "blas_over_auto": times["blas"] / times["auto"],
+            }
     return out
 
 
@@ -400,8 +443,12 @@ def part_memory(args) -> dict:
     variances (scikit-learn's ``tol`` scaling). Each increase is the peak during the run
     minus the resident memory just before it.
     """
-    cases = {"tall": SHAPES["tall"], "wide": SHAPES["wide"], "manyk": SHAPES["manyk"],
-             "manyk k=8192": (SHAPES["manyk"][0], SHAPES["manyk"][1], 8192)}
+    cases = {
+        "tall": SHAPES["tall"],
+        "wide": SHAPES["wide"],
+        "manyk": SHAPES["manyk"],
+        "manyk k=8192": (SHAPES["manyk"][0], SHAPES["manyk"][1], 8192),
+    }
     out = {}
     for name, (n, d, k) in cases.items():
         print(f"[memory] {name} ...", file=sys.stderr, flush=True)
@@ -413,17 +460,24 @@ def part_memory(args) -> dict:
             client.run(_warm_worker, d, "float32")
             tiny = client.persist(X[:2000])
             distributed.wait(tiny)
-            dkmeans.train(dkmeans.Descriptor(cluster_count=8, max_iteration_count=2, accuracy_threshold=0.0),
-                          tiny, C0[:8])
+            dkmeans.train(
+                dkmeans.Descriptor(cluster_count=8, max_iteration_count=2, accuracy_threshold=0.0),
+                tiny,
+                C0[:8],
+            )
             fit(tiny, C0[:8], 2)
             del tiny
             data = local_data_bytes(client, X)
-            desc = dkmeans.Descriptor(cluster_count=k, max_iteration_count=1 + args.memory_iters,
-                                      accuracy_threshold=0.0, dtype=np.float32)
+            desc = dkmeans.Descriptor(
+                cluster_count=k,
+                max_iteration_count=1 + args.memory_iters,
+                accuracy_threshold=0.0,
+                dtype=np.float32,
+            )
             t0 = time.perf_counter()
-            runs = {"train": _sampled(client, lambda: dkmeans.train(desc, X, C0))}
+            runs = {"train": _sampled(client, lambda X=X, C0=C0: dkmeans.train(desc, X, C0))}
             t1 = time.perf_counter()
-            runs["fit"] = _sampled(client, lambda: fit(X, C0, 1 + args.memory_iters))
+            runs["fit"] = _sampled(client, lambda X=X, C0=C0: fit(X, C0, 1 + args.memory_iters))
             t2 = time.perf_counter()
             chunks_per_worker = -(-N_CHUNKS // len(data))
             bound = scratch_bound(k, d, X.dtype.itemsize, chunks_per_worker)
@@ -432,13 +486,26 @@ def part_memory(args) -> dict:
                 row = {"data_bytes": data.get(w, 0)}
                 for run, rss in runs.items():
                     r = rss[w]
-                    row[run] = {"rss_before": r["before"], "rss_peak": r["peak"], "increase": r["peak"] - r["before"],
-                                "within_bound": r["peak"] - r["before"] <= bound["total"]}
+                    row[run] = {
+                        "rss_before": r["before"],
+                        "rss_peak": r["peak"],
+                        "increase": r["peak"] - r["before"],
+                        "within_bound": r["peak"] - r["before"] <= bound["total"],
+                    }
                 workers[w] = row
-            out[name] = {"n": n, "d": d, "k": k, "iterations": 1 + args.memory_iters,
-                         "train_s": t1 - t0, "fit_s": t2 - t1, "bound": bound, "workers": workers,
-                         "chunk_bytes": -(-n // N_CHUNKS) * d * X.dtype.itemsize, "labels_bytes": n * 4,
-                         "kernel_peak_bytes": kernel_peak_bytes(-(-n // N_CHUNKS), d, k)}
+            out[name] = {
+                "n": n,
+                "d": d,
+                "k": k,
+                "iterations": 1 + args.memory_iters,
+                "train_s": t1 - t0,
+                "fit_s": t2 - t1,
+                "bound": bound,
+                "workers": workers,
+                "chunk_bytes": -(-n // N_CHUNKS) * d * X.dtype.itemsize,
+                "labels_bytes": n * 4,
+                "kernel_peak_bytes": kernel_peak_bytes(-(-n // N_CHUNKS), d, k),
+            }
             del X
         finally:
             close(client)
@@ -457,17 +524,22 @@ def part_fixed(args) -> dict:
         n, d, k = SHAPES["small"]
         Xs, C0 = make_data(n, d, k)
         small = persist_chunks(client, Xs)
-        modes = (("one task", {}), ("SPMD", {"dkmeans.single-task-work": 0}),
-                 ("graph per iteration", {"dkmeans.single-task-work": 0, "dkmeans.spmd": False}))
+        modes = (
+            ("one task", {}),
+            ("SPMD", {"dkmeans.single-task-work": 0}),
+            ("graph per iteration", {"dkmeans.single-task-work": 0, "dkmeans.spmd": False}),
+        )
         for mode, config in modes:
             with dask.config.set(config):
                 if mode != "SPMD":  # one chunk is one rank: the same as one task
                     print(f"[fixed] 1 chunk of 1,000 rows, {mode} ...", file=sys.stderr, flush=True)
-                    out[f"1 chunk x 1,000 rows, d=8, k=10, {mode}"] = per_iteration(one, X[:10].copy(), args.iters,
-                                                                                   args.repeats)
+                    out[f"1 chunk x 1,000 rows, d=8, k=10, {mode}"] = per_iteration(
+                        one, X[:10].copy(), args.iters, args.repeats
+                    )
                 print(f"[fixed] small, {mode} ...", file=sys.stderr, flush=True)
-                out[f"small 100,000 x 8, k=10, 16 chunks, {mode}"] = per_iteration(small, C0, args.iters,
-                                                                                  args.repeats)
+                out[f"small 100,000 x 8, k=10, 16 chunks, {mode}"] = per_iteration(
+                    small, C0, args.iters, args.repeats
+                )
     finally:
         close(client)
     return out
@@ -479,10 +551,16 @@ def linearity(points: list, key: str) -> dict:
     "linear": every marginal cost within 25% of the first; "sub-linear": none above 1.25x
     the first but some below 0.75x (fixed costs amortised); "super-linear": some above.
     """
-    marginal = [(b["seconds_per_iter"] - a["seconds_per_iter"]) / (b[key] - a[key])
-                for a, b in zip(points, points[1:])]
+    marginal = [
+        (b["seconds_per_iter"] - a["seconds_per_iter"]) / (b[key] - a[key])
+        for a, b in zip(points, points[1:])
+    ]
     if not marginal or marginal[0] <= 0:
-        return {"marginal_seconds_per_unit": marginal, "growth": "undetermined", "at_most_linear": None}
+        return {
+            "marginal_seconds_per_unit": marginal,
+            "growth": "undetermined",
+            "at_most_linear": None,
+        }
     rel = [m / marginal[0] for m in marginal]
     if max(rel) > 1.25:
         growth = "super-linear"
@@ -490,8 +568,12 @@ def linearity(points: list, key: str) -> dict:
         growth = "sub-linear"
     else:
         growth = "linear"
-    return {"marginal_seconds_per_unit": marginal, "relative_to_first": rel, "growth": growth,
-            "at_most_linear": growth != "super-linear"}
+    return {
+        "marginal_seconds_per_unit": marginal,
+        "relative_to_first": rel,
+        "growth": growth,
+        "at_most_linear": growth != "super-linear",
+    }
 
 
 def part_n(args) -> dict:
@@ -532,56 +614,99 @@ def part_k(args) -> dict:
 def report_text(res: dict) -> str:
     lines = []
     if "dtype" in res:
-        lines += ["", "float64 vs float32 (s / iteration; history_ median in brackets)", "",
-                  "| shape | float32 | float64 | float64 / float32 |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "float64 vs float32 (s / iteration; history_ median in brackets)",
+            "",
+            "| shape | float32 | float64 | float64 / float32 |",
+            "|---|---:|---:|---:|",
+        ]
         for name, r in res["dtype"].items():
-            lines.append(f"| {name} | {r['float32']['seconds_per_iter']:.4f} ({r['float32']['history_median_s']:.4f}) | "
-                         f"{r['float64']['seconds_per_iter']:.4f} ({r['float64']['history_median_s']:.4f}) | "
-                         f"{r['ratio']:.2f} ({r['ratio_history']:.2f}) |")
+            lines.append(
+                f"| {name} | {r['float32']['seconds_per_iter']:.4f} ({r['float32']['history_median_s']:.4f}) | "
+                f"{r['float64']['seconds_per_iter']:.4f} ({r['float64']['history_median_s']:.4f}) | "
+                f"{r['ratio']:.2f} ({r['ratio_history']:.2f}) |"
+            )
     if "workers" in res:
-        lines += ["", "1 vs 2 workers, float32 (s / iteration; history_ median in brackets)", "",
-                  "| shape | 1 worker | 2 workers | speedup |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "1 vs 2 workers, float32 (s / iteration; history_ median in brackets)",
+            "",
+            "| shape | 1 worker | 2 workers | speedup |",
+            "|---|---:|---:|---:|",
+        ]
         for name, r in res["workers"].items():
-            lines.append(f"| {name} | {r[1]['seconds_per_iter']:.4f} ({r[1]['history_median_s']:.4f}) | "
-                         f"{r[2]['seconds_per_iter']:.4f} ({r[2]['history_median_s']:.4f}) | "
-                         f"{r['speedup']:.2f} ({r['speedup_history']:.2f}) |")
+            lines.append(
+                f"| {name} | {r[1]['seconds_per_iter']:.4f} ({r[1]['history_median_s']:.4f}) | "
+                f"{r[2]['seconds_per_iter']:.4f} ({r[2]['history_median_s']:.4f}) | "
+                f"{r['speedup']:.2f} ({r['speedup_history']:.2f}) |"
+            )
     if "spmd" in res:
         r = res["spmd"]
-        lines += ["", "SPMD exchange, 2 workers (ms: median, 90th percentile)", "", "| what | median | p90 |",
-                  "|---|---:|---:|"]
+        lines += [
+            "",
+            "SPMD exchange, 2 workers (ms: median, 90th percentile)",
+            "",
+            "| what | median | p90 |",
+            "|---|---:|---:|",
+        ]
         for name, v in r["exchange"].items():
-            lines.append(f"| allreduce of 32 x 17 float64, {name} | {v['median_ms']:.2f} | {v['p90_ms']:.2f} |")
+            lines.append(
+                f"| allreduce of 32 x 17 float64, {name} | {v['median_ms']:.2f} | {v['p90_ms']:.2f} |"
+            )
         for name, v in r["tall pass"].items():
             lines.append(f"| tall pass: {name} | {v['median_ms']:.2f} | {v['p90_ms']:.2f} |")
     if "contention" in res:
         r = res["contention"]
-        lines += ["", "The tall kernel on 1,000,000 x 16, k=32 (one thread, no Dask): alone "
-                  f"{r['alone_s'] * 1e3:.1f} ms; two threads at once {r['two_at_once_s'][0] * 1e3:.1f} and "
-                  f"{r['two_at_once_s'][1] * 1e3:.1f} ms: slowdown {r['slowdown']:.2f}, so two workers can be at "
-                  f"most {r['speedup_cap']:.2f}x faster than one here"]
+        lines += [
+            "",
+            "The tall kernel on 1,000,000 x 16, k=32 (one thread, no Dask): alone "
+            f"{r['alone_s'] * 1e3:.1f} ms; two threads at once {r['two_at_once_s'][0] * 1e3:.1f} and "
+            f"{r['two_at_once_s'][1] * 1e3:.1f} ms: slowdown {r['slowdown']:.2f}, so two workers can be at "
+            f"most {r['speedup_cap']:.2f}x faster than one here",
+        ]
     if "kernels" in res:
-        lines += ["", "One worker's share, one thread, no Dask: assign_partials (ms)", "",
-                  "| shape | rows x d, k | kernel chosen | BLAS + argmin | BLAS / chosen |", "|---|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "One worker's share, one thread, no Dask: assign_partials (ms)",
+            "",
+            "| shape | rows x d, k | kernel chosen | BLAS + argmin | BLAS / chosen |",
+            "|---|---|---:|---:|---:|",
+        ]
         for name, r in res["kernels"].items():
-            lines.append(f"| {name} | {r['rows']:,} x {r['d']}, k={r['k']} | {r['auto_s'] * 1e3:.1f} | "
-                         f"{r['blas_s'] * 1e3:.1f} | {r['blas_over_auto']:.2f} |")
+            lines.append(
+                f"| {name} | {r['rows']:,} x {r['d']}, k={r['k']} | {r['auto_s'] * 1e3:.1f} | "
+                f"{r['blas_s'] * 1e3:.1f} | {r['blas_over_auto']:.2f} |"
+            )
     if "memory" in res:
         mib = 2**20
-        lines += ["", "Worker memory (MiB, 2 workers): increase = peak resident memory during the run - resident "
-                  "memory just before it", "",
-                  "| case | chunk | kernel call peak | worker | data held | train: before | train: increase | "
-                  "fit: before | fit: increase | bound | within |",
-                  "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+        lines += [
+            "",
+            "Worker memory (MiB, 2 workers): increase = peak resident memory during the run - resident "
+            "memory just before it",
+            "",
+            "| case | chunk | kernel call peak | worker | data held | train: before | train: increase | "
+            "fit: before | fit: increase | bound | within |",
+            "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
         for name, r in res["memory"].items():
-            for i, (w, m) in enumerate(sorted(r["workers"].items())):
+            for i, (_w, m) in enumerate(sorted(r["workers"].items())):
                 ok = m["train"]["within_bound"] and m["fit"]["within_bound"]
-                lines.append(f"| {name} (k={r['k']}) | {r['chunk_bytes'] / mib:.1f} | "
-                             f"{r['kernel_peak_bytes'] / mib:.1f} | {i} | {m['data_bytes'] / mib:.0f} | "
-                             f"{m['train']['rss_before'] / mib:.0f} | {m['train']['increase'] / mib:.1f} | "
-                             f"{m['fit']['rss_before'] / mib:.0f} | {m['fit']['increase'] / mib:.1f} | "
-                             f"{r['bound']['total'] / mib:.0f} | {'yes' if ok else 'NO'} |")
+                lines.append(
+                    f"| {name} (k={r['k']}) | {r['chunk_bytes'] / mib:.1f} | "
+                    f"{r['kernel_peak_bytes'] / mib:.1f} | {i} | {m['data_bytes'] / mib:.0f} | "
+                    f"{m['train']['rss_before'] / mib:.0f} | {m['train']['increase'] / mib:.1f} | "
+                    f"{m['fit']['rss_before'] / mib:.0f} | {m['fit']['increase'] / mib:.1f} | "
+                    f"{r['bound']['total'] / mib:.0f} | {'yes' if ok else 'NO'} |"
+                )
     if "fixed" in res:
-        lines += ["", "Fixed cost per iteration", "", "| case | s / iteration | history_ median |", "|---|---:|---:|"]
+        lines += [
+            "",
+            "Fixed cost per iteration",
+            "",
+            "| case | s / iteration | history_ median |",
+            "|---|---:|---:|",
+        ]
         for name, r in res["fixed"].items():
             lines.append(f"| {name} | {r['seconds_per_iter']:.4f} | {r['history_median_s']:.4f} |")
     for part, key, label in (("n", "n", "rows"), ("k", "k", "centroids")):
@@ -589,11 +714,18 @@ def report_text(res: dict) -> str:
             continue
         r = res[part]
         g = r["growth"]
-        lines += ["", f"Scaling in {key} ({'d=16, k=32' if part == 'n' else '200,000 x 64'})", "",
-                  f"| {key} | s / iteration | history_ median | marginal s per 1,000 {label} |", "|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"Scaling in {key} ({'d=16, k=32' if part == 'n' else '200,000 x 64'})",
+            "",
+            f"| {key} | s / iteration | history_ median | marginal s per 1,000 {label} |",
+            "|---:|---:|---:|---:|",
+        ]
         for i, p in enumerate(r["points"]):
             m = "" if i == 0 else f"{g['marginal_seconds_per_unit'][i - 1] * 1000:.3g}"
-            lines.append(f"| {p[key]:,} | {p['seconds_per_iter']:.4f} | {p['history_median_s']:.4f} | {m} |")
+            lines.append(
+                f"| {p[key]:,} | {p['seconds_per_iter']:.4f} | {p['history_median_s']:.4f} | {m} |"
+            )
         rel = ", ".join(f"{x:.2f}" for x in g.get("relative_to_first", []))
         lines.append(f"\ngrowth: {g['growth']} (marginal costs relative to the first: {rel})")
     return "\n".join(lines)
@@ -602,14 +734,22 @@ def report_text(res: dict) -> str:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--iters", type=int, default=6, help="extra iterations of the long fit (default 6)")
+    parser.add_argument(
+        "--iters", type=int, default=6, help="extra iterations of the long fit (default 6)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory-iters", type=int, default=3)
     parser.add_argument("--n-values", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--k-values", type=int, nargs="+", default=[8, 64, 512, 4096, 8192])
-    parser.add_argument("--wait-load", type=float, default=None,
-                        help="before each part, wait until the 1-minute load average is below this")
-    parser.add_argument("--max-wait", type=float, default=600.0, help="seconds per wait (default 600)")
+    parser.add_argument(
+        "--wait-load",
+        type=float,
+        default=None,
+        help="before each part, wait until the 1-minute load average is below this",
+    )
+    parser.add_argument(
+        "--max-wait", type=float, default=600.0, help="seconds per wait (default 600)"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     return parser.parse_args(argv)
 
@@ -632,18 +772,31 @@ def main(argv=None):
         print(f"[{part}] done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
     print(report_text(res))
-    print("\n1-minute load before / after each part: " + ", ".join(
-        f"{p} {v['before'][0]:.2f} / {v['after'][0]:.2f}" for p, v in loads.items()))
-    print(f"\ndkmeans commit {source['commit']}{' (modified)' if source['modified'] else ''}; "
-          f"load average before: {fmt_load(load_before)}, after: {fmt_load(load_after)}"
-          + (f" (waited {waited:.0f} s)" if waited else ""))
-    report = {"date": started.isoformat(timespec="seconds"),
-              "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-              "command": " ".join([os.path.relpath(sys.executable)] + sys.argv),
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "python": platform.python_version(), "load_average_before": load_before,
-                          "load_average_after": load_after},
-              "versions": library_versions(), "dkmeans_source": source, "results": res, "load_per_part": loads}
+    print(
+        "\n1-minute load before / after each part: "
+        + ", ".join(f"{p} {v['before'][0]:.2f} / {v['after'][0]:.2f}" for p, v in loads.items())
+    )
+    print(
+        f"\ndkmeans commit {source['commit']}{' (modified)' if source['modified'] else ''}; "
+        f"load average before: {fmt_load(load_before)}, after: {fmt_load(load_after)}"
+        + (f" (waited {waited:.0f} s)" if waited else "")
+    )
+    report = {
+        "date": started.isoformat(timespec="seconds"),
+        "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join([os.path.relpath(sys.executable)] + sys.argv),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+        },
+        "versions": library_versions(),
+        "dkmeans_source": source,
+        "results": res,
+        "load_per_part": loads,
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {args.output}")

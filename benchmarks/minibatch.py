@@ -58,13 +58,20 @@ from _common import machine, write_json  # noqa: E402
 SETTINGS = [
     ("scikit-learn defaults (batch_size=1024)", {}),
     ("batch_size=4096", {"batch_size": 4096}),
-    ("batch_size=2**14, max_no_improvement=None, max_iter=1", {"batch_size": 2**14, "max_no_improvement": None,
-                                                               "max_iter": 1}),
+    (
+        "batch_size=2**14, max_no_improvement=None, max_iter=1",
+        {"batch_size": 2**14, "max_no_improvement": None, "max_iter": 1},
+    ),
     ("batch_size=4096, n_init=3", {"batch_size": 4096, "n_init": 3}),
-    ("init='k-means||' (n_init 'auto': 3), batch_size=4096", {"init": "k-means||", "batch_size": 4096}),
+    (
+        "init='k-means||' (n_init 'auto': 3), batch_size=4096",
+        {"init": "k-means||", "batch_size": 4096},
+    ),
     ("init='k-means||', batch_size=2**14", {"init": "k-means||", "batch_size": 2**14}),
-    ("init='k-means||', batch_size=2**16, max_no_improvement=None, max_iter=1",
-     {"init": "k-means||", "batch_size": 2**16, "max_no_improvement": None, "max_iter": 1}),
+    (
+        "init='k-means||', batch_size=2**16, max_no_improvement=None, max_iter=1",
+        {"init": "k-means||", "batch_size": 2**16, "max_no_improvement": None, "max_iter": 1},
+    ),
 ]
 
 
@@ -73,7 +80,7 @@ def objective(X, C) -> float:
 
     total = 0.0
     for i in range(0, len(X), 200_000):
-        total += float(assign_partials(X[i:i + 200_000], np.asarray(C).astype(X.dtype)).objective)
+        total += float(assign_partials(X[i : i + 200_000], np.asarray(C).astype(X.dtype)).objective)
     return total
 
 
@@ -128,7 +135,9 @@ def first_within(X, sample, centers_by_step, reference_full, reference_sample, t
     if hit is None:
         return None
     lo = max([i for i in grid if i < hit], default=-1)
-    hit = next(i for i in range(lo + 1, hit + 1) if r(i) <= 1 + target)  # the first step on the sample
+    hit = next(
+        i for i in range(lo + 1, hit + 1) if r(i) <= 1 + target
+    )  # the first step on the sample
     for i in range(hit, n):  # confirmed on all rows (the sample's estimate may be a little off)
         full = objective(X, centers_by_step[i]) / reference_full
         if full <= 1 + target:
@@ -150,38 +159,64 @@ def tall(args, client) -> list[dict]:
     sample = X[np.random.default_rng(1).choice(len(X), min(len(X), args.sample), replace=False)]
     dX = client.persist(da.from_array(X, chunks=(len(X) // (4 * args.workers), 16)))
     rows, lloyd_centers = [], None
-    for name, params in [("dkmeans KMeans (Lloyd, defaults)", {}),
-                         ("dkmeans KMeans (plain Lloyd, local_search=False)", {"local_search": False})]:
+    for name, params in [
+        ("dkmeans KMeans (Lloyd, defaults)", {}),
+        ("dkmeans KMeans (plain Lloyd, local_search=False)", {"local_search": False}),
+    ]:
         t0 = time.perf_counter()
         model = dkmeans.KMeans(args.k, random_state=0, **params).fit(dX)
         seconds = time.perf_counter() - t0
         lloyd_centers = model.cluster_centers_ if lloyd_centers is None else lloyd_centers
-        rows.append({"case": "tall", "fit": name, "setting": "", "seconds": seconds,
-                     "objective": objective(X, model.cluster_centers_), "steps_or_iterations": int(model.n_iter_)})
+        rows.append(
+            {
+                "case": "tall",
+                "fit": name,
+                "setting": "",
+                "seconds": seconds,
+                "objective": objective(X, model.cluster_centers_),
+                "steps_or_iterations": int(model.n_iter_),
+            }
+        )
     lloyd = rows[0]  # the reference: Lloyd with its defaults
     ref_full, ref_sample = lloyd["objective"], objective(sample, lloyd_centers)
     settings = SETTINGS if args.settings is None else [SETTINGS[i] for i in args.settings]
     for label, params in settings:
-        params = {"init": "k-means++", "batch_size": 1024, **params}  # scikit-learn's defaults unless set
+        params = {
+            "init": "k-means++",
+            "batch_size": 1024,
+            **params,
+        }  # scikit-learn's defaults unless set
         # dkmeans on the Dask array (timed), then replayed here for its centers after each step
         t0 = time.perf_counter()
-        model = dkmeans.MiniBatchKMeans(args.k, random_state=0, compute_labels=False, **params).fit(dX)
+        model = dkmeans.MiniBatchKMeans(args.k, random_state=0, compute_labels=False, **params).fit(
+            dX
+        )
         seconds = time.perf_counter() - t0
         step_seconds = np.array([h["seconds"] for h in model.history_])
         with StepRecorder() as rec, dask.config.set({"dkmeans.in-process-bytes": "100 GiB"}):
-            replay = dkmeans.MiniBatchKMeans(args.k, random_state=0, compute_labels=False, **params).fit(X)
+            replay = dkmeans.MiniBatchKMeans(
+                args.k, random_state=0, compute_labels=False, **params
+            ).fit(X)
         centers = [c for _, c in rec.steps]
         replay_diff = float(np.max(np.abs(replay.cluster_centers_ - model.cluster_centers_)))
         hit = first_within(X, sample, centers, ref_full, ref_sample, args.target)
         floor = _batch_floor(X, model.cluster_centers_, params["batch_size"], assign_partials)
-        row = {"case": "tall", "fit": "dkmeans MiniBatchKMeans", "setting": label, "seconds": seconds,
-               "objective": objective(X, model.cluster_centers_), "steps_or_iterations": int(model.n_steps_),
-               "stop_reason": model.stop_reason_, "loop_modes": list(getattr(model, "_loop_modes", [])),
-               "replay_max_abs_diff": replay_diff, "median_step_seconds": float(np.median(step_seconds)),
-               "batch_partials_floor_seconds": floor}
+        row = {
+            "case": "tall",
+            "fit": "dkmeans MiniBatchKMeans",
+            "setting": label,
+            "seconds": seconds,
+            "objective": objective(X, model.cluster_centers_),
+            "steps_or_iterations": int(model.n_steps_),
+            "stop_reason": model.stop_reason_,
+            "loop_modes": list(getattr(model, "_loop_modes", [])),
+            "replay_max_abs_diff": replay_diff,
+            "median_step_seconds": float(np.median(step_seconds)),
+            "batch_partials_floor_seconds": floor,
+        }
         if hit is not None:
             row["steps_to_target"], row["objective_at_target_vs_lloyd"] = hit
-            row["seconds_to_target"] = seconds - float(step_seconds[hit[0]:].sum())
+            row["seconds_to_target"] = seconds - float(step_seconds[hit[0] :].sum())
         rows.append(row)
         if "init" in params and params["init"] == "k-means||":
             continue  # scikit-learn has no k-means||
@@ -191,8 +226,14 @@ def tall(args, client) -> list[dict]:
             seconds = time.perf_counter() - t0
         centers = [c for _, c in rec.steps]
         hit = first_within(X, sample, centers, ref_full, ref_sample, args.target)
-        row = {"case": "tall", "fit": "scikit-learn MiniBatchKMeans", "setting": label, "seconds": seconds,
-               "objective": objective(X, sk.cluster_centers_), "steps_or_iterations": int(sk.n_steps_)}
+        row = {
+            "case": "tall",
+            "fit": "scikit-learn MiniBatchKMeans",
+            "setting": label,
+            "seconds": seconds,
+            "objective": objective(X, sk.cluster_centers_),
+            "steps_or_iterations": int(sk.n_steps_),
+        }
         if hit is not None:
             row["steps_to_target"], row["objective_at_target_vs_lloyd"] = hit
             row["seconds_to_target"] = rec.steps[hit[0] - 1][0] - t0
@@ -219,29 +260,70 @@ def seed_sweep(args) -> list[dict]:
     X = X.astype(np.float32)
     rows = []
     with dask.config.set({"dkmeans.in-process-bytes": "100 GiB"}):
-        ref = objective(X, dkmeans.KMeans(args.k, random_state=0, local_search=False).fit(X).cluster_centers_)
-        fits = [("dkmeans", "batch_size=4096", lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096,
-                                                                                 init="k-means++")),
-                ("scikit-learn", "batch_size=4096", lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096)),
-                ("dkmeans", "batch_size=4096, n_init=3",
-                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3,
-                                                   init="k-means++")),
-                ("scikit-learn", "batch_size=4096, n_init=3",
-                 lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3)),
-                ("dkmeans", "init='k-means||', batch_size=4096, n_init=1",
-                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, init="k-means||",
-                                                   n_init=1)),
-                ("dkmeans", "init='k-means||', batch_size=4096 (n_init 'auto': 3)",
-                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=4096, init="k-means||",
-                                                   n_init=3)),
-                ("dkmeans", "init='k-means||', batch_size=2**14, n_init=1",
-                 lambda s: dkmeans.MiniBatchKMeans(args.k, random_state=s, batch_size=2**14, init="k-means||",
-                                                   n_init=1))]
+        ref = objective(
+            X, dkmeans.KMeans(args.k, random_state=0, local_search=False).fit(X).cluster_centers_
+        )
+        fits = [
+            (
+                "dkmeans",
+                "batch_size=4096",
+                lambda s: dkmeans.MiniBatchKMeans(
+                    args.k, random_state=s, batch_size=4096, init="k-means++"
+                ),
+            ),
+            (
+                "scikit-learn",
+                "batch_size=4096",
+                lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096),
+            ),
+            (
+                "dkmeans",
+                "batch_size=4096, n_init=3",
+                lambda s: dkmeans.MiniBatchKMeans(
+                    args.k, random_state=s, batch_size=4096, n_init=3, init="k-means++"
+                ),
+            ),
+            (
+                "scikit-learn",
+                "batch_size=4096, n_init=3",
+                lambda s: SkMiniBatchKMeans(args.k, random_state=s, batch_size=4096, n_init=3),
+            ),
+            (
+                "dkmeans",
+                "init='k-means||', batch_size=4096, n_init=1",
+                lambda s: dkmeans.MiniBatchKMeans(
+                    args.k, random_state=s, batch_size=4096, init="k-means||", n_init=1
+                ),
+            ),
+            (
+                "dkmeans",
+                "init='k-means||', batch_size=4096 (n_init 'auto': 3)",
+                lambda s: dkmeans.MiniBatchKMeans(
+                    args.k, random_state=s, batch_size=4096, init="k-means||", n_init=3
+                ),
+            ),
+            (
+                "dkmeans",
+                "init='k-means||', batch_size=2**14, n_init=1",
+                lambda s: dkmeans.MiniBatchKMeans(
+                    args.k, random_state=s, batch_size=2**14, init="k-means||", n_init=1
+                ),
+            ),
+        ]
         for lib, label, make in fits:
-            ratios = [objective(X, make(seed).set_params(compute_labels=False).fit(X).cluster_centers_) / ref
-                      for seed in range(args.seed_sweep)]
-            rows.append({"case": f"seed sweep {args.rows} x 16", "fit": f"{lib} MiniBatchKMeans", "setting": label,
-                         "objective_vs_plain_lloyd": ratios})
+            ratios = [
+                objective(X, make(seed).set_params(compute_labels=False).fit(X).cluster_centers_)
+                / ref
+                for seed in range(args.seed_sweep)
+            ]
+            rows.append(
+                {
+                    "case": f"seed sweep {args.rows} x 16",
+                    "fit": f"{lib} MiniBatchKMeans",
+                    "setting": label,
+                    "objective_vs_plain_lloyd": ratios,
+                }
+            )
             print(f"{lib:14s} {label:40s} " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
     return rows
 
@@ -251,7 +333,7 @@ def objective64(X, C) -> float:
     C = np.asarray(C, dtype=np.float64)
     total = 0.0
     for i in range(0, len(X), 50_000):
-        block = X[i:i + 50_000].astype(np.float64)
+        block = X[i : i + 50_000].astype(np.float64)
         d2 = np.full(len(block), np.inf)
         for c in C:
             d2 = np.minimum(d2, np.einsum("ij,ij->i", block - c, block - c))
@@ -283,18 +365,25 @@ def defaults_one(args) -> dict:
         if args.one_fit == "kmeans":
             model = dkmeans.KMeans(args.k, random_state=args.seed)
         else:
-            model = dkmeans.MiniBatchKMeans(args.k, random_state=args.seed, **json.loads(args.mb_params))
+            model = dkmeans.MiniBatchKMeans(
+                args.k, random_state=args.seed, **json.loads(args.mb_params)
+            )
         # warm-up (untimed): the workers load the compiled kernels (DASK_DKMEANS__COMPILE=eager, set by the sweep)
         small = client.persist(da.from_array(X[:20_000], chunks=(5_000, 16)))
         sklearn.base.clone(model).fit(small)
         t0 = time.perf_counter()
         model.fit(dX)
         seconds = time.perf_counter() - t0
-    return {"fit": args.one_fit, "seed": args.seed, "seconds": seconds,
-            "objective64": objective64(X, model.cluster_centers_), "inertia": float(model.inertia_),
-            "params": {k: v for k, v in model.get_params().items() if not callable(v)},
-            "steps_or_iterations": int(getattr(model, "n_steps_", model.n_iter_)),
-            "stop_reason": model.stop_reason_}
+    return {
+        "fit": args.one_fit,
+        "seed": args.seed,
+        "seconds": seconds,
+        "objective64": objective64(X, model.cluster_centers_),
+        "inertia": float(model.inertia_),
+        "params": {k: v for k, v in model.get_params().items() if not callable(v)},
+        "steps_or_iterations": int(getattr(model, "n_steps_", model.n_iter_)),
+        "stop_reason": model.stop_reason_,
+    }
 
 
 def defaults_sweep(args) -> list[dict]:
@@ -312,8 +401,22 @@ def defaults_sweep(args) -> list[dict]:
     env = {**os.environ, "DASK_DKMEANS__COMPILE": "eager"}
 
     def run(fit, seed, params="{}"):
-        cmd = [sys.executable, __file__, "--one-fit", fit, "--seed", str(seed), "--rows", str(args.rows),
-               "--k", str(args.k), "--workers", str(args.workers), "--mb-params", params]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one-fit",
+            fit,
+            "--seed",
+            str(seed),
+            "--rows",
+            str(args.rows),
+            "--k",
+            str(args.k),
+            "--workers",
+            str(args.workers),
+            "--mb-params",
+            params,
+        ]
         for attempt in range(3):  # a fresh process can fail to start its cluster on a busy machine
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode == 0:
@@ -324,25 +427,42 @@ def defaults_sweep(args) -> list[dict]:
         raise RuntimeError(f"{cmd} failed three times")
 
     rows = []
-    print(f"{'seed':>4s} {'KMeans s':>9s}  " + "  ".join(
-        f"[{json.dumps(p)}] {'MBKMeans s':>10s} {'t MB/KM':>8s} {'obj MB/KM':>10s} steps" for p in settings), flush=True)
+    print(
+        f"{'seed':>4s} {'KMeans s':>9s}  "
+        + "  ".join(
+            f"[{json.dumps(p)}] {'MBKMeans s':>10s} {'t MB/KM':>8s} {'obj MB/KM':>10s} steps"
+            for p in settings
+        ),
+        flush=True,
+    )
     for seed in range(args.defaults):
         km = run("kmeans", seed)
         line = f"{seed:4d} {km['seconds']:9.2f}  "
         for params in settings:
             mb = run("minibatch", seed, json.dumps(params))
-            row = {"case": f"defaults {args.rows} x 16 float32, k={args.k}", "seed": seed, "mb_params": params,
-                   "kmeans": km, "minibatch": mb, "objective_ratio": mb["objective64"] / km["objective64"],
-                   "time_ratio": mb["seconds"] / km["seconds"]}
+            row = {
+                "case": f"defaults {args.rows} x 16 float32, k={args.k}",
+                "seed": seed,
+                "mb_params": params,
+                "kmeans": km,
+                "minibatch": mb,
+                "objective_ratio": mb["objective64"] / km["objective64"],
+                "time_ratio": mb["seconds"] / km["seconds"],
+            }
             rows.append(row)
-            line += (f"{mb['seconds']:10.2f} {row['time_ratio']:8.3f} {row['objective_ratio']:10.4f} "
-                     f"{mb['steps_or_iterations']:5d}  ")
+            line += (
+                f"{mb['seconds']:10.2f} {row['time_ratio']:8.3f} {row['objective_ratio']:10.4f} "
+                f"{mb['steps_or_iterations']:5d}  "
+            )
         print(line, flush=True)
     for params in settings:
         ratios = np.array([r["objective_ratio"] for r in rows if r["mb_params"] == params])
         times = np.array([r["time_ratio"] for r in rows if r["mb_params"] == params])
-        print(f"{json.dumps(params)}: objective ratio max {ratios.max():.4f}, median {np.median(ratios):.4f}; "
-              f"time ratio max {times.max():.3f}, median {np.median(times):.3f}", flush=True)
+        print(
+            f"{json.dumps(params)}: objective ratio max {ratios.max():.4f}, median {np.median(ratios):.4f}; "
+            f"time ratio max {times.max():.3f}, median {np.median(times):.3f}",
+            flush=True,
+        )
     return rows
 
 
@@ -366,33 +486,51 @@ def _batch_floor(X, C, batch_size, assign_partials) -> float:
 def out_of_core(args) -> list[dict]:
     import dask
     from dask.utils import parse_bytes
+    from out_of_core import PeakMemory
 
     import dkmeans
     from dkmeans.engine.client import start_local_cluster
     from dkmeans.testing import make_blobs_dask
-    from out_of_core import PeakMemory
 
     memory = parse_bytes(args.memory)
     n = int(args.times * memory * args.workers / (16 * 4))
-    client = start_local_cluster(n_workers=args.workers, dashboard_address=None, memory_limit=args.memory)
-    case = (f"out-of-core {n} x 16 float32 ({n * 64 / 2**30:.2f} GiB, {args.times:g}x the cluster's "
-            f"{args.workers} x {args.memory})")
+    client = start_local_cluster(
+        n_workers=args.workers, dashboard_address=None, memory_limit=args.memory
+    )
+    case = (
+        f"out-of-core {n} x 16 float32 ({n * 64 / 2**30:.2f} GiB, {args.times:g}x the cluster's "
+        f"{args.workers} x {args.memory})"
+    )
     rows = []
     try:
         with client.as_current(), dask.config.set({"dkmeans.in-process-bytes": 0}):
-            X, true_centers = make_blobs_dask(n, 16, args.k, chunk_rows=args.chunk_rows, spread=1.5, seed=1)
-            head = X[:200_000].compute()  # the objective against the generating centers' on these rows
+            X, true_centers = make_blobs_dask(
+                n, 16, args.k, chunk_rows=args.chunk_rows, spread=1.5, seed=1
+            )
+            head = X[
+                :200_000
+            ].compute()  # the objective against the generating centers' on these rows
             mni = None if args.ooc_max_no_improvement < 0 else args.ooc_max_no_improvement
             fits = {
                 f"dkmeans MiniBatchKMeans (init='k-means||', max_iter=1, batch_size={args.ooc_batch_size}, "
-                f"max_no_improvement={mni}, compute_labels={args.ooc_labels})":
-                    lambda: dkmeans.MiniBatchKMeans(args.k, random_state=0, batch_size=args.ooc_batch_size,
-                                                    max_iter=1, init="k-means||", max_no_improvement=mni,
-                                                    compute_labels=args.ooc_labels).fit(X),
+                f"max_no_improvement={mni}, compute_labels={args.ooc_labels})": lambda: (
+                    dkmeans.MiniBatchKMeans(
+                        args.k,
+                        random_state=0,
+                        batch_size=args.ooc_batch_size,
+                        max_iter=1,
+                        init="k-means||",
+                        max_no_improvement=mni,
+                        compute_labels=args.ooc_labels,
+                    ).fit(X)
+                ),
             }
             if args.ooc_lloyd_iters:
-                fits[f"dkmeans KMeans (plain Lloyd, max_iter={args.ooc_lloyd_iters})"] = lambda: dkmeans.KMeans(
-                    args.k, random_state=0, max_iter=args.ooc_lloyd_iters, local_search=False).fit(X)
+                fits[f"dkmeans KMeans (plain Lloyd, max_iter={args.ooc_lloyd_iters})"] = lambda: (
+                    dkmeans.KMeans(
+                        args.k, random_state=0, max_iter=args.ooc_lloyd_iters, local_search=False
+                    ).fit(X)
+                )
             for name, fit in fits.items():
                 workers_before = set(client.scheduler_info(n_workers=-1)["workers"])
                 with PeakMemory(client) as peak:
@@ -400,16 +538,27 @@ def out_of_core(args) -> list[dict]:
                     model = fit()
                     seconds = time.perf_counter() - t0
                 workers_after = set(client.scheduler_info(n_workers=-1)["workers"])
-                rows.append({"case": case, "fit": name, "seconds": seconds, "objective": float(model.inertia_),
-                             "passes": int(model.n_passes_), "mode": model.data_mode_,
-                             "steps_or_iterations": int(getattr(model, "n_steps_", model.n_iter_)),
-                             "stop_reason": model.stop_reason_,
-                             "rows_read_by_steps": min(n, int(getattr(model, "n_steps_", 0)) * args.ooc_batch_size),
-                             "head_objective_vs_true_centers": objective(head, model.cluster_centers_)
-                             / objective(head, true_centers),
-                             "peak_worker_mib": sorted(round(v / 2**20) for v in peak.peak.values()),
-                             "memory_limit_mib": memory / 2**20,
-                             "workers_lost": len(peak.seen - workers_after) + len(workers_before - workers_after)})
+                rows.append(
+                    {
+                        "case": case,
+                        "fit": name,
+                        "seconds": seconds,
+                        "objective": float(model.inertia_),
+                        "passes": int(model.n_passes_),
+                        "mode": model.data_mode_,
+                        "steps_or_iterations": int(getattr(model, "n_steps_", model.n_iter_)),
+                        "stop_reason": model.stop_reason_,
+                        "rows_read_by_steps": min(
+                            n, int(getattr(model, "n_steps_", 0)) * args.ooc_batch_size
+                        ),
+                        "head_objective_vs_true_centers": objective(head, model.cluster_centers_)
+                        / objective(head, true_centers),
+                        "peak_worker_mib": sorted(round(v / 2**20) for v in peak.peak.values()),
+                        "memory_limit_mib": memory / 2**20,
+                        "workers_lost": len(peak.seen - workers_after)
+                        + len(workers_before - workers_after),
+                    }
+                )
     finally:
         cluster = client.cluster
         client.close()
@@ -419,36 +568,78 @@ def out_of_core(args) -> list[dict]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (200k rows; 3x of 2 x 400MiB, no Lloyd)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (200k rows; 3x of 2 x 400MiB, no Lloyd)"
+    )
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--k", type=int, default=32)
-    parser.add_argument("--target", type=float, default=0.01, help="within this fraction of Lloyd's objective")
-    parser.add_argument("--sample", type=int, default=200_000, help="rows the objective along the way is computed on")
-    parser.add_argument("--settings", type=int, nargs="*", default=None, help="indices into SETTINGS (default all)")
+    parser.add_argument(
+        "--target", type=float, default=0.01, help="within this fraction of Lloyd's objective"
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=200_000,
+        help="rows the objective along the way is computed on",
+    )
+    parser.add_argument(
+        "--settings", type=int, nargs="*", default=None, help="indices into SETTINGS (default all)"
+    )
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--memory", default="512MiB", help="memory_limit per worker of the out-of-core cluster")
-    parser.add_argument("--times", type=float, default=None, help="data / the cluster's memory (default 10; quick 3)")
+    parser.add_argument(
+        "--memory", default="512MiB", help="memory_limit per worker of the out-of-core cluster"
+    )
+    parser.add_argument(
+        "--times",
+        type=float,
+        default=None,
+        help="data / the cluster's memory (default 10; quick 3)",
+    )
     parser.add_argument("--chunk-rows", type=int, default=500_000)
     parser.add_argument("--ooc-batch-size", type=int, default=2**14)
-    parser.add_argument("--ooc-lloyd-iters", type=int, default=None,
-                        help="plain Lloyd iterations out of core (default 2; --quick: 0, Lloyd not run)")
-    parser.add_argument("--ooc-max-no-improvement", type=int, default=10,
-                        help="out of core: max_no_improvement (-1: None, the whole pass)")
-    parser.add_argument("--ooc-labels", action="store_true",
-                        help="out of core: compute_labels=True (a second pass, for the exact objective); else "
-                             "the objective reported is scikit-learn's estimate (the smoothed batch objective)")
+    parser.add_argument(
+        "--ooc-lloyd-iters",
+        type=int,
+        default=None,
+        help="plain Lloyd iterations out of core (default 2; --quick: 0, Lloyd not run)",
+    )
+    parser.add_argument(
+        "--ooc-max-no-improvement",
+        type=int,
+        default=10,
+        help="out of core: max_no_improvement (-1: None, the whole pass)",
+    )
+    parser.add_argument(
+        "--ooc-labels",
+        action="store_true",
+        help="out of core: compute_labels=True (a second pass, for the exact objective); else "
+        "the objective reported is scikit-learn's estimate (the smoothed batch objective)",
+    )
     parser.add_argument("--skip-out-of-core", action="store_true")
     parser.add_argument("--skip-tall", action="store_true")
-    parser.add_argument("--seed-sweep", type=int, default=0,
-                        help="only: the final objective of some settings for random_state 0..N-1, in this process")
-    parser.add_argument("--defaults", type=int, default=0,
-                        help="only: default MiniBatchKMeans against default KMeans for random_state 0..N-1, "
-                             "each fit in a fresh process (--rows default 1.2M)")
-    parser.add_argument("--mb-params", default="{}",
-                        help="--defaults: JSON parameters added to MiniBatchKMeans' (a list: several settings)")
+    parser.add_argument(
+        "--seed-sweep",
+        type=int,
+        default=0,
+        help="only: the final objective of some settings for random_state 0..N-1, in this process",
+    )
+    parser.add_argument(
+        "--defaults",
+        type=int,
+        default=0,
+        help="only: default MiniBatchKMeans against default KMeans for random_state 0..N-1, "
+        "each fit in a fresh process (--rows default 1.2M)",
+    )
+    parser.add_argument(
+        "--mb-params",
+        default="{}",
+        help="--defaults: JSON parameters added to MiniBatchKMeans' (a list: several settings)",
+    )
     parser.add_argument("--one-fit", choices=("kmeans", "minibatch"), help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--output", default="minibatch.json", help="file name under benchmarks/results/")
+    parser.add_argument(
+        "--output", default="minibatch.json", help="file name under benchmarks/results/"
+    )
     args = parser.parse_args(argv)
     if args.one_fit:
         import json
@@ -457,7 +648,9 @@ def main(argv=None) -> int:
         return 0
     if args.defaults:
         args.rows = args.rows or 1_200_000
-        write_json(args.output, {"machine": machine(), "args": vars(args), "rows": defaults_sweep(args)})
+        write_json(
+            args.output, {"machine": machine(), "args": vars(args), "rows": defaults_sweep(args)}
+        )
         return 0
     args.rows = args.rows or (200_000 if args.quick else 2_000_000)
     args.times = args.times or (3.0 if args.quick else 10.0)
@@ -468,25 +661,44 @@ def main(argv=None) -> int:
 
     rows = []
     if args.seed_sweep:
-        write_json(args.output, {"machine": machine(), "args": vars(args), "rows": seed_sweep(args)})
+        write_json(
+            args.output, {"machine": machine(), "args": vars(args), "rows": seed_sweep(args)}
+        )
         return 0
     if not args.skip_tall:
         with local_cluster(args.workers) as client, client.as_current():
             rows += tall(args, client)
     if not args.skip_out_of_core:
         rows += out_of_core(args)
-    print(f"{'fit':30s} {'setting':58s} {'seconds':>8s} {'obj/Lloyd':>9s} {'t/Lloyd':>8s} {'steps':>6s} "
-          f"{'to 1%: s':>8s} {'t/Lloyd':>8s} {'t/plain':>8s} {'step':>6s} extra")
+    print(
+        f"{'fit':30s} {'setting':58s} {'seconds':>8s} {'obj/Lloyd':>9s} {'t/Lloyd':>8s} {'steps':>6s} "
+        f"{'to 1%: s':>8s} {'t/Lloyd':>8s} {'t/plain':>8s} {'step':>6s} extra"
+    )
     for r in rows:
-        extra = {key: r[key] for key in ("stop_reason", "passes", "rows_read_by_steps",
-                                         "head_objective_vs_true_centers", "mode", "peak_worker_mib", "workers_lost",
-                                         "loop_modes", "replay_max_abs_diff", "median_step_seconds",
-                                         "batch_partials_floor_seconds") if key in r}
-        print(f"{r['fit'][:30]:30s} {r.get('setting', r['case'])[:58]:58s} {r['seconds']:8.2f} "
-              f"{r.get('objective_vs_lloyd', float('nan')):9.4f} {r.get('time_vs_lloyd', float('nan')):8.3f} "
-              f"{r['steps_or_iterations']:6d} {r.get('seconds_to_target', float('nan')):8.2f} "
-              f"{r.get('time_to_target_vs_lloyd', float('nan')):8.3f} "
-              f"{r.get('time_to_target_vs_plain_lloyd', float('nan')):8.3f} {r.get('steps_to_target', '-')!s:>6s} {extra}")
+        extra = {
+            key: r[key]
+            for key in (
+                "stop_reason",
+                "passes",
+                "rows_read_by_steps",
+                "head_objective_vs_true_centers",
+                "mode",
+                "peak_worker_mib",
+                "workers_lost",
+                "loop_modes",
+                "replay_max_abs_diff",
+                "median_step_seconds",
+                "batch_partials_floor_seconds",
+            )
+            if key in r
+        }
+        print(
+            f"{r['fit'][:30]:30s} {r.get('setting', r['case'])[:58]:58s} {r['seconds']:8.2f} "
+            f"{r.get('objective_vs_lloyd', float('nan')):9.4f} {r.get('time_vs_lloyd', float('nan')):8.3f} "
+            f"{r['steps_or_iterations']:6d} {r.get('seconds_to_target', float('nan')):8.2f} "
+            f"{r.get('time_to_target_vs_lloyd', float('nan')):8.3f} "
+            f"{r.get('time_to_target_vs_plain_lloyd', float('nan')):8.3f} {r.get('steps_to_target', '-')!s:>6s} {extra}"
+        )
     write_json(args.output, {"machine": machine(), "args": vars(args), "rows": rows})
     return 0
 

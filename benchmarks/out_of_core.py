@@ -50,7 +50,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_json  # noqa: E402
 
 
-
 class PeakMemory:
     """Largest process memory of each worker (scheduler metrics, polled) and the set of workers seen."""
 
@@ -122,7 +121,10 @@ def write_folder(folder: Path, n_files: int, n_features: int, k: int, file_rows:
         rng = np.random.default_rng([1, i])
         XT = centers[:, rng.integers(0, k, size=file_rows)]  # (features, rows): contiguous columns
         XT += rng.random(XT.shape, dtype=np.float32) * np.float32(4) - np.float32(2)
-        table = pa.table({name: XT[j] for j, name in enumerate(names)} | {"id": np.arange(file_rows) + i * file_rows})
+        table = pa.table(
+            {name: XT[j] for j, name in enumerate(names)}
+            | {"id": np.arange(file_rows) + i * file_rows}
+        )
         pq.write_table(table, path, row_group_size=file_rows // 4, use_dictionary=False)
     (folder / "_done").write_text(str(n_files))
 
@@ -140,26 +142,42 @@ print("inertia", km.inertia_)
 """
     t0 = time.perf_counter()
     try:
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return {"outcome": f"timed out after {timeout:.0f} s"}
     seconds = time.perf_counter() - t0
     if out.returncode == 0:
         return {"outcome": "finished", "seconds": seconds}
-    last = [line for line in out.stderr.strip().splitlines() if line.strip()][-1:] or ["(no message)"]
+    last = [line for line in out.stderr.strip().splitlines() if line.strip()][-1:] or [
+        "(no message)"
+    ]
     return {"outcome": f"failed after {seconds:.0f} s: {last[0][:300]}"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "dkmeans-out-of-core"))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--folder", default=str(Path(tempfile.gettempdir()) / "dkmeans-out-of-core")
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory", default="768MiB", help="memory_limit of each worker")
-    parser.add_argument("--cluster", choices=["distributed", "embedded"], default="distributed",
-                        help="distributed.LocalCluster with distributed's defaults, or dkmeans' start_local_cluster")
-    parser.add_argument("--times", type=float, default=3.0, help="data size, in multiples of the cluster's memory")
+    parser.add_argument(
+        "--cluster",
+        choices=["distributed", "embedded"],
+        default="distributed",
+        help="distributed.LocalCluster with distributed's defaults, or dkmeans' start_local_cluster",
+    )
+    parser.add_argument(
+        "--times", type=float, default=3.0, help="data size, in multiples of the cluster's memory"
+    )
     parser.add_argument("--features", type=int, default=16)
-    parser.add_argument("--file-rows", type=int, default=1_000_000, help="rows per Parquet file (64 MB of features)")
+    parser.add_argument(
+        "--file-rows", type=int, default=1_000_000, help="rows per Parquet file (64 MB of features)"
+    )
     parser.add_argument("--k", type=int, default=24)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
@@ -179,26 +197,44 @@ def main() -> None:
     folder = Path(args.folder) / f"{args.features}x{n_files}x{args.file_rows}"
     t0 = time.perf_counter()
     write_folder(folder, n_files, args.features, args.k, args.file_rows)
-    print(f"data: {n_files} Parquet files, {n_files * file_bytes / 2**30:.2f} GiB of float32 features "
-          f"({args.times:g}x the cluster's {args.workers} x {args.memory}), in {folder} "
-          f"(written in {time.perf_counter() - t0:.0f} s if new)")
+    print(
+        f"data: {n_files} Parquet files, {n_files * file_bytes / 2**30:.2f} GiB of float32 features "
+        f"({args.times:g}x the cluster's {args.workers} x {args.memory}), in {folder} "
+        f"(written in {time.perf_counter() - t0:.0f} s if new)"
+    )
     cols = [f"x{j}" for j in range(args.features)]
     first = dd.read_parquet(folder / "part-00000.parquet", columns=cols).head(args.k * 10)
-    C0 = first.to_numpy()[:: 10][: args.k].astype(np.float32)
+    C0 = first.to_numpy()[::10][: args.k].astype(np.float32)
 
     if args.cluster == "embedded":
         client = start_local_cluster(args.workers, memory_limit=limit, dashboard_address=None)
     else:
         import distributed
 
-        client = distributed.Client(distributed.LocalCluster(
-            n_workers=args.workers, threads_per_worker=1, memory_limit=limit, processes=True, host="127.0.0.1",
-            dashboard_address=None))
+        client = distributed.Client(
+            distributed.LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                memory_limit=limit,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+            )
+        )
     import dask
 
     pause = float(dask.config.get("distributed.worker.memory.pause"))
-    results = {"machine": machine(), "args": vars(args), "data_gib": n_files * file_bytes / 2**30,
-               "read": [], "fit_short": [], "fit_long": [], "history": [], "passes": [], "restarted_during": []}
+    results = {
+        "machine": machine(),
+        "args": vars(args),
+        "data_gib": n_files * file_bytes / 2**30,
+        "read": [],
+        "fit_short": [],
+        "fit_long": [],
+        "history": [],
+        "passes": [],
+        "restarted_during": [],
+    }
     read_peak, fit_peak = {}, {}
     with PeakMemory(client) as memory:
         for r in range(args.repeats):
@@ -217,50 +253,70 @@ def main() -> None:
                 with ExactPeak(client, fit_peak) as phase:
                     t = time.perf_counter()
                     km = dkmeans.KMeans(args.k, init=C0, n_init=1, max_iter=max_iter, tol=0).fit(
-                        dd.read_parquet(folder)[cols])
+                        dd.read_parquet(folder)[cols]
+                    )
                     results[key].append(time.perf_counter() - t)
                 if phase.restarted:
                     results["restarted_during"].append(f"fit max_iter={max_iter}, repeat {r}")
-                assert km.n_iter_ == max_iter and km.data_mode_ == "out-of-core", (km.n_iter_, km.data_mode_)
+                assert km.n_iter_ == max_iter and km.data_mode_ == "out-of-core", (
+                    km.n_iter_,
+                    km.data_mode_,
+                )
             results["history"].append([h["seconds"] for h in km.history_])
             results["passes"].append(km.n_passes_)
-            print(f"repeat {r}: read {results['read'][-1]:.2f} s, fit(1) {results['fit_short'][-1]:.2f} s, "
-                  f"fit({1 + args.iters}) {results['fit_long'][-1]:.2f} s, {km.n_passes_} passes", flush=True)
+            print(
+                f"repeat {r}: read {results['read'][-1]:.2f} s, fit(1) {results['fit_short'][-1]:.2f} s, "
+                f"fit({1 + args.iters}) {results['fit_long'][-1]:.2f} s, {km.n_passes_} passes",
+                flush=True,
+            )
     lost = results["restarted_during"]
     per_pass = [(b - a) / args.iters for a, b in zip(results["fit_short"], results["fit_long"])]
     read = float(np.median(results["read"]))
     results.update(
-        read_pass_s=read, lloyd_pass_s=float(np.median(per_pass)),
+        read_pass_s=read,
+        lloyd_pass_s=float(np.median(per_pass)),
         history_pass_s=float(np.median([s for h in results["history"] for s in h[1:]])),
         ratio=float(np.median(per_pass)) / read,
-        peak_memory={a: m / 2**20 for a, m in memory.peak.items()}, limit_mib=limit / 2**20,
+        peak_memory={a: m / 2**20 for a, m in memory.peak.items()},
+        limit_mib=limit / 2**20,
         read_peak_mib={a: m / 2**20 for a, m in read_peak.items()},
-        fit_peak_mib={a: m / 2**20 for a, m in fit_peak.items()}, pause_mib=pause * limit / 2**20,
+        fit_peak_mib={a: m / 2**20 for a, m in fit_peak.items()},
+        pause_mib=pause * limit / 2**20,
         workers_restarted_or_lost=lost,
     )
     if not args.skip_dask_ml:
-        results["dask_ml"] = run_dask_ml(folder, cols, C0, args.dask_ml_timeout, client.scheduler.address)
+        results["dask_ml"] = run_dask_ml(
+            folder, cols, C0, args.dask_ml_timeout, client.scheduler.address
+        )
     client.close()
     print()
     print("| what | seconds per pass | / read pass |")
     print("|---|---:|---:|")
     print(f"| plain Dask read pass (`dd.read_parquet(...)[cols].sum()`) | {read:.2f} | 1.00 |")
-    print(f"| dkmeans Lloyd pass, (T({1 + args.iters}) - T(1)) / {args.iters} | {results['lloyd_pass_s']:.2f} | "
-          f"{results['ratio']:.2f} |")
-    print(f"| dkmeans Lloyd pass, history_ | {results['history_pass_s']:.2f} | "
-          f"{results['history_pass_s'] / read:.2f} |")
+    print(
+        f"| dkmeans Lloyd pass, (T({1 + args.iters}) - T(1)) / {args.iters} | {results['lloyd_pass_s']:.2f} | "
+        f"{results['ratio']:.2f} |"
+    )
+    print(
+        f"| dkmeans Lloyd pass, history_ | {results['history_pass_s']:.2f} | "
+        f"{results['history_pass_s'] / read:.2f} |"
+    )
     fit_peaks = ", ".join(f"{m:.0f}" for m in results["fit_peak_mib"].values())
     read_peaks = ", ".join(f"{m:.0f}" for m in results["read_peak_mib"].values())
-    print(f"\npeak worker memory (VmHWM, MiB): during the fits {fit_peaks}; during the read passes {read_peaks}; "
-          f"pause threshold {results['pause_mib']:.0f} MiB of a {limit / 2**20:.0f} MiB limit; "
-          f"workers restarted or lost during: {', '.join(lost) or 'nothing'}")
+    print(
+        f"\npeak worker memory (VmHWM, MiB): during the fits {fit_peaks}; during the read passes {read_peaks}; "
+        f"pause threshold {results['pause_mib']:.0f} MiB of a {limit / 2**20:.0f} MiB limit; "
+        f"workers restarted or lost during: {', '.join(lost) or 'nothing'}"
+    )
     if "dask_ml" in results:
         print(f"dask-ml KMeans (max_iter=2): {json.dumps(results['dask_ml'])}")
     below = max(results["fit_peak_mib"].values()) < results["pause_mib"]
     # a worker the nanny restarts during a plain read pass is Dask's own doing; the goal is about the fits
     fits_kept = not any(phase.startswith("fit") for phase in results["restarted_during"])
-    print(f"goal (pass <= 1.3x read, fits' peak below the pause threshold, no worker restarted during a fit): "
-          f"{'met' if results['ratio'] <= 1.3 and below and fits_kept else 'NOT met'}")
+    print(
+        f"goal (pass <= 1.3x read, fits' peak below the pause threshold, no worker restarted during a fit): "
+        f"{'met' if results['ratio'] <= 1.3 and below and fits_kept else 'NOT met'}"
+    )
     print("results:", write_json("out_of_core.json", results))
 
 

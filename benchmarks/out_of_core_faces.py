@@ -20,7 +20,6 @@ Run:  .venv/bin/python benchmarks/out_of_core_faces.py [--memory 1GiB --times 1.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -66,17 +65,25 @@ def run_cli(args: list[str]) -> float:
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "dkmeans", *args], capture_output=True, text=True)
     if out.returncode:
-        raise SystemExit(f"dkmeans {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+        raise SystemExit(
+            f"dkmeans {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+        )
     print(out.stdout.strip().splitlines()[-1])
     return time.perf_counter() - t
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "dkmeans-out-of-core"))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--folder", default=str(Path(tempfile.gettempdir()) / "dkmeans-out-of-core")
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory", default="1GiB", help="memory_limit of each worker")
-    parser.add_argument("--times", type=float, default=1.5, help="data size, in multiples of the cluster's memory")
+    parser.add_argument(
+        "--times", type=float, default=1.5, help="data size, in multiples of the cluster's memory"
+    )
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--file-rows", type=int, default=524_288)
     parser.add_argument("--k", type=int, default=16)
@@ -84,9 +91,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from dask.utils import parse_bytes
+    from etl_parquet import segment
 
     from dkmeans.engine.client import start_local_cluster
-    from etl_parquet import segment
 
     limit = parse_bytes(args.memory)
     file_bytes = args.file_rows * args.features * 4
@@ -94,27 +101,57 @@ def main() -> None:
     folder = Path(args.folder) / f"{args.features}x{n_files}x{args.file_rows}"
     write_folder(folder, n_files, args.features, args.k, args.file_rows)
     n_rows = n_files * args.file_rows
-    print(f"data: {n_files} Parquet files, {n_rows:,} rows, {n_files * file_bytes / 2**30:.2f} GiB of float32 "
-          f"features ({args.times:g}x the cluster's {args.workers} x {args.memory}) in {folder}")
+    print(
+        f"data: {n_files} Parquet files, {n_rows:,} rows, {n_files * file_bytes / 2**30:.2f} GiB of float32 "
+        f"features ({args.times:g}x the cluster's {args.workers} x {args.memory}) in {folder}"
+    )
     work = Path(tempfile.mkdtemp(prefix="dkmeans-faces-"))
     cols = [f"x{j}" for j in range(args.features)]
 
     client = start_local_cluster(args.workers, memory_limit=limit, dashboard_address=None)
     address = client.scheduler.address
     workers_before = set(client.scheduler_info(n_workers=-1)["workers"])
-    results = {"machine": machine(), "args": vars(args), "data_gib": n_files * file_bytes / 2**30,
-               "limit_mib": limit / 2**20}
+    results = {
+        "machine": machine(),
+        "args": vars(args),
+        "data_gib": n_files * file_bytes / 2**30,
+        "limit_mib": limit / 2**20,
+    }
     try:
         with PeakMemory(client) as memory:
             model = work / "model.dkm"
-            results["cli_fit_s"] = run_cli(["fit", str(folder), "-k", str(args.k), "--exclude", "id",
-                                            "--max-iter", str(args.max_iter), "--model", str(model),
-                                            "--scheduler", address])
+            results["cli_fit_s"] = run_cli(
+                [
+                    "fit",
+                    str(folder),
+                    "-k",
+                    str(args.k),
+                    "--exclude",
+                    "id",
+                    "--max-iter",
+                    str(args.max_iter),
+                    "--model",
+                    str(model),
+                    "--scheduler",
+                    address,
+                ]
+            )
             assert model.is_file(), "the CLI did not write the model file it was given"
             labelled = work / "labelled.parquet"
-            results["cli_predict_s"] = run_cli(["predict", str(model), str(folder), "--output", str(labelled),
-                                                "--scheduler", address])
-            results["cli_rows_out"], results["cli_rows_in_order"] = check_labelled(labelled, n_rows, args.k)
+            results["cli_predict_s"] = run_cli(
+                [
+                    "predict",
+                    str(model),
+                    str(folder),
+                    "--output",
+                    str(labelled),
+                    "--scheduler",
+                    address,
+                ]
+            )
+            results["cli_rows_out"], results["cli_rows_in_order"] = check_labelled(
+                labelled, n_rows, args.k
+            )
             assert results["cli_rows_in_order"], "predict lost, added or reordered rows"
             shutil.rmtree(labelled)
         results["cli_peak_mib"] = {a: m / 2**20 for a, m in memory.peak.items()}
@@ -139,15 +176,23 @@ def main() -> None:
     print()
     print("| step | seconds | peak worker memory (MiB) |")
     print("|---|---:|---:|")
-    print(f"| `dkmeans fit` (k={args.k}, max_iter={args.max_iter}) + `dkmeans predict` | "
-          f"{results['cli_fit_s']:.1f} + {results['cli_predict_s']:.1f} | "
-          f"{max(results['cli_peak_mib'].values()):.0f} |")
-    print(f"| `examples/etl_parquet.py` `segment` ({results['etl_data_mode']}, {results['etl_passes']} passes) | "
-          f"{results['etl_s']:.1f} | {max(results['etl_peak_mib'].values()):.0f} |")
-    print(f"\nlimit {limit / 2**20:.0f} MiB per worker; workers restarted or lost: {len(lost)}; "
-          f"pauses: {results['pauses']}; rows out = rows in ({n_rows:,}), in order: {results['cli_rows_in_order']}")
+    print(
+        f"| `dkmeans fit` (k={args.k}, max_iter={args.max_iter}) + `dkmeans predict` | "
+        f"{results['cli_fit_s']:.1f} + {results['cli_predict_s']:.1f} | "
+        f"{max(results['cli_peak_mib'].values()):.0f} |"
+    )
+    print(
+        f"| `examples/etl_parquet.py` `segment` ({results['etl_data_mode']}, {results['etl_passes']} passes) | "
+        f"{results['etl_s']:.1f} | {max(results['etl_peak_mib'].values()):.0f} |"
+    )
+    print(
+        f"\nlimit {limit / 2**20:.0f} MiB per worker; workers restarted or lost: {len(lost)}; "
+        f"pauses: {results['pauses']}; rows out = rows in ({n_rows:,}), in order: {results['cli_rows_in_order']}"
+    )
     ok = not lost and peak <= limit / 2**20
-    print(f"goal (both run unchanged, no worker over its limit, none lost): {'met' if ok else 'NOT met'}")
+    print(
+        f"goal (both run unchanged, no worker over its limit, none lost): {'met' if ok else 'NOT met'}"
+    )
     print("results:", write_json("out_of_core_faces.json", results))
 
 

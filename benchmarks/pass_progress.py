@@ -22,8 +22,16 @@ from dkmeans.testing import local_cluster
 
 
 def fit_seconds(Xd, watched: bool) -> tuple[float, int]:
-    km = dkmeans.KMeans(16, random_state=0, out_of_core=True, local_search=False, max_iter=10, tol=0,
-                        init="random", n_init=1)
+    km = dkmeans.KMeans(
+        16,
+        random_state=0,
+        out_of_core=True,
+        local_search=False,
+        max_iter=10,
+        tol=0,
+        init="random",
+        n_init=1,
+    )
     hooks = Progress(0).hooks()
     if not watched:
         hooks.pop("on_pass")
@@ -44,8 +52,10 @@ def main() -> None:
         for _ in range(args.repeats):
             for watched in (False, True):
                 seconds, passes = fit_seconds(Xd, watched)
-                print(f"{'watched' if watched else 'plain':8s} {seconds:7.2f} s  {passes} passes of "
-                      f"{Xd.numblocks[0]} pieces")
+                print(
+                    f"{'watched' if watched else 'plain':8s} {seconds:7.2f} s  {passes} passes of "
+                    f"{Xd.numblocks[0]} pieces"
+                )
 
 
 if __name__ == "__main__":

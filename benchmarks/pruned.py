@@ -71,8 +71,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine, write_json  # noqa: E402
-from lloyd import (N_THREADS, fit_sklearn, make_data, measure_floor, peak_gflops, persist_chunks,  # noqa: E402
-                   read_bandwidth, start_cluster, wait_for_load)
+from lloyd import (  # noqa: E402
+    fit_sklearn,
+    make_data,
+    measure_floor,
+    peak_gflops,
+    persist_chunks,
+    read_bandwidth,
+    start_cluster,
+    wait_for_load,
+)
 
 import dkmeans  # noqa: E402
 
@@ -121,16 +129,32 @@ def fit_default(Xd, k: int, prune, metric: str) -> dict:
     km = dkmeans.KMeans(n_clusters=k, random_state=0, prune=prune, metric=metric).fit(Xd)
     wall = time.perf_counter() - t0
     recs = lloyd_records(km)
-    return {"wall": wall, "seconds": [h["seconds"] for h in recs], "computed": [h["distances_computed"] for h in recs],
-            "n_iter": km.n_iter_, "centers": km.cluster_centers_, "inertia": km.inertia_}
+    return {
+        "wall": wall,
+        "seconds": [h["seconds"] for h in recs],
+        "computed": [h["distances_computed"] for h in recs],
+        "n_iter": km.n_iter_,
+        "centers": km.cluster_centers_,
+        "inertia": km.inertia_,
+    }
 
 
 def fit_fixed(Xd, C0, iters: int, prune, metric: str) -> dict:
-    km = dkmeans.KMeans(n_clusters=len(C0), init=C0, tol=0.0, max_iter=iters, prune=prune, metric=metric,
-                        local_search=False).fit(Xd)
+    km = dkmeans.KMeans(
+        n_clusters=len(C0),
+        init=C0,
+        tol=0.0,
+        max_iter=iters,
+        prune=prune,
+        metric=metric,
+        local_search=False,
+    ).fit(Xd)
     recs = lloyd_records(km)
-    return {"seconds": [h["seconds"] for h in recs], "computed": [h["distances_computed"] for h in recs],
-            "centers": km.cluster_centers_}
+    return {
+        "seconds": [h["seconds"] for h in recs],
+        "computed": [h["distances_computed"] for h in recs],
+        "centers": km.cluster_centers_,
+    }
 
 
 def sklearn_per_iter(X, C0, iters: int) -> float:
@@ -138,15 +162,18 @@ def sklearn_per_iter(X, C0, iters: int) -> float:
         t0 = time.perf_counter()
         fit_sklearn(X, C0, m)
         return time.perf_counter() - t0
+
     run(1)  # warm-up
     return (run(1 + iters) - run(1)) / iters
 
 
 def summary(seconds, floor: float, start: int) -> dict:
-    late = seconds[start - 1:]
-    return {"mean_over_floor": statistics.fmean(seconds) / floor if seconds else None,
-            "late_mean_over_floor": statistics.fmean(late) / floor if late else None,
-            "iterations": len(seconds)}
+    late = seconds[start - 1 :]
+    return {
+        "mean_over_floor": statistics.fmean(seconds) / floor if seconds else None,
+        "late_mean_over_floor": statistics.fmean(late) / floor if late else None,
+        "iterations": len(seconds),
+    }
 
 
 def little_summary(runs) -> dict:
@@ -154,14 +181,24 @@ def little_summary(runs) -> dict:
     that computed at least half the distances (``prune="auto"``), and per iteration of the
     ``prune=True`` run (``--little``)."""
     p, u = runs["fixed-pruned"], runs["fixed-unpruned"]
-    idx = [i for i in range(1, min(len(p["seconds"]), len(u["seconds"]))) if p["computed"][i] >= 0.5]
+    idx = [
+        i for i in range(1, min(len(p["seconds"]), len(u["seconds"]))) if p["computed"][i] >= 0.5
+    ]
     ratios = [p["seconds"][i] / u["seconds"][i] for i in idx]
-    out = {"auto": {"iterations": [i + 1 for i in idx], "ratios": ratios,
-                    "mean": statistics.fmean(ratios) if ratios else None}}
+    out = {
+        "auto": {
+            "iterations": [i + 1 for i in idx],
+            "ratios": ratios,
+            "mean": statistics.fmean(ratios) if ratios else None,
+        }
+    }
     if "little-true" in runs:
         t = runs["little-true"]
         n = min(len(t["seconds"]), len(u["seconds"]))
-        out["true"] = {"ratios": [t["seconds"][i] / u["seconds"][i] for i in range(n)], "computed": t["computed"][:n]}
+        out["true"] = {
+            "ratios": [t["seconds"][i] / u["seconds"][i] for i in range(n)],
+            "computed": t["computed"][:n],
+        }
     return out
 
 
@@ -188,26 +225,39 @@ def bench(name, spec, client, args) -> dict:
     if args.little:
         if args.wait_load:
             wait_for_load(args.wait_load, args.max_wait)
-        print(f"[{name}] fixed start, prune=True, {args.little_iters} iterations ...", file=sys.stderr, flush=True)
+        print(
+            f"[{name}] fixed start, prune=True, {args.little_iters} iterations ...",
+            file=sys.stderr,
+            flush=True,
+        )
         runs["little-true"] = fit_fixed(Xd, C0, args.little_iters, True, metric)
     same = bool(np.array_equal(runs["fixed-pruned"]["centers"], runs["fixed-unpruned"]["centers"]))
     if not args.skip_default:
-        same = same and bool(np.array_equal(runs["default-pruned"]["centers"], runs["default-unpruned"]["centers"]))
+        same = same and bool(
+            np.array_equal(runs["default-pruned"]["centers"], runs["default-unpruned"]["centers"])
+        )
     out["same_centroids"] = same
     if n * k <= args.sklearn_max_pairs and metric == "euclidean":
         print(f"[{name}] scikit-learn ...", file=sys.stderr, flush=True)
         out["sklearn_seconds_per_iter"] = sklearn_per_iter(X, C0, args.iters)
-    for key, run in runs.items():
+    for _key, run in runs.items():
         run.pop("centers")
         run["summary"] = summary(run["seconds"], fl, start)
     out["runs"] = runs
     out["little"] = little_summary(runs)
-    out["goals"] = {"late": {"from_iteration": start, "goal": late_goal,
-                             "fixed": runs["fixed-pruned"]["summary"]["late_mean_over_floor"]}}
+    out["goals"] = {
+        "late": {
+            "from_iteration": start,
+            "goal": late_goal,
+            "fixed": runs["fixed-pruned"]["summary"]["late_mean_over_floor"],
+        }
+    }
     if not args.skip_default:
         out["goals"]["late"]["default"] = runs["default-pruned"]["summary"]["late_mean_over_floor"]
-        out["goals"]["whole_fit"] = {"goal": whole_goal,
-                                     "default": runs["default-pruned"]["summary"]["mean_over_floor"]}
+        out["goals"]["whole_fit"] = {
+            "goal": whole_goal,
+            "default": runs["default-pruned"]["summary"]["mean_over_floor"],
+        }
     out["load_after"] = os.getloadavg()[0]
     del Xd
     return out
@@ -220,36 +270,56 @@ def _f(value) -> str:
 def table(name: str, res: dict) -> str:
     fl = res["floor"]["seconds"]
     n, d, k = res["shape"]
-    lines = [f"### {name}: {n:,} x {d}, k = {k:,} ({res['metric']}); floor {fl:.4f} s "
-             f"(GEMM {res['floor']['gemm']['seconds']:.4f} s, {res['floor']['gemm']['how']}); "
-             f"same centroids pruned/unpruned: {res['same_centroids']}; load {res['load_before']:.2f} -> "
-             f"{res['load_after']:.2f}"]
+    lines = [
+        f"### {name}: {n:,} x {d}, k = {k:,} ({res['metric']}); floor {fl:.4f} s "
+        f"(GEMM {res['floor']['gemm']['seconds']:.4f} s, {res['floor']['gemm']['how']}); "
+        f"same centroids pruned/unpruned: {res['same_centroids']}; load {res['load_before']:.2f} -> "
+        f"{res['load_after']:.2f}"
+    ]
     if "sklearn_seconds_per_iter" in res:
         sk = res["sklearn_seconds_per_iter"]
-        lines.append(f"scikit-learn (fixed start, mean): {sk:.4f} s/iteration = {sk / fl:.2f}x floor")
+        lines.append(
+            f"scikit-learn (fixed start, mean): {sk:.4f} s/iteration = {sk / fl:.2f}x floor"
+        )
     little = res["little"]["auto"]
-    lines.append(f"little pruned (fixed start, iterations {little['iterations'] or '-'} computing >= half the "
-                 f"distances): pruned / unpruned {_f(little['mean'])} (mean; "
-                 f"{', '.join(f'{r:.3f}' for r in little['ratios']) or '-'})")
+    lines.append(
+        f"little pruned (fixed start, iterations {little['iterations'] or '-'} computing >= half the "
+        f"distances): pruned / unpruned {_f(little['mean'])} (mean; "
+        f"{', '.join(f'{r:.3f}' for r in little['ratios']) or '-'})"
+    )
     if "true" in res["little"]:
         t = res["little"]["true"]
-        lines.append("prune=True, fixed start, per iteration: pruned / unpruned " + ", ".join(
-            f"{r:.2f} ({c:.3f})" for r, c in zip(t["ratios"], t["computed"])) + " (distances computed)")
+        lines.append(
+            "prune=True, fixed start, per iteration: pruned / unpruned "
+            + ", ".join(f"{r:.2f} ({c:.3f})" for r, c in zip(t["ratios"], t["computed"]))
+            + " (distances computed)"
+        )
     for start in ("fixed", "default"):
         if f"{start}-pruned" not in res["runs"]:
             continue
         p, u = res["runs"][f"{start}-pruned"], res["runs"][f"{start}-unpruned"]
-        lines.append(f"\n{start} start | iteration | pruned s | / floor | distances computed | unpruned s | / floor")
+        lines.append(
+            f"\n{start} start | iteration | pruned s | / floor | distances computed | unpruned s | / floor"
+        )
         lines.append("|---|---|---|---|---|---|---|")
         for i in range(max(len(p["seconds"]), len(u["seconds"]))):
-            ps = f"{p['seconds'][i]:.4f} | {p['seconds'][i] / fl:.2f} | {p['computed'][i]:.3f}" \
-                if i < len(p["seconds"]) else "- | - | -"
-            us = f"{u['seconds'][i]:.4f} | {u['seconds'][i] / fl:.2f}" if i < len(u["seconds"]) else "- | -"
+            ps = (
+                f"{p['seconds'][i]:.4f} | {p['seconds'][i] / fl:.2f} | {p['computed'][i]:.3f}"
+                if i < len(p["seconds"])
+                else "- | - | -"
+            )
+            us = (
+                f"{u['seconds'][i]:.4f} | {u['seconds'][i] / fl:.2f}"
+                if i < len(u["seconds"])
+                else "- | -"
+            )
             lines.append(f"| {start} | {i + 1} | {ps} | {us} |")
         ps, us = p["summary"], u["summary"]
-        lines.append(f"mean / floor: pruned {_f(ps['mean_over_floor'])} (from it. "
-                     f"{res['goals']['late']['from_iteration']}: {_f(ps['late_mean_over_floor'])}), unpruned "
-                     f"{_f(us['mean_over_floor'])} ({_f(us['late_mean_over_floor'])})")
+        lines.append(
+            f"mean / floor: pruned {_f(ps['mean_over_floor'])} (from it. "
+            f"{res['goals']['late']['from_iteration']}: {_f(ps['late_mean_over_floor'])}), unpruned "
+            f"{_f(us['mean_over_floor'])} ({_f(us['late_mean_over_floor'])})"
+        )
     return "\n".join(lines)
 
 
@@ -280,7 +350,9 @@ def chunk_passes(name: str, spec, args) -> dict:
 
     rows = []
     with threadpool_limits(1):
-        while pruned_partials(X, C, None, None, groups)[0] is None:  # the compiled loops still loading
+        while (
+            pruned_partials(X, C, None, None, groups)[0] is None
+        ):  # the compiled loops still loading
             time.sleep(0.2)
         seq = [C]
         for _ in range(args.passes_iters):
@@ -291,24 +363,47 @@ def chunk_passes(name: str, spec, args) -> dict:
             drift = centroid_drift(cur, prev)
             plain, _ = best(lambda: assign_partials(X, cur))
             build, _ = best(lambda: pruned_partials(X, cur, None, None, groups))
-            forced, (_, fo) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift))
-            auto, (_, ao) = best(lambda: pruned_partials(X, cur, copy(state), None, groups, drift,
-                                                         plain_above=plain_share(k, groups.n_groups)))
-            rows.append({"pass": i + 1, "unpruned_s": plain, "build": build / plain, "true": forced / plain,
-                         "true_computed": fo.distances / fo.pairs, "auto": auto / plain,
-                         "auto_computed": ao.distances / ao.pairs})
+            forced, (_, fo) = best(
+                lambda: pruned_partials(X, cur, copy(state), None, groups, drift)
+            )
+            auto, (_, ao) = best(
+                lambda: pruned_partials(
+                    X,
+                    cur,
+                    copy(state),
+                    None,
+                    groups,
+                    drift,
+                    plain_above=plain_share(k, groups.n_groups),
+                )
+            )
+            rows.append(
+                {
+                    "pass": i + 1,
+                    "unpruned_s": plain,
+                    "build": build / plain,
+                    "true": forced / plain,
+                    "true_computed": fo.distances / fo.pairs,
+                    "auto": auto / plain,
+                    "auto_computed": ao.distances / ao.pairs,
+                }
+            )
     return {"shape": [n, d, k], "groups": groups.n_groups, "rows": rows, "load": os.getloadavg()[0]}
 
 
 def passes_table(name: str, res: dict) -> str:
     n, d, k = res["shape"]
-    lines = [f"### {name}, one chunk: {n:,} x {d}, k = {k:,}, {res['groups']} groups, one thread "
-             f"(load {res['load']:.2f})",
-             "| pass | unpruned s | build / unpruned | prune=True / unpruned | computed | auto / unpruned | computed |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"### {name}, one chunk: {n:,} x {d}, k = {k:,}, {res['groups']} groups, one thread "
+        f"(load {res['load']:.2f})",
+        "| pass | unpruned s | build / unpruned | prune=True / unpruned | computed | auto / unpruned | computed |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in res["rows"]:
-        lines.append(f"| {r['pass']} | {r['unpruned_s']:.4f} | {r['build']:.2f} | {r['true']:.2f} | "
-                     f"{r['true_computed']:.3f} | {r['auto']:.2f} | {r['auto_computed']:.3f} |")
+        lines.append(
+            f"| {r['pass']} | {r['unpruned_s']:.4f} | {r['build']:.2f} | {r['true']:.2f} | "
+            f"{r['true_computed']:.3f} | {r['auto']:.2f} | {r['auto_computed']:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -317,17 +412,29 @@ def parse_args(argv=None):
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     p.add_argument("--quick", action="store_true", help="smaller n (a smoke run)")
     p.add_argument("--iters", type=int, default=12, help="iterations of the fixed-start fits")
-    p.add_argument("--prune", default="auto", choices=["auto", "true"],
-                   help="the pruned runs' prune parameter")
+    p.add_argument(
+        "--prune", default="auto", choices=["auto", "true"], help="the pruned runs' prune parameter"
+    )
     p.add_argument("--skip-default", action="store_true", help="only the fixed-start fits")
     p.add_argument("--little", action="store_true", help="also a fixed-start fit with prune=True")
     p.add_argument("--little-iters", type=int, default=4, help="iterations of the --little fit")
-    p.add_argument("--passes", action="store_true", help="one chunk's pass costs in this process, no cluster")
+    p.add_argument(
+        "--passes", action="store_true", help="one chunk's pass costs in this process, no cluster"
+    )
     p.add_argument("--chunk-rows", type=int, default=62_500, help="rows of the --passes chunk")
-    p.add_argument("--passes-iters", type=int, default=10, help="Lloyd iterations the --passes table covers")
+    p.add_argument(
+        "--passes-iters", type=int, default=10, help="Lloyd iterations the --passes table covers"
+    )
     p.add_argument("--repeats", type=int, default=3, help="--passes: best of this many timings")
-    p.add_argument("--sklearn-max-pairs", type=float, default=2e9, help="rows x k above which scikit-learn is skipped")
-    p.add_argument("--wait-load", type=float, default=0.0, help="wait until the 1-minute load is below this")
+    p.add_argument(
+        "--sklearn-max-pairs",
+        type=float,
+        default=2e9,
+        help="rows x k above which scikit-learn is skipped",
+    )
+    p.add_argument(
+        "--wait-load", type=float, default=0.0, help="wait until the 1-minute load is below this"
+    )
     p.add_argument("--max-wait", type=float, default=600.0)
     p.add_argument("--output", default=None)
     args = p.parse_args(argv)

@@ -39,11 +39,11 @@ from sklearn.cluster import KMeans as SKKMeans
 
 import dkmeans
 from dkmeans import metrics
-from dkmeans.engine.local import ChunkList
 from dkmeans.drivers.init import kmeans_parallel
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
 from dkmeans.drivers.local_search import RECOMMENDED as LS_RECOMMENDED
 from dkmeans.drivers.local_search import local_search
+from dkmeans.engine.local import ChunkList
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from _common import load_sipu, machine, sipu_dir, write_json  # noqa: E402
@@ -51,9 +51,14 @@ from _common import load_sipu, machine, sipu_dir, write_json  # noqa: E402
 #: Local-search settings compared; the first is the recommended one (dkmeans.drivers.local_search.RECOMMENDED
 #: and the driver's defaults). m is a multiple of k.
 _DEFAULTS = inspect.signature(local_search).parameters
-RECOMMENDED = {"rounds": LS_RECOMMENDED["rounds"], "m": float(LS_RECOMMENDED["candidates_per_cluster"]),
-               "trials": _DEFAULTS["trials"].default, "max_swaps": _DEFAULTS["max_swaps"].default,
-               "lloyd_iters": LS_RECOMMENDED["lloyd_iters"], "patience": _DEFAULTS["patience"].default}
+RECOMMENDED = {
+    "rounds": LS_RECOMMENDED["rounds"],
+    "m": float(LS_RECOMMENDED["candidates_per_cluster"]),
+    "trials": _DEFAULTS["trials"].default,
+    "max_swaps": _DEFAULTS["max_swaps"].default,
+    "lloyd_iters": LS_RECOMMENDED["lloyd_iters"],
+    "patience": _DEFAULTS["patience"].default,
+}
 SETTINGS = [
     RECOMMENDED,
     {**RECOMMENDED, "rounds": 1},
@@ -63,7 +68,10 @@ SETTINGS = [
     {**RECOMMENDED, "m": 1.0},
     {**RECOMMENDED, "trials": 1},
     {**RECOMMENDED, "max_swaps": 1},
-    {**RECOMMENDED, "lloyd_iters": 0},  # the plain swap search (Lattanzi-Sohler), no Lloyd in between
+    {
+        **RECOMMENDED,
+        "lloyd_iters": 0,
+    },  # the plain swap search (Lattanzi-Sohler), no Lloyd in between
 ]
 #: A setting "reaches" scikit-learn n_init=10's objective when within this factor of it.
 OBJECTIVE_SLACK = 1.001
@@ -97,8 +105,10 @@ def summarise(runs):
 
 def setting_name(setting: dict) -> str:
     p = "-" if setting["patience"] is None else setting["patience"]
-    return (f"+LS R={setting['rounds']} m={setting['m']:g}k t={setting['trials']} s={setting['max_swaps']} "
-            f"L={setting['lloyd_iters']} p={p}")
+    return (
+        f"+LS R={setting['rounds']} m={setting['m']:g}k t={setting['trials']} s={setting['max_swaps']} "
+        f"L={setting['lloyd_iters']} p={p}"
+    )
 
 
 def run_set(X, truth, k, seeds, sweep: bool = True):
@@ -106,27 +116,39 @@ def run_set(X, truth, k, seeds, sweep: bool = True):
     gt_objective = metrics.objective(X, gt_centroids)
 
     def score(C, passes, seconds):
-        return {"ci": metrics.centroid_index(C, gt_centroids),
-                "objective_ratio": metrics.objective(X, C) / gt_objective, "passes": passes, "seconds": seconds}
+        return {
+            "ci": metrics.centroid_index(C, gt_centroids),
+            "objective_ratio": metrics.objective(X, C) / gt_objective,
+            "passes": passes,
+            "seconds": seconds,
+        }
 
     runs: dict[str, list] = {}
     for seed in seeds:
         t = time.perf_counter()
         sk = SKKMeans(k, n_init=1, random_state=seed).fit(X)
         runs.setdefault("scikit-learn n_init=1", []).append(
-            score(sk.cluster_centers_, k + sk.n_iter_, time.perf_counter() - t))
+            score(sk.cluster_centers_, k + sk.n_iter_, time.perf_counter() - t)
+        )
     sk1_passes = float(np.mean([r["passes"] for r in runs["scikit-learn n_init=1"]]))
     for seed in seeds:
         t = time.perf_counter()
         sk = SKKMeans(k, n_init=10, random_state=seed).fit(X)
         runs.setdefault("scikit-learn n_init=10", []).append(
-            score(sk.cluster_centers_, 10 * sk1_passes, time.perf_counter() - t))
-    for seed in seeds:  # the estimator itself: its default fit (local search included) and without the search
-        for name, options in (("dkmeans.KMeans() default", {}), ("dkmeans.KMeans(local_search=False)",
-                                                                  {"local_search": False})):
+            score(sk.cluster_centers_, 10 * sk1_passes, time.perf_counter() - t)
+        )
+    for seed in (
+        seeds
+    ):  # the estimator itself: its default fit (local search included) and without the search
+        for name, options in (
+            ("dkmeans.KMeans() default", {}),
+            ("dkmeans.KMeans(local_search=False)", {"local_search": False}),
+        ):
             t = time.perf_counter()
             km = dkmeans.KMeans(k, random_state=seed, **options).fit(X)
-            runs.setdefault(name, []).append(score(km.cluster_centers_, km.n_passes_, time.perf_counter() - t))
+            runs.setdefault(name, []).append(
+                score(km.cluster_centers_, km.n_passes_, time.perf_counter() - t)
+            )
     for seed in seeds if sweep else ():
         C, passes, seconds, stop = default_fit(X, k, seed)
         runs.setdefault("default (k-means|| + Lloyd)", []).append(score(C, passes, seconds))
@@ -135,11 +157,18 @@ def run_set(X, truth, k, seeds, sweep: bool = True):
             mult = options.pop("m")
             data = InMemoryData(X)
             t = time.perf_counter()
-            res = local_search(data, C, candidates_per_round=max(1, round(mult * k)), seed=seed, stop_rule=stop,
-                               **options)
+            res = local_search(
+                data,
+                C,
+                candidates_per_round=max(1, round(mult * k)),
+                seed=seed,
+                stop_rule=stop,
+                **options,
+            )
             # `passes` already counts the final assignment pass; the search's own passes are added
             runs.setdefault(setting_name(setting), []).append(
-                score(res.centroids, passes + data.passes, seconds + time.perf_counter() - t))
+                score(res.centroids, passes + data.passes, seconds + time.perf_counter() - t)
+            )
     return {method: summarise(r) for method, r in runs.items()}
 
 
@@ -147,8 +176,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--sets", nargs="*", default=None)
-    parser.add_argument("--estimator-only", action="store_true",
-                        help="only the estimator's default against scikit-learn and local_search=False (no sweep)")
+    parser.add_argument(
+        "--estimator-only",
+        action="store_true",
+        help="only the estimator's default against scikit-learn and local_search=False (no sweep)",
+    )
     args = parser.parse_args(argv)
     data_dir = sipu_dir()
     if data_dir is None:
@@ -158,24 +190,38 @@ def main(argv=None) -> int:
     files = sorted(data_dir.glob("*.npz"))
     if args.sets:
         files = [f for f in files if f.stem in args.sets]
-    print(f"{len(seeds)} seeds per method; objective / ground-truth objective; in-process data, one process")
-    print(f"{'set':10s} {'method':40s} {'mean CI':>8s} {'CI=0':>6s} {'obj/gt':>8s} {'passes':>7s} {'s/run':>7s}")
+    print(
+        f"{len(seeds)} seeds per method; objective / ground-truth objective; in-process data, one process"
+    )
+    print(
+        f"{'set':10s} {'method':40s} {'mean CI':>8s} {'CI=0':>6s} {'obj/gt':>8s} {'passes':>7s} {'s/run':>7s}"
+    )
     results = {}
     for f in files:
         X, truth, k = load_sipu(f)
         rows = run_set(X, truth, k, seeds, sweep=not args.estimator_only)
         results[f.stem] = rows
         for method, r in rows.items():
-            print(f"{f.stem:10s} {method:40s} {r['mean_ci']:8.2f} {r['success']:6.0%} {r['objective_ratio']:8.4f} "
-                  f"{r['passes']:7.1f} {r['seconds']:7.3f}", flush=True)
-    print("\ngoal per setting: mean CI <= scikit-learn n_init=10's, objective within "
-          f"{(OBJECTIVE_SLACK - 1):.1%} of it, passes <= 2 x default's, on every set")
+            print(
+                f"{f.stem:10s} {method:40s} {r['mean_ci']:8.2f} {r['success']:6.0%} {r['objective_ratio']:8.4f} "
+                f"{r['passes']:7.1f} {r['seconds']:7.3f}",
+                flush=True,
+            )
+    print(
+        "\ngoal per setting: mean CI <= scikit-learn n_init=10's, objective within "
+        f"{(OBJECTIVE_SLACK - 1):.1%} of it, passes <= 2 x default's, on every set"
+    )
     verdicts = {}
-    for name in ["dkmeans.KMeans() default"] + ([] if args.estimator_only else [setting_name(s) for s in SETTINGS]):
+    for name in ["dkmeans.KMeans() default"] + (
+        [] if args.estimator_only else [setting_name(s) for s in SETTINGS]
+    ):
         misses, ratios = [], []
         for set_name, rows in results.items():
-            base_name = "dkmeans.KMeans(local_search=False)" if name.startswith("dkmeans.") else \
-                "default (k-means|| + Lloyd)"
+            base_name = (
+                "dkmeans.KMeans(local_search=False)"
+                if name.startswith("dkmeans.")
+                else "default (k-means|| + Lloyd)"
+            )
             ours, ref, base = rows[name], rows["scikit-learn n_init=10"], rows[base_name]
             ratios.append(ours["passes"] / base["passes"])
             if ours["mean_ci"] > ref["mean_ci"]:
@@ -185,10 +231,20 @@ def main(argv=None) -> int:
             if ours["passes"] > 2 * base["passes"]:
                 misses.append(f"{set_name} passes")
         verdicts[name] = misses
-        print(f"{name:40s} passes x{min(ratios):.2f}-{max(ratios):.2f} of default: "
-              f"{'met' if not misses else 'NOT met: ' + ', '.join(misses)}")
-    out = write_json("quality.json", {"machine": machine(), "seeds": seeds, "settings": SETTINGS,
-                                      "results": results, "verdicts": verdicts})
+        print(
+            f"{name:40s} passes x{min(ratios):.2f}-{max(ratios):.2f} of default: "
+            f"{'met' if not misses else 'NOT met: ' + ', '.join(misses)}"
+        )
+    out = write_json(
+        "quality.json",
+        {
+            "machine": machine(),
+            "seeds": seeds,
+            "settings": SETTINGS,
+            "results": results,
+            "verdicts": verdicts,
+        },
+    )
     print(f"results in {out}")
     return 0
 

@@ -55,26 +55,46 @@ def main() -> None:
     labels = km.predict(X)
     m = args.sample_size
     u = uniform_by_index(np.arange(len(X), dtype=np.int64), 0, stream("silhouette.sample"))
-    index = np.sort(np.argsort(-u, kind="stable")[:m])  # the rows dkmeans' sample draws (random_state=0)
+    index = np.sort(
+        np.argsort(-u, kind="stable")[:m]
+    )  # the rows dkmeans' sample draws (random_state=0)
 
     rows = []
     ref = {}
-    for name, fn, call in (("calinski_harabasz", sk.calinski_harabasz_score, lambda: (X, labels)),
-                           ("davies_bouldin", sk.davies_bouldin_score, lambda: (X, labels)),
-                           ("silhouette (sample)", sk.silhouette_score, lambda: (X[index], labels[index]))):
+    for name, fn, call in (
+        ("calinski_harabasz", sk.calinski_harabasz_score, lambda: (X, labels)),
+        ("davies_bouldin", sk.davies_bouldin_score, lambda: (X, labels)),
+        ("silhouette (sample)", sk.silhouette_score, lambda: (X[index], labels[index])),
+    ):
         ref[name], seconds = timed(fn, *call())
         rows.append(dict(where="scikit-learn", score=name, value=ref[name], seconds=seconds))
 
     def ours(where, data, passes_of=None):
-        for name, fn, kw in (("calinski_harabasz", metrics.calinski_harabasz_score, {}),
-                             ("davies_bouldin", metrics.davies_bouldin_score, {}),
-                             ("silhouette (sample)", metrics.silhouette_score, dict(sample_size=m, random_state=0))):
+        for name, fn, kw in (
+            ("calinski_harabasz", metrics.calinski_harabasz_score, {}),
+            ("davies_bouldin", metrics.davies_bouldin_score, {}),
+            ("silhouette (sample)", metrics.silhouette_score, dict(sample_size=m, random_state=0)),
+        ):
             value, seconds = timed(fn, data, km, **kw)
-            rows.append(dict(where=where, score=name, value=value, seconds=seconds,
-                             rel_diff=abs(value - ref[name]) / abs(ref[name])))
+            rows.append(
+                dict(
+                    where=where,
+                    score=name,
+                    value=value,
+                    seconds=seconds,
+                    rel_diff=abs(value - ref[name]) / abs(ref[name]),
+                )
+            )
         scores, seconds = timed(metrics.cluster_scores, data, km)
-        rows.append(dict(where=where, score="cluster_scores (all)", seconds=seconds, passes=scores.n_passes,
-                         data_mode=scores.data_mode))
+        rows.append(
+            dict(
+                where=where,
+                score="cluster_scores (all)",
+                seconds=seconds,
+                passes=scores.n_passes,
+                data_mode=scores.data_mode,
+            )
+        )
 
     ours("dkmeans, in this process", X)
     with local_cluster(2, set_as_default=True) as client, client.as_current():
@@ -82,7 +102,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(16)])
             for i, start in enumerate(range(0, len(X), 50_000)):
-                frame.iloc[start:start + 50_000].to_parquet(Path(tmp) / f"part{i:03d}.parquet")
+                frame.iloc[start : start + 50_000].to_parquet(Path(tmp) / f"part{i:03d}.parquet")
             with dask.config.set({"dkmeans.out-of-core": True}):
                 ours("dkmeans, 2 workers, Parquet out of core", dd.read_parquet(tmp))
 
@@ -90,10 +110,19 @@ def main() -> None:
     print("| where | score | seconds | value / relative difference to scikit-learn | passes |")
     print("|---|---|---|---|---|")
     for r in rows:
-        detail = f"{r['value']:.6g}" if "rel_diff" not in r and "value" in r else \
-            f"{r['rel_diff']:.1e}" if "rel_diff" in r else r.get("data_mode", "")
-        print(f"| {r['where']} | {r['score']} | {r['seconds']:.2f} | {detail} | {r.get('passes', '')} |")
-    write_json("quality_metrics.json", dict(machine=machine(), rows=args.rows, sample_size=m, results=rows))
+        detail = (
+            f"{r['value']:.6g}"
+            if "rel_diff" not in r and "value" in r
+            else f"{r['rel_diff']:.1e}"
+            if "rel_diff" in r
+            else r.get("data_mode", "")
+        )
+        print(
+            f"| {r['where']} | {r['score']} | {r['seconds']:.2f} | {detail} | {r.get('passes', '')} |"
+        )
+    write_json(
+        "quality_metrics.json", dict(machine=machine(), rows=args.rows, sample_size=m, results=rows)
+    )
 
 
 if __name__ == "__main__":

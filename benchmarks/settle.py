@@ -40,7 +40,7 @@ from dkmeans.drivers.coreset import coreset_size  # noqa: E402
 
 def objective(X, C) -> float:
     X, C = X.astype(np.float64), C.astype(np.float64)
-    d = (X ** 2).sum(1)[:, None] - 2 * X @ C.T + (C ** 2).sum(1)[None]
+    d = (X**2).sum(1)[:, None] - 2 * X @ C.T + (C**2).sum(1)[None]
     return float(np.maximum(d.min(1), 0).sum())
 
 
@@ -73,17 +73,23 @@ def max_iter_check(n_cases: int) -> None:
             pairs += 1
             if sb < sa - 1e-9 * abs(sa):
                 worse.append((a, b, (sa - sb) / abs(sa)))
-                print(f"n={n} seed={seed} {init}: max_iter {a} -> {b} ended higher by "
-                      f"{(sa - sb) / abs(sa):.1e}", flush=True)
-    print(f"{len(worse)} of {pairs} consecutive pairs ended higher at the larger cap; at the caps "
-          f"{sorted({(a, b) for a, b, _ in worse})}")
+                print(
+                    f"n={n} seed={seed} {init}: max_iter {a} -> {b} ended higher by "
+                    f"{(sa - sb) / abs(sa):.1e}",
+                    flush=True,
+                )
+    print(
+        f"{len(worse)} of {pairs} consecutive pairs ended higher at the larger cap; at the caps "
+        f"{sorted({(a, b) for a, b, _ in worse})}"
+    )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--sizes", type=int, nargs="*",
-                        default=[3000, 4096, 6000, 8192, 16384, 49152, 131072])
+    parser.add_argument(
+        "--sizes", type=int, nargs="*", default=[3000, 4096, 6000, 8192, 16384, 49152, 131072]
+    )
     parser.add_argument("--no-sipu", action="store_true")
     parser.add_argument("--max-iter-check", type=int, default=0, metavar="N")
     args = parser.parse_args(argv)
@@ -100,8 +106,10 @@ def main(argv=None) -> int:
         cases.append((f"blobs{n}", make_data(n, 16, 32)[0], 32))
     default = runs.SETTLE_MAX_SHARE
     one_fit(cases[0][1], cases[0][2], 0, True)  # imports and first-fit costs out of the figures
-    print(f"{'case':12s} {'n':>7s} {'k':>4s} {'share':>6s} {'cpu on/off':>16s} {'ratio':>6s} "
-          f"{'obj on/off':>10s} {'passes on/off':>14s} {'iters on/off':>13s}")
+    print(
+        f"{'case':12s} {'n':>7s} {'k':>4s} {'share':>6s} {'cpu on/off':>16s} {'ratio':>6s} "
+        f"{'obj on/off':>10s} {'passes on/off':>14s} {'iters on/off':>13s}"
+    )
     try:
         for name, X, k in cases:
             on, off = [], []
@@ -111,11 +119,13 @@ def main(argv=None) -> int:
             mean = lambda rs, i: statistics.mean(r[i] for r in rs)  # noqa: E731
             share = coreset_size(len(X), k) / len(X)
             cpu, obj = mean(on, 0) / mean(off, 0), mean(on, 1) / mean(off, 1)
-            print(f"{name:12s} {len(X):7d} {k:4d} {share:6.2f} "
-                  f"{mean(on, 0):7.3f}/{mean(off, 0):<7.3f} {cpu:6.2f} {obj:10.5f} "
-                  f"{mean(on, 2):6.1f}/{mean(off, 2):<6.1f} "
-                  f"{mean(on, 3):6.1f}/{mean(off, 3):<6.1f}",
-                  flush=True)
+            print(
+                f"{name:12s} {len(X):7d} {k:4d} {share:6.2f} "
+                f"{mean(on, 0):7.3f}/{mean(off, 0):<7.3f} {cpu:6.2f} {obj:10.5f} "
+                f"{mean(on, 2):6.1f}/{mean(off, 2):<6.1f} "
+                f"{mean(on, 3):6.1f}/{mean(off, 3):<6.1f}",
+                flush=True,
+            )
     finally:
         runs.SETTLE_MAX_SHARE = default
     return 0

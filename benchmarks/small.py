@@ -51,7 +51,9 @@ def rescored(X, C) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--cold-repeats", type=int, default=3)
     args = parser.parse_args()
@@ -78,23 +80,38 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, NUMBA_CACHE_DIR=cache)
             code = COLD.format(root=str(Path(__file__).resolve().parent.parent))
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+            )
             cold.append(json.loads(out.stdout.strip().splitlines()[-1]))
     result = {
-        "machine": machine(), "ours_s": ours, "sklearn_s": theirs, "objective_ratio": ratio_obj, "cold": cold,
+        "machine": machine(),
+        "ours_s": ours,
+        "sklearn_s": theirs,
+        "objective_ratio": ratio_obj,
+        "cold": cold,
         "warm_ratio": float(np.median(ours) / np.median(theirs)),
     }
     print("| what | dkmeans | scikit-learn | ratio |")
     print("|---|---:|---:|---:|")
-    print(f"| default fit, 100k x 8, k=10, warm (median of {args.repeats}) | {np.median(ours):.3f} s | "
-          f"{np.median(theirs):.3f} s | {result['warm_ratio']:.2f} |")
+    print(
+        f"| default fit, 100k x 8, k=10, warm (median of {args.repeats}) | {np.median(ours):.3f} s | "
+        f"{np.median(theirs):.3f} s | {result['warm_ratio']:.2f} |"
+    )
     fits = [c["fit_s"] for c in cold]
-    print(f"| first fit in a fresh environment (median of {len(cold)}; import {np.median([c['import_s'] for c in cold]):.2f} s "
-          f"before it) | {np.median(fits):.2f} s | - | - |")
-    print(f"objective / scikit-learn's (float64 re-scored): median {np.median(ratio_obj):.4f}, "
-          f"range {min(ratio_obj):.4f}-{max(ratio_obj):.4f}")
-    print(f"goals: warm <= 1.5x: {'met' if result['warm_ratio'] <= 1.5 else 'NOT met'}; cold <= 2 s: "
-          f"{'met' if np.median(fits) <= 2 else 'NOT met'}")
+    print(
+        f"| first fit in a fresh environment (median of {len(cold)}; "
+        f"import {np.median([c['import_s'] for c in cold]):.2f} s "
+        f"before it) | {np.median(fits):.2f} s | - | - |"
+    )
+    print(
+        f"objective / scikit-learn's (float64 re-scored): median {np.median(ratio_obj):.4f}, "
+        f"range {min(ratio_obj):.4f}-{max(ratio_obj):.4f}"
+    )
+    print(
+        f"goals: warm <= 1.5x: {'met' if result['warm_ratio'] <= 1.5 else 'NOT met'}; cold <= 2 s: "
+        f"{'met' if np.median(fits) <= 2 else 'NOT met'}"
+    )
     print("results:", write_json("small.json", result))
 
 

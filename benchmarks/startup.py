@@ -121,7 +121,9 @@ def phases(total):
     return {{k: round(v, 4) for k, v in out.items()}}
 """
 
-FIT_CASE = TRACE + r"""
+FIT_CASE = (
+    TRACE
+    + r"""
 import json
 import numpy as np
 {setup}
@@ -148,15 +150,22 @@ print(json.dumps({{"first": first, "repeated": again, "sklearn_first_s": sk_firs
                    "extra": extra}}))
 {teardown}
 """
+)
 
 SETUPS = {
-    "embedded": dict(k=5, setup=r"""
+    "embedded": dict(
+        k=5,
+        setup=r"""
 imports = T.pop("imports")
 import dask.array as da
 extra = {}
 X = da.from_array(np.random.default_rng(0).normal(size=(20_000, 5)), chunks=5_000)
-""", teardown=""),
-    "client": dict(k=5, setup=r"""
+""",
+        teardown="",
+    ),
+    "client": dict(
+        k=5,
+        setup=r"""
 imports = T.pop("imports")
 import dask.array as da
 from distributed import Client
@@ -164,8 +173,12 @@ t = time.perf_counter()
 client = Client(n_workers=2, threads_per_worker=1, dashboard_address=None)
 extra = {"user's Client(n_workers=2) start": time.perf_counter() - t}
 X = da.from_array(np.random.default_rng(0).normal(size=(20_000, 5)), chunks=5_000)
-""", teardown="client.close()"),
-    "tall": dict(k=32, setup=r"""
+""",
+        teardown="client.close()",
+    ),
+    "tall": dict(
+        k=32,
+        setup=r"""
 imports = T.pop("imports")
 from distributed import Client
 t = time.perf_counter()
@@ -173,7 +186,9 @@ client = Client(n_workers=2, threads_per_worker=1, dashboard_address=None)
 extra = {"user's Client(n_workers=2) start": time.perf_counter() - t}
 from dkmeans.testing import make_blobs
 X = make_blobs(2_000_000, 16, 32, seed=0)[0].astype(np.float32)
-""", teardown="client.close()"),
+""",
+        teardown="client.close()",
+    ),
 }
 
 IMPORT_CODE = r"""
@@ -189,17 +204,25 @@ print(json.dumps({{"seconds": seconds, "loaded": heavy}}))
 
 
 def _run(code: str, timeout: float = 900, env: dict | None = None) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                         env=dict(os.environ, **(env or {})), cwd=tempfile.gettempdir())
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+        cwd=tempfile.gettempdir(),
+    )
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def import_case(repeats: int) -> dict:
-    statements = {"import dkmeans": "import dkmeans",
-                  "from dkmeans import KMeans": "from dkmeans import KMeans",
-                  "import sklearn.cluster, distributed": "import sklearn.cluster, distributed"}
+    statements = {
+        "import dkmeans": "import dkmeans",
+        "from dkmeans import KMeans": "from dkmeans import KMeans",
+        "import sklearn.cluster, distributed": "import sklearn.cluster, distributed",
+    }
     result = {name: [] for name in statements}
     for _ in range(repeats):  # alternating, each a fresh process
         for name, statement in statements.items():
@@ -209,8 +232,9 @@ def import_case(repeats: int) -> dict:
 
 def fit_case(name: str, repeats: int, on_cluster: bool = False) -> dict:
     spec = SETUPS[name]
-    code = FIT_CASE.format(root=str(ROOT), setup=spec["setup"], teardown=spec["teardown"], k=spec["k"],
-                           repeats=repeats)
+    code = FIT_CASE.format(
+        root=str(ROOT), setup=spec["setup"], teardown=spec["teardown"], k=spec["k"], repeats=repeats
+    )
     # on_cluster: dkmeans.in-process-bytes 0, every fit on the cluster (how small Dask arrays ran before)
     return _run(code, env={"DASK_DKMEANS__IN_PROCESS_BYTES": "0"} if on_cluster else None)
 
@@ -218,9 +242,14 @@ def fit_case(name: str, repeats: int, on_cluster: bool = False) -> dict:
 def demo_case() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "--output", str(Path(tmp) / "out")],
-                             capture_output=True, text=True, timeout=900, cwd=tmp,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        out = subprocess.run(
+            [sys.executable, "-m", "dkmeans", "demo", "--output", str(Path(tmp) / "out")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=tmp,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         wall = time.perf_counter() - t
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
@@ -237,19 +266,43 @@ def cli_case() -> dict:
         folder.mkdir()
         X = np.random.default_rng(0).normal(size=(200_000, 16)).astype(np.float32)
         for i, part in enumerate(np.array_split(X, 4)):
-            pd.DataFrame(part, columns=[f"f{j}" for j in range(16)]).to_parquet(folder / f"part-{i}.parquet")
-        read = _run(f"import time, json, pandas as pd\nt = time.perf_counter()\npd.read_parquet({str(folder)!r})\n"
-                    "print(json.dumps({'seconds': time.perf_counter() - t}))")
+            pd.DataFrame(part, columns=[f"f{j}" for j in range(16)]).to_parquet(
+                folder / f"part-{i}.parquet"
+            )
+        read = _run(
+            f"import time, json, pandas as pd\nt = time.perf_counter()\npd.read_parquet({str(folder)!r})\n"
+            "print(json.dumps({'seconds': time.perf_counter() - t}))"
+        )
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "dkmeans", "fit", str(folder), "-k", "4", "--model",
-                              str(Path(tmp) / "model.npz"), "--json", "--quiet"], capture_output=True, text=True,
-                             timeout=900, cwd=tmp, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dkmeans",
+                "fit",
+                str(folder),
+                "-k",
+                "4",
+                "--model",
+                str(Path(tmp) / "model.npz"),
+                "--json",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=tmp,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         wall = time.perf_counter() - t
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     outcome = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"wall_s": wall, "read_parquet_s": read["seconds"], "outcome": {k: outcome.get(k) for k in
-                                                                           ("status", "n_iter", "seconds")}}
+    return {
+        "wall_s": wall,
+        "read_parquet_s": read["seconds"],
+        "outcome": {k: outcome.get(k) for k in ("status", "n_iter", "seconds")},
+    }
 
 
 def _median(values):
@@ -258,16 +311,34 @@ def _median(values):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["import", "embedded", "client", "tall", "demo", "cli"],
-                        choices=["import", "embedded", "client", "tall", "demo", "cli"])
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per import statement; repeated "
-                                                                "fits per fit case (default 3)")
-    parser.add_argument("--on-cluster", action="store_true",
-                        help="fit on the cluster whatever the size (dkmeans.in-process-bytes = 0): the "
-                             "embedded and client cases as before small Dask arrays were fitted in the caller")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        default=["import", "embedded", "client", "tall", "demo", "cli"],
+        choices=["import", "embedded", "client", "tall", "demo", "cli"],
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="fresh processes per import statement; repeated fits per fit case (default 3)",
+    )
+    parser.add_argument(
+        "--on-cluster",
+        action="store_true",
+        help="fit on the cluster whatever the size (dkmeans.in-process-bytes = 0): the "
+        "embedded and client cases as before small Dask arrays were fitted in the caller",
+    )
     args = parser.parse_args()
-    result = {"machine": machine(), "load_before": os.getloadavg(), "on_cluster": args.on_cluster, "cases": {}}
+    result = {
+        "machine": machine(),
+        "load_before": os.getloadavg(),
+        "on_cluster": args.on_cluster,
+        "cases": {},
+    }
     for case in args.cases:
         if case == "import":
             value = import_case(args.repeats)
@@ -287,11 +358,15 @@ def main() -> None:
     if "import" in cases:
         ours = _median(r["seconds"] for r in cases["import"]["import dkmeans"])
         klass = _median(r["seconds"] for r in cases["import"]["from dkmeans import KMeans"])
-        theirs = _median(r["seconds"] for r in cases["import"]["import sklearn.cluster, distributed"])
+        theirs = _median(
+            r["seconds"] for r in cases["import"]["import sklearn.cluster, distributed"]
+        )
         loaded = cases["import"]["import dkmeans"][0]["loaded"]
-        print(f"| `import dkmeans` (loads: {', '.join(loaded) or 'none of the heavy ones'}) | {ours:.2f} s; "
-              f"`from dkmeans import KMeans` {klass:.2f} s | `import sklearn.cluster, distributed` {theirs:.2f} s | "
-              f"<= 1.1x: {ours / theirs:.2f}x |")
+        print(
+            f"| `import dkmeans` (loads: {', '.join(loaded) or 'none of the heavy ones'}) | {ours:.2f} s; "
+            f"`from dkmeans import KMeans` {klass:.2f} s | `import sklearn.cluster, distributed` {theirs:.2f} s | "
+            f"<= 1.1x: {ours / theirs:.2f}x |"
+        )
     for case, goal in (("embedded", 1.5), ("client", 1.0), ("tall", None)):
         if case not in cases:
             continue
@@ -299,20 +374,32 @@ def main() -> None:
         first = c["first"]
         breakdown = ", ".join(f"{k} {v:.2f}" for k, v in first.items() if k not in ("fit",))
         repeated = _median(c["repeated"])
-        target = (f"first <= {goal} s, repeated <= 0.25 s" if goal else
-                  f"first <= 0.5x scikit-learn: {first['fit'] / c['sklearn_first_s']:.2f}x")
-        print(f"| {case}: first fit {first['fit']:.2f} s ({breakdown}); repeated {repeated:.2f} s | "
-              f"scikit-learn {c['sklearn_first_s']:.2f} s first, {c['sklearn_s']:.2f} s again | {target} |")
+        target = (
+            f"first <= {goal} s, repeated <= 0.25 s"
+            if goal
+            else f"first <= 0.5x scikit-learn: {first['fit'] / c['sklearn_first_s']:.2f}x"
+        )
+        print(
+            f"| {case}: first fit {first['fit']:.2f} s ({breakdown}); repeated {repeated:.2f} s | "
+            f"scikit-learn {c['sklearn_first_s']:.2f} s first, {c['sklearn_s']:.2f} s again | {target} |"
+        )
     if "demo" in cases:
         d = cases["demo"]
         print(f"| `dkmeans demo`: fit {d['fit_s']} s, wall {d['wall_s']:.1f} s | - | fit <= 3 s |")
     if "cli" in cases:
         c = cases["cli"]
-        print(f"| `dkmeans fit DIR -k 4` (200,000 x 16 Parquet): wall {c['wall_s']:.1f} s | `pandas.read_parquet` "
-              f"{c['read_parquet_s']:.2f} s | <= 2x read + passes |")
-    print(f"load average before {result['load_before']}, after {result['load_after']} (2 cores: above 2, "
-          f"other work ran beside)")
-    print("results:", write_json("startup-on-cluster.json" if args.on_cluster else "startup.json", result))
+        print(
+            f"| `dkmeans fit DIR -k 4` (200,000 x 16 Parquet): wall {c['wall_s']:.1f} s | `pandas.read_parquet` "
+            f"{c['read_parquet_s']:.2f} s | <= 2x read + passes |"
+        )
+    print(
+        f"load average before {result['load_before']}, after {result['load_after']} (2 cores: above 2, "
+        f"other work ran beside)"
+    )
+    print(
+        "results:",
+        write_json("startup-on-cluster.json" if args.on_cluster else "startup.json", result),
+    )
 
 
 if __name__ == "__main__":

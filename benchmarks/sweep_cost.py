@@ -18,7 +18,10 @@ from dkmeans.testing import make_blobs
 
 
 def cpu_seconds() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -40,9 +43,13 @@ def main() -> None:
     dkmeans.KMeans(4, random_state=0).fit(X)  # imports and kernels loaded before any timing
     print(f"{args.rows} x {args.features}, {args.blobs} blobs, k = 2..{args.k_max}")
     for draws in (0, 5):
-        result, wall, cpu = timed(lambda: dkmeans.sweep(X, ks, random_state=0, reference_draws=draws))
-        print(f"sweep, reference_draws={draws}: {wall:6.2f} s wall {cpu:6.2f} s CPU, "
-              f"suggests {result.suggested_k}, {result.n_passes} passes")
+        result, wall, cpu = timed(
+            lambda: dkmeans.sweep(X, ks, random_state=0, reference_draws=draws)
+        )
+        print(
+            f"sweep, reference_draws={draws}: {wall:6.2f} s wall {cpu:6.2f} s CPU, "
+            f"suggests {result.suggested_k}, {result.n_passes} passes"
+        )
     _, wall, cpu = timed(lambda: [dkmeans.KMeans(k, random_state=0).fit(X) for k in ks])
     print(f"each k alone:              {wall:6.2f} s wall {cpu:6.2f} s CPU")
 

@@ -35,7 +35,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write_json  # noqa: E402
-
 from lloyd import QUICK_SHAPES, SHAPES  # noqa: E402 - the shapes of the per-iteration benchmark
 
 CONFIGS = {
@@ -67,14 +66,18 @@ print("RESULT " + json.dumps(dict(seconds=seconds, cpu_seconds=cpu_seconds, obje
 
 def one_fit(shape, config: str, timeout: float) -> dict:
     bench = Path(__file__).resolve().parent
-    code = ONE_FIT.format(root=str(bench.parent), bench=str(bench), shape=tuple(shape), config=CONFIGS[config])
+    code = ONE_FIT.format(
+        root=str(bench.parent), bench=str(bench), shape=tuple(shape), config=CONFIGS[config]
+    )
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout:.0f} s"}
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]}
 
 
@@ -101,17 +104,23 @@ def goals(results: dict) -> list[str]:
     out = []
     for name, row in results.items():
         try:
-            ours, plain, sk, sk10 = (row[c] for c in ("dkmeans", "dkmeans-no-search", "sklearn", "sklearn-n_init10"))
+            ours, plain, sk, sk10 = (
+                row[c] for c in ("dkmeans", "dkmeans-no-search", "sklearn", "sklearn-n_init10")
+            )
         except KeyError:
             continue
         if any("error" in r for r in (ours, plain, sk, sk10)):
             continue
         if name == "small":
-            out.append(f"small: time vs scikit-learn default {ours['seconds'] / sk['seconds']:.2f}x (goal <= 2)")
+            out.append(
+                f"small: time vs scikit-learn default {ours['seconds'] / sk['seconds']:.2f}x (goal <= 2)"
+            )
             continue
-        out.append(f"{name}: objective vs n_init=10 {ours['objective'] / sk10['objective']:.4f} (goal <= 1.001); "
-                   f"time vs local_search=False {ours['seconds'] / plain['seconds']:.2f}x (goal <= 1.25); "
-                   f"time vs scikit-learn default {ours['seconds'] / sk['seconds']:.2f}x (goal <= 0.5)")
+        out.append(
+            f"{name}: objective vs n_init=10 {ours['objective'] / sk10['objective']:.4f} (goal <= 1.001); "
+            f"time vs local_search=False {ours['seconds'] / plain['seconds']:.2f}x (goal <= 1.25); "
+            f"time vs scikit-learn default {ours['seconds'] / sk['seconds']:.2f}x (goal <= 0.5)"
+        )
     return out
 
 
@@ -121,7 +130,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one fit may take")
-    parser.add_argument("--repeats", type=int, default=1, help="fits per configuration (median time reported)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="fits per configuration (median time reported)"
+    )
     args = parser.parse_args(argv)
     shapes = QUICK_SHAPES if args.quick else SHAPES
     results = {}
@@ -131,22 +142,40 @@ def main(argv=None) -> int:
             for config in args.configs:
                 r = one_fit(shapes[name], config, args.timeout)
                 runs[config].append(r)
-                print(name, config, f"repeat {repeat + 1}", r, f"load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    name,
+                    config,
+                    f"repeat {repeat + 1}",
+                    r,
+                    f"load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         results[name] = {}
         for config, rs in runs.items():
             ok = [r for r in rs if "error" not in r]
             if not ok:
                 results[name][config] = rs[-1]
                 continue
-            results[name][config] = dict(ok[-1], seconds=statistics.median(r["seconds"] for r in ok),
-                                         all_seconds=[r["seconds"] for r in ok],
-                                         cpu_seconds=statistics.median(r["cpu_seconds"] for r in ok))
+            results[name][config] = dict(
+                ok[-1],
+                seconds=statistics.median(r["seconds"] for r in ok),
+                all_seconds=[r["seconds"] for r in ok],
+                cpu_seconds=statistics.median(r["cpu_seconds"] for r in ok),
+            )
     table = format_table(results)
     print(table)
     for line in goals(results):
         print(line)
-    write_json("time_to_solution.json", {"machine": machine(), "quick": args.quick, "repeats": args.repeats,
-                                    "shapes": {n: shapes[n] for n in args.shapes}, "results": results})
+    write_json(
+        "time_to_solution.json",
+        {
+            "machine": machine(),
+            "quick": args.quick,
+            "repeats": args.repeats,
+            "shapes": {n: shapes[n] for n in args.shapes},
+            "results": results,
+        },
+    )
     return 0
 
 

@@ -1,6 +1,7 @@
 """dkmeans: distributed k-means clustering on Dask.
 
-Public names: :class:`KMeans`, :class:`MiniBatchKMeans`, :class:`BisectingKMeans` (scikit-learn estimators), :class:`Descriptor`,
+Public names: :class:`KMeans`, :class:`MiniBatchKMeans`, :class:`BisectingKMeans` (scikit-learn
+estimators), :class:`Descriptor`,
 :func:`train`, :func:`infer`, :class:`Model`, :class:`TrainResult`,
 :class:`InferResult` (oneDAL-style functional API), :func:`sweep` and :class:`SweepResult` (several
 values of k fitted together, sharing their passes over the data), :func:`get_client`.
@@ -32,8 +33,18 @@ _NAMES = {
 
 #: Public submodules, imported on first use (``dkmeans.plot``, ``dkmeans.metrics``, ...) as
 #: scikit-learn does: ``import dkmeans`` stays light (matplotlib only with ``dkmeans.plot``).
-_SUBMODULES = ("cli", "config", "errors", "functional", "io", "ksweep", "metrics", "model", "plot",
-               "testing")
+_SUBMODULES = (
+    "cli",
+    "config",
+    "errors",
+    "functional",
+    "io",
+    "ksweep",
+    "metrics",
+    "model",
+    "plot",
+    "testing",
+)
 
 
 def __getattr__(name: str):
@@ -50,6 +61,7 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_NAMES) | set(_SUBMODULES))
+
 
 __all__ = [
     "__version__",

@@ -79,10 +79,12 @@ def _step_name(record) -> str:
 
 def _locked(method):
     """``method`` run under the tree's lock (a sweep's k fits report from threads of their own)."""
+
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         with self.lock:
             return method(self, *args, **kwargs)
+
     return call
 
 
@@ -118,14 +120,21 @@ class FitTasks:
         return cls(estimator, X, y, sample_weight, n_runs, lock)
 
     def _begin(self, ctx):
-        ctx.call_on_fit_task_begin(estimator=self.estimator, X=self.X, y=self.y,
-                                   metadata=self.metadata)
+        ctx.call_on_fit_task_begin(
+            estimator=self.estimator, X=self.X, y=self.y, metadata=self.metadata
+        )
         return ctx
 
     def _end(self, ctx, attributes=None) -> bool:
-        return bool(ctx.call_on_fit_task_end(estimator=self.estimator, X=self.X, y=self.y,
-                                             metadata=self.metadata,
-                                             reconstruction_attributes=attributes))
+        return bool(
+            ctx.call_on_fit_task_end(
+                estimator=self.estimator,
+                X=self.X,
+                y=self.y,
+                metadata=self.metadata,
+                reconstruction_attributes=attributes,
+            )
+        )
 
     def _end_init(self) -> None:
         if self._init is not None:
@@ -178,8 +187,9 @@ class FitTasks:
             return
         if self._pass_id != event["pass"]:
             self._end_pass()
-            self._pass = self._begin(self._run.subcontext(task_name="pass",
-                                                          max_subtasks=int(event["total"])))
+            self._pass = self._begin(
+                self._run.subcontext(task_name="pass", max_subtasks=int(event["total"]))
+            )
             self._pass_id = event["pass"]
             self._pieces = 0
         while self._pieces < min(int(event["done"]), int(event["total"])):
@@ -202,8 +212,11 @@ class FitTasks:
         self._end_run()
         attributes = None
         if fitted:
-            attributes = {name: value for name, value in vars(self.estimator).items()
-                          if name.endswith("_") and not name.startswith("_")}
+            attributes = {
+                name: value
+                for name, value in vars(self.estimator).items()
+                if name.endswith("_") and not name.startswith("_")
+            }
         self._end(self.root, attributes)
 
 
@@ -246,8 +259,10 @@ class SweepTasks:
         if not callbacks:
             return None
         if not AVAILABLE:
-            raise ImportError("callbacks need scikit-learn's callback protocol (sklearn.callback, "
-                              "scikit-learn 1.9 or later)")
+            raise ImportError(
+                "callbacks need scikit-learn's callback protocol (sklearn.callback, "
+                "scikit-learn 1.9 or later)"
+            )
         return cls(list(callbacks), models, X, sample_weight, n_runs)
 
     def close(self, fitted: bool) -> None:
@@ -263,13 +278,15 @@ class SweepTasks:
                     try:
                         if k in self.fits:
                             self.fits[k].finish(fitted=fitted)
-                        ctx.call_on_fit_task_end(estimator=self.owner, X=self.X,
-                                                 metadata=self.metadata)
+                        ctx.call_on_fit_task_end(
+                            estimator=self.owner, X=self.X, metadata=self.metadata
+                        )
                     finally:
                         if model is not None:  # the k's own callbacks torn down, as its fit would
                             managed(_nothing)(model)
-                self.root.call_on_fit_task_end(estimator=self.owner, X=self.X,
-                                               metadata=self.metadata)
+                self.root.call_on_fit_task_end(
+                    estimator=self.owner, X=self.X, metadata=self.metadata
+                )
             finally:
                 self._stack.close()
                 managed(_nothing)(self.owner)  # the sweep's callbacks torn down

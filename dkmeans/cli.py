@@ -34,11 +34,20 @@ logger = logging.getLogger("dkmeans")
 def connect(args):
     """The client the command runs on: ``--scheduler``, ``--local``/``--gpu``, or the embedded one."""
     scheduler = getattr(args, "scheduler", None)
-    tls = {} if not scheduler else {"timeout": args.connect_timeout, "tls_ca_file": args.tls_ca_file,
-                                    "tls_cert": args.tls_cert, "tls_key": args.tls_key}
+    tls = (
+        {}
+        if not scheduler
+        else {
+            "timeout": args.connect_timeout,
+            "tls_ca_file": args.tls_ca_file,
+            "tls_cert": args.tls_cert,
+            "tls_key": args.tls_key,
+        }
+    )
     # --local is the default: the embedded cluster; either is closed by main() before it returns
-    client, opened = connect_command(scheduler, gpu=getattr(args, "gpu", False),
-                                     n_workers=getattr(args, "workers", None), **tls)
+    client, opened = connect_command(
+        scheduler, gpu=getattr(args, "gpu", False), n_workers=getattr(args, "workers", None), **tls
+    )
     if opened:
         args.opened_client = client
     return client
@@ -73,7 +82,9 @@ def _log_to(quiet: bool, to_stderr: bool = False):
     """
     root = logging.getLogger()
     root_handlers = list(root.handlers)
-    logging.basicConfig(level=logging.WARNING, format=_LOG_FORMAT)  # other libraries: warnings on stderr
+    logging.basicConfig(
+        level=logging.WARNING, format=_LOG_FORMAT
+    )  # other libraries: warnings on stderr
     added_to_root = [h for h in root.handlers if h not in root_handlers]
     saved = logger.level, logger.propagate, list(logger.handlers)
     if quiet or (sys.stdout.isatty() and not to_stderr):
@@ -116,9 +127,24 @@ def _numeric_columns(df, columns):
 
 # -- commands ----------------------------------------------------------------------
 #: The fit options taken from the parameter table, by their service names (see :func:`_add_fit_options`).
-FIT_OPTIONS = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "algorithm", "local_search",
-               "out_of_core", "checkpoint_every", "metric", "prune", "missing", "max_cluster_size",
-               "min_cluster_size", "balanced")
+FIT_OPTIONS = (
+    "n_clusters",
+    "init",
+    "n_init",
+    "max_iter",
+    "tol",
+    "random_state",
+    "algorithm",
+    "local_search",
+    "out_of_core",
+    "checkpoint_every",
+    "metric",
+    "prune",
+    "missing",
+    "max_cluster_size",
+    "min_cluster_size",
+    "balanced",
+)
 
 
 #: Options whose default is the estimator's (``KMeans``'s or ``MiniBatchKMeans``'s): left out unless given.
@@ -126,8 +152,12 @@ ESTIMATOR_DEFAULTS = ("checkpoint_every",)
 
 
 #: The fit options of ``dkmeans sweep``: those of ``fit`` but ``-k`` (the values of k) and the checkpoint's.
-SWEEP_OPTIONS = tuple(name for name in FIT_OPTIONS if name not in ("n_clusters", "checkpoint_every", "max_cluster_size",
-                                                                   "min_cluster_size", "balanced"))
+SWEEP_OPTIONS = tuple(
+    name
+    for name in FIT_OPTIONS
+    if name
+    not in ("n_clusters", "checkpoint_every", "max_cluster_size", "min_cluster_size", "balanced")
+)
 
 
 def _fit_params(args, options=FIT_OPTIONS) -> dict:
@@ -137,7 +167,9 @@ def _fit_params(args, options=FIT_OPTIONS) -> dict:
     """
     names = _params.face_names("cli")
     given = {p: getattr(args, "k" if p == "n_clusters" else _dest(names[p])) for p in options}
-    given = {p: value for p, value in given.items() if not (p in ESTIMATOR_DEFAULTS and value is None)}
+    given = {
+        p: value for p, value in given.items() if not (p in ESTIMATOR_DEFAULTS and value is None)
+    }
     checked = _params.check("cli", {names[p]: value for p, value in given.items()})
     estimator = _params.face_names("estimator")
     return {estimator[p]: value for p, value in checked.items()}
@@ -150,21 +182,32 @@ def _fit(args) -> int:
     checkpoint = _checkpoint_option(args)
     df = read_table(args.input, storage_options=_storage_options(args))
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
-    X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
+    X = select_columns(
+        df, columns, name=str(args.input)
+    )  # only these columns are read from the files
     connect(args)
     t0 = time.perf_counter()
     km = _estimator(params, args, checkpoint)
     km.fit(X)
     seconds = time.perf_counter() - t0
     path = km.save(args.model)
-    print(f"fitted k={km.n_clusters} on {len(columns)} columns in {seconds:.2f} s: {km.n_iter_} iterations "
-          f"(stopped by {km.stop_reason_}), objective {km.inertia_:.6e}; data {km.data_mode_}, "
-          f"{km.n_passes_} passes over it")
+    print(
+        f"fitted k={km.n_clusters} on {len(columns)} columns in {seconds:.2f} s: {km.n_iter_} iterations "
+        f"(stopped by {km.stop_reason_}), objective {km.inertia_:.6e}; data {km.data_mode_}, "
+        f"{km.n_passes_} passes over it"
+    )
     print(f"model written to {path}")
-    args.summary = {"model": str(path), "n_clusters": int(km.n_clusters), "columns": list(columns),
-                    "n_iter": int(km.n_iter_), "stop_reason": km.stop_reason_,
-                    "inertia": float(km.inertia_), "seconds": round(seconds, 3),
-                    "data_mode": km.data_mode_, "n_passes": int(km.n_passes_)}
+    args.summary = {
+        "model": str(path),
+        "n_clusters": int(km.n_clusters),
+        "columns": list(columns),
+        "n_iter": int(km.n_iter_),
+        "stop_reason": km.stop_reason_,
+        "inertia": float(km.inertia_),
+        "seconds": round(seconds, 3),
+        "data_mode": km.data_mode_,
+        "n_passes": int(km.n_passes_),
+    }
     if args.plot:
         _write_plot(args.plot, km, X)
         args.summary["plot"] = str(args.plot)
@@ -182,7 +225,9 @@ def parse_k_values(text: str) -> list[int]:
         try:
             numbers = [int(p) for p in parts]
         except ValueError:
-            raise InvalidParameterError(f"-k takes lo:hi[:step] ranges or lists like 2,4,8; got {text!r}") from None
+            raise InvalidParameterError(
+                f"-k takes lo:hi[:step] ranges or lists like 2,4,8; got {text!r}"
+            ) from None
         if len(numbers) == 1:
             values += numbers
         elif len(numbers) in (2, 3):
@@ -191,7 +236,9 @@ def parse_k_values(text: str) -> list[int]:
                 raise InvalidParameterError(f"-k range {item!r} needs lo <= hi and a step >= 1")
             values += list(range(lo, hi + 1, step))
         else:
-            raise InvalidParameterError(f"-k takes lo:hi[:step] ranges or lists like 2,4,8; got {text!r}")
+            raise InvalidParameterError(
+                f"-k takes lo:hi[:step] ranges or lists like 2,4,8; got {text!r}"
+            )
     try:
         return check_k_values(values)
     except InvalidParameterError as exc:
@@ -206,18 +253,34 @@ def _sweep(args) -> int:
     params = _fit_params(args, SWEEP_OPTIONS)
     df = read_table(args.input, storage_options=_storage_options(args))
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
-    X = select_columns(df, columns, name=str(args.input))  # only these columns are read from the files
+    X = select_columns(
+        df, columns, name=str(args.input)
+    )  # only these columns are read from the files
     connect(args)
-    result = sweep(X, ks, verbose=_verbose(args), device="gpu" if args.gpu else None,
-                   method=args.method, **params)
-    print(f"swept {len(ks)} values of k on {len(columns)} columns in {result.seconds:.2f} s "
-          f"(data {result.data_mode}, random_state {result.random_state}: any k refits alone with "
-          f"dkmeans fit -k K --random-state {result.random_state})")
+    result = sweep(
+        X,
+        ks,
+        verbose=_verbose(args),
+        device="gpu" if args.gpu else None,
+        method=args.method,
+        **params,
+    )
+    print(
+        f"swept {len(ks)} values of k on {len(columns)} columns in {result.seconds:.2f} s "
+        f"(data {result.data_mode}, random_state {result.random_state}: any k refits alone with "
+        f"dkmeans fit -k K --random-state {result.random_state})"
+    )
     print(result.format_table())
-    args.summary = {"k_values": list(ks), "rows": result.rows(), "suggested_k": result.suggested_k,
-                    "rule": result.rule, "random_state": result.random_state,
-                    "data_mode": result.data_mode, "n_passes": int(result.n_passes),
-                    "seconds": round(result.seconds, 3)}
+    args.summary = {
+        "k_values": list(ks),
+        "rows": result.rows(),
+        "suggested_k": result.suggested_k,
+        "rule": result.rule,
+        "random_state": result.random_state,
+        "data_mode": result.data_mode,
+        "n_passes": int(result.n_passes),
+        "seconds": round(result.seconds, 3),
+    }
     if args.save_models:
         folder = Path(args.save_models)
         folder.mkdir(parents=True, exist_ok=True)
@@ -236,9 +299,14 @@ def _bisect(args) -> int:
     from dkmeans.fit.tables import read_table, select_columns
 
     names = _params.face_names("cli")
-    given = {"n_clusters": args.k, "n_init": args.n_init, "max_iter": args.max_iter,
-             "tol": args.tol, "bisecting_strategy": args.bisecting_strategy,
-             "out_of_core": args.out_of_core}
+    given = {
+        "n_clusters": args.k,
+        "n_init": args.n_init,
+        "max_iter": args.max_iter,
+        "tol": args.tol,
+        "bisecting_strategy": args.bisecting_strategy,
+        "out_of_core": args.out_of_core,
+    }
     # checked before the input is read or a cluster starts
     params = _params.check("cli", {names[p]: value for p, value in given.items()})
     df = read_table(args.input)
@@ -248,9 +316,11 @@ def _bisect(args) -> int:
     t0 = time.perf_counter()
     model = BisectingKMeans(init=args.init, random_state=args.random_state, **params).fit(X)
     seconds = time.perf_counter() - t0
-    print(f"bisected to k={args.k} on {len(columns)} columns in {seconds:.2f} s: "
-          f"{model.n_rounds_} rounds of shared passes, {model.n_passes_} passes over the data "
-          f"({model.data_mode_}), objective {model.inertia_:.6e}")
+    print(
+        f"bisected to k={args.k} on {len(columns)} columns in {seconds:.2f} s: "
+        f"{model.n_rounds_} rounds of shared passes, {model.n_passes_} passes over the data "
+        f"({model.data_mode_}), objective {model.inertia_:.6e}"
+    )
     objectives = model.inertia_per_k_
     print(f"{'k':>6}  {'objective':>14}  {'drop':>8}")
     for k, objective in enumerate(objectives, start=1):
@@ -265,31 +335,51 @@ def _bisect(args) -> int:
 
 
 def _add_bisect_parser(sub) -> None:
-    bisect = sub.add_parser("bisect", help="bisecting k-means (scikit-learn's BisectingKMeans) on "
-                            "Parquet/CSV; print the objective at every k from 1 to -k (one fit)")
+    bisect = sub.add_parser(
+        "bisect",
+        help="bisecting k-means (scikit-learn's BisectingKMeans) on "
+        "Parquet/CSV; print the objective at every k from 1 to -k (one fit)",
+    )
     bisect.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
     bisect.add_argument("-k", type=int, required=True, help="number of clusters (leaves)")
-    bisect.add_argument("--columns", nargs="+",
-                        help="columns to cluster on (default: all numeric columns)")
-    bisect.add_argument("--exclude", nargs="+",
-                        help="columns to leave out (e.g. known labels or ids)")
-    bisect.add_argument("--init", choices=list(_params.BISECTING_INITS), default="random",
-                        help="start of each 2-means (default random)")
-    bisect.add_argument("--n-init", type=int, default=1,
-                        help="starts of each 2-means, the best kept (default 1)")
-    bisect.add_argument("--max-iter", type=int, default=300,
-                        help="Lloyd iterations of each 2-means (default 300)")
-    bisect.add_argument("--tol", type=float, default=1e-4,
-                        help="a 2-means stops when its centres' squared shift is at most this "
-                             "(default 0.0001)")
+    bisect.add_argument(
+        "--columns", nargs="+", help="columns to cluster on (default: all numeric columns)"
+    )
+    bisect.add_argument(
+        "--exclude", nargs="+", help="columns to leave out (e.g. known labels or ids)"
+    )
+    bisect.add_argument(
+        "--init",
+        choices=list(_params.BISECTING_INITS),
+        default="random",
+        help="start of each 2-means (default random)",
+    )
+    bisect.add_argument(
+        "--n-init", type=int, default=1, help="starts of each 2-means, the best kept (default 1)"
+    )
+    bisect.add_argument(
+        "--max-iter", type=int, default=300, help="Lloyd iterations of each 2-means (default 300)"
+    )
+    bisect.add_argument(
+        "--tol",
+        type=float,
+        default=1e-4,
+        help="a 2-means stops when its centres' squared shift is at most this (default 0.0001)",
+    )
     bisect.add_argument("--random-state", type=int, help="seed of the starts")
     strategy = _params.PARAMS["bisecting_strategy"]
-    bisect.add_argument(strategy.cli, choices=list(strategy.constraint.options),
-                        default="biggest_inertia", help=f"{strategy.doc} (default biggest_inertia)")
-    bisect.add_argument("--out-of-core", type=_auto_or_bool, default="auto",
-                        help=_params.PARAMS["out_of_core"].doc)
-    bisect.add_argument("--output", metavar="FILE",
-                        help="write the objective per k as CSV (k,objective)")
+    bisect.add_argument(
+        strategy.cli,
+        choices=list(strategy.constraint.options),
+        default="biggest_inertia",
+        help=f"{strategy.doc} (default biggest_inertia)",
+    )
+    bisect.add_argument(
+        "--out-of-core", type=_auto_or_bool, default="auto", help=_params.PARAMS["out_of_core"].doc
+    )
+    bisect.add_argument(
+        "--output", metavar="FILE", help="write the objective per k as CSV (k,objective)"
+    )
     bisect.add_argument("--quiet", action="store_true", help="no progress")
     _cluster_options(bisect)
     bisect.set_defaults(handler=_bisect)
@@ -300,15 +390,31 @@ def _estimator(params: dict, args, checkpoint):
     from dkmeans import KMeans, MiniBatchKMeans
 
     device = "gpu" if args.gpu else None
-    checked = _params.check("cli", {"--batch-size": args.batch_size, "--max-no-improvement": args.max_no_improvement})
+    checked = _params.check(
+        "cli", {"--batch-size": args.batch_size, "--max-no-improvement": args.max_no_improvement}
+    )
     if params["algorithm"] != "minibatch":
         return KMeans(**params, verbose=_verbose(args), checkpoint=checkpoint, device=device)
     if params["metric"] != "euclidean":
         raise InvalidParameterError("--algorithm minibatch is Euclidean only")
-    keep = ("n_clusters", "init", "n_init", "max_iter", "tol", "random_state", "out_of_core", "checkpoint_every",
-            "missing")
-    return MiniBatchKMeans(**{name: params[name] for name in keep if name in params}, **checked,
-                           verbose=_verbose(args), checkpoint=checkpoint, device=device)
+    keep = (
+        "n_clusters",
+        "init",
+        "n_init",
+        "max_iter",
+        "tol",
+        "random_state",
+        "out_of_core",
+        "checkpoint_every",
+        "missing",
+    )
+    return MiniBatchKMeans(
+        **{name: params[name] for name in keep if name in params},
+        **checked,
+        verbose=_verbose(args),
+        checkpoint=checkpoint,
+        device=device,
+    )
 
 
 def _checkpoint_option(args):
@@ -317,7 +423,9 @@ def _checkpoint_option(args):
 
     if args.checkpoint is None:
         if args.resume:
-            raise InvalidParameterError("--resume needs --checkpoint PATH (the checkpoint to resume from)")
+            raise InvalidParameterError(
+                "--resume needs --checkpoint PATH (the checkpoint to resume from)"
+            )
         return None
     path = checkpoint_path(args.checkpoint)
     if path.exists() and not args.resume:
@@ -333,8 +441,13 @@ def _write_plot(path, km, X):
     from dkmeans.plot import save_fit_plot
 
     sample = X.sample(frac=min(1.0, 20_000 / max(1, len(X))), random_state=0).compute()
-    save_fit_plot(path, km.history_, sample.to_numpy(dtype=np.float64, na_value=np.nan), km.predict(sample),
-                  km.cluster_centers_)  # nullable and Arrow columns as floats
+    save_fit_plot(
+        path,
+        km.history_,
+        sample.to_numpy(dtype=np.float64, na_value=np.nan),
+        km.predict(sample),
+        km.cluster_centers_,
+    )  # nullable and Arrow columns as floats
     print(f"plot written to {path}")
 
 
@@ -343,7 +456,9 @@ def _load_model(path):
     from dkmeans import KMeans, MiniBatchKMeans
     from dkmeans.fit.model_files import saved_estimator
 
-    return (MiniBatchKMeans if saved_estimator(path) == "dkmeans.MiniBatchKMeans" else KMeans).load(path)
+    return (MiniBatchKMeans if saved_estimator(path) == "dkmeans.MiniBatchKMeans" else KMeans).load(
+        path
+    )
 
 
 def _predict(args) -> int:
@@ -354,21 +469,32 @@ def _predict(args) -> int:
     df = read_table(args.input, storage_options=_storage_options(args))
     features = list(getattr(km, "feature_names_in_", []))
     if not features:
-        raise InvalidParameterError("the model has no feature names; it was not fitted on named columns")
+        raise InvalidParameterError(
+            "the model has no feature names; it was not fitted on named columns"
+        )
     missing = [c for c in features if c not in df.columns]
     if missing:
         raise InvalidParameterError(f"the input lacks the model's columns {missing}")
     if args.label_column in df.columns:
-        raise InvalidParameterError(f"the input already has a column {args.label_column!r}; choose --label-column")
+        raise InvalidParameterError(
+            f"the input already has a column {args.label_column!r}; choose --label-column"
+        )
     connect(args)
     labels = km.predict(df[features])
-    if args.missing == "skip":  # rows with a missing feature: a null label (every input row is kept)
+    if (
+        args.missing == "skip"
+    ):  # rows with a missing feature: a null label (every input row is kept)
         labels = labels.where(labels >= 0).astype("Int32")
     out = df.assign(**{args.label_column: labels})
     write_parquet(out, args.output, storage_options=_storage_options(args))
-    print(f"labels of {df.npartitions} partition(s) written to {args.output} (column {args.label_column!r})")
-    args.summary = {"output": str(args.output), "label_column": args.label_column,
-                    "partitions": int(df.npartitions)}
+    print(
+        f"labels of {df.npartitions} partition(s) written to {args.output} (column {args.label_column!r})"
+    )
+    args.summary = {
+        "output": str(args.output),
+        "label_column": args.label_column,
+        "partitions": int(df.npartitions),
+    }
     return 0
 
 
@@ -393,9 +519,11 @@ def _evaluate(args) -> int:
         pair = df[[args.truth_column]].assign(cluster=km.predict(X)).compute()
         truth, labels = pair[args.truth_column].to_numpy(), pair["cluster"].to_numpy()
         truth_means = df.groupby(args.truth_column)[list(X.columns)].mean().compute().to_numpy()
-        scores = {"accuracy": float(metrics.accuracy(truth, labels)),
-                  "adjusted_rand_index": float(metrics.adjusted_rand_index(truth, labels)),
-                  "centroid_index": int(metrics.centroid_index(km.cluster_centers_, truth_means))}
+        scores = {
+            "accuracy": float(metrics.accuracy(truth, labels)),
+            "adjusted_rand_index": float(metrics.adjusted_rand_index(truth, labels)),
+            "centroid_index": int(metrics.centroid_index(km.cluster_centers_, truth_means)),
+        }
         print(f"accuracy (Hungarian matching): {scores['accuracy']:.4f}")
         print(f"adjusted Rand index: {scores['adjusted_rand_index']:.4f}")
         print(f"centroid index vs the truth's class means: {scores['centroid_index']}")
@@ -411,8 +539,10 @@ def _warm_up(args) -> int:
     started = time.perf_counter()
     warm_up(n_features=tuple(args.n_features))
     seconds = time.perf_counter() - started
-    print(f"dkmeans warm-up: the kernels for float32 and float64 rows of {', '.join(map(str, args.n_features))} "
-          f"features are in numba's disk cache ({seconds:.1f} s)")
+    print(
+        f"dkmeans warm-up: the kernels for float32 and float64 rows of {', '.join(map(str, args.n_features))} "
+        f"features are in numba's disk cache ({seconds:.1f} s)"
+    )
     args.summary = {"seconds": round(seconds, 3), "n_features": list(args.n_features)}
     return 0
 
@@ -434,22 +564,40 @@ def _demo(args) -> int:
     t_start = time.perf_counter()
     client = connect(args)
     n_workers, n_threads = cluster_size(client)
-    print(f"dkmeans demo: Dask cluster with {n_workers} worker(s), {n_threads} thread(s); "
-          f"dashboard {client.dashboard_link}")
-    X, true_centers = demo_blobs(client, args.n_samples, args.n_features, args.k, spread=args.spread,
-                                 seed=args.seed, chunk_rows=args.chunk_rows)
-    print(f"data: {args.n_samples:,} x {args.n_features} float32 Gaussian blobs ({X.nbytes / 2**20:.0f} MiB) "
-          f"generated on the workers in {X.numblocks[0]} chunks; k = {args.k}")
+    print(
+        f"dkmeans demo: Dask cluster with {n_workers} worker(s), {n_threads} thread(s); "
+        f"dashboard {client.dashboard_link}"
+    )
+    X, true_centers = demo_blobs(
+        client,
+        args.n_samples,
+        args.n_features,
+        args.k,
+        spread=args.spread,
+        seed=args.seed,
+        chunk_rows=args.chunk_rows,
+    )
+    print(
+        f"data: {args.n_samples:,} x {args.n_features} float32 Gaussian blobs ({X.nbytes / 2**20:.0f} MiB) "
+        f"generated on the workers in {X.numblocks[0]} chunks; k = {args.k}"
+    )
 
     t_fit = time.perf_counter()
-    km = KMeans(n_clusters=args.k, max_iter=args.max_iter, tol=args.tol, random_state=args.seed,
-                verbose=_verbose(args)).fit(X)
+    km = KMeans(
+        n_clusters=args.k,
+        max_iter=args.max_iter,
+        tol=args.tol,
+        random_state=args.seed,
+        verbose=_verbose(args),
+    ).fit(X)
     fit_seconds = time.perf_counter() - t_fit
     per_iter = [h["seconds"] for h in km.history_]
 
     # Quality against the generating centres (known here because the data is synthetic).
     truth_objective = -_centres_model(true_centers, km).score(X)
-    ari = adjusted_rand_score(_centres_model(true_centers, km).predict(X).compute(), km.labels_.compute())
+    ari = adjusted_rand_score(
+        _centres_model(true_centers, km).predict(X).compute(), km.labels_.compute()
+    )
 
     model_path = km.save(out_dir / "model.npz")
     labels_path = out_dir / "labels.parquet"
@@ -467,17 +615,29 @@ def _demo(args) -> int:
     print("summary")
     print(f"  initialisation      k-means|| (5 rounds, oversampling 2), random_state={args.seed}")
     print(f"  iterations          {km.n_iter_} (stopped by: {km.stop_reason_})")
-    print(f"  objective           {km.inertia_:.6e}  ({km.inertia_ / truth_objective:.4f} x the objective "
-          f"at the generating centres)")
+    print(
+        f"  objective           {km.inertia_:.6e}  ({km.inertia_ / truth_objective:.4f} x the objective "
+        f"at the generating centres)"
+    )
     print(f"  agreement with the generating clusters (adjusted Rand index): {ari:.4f}")
-    print(f"  seconds/iteration   median {np.median(per_iter):.4f}, total fit {fit_seconds:.2f} s "
-          f"(run {time.perf_counter() - t_start:.2f} s)")
+    print(
+        f"  seconds/iteration   median {np.median(per_iter):.4f}, total fit {fit_seconds:.2f} s "
+        f"(run {time.perf_counter() - t_start:.2f} s)"
+    )
     print(f"  model               {model_path}")
-    print(f"  labels              {labels_path}  (Parquet, column 'cluster', {args.n_samples:,} rows)")
+    print(
+        f"  labels              {labels_path}  (Parquet, column 'cluster', {args.n_samples:,} rows)"
+    )
     print(f"  plot                {plot_path}")
-    args.summary = {"model": str(model_path), "labels": str(labels_path), "n_iter": int(km.n_iter_),
-                    "stop_reason": km.stop_reason_, "inertia": float(km.inertia_),
-                    "adjusted_rand_index": float(ari), "seconds": round(fit_seconds, 3)}
+    args.summary = {
+        "model": str(model_path),
+        "labels": str(labels_path),
+        "n_iter": int(km.n_iter_),
+        "stop_reason": km.stop_reason_,
+        "inertia": float(km.inertia_),
+        "adjusted_rand_index": float(ari),
+        "seconds": round(fit_seconds, 3),
+    }
     return 0
 
 
@@ -497,12 +657,23 @@ def _cluster_options(p):
     g = p.add_argument_group("cluster (default: an embedded local cluster, one worker per core)")
     g.add_argument("--scheduler", metavar="ADDRESS", help="connect to a running Dask scheduler")
     g.add_argument("--local", action="store_true", help="start a local cluster (the default)")
-    g.add_argument("--workers", type=int, metavar="N",
-                   help="worker processes of the local cluster (default: one per core)")
-    g.add_argument("--gpu", action="store_true",
-                   help="start a LocalCUDACluster (dask-cuda), one worker per GPU, and compute there (CuPy)")
-    g.add_argument("--connect-timeout", default="10s", metavar="DURATION",
-                   help="how long to wait for --scheduler (default 10s)")
+    g.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes of the local cluster (default: one per core)",
+    )
+    g.add_argument(
+        "--gpu",
+        action="store_true",
+        help="start a LocalCUDACluster (dask-cuda), one worker per GPU, and compute there (CuPy)",
+    )
+    g.add_argument(
+        "--connect-timeout",
+        default="10s",
+        metavar="DURATION",
+        help="how long to wait for --scheduler (default 10s)",
+    )
     g.add_argument("--tls-ca-file", metavar="PATH", help="TLS: CA certificate of the scheduler")
     g.add_argument("--tls-cert", metavar="PATH", help="TLS: client certificate")
     g.add_argument("--tls-key", metavar="PATH", help="TLS: client key")
@@ -529,12 +700,17 @@ def _storage_options(args) -> dict | None:
             with open(args.storage_options_file) as f:
                 options = json.load(f)
         except OSError as exc:
-            raise InvalidParameterError(f"--storage-options: cannot read {args.storage_options_file}: "
-                                        f"{exc.strerror or exc}") from None
+            raise InvalidParameterError(
+                f"--storage-options: cannot read {args.storage_options_file}: {exc.strerror or exc}"
+            ) from None
         except ValueError as exc:
-            raise InvalidParameterError(f"--storage-options: {args.storage_options_file} is not JSON: {exc}") from None
+            raise InvalidParameterError(
+                f"--storage-options: {args.storage_options_file} is not JSON: {exc}"
+            ) from None
         if not isinstance(options, dict):
-            raise InvalidParameterError(f"--storage-options: {args.storage_options_file} must hold a JSON object")
+            raise InvalidParameterError(
+                f"--storage-options: {args.storage_options_file} must hold a JSON object"
+            )
     for item in getattr(args, "storage_option", None) or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -551,21 +727,35 @@ def _storage_options(args) -> dict | None:
 
 def _storage_arguments(p) -> None:
     """``--storage-option KEY=VALUE`` (repeated) and ``--storage-options FILE.json``: the filesystem's options."""
-    g = p.add_argument_group("object stores (s3://, gs://, abfs://: options of the filesystem, fsspec)")
-    g.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
-                   help="an option of the input's (and output's) filesystem, repeated: e.g. "
-                        "endpoint_url=http://127.0.0.1:9000, key=..., secret=..., anon=true "
-                        "(values are JSON where they parse; dotted keys nest)")
-    g.add_argument("--storage-options", dest="storage_options_file", metavar="FILE.json",
-                   help="a JSON object of filesystem options (--storage-option entries override it)")
+    g = p.add_argument_group(
+        "object stores (s3://, gs://, abfs://: options of the filesystem, fsspec)"
+    )
+    g.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an option of the input's (and output's) filesystem, repeated: e.g. "
+        "endpoint_url=http://127.0.0.1:9000, key=..., secret=..., anon=true "
+        "(values are JSON where they parse; dotted keys nest)",
+    )
+    g.add_argument(
+        "--storage-options",
+        dest="storage_options_file",
+        metavar="FILE.json",
+        help="a JSON object of filesystem options (--storage-option entries override it)",
+    )
 
 
 def _missing_argument(p) -> None:
     """``--missing`` of predict and evaluate (fit and sweep take it from the parameter table)."""
     param = _params.PARAMS["missing"]
-    p.add_argument(param.cli, choices=list(_params.MISSING), default="error",
-                   help="rows with a missing value: 'error' (default), or 'skip': labelled with a null "
-                        "(predict; every input row is kept) or left out (evaluate)")
+    p.add_argument(
+        param.cli,
+        choices=list(_params.MISSING),
+        default="error",
+        help="rows with a missing value: 'error' (default), or 'skip': labelled with a null "
+        "(predict; every input row is kept) or left out (evaluate)",
+    )
 
 
 def _dest(option: str) -> str:
@@ -588,11 +778,15 @@ def _size(text: str):
         try:
             return float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a count or a fraction in (0, 1], got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected a count or a fraction in (0, 1], got {text!r}"
+            ) from None
 
 
 def _auto_or_bool(text: str):
-    value = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}.get(text.lower())
+    value = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}.get(
+        text.lower()
+    )
     if value is None:
         raise argparse.ArgumentTypeError(f"expected auto, true or false, got {text!r}")
     return value
@@ -606,21 +800,36 @@ def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> Non
     from dkmeans import KMeans, MiniBatchKMeans
 
     defaults = {name: p.default for name, p in inspect.signature(KMeans).parameters.items()}
-    minibatch_defaults = {name: p.default for name, p in inspect.signature(MiniBatchKMeans).parameters.items()}
+    minibatch_defaults = {
+        name: p.default for name, p in inspect.signature(MiniBatchKMeans).parameters.items()
+    }
     estimator = _params.face_names("estimator")
-    types = {"n_init": _int_or_auto, "out_of_core": _auto_or_bool, "local_search": _auto_or_bool,
-             "prune": _auto_or_bool, "tol": float, "max_cluster_size": _size, "min_cluster_size": _size,
-             "random_state": int}
+    types = {
+        "n_init": _int_or_auto,
+        "out_of_core": _auto_or_bool,
+        "local_search": _auto_or_bool,
+        "prune": _auto_or_bool,
+        "tol": float,
+        "max_cluster_size": _size,
+        "min_cluster_size": _size,
+        "random_state": int,
+    }
     for name in options:
         param = _params.PARAMS[name]
         default = defaults.get(estimator[name])
         kwargs = {"help": f"{param.doc} (default {default})" if name != "n_clusters" else param.doc}
         if name in ESTIMATOR_DEFAULTS:
-            kwargs["help"] = (f"{param.doc} (default {default}; {minibatch_defaults[estimator[name]]} with "
-                              "--algorithm minibatch)")
+            kwargs["help"] = (
+                f"{param.doc} (default {default}; {minibatch_defaults[estimator[name]]} with "
+                "--algorithm minibatch)"
+            )
             default = None
-        if isinstance(param.constraint, _params.OneOf) and all(isinstance(o, str) for o in param.constraint.options):
-            kwargs["choices"] = [o for o in param.constraint.options if minibatch or o != "minibatch"]
+        if isinstance(param.constraint, _params.OneOf) and all(
+            isinstance(o, str) for o in param.constraint.options
+        ):
+            kwargs["choices"] = [
+                o for o in param.constraint.options if minibatch or o != "minibatch"
+            ]
         elif name == "init":
             kwargs["choices"] = list(_params.INIT_STRATEGIES)
         else:
@@ -635,48 +844,90 @@ def _add_fit_options(parser, options=FIT_OPTIONS, minibatch: bool = True) -> Non
     if not minibatch:
         return
     batch = _params.PARAMS["batch_size"]
-    parser.add_argument(batch.cli, type=int, default=DEFAULT_BATCH_SIZE,
-                        help=f"{batch.doc}, with --algorithm minibatch (default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument(
+        batch.cli,
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"{batch.doc}, with --algorithm minibatch (default {DEFAULT_BATCH_SIZE})",
+    )
     patience = _params.PARAMS["max_no_improvement"]
-    parser.add_argument(patience.cli, type=_int_or_none, default=10, metavar="N|none",
-                        help=f"{patience.doc}, with --algorithm minibatch (default 10)")
+    parser.add_argument(
+        patience.cli,
+        type=_int_or_none,
+        default=10,
+        metavar="N|none",
+        help=f"{patience.doc}, with --algorithm minibatch (default 10)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dkmeans", description="Distributed k-means clustering on Dask.")
+    parser = argparse.ArgumentParser(
+        prog="dkmeans", description="Distributed k-means clustering on Dask."
+    )
     sub = parser.add_subparsers(dest="command", required=True, help="the command to run")
 
     fit = sub.add_parser("fit", help="fit k-means on Parquet/CSV and write a model file")
     fit.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
     fit.add_argument("--model", required=True, help="model file to write (exactly this path)")
-    fit.add_argument("--columns", nargs="+", help="columns to cluster on (default: all numeric columns)")
+    fit.add_argument(
+        "--columns", nargs="+", help="columns to cluster on (default: all numeric columns)"
+    )
     fit.add_argument("--exclude", nargs="+", help="columns to leave out (e.g. known labels or ids)")
     _add_fit_options(fit)
-    fit.add_argument("--plot", help="write the objective history and a 2-D view of the clusters (PNG)")
-    fit.add_argument("--checkpoint", metavar="PATH",
-                     help="write the fit's state to PATH as it runs, so a killed job can --resume")
-    fit.add_argument("--resume", action="store_true",
-                     help="continue from --checkpoint PATH if it exists (same data and options)")
+    fit.add_argument(
+        "--plot", help="write the objective history and a 2-D view of the clusters (PNG)"
+    )
+    fit.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="write the fit's state to PATH as it runs, so a killed job can --resume",
+    )
+    fit.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from --checkpoint PATH if it exists (same data and options)",
+    )
     fit.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _storage_arguments(fit)
     _cluster_options(fit)
     fit.set_defaults(handler=_fit)
 
-    sweep = sub.add_parser("sweep", help="fit several values of k at once, sharing the passes over the data; "
-                                         "print the objective per k and a suggested k")
+    sweep = sub.add_parser(
+        "sweep",
+        help="fit several values of k at once, sharing the passes over the data; "
+        "print the objective per k and a suggested k",
+    )
     sweep.add_argument("input", help="Parquet file/directory/glob or CSV file/glob")
-    sweep.add_argument("-k", required=True, dest="k_values", metavar="VALUES",
-                       help="values of k: a range lo:hi[:step] (hi included when on the step), a list 2,4,8, "
-                            "or both: 2:10,16,32")
-    sweep.add_argument("--columns", nargs="+", help="columns to cluster on (default: all numeric columns)")
-    sweep.add_argument("--exclude", nargs="+", help="columns to leave out (e.g. known labels or ids)")
+    sweep.add_argument(
+        "-k",
+        required=True,
+        dest="k_values",
+        metavar="VALUES",
+        help="values of k: a range lo:hi[:step] (hi included when on the step), a list 2,4,8, "
+        "or both: 2:10,16,32",
+    )
+    sweep.add_argument(
+        "--columns", nargs="+", help="columns to cluster on (default: all numeric columns)"
+    )
+    sweep.add_argument(
+        "--exclude", nargs="+", help="columns to leave out (e.g. known labels or ids)"
+    )
     _add_fit_options(sweep, SWEEP_OPTIONS, minibatch=False)
-    sweep.add_argument("--save-models", metavar="DIR",
-                       help="write the model of every k to DIR/kmeans-k<K>.npz (as dkmeans fit writes them)")
-    sweep.add_argument("--method", choices=("refit", "bisecting"), default="refit",
-                       help="refit: a k-means fit of every k (default); bisecting: every k "
-                            "from one bisecting fit, then a k-means fit of the suggested k alone")
-    sweep.add_argument("--plot", metavar="FILE", help="write the objective per k, the suggested k marked (PNG)")
+    sweep.add_argument(
+        "--save-models",
+        metavar="DIR",
+        help="write the model of every k to DIR/kmeans-k<K>.npz (as dkmeans fit writes them)",
+    )
+    sweep.add_argument(
+        "--method",
+        choices=("refit", "bisecting"),
+        default="refit",
+        help="refit: a k-means fit of every k (default); bisecting: every k "
+        "from one bisecting fit, then a k-means fit of the suggested k alone",
+    )
+    sweep.add_argument(
+        "--plot", metavar="FILE", help="write the objective per k, the suggested k marked (PNG)"
+    )
     sweep.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _storage_arguments(sweep)
     _cluster_options(sweep)
@@ -687,15 +938,20 @@ def build_parser() -> argparse.ArgumentParser:
     predict = sub.add_parser("predict", help="label Parquet/CSV rows with a model; write Parquet")
     predict.add_argument("model", help="model file written by dkmeans fit (or KMeans.save)")
     predict.add_argument("input", help="Parquet file/directory/glob or CSV file/glob to label")
-    predict.add_argument("--output", required=True, help="Parquet directory to write (one file per input partition)")
-    predict.add_argument("--label-column", default="cluster",
-                         help="name of the label column added (default cluster)")
+    predict.add_argument(
+        "--output", required=True, help="Parquet directory to write (one file per input partition)"
+    )
+    predict.add_argument(
+        "--label-column", default="cluster", help="name of the label column added (default cluster)"
+    )
     _missing_argument(predict)
     _storage_arguments(predict)
     _cluster_options(predict)
     predict.set_defaults(handler=_predict)
 
-    evaluate = sub.add_parser("evaluate", help="objective of a model on data; with known labels, accuracy, CI, ARI")
+    evaluate = sub.add_parser(
+        "evaluate", help="objective of a model on data; with known labels, accuracy, CI, ARI"
+    )
     evaluate.add_argument("model", help="model file written by dkmeans fit (or KMeans.save)")
     evaluate.add_argument("input", help="Parquet file/directory/glob or CSV file/glob to score")
     evaluate.add_argument("--truth-column", help="column of known class labels")
@@ -704,35 +960,83 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_options(evaluate)
     evaluate.set_defaults(handler=_evaluate)
 
-    demo = sub.add_parser("demo", help="cluster a few million generated points on a local Dask cluster")
-    demo.add_argument("--n-samples", type=int, metavar="N", default=3_000_000,
-                      help="rows to generate (default 3000000)")
-    demo.add_argument("--n-features", type=int, metavar="N", default=8, help="columns of each row (default 8)")
-    demo.add_argument("-k", type=int, default=12, help="number of clusters (and of generating blobs; default 12)")
-    demo.add_argument("--spread", type=float, metavar="SD", default=2.0,
-                      help="standard deviation of each blob (default 2.0)")
-    demo.add_argument("--chunk-rows", type=int, metavar="N", default=250_000,
-                      help="rows per chunk of the generated Dask array (default 250000)")
-    demo.add_argument("--max-iter", type=int, metavar="N", default=100, help="most Lloyd iterations (default 100)")
-    demo.add_argument("--tol", type=float, default=1e-4,
-                      help="stop when the centroids' total squared shift is below tol x the mean feature "
-                           "variance (default 0.0001)")
-    demo.add_argument("--seed", type=int, metavar="N", default=0, help="seed of the data and of the fit (default 0)")
-    demo.add_argument("--output", default="dkmeans-demo-output", metavar="DIR",
-                      help="folder for the model, labels and plot (default dkmeans-demo-output)")
+    demo = sub.add_parser(
+        "demo", help="cluster a few million generated points on a local Dask cluster"
+    )
+    demo.add_argument(
+        "--n-samples",
+        type=int,
+        metavar="N",
+        default=3_000_000,
+        help="rows to generate (default 3000000)",
+    )
+    demo.add_argument(
+        "--n-features", type=int, metavar="N", default=8, help="columns of each row (default 8)"
+    )
+    demo.add_argument(
+        "-k", type=int, default=12, help="number of clusters (and of generating blobs; default 12)"
+    )
+    demo.add_argument(
+        "--spread",
+        type=float,
+        metavar="SD",
+        default=2.0,
+        help="standard deviation of each blob (default 2.0)",
+    )
+    demo.add_argument(
+        "--chunk-rows",
+        type=int,
+        metavar="N",
+        default=250_000,
+        help="rows per chunk of the generated Dask array (default 250000)",
+    )
+    demo.add_argument(
+        "--max-iter", type=int, metavar="N", default=100, help="most Lloyd iterations (default 100)"
+    )
+    demo.add_argument(
+        "--tol",
+        type=float,
+        default=1e-4,
+        help="stop when the centroids' total squared shift is below tol x the mean feature "
+        "variance (default 0.0001)",
+    )
+    demo.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        default=0,
+        help="seed of the data and of the fit (default 0)",
+    )
+    demo.add_argument(
+        "--output",
+        default="dkmeans-demo-output",
+        metavar="DIR",
+        help="folder for the model, labels and plot (default dkmeans-demo-output)",
+    )
     demo.add_argument("--quiet", action="store_true", help="no per-iteration progress")
     _cluster_options(demo)
     demo.set_defaults(handler=_demo)
-    warm = sub.add_parser("warm-up", help="compile the kernels into numba's disk cache now (once per machine; "
-                                          "later processes load them in a fraction of a second)")
-    warm.add_argument("--n-features", type=int, nargs="+", metavar="D", default=[2, 4, 8, 16, 32],
-                      help="widths to compile for (default 2 4 8 16 32; the direct loops have one variant per "
-                           "width up to 16, one for all wider rows)")
+    warm = sub.add_parser(
+        "warm-up",
+        help="compile the kernels into numba's disk cache now (once per machine; "
+        "later processes load them in a fraction of a second)",
+    )
+    warm.add_argument(
+        "--n-features",
+        type=int,
+        nargs="+",
+        metavar="D",
+        default=[2, 4, 8, 16, 32],
+        help="widths to compile for (default 2 4 8 16 32; the direct loops have one variant per "
+        "width up to 16, one for all wider rows)",
+    )
     warm.set_defaults(handler=_warm_up)
     for command in (fit, sweep, predict, evaluate, demo, warm):
-        command.add_argument("--json", action="store_true",
-                             help="print the outcome as one JSON line on stdout "
-                                  "(everything else on stderr)")
+        command.add_argument(
+            "--json",
+            action="store_true",
+            help="print the outcome as one JSON line on stdout (everything else on stderr)",
+        )
     return parser
 
 
@@ -789,8 +1093,10 @@ def _run(args, signals, outcome: dict) -> int:
     except Exception as exc:  # a bug: one line here, the traceback in a file
         log = _write_traceback(exc)
         outcome.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0], log=str(log))
-        print(f"dkmeans: internal error: {outcome['error']} (traceback in {log}; please report it)",
-              file=sys.stderr)
+        print(
+            f"dkmeans: internal error: {outcome['error']} (traceback in {log}; please report it)",
+            file=sys.stderr,
+        )
         return 1
     finally:
         # a signal now does not cut the close short (the grace period still holds)

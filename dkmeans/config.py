@@ -14,8 +14,9 @@ name, default and rule live here alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
@@ -42,6 +43,7 @@ def _one_of(*choices) -> Callable[[Any], Any]:
         if value not in choices:
             raise ValueError(f"must be one of {choices}")
         return value
+
     return check
 
 
@@ -94,53 +96,118 @@ class Key:
 
 
 #: The table: every key dkmeans reads.
-KEYS: dict[str, Key] = {key.name: key for key in (
-    Key("compile", "auto", _one_of("auto", "eager", "off", "background"),
-        "which code path a fit's kernels take (dkmeans.kernels.plans): 'auto' (the compiled loops, "
-        "built at their first need and kept in numba's disk cache, except small in-process fits in a "
-        "process that has not loaded them: the NumPy code), 'eager' (the compiled loops always) or "
-        "'off' (the NumPy code only); 'background', the former default, reads as 'auto'"),
-    Key("kernels.backend", "auto", _one_of("auto", "blas", "numpy"),
-        "which code the kernels run (dkmeans.kernels.backends.select): 'auto' (scipy.sparse rows the "
-        "CSR kernels, CuPy the fused CUDA kernels, NumPy float32/float64 the compiled loops, chosen per "
-        "shape, once compiled), 'blas' (as auto, but the nearest-centroid loops always around a BLAS "
-        "product) or 'numpy' (the namespace code, NumPy or CuPy; scipy.sparse rows keep the CSR kernels); "
-        "read where a fit starts and carried to its tasks"),
-    Key("out-of-core", "auto", _one_of("auto", True, False),
-        "the default of the out_of_core parameter: 'auto' (stream when the data does not fit the "
-        "persist budget), True (always stream) or False (always persist)"),
-    Key("prune", "auto", _one_of("auto", True, False),
-        "the default of the prune parameter: 'auto' (prune Lloyd's passes over in-memory data where it "
-        "pays, switching itself off when too few rows are settled), True (always) or False (never)"),
-    Key("in-process-bytes", "32MiB", _bytes,
-        "in-memory data up to this size is fitted in the calling process, in one thread (larger "
-        "in-memory data too when no Dask client exists), and so is a dense Dask array of known "
-        "chunk lengths up to this size, computed once; 0 sends all data to a cluster"),
-    Key("embedded-cluster.set-as-default", True, _boolean,
-        "whether the embedded LocalCluster's client becomes Dask's default scheduler"),
-    Key("spmd", True, _boolean, "run large Lloyd loops SPMD (True) or as one graph per pass"),
-    Key("spmd-max-ranks", 16, _positive_int,
-        "the most ranks (worker threads) an SPMD loop uses; more run one graph per pass"),
-    Key("spmd-wait", "10s", _seconds,
-        "how long an SPMD rank waits for its peers (beyond four times its own pass)"),
-    Key("single-task-work", 2e8, _non_negative,
-        "a loop over persisted data of at most this many multiply-adds (rows x centroids x "
-        "features) runs inside one task"),
-    Key("worker-timeout", "120s", _seconds, "how long a pass may wait with no worker"),
-    Key("lost-worker-grace", "5s", _seconds,
-        "after every worker of the cluster died (none left as planned), how long a call waits "
-        "for one to come back (a nanny restarting it) before it says so, instead of waiting "
-        "worker-timeout"),
-    Key("stall-timeout", "30s", _seconds,
-        "how long a wait may see no running worker process anything while our tasks are pending"),
-    Key("shared-pass-wait", "60s", _seconds,
-        "a sweep's combined pass waits at most this long for the fits still computing between "
-        "passes (such as a local search on a sample); then it runs without them, and they join the next"),
-    Key("memory.task-fraction", 0.25, _fraction, "the share of a worker's memory limit one task may take"),
-    Key("memory.persist-fraction", 0.5, _fraction, "the share of the workers' memory persisted data may take"),
-    Key("init.two-level-clusters", 4096, _positive_int,
-        "k-means|| takes its two-level path from this n_clusters"),
-)}
+KEYS: dict[str, Key] = {
+    key.name: key
+    for key in (
+        Key(
+            "compile",
+            "auto",
+            _one_of("auto", "eager", "off", "background"),
+            "which code path a fit's kernels take (dkmeans.kernels.plans): 'auto' (the compiled loops, "
+            "built at their first need and kept in numba's disk cache, except small in-process fits in a "
+            "process that has not loaded them: the NumPy code), 'eager' (the compiled loops always) or "
+            "'off' (the NumPy code only); 'background', the former default, reads as 'auto'",
+        ),
+        Key(
+            "kernels.backend",
+            "auto",
+            _one_of("auto", "blas", "numpy"),
+            "which code the kernels run (dkmeans.kernels.backends.select): 'auto' (scipy.sparse rows the "
+            "CSR kernels, CuPy the fused CUDA kernels, NumPy float32/float64 the compiled loops, chosen per "
+            "shape, once compiled), 'blas' (as auto, but the nearest-centroid loops always around a BLAS "
+            "product) or 'numpy' (the namespace code, NumPy or CuPy; scipy.sparse rows keep the CSR kernels); "
+            "read where a fit starts and carried to its tasks",
+        ),
+        Key(
+            "out-of-core",
+            "auto",
+            _one_of("auto", True, False),
+            "the default of the out_of_core parameter: 'auto' (stream when the data does not fit the "
+            "persist budget), True (always stream) or False (always persist)",
+        ),
+        Key(
+            "prune",
+            "auto",
+            _one_of("auto", True, False),
+            "the default of the prune parameter: 'auto' (prune Lloyd's passes over in-memory data where it "
+            "pays, switching itself off when too few rows are settled), True (always) or False (never)",
+        ),
+        Key(
+            "in-process-bytes",
+            "32MiB",
+            _bytes,
+            "in-memory data up to this size is fitted in the calling process, in one thread (larger "
+            "in-memory data too when no Dask client exists), and so is a dense Dask array of known "
+            "chunk lengths up to this size, computed once; 0 sends all data to a cluster",
+        ),
+        Key(
+            "embedded-cluster.set-as-default",
+            True,
+            _boolean,
+            "whether the embedded LocalCluster's client becomes Dask's default scheduler",
+        ),
+        Key("spmd", True, _boolean, "run large Lloyd loops SPMD (True) or as one graph per pass"),
+        Key(
+            "spmd-max-ranks",
+            16,
+            _positive_int,
+            "the most ranks (worker threads) an SPMD loop uses; more run one graph per pass",
+        ),
+        Key(
+            "spmd-wait",
+            "10s",
+            _seconds,
+            "how long an SPMD rank waits for its peers (beyond four times its own pass)",
+        ),
+        Key(
+            "single-task-work",
+            2e8,
+            _non_negative,
+            "a loop over persisted data of at most this many multiply-adds (rows x centroids x "
+            "features) runs inside one task",
+        ),
+        Key("worker-timeout", "120s", _seconds, "how long a pass may wait with no worker"),
+        Key(
+            "lost-worker-grace",
+            "5s",
+            _seconds,
+            "after every worker of the cluster died (none left as planned), how long a call waits "
+            "for one to come back (a nanny restarting it) before it says so, instead of waiting "
+            "worker-timeout",
+        ),
+        Key(
+            "stall-timeout",
+            "30s",
+            _seconds,
+            "how long a wait may see no running worker process anything while our tasks are pending",
+        ),
+        Key(
+            "shared-pass-wait",
+            "60s",
+            _seconds,
+            "a sweep's combined pass waits at most this long for the fits still computing between "
+            "passes (such as a local search on a sample); then it runs without them, and they join the next",
+        ),
+        Key(
+            "memory.task-fraction",
+            0.25,
+            _fraction,
+            "the share of a worker's memory limit one task may take",
+        ),
+        Key(
+            "memory.persist-fraction",
+            0.5,
+            _fraction,
+            "the share of the workers' memory persisted data may take",
+        ),
+        Key(
+            "init.two-level-clusters",
+            4096,
+            _positive_int,
+            "k-means|| takes its two-level path from this n_clusters",
+        ),
+    )
+}
 
 
 def _nested(keys) -> dict:

@@ -86,8 +86,10 @@ INTERRUPTIONS = (KeyboardInterrupt, JobInterrupted)
 
 def distinct_clusters_message(found: int, n_clusters: int) -> str:
     """scikit-learn's warning text (users filter it), then what dkmeans did."""
-    return (f"Number of distinct clusters ({found}) found smaller than n_clusters ({n_clusters}). Possibly due to "
-            f"duplicate points in X. The data has fewer distinct points than n_clusters: some centres coincide.")
+    return (
+        f"Number of distinct clusters ({found}) found smaller than n_clusters ({n_clusters}). Possibly due to "
+        f"duplicate points in X. The data has fewer distinct points than n_clusters: some centres coincide."
+    )
 
 
 #: The one message of every error about NaN or infinity in the data, whether found in a fit's

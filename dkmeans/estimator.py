@@ -12,7 +12,12 @@ import functools
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+)
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans import _callbacks
@@ -73,8 +78,9 @@ def _head_rows(X, n: int):
     return X
 
 
-class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
-                  BaseEstimator):
+class _KMeansBase(
+    _callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator
+):
     """What :class:`KMeans` and :class:`~dkmeans.MiniBatchKMeans` share: data checks, fit
     bookkeeping, model files and inference. A subclass gives ``__init__`` and ``_fit_spec``."""
 
@@ -87,10 +93,22 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         X = as_local_frame(X)  # polars, pyarrow: as pandas, every column type kept
         if is_dataframe(X):
             select_columns(X)  # every column must be numeric: say which are not
-        dataset = as_dataset(X, device=None if in_memory else self.device, check_local=functools.partial(
-            validate_data, self, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=reset, ensure_min_samples=1),
-            missing=self._missing())
-        if dataset.is_dask or is_cupy_array(X):  # validate_data records them for in-memory host input
+        dataset = as_dataset(
+            X,
+            device=None if in_memory else self.device,
+            check_local=functools.partial(
+                validate_data,
+                self,
+                accept_sparse="csr",
+                dtype=list(FLOAT_DTYPES),
+                reset=reset,
+                ensure_min_samples=1,
+            ),
+            missing=self._missing(),
+        )
+        if dataset.is_dask or is_cupy_array(
+            X
+        ):  # validate_data records them for in-memory host input
             self.n_features_in_ = dataset.n_features
         if dataset.is_dask:
             if dataset.frame is not None and all(isinstance(c, str) for c in dataset.frame.columns):
@@ -122,7 +140,8 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             X = check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
             if X.shape[1] != self.n_features_in_:
                 raise InvalidDataError(
-                    f"X has {X.shape[1]} features, but {type(self).__name__} is expecting {self.n_features_in_} features as input."
+                    f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input."
                 )
             return X
         if is_dask_dataframe(X):
@@ -131,7 +150,8 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             X = select_columns(X)
             if len(X.columns) != self.n_features_in_:
                 raise InvalidDataError(
-                    f"X has {len(X.columns)} features, but {type(self).__name__} is expecting {self.n_features_in_} features as input."
+                    f"X has {len(X.columns)} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input."
                 )
             return X
         if is_dataframe(X):
@@ -140,11 +160,14 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             arr = check_dask_array(X)
             if arr.shape[1] != self.n_features_in_:
                 raise InvalidDataError(
-                    f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting {self.n_features_in_} features as input."
+                    f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input."
                 )
             return arr
         with data_errors("X"):
-            return validate_data(self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=False)
+            return validate_data(
+                self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=False
+            )
 
     # -- fit ----------------------------------------------------------------------
     def fit(self, X, y=None, sample_weight=None):
@@ -237,8 +260,9 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             return plot_fit(self.history_)
         sample = _head_rows(X, max_points)
         rows = np.asarray(select_columns(sample) if is_dataframe(sample) else sample)
-        return plot_fit(self.history_, rows, self.predict(sample), self.cluster_centers_,
-                        max_points=max_points)
+        return plot_fit(
+            self.history_, rows, self.predict(sample), self.cluster_centers_, max_points=max_points
+        )
 
     # -- model files ----------------------------------------------------------------
     def save(self, path):
@@ -258,14 +282,25 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             The file written.
         """
         check_is_fitted(self, "cluster_centers_")
-        fitted = {name: getattr(self, f"{name}_", None) for name in (
-            "cluster_centers", "n_features_in", "feature_names_in", "inertia", "n_iter", "stop_reason", "history",
-            "cluster_sizes", "cluster_inertia")}
+        fitted = {
+            name: getattr(self, f"{name}_", None)
+            for name in (
+                "cluster_centers",
+                "n_features_in",
+                "feature_names_in",
+                "inertia",
+                "n_iter",
+                "stop_reason",
+                "history",
+                "cluster_sizes",
+                "cluster_inertia",
+            )
+        }
         fitted["feature_names"] = fitted.pop("feature_names_in")
         return save_fitted(path, f"dkmeans.{type(self).__name__}", self.get_params(), fitted)
 
     @classmethod
-    def load(cls, path) -> "KMeans":
+    def load(cls, path) -> KMeans:
         """A fitted :class:`KMeans` read from a file written by :meth:`save`.
 
         Parameters
@@ -287,7 +322,9 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         try:
             est = cls(**params)
         except TypeError as exc:
-            raise ModelFileError(f"{path}: parameters do not fit this dkmeans version ({exc})") from None
+            raise ModelFileError(
+                f"{path}: parameters do not fit this dkmeans version ({exc})"
+            ) from None
         vars(est).update(fitted)
         est._n_features_out = est.cluster_centers_.shape[0]
         est._metric = getattr(est, "metric", "euclidean")
@@ -308,8 +345,12 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             A Dask Series on the input's index for a Dask DataFrame.
         """
         X, kept = self._check_test_data(X)
-        return expand_labels(inference.labels(X, self.cluster_centers_, self._fitted_metric(), missing=self._missing()),
-                             kept)
+        return expand_labels(
+            inference.labels(
+                X, self.cluster_centers_, self._fitted_metric(), missing=self._missing()
+            ),
+            kept,
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -338,8 +379,13 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
             The distances.
         """
         X, kept = self._check_test_data(X)
-        out = inference.distances(X, self.cluster_centers_, self._fitted_metric(),
-                                  names=self.get_feature_names_out(), missing=self._missing())
+        out = inference.distances(
+            X,
+            self.cluster_centers_,
+            self._fitted_metric(),
+            names=self.get_feature_names_out(),
+            missing=self._missing(),
+        )
         if kept is not None:  # rows with a missing value: NaN distances
             full = np.full((kept.shape[0], self.cluster_centers_.shape[0]), np.nan, dtype=out.dtype)
             full[kept] = out
@@ -390,12 +436,19 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         if kept is not None and sample_weight is not None:  # the weights of the rows scored
             sample_weight = np.asarray(sample_weight)
             if sample_weight.ndim != 1 or sample_weight.shape[0] != kept.shape[0]:
-                raise InvalidDataError(f"sample_weight has {sample_weight.size} entries but X has {kept.shape[0]} rows")
+                raise InvalidDataError(
+                    f"sample_weight has {sample_weight.size} entries but X has {kept.shape[0]} rows"
+                )
             sample_weight = sample_weight[kept]
         weights = check_sample_weight(sample_weight, n_rows, positive_sum=False)
-        return -inference.objective(X, self.cluster_centers_, self._fitted_metric(), weights,
-                                    client=get_client() if dask_input else None, missing=self._missing())
-
+        return -inference.objective(
+            X,
+            self.cluster_centers_,
+            self._fitted_metric(),
+            weights,
+            client=get_client() if dask_input else None,
+            missing=self._missing(),
+        )
 
     def _checked_params(self) -> dict:
         """The estimator's parameters checked against the shared table, with the checks both faces add."""
@@ -405,7 +458,8 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         init = self.init
         is_array = hasattr(init, "__array__") or isinstance(init, (list, tuple))
         if (isinstance(init, str) and init not in _params.INIT_STRATEGIES) or not (
-                isinstance(init, str) or callable(init) or is_array):
+            isinstance(init, str) or callable(init) or is_array
+        ):
             # scikit-learn's wording; an InvalidParameterError is also a TypeError, as scikit-learn's is
             raise InvalidParameterError(
                 f"The 'init' parameter of {type(self).__name__} must be a str among "
@@ -420,15 +474,25 @@ class _KMeansBase(_callbacks.Mixin, ClassNamePrefixFeaturesOutMixin, ClusterMixi
         params = self.get_params()
         for name in ("verbose", "checkpoint", "checkpoint_every", "prune"):
             params.pop(name, None)
-        if params.get("missing") == "error":  # the default: checkpoints written before the parameter resume
+        if (
+            params.get("missing") == "error"
+        ):  # the default: checkpoints written before the parameter resume
             params.pop("missing")
-        for name, default in (("max_cluster_size", None), ("min_cluster_size", None), ("balanced", False)):
-            if params.get(name, default) is default:  # uncapped: checkpoints written before the caps resume
+        for name, default in (
+            ("max_cluster_size", None),
+            ("min_cluster_size", None),
+            ("balanced", False),
+        ):
+            if (
+                params.get(name, default) is default
+            ):  # uncapped: checkpoints written before the caps resume
                 params.pop(name, None)
         if not isinstance(self.init, str):
             params["init"] = "callable" if callable(self.init) else "array"
         rs = params["random_state"]
-        params["random_state"] = int(rs) if isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) else None
+        params["random_state"] = (
+            int(rs) if isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) else None
+        )
         return params
 
 
@@ -682,14 +746,30 @@ class KMeans(_KMeansBase):
             )
             n_init = 1
         return FitSpec(
-            n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
-            stop_rule="centroid-shift", tol_relative=True, tol_inclusive=True,
-            algorithm=p["algorithm"], refine=p["refine"], hartigan_mode=p["hartigan_mode"],
+            n_clusters=p["n_clusters"],
+            init=init,
+            n_init=n_init,
+            max_iter=p["max_iter"],
+            tol=p["tol"],
+            stop_rule="centroid-shift",
+            tol_relative=True,
+            tol_inclusive=True,
+            algorithm=p["algorithm"],
+            refine=p["refine"],
+            hartigan_mode=p["hartigan_mode"],
             local_search=p["local_search"],
-            init_options=init_options(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
-            random_state=self.random_state, checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"],
-            out_of_core=p["out_of_core"], on_iteration=_progress_for(p["verbose"], p["max_iter"]), metric=p["metric"],
-            prune=p["prune"], max_cluster_size=p["max_cluster_size"], min_cluster_size=p["min_cluster_size"],
+            init_options=init_options(
+                oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]
+            ),
+            random_state=self.random_state,
+            checkpoint=p["checkpoint"],
+            checkpoint_every=p["checkpoint_every"],
+            out_of_core=p["out_of_core"],
+            on_iteration=_progress_for(p["verbose"], p["max_iter"]),
+            metric=p["metric"],
+            prune=p["prune"],
+            max_cluster_size=p["max_cluster_size"],
+            min_cluster_size=p["min_cluster_size"],
             balanced=p["balanced"],
             job={"estimator": "dkmeans.KMeans", "params": self._job_params()},
         )

@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from dkmeans.fit import params as _params
-from dkmeans.fit.inputs import as_dataset, check_float_dtype, expand_labels, named_missing
-from dkmeans.fit import inference
 from dkmeans.engine.client import get_client
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
-from dkmeans.fit.spec import FitSpec
-from dkmeans.fit.service import run_fit
+from dkmeans.fit import inference
+from dkmeans.fit import params as _params
+from dkmeans.fit.inputs import as_dataset, check_float_dtype, expand_labels, named_missing
 from dkmeans.fit.options import DEFAULT_BATCH_SIZE, init_options, minibatch_options
+from dkmeans.fit.service import run_fit
+from dkmeans.fit.spec import FitSpec
 from dkmeans.model import InferResult, Model, TrainResult
 
 
@@ -80,11 +80,17 @@ class Descriptor:
     metric: str = "euclidean"
 
     def __post_init__(self):
-        checked = _params.check("functional", {
-            "cluster_count": self.cluster_count, "max_iteration_count": self.max_iteration_count,
-            "accuracy_threshold": self.accuracy_threshold, "stop_rule": self.stop_rule, "method": self.method,
-            "metric": self.metric,
-        })
+        checked = _params.check(
+            "functional",
+            {
+                "cluster_count": self.cluster_count,
+                "max_iteration_count": self.max_iteration_count,
+                "accuracy_threshold": self.accuracy_threshold,
+                "stop_rule": self.stop_rule,
+                "method": self.method,
+                "metric": self.metric,
+            },
+        )
         object.__setattr__(self, "cluster_count", checked["n_clusters"])
         object.__setattr__(self, "max_iteration_count", checked["max_iter"])
         object.__setattr__(self, "accuracy_threshold", checked["tol"])
@@ -97,12 +103,30 @@ def _check_descriptor(desc) -> Descriptor:
     return desc
 
 
-def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weight=None, random_state=None,
-          oversampling_factor: float = 2.0, init_rounds: int = 5, columns=None, checkpoint=None,
-          checkpoint_every: int = 10, device=None, out_of_core="auto", local_search=False, prune="auto",
-          batch_size: int = DEFAULT_BATCH_SIZE,
-          max_no_improvement=10, reassignment_ratio: float = 0.01, missing="error", max_cluster_size=None,
-          min_cluster_size=None, balanced: bool = False) -> TrainResult:
+def train(
+    desc: Descriptor,
+    data,
+    initial_centroids="k-means||",
+    *,
+    sample_weight=None,
+    random_state=None,
+    oversampling_factor: float = 2.0,
+    init_rounds: int = 5,
+    columns=None,
+    checkpoint=None,
+    checkpoint_every: int = 10,
+    device=None,
+    out_of_core="auto",
+    local_search=False,
+    prune="auto",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_no_improvement=10,
+    reassignment_ratio: float = 0.01,
+    missing="error",
+    max_cluster_size=None,
+    min_cluster_size=None,
+    balanced: bool = False,
+) -> TrainResult:
     """Train a K-Means model with Lloyd's method (oneDAL ``train``).
 
     Read more in the :ref:`User Guide <guide-functional>`.
@@ -170,19 +194,35 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
         When a precondition of the specification does not hold (before any work runs).
     """
     desc = _check_descriptor(desc)
-    p = _params.check("functional", {
-        "oversampling_factor": oversampling_factor, "init_rounds": init_rounds, "checkpoint": checkpoint,
-        "checkpoint_every": checkpoint_every, "device": device, "out_of_core": out_of_core,
-        "local_search": local_search, "batch_size": batch_size, "max_no_improvement": max_no_improvement,
-        "reassignment_ratio": reassignment_ratio, "prune": prune, "missing": missing,
-        "max_cluster_size": max_cluster_size, "min_cluster_size": min_cluster_size, "balanced": balanced,
-    })
+    p = _params.check(
+        "functional",
+        {
+            "oversampling_factor": oversampling_factor,
+            "init_rounds": init_rounds,
+            "checkpoint": checkpoint,
+            "checkpoint_every": checkpoint_every,
+            "device": device,
+            "out_of_core": out_of_core,
+            "local_search": local_search,
+            "batch_size": batch_size,
+            "max_no_improvement": max_no_improvement,
+            "reassignment_ratio": reassignment_ratio,
+            "prune": prune,
+            "missing": missing,
+            "max_cluster_size": max_cluster_size,
+            "min_cluster_size": min_cluster_size,
+            "balanced": balanced,
+        },
+    )
     minibatch = None
     if desc.method == "minibatch":
         if desc.metric != "euclidean":
             raise InvalidParameterError("method='minibatch' is Euclidean only")
-        minibatch = minibatch_options(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
-                                      reassignment_ratio=p["reassignment_ratio"])
+        minibatch = minibatch_options(
+            batch_size=p["batch_size"],
+            max_no_improvement=p["max_no_improvement"],
+            reassignment_ratio=p["reassignment_ratio"],
+        )
     if initial_centroids is None:
         initial_centroids = "k-means||"
     if isinstance(initial_centroids, str) and initial_centroids not in _params.INIT_STRATEGIES:
@@ -190,29 +230,60 @@ def train(desc: Descriptor, data, initial_centroids="k-means||", *, sample_weigh
             f"initial_centroids: unknown strategy {initial_centroids!r}; "
             f"use an array or one of {sorted(_params.INIT_STRATEGIES)}"
         )
-    dataset = as_dataset(data, dtype=desc.dtype, name="data", columns=columns, device=p["device"],
-                         missing=p["missing"])
-    job = {"function": "dkmeans.train", "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
-           "initial_centroids": initial_centroids if isinstance(initial_centroids, str) else "array",
-           "oversampling_factor": p["oversampling_factor"], "init_rounds": p["init_rounds"],
-           "local_search": p["local_search"],
-           "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None}
+    dataset = as_dataset(
+        data,
+        dtype=desc.dtype,
+        name="data",
+        columns=columns,
+        device=p["device"],
+        missing=p["missing"],
+    )
+    job = {
+        "function": "dkmeans.train",
+        "descriptor": {**asdict(desc), "dtype": np.dtype(desc.dtype).name},
+        "initial_centroids": initial_centroids if isinstance(initial_centroids, str) else "array",
+        "oversampling_factor": p["oversampling_factor"],
+        "init_rounds": p["init_rounds"],
+        "local_search": p["local_search"],
+        "random_state": int(random_state) if isinstance(random_state, numbers.Integral) else None,
+    }
     if minibatch is not None:  # only then: Lloyd checkpoints of earlier versions keep their job
         job["minibatch"] = asdict(minibatch)
-    caps = {name: p[name] for name in ("max_cluster_size", "min_cluster_size") if p[name] is not None}
+    caps = {
+        name: p[name] for name in ("max_cluster_size", "min_cluster_size") if p[name] is not None
+    }
     if p["balanced"]:
         caps["balanced"] = True
     job.update(caps)  # only where set: uncapped checkpoints of earlier versions keep their job
     spec = FitSpec(
-        n_clusters=desc.cluster_count, init=initial_centroids, n_init=1, max_iter=desc.max_iteration_count,
-        tol=desc.accuracy_threshold, stop_rule=desc.stop_rule, tol_relative=False, tol_inclusive=False,
-        algorithm=desc.method, hartigan_mode="unsafe", hartigan_tol=desc.accuracy_threshold,
+        n_clusters=desc.cluster_count,
+        init=initial_centroids,
+        n_init=1,
+        max_iter=desc.max_iteration_count,
+        tol=desc.accuracy_threshold,
+        stop_rule=desc.stop_rule,
+        tol_relative=False,
+        tol_inclusive=False,
+        algorithm=desc.method,
+        hartigan_mode="unsafe",
+        hartigan_tol=desc.accuracy_threshold,
         local_search=p["local_search"],
-        init_options=init_options(oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]),
-        random_state=random_state if isinstance(initial_centroids, str) or desc.method == "minibatch" else 0,
-        checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], out_of_core=p["out_of_core"], job=job,
-        names={"n_clusters": "cluster_count", "init": "initial_centroids"}, metric=desc.metric, minibatch=minibatch,
-        prune=p["prune"], max_cluster_size=p["max_cluster_size"], min_cluster_size=p["min_cluster_size"],
+        init_options=init_options(
+            oversampling_factor=p["oversampling_factor"], init_rounds=p["init_rounds"]
+        ),
+        random_state=random_state
+        if isinstance(initial_centroids, str) or desc.method == "minibatch"
+        else 0,
+        checkpoint=p["checkpoint"],
+        checkpoint_every=p["checkpoint_every"],
+        out_of_core=p["out_of_core"],
+        job=job,
+        names={"n_clusters": "cluster_count", "init": "initial_centroids"},
+        metric=desc.metric,
+        minibatch=minibatch,
+        prune=p["prune"],
+        max_cluster_size=p["max_cluster_size"],
+        min_cluster_size=p["min_cluster_size"],
         balanced=p["balanced"],
     )
     result = run_fit(spec, dataset, sample_weight)
@@ -265,17 +336,31 @@ def infer(desc: Descriptor, model: Model, data, *, columns=None, missing="error"
         raise InvalidDataError(
             f"data has {dataset.n_features} features but the model's centroids have {model.centroids.shape[1]}"
         )
-    if dataset.local is not None:  # in-memory data: assigned right here, as the estimator's predict does
-        labels, objective = inference.labels_and_objective(dataset.local, model.centroids, desc.metric)
-        return InferResult(labels=expand_labels(labels, dataset.kept), objective_function_value=objective)
+    if (
+        dataset.local is not None
+    ):  # in-memory data: assigned right here, as the estimator's predict does
+        labels, objective = inference.labels_and_objective(
+            dataset.local, model.centroids, desc.metric
+        )
+        return InferResult(
+            labels=expand_labels(labels, dataset.kept), objective_function_value=objective
+        )
     keep = "none" if dataset.frame is not None else "persist" if dataset.is_dask else "gather"
     with named_missing(dataset):
-        labels, objective = inference.labels_and_objective(dataset.array, model.centroids, desc.metric,
-                                                           client=get_client(), keep=keep)
+        labels, objective = inference.labels_and_objective(
+            dataset.array, model.centroids, desc.metric, client=get_client(), keep=keep
+        )
     if dataset.frame is not None:  # on the DataFrame's index
-        labels = inference.labels(dataset.frame, model.centroids.astype(dataset.array.dtype), desc.metric,
-                                  missing=missing)
-    elif dataset.unfiltered is not None:  # missing="skip": every input row, -1 where one has a missing value
-        labels = inference.labels(dataset.unfiltered, model.centroids.astype(dataset.array.dtype), desc.metric,
-                                  missing="skip")
+        labels = inference.labels(
+            dataset.frame, model.centroids.astype(dataset.array.dtype), desc.metric, missing=missing
+        )
+    elif (
+        dataset.unfiltered is not None
+    ):  # missing="skip": every input row, -1 where one has a missing value
+        labels = inference.labels(
+            dataset.unfiltered,
+            model.centroids.astype(dataset.array.dtype),
+            desc.metric,
+            missing="skip",
+        )
     return InferResult(labels=labels, objective_function_value=objective)

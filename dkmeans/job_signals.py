@@ -74,7 +74,7 @@ class JobSignals:
         """The shell's convention for a process ended by a signal: ``128 + signal``."""
         return 128 + int(self.received or signal.SIGINT)
 
-    def __enter__(self) -> "JobSignals":
+    def __enter__(self) -> JobSignals:
         if threading.current_thread() is threading.main_thread():  # signal handlers live there only
             for signum in STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -120,8 +120,11 @@ class JobSignals:
     def _silence(self) -> None:
         """Raise the loggers of :attr:`quiet` (and their children, which have levels of their own:
         ``distributed.client``) to CRITICAL; ``__exit__`` restores them."""
-        names = [name for name in list(logging.root.manager.loggerDict)
-                 if any(name == q or name.startswith(q + ".") for q in self.quiet)]
+        names = [
+            name
+            for name in list(logging.root.manager.loggerDict)
+            if any(name == q or name.startswith(q + ".") for q in self.quiet)
+        ]
         for name in {*names, *self.quiet}:
             self._levels[name] = logging.getLogger(name).level
             logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -1,6 +1,7 @@
 """``dkmeans.sweep``: fit k-means for several values of k at once, every pass over the data serving them all.
 
-(The module is ``dkmeans.ksweep``, so that the function ``dkmeans.sweep`` does not hide it.) The face of :func:`dkmeans.fit.sweep.run_sweep`: scikit-learn's words (``KMeans`` keywords) in,
+(The module is ``dkmeans.ksweep``, so that the function ``dkmeans.sweep`` does not hide it.) The
+face of :func:`dkmeans.fit.sweep.run_sweep`: scikit-learn's words (``KMeans`` keywords) in,
 one :class:`SweepResult` out, with the fitted :class:`~dkmeans.KMeans` of every k, the
 objective curve, per-k metrics, every rule's k and a suggested k (:mod:`dkmeans.fit.krules`).
 """
@@ -25,7 +26,6 @@ from dkmeans.fit.krules import RULE_TEXT, Scores, answers, elbow, suggest
 from dkmeans.fit.options import resolve_seed
 from dkmeans.fit.progress import Progress
 from dkmeans.fit.sweep import run_sweep, score_centroids
-
 
 #: The rule :func:`elbow` applies (one of the rules in :attr:`SweepResult.answers`).
 ELBOW_RULE = RULE_TEXT["elbow"]
@@ -114,35 +114,62 @@ class SweepResult:
 
     def rows(self) -> list[dict]:
         """One dict per k: k, objective, n_iter, passes, stop_reason and the metrics."""
-        return [{"k": k, "objective": self.objective[k], "n_iter": self.n_iter[k], "passes": self.passes[k],
-                 "stop_reason": self.stop_reason.get(k),
-                 **{name: value for name, value in self.metrics[k].items() if name != "objective"}}
-                for k in self.k_values]
+        return [
+            {
+                "k": k,
+                "objective": self.objective[k],
+                "n_iter": self.n_iter[k],
+                "passes": self.passes[k],
+                "stop_reason": self.stop_reason.get(k),
+                **{name: value for name, value in self.metrics[k].items() if name != "objective"},
+            }
+            for k in self.k_values
+        ]
 
     def format_table(self) -> str:
         """The per-k table as text, with the suggested k and the passes made."""
         rows = self.rows()
-        extra = [name for name in rows[0] if name not in ("k", "objective", "n_iter", "passes", "stop_reason")]
-        head = f"{'k':>6}  {'objective':>14}  {'iterations':>10}  {'passes':>6}  {'stopped by':<16}" + "".join(
-            f"  {name:>14}" for name in extra)
+        extra = [
+            name
+            for name in rows[0]
+            if name not in ("k", "objective", "n_iter", "passes", "stop_reason")
+        ]
+        head = (
+            f"{'k':>6}  {'objective':>14}  {'iterations':>10}  {'passes':>6}  {'stopped by':<16}"
+            + "".join(f"  {name:>14}" for name in extra)
+        )
         lines = [head]
         for row in rows:
             mark = "  <- suggested" if row["k"] == self.suggested_k else ""
-            lines.append(f"{row['k']:>6}  {row['objective']:>14.6e}  {row['n_iter']:>10}  {row['passes']:>6}  "
-                         f"{str(row['stop_reason']):<16}" + "".join(f"  {_cell(row[n]):>14}" for n in extra) + mark)
+            lines.append(
+                f"{row['k']:>6}  {row['objective']:>14.6e}  {row['n_iter']:>10}  {row['passes']:>6}  "
+                f"{str(row['stop_reason']):<16}"
+                + "".join(f"  {_cell(row[n]):>14}" for n in extra)
+                + mark
+            )
         longest = max(self.passes.values())
-        lines.append(f"suggested k: {self.suggested_k if self.suggested_k is not None else 'none'} ({self.rule})")
+        lines.append(
+            f"suggested k: {self.suggested_k if self.suggested_k is not None else 'none'} ({self.rule})"
+        )
         if self.answers:
-            lines.append("each rule's k: " + ", ".join(
-                f"{name} {'none' if k is None else k}" for name, k in self.answers.items()))
+            lines.append(
+                "each rule's k: "
+                + ", ".join(
+                    f"{name} {'none' if k is None else k}" for name, k in self.answers.items()
+                )
+            )
         if self.method == "bisecting":
             refit = "" if self.suggested_k is None else f", the refit of k = {self.suggested_k}"
-            lines.append(f"passes over the data: {self.n_passes} in all (one bisecting fit of "
-                         f"{longest} passes for every k, the scores{refit})")
+            lines.append(
+                f"passes over the data: {self.n_passes} in all (one bisecting fit of "
+                f"{longest} passes for every k, the scores{refit})"
+            )
         else:
-            lines.append(f"passes over the data: {self.n_passes} in all "
-                         f"({self.n_passes / longest:.2f}x the longest single fit's {longest}; "
-                         f"fitted one by one: {sum(self.passes.values())})")
+            lines.append(
+                f"passes over the data: {self.n_passes} in all "
+                f"({self.n_passes / longest:.2f}x the longest single fit's {longest}; "
+                f"fitted one by one: {sum(self.passes.values())})"
+            )
         return "\n".join(lines)
 
     def plot(self, path=None, ax=None):
@@ -171,7 +198,6 @@ class SweepResult:
             return save_sweep_plot(path, self.k_values, objectives, self.suggested_k)
         return plot_sweep(self.k_values, objectives, self.suggested_k, ax=ax)
 
-
     def _repr_html_(self) -> str:
         """A notebook's view: the per-k table (the suggested k marked) and the objective curve."""
         rows = self.rows()
@@ -182,10 +208,17 @@ class SweepResult:
         for row in rows:
             mark = row["k"] == self.suggested_k
             style = ' style="font-weight:bold;background:#e8f0fe"' if mark else ""
-            cells = [row["k"], f"{row['objective']:.6e}", row["n_iter"], row["passes"],
-                     row["stop_reason"], *(_cell(row[n]) for n in extra)]
-            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-                        + "</tr>")
+            cells = [
+                row["k"],
+                f"{row['objective']:.6e}",
+                row["n_iter"],
+                row["passes"],
+                row["stop_reason"],
+                *(_cell(row[n]) for n in extra),
+            ]
+            body.append(
+                f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
+            )
         longest = max(self.passes.values())
         suggested = "none" if self.suggested_k is None else self.suggested_k
         curve = [self.objective[k] for k in self.k_values]
@@ -193,12 +226,15 @@ class SweepResult:
         rule = html.escape(self.rule)
         return (
             f"<div><p><b>dkmeans.SweepResult</b>: k = {html.escape(str(self.k_values))}, "
-            f"suggested k = <b>{suggested}</b> (<span title=\"{rule}\">why</span>); "
+            f'suggested k = <b>{suggested}</b> (<span title="{rule}">why</span>); '
             f"{self.n_passes} passes over the data ({self.n_passes / longest:.2f}x the longest "
             f"single fit's {longest}), {html.escape(self.data_mode)}, {self.seconds:.1f} s</p>"
             + (f"<div>{figure}</div>" if figure else "")
-            + "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
-            + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>"
+            + "<table><thead><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+            + "</tr></thead><tbody>"
+            + "".join(body)
+            + "</tbody></table></div>"
         )
 
 
@@ -218,7 +254,9 @@ def _cell(value) -> str:
 def check_k_values(k_values) -> list[int]:
     """The values of k, increasing: integers >= 1, distinct, at least one."""
     if isinstance(k_values, (str, bytes)) or not hasattr(k_values, "__iter__"):
-        raise InvalidParameterError(f"k_values must be a sequence of integers >= 1, got {k_values!r}")
+        raise InvalidParameterError(
+            f"k_values must be a sequence of integers >= 1, got {k_values!r}"
+        )
     values = []
     for k in k_values:
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral) or k < 1:
@@ -231,9 +269,20 @@ def check_k_values(k_values) -> list[int]:
     return sorted(values)
 
 
-def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options=None,
-          reference_draws: int = 5, reference_rows: int = 20_000, silhouette_rows: int = 2_000,
-          method: str = "refit", callbacks=None, **kmeans_params) -> SweepResult:
+def sweep(
+    X,
+    k_values,
+    *,
+    sample_weight=None,
+    random_state=None,
+    storage_options=None,
+    reference_draws: int = 5,
+    reference_rows: int = 20_000,
+    silhouette_rows: int = 2_000,
+    method: str = "refit",
+    callbacks=None,
+    **kmeans_params,
+) -> SweepResult:
     """Fit k-means for every k of ``k_values`` on ``X``, every pass over the data serving all of them.
 
     Read more in the :ref:`User Guide <guide-sweep>`.
@@ -321,40 +370,69 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
     ks = check_k_values(k_values)
     if method not in METHODS:
         raise InvalidParameterError(
-            f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
-    counts = (("reference_draws", reference_draws, 0), ("reference_rows", reference_rows, 1),
-              ("silhouette_rows", silhouette_rows, 0))
+            f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}"
+        )
+    counts = (
+        ("reference_draws", reference_draws, 0),
+        ("reference_rows", reference_rows, 1),
+        ("silhouette_rows", silhouette_rows, 0),
+    )
     for name, value, low in counts:
         integral = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
         if not integral or value < low:
             raise InvalidParameterError(f"{name} must be an integer >= {low}, got {value!r}")
     for name in ("n_clusters", "checkpoint"):
         if kmeans_params.get(name) is not None:
-            raise InvalidParameterError(f"sweep takes no {name}: " + (
-                "the values of k are k_values" if name == "n_clusters" else "a sweep is not checkpointed"))
+            raise InvalidParameterError(
+                f"sweep takes no {name}: "
+                + (
+                    "the values of k are k_values"
+                    if name == "n_clusters"
+                    else "a sweep is not checkpointed"
+                )
+            )
     kmeans_params.pop("checkpoint", None)
     init = kmeans_params.get("init", "k-means||")
     if not isinstance(init, str) and not callable(init):
-        raise InvalidParameterError("sweep: init must be a strategy name or a callable; initial centroids fit one k")
+        raise InvalidParameterError(
+            "sweep: init must be a strategy name or a callable; initial centroids fit one k"
+        )
     t0 = time.perf_counter()
     if isinstance(X, (str, os.PathLike)):
         from dkmeans.fit.tables import read_table, select_columns
 
         X = select_columns(read_table(str(X), storage_options=storage_options), name=str(X))
     elif storage_options is not None:
-        raise InvalidParameterError("storage_options applies to a path; pass them to the reader of X")
+        raise InvalidParameterError(
+            "storage_options applies to a path; pass them to the reader of X"
+        )
     seed = resolve_seed(random_state)
     verbose = kmeans_params.pop("verbose", 0)
     if method == "bisecting":
         if callbacks:
-            raise InvalidParameterError("callbacks report the fits of method='refit'; "
-                                        "method='bisecting' reports with verbose only")
-        return _bisecting_sweep(X, ks, seed, t0, sample_weight, verbose, kmeans_params,
-                                reference_draws=reference_draws, reference_rows=reference_rows,
-                                silhouette_rows=silhouette_rows)
-    models = {k: KMeans(n_clusters=k, random_state=seed, verbose=verbose, **kmeans_params) for k in ks}
+            raise InvalidParameterError(
+                "callbacks report the fits of method='refit'; "
+                "method='bisecting' reports with verbose only"
+            )
+        return _bisecting_sweep(
+            X,
+            ks,
+            seed,
+            t0,
+            sample_weight,
+            verbose,
+            kmeans_params,
+            reference_draws=reference_draws,
+            reference_rows=reference_rows,
+            silhouette_rows=silhouette_rows,
+        )
+    models = {
+        k: KMeans(n_clusters=k, random_state=seed, verbose=verbose, **kmeans_params) for k in ks
+    }
     template = models[ks[-1]]
-    dataset = template._fit_dataset(X)  # validated once; records n_features_in_ and the feature names
+    dataset = template._fit_dataset(
+        X
+    )  # validated once; records n_features_in_ and the feature names
     runs = template._fit_spec().n_init
     tasks = _callbacks.SweepTasks.start(callbacks, models, X, sample_weight, runs)
     fitted = False
@@ -364,8 +442,14 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
             progress = _k_progress(k, verbose, tasks.fits[k] if tasks is not None else None)
             hooks = {name: hook for name, hook in progress.hooks().items() if name != "on_pass"}
             specs.append(dataclasses.replace(models[k]._fit_spec(), **hooks))
-        run = run_sweep(specs, dataset, sample_weight, reference_draws=reference_draws,
-                        reference_rows=reference_rows, silhouette_rows=silhouette_rows)
+        run = run_sweep(
+            specs,
+            dataset,
+            sample_weight,
+            reference_draws=reference_draws,
+            reference_rows=reference_rows,
+            silhouette_rows=silhouette_rows,
+        )
         for k, spec, fit in zip(ks, specs, run.fits):
             model = models[k]
             for name in ("n_features_in_", "feature_names_in_"):
@@ -382,31 +466,45 @@ def sweep(X, k_values, *, sample_weight=None, random_state=None, storage_options
     scores = sweep_scores(ks, objective, metrics, run.reference)
     suggested, rule = suggest(scores)
     return SweepResult(
-        k_values=ks, models=models, objective=objective, n_iter={k: int(models[k].n_iter_) for k in ks},
-        passes={k: int(fit.result.n_passes) for k, fit in zip(ks, run.fits)}, metrics=metrics,
-        suggested_k=suggested, rule=rule, n_passes=run.n_passes,
-        data_mode=run.data_mode, seconds=time.perf_counter() - t0, random_state=seed,
-        stop_reason={k: models[k].stop_reason_ for k in ks}, answers=answers(scores), scores=scores,
+        k_values=ks,
+        models=models,
+        objective=objective,
+        n_iter={k: int(models[k].n_iter_) for k in ks},
+        passes={k: int(fit.result.n_passes) for k, fit in zip(ks, run.fits)},
+        metrics=metrics,
+        suggested_k=suggested,
+        rule=rule,
+        n_passes=run.n_passes,
+        data_mode=run.data_mode,
+        seconds=time.perf_counter() - t0,
+        random_state=seed,
+        stop_reason={k: models[k].stop_reason_ for k in ks},
+        answers=answers(scores),
+        scores=scores,
         reference=run.reference,
     )
 
 
-def _bisecting_sweep(X, ks, seed: int, t0: float, sample_weight, verbose, kmeans_params,
-                     **counts) -> SweepResult:
+def _bisecting_sweep(
+    X, ks, seed: int, t0: float, sample_weight, verbose, kmeans_params, **counts
+) -> SweepResult:
     """``sweep(method="bisecting")``: every k from one bisecting fit, the suggested k refitted."""
     from dkmeans.bisecting_estimator import BisectingKMeans
 
     if kmeans_params.get("metric", "euclidean") != "euclidean":
-        raise InvalidParameterError("method='bisecting' is Euclidean: bisecting k-means has no "
-                                    f"metric={kmeans_params['metric']!r}; use method='refit'")
+        raise InvalidParameterError(
+            "method='bisecting' is Euclidean: bisecting k-means has no "
+            f"metric={kmeans_params['metric']!r}; use method='refit'"
+        )
     out_of_core = kmeans_params.get("out_of_core", "auto")
     template = KMeans(n_clusters=ks[-1], random_state=seed, **kmeans_params)
     dataset = template._fit_dataset(X)  # checks the KMeans parameters too, before any fit
     tree = BisectingKMeans(ks[-1], random_state=seed, out_of_core=out_of_core, verbose=verbose)
     tree.fit(X, sample_weight=sample_weight)
     centroids = {k: tree.cluster_centers_at(k) for k in ks}
-    scored = score_centroids(centroids, dataset, sample_weight, seed=seed,
-                             out_of_core=out_of_core, **counts)
+    scored = score_centroids(
+        centroids, dataset, sample_weight, seed=seed, out_of_core=out_of_core, **counts
+    )
     objective = {k: float(scored.metrics[k]["objective"]) for k in ks}
     scores = sweep_scores(ks, objective, scored.metrics, scored.reference)
     suggested, rule = suggest(scores)
@@ -416,17 +514,30 @@ def _bisecting_sweep(X, ks, seed: int, t0: float, sample_weight, verbose, kmeans
         models[suggested] = model.fit(X, sample_weight=sample_weight)
         n_passes += model.n_passes_
     return SweepResult(
-        k_values=ks, models=models, objective=objective, n_iter={k: int(tree.n_iter_) for k in ks},
-        passes={k: int(tree.n_passes_) for k in ks}, metrics=scored.metrics,
-        suggested_k=suggested, rule=rule, n_passes=int(n_passes), data_mode=scored.data_mode,
-        seconds=time.perf_counter() - t0, random_state=seed,
-        stop_reason={k: "bisecting tree" for k in ks}, answers=answers(scores), scores=scores,
-        reference=scored.reference, method="bisecting", tree=tree,
+        k_values=ks,
+        models=models,
+        objective=objective,
+        n_iter={k: int(tree.n_iter_) for k in ks},
+        passes={k: int(tree.n_passes_) for k in ks},
+        metrics=scored.metrics,
+        suggested_k=suggested,
+        rule=rule,
+        n_passes=int(n_passes),
+        data_mode=scored.data_mode,
+        seconds=time.perf_counter() - t0,
+        random_state=seed,
+        stop_reason={k: "bisecting tree" for k in ks},
+        answers=answers(scores),
+        scores=scores,
+        reference=scored.reference,
+        method="bisecting",
+        tree=tree,
     )
 
 
 def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
     """The rules' ``Scores`` (``dkmeans.fit.krules``) from a sweep's per-k objective and metrics."""
+
     def column(name):
         return [float(metrics[k].get(name, float("nan"))) for k in ks]
 
@@ -434,12 +545,26 @@ def sweep_scores(ks, objective: dict, metrics: dict, reference=None) -> Scores:
     if reference is not None:
         gap_at_1 = reference.gap(1, reference.total_scatter)
         sd_at_1 = reference.sd_log[1] * float(np.sqrt(1 + 1 / reference.draws))
-    return Scores(ks=list(ks), objective=[objective[k] for k in ks],
-                  calinski_harabasz=column("calinski_harabasz"),
-                  davies_bouldin=column("davies_bouldin"), silhouette=column("silhouette"),
-                  bic=column("bic"), gap=column("gap"),
-                  gap_sd=column("gap_sd"), gap_at_1=gap_at_1, gap_sd_at_1=sd_at_1)
+    return Scores(
+        ks=list(ks),
+        objective=[objective[k] for k in ks],
+        calinski_harabasz=column("calinski_harabasz"),
+        davies_bouldin=column("davies_bouldin"),
+        silhouette=column("silhouette"),
+        bic=column("bic"),
+        gap=column("gap"),
+        gap_sd=column("gap_sd"),
+        gap_at_1=gap_at_1,
+        gap_sd_at_1=sd_at_1,
+    )
 
 
-__all__ = ["ELBOW_RULE", "METHODS", "SweepResult", "check_k_values", "elbow", "sweep",
-           "sweep_scores"]
+__all__ = [
+    "ELBOW_RULE",
+    "METHODS",
+    "SweepResult",
+    "check_k_values",
+    "elbow",
+    "sweep",
+    "sweep_scores",
+]

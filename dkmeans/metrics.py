@@ -55,7 +55,9 @@ def objective(X, centroids, sample_weight=None) -> float:
         X = np.asarray(X)
         if X.dtype not in (np.float32, np.float64):
             X = X.astype(np.float64)
-    return inference.objective(X, np.asarray(centroids).astype(X.dtype), sample_weight=sample_weight)
+    return inference.objective(
+        X, np.asarray(centroids).astype(X.dtype), sample_weight=sample_weight
+    )
 
 
 def contingency_matrix(labels_true, labels_pred) -> np.ndarray:
@@ -162,7 +164,9 @@ def centroid_index(centroids, reference) -> int:
     A = np.asarray(centroids, dtype=np.float64)
     B = np.asarray(reference, dtype=np.float64)
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[1]:
-        raise InvalidDataError(f"centroid sets must be 2-D with equal widths, got {A.shape} and {B.shape}")
+        raise InvalidDataError(
+            f"centroid sets must be 2-D with equal widths, got {A.shape} and {B.shape}"
+        )
     return max(_orphans(A, B), _orphans(B, A))
 
 
@@ -191,7 +195,9 @@ def _partition(labels_or_model) -> dict:
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(labels_or_model, "cluster_centers_")
-        metric = getattr(labels_or_model, "_metric", None) or getattr(labels_or_model, "metric", "euclidean")
+        metric = getattr(labels_or_model, "_metric", None) or getattr(
+            labels_or_model, "metric", "euclidean"
+        )
         return dict(centroids=np.asarray(labels_or_model.cluster_centers_), metric=metric)
     values = labels_or_model
     if not hasattr(values, "ndim"):
@@ -199,15 +205,19 @@ def _partition(labels_or_model) -> dict:
     if values.ndim == 2 and not hasattr(values, "to_dask_array"):
         return dict(centroids=values)
     if values.ndim != 1:
-        raise InvalidDataError(f"labels_or_model: expected labels (1-D), centroids (2-D) or a fitted model, "
-                               f"got an array of {values.ndim} dimensions")
+        raise InvalidDataError(
+            f"labels_or_model: expected labels (1-D), centroids (2-D) or a fitted model, "
+            f"got an array of {values.ndim} dimensions"
+        )
     return dict(labels=labels_or_model)
 
 
 def _checked(result: ClusterScores) -> ClusterScores:
     """scikit-learn's error where its scores are undefined."""
     if not result.valid:
-        raise ValueError(f"Number of labels is {result.n_labels}. Valid values are 2 to n_samples - 1 (inclusive)")
+        raise ValueError(
+            f"Number of labels is {result.n_labels}. Valid values are 2 to n_samples - 1 (inclusive)"
+        )
     return result
 
 
@@ -234,7 +244,9 @@ def cluster_scores(X, labels_or_model, *, sample_weight=None, out_of_core="auto"
         scikit-learn's are undefined (``valid`` False). Two passes; O(k d) memory on
         the caller and per task, plus the Davies-Bouldin ratios in blocks of about 32 MiB.
     """
-    return scoring.scores(X, **_partition(labels_or_model), sample_weight=sample_weight, out_of_core=out_of_core)
+    return scoring.scores(
+        X, **_partition(labels_or_model), sample_weight=sample_weight, out_of_core=out_of_core
+    )
 
 
 def calinski_harabasz_score(X, labels_or_model, *, sample_weight=None, out_of_core="auto") -> float:
@@ -271,8 +283,9 @@ def calinski_harabasz_score(X, labels_or_model, *, sample_weight=None, out_of_co
         Fewer than 2 clusters, or as many as rows (scikit-learn's error).
     """
     part = _partition(labels_or_model)
-    return _checked(scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core,
-                                   passes=1)).calinski_harabasz
+    return _checked(
+        scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core, passes=1)
+    ).calinski_harabasz
 
 
 def davies_bouldin_score(X, labels_or_model, *, sample_weight=None, out_of_core="auto") -> float:
@@ -307,11 +320,21 @@ def davies_bouldin_score(X, labels_or_model, *, sample_weight=None, out_of_core=
         Fewer than 2 clusters, or as many as rows (scikit-learn's error).
     """
     part = _partition(labels_or_model)
-    return _checked(scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core)).davies_bouldin
+    return _checked(
+        scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core)
+    ).davies_bouldin
 
 
-def silhouette_score(X, labels_or_model, *, sample_size=None, random_state=None, simplified: bool = False,
-                     sample_weight=None, out_of_core="auto") -> float:
+def silhouette_score(
+    X,
+    labels_or_model,
+    *,
+    sample_size=None,
+    random_state=None,
+    simplified: bool = False,
+    sample_weight=None,
+    out_of_core="auto",
+) -> float:
     """Silhouette coefficient (in [-1, 1], higher is better): exact on a sample, or simplified on all rows.
 
     Read more in the :ref:`User Guide <guide-evaluating>`.
@@ -356,7 +379,16 @@ def silhouette_score(X, labels_or_model, *, sample_size=None, random_state=None,
     part = _partition(labels_or_model)
     if simplified:
         passes = 1 if "centroids" in part else 2
-        return _checked(scoring.scores(X, **part, sample_weight=sample_weight, out_of_core=out_of_core,
-                                       passes=passes)).simplified_silhouette
-    return scoring.silhouette(X, **part, sample_size=sample_size, random_state=random_state,
-                              sample_weight=sample_weight, out_of_core=out_of_core)
+        return _checked(
+            scoring.scores(
+                X, **part, sample_weight=sample_weight, out_of_core=out_of_core, passes=passes
+            )
+        ).simplified_silhouette
+    return scoring.silhouette(
+        X,
+        **part,
+        sample_size=sample_size,
+        random_state=random_state,
+        sample_weight=sample_weight,
+        out_of_core=out_of_core,
+    )

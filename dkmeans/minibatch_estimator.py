@@ -35,7 +35,10 @@ def resolve_decay(decay, half_life, time_unit: str) -> float:
 
 
 #: scikit-learn's words for a mini-batch run's early stop (printed with ``verbose``)
-_CONVERGED = {"centroid-shift": "small centers change", "no-improvement": "lack of improvement in inertia"}
+_CONVERGED = {
+    "centroid-shift": "small centers change",
+    "no-improvement": "lack of improvement in inertia",
+}
 
 
 class MiniBatchKMeans(_KMeansBase):
@@ -200,20 +203,39 @@ class MiniBatchKMeans(_KMeansBase):
             if warn_init:
                 warnings.warn(
                     "Explicit initial center position passed: performing only one init in "
-                    f"{type(self).__name__} instead of n_init={n_init}.", RuntimeWarning, stacklevel=3)
+                    f"{type(self).__name__} instead of n_init={n_init}.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             n_init = 1
         if is_array:
             init = np.asarray(init)
         return FitSpec(
-            n_clusters=p["n_clusters"], init=init, n_init=n_init, max_iter=p["max_iter"], tol=p["tol"],
-            stop_rule="centroid-shift", tol_relative=True, algorithm="minibatch", local_search=False,
-            init_options=init_options(), random_state=self.random_state, out_of_core=p["out_of_core"],
-            checkpoint=p["checkpoint"], checkpoint_every=p["checkpoint_every"], on_iteration=_progress_for(p["verbose"], p["max_iter"]),
+            n_clusters=p["n_clusters"],
+            init=init,
+            n_init=n_init,
+            max_iter=p["max_iter"],
+            tol=p["tol"],
+            stop_rule="centroid-shift",
+            tol_relative=True,
+            algorithm="minibatch",
+            local_search=False,
+            init_options=init_options(),
+            random_state=self.random_state,
+            out_of_core=p["out_of_core"],
+            checkpoint=p["checkpoint"],
+            checkpoint_every=p["checkpoint_every"],
+            on_iteration=_progress_for(p["verbose"], p["max_iter"]),
             job={"estimator": "dkmeans.MiniBatchKMeans", "params": self._job_params()},
-            minibatch=minibatch_options(batch_size=p["batch_size"], max_no_improvement=p["max_no_improvement"],
-                                        reassignment_ratio=p["reassignment_ratio"], decay=decay,
-                                        time_unit=p["time_unit"]),
-            init_size=p["init_size"], compute_labels=p["compute_labels"],
+            minibatch=minibatch_options(
+                batch_size=p["batch_size"],
+                max_no_improvement=p["max_no_improvement"],
+                reassignment_ratio=p["reassignment_ratio"],
+                decay=decay,
+                time_unit=p["time_unit"],
+            ),
+            init_size=p["init_size"],
+            compute_labels=p["compute_labels"],
         )
 
     def _fit(self, X, sample_weight, spec: FitSpec):
@@ -225,8 +247,11 @@ class MiniBatchKMeans(_KMeansBase):
             of = ""
             if dataset.n_rows is not None:
                 b = min(spec.minibatch.batch_size, dataset.n_rows)
-                total = (spec.max_iter * (-(-dataset.n_rows // b)) if result.data_mode == "out-of-core"
-                         else (spec.max_iter * dataset.n_rows) // b)
+                total = (
+                    spec.max_iter * (-(-dataset.n_rows // b))
+                    if result.data_mode == "out-of-core"
+                    else (spec.max_iter * dataset.n_rows) // b
+                )
                 of = f"/{total}"
             print(f"Converged ({_CONVERGED[result.stop_reason]}) at step {n_steps}{of}", flush=True)
         self.cluster_centers_ = result.centroids
@@ -242,7 +267,9 @@ class MiniBatchKMeans(_KMeansBase):
         self.stop_reason_ = result.stop_reason
         self.data_mode_ = result.data_mode
         self.n_passes_ = result.n_passes
-        self._loop_modes = list(result.loop_modes)  # how the engine ran the steps (one-task, spmd, graph)
+        self._loop_modes = list(
+            result.loop_modes
+        )  # how the engine ran the steps (one-task, spmd, graph)
         self._stream = result.minibatch_state  # partial_fit continues from here
         self._counts = result.minibatch_state.counts
         self._seed = resolve_seed(self.random_state)
@@ -281,14 +308,23 @@ class MiniBatchKMeans(_KMeansBase):
         first = not hasattr(self, "cluster_centers_")
         batch = self._fit_dataset(X, reset=first, in_memory=True).local  # the one dataset check
         if batch is None:
-            raise DataTypeError("partial_fit takes rows in host memory (NumPy, SciPy CSR, pandas, or a Dask "
-                                f"collection it computes), got {type(X).__name__}")
+            raise DataTypeError(
+                "partial_fit takes rows in host memory (NumPy, SciPy CSR, pandas, or a Dask "
+                f"collection it computes), got {type(X).__name__}"
+            )
         X = batch
-        step = partial_fit_step(spec, X, sample_weight, random_state=self.random_state,
-                                compute_labels=self.compute_labels, stream=getattr(self, "_stream", None),
-                                seed=getattr(self, "_seed", None), batch_size=getattr(self, "_batch_size", None),
-                                centers=None if first else self.cluster_centers_,
-                                counts=getattr(self, "_counts", None))
+        step = partial_fit_step(
+            spec,
+            X,
+            sample_weight,
+            random_state=self.random_state,
+            compute_labels=self.compute_labels,
+            stream=getattr(self, "_stream", None),
+            seed=getattr(self, "_seed", None),
+            batch_size=getattr(self, "_batch_size", None),
+            centers=None if first else self.cluster_centers_,
+            counts=getattr(self, "_counts", None),
+        )
         state = self._stream = step.state
         self._seed, self._batch_size = step.seed, step.batch_size
         self._counts = state.counts

@@ -30,7 +30,9 @@ class Model:
     def __post_init__(self):
         C = np.asarray(self.centroids)
         if C.ndim != 2 or C.shape[0] == 0 or C.shape[1] == 0:
-            raise InvalidDataError(f"Model centroids must be a non-empty 2-D array, got shape {C.shape}")
+            raise InvalidDataError(
+                f"Model centroids must be a non-empty 2-D array, got shape {C.shape}"
+            )
         if self.cluster_count is not None and int(self.cluster_count) != C.shape[0]:
             raise InvalidDataError(
                 f"Model cluster_count={self.cluster_count} does not match the {C.shape[0]} centroid rows"

@@ -316,4 +316,4 @@ def sweep_svg(k_values, objectives, suggested_k=None) -> str | None:
     out = io.StringIO()
     fig.savefig(out, format="svg")
     text = out.getvalue()
-    return text[text.index("<svg"):] if "<svg" in text else None
+    return text[text.index("<svg") :] if "<svg" in text else None

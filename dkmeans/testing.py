@@ -25,8 +25,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_blobs(n_samples: int, n_features: int, n_centers: int, *, spread: float = 1.0,
-               box: float = 10.0, seed: int = 0, dtype=np.float64):
+def make_blobs(
+    n_samples: int,
+    n_features: int,
+    n_centers: int,
+    *,
+    spread: float = 1.0,
+    box: float = 10.0,
+    seed: int = 0,
+    dtype=np.float64,
+):
     """Gaussian blobs: returns ``(X, true_labels, true_centers)``.
 
     Centres are uniform in ``[-box, box]^d``; points are centre + ``spread`` * N(0, I).
@@ -51,8 +59,16 @@ def _sq_dists(X, C):
     return ((X[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)
 
 
-def reference_lloyd(X, C0, *, max_iter: int, tol: float | None = None, tol_inclusive: bool = True,
-                    threshold: float | None = None, weights=None) -> ReferenceResult:
+def reference_lloyd(
+    X,
+    C0,
+    *,
+    max_iter: int,
+    tol: float | None = None,
+    tol_inclusive: bool = True,
+    threshold: float | None = None,
+    weights=None,
+) -> ReferenceResult:
     """Plain float64 Lloyd with the semantics dkmeans documents.
 
     Stop rules: ``threshold`` (stop before the update when the objective decreased by
@@ -95,7 +111,9 @@ def reference_lloyd(X, C0, *, max_iter: int, tol: float | None = None, tol_inclu
             break
     D = _sq_dists(X, C)
     labels = D.argmin(axis=1)
-    return ReferenceResult(C, labels, float((D[np.arange(n), labels] * w).sum()), n_iter, objectives)
+    return ReferenceResult(
+        C, labels, float((D[np.arange(n), labels] * w).sum()), n_iter, objectives
+    )
 
 
 def pick_rows(X, k: int, seed: int = 0):
@@ -120,7 +138,9 @@ def local_cluster(n_workers: int = 2, *, set_as_default: bool = False):
     """A loopback LocalCluster (processes, 1 thread each) and its client, closed on exit."""
     from dkmeans.engine.client import start_local_cluster
 
-    client = start_local_cluster(n_workers=n_workers, dashboard_address=None, set_as_default=set_as_default)
+    client = start_local_cluster(
+        n_workers=n_workers, dashboard_address=None, set_as_default=set_as_default
+    )
     try:
         yield client
     finally:

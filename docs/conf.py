@@ -10,9 +10,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "_ext"))
 
-import dkmeans  # noqa: E402
 import dkmeans_docs  # noqa: E402
 import inventories  # noqa: E402
+
+import dkmeans  # noqa: E402
 
 project = "dkmeans"
 author = "the dkmeans developers"
@@ -33,8 +34,16 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "_generated", "_inventories", "_templates", "**.ipynb_checkpoints",
-                    "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip"]
+exclude_patterns = [
+    "_build",
+    "_generated",
+    "_inventories",
+    "_templates",
+    "**.ipynb_checkpoints",
+    "auto_examples/*.ipynb",
+    "auto_examples/*.py",
+    "auto_examples/*.zip",
+]
 default_role = "py:obj"
 nitpicky = True
 
@@ -65,10 +74,14 @@ numpydoc_validation_overrides = {"PR01": [r"\n\s*Attributes\n\s*-{10}"]}
 # -- intersphinx: committed inventories, so the build needs no network ---------------------------
 _cache = Path(os.environ.get("DKMEANS_DOCS_BUILDDIR", HERE / "_build")) / "inventories"
 intersphinx_mapping, nitpick_ignore_regex, _missing = inventories.mapping(
-    _cache, offline=os.environ.get("DKMEANS_DOCS_OFFLINE") == "1")
+    _cache, offline=os.environ.get("DKMEANS_DOCS_OFFLINE") == "1"
+)
 if _missing:
-    print(f"dkmeans docs: no inventory for {', '.join(_missing)} (no network?): "
-          "their names stay plain text", file=sys.stderr)
+    print(
+        f"dkmeans docs: no inventory for {', '.join(_missing)} (no network?): "
+        "their names stay plain text",
+        file=sys.stderr,
+    )
 # dask's own type names in signatures and docstrings that its inventory does not hold
 nitpick_ignore_regex += [(r"py:.*", r"(array-like|array_like|optional|default|of|shape)")]
 # matplotlib is optional and has no committed inventory: its names stay plain text

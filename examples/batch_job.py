@@ -29,12 +29,39 @@ def main(workdir: str | None = None) -> None:
     data = pd.DataFrame(X, columns=["f0", "f1", "f2"]).assign(label=truth)
     data.to_csv(folder / "points.csv", index=False)
 
-    run("fit", str(folder / "points.csv"), "-k", "6", "--exclude", "label", "--random-state", "1",
-        "--model", str(folder / "model.npz"), "--workers", "2", "--quiet")
-    run("predict", str(folder / "model.npz"), str(folder / "points.csv"), "--output", str(folder / "labelled"),
-        "--workers", "2")
-    run("evaluate", str(folder / "model.npz"), str(folder / "points.csv"), "--truth-column", "label",
-        "--workers", "2")
+    run(
+        "fit",
+        str(folder / "points.csv"),
+        "-k",
+        "6",
+        "--exclude",
+        "label",
+        "--random-state",
+        "1",
+        "--model",
+        str(folder / "model.npz"),
+        "--workers",
+        "2",
+        "--quiet",
+    )
+    run(
+        "predict",
+        str(folder / "model.npz"),
+        str(folder / "points.csv"),
+        "--output",
+        str(folder / "labelled"),
+        "--workers",
+        "2",
+    )
+    run(
+        "evaluate",
+        str(folder / "model.npz"),
+        str(folder / "points.csv"),
+        "--truth-column",
+        "label",
+        "--workers",
+        "2",
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,14 @@ from dkmeans.testing import make_blobs
 
 def make_input(folder: Path) -> Path:
     X, _, _ = make_blobs(120_000, 2, 5, spread=1.2, seed=7)
-    df = pd.DataFrame({"customer": np.arange(len(X)), "spend": X[:, 0], "visits": X[:, 1],
-                       "region": np.random.default_rng(0).choice(["north", "south"], len(X))})
+    df = pd.DataFrame(
+        {
+            "customer": np.arange(len(X)),
+            "spend": X[:, 0],
+            "visits": X[:, 1],
+            "region": np.random.default_rng(0).choice(["north", "south"], len(X)),
+        }
+    )
     path = folder / "customers.parquet"
     dd.from_pandas(df, npartitions=6).to_parquet(path, write_index=False)
     return path
@@ -37,10 +43,10 @@ def segment(source, columns, n_clusters: int, out_folder: Path, **fit_params):
 
     Returns the fitted estimator and the path of the labelled Parquet folder.
     """
-    df = read_table(source)                              # a lazy Dask DataFrame
-    df = df[df[columns[0]] > -50]                        # a filter: partition lengths now unknown
+    df = read_table(source)  # a lazy Dask DataFrame
+    df = df[df[columns[0]] > -50]  # a filter: partition lengths now unknown
     km = dkmeans.KMeans(n_clusters=n_clusters, random_state=0, **fit_params).fit(df[columns])
-    labelled = df.assign(cluster=km.predict(df[columns]))   # aligned, no shuffle
+    labelled = df.assign(cluster=km.predict(df[columns]))  # aligned, no shuffle
     out = write_parquet(labelled, out_folder / "labelled.parquet")
     km.save(out_folder / "segments.npz")
     return km, out

@@ -25,13 +25,19 @@ from dkmeans.testing import make_blobs  # noqa: E402
 def main(figure: str | None = None) -> None:
     X, truth, _ = make_blobs(50_000, 5, 6, spread=2.5, seed=3)
     km = dkmeans.KMeans(n_clusters=6, random_state=0).fit(X)
-    print(f"{km.n_iter_} Lloyd iterations, objective {km.inertia_:.5e}, {km.n_passes_} passes, "
-          f"stopped by {km.stop_reason_}")
+    print(
+        f"{km.n_iter_} Lloyd iterations, objective {km.inertia_:.5e}, {km.n_passes_} passes, "
+        f"stopped by {km.stop_reason_}"
+    )
     scores = metrics.cluster_scores(X, km)
-    print(f"Calinski-Harabasz {scores.calinski_harabasz:.1f}, Davies-Bouldin "
-          f"{scores.davies_bouldin:.3f}, cluster sizes {scores.sizes.astype(int).tolist()}")
-    print(f"adjusted Rand index against the generating blobs: "
-          f"{metrics.adjusted_rand_index(truth, km.labels_):.3f}")
+    print(
+        f"Calinski-Harabasz {scores.calinski_harabasz:.1f}, Davies-Bouldin "
+        f"{scores.davies_bouldin:.3f}, cluster sizes {scores.sizes.astype(int).tolist()}"
+    )
+    print(
+        f"adjusted Rand index against the generating blobs: "
+        f"{metrics.adjusted_rand_index(truth, km.labels_):.3f}"
+    )
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     plot.plot_history(km.history_, ax=left)

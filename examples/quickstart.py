@@ -17,7 +17,9 @@ def main(n_samples: int = 200_000) -> None:
 
     # 1. scikit-learn style: NumPy in, NumPy out.
     km = dkmeans.KMeans(n_clusters=6, random_state=0).fit(X)
-    print(f"KMeans: {km.n_iter_} iterations, inertia {km.inertia_:.4e}, stopped by {km.stop_reason_}")
+    print(
+        f"KMeans: {km.n_iter_} iterations, inertia {km.inertia_:.4e}, stopped by {km.stop_reason_}"
+    )
     print("first labels:", km.predict(X[:8]))
 
     # 2. Dask in, Dask out: labels stay on the cluster until you compute them.
@@ -28,7 +30,9 @@ def main(n_samples: int = 200_000) -> None:
     # 3. oneDAL style: a descriptor, explicit initial centroids, objective-decrease stop rule.
     desc = dkmeans.Descriptor(cluster_count=6, max_iteration_count=50, accuracy_threshold=1e-3)
     result = dkmeans.train(desc, X, X[:6])
-    print(f"train: {result.iteration_count} iterations, objective {result.objective_function_value:.4e}")
+    print(
+        f"train: {result.iteration_count} iterations, objective {result.objective_function_value:.4e}"
+    )
     inferred = dkmeans.infer(desc, result.model, X)
     assert inferred.objective_function_value == result.objective_function_value
 

@@ -57,7 +57,9 @@ def single_task(monkeypatch, on_cluster):
     monkeypatch.setattr(PersistedData, "_run_in_one_task", spy)
     monkeypatch.setenv("DASK_DKMEANS__SINGLE_TASK_WORK", str(DEFAULT_SINGLE_TASK_WORK))
     monkeypatch.setenv("DASK_DKMEANS__SPMD", "False")
-    with dask.config.set({"dkmeans.single-task-work": DEFAULT_SINGLE_TASK_WORK, "dkmeans.spmd": False}):
+    with dask.config.set(
+        {"dkmeans.single-task-work": DEFAULT_SINGLE_TASK_WORK, "dkmeans.spmd": False}
+    ):
         yield calls
 
 
@@ -148,7 +150,9 @@ def kernel_plan(request, monkeypatch):
         with dask.config.set({"dkmeans.compile": "auto"}):
             yield None
         return
-    with plans.KernelPlan(path, dask.config.get("dkmeans.kernels.backend", "auto")).applied() as plan:
+    with plans.KernelPlan(
+        path, dask.config.get("dkmeans.kernels.backend", "auto")
+    ).applied() as plan:
         yield plan
 
 

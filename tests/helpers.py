@@ -27,14 +27,21 @@ def sq_distances(X, C) -> np.ndarray:
     out = np.empty((X.shape[0], C.shape[0]))
     step = max(1, 2**22 // max(1, C.size))
     for start in range(0, X.shape[0], step):
-        out[start:start + step] = ((X[start:start + step, None, :] - C[None, :, :]) ** 2).sum(-1)
+        out[start : start + step] = ((X[start : start + step, None, :] - C[None, :, :]) ** 2).sum(
+            -1
+        )
     return out
 
 
 def run_cli(*args, cwd=None, timeout=180) -> subprocess.CompletedProcess:
     """``python -m dkmeans ARGS`` in a subprocess (text output captured)."""
-    return subprocess.run([sys.executable, "-m", "dkmeans", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "dkmeans", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def kill_when(argv, reached, *, timeout: float = 240.0, poll: float = 0.01):
@@ -52,7 +59,9 @@ def kill_when(argv, reached, *, timeout: float = 240.0, poll: float = 0.01):
         time.sleep(poll)
     proc.kill()
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL and value, "the process ended before it could be killed"
+    assert proc.returncode == -signal.SIGKILL and value, (
+        "the process ended before it could be killed"
+    )
     return value
 
 
@@ -84,8 +93,14 @@ class WorkerWatch:
         self._stop.set()
         self._thread.join()
         if exc[0] is None:
-            assert self.seen == self.before, f"workers changed during the fit: {self.seen ^ self.before}"
+            assert self.seen == self.before, (
+                f"workers changed during the fit: {self.seen ^ self.before}"
+            )
             assert self.client.run(os.getpid) == self.pids, "a worker process was restarted"
-            new = [line for _, line in self.client.get_scheduler_logs(n=10_000) if line not in self.log_before]
+            new = [
+                line
+                for _, line in self.client.get_scheduler_logs(n=10_000)
+                if line not in self.log_before
+            ]
             lost = [line for line in new if "Remove worker" in line or "Register worker" in line]
             assert not lost, "a worker left the cluster during the fit:\n" + "\n".join(lost)

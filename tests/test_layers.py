@@ -62,13 +62,20 @@ def _imports(path: Path, module: str, top_level_only: bool):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([base] if base else [])
+                )
             if base.split(".")[0] != "dkmeans":
                 continue
             for alias in node.names:  # "from dkmeans.engine import mailbox" imports a module
                 candidate = f"{base}.{alias.name}"
-                yield candidate if (PACKAGE.parent / Path(*candidate.split("."))).with_suffix(".py").exists() \
-                    or (PACKAGE.parent / Path(*candidate.split("."))).is_dir() else base
+                yield (
+                    candidate
+                    if (PACKAGE.parent / Path(*candidate.split("."))).with_suffix(".py").exists()
+                    or (PACKAGE.parent / Path(*candidate.split("."))).is_dir()
+                    else base
+                )
 
 
 def _graph(top_level_only: bool) -> dict[str, set[str]]:
@@ -85,8 +92,12 @@ def test_every_module_has_a_layer():
 
 
 def test_imports_never_point_up():
-    upward = [f"{m} ({NAMES[_layer(m)]}) imports {t} ({NAMES[_layer(t)]})"
-              for m, targets in _graph(False).items() for t in targets if _layer(t) > _layer(m)]
+    upward = [
+        f"{m} ({NAMES[_layer(m)]}) imports {t} ({NAMES[_layer(t)]})"
+        for m, targets in _graph(False).items()
+        for t in targets
+        if _layer(t) > _layer(m)
+    ]
     assert not upward, "\n".join(upward)
 
 
@@ -124,11 +135,15 @@ def _cycles(graph):
     return out
 
 
-@pytest.mark.parametrize("top_level_only", [True, False], ids=["module level", "including function-level"])
+@pytest.mark.parametrize(
+    "top_level_only", [True, False], ids=["module level", "including function-level"]
+)
 def test_no_import_cycles(top_level_only):
     graph = _graph(top_level_only)
     # a package's __init__ re-exporting its own submodules is not a circle
-    graph = {m: {t for t in ts if not (m.startswith(t + ".") and t in graph)} for m, ts in graph.items()}
+    graph = {
+        m: {t for t in ts if not (m.startswith(t + ".") and t in graph)} for m, ts in graph.items()
+    }
     assert not _cycles(graph)
 
 
@@ -140,28 +155,43 @@ def _dask_imports(path: Path) -> set[str]:
     """The Dask packages (dask, distributed, dask_cuda and their modules) a file imports, anywhere in it."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module]
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level
+            else []
+        )
         found |= {n for n in names if n.split(".")[0] in ("dask", "distributed", "dask_cuda")}
     return found
 
 
 def _dask_users() -> dict[str, set[str]]:
-    return {module: used for path in sorted(PACKAGE.rglob("*.py"))
-            if not (module := _module_name(path)).startswith("dkmeans.engine")
-            and (used := _dask_imports(path))}
+    return {
+        module: used
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not (module := _module_name(path)).startswith("dkmeans.engine")
+        and (used := _dask_imports(path))
+    }
 
 
 def test_only_the_engine_imports_dask():
-    unlisted = [f"{m} imports {sorted(used - set(DASK_OUTSIDE_ENGINE.get(m, {})))}"
-                for m, used in _dask_users().items() if used - set(DASK_OUTSIDE_ENGINE.get(m, {}))]
+    unlisted = [
+        f"{m} imports {sorted(used - set(DASK_OUTSIDE_ENGINE.get(m, {})))}"
+        for m, used in _dask_users().items()
+        if used - set(DASK_OUTSIDE_ENGINE.get(m, {}))
+    ]
     assert not unlisted, "\n".join(unlisted)
 
 
 def test_the_dask_exceptions_are_current():
     users = _dask_users()
-    stale = [f"{m}: {name}" for m, names in DASK_OUTSIDE_ENGINE.items() for name in names
-             if name not in users.get(m, set())]
+    stale = [
+        f"{m}: {name}"
+        for m, names in DASK_OUTSIDE_ENGINE.items()
+        for name in names
+        if name not in users.get(m, set())
+    ]
     assert not stale, "listed but no longer imported: " + ", ".join(stale)
 
 
@@ -173,36 +203,58 @@ def _face_imports():
         package = face if path.name == "__init__.py" else face.rsplit(".", 1)[0]
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                yield from ((face, a.name, None) for a in node.names if a.name.split(".")[0] == "dkmeans")
+                yield from (
+                    (face, a.name, None) for a in node.names if a.name.split(".")[0] == "dkmeans"
+                )
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - node.level + 1]
+                        + ([base] if base else [])
+                    )
                 if base.split(".")[0] != "dkmeans":
                     continue
                 for alias in node.names:
                     candidate = Path(*f"{base}.{alias.name}".split("."))
-                    submodule = (PACKAGE.parent / candidate).with_suffix(".py").exists() or (PACKAGE.parent / candidate).is_dir()
-                    yield (face, f"{base}.{alias.name}", None) if submodule else (face, base, alias.name)
+                    submodule = (PACKAGE.parent / candidate).with_suffix(".py").exists() or (
+                        PACKAGE.parent / candidate
+                    ).is_dir()
+                    yield (
+                        (face, f"{base}.{alias.name}", None)
+                        if submodule
+                        else (face, base, alias.name)
+                    )
 
 
 def _face_may_import(module: str, name: str | None) -> bool:
-    return (_layer(module) in (0, FOLDERS["fit"], 6) or module in FACE_FILES
-            or name in FACE_ENGINE_NAMES.get(module, ()))
+    return (
+        _layer(module) in (0, FOLDERS["fit"], 6)
+        or module in FACE_FILES
+        or name in FACE_ENGINE_NAMES.get(module, ())
+    )
 
 
 def test_faces_speak_only_to_the_fit_service():
     """Faces import the fit service, the base modules, model files and ``engine.client.get_client``:
     how a fit runs (drivers, engine, kernels) is the fit service's to know."""
-    reaching = sorted({f"{face} imports {module}" + (f".{name}" if name else "")
-                       for face, module, name in _face_imports()
-                       if face not in FACE_EXCEPTIONS and not _face_may_import(module, name)})
+    reaching = sorted(
+        {
+            f"{face} imports {module}" + (f".{name}" if name else "")
+            for face, module, name in _face_imports()
+            if face not in FACE_EXCEPTIONS and not _face_may_import(module, name)
+        }
+    )
     assert not reaching, "\n".join(reaching)
 
 
 def test_the_face_exceptions_are_current():
-    reaching = {face for face, module, name in _face_imports() if not _face_may_import(module, name)}
-    assert set(FACE_EXCEPTIONS) <= reaching, f"no longer reaching lower: {sorted(set(FACE_EXCEPTIONS) - reaching)}"
+    reaching = {
+        face for face, module, name in _face_imports() if not _face_may_import(module, name)
+    }
+    assert set(FACE_EXCEPTIONS) <= reaching, (
+        f"no longer reaching lower: {sorted(set(FACE_EXCEPTIONS) - reaching)}"
+    )
 
 
 def test_the_face_rule_sees_names_and_modules():
@@ -210,7 +262,9 @@ def test_the_face_rule_sees_names_and_modules():
     assert not _face_may_import("dkmeans.engine.client", "connect_scheduler")
     assert not _face_may_import("dkmeans.engine.files", None)
     assert not _face_may_import("dkmeans.io.dataframe", None)
-    assert _face_may_import("dkmeans.io.model_file", None) and _face_may_import("dkmeans.fit.progress", None)
+    assert _face_may_import("dkmeans.io.model_file", None) and _face_may_import(
+        "dkmeans.fit.progress", None
+    )
     assert _face_may_import("dkmeans.errors", None) and _face_may_import("dkmeans", "KMeans")
 
 
@@ -226,6 +280,11 @@ def test_the_layer_of_a_module_is_its_folder():
 def test_the_kernel_backends_stay_behind_the_kernel_plan():
     """Above the kernels, only the engine's placement and the kernel plan (``dkmeans.kernels.plans``)
     speak of code paths: nothing above the engine imports ``dkmeans.kernels.backends``."""
-    reaching = [f"{m} imports {t}" for m, targets in _graph(False).items() if _layer(m) > FOLDERS["engine"]
-                for t in targets if t.startswith("dkmeans.kernels.backends")]
+    reaching = [
+        f"{m} imports {t}"
+        for m, targets in _graph(False).items()
+        if _layer(m) > FOLDERS["engine"]
+        for t in targets
+        if t.startswith("dkmeans.kernels.backends")
+    ]
     assert not reaching, "\n".join(reaching)

@@ -36,29 +36,58 @@ def build_parser() -> argparse.ArgumentParser:
     r = p.add_argument_group("SLURM resources (per job)")
     r.add_argument("--cores", type=int, default=8, help="cores per job (--cpus-per-task)")
     r.add_argument("--memory", default="32GB", help="memory per job (--mem)")
-    r.add_argument("--processes", type=int, default=None,
-                   help="worker processes per job (default: one per core, one thread each)")
+    r.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="worker processes per job (default: one per core, one thread each)",
+    )
     r.add_argument("--walltime", default="01:00:00", help="time limit per job (-t)")
     r.add_argument("--queue", help="partition (-p)")
     r.add_argument("--account", help="account to charge (-A)")
     r.add_argument("--jobs", type=int, default=2, help="number of worker jobs to submit")
-    r.add_argument("--job-extra", action="append", default=[], metavar="DIRECTIVE",
-                   help="extra #SBATCH directive, e.g. --job-extra=--exclusive (repeatable)")
-    r.add_argument("--interface", help="network interface of scheduler and workers, e.g. ib0 or eth0")
-    r.add_argument("--scheduler-host", help="address the scheduler binds to (instead of --interface)")
+    r.add_argument(
+        "--job-extra",
+        action="append",
+        default=[],
+        metavar="DIRECTIVE",
+        help="extra #SBATCH directive, e.g. --job-extra=--exclusive (repeatable)",
+    )
+    r.add_argument(
+        "--interface", help="network interface of scheduler and workers, e.g. ib0 or eth0"
+    )
+    r.add_argument(
+        "--scheduler-host", help="address the scheduler binds to (instead of --interface)"
+    )
     r.add_argument("--python", help="Python interpreter on the compute nodes (default: this one)")
     r.add_argument("--local-directory", default="$TMPDIR", help="worker scratch space on the nodes")
     r.add_argument("--log-directory", default=None, help="folder for the jobs' stdout/stderr")
-    r.add_argument("--tls", action="store_true",
-                   help="encrypt and authenticate all traffic with a temporary certificate (needs the "
-                        "'cryptography' package; written to --shared-temp-directory, which the nodes must see)")
-    r.add_argument("--shared-temp-directory", default=None,
-                   help="shared folder for the TLS files (default: current directory)")
-    r.add_argument("--min-workers", type=int, default=None,
-                   help="worker processes to wait for before fitting (default: all, jobs x processes)")
-    r.add_argument("--wait-timeout", type=float, default=600.0,
-                   help="seconds to wait for those workers (queued jobs may take a while)")
-    p.add_argument("--print-job-script", action="store_true", help="print the batch script and exit")
+    r.add_argument(
+        "--tls",
+        action="store_true",
+        help="encrypt and authenticate all traffic with a temporary certificate (needs the "
+        "'cryptography' package; written to --shared-temp-directory, which the nodes must see)",
+    )
+    r.add_argument(
+        "--shared-temp-directory",
+        default=None,
+        help="shared folder for the TLS files (default: current directory)",
+    )
+    r.add_argument(
+        "--min-workers",
+        type=int,
+        default=None,
+        help="worker processes to wait for before fitting (default: all, jobs x processes)",
+    )
+    r.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for those workers (queued jobs may take a while)",
+    )
+    p.add_argument(
+        "--print-job-script", action="store_true", help="print the batch script and exit"
+    )
     return p
 
 
@@ -82,8 +111,13 @@ def make_cluster(args):
         try:
             security = Security.temporary()  # a fresh self-signed certificate for this run
         except ImportError as exc:
-            raise SystemExit(f"slurm_cluster.py: error: --tls needs the 'cryptography' package ({exc})") from None
-    env = [f"export {name}={threads}" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")]
+            raise SystemExit(
+                f"slurm_cluster.py: error: --tls needs the 'cryptography' package ({exc})"
+            ) from None
+    env = [
+        f"export {name}={threads}"
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    ]
     return SLURMCluster(
         cores=args.cores,
         processes=processes,
@@ -109,13 +143,19 @@ def fit(client, args):
     from dkmeans.engine.files import read_table
 
     df = read_table(args.input, columns=args.columns)
-    columns = [c for c in (args.columns or df.select_dtypes("number").columns) if c not in args.exclude]
+    columns = [
+        c for c in (args.columns or df.select_dtypes("number").columns) if c not in args.exclude
+    ]
     t0 = time.perf_counter()
     with client.as_current():
-        km = KMeans(n_clusters=args.k, max_iter=args.max_iter, random_state=args.random_state).fit(df[columns])
+        km = KMeans(n_clusters=args.k, max_iter=args.max_iter, random_state=args.random_state).fit(
+            df[columns]
+        )
     path = km.save(args.model)
-    print(f"fitted k={args.k} on {len(columns)} columns in {time.perf_counter() - t0:.2f} s: "
-          f"{km.n_iter_} iterations, objective {km.inertia_:.6e}; model written to {path}")
+    print(
+        f"fitted k={args.k} on {len(columns)} columns in {time.perf_counter() - t0:.2f} s: "
+        f"{km.n_iter_} iterations, objective {km.inertia_:.6e}; model written to {path}"
+    )
     return km
 
 
@@ -130,7 +170,9 @@ def main(argv=None) -> int:
         if args.print_job_script:
             print(cluster.job_script())
             return 0
-        print(f"scheduler {cluster.scheduler_address}; submitting {args.jobs} job(s)", file=sys.stderr)
+        print(
+            f"scheduler {cluster.scheduler_address}; submitting {args.jobs} job(s)", file=sys.stderr
+        )
         cluster.scale(jobs=args.jobs)
         with Client(cluster) as client:
             # The data is spread over the workers present when it is read: wait for them.

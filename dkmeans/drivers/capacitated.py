@@ -34,8 +34,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels.capacitated import (TIE_BITS, PricePartials, RepairAsk, combine_price_partials,
-                                         cost_cache, price_partials, priced_label_objective)
+from dkmeans.kernels.capacitated import (
+    TIE_BITS,
+    PricePartials,
+    RepairAsk,
+    combine_price_partials,
+    cost_cache,
+    price_partials,
+    priced_label_objective,
+)
 
 logger = logging.getLogger("dkmeans")
 
@@ -74,10 +81,38 @@ class Capacity:
             raise ValueError(f"lower cap {self.lower} above upper cap {self.upper}")
 
 
-def _chunk(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from=None, exit_to=None, exit_wanted=0,
-           overrides=None, repair=None):
-    return price_partials(X, w, offset, C, P, Q, q, shed_wanted, enter_wanted, exit_from, exit_to, exit_wanted,
-                          overrides, repair)
+def _chunk(
+    X,
+    w,
+    offset,
+    C,
+    P,
+    Q,
+    q,
+    shed_wanted,
+    enter_wanted,
+    exit_from=None,
+    exit_to=None,
+    exit_wanted=0,
+    overrides=None,
+    repair=None,
+):
+    return price_partials(
+        X,
+        w,
+        offset,
+        C,
+        P,
+        Q,
+        q,
+        shed_wanted,
+        enter_wanted,
+        exit_from,
+        exit_to,
+        exit_wanted,
+        overrides,
+        repair,
+    )
 
 
 def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
@@ -91,8 +126,9 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
 
 def _digest(C, q: float) -> bytes:
     C = np.ascontiguousarray(C, dtype=np.float64)
-    return hashlib.blake2b(C.tobytes() + np.float64(q).tobytes() + repr(C.shape).encode(),
-                           digest_size=16).digest()
+    return hashlib.blake2b(
+        C.tobytes() + np.float64(q).tobytes() + repr(C.shape).encode(), digest_size=16
+    ).digest()
 
 
 def _labels_chunk(X, w, offset, C, P, Q, q, overrides=None):
@@ -173,7 +209,6 @@ class CapacitatedPasses:
         distance (centroids stay in the rows' hull, within a factor 4 of it), fixed for the fit."""
         if self.quantum is None:
             k = len(C)
-            zeros = np.zeros(k, dtype=np.int64)
             ask = _Requests.none(k)
             part = self._pass(data, ask.combine(), (C, np.zeros(k), np.zeros(k), 0.0) + ask.args())
             top = 4.0 * part.max_sq
@@ -189,7 +224,11 @@ class CapacitatedPasses:
         k = len(C)
         q = self._scale(data, C)
         warm = self.prices is not None
-        P, Q = (np.array(p, dtype=np.float64) for p in self.prices) if warm else (np.zeros(k), np.zeros(k))
+        P, Q = (
+            (np.array(p, dtype=np.float64) for p in self.prices)
+            if warm
+            else (np.zeros(k), np.zeros(k))
+        )
         part, passes = self._auction(data, C, q, P, Q)
         if warm and part is not None and not self.optimal(P, part.partials.counts):
             P0, Q0 = np.zeros(k), np.zeros(k)
@@ -198,7 +237,9 @@ class CapacitatedPasses:
             if cold is not None:
                 part, P, Q = cold, P0, Q0
         moved = None
-        if part is None:  # the prices left a few rows over (under) their caps: the repair moves them
+        if (
+            part is None
+        ):  # the prices left a few rows over (under) their caps: the repair moves them
             part, moved, more = self._repair(data, C, q, P, Q)
             passes += more
         self.prices, self.overrides = (P, Q), moved
@@ -230,9 +271,16 @@ class CapacitatedPasses:
         ask = None
         overrides = None
         for passes in range(1, FIX_PASSES + 1):
-            part = self._pass(data, functools.partial(combine_price_partials, shed_wanted=none.shed,
-                                                      enter_wanted=none.enter, repair=ask),
-                              (C, P, Q, q) + none.args() + (overrides, ask))
+            part = self._pass(
+                data,
+                functools.partial(
+                    combine_price_partials,
+                    shed_wanted=none.shed,
+                    enter_wanted=none.enter,
+                    repair=ask,
+                ),
+                (C, P, Q, q) + none.args() + (overrides, ask),
+            )
             sizes = part.partials.counts.astype(np.float64).copy()
             slack = _slack(sizes)
             over, under = sizes - upper > slack, lower - sizes > slack
@@ -244,7 +292,9 @@ class CapacitatedPasses:
                 rows = np.array(sorted(moved), dtype=np.int64)
                 overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
                 over, under = sizes - upper > slack, lower - sizes > slack
-            mean_weight = np.where(part.rows > 0, part.partials.counts / np.maximum(part.rows, 1), 1.0)
+            mean_weight = np.where(
+                part.rows > 0, part.partials.counts / np.maximum(part.rows, 1), 1.0
+            )
             if over.any():
                 room = sizes < upper - slack
                 gap = np.where(over, sizes - upper, 0.0)
@@ -259,7 +309,8 @@ class CapacitatedPasses:
             f"the size caps' repair did not settle in {passes} passes (sizes "
             f"{np.round(sizes).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
             "no move of a single row brings a cluster within its caps (weighted rows whose weights "
-            "do not fit the caps' room)")
+            "do not fit the caps' room)"
+        )
 
     def optimal(self, P, sizes) -> bool:
         """Whether prices ``P`` are optimal duals for ``sizes`` (feasible sizes, complementary slackness)."""
@@ -299,30 +350,58 @@ class CapacitatedPasses:
                 if repairs > REPAIR_ROUNDS:
                     break
                 level = _level(P, sizes, lower, upper, slack)
-                high = (P > level) & (sizes < upper - slack)  # priced up yet not full: cut toward the level
-                low = (P < level) & (sizes > lower + slack)  # priced down yet above its floor: raise toward it
+                high = (P > level) & (
+                    sizes < upper - slack
+                )  # priced up yet not full: cut toward the level
+                low = (P < level) & (
+                    sizes > lower + slack
+                )  # priced down yet above its floor: raise toward it
                 _move(part.enter, upper - sizes, high, P, Q, sign=-1.0, limit=level)
                 _move(part.shed, sizes - lower, low, P, Q, sign=1.0, limit=level)
                 Q -= Q.min()
-                ask = _Requests(_wanted(sizes - lower, low, mean_weight, per_cluster),
-                                _wanted(upper - sizes, high, mean_weight, per_cluster))
+                ask = _Requests(
+                    _wanted(sizes - lower, low, mean_weight, per_cluster),
+                    _wanted(upper - sizes, high, mean_weight, per_cluster),
+                )
                 previous_gap = math.inf
                 continue
             up = bool(over.any())  # this round's direction
-            gap = float(np.sum((sizes - upper)[over])) if up else float(np.sum((lower - sizes)[under]))
+            gap = (
+                float(np.sum((sizes - upper)[over]))
+                if up
+                else float(np.sum((lower - sizes)[under]))
+            )
             if gap < best_gap:
                 best_gap, best_pass = gap, passes
             elif passes - best_pass > STALL_PASSES and feasible is None:
                 break  # rows passed around without the gap shrinking: the repair takes the rest
             closed = sizes >= upper - slack if up else sizes > lower + slack
-            uniform = (ask.exit_from is not None and ask.exits_up == up and part.exits.cluster.shape[0] > 0
-                       and np.array_equal(ask.exit_from, closed))
+            uniform = (
+                ask.exit_from is not None
+                and ask.exits_up == up
+                and part.exits.cluster.shape[0] > 0
+                and np.array_equal(ask.exit_from, closed)
+            )
             if up and uniform:  # the closed clusters raise together: rows leave the set
-                _move_set(part.exits, float(np.sum(np.maximum(sizes - upper, 0)[closed])), closed, P, Q, 1.0)
+                _move_set(
+                    part.exits,
+                    float(np.sum(np.maximum(sizes - upper, 0)[closed])),
+                    closed,
+                    P,
+                    Q,
+                    1.0,
+                )
             elif up:
                 _move(part.shed, sizes - upper, over, P, Q, sign=1.0)
             elif uniform:  # the clusters at their floor cut together: rows join the set
-                _move_set(part.exits, float(np.sum(np.maximum(lower - sizes, 0)[~closed])), ~closed, P, Q, -1.0)
+                _move_set(
+                    part.exits,
+                    float(np.sum(np.maximum(lower - sizes, 0)[~closed])),
+                    ~closed,
+                    P,
+                    Q,
+                    -1.0,
+                )
             else:
                 _move(part.enter, lower - sizes, under, P, Q, sign=-1.0)
             Q -= Q.min()  # a common shift of the second prices changes no choice; keeps them small
@@ -330,15 +409,27 @@ class CapacitatedPasses:
             # the next moves a whole set of clusters alike
             stalled = gap >= previous_gap and not uniform
             previous_gap = gap
-            exit_rows = int(min(MOVES_PER_PASS, np.ceil(gap / max(float(np.mean(mean_weight)), 1e-300) * 1.25) + 4))
-            ask = _Requests(_wanted(sizes - upper, over, mean_weight, per_cluster),
-                            _wanted(lower - sizes, under, mean_weight, per_cluster),
-                            closed if stalled else None, ~closed if stalled else None,
-                            exit_rows if stalled else 0, exits_up=up)
+            exit_rows = int(
+                min(
+                    MOVES_PER_PASS,
+                    np.ceil(gap / max(float(np.mean(mean_weight)), 1e-300) * 1.25) + 4,
+                )
+            )
+            ask = _Requests(
+                _wanted(sizes - upper, over, mean_weight, per_cluster),
+                _wanted(lower - sizes, under, mean_weight, per_cluster),
+                closed if stalled else None,
+                ~closed if stalled else None,
+                exit_rows if stalled else 0,
+                exits_up=up,
+            )
         if feasible is None:
             return None, passes  # sizes still outside the caps: the repair moves the rows left over
         part, P[:], Q[:] = feasible
-        logger.debug("size caps: prices within the caps kept after %d repair rounds (not proven optimal)", repairs)
+        logger.debug(
+            "size caps: prices within the caps kept after %d repair rounds (not proven optimal)",
+            repairs,
+        )
         return part, passes
 
     def sums(self, data, C: np.ndarray) -> np.ndarray:
@@ -350,7 +441,9 @@ class CapacitatedPasses:
         """Labels of the in-memory rows (one array in row order) and per cluster ``(objective, size)``,
         under the prices :meth:`solve` found for ``C``."""
         P, Q = self.prices
-        pieces, per = data.map_reduce(_labels_chunk, _combine_labels, (C, P, Q, self.quantum, self.overrides))
+        pieces, per = data.map_reduce(
+            _labels_chunk, _combine_labels, (C, P, Q, self.quantum, self.overrides)
+        )
         pieces.sort(key=lambda piece: piece[0])
         labels = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int32)
         return labels, per
@@ -368,15 +461,19 @@ class _Requests:
     exits_up: bool = True
 
     @classmethod
-    def none(cls, k: int) -> "_Requests":
+    def none(cls, k: int) -> _Requests:
         return cls(np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64))
 
     def args(self) -> tuple:
         return (self.shed, self.enter, self.exit_from, self.exit_to, self.exits)
 
     def combine(self):
-        return functools.partial(combine_price_partials, shed_wanted=self.shed, enter_wanted=self.enter,
-                                 exit_wanted=self.exits)
+        return functools.partial(
+            combine_price_partials,
+            shed_wanted=self.shed,
+            enter_wanted=self.enter,
+            exit_wanted=self.exits,
+        )
 
 
 def _repair_wanted(gap, mean_weight) -> np.ndarray:
@@ -385,13 +482,16 @@ def _repair_wanted(gap, mean_weight) -> np.ndarray:
     return np.where(gap > 0, np.minimum(rows, MOVES_PER_PASS), 0).astype(np.int64)
 
 
-def _apply_moves(moves, shed: bool, sizes, lower: float, upper: float, slack: float, moved: dict) -> int:
+def _apply_moves(
+    moves, shed: bool, sizes, lower: float, upper: float, slack: float, moved: dict
+) -> int:
     """Take the candidate ``moves`` (sorted by cost, then row) greedily: a move is kept while its
     source is over its cap (shed) or above its floor, and its target has room (shed) or is under
     its floor. ``sizes`` and ``moved`` (row -> cluster) are updated in place; returns the moves kept."""
     taken = set()
-    for s, t, row, w in zip(moves.source.tolist(), moves.target.tolist(), moves.row.tolist(),
-                            moves.weight.tolist()):
+    for s, t, row, w in zip(
+        moves.source.tolist(), moves.target.tolist(), moves.row.tolist(), moves.weight.tolist()
+    ):
         if row in taken:
             continue
         if shed:
@@ -420,7 +520,9 @@ def _move(margins, gap, mask, P, Q, sign: float, limit: float | None = None) -> 
         sel = margins.cluster == j
         if not sel.any():
             continue  # not asked for in this pass: the next pass reports its moves
-        step, second = _step(margins.primary[sel], margins.secondary[sel], margins.weight[sel], gap[j])
+        step, second = _step(
+            margins.primary[sel], margins.secondary[sel], margins.weight[sel], gap[j]
+        )
         if limit is not None and step >= abs(P[j] - limit):
             P[j] = limit  # rows whose margin is below the old price move; the price is at the level
             continue
@@ -451,9 +553,13 @@ def _step(primary, secondary, weight, gap: float):
     lo, hi = int(np.argmax(same)), n - 1 - int(np.argmax(same[::-1]))
     if hi > at:
         at = lo - 1 if lo > 0 else hi
-    if at + 1 < n and primary[at + 1] == primary[at]:  # midway to the next margin (an integer where one fits)
+    if (
+        at + 1 < n and primary[at + 1] == primary[at]
+    ):  # midway to the next margin (an integer where one fits)
         gap_to_next = secondary[at + 1] - secondary[at]
-        return primary[at], secondary[at] + (np.floor(gap_to_next / 2) if gap_to_next >= 2 else gap_to_next / 2)
+        return primary[at], secondary[at] + (
+            np.floor(gap_to_next / 2) if gap_to_next >= 2 else gap_to_next / 2
+        )
     # past the next row's margin (unknown, or of a larger primary): a step no other margin is likely to
     # equal, varied with the margin (two moves by one constant would leave two rows equally tied)
     scatter = (int(secondary[at]) * 2654435761 + int(primary[at]) * 40503) % (1 << (TIE_BITS - 16))
@@ -480,5 +586,14 @@ def _slack(sizes) -> float:
     return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
 
 
-__all__ = ["AUCTION_PASSES", "STOP_PATIENCE", "STOP_RTOL", "Capacity", "CapacitatedPasses", "CapacityError", "FIX_PASSES", "MOVES_PER_PASS",
-           "REPAIR_ROUNDS"]
+__all__ = [
+    "AUCTION_PASSES",
+    "STOP_PATIENCE",
+    "STOP_RTOL",
+    "Capacity",
+    "CapacitatedPasses",
+    "CapacityError",
+    "FIX_PASSES",
+    "MOVES_PER_PASS",
+    "REPAIR_ROUNDS",
+]

@@ -11,13 +11,16 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from dkmeans.drivers.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, lloyd
-from dkmeans.drivers.lloyd import objective as objective_of  # `objective` names the fit's value here
+from dkmeans.drivers.lloyd import (
+    objective as objective_of,  # `objective` names the fit's value here
+)
 from dkmeans.drivers.local_search import (
     RECOMMENDED,
     REL_TOL,
@@ -311,7 +314,8 @@ def coreset_start(
 
     One pass draws the sample of :func:`coreset_local_search`; on it, in this process,
     Lloyd runs to ``stop_rule`` (``max_iter`` updates at most: the fit settles only where its
-    own ``max_iter`` allows this loop its whole length) and then :func:`~dkmeans.drivers.local_search.local_search` until a
+    own ``max_iter`` allows this loop its whole length) and then
+    :func:`~dkmeans.drivers.local_search.local_search` until a
     round improves nothing (its rounds' Lloyd updates, ``lloyd_iters``, capped by ``max_iter``
     too; no search with fewer than :data:`CORESET_FIT_PER_CLUSTER` sample rows per cluster:
     Lloyd's fixed point on the sample is then the start). Lloyd on all the rows

@@ -33,13 +33,13 @@ from __future__ import annotations
 import functools
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from dkmeans.drivers.state import STOPPED, HartiganRecord
-from dkmeans.kernels.namespace import get_namespace
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError, InvalidParameterError
 from dkmeans.kernels import assign, cluster_sums
 from dkmeans.kernels.hartigan import (
@@ -56,6 +56,7 @@ from dkmeans.kernels.hartigan import (
     sweep,
     top_candidates,
 )
+from dkmeans.kernels.namespace import get_namespace
 
 MODES = ("safe", "unsafe")
 
@@ -126,20 +127,28 @@ def _resolve_init(init, n_clusters, n_rows: int, n_features: int):
     arr = np.asarray(init)
     if arr.ndim == 2:
         if arr.shape[1] != n_features:
-            raise InvalidParameterError(f"initial centroids have {arr.shape[1]} features, the data {n_features}")
+            raise InvalidParameterError(
+                f"initial centroids have {arr.shape[1]} features, the data {n_features}"
+            )
         if n_clusters is not None and n_clusters != arr.shape[0]:
-            raise InvalidParameterError(f"n_clusters={n_clusters} but {arr.shape[0]} initial centroids")
+            raise InvalidParameterError(
+                f"n_clusters={n_clusters} but {arr.shape[0]} initial centroids"
+            )
         if not np.all(np.isfinite(arr)):
             raise InvalidDataError("initial centroids contain NaN or infinity")
         return "centroids", arr.astype(np.float64), int(arr.shape[0])
     if arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer):
         if arr.shape[0] != n_rows:
-            raise InvalidParameterError(f"initial labels have {arr.shape[0]} entries, the data {n_rows} rows")
+            raise InvalidParameterError(
+                f"initial labels have {arr.shape[0]} entries, the data {n_rows} rows"
+            )
         k = int(n_clusters) if n_clusters is not None else int(arr.max()) + 1
         if arr.min() < 0 or arr.max() >= k:
             raise InvalidParameterError(f"initial labels must lie in [0, {k})")
         return "labels", arr.astype(np.int32), k
-    raise InvalidParameterError("init must be centroids of shape (k, d) or integer labels of shape (n,)")
+    raise InvalidParameterError(
+        "init must be centroids of shape (k, d) or integer labels of shape (n,)"
+    )
 
 
 # -- standard Hartigan ------------------------------------------------------------------------
@@ -166,16 +175,26 @@ def _fill_empty(X, labels, C, W, npos, w, fallback):
         gain = np.where(movable, wi * Wl / np.where(movable, Wl - wi, 1.0) * own, 0.0)
         i = int(np.argmax(gain))  # first maximum: lowest row index on ties
         if gain[i] <= 0:
-            warnings.warn(f"{int(np.sum(npos == 0))} cluster(s) stay empty: no row can fill them",
-                          UserWarning, stacklevel=3)
+            warnings.warn(
+                f"{int(np.sum(npos == 0))} cluster(s) stay empty: no row can fill them",
+                UserWarning,
+                stacklevel=3,
+            )
             break
         labels[i] = j
         C[:], W[:], npos[:] = _exact_state(X, labels, k, w, fallback)
     return labels
 
 
-def standard_hartigan(X, init, *, n_clusters: int | None = None, sample_weight=None, max_iter: int = 300,
-                      rel_tol: float = REL_TOL) -> StandardHartiganResult:
+def standard_hartigan(
+    X,
+    init,
+    *,
+    n_clusters: int | None = None,
+    sample_weight=None,
+    max_iter: int = 300,
+    rel_tol: float = REL_TOL,
+) -> StandardHartiganResult:
     """Standard Hartigan k-means on in-memory data: single-row moves, rows swept in order.
 
     Each row moves to the cluster with the most negative exact cost change (if negative);
@@ -228,13 +247,22 @@ def standard_hartigan(X, init, *, n_clusters: int | None = None, sample_weight=N
         moves, change = sweep(X, labels, C, W, npos, w, rel_tol=rel_tol)
         C, W, npos = _exact_state(X, labels, k, w, C)
         objective = _objective(X, labels, C, w)
-        history.append(HartiganRecord(it, objective, moves, moves, "sweep", change, time.perf_counter() - t0))
+        history.append(
+            HartiganRecord(it, objective, moves, moves, "sweep", change, time.perf_counter() - t0)
+        )
         n_iter = it
         if moves == 0:
             converged = True
             break
-    return StandardHartiganResult(C.astype(X.dtype), labels, n_iter, history, objective, converged,
-                                  "no-improving-move" if converged else "max_iter")
+    return StandardHartiganResult(
+        C.astype(X.dtype),
+        labels,
+        n_iter,
+        history,
+        objective,
+        converged,
+        "no-improving-move" if converged else "max_iter",
+    )
 
 
 # -- batch Hartigan: chunk side ------------------------------------------------------------------
@@ -275,7 +303,11 @@ def _round_chunk(X, w, offset, state, action, C, W, npos, k, m, want_deltas):
     moves = best_moves(X, labels, C, W, npos, w)
     own = moves.own_sq if w is None else moves.own_sq * w
     partial = RoundPartial(
-        sums, weights, counts, float(xp.sum(own)), int(xp.sum(moves.target >= 0)),
+        sums,
+        weights,
+        counts,
+        float(xp.sum(own)),
+        int(xp.sum(moves.target >= 0)),
         top_candidates(X, labels, moves, offset, k, m, w),
         move_deltas(X, labels, moves, k, w) if want_deltas else None,
     )
@@ -289,10 +321,21 @@ def _combine_round(parts, k, m):
         sums += p.sums
         weights += p.weights
         npos += p.npos
-    cands = None if first.candidates is None else combine_candidates([p.candidates for p in parts], k, m)
+    cands = (
+        None
+        if first.candidates is None
+        else combine_candidates([p.candidates for p in parts], k, m)
+    )
     deltas = None if first.deltas is None else combine_deltas([p.deltas for p in parts])
-    return RoundPartial(sums, weights, npos, sum(p.objective for p in parts), sum(p.n_proposals for p in parts),
-                        cands, deltas)
+    return RoundPartial(
+        sums,
+        weights,
+        npos,
+        sum(p.objective for p in parts),
+        sum(p.n_proposals for p in parts),
+        cands,
+        deltas,
+    )
 
 
 def _safe_step(cands: Candidates, k, S, W, npos):
@@ -307,8 +350,15 @@ def _safe_step(cands: Candidates, k, S, W, npos):
         W[t] += wi
         npos[s] -= 1
         npos[t] += 1
-    return (np.asarray(cands.row)[sel], np.asarray(cands.target)[sel], S, W, npos, len(sel),
-            float(np.sum(np.asarray(cands.dcost)[sel])))
+    return (
+        np.asarray(cands.row)[sel],
+        np.asarray(cands.target)[sel],
+        S,
+        W,
+        npos,
+        len(sel),
+        float(np.sum(np.asarray(cands.dcost)[sel])),
+    )
 
 
 def _accept_all_ok(d: MoveDeltas, W, npos, n_safe: int) -> bool:
@@ -320,9 +370,17 @@ def _accept_all_ok(d: MoveDeltas, W, npos, n_safe: int) -> bool:
 
 
 # -- batch Hartigan: driver ------------------------------------------------------------------------
-def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, mode: str = "safe",
-             tol: float = 0.0, max_candidates: int | None = None,
-             on_iteration: Callable[[HartiganRecord], None] | None = None) -> HartiganResult:
+def hartigan(
+    data,
+    init,
+    *,
+    n_clusters: int | None = None,
+    max_iter: int = 300,
+    mode: str = "safe",
+    tol: float = 0.0,
+    max_candidates: int | None = None,
+    on_iteration: Callable[[HartiganRecord], None] | None = None,
+) -> HartiganResult:
     """Batch Hartigan k-means on persisted data (labels kept on the workers).
 
     Parameters
@@ -369,30 +427,46 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
         return on_iteration is not None and bool(on_iteration(record))
 
     t0 = time.perf_counter()
-    action = ("init-centroids", value.astype(data.dtype)) if kind == "centroids" else ("init-labels", value)
-    part, state = data.map_reduce_stateful(_round_chunk, combine, (action, None, None, None, k, m, False), None)
+    action = (
+        ("init-centroids", value.astype(data.dtype))
+        if kind == "centroids"
+        else ("init-labels", value)
+    )
+    part, state = data.map_reduce_stateful(
+        _round_chunk, combine, (action, None, None, None, k, m, False), None
+    )
     if not (np.all(np.isfinite(part.sums)) and np.all(np.isfinite(part.weights))):
         raise InvalidDataError(NON_FINITE_INPUT)
     if kind == "centroids":
         fallback = value
     else:
-        fallback = np.broadcast_to(part.sums.sum(axis=0) / max(part.weights.sum(), 1e-300), (k, data.n_features))
+        fallback = np.broadcast_to(
+            part.sums.sum(axis=0) / max(part.weights.sum(), 1e-300), (k, data.n_features)
+        )
     S, W, npos = part.sums, part.weights, part.npos
     C = _means(S, W, npos, fallback)
     action = ("none",)
     n_passes, rounds = 1, 0
-    round_info = ("initial", 0, 0, 0.0)  # mode, moves, proposals, predicted change of the round being measured
+    round_info = (
+        "initial",
+        0,
+        0,
+        0.0,
+    )  # mode, moves, proposals, predicted change of the round being measured
     undo = None  # what an unsafe round needs if it has to be undone
     stop_reason, converged = "max_iter", False
     while True:
-        part, state = data.map_reduce_stateful(_round_chunk, combine, (action, C, W, npos, k, m, unsafe), state)
+        part, state = data.map_reduce_stateful(
+            _round_chunk, combine, (action, C, W, npos, k, m, unsafe), state
+        )
         n_passes += 1
         if undo is not None:
             before, undo = undo, None
             if not part.objective < before["objective"]:
                 # accept-all did not lower the objective: back to the old labels plus the safe moves
                 rows, targets, S, W, npos, n_moves, predicted = _safe_step(
-                    before["candidates"], k, before["S"], before["W"], before["npos"])
+                    before["candidates"], k, before["S"], before["W"], before["npos"]
+                )
                 C = _means(S, W, npos, before["C"])
                 action = ("revert", rows, targets)
                 round_info = ("safe-fallback", n_moves, before["proposals"], predicted)
@@ -401,8 +475,17 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
         S, W, npos = part.sums, part.weights, part.npos
         objective = float(part.objective)
         mode_name, n_moves, proposals, predicted = round_info
-        asked = emit(HartiganRecord(rounds, objective, n_moves, proposals, mode_name, predicted,
-                                    time.perf_counter() - t0))
+        asked = emit(
+            HartiganRecord(
+                rounds,
+                objective,
+                n_moves,
+                proposals,
+                mode_name,
+                predicted,
+                time.perf_counter() - t0,
+            )
+        )
         t0 = time.perf_counter()
         if asked:  # the caller asked to stop: the partition just measured stands
             stop_reason = STOPPED
@@ -417,11 +500,20 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
             break
         rounds += 1
         C_now = _means(S, W, npos, C)
-        rows, targets, S_safe, W_safe, npos_safe, n_safe, pred_safe = _safe_step(part.candidates, k, S, W, npos)
+        rows, targets, S_safe, W_safe, npos_safe, n_safe, pred_safe = _safe_step(
+            part.candidates, k, S, W, npos
+        )
         if unsafe and _accept_all_ok(part.deltas, W, npos, n_safe):
             d = part.deltas
-            undo = {"objective": objective, "candidates": part.candidates, "S": S, "W": W, "npos": npos, "C": C_now,
-                    "proposals": part.n_proposals}
+            undo = {
+                "objective": objective,
+                "candidates": part.candidates,
+                "S": S,
+                "W": W,
+                "npos": npos,
+                "C": C_now,
+                "proposals": part.n_proposals,
+            }
             S, W, npos = S + d.sums, W + d.weights, npos + d.npos
             action = ("all",)
             round_info = ("unsafe", d.n_moves, part.n_proposals, d.predicted)
@@ -433,7 +525,9 @@ def hartigan(data, init, *, n_clusters: int | None = None, max_iter: int = 300, 
     centroids = _means(S, W, npos, C).astype(data.dtype)
     labels = data.state_column(state, "labels")
     del state
-    return HartiganResult(centroids, labels, objective, rounds, stop_reason, converged, history, n_passes)
+    return HartiganResult(
+        centroids, labels, objective, rounds, stop_reason, converged, history, n_passes
+    )
 
 
 __all__ = [

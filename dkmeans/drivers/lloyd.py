@@ -2,7 +2,8 @@
 
 Each iteration runs :func:`dkmeans.kernels.assign_partials` on every chunk (or its pruned
 equivalent, :mod:`dkmeans.drivers.pruned_lloyd`, which gives the same partials computing only
-the distances that can change a label), reduces the partials, and computes the new centroids. Where the iterations run (one graph per
+the distances that can change a label), reduces the partials, and computes the new centroids. Where
+the iterations run (one graph per
 iteration, inside one task, SPMD on every worker thread, or streamed from the source) is
 the engine's choice (:meth:`dkmeans.engine.protocol.ChunkedData.run_loop`); see
 :func:`lloyd`. Empty clusters follow oneDAL's rule: the centroid of an empty cluster
@@ -23,26 +24,30 @@ import logging
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.errors import (INTERRUPTIONS, NON_FINITE_INPUT, InvalidDataError,
-                            distinct_clusters_message)
+from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
+from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
+from dkmeans.drivers.state import STOPPED, IterationRecord, LoopState
+from dkmeans.errors import (
+    INTERRUPTIONS,
+    NON_FINITE_INPUT,
+    InvalidDataError,
+    distinct_clusters_message,
+)
 from dkmeans.kernels import (
-    combine_top,
     combine_partials,
+    combine_top,
     farthest_points,
     objectives,
     update_centroids,
 )
-from dkmeans.kernels.nearest import farthest_from, nearest_sq64, refill_partials
 from dkmeans.kernels.cosine import objective_scale, unit_centroids
-from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
-from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
-from dkmeans.drivers.state import STOPPED, IterationRecord, LoopState
+from dkmeans.kernels.nearest import farthest_from, nearest_sq64, refill_partials
 
 logger = logging.getLogger("dkmeans")
 
@@ -111,7 +116,9 @@ def _refill_partials_chunk(X, w, offset, state, L, R, live_index, refill_index, 
     return None, refill_partials(X, labels, d2, L, R, live_index, refill_index, k, w)
 
 
-def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray, *, assign_next: bool = False):
+def fill_empty_clusters(
+    data, centroids: np.ndarray, empty: np.ndarray, *, assign_next: bool = False
+):
     """Move each empty cluster's centroid to a distinct row farthest from the live centroids.
 
     Returns the centroids, and with ``assign_next`` also the :class:`Partials` of the
@@ -124,23 +131,37 @@ def fill_empty_clusters(data, centroids: np.ndarray, empty: np.ndarray, *, assig
     m = int(empty.sum())
     live = centroids[~empty].astype(data.dtype)
     if assign_next:
-        far, nearest = data.map_reduce_stateful(_nearest_live_chunk, functools.partial(combine_top, m=m), (live, m))
+        far, nearest = data.map_reduce_stateful(
+            _nearest_live_chunk, functools.partial(combine_top, m=m), (live, m)
+        )
     else:
-        far, nearest = data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (live, m)), None
+        far, nearest = (
+            data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (live, m)),
+            None,
+        )
     out = centroids.copy()
     targets = np.flatnonzero(empty)
     out[targets[: len(far.index)]] = far.rows
     found = int(np.sum(np.asarray(far.score) > 0))
     if found < m:
-        warnings.warn(distinct_clusters_message(len(centroids) - m + found, len(centroids)), ConvergenceWarning,
-                      stacklevel=2)
+        warnings.warn(
+            distinct_clusters_message(len(centroids) - m + found, len(centroids)),
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     if not assign_next:
         return out
-    if len(far.index) < m:  # clusters left at their old centroid take part in the assignment: no shortcut
+    if (
+        len(far.index) < m
+    ):  # clusters left at their old centroid take part in the assignment: no shortcut
         return out, None
     C = out.astype(data.dtype)
-    partials, _ = data.map_reduce_stateful(_refill_partials_chunk, combine_partials,
-                                           (live, C[targets], np.flatnonzero(~empty), targets, len(C)), nearest)
+    partials, _ = data.map_reduce_stateful(
+        _refill_partials_chunk,
+        combine_partials,
+        (live, C[targets], np.flatnonzero(~empty), targets, len(C)),
+        nearest,
+    )
     return out, partials
 
 
@@ -234,15 +255,20 @@ def lloyd(
     if isinstance(prune, PrunedPasses):
         n_groups = prune.n_groups
     else:
-        n_groups = prune_groups(data, len(state.centroids)) if prune is not False else 0  # planned here, in budget
+        n_groups = (
+            prune_groups(data, len(state.centroids)) if prune is not False else 0
+        )  # planned here, in budget
     while True:
         end = max_iter
         if on_state is not None and state_every:
             end = min(max_iter, (state.n_iter // state_every + 1) * state_every)
         try:
-            result = data.run_loop(lloyd_iterations, (state, end, stop_rule, metric, prune, n_groups, capacitated),
-                                   work_per_row=work_per_row,
-                                   on_progress=report)
+            result = data.run_loop(
+                lloyd_iterations,
+                (state, end, stop_rule, metric, prune, n_groups, capacitated),
+                work_per_row=work_per_row,
+                on_progress=report,
+            )
         except INTERRUPTIONS as stop:
             # a block run here, pass by pass, hands over its last finished update (a block
             # running in a task cannot: the last state is then the previous block's)
@@ -252,10 +278,14 @@ def lloyd(
             raise
         if isinstance(prune, PrunedPasses) and result.pruning is not None:
             prune.adopt(result.pruning)  # (the block ran in a task: its copy's bookkeeping)
-        for record in result.history[len(state.history):]:  # what a one-task block could not report live
+        for record in result.history[
+            len(state.history) :
+        ]:  # what a one-task block could not report live
             report(record.as_dict())
         if result.n_iter > state.n_iter:
-            state = LoopState(result.centroids, result.n_iter, result.history[-1].objective, list(result.history))
+            state = LoopState(
+                result.centroids, result.n_iter, result.history[-1].objective, list(result.history)
+            )
             if on_state is not None:
                 on_state(state)
         if result.stop_reason != "max_iter" or result.n_iter >= max_iter:
@@ -265,8 +295,16 @@ def lloyd(
             return result
 
 
-def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: str = "euclidean",
-                     prune=False, n_groups: int | None = None, capacitated=None) -> LloydResult:
+def lloyd_iterations(
+    data,
+    state: LoopState,
+    max_iter: int,
+    stop_rule,
+    metric: str = "euclidean",
+    prune=False,
+    n_groups: int | None = None,
+    capacitated=None,
+) -> LloydResult:
     """Lloyd from ``state`` up to ``max_iter`` updates, one pass per iteration over ``data``.
 
     The body of :func:`lloyd`'s blocks: runs wherever ``data`` lives (in the caller, in one
@@ -282,7 +320,10 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     reason = stop_after_update(history[-1], stop_rule) if history else None
     if reason is not None:  # the checkpoint was written just before the loop stopped
         return LloydResult(C, n_iter, reason, True, history)
-    update, scale = (unit_centroids if metric == "cosine" else update_centroids), objective_scale(metric)
+    update, scale = (
+        (unit_centroids if metric == "cosine" else update_centroids),
+        objective_scale(metric),
+    )
     if capacitated is not None:  # the size caps' assignment (its prices kept between iterations)
         passes = capacitated
         passes.begin(data, max_iter - n_iter)
@@ -292,7 +333,9 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     else:
         passes = PrunedPasses(data, prune, len(C), n_groups, max_iter - n_iter)
     try:
-        result = _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale)
+        result = _iterate(
+            data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale
+        )
     finally:
         passes.end(data)
     if passes is prune:
@@ -300,7 +343,9 @@ def lloyd_iterations(data, state: LoopState, max_iter: int, stop_rule, metric: s
     return result
 
 
-def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale):
+def _iterate(
+    data, passes, C, history, previous_objective, n_iter, max_iter, stop_rule, update, scale
+):
     """The loop of :func:`lloyd_iterations`."""
     n_records = len(history)
     stop_reason, converged = "max_iter", False
@@ -341,7 +386,9 @@ def _iterate(data, passes, C, history, previous_objective, n_iter, max_iter, sto
                 new = fill_empty_clusters(data, new, empty)
             new = new.astype(data.dtype)
             shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
-            record = IterationRecord(it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed)
+            record = IterationRecord(
+                it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed
+            )
             history.append(record)
             stop = data.report(record.as_dict())
             C, n_iter, previous_objective, n_records = new, it + 1, objective, len(history)
@@ -367,7 +414,9 @@ def _objectives_chunk(X, w, offset, center_sets):
 
 def objective(data, centroids: np.ndarray) -> float:
     """Weighted objective of the data for ``centroids`` (one pass, O(workers) tasks)."""
-    values = data.map_reduce(_objectives_chunk, _sum_arrays, ([np.asarray(centroids).astype(data.dtype)],))
+    values = data.map_reduce(
+        _objectives_chunk, _sum_arrays, ([np.asarray(centroids).astype(data.dtype)],)
+    )
     return float(values[0])
 
 

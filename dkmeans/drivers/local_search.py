@@ -49,12 +49,18 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from dkmeans.drivers.lloyd import CentroidShift, LloydResult, ObjectiveDecrease, fill_empty_clusters, lloyd
+from dkmeans.drivers.lloyd import (
+    CentroidShift,
+    LloydResult,
+    ObjectiveDecrease,
+    fill_empty_clusters,
+    lloyd,
+)
 from dkmeans.drivers.splits import SPLIT_POWER_STEPS, SPLIT_STREAMS, split_candidates
 from dkmeans.drivers.state import LocalSearchRecord
 from dkmeans.drivers.streams import STREAMS
@@ -65,8 +71,8 @@ from dkmeans.kernels import (
     Partials,
     TrialPartials,
     assign_partials,
-    combine_swap_costs,
     combine_candidate_samples,
+    combine_swap_costs,
     combine_trial_partials,
     sample_by_cost,
     swap_costs,
@@ -145,14 +151,18 @@ def _trial_chunk(X, w, offset, C, P, trials):
         swapped = C.astype(X.dtype)
         swapped[np.asarray(js, dtype=np.int64)] = P[np.asarray(pos, dtype=np.int64)]
         parts.append(assign_partials(X, xp.asarray(swapped), w))
-    return TrialPartials(xp.stack([xp.asarray(p.sums, dtype=xp.float64) for p in parts]),
-                         xp.stack([xp.asarray(p.counts, dtype=xp.float64) for p in parts]),
-                         xp.stack([xp.asarray(p.objective, dtype=xp.float64) for p in parts]))
+    return TrialPartials(
+        xp.stack([xp.asarray(p.sums, dtype=xp.float64) for p in parts]),
+        xp.stack([xp.asarray(p.counts, dtype=xp.float64) for p in parts]),
+        xp.stack([xp.asarray(p.objective, dtype=xp.float64) for p in parts]),
+    )
 
 
 def _sample(data, C, m: int, seed: int, stream: int) -> CandidateSample:
     """One pass: ``m`` candidates drawn by ``w d1`` for ``C``, and ``C``'s objective."""
-    return data.map_reduce(_sample_chunk, functools.partial(combine_candidate_samples, m=m), (C, m, seed, stream))
+    return data.map_reduce(
+        _sample_chunk, functools.partial(combine_candidate_samples, m=m), (C, m, seed, stream)
+    )
 
 
 def lloyd_passes(result: LloydResult, stop_rule) -> int:
@@ -184,7 +194,9 @@ class _Step:
     converged: bool
 
 
-def _trial_step(data, C, P, delta, index, n_trials, max_swaps, threshold, resolution, stop_rule) -> _Step:
+def _trial_step(
+    data, C, P, delta, index, n_trials, max_swaps, threshold, resolution, stop_rule
+) -> _Step:
     """Step 3 of a round: one Lloyd step for each trial; the trial with the lowest bound.
 
     Trial 0 swaps nothing: its bound is what Lloyd alone would reach, the baseline a swap
@@ -199,9 +211,14 @@ def _trial_step(data, C, P, delta, index, n_trials, max_swaps, threshold, resolu
         if len(several[0]) > 1:
             trials.append(several)
     used, inverse = np.unique(np.concatenate([t[0] for t in trials]), return_inverse=True)
-    local = np.split(inverse.ravel(), np.cumsum([len(t[0]) for t in trials])[:-1])  # positions in P[used]
-    parts = data.map_reduce(_trial_chunk, combine_trial_partials,
-                            (C, P[used], [(p, t[1]) for p, t in zip(local, trials)]))
+    local = np.split(
+        inverse.ravel(), np.cumsum([len(t[0]) for t in trials])[:-1]
+    )  # positions in P[used]
+    parts = data.map_reduce(
+        _trial_chunk,
+        combine_trial_partials,
+        (C, P[used], [(p, t[1]) for p, t in zip(local, trials)]),
+    )
     steps = []
     for t, (p, j) in enumerate(trials):
         swapped = C.astype(np.float64)
@@ -210,10 +227,19 @@ def _trial_step(data, C, P, delta, index, n_trials, max_swaps, threshold, resolu
         updated, empty = update_centroids(partials, swapped)
         moved = np.sum((updated - swapped) ** 2, axis=1)
         # the updated centroids' objective under the swapped ones' assignment: an upper bound
-        steps.append((float(parts.objective[t]) - float(np.sum(parts.counts[t] * moved)), t, updated, empty,
-                      float(np.sum(moved))))
+        steps.append(
+            (
+                float(parts.objective[t]) - float(np.sum(parts.counts[t] * moved)),
+                t,
+                updated,
+                empty,
+                float(np.sum(moved)),
+            )
+        )
     # bounds equal but for rounding (trials reaching the same centroids) are told apart by trial order
-    bound, t, updated, empty, shift = min(steps[1:], key=lambda s: (np.floor(s[0] / resolution), s[1]))
+    bound, t, updated, empty, shift = min(
+        steps[1:], key=lambda s: (np.floor(s[0] / resolution), s[1])
+    )
     converged = isinstance(stop_rule, CentroidShift) and stop_rule.satisfied(shift)
     return _Step(updated, len(trials[t][1]), bound, steps[0][0], len(trials) - 1, empty, converged)
 
@@ -318,16 +344,24 @@ def local_search(
         index = np.asarray(top.index)
         round_passes = 0
         n_split = int(split_share * m) // 2
-        if n_split > 0:  # the rows with the largest keys give way (the rest is still a draw by cost)
+        if (
+            n_split > 0
+        ):  # the rows with the largest keys give way (the rest is still a draw by cost)
             S, _ = split_candidates(data, C, n_split, seed, SPLIT_STREAMS(r))
             round_passes += SPLIT_POWER_STEPS + 1
             keep = max(0, m - len(S))
             P = np.concatenate([P[:keep], S.astype(data.dtype)])
-            index = np.concatenate([index[:keep], data.n_rows + np.arange(len(S), dtype=index.dtype)])
+            index = np.concatenate(
+                [index[:keep], data.n_rows + np.arange(len(S), dtype=index.dtype)]
+            )
         costs = data.map_reduce(_swap_chunk, combine_swap_costs, (C, P))
         round_passes += 1
-        base = float(costs.objective)  # C's objective summed like the costs: changes compare like with like
-        if base <= 0:  # every row on a centroid (the sampling pass rounded above zero): nothing to improve
+        base = float(
+            costs.objective
+        )  # C's objective summed like the costs: changes compare like with like
+        if (
+            base <= 0
+        ):  # every row on a centroid (the sampling pass rounded above zero): nothing to improve
             stop_reason = "no-candidates"
             passes += round_passes
             break
@@ -343,20 +377,31 @@ def local_search(
                 new, swaps = C.copy(), 1
                 new[best_j[0]] = P[best_pos[0]]
         else:
-            step = _trial_step(data, C, P, delta, index, n_trials, max_swaps, threshold, resolution, stop_rule)
+            step = _trial_step(
+                data, C, P, delta, index, n_trials, max_swaps, threshold, resolution, stop_rule
+            )
             round_passes += 1
-            step_change, lloyd_change, n_tried = step.bound - base, step.lloyd_bound - base, step.n_trials
+            step_change, lloyd_change, n_tried = (
+                step.bound - base,
+                step.lloyd_bound - base,
+                step.n_trials,
+            )
             # the swap must beat Lloyd alone by a useful margin
             if step.bound < min(step.lloyd_bound, base) - max(min_gain, REL_TOL) * base:
                 new, swaps, updates = step.centroids, step.swaps, 1
-                if np.any(step.empty):  # Lloyd's empty-cluster rule, as its own update would apply it
+                if np.any(
+                    step.empty
+                ):  # Lloyd's empty-cluster rule, as its own update would apply it
                     new = fill_empty_clusters(data, new, step.empty)
                     round_passes += 1
                 new = np.asarray(new).astype(data.dtype)
                 if lloyd_iters > 1 and not step.converged:
                     result = lloyd(data, new, max_iter=lloyd_iters - 1, stop_rule=stop_rule)
                     round_passes += lloyd_passes(result, stop_rule)
-                    new, updates = np.asarray(result.centroids).astype(data.dtype), 1 + result.n_iter
+                    new, updates = (
+                        np.asarray(result.centroids).astype(data.dtype),
+                        1 + result.n_iter,
+                    )
         kept = False
         last = r + 1 == rounds or (new is None and patience is not None and idle + 1 >= patience)
         if new is not None or not last:
@@ -369,16 +414,30 @@ def local_search(
         passes += round_passes
         accepted += swaps if kept else 0
         idle = 0 if kept else idle + 1
-        record = LocalSearchRecord(r + 1, objective, before, best_change, step_change, lloyd_change, delta.size,
-                                   n_tried, swaps if kept else 0, updates, round_passes, kept,
-                                   time.perf_counter() - t0)
+        record = LocalSearchRecord(
+            r + 1,
+            objective,
+            before,
+            best_change,
+            step_change,
+            lloyd_change,
+            delta.size,
+            n_tried,
+            swaps if kept else 0,
+            updates,
+            round_passes,
+            kept,
+            time.perf_counter() - t0,
+        )
         history.append(record)
         if on_iteration is not None:
             on_iteration(record)
         if patience is not None and idle >= patience:
             stop_reason = "no-improvement"
             break
-    return LocalSearchResult(C, objective, tried, accepted, passes, len(history), stop_reason, history)
+    return LocalSearchResult(
+        C, objective, tried, accepted, passes, len(history), stop_reason, history
+    )
 
 
 __all__ = ["RECOMMENDED", "LocalSearchRecord", "LocalSearchResult", "local_search"]

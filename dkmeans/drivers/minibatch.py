@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 
+from dkmeans.drivers.state import STOPPED, MiniBatchRecord, MiniBatchState, PassState
 from dkmeans.drivers.streams import STREAMS
-from dkmeans.kernels.namespace import to_host
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 from dkmeans.kernels import assign_partials, combine_partials
 from dkmeans.kernels.minibatch import (
@@ -61,7 +61,7 @@ from dkmeans.kernels.minibatch import (
     reset_counts,
     weighted_batch_partials,
 )
-from dkmeans.drivers.state import STOPPED, MiniBatchRecord, MiniBatchState, PassState
+from dkmeans.kernels.namespace import to_host
 
 #: stream number of the batch draws in :func:`step_rng` (apart from the initialisation's)
 BATCH_STREAM = STREAMS["minibatch.batches"]()
@@ -96,7 +96,7 @@ class MiniBatchOptions:
     time_unit: str = "batches"
 
     def discount(self, batch_rows: int) -> float:
-        return self.decay if self.time_unit == "batches" else self.decay ** batch_rows
+        return self.decay if self.time_unit == "batches" else self.decay**batch_rows
 
 
 @dataclass
@@ -117,8 +117,14 @@ def step_rng(seed: int, step: int) -> np.random.Generator:
 
 
 # -- one step (runs wherever the loop runs) ----------------------------------------------
-def minibatch_step(state: MiniBatchState, partials, batch_len: int, options: MiniBatchOptions,
-                   rng: np.random.Generator, batch_rows_at: Callable[[np.ndarray], np.ndarray]):
+def minibatch_step(
+    state: MiniBatchState,
+    partials,
+    batch_len: int,
+    options: MiniBatchOptions,
+    rng: np.random.Generator,
+    batch_rows_at: Callable[[np.ndarray], np.ndarray],
+):
     """Apply one batch's partials to ``state``; returns ``(new state, centroid shift, reassigned)``.
 
     ``batch_rows_at(positions)`` returns the batch's rows at these positions (0-based,
@@ -132,7 +138,9 @@ def minibatch_step(state: MiniBatchState, partials, batch_len: int, options: Min
     random_reassign = bool((counts == 0).any()) or n_since >= 10 * k
     if random_reassign:
         n_since = 0
-    new, new_counts = minibatch_update(C, counts, partials.sums, partials.counts, options.discount(batch_len))
+    new, new_counts = minibatch_update(
+        C, counts, partials.sums, partials.counts, options.discount(batch_len)
+    )
     n_reassigned = 0
     if random_reassign and options.reassignment_ratio > 0:
         targets = reassign_targets(new_counts, batch_len, options.reassignment_ratio)
@@ -142,12 +150,28 @@ def minibatch_step(state: MiniBatchState, partials, batch_len: int, options: Min
             new[targets] = batch_rows_at(positions)
         new_counts = reset_counts(new_counts, targets)
     shift = float(np.sum((new - C) ** 2))
-    return replace(state, centroids=new, counts=new_counts, n_steps=state.n_steps + 1,
-                   n_since_reassign=n_since), shift, n_reassigned
+    return (
+        replace(
+            state,
+            centroids=new,
+            counts=new_counts,
+            n_steps=state.n_steps + 1,
+            n_since_reassign=n_since,
+        ),
+        shift,
+        n_reassigned,
+    )
 
 
-def _converged(state: MiniBatchState, batch_objective: float, shift: float, n_total: int, batch_size: int,
-               tol: float, max_no_improvement):
+def _converged(
+    state: MiniBatchState,
+    batch_objective: float,
+    shift: float,
+    n_total: int,
+    batch_size: int,
+    tol: float,
+    max_no_improvement,
+):
     """scikit-learn's early stopping after step ``state.n_steps``: ``(state, reason or None)``."""
     objective = batch_objective / batch_size
     if state.n_steps == 1:  # the first batch's objective is the initialisation's
@@ -174,7 +198,9 @@ def _check_finite(partials) -> None:
         raise InvalidDataError(NON_FINITE_INPUT)
 
 
-def advance(state, partials, batch_len, options, rng, rows_at, n_total, tol, check_stop=True, started=None):
+def advance(
+    state, partials, batch_len, options, rng, rows_at, n_total, tol, check_stop=True, started=None
+):
     """A step and its early-stopping check: ``(state, record, stop reason or None)``.
 
     ``started`` (a ``time.perf_counter()`` value) is when the step began (its batch's
@@ -185,10 +211,23 @@ def advance(state, partials, batch_len, options, rng, rows_at, n_total, tol, che
     state, shift, reassigned = minibatch_step(state, partials, batch_len, options, rng, rows_at)
     reason = None
     if check_stop:
-        state, reason = _converged(state, float(partials.objective), shift, n_total, options.batch_size, tol,
-                                   options.max_no_improvement)
-    record = MiniBatchRecord(state.n_steps, float(partials.objective) / batch_len, state.ewa_objective, shift,
-                             reassigned, time.perf_counter() - t0)
+        state, reason = _converged(
+            state,
+            float(partials.objective),
+            shift,
+            n_total,
+            options.batch_size,
+            tol,
+            options.max_no_improvement,
+        )
+    record = MiniBatchRecord(
+        state.n_steps,
+        float(partials.objective) / batch_len,
+        state.ewa_objective,
+        shift,
+        reassigned,
+        time.perf_counter() - t0,
+    )
     return state, record, reason
 
 
@@ -271,10 +310,19 @@ def gather_rows(data, index):
     return rows[at], weights[at]
 
 
-def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: MiniBatchOptions, tol: float = 0.0,
-              on_step: Callable[[MiniBatchRecord], None] | None = None, resume: PassState | None = None,
-              on_state: Callable[[PassState], None] | None = None,
-              state_every: int | None = None) -> MiniBatchResult:
+def minibatch(
+    data,
+    state: MiniBatchState,
+    *,
+    n_steps: int,
+    seed: int,
+    options: MiniBatchOptions,
+    tol: float = 0.0,
+    on_step: Callable[[MiniBatchRecord], None] | None = None,
+    resume: PassState | None = None,
+    on_state: Callable[[PassState], None] | None = None,
+    state_every: int | None = None,
+) -> MiniBatchResult:
     """Mini-batch steps with scikit-learn's batches, from ``state`` up to ``n_steps`` steps in all.
 
     The steps run in blocks that end every ``state_every`` steps (for ``on_state``), each
@@ -321,8 +369,12 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
         end = n_steps
         if on_state is not None and state_every:
             end = min(n_steps, (state.n_steps // state_every + 1) * state_every)
-        result = data.run_loop(minibatch_steps, (state, end, seed, options, tol, draws), work_per_row=work_per_row,
-                               on_progress=report)
+        result = data.run_loop(
+            minibatch_steps,
+            (state, end, seed, options, tol, draws),
+            work_per_row=work_per_row,
+            on_progress=report,
+        )
         for record in result.history:  # what a one-task block could not report live
             report(record.as_dict())
         history += result.history
@@ -331,12 +383,25 @@ def minibatch(data, state: MiniBatchState, *, n_steps: int, seed: int, options: 
             reason = STOPPED
         if on_state is not None:
             on_state(PassState(state, history=list(history), stop_reason=reason))
-    return MiniBatchResult(state.centroids, state, state.n_steps, reason or "max_iter",
-                           reason not in (None, STOPPED), history)
+    return MiniBatchResult(
+        state.centroids,
+        state,
+        state.n_steps,
+        reason or "max_iter",
+        reason not in (None, STOPPED),
+        history,
+    )
 
 
-def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, options: MiniBatchOptions,
-                    tol: float, draws: WeightedDraws | None = None) -> MiniBatchResult:
+def minibatch_steps(
+    data,
+    state: MiniBatchState,
+    n_steps: int,
+    seed: int,
+    options: MiniBatchOptions,
+    tol: float,
+    draws: WeightedDraws | None = None,
+) -> MiniBatchResult:
     """The body of :func:`minibatch` (runs in the caller, in one task, or on every SPMD rank).
 
     ``draws``: weighted data's :class:`WeightedDraws` (batches drawn by weight, unit-weight steps).
@@ -351,21 +416,28 @@ def minibatch_steps(data, state: MiniBatchState, n_steps: int, seed: int, option
             index = rng.integers(0, n, b)
             partials = data.map_reduce(_batch_chunk, combine_partials, (np.sort(index), C))
         else:  # the batch's global rows come back with its partials
-            partials, index = data.map_reduce(_weighted_batch_chunk, combine_weighted_batches,
-                                              (draws.draw(rng, b), draws.scale, draws.starts, C))
+            partials, index = data.map_reduce(
+                _weighted_batch_chunk,
+                combine_weighted_batches,
+                (draws.draw(rng, b), draws.scale, draws.starts, C),
+            )
 
         def rows_at(positions, index=index):
             wanted = index[positions]
             return gather_rows(data, wanted)[0]
 
-        state, record, reason = advance(state, partials, b, options, rng, rows_at, n, tol, started=t0)
+        state, record, reason = advance(
+            state, partials, b, options, rng, rows_at, n, tol, started=t0
+        )
         history.append(record)
         if data.report(record.as_dict()) and reason is None:  # the caller asked to stop
             return MiniBatchResult(state.centroids, state, state.n_steps, STOPPED, False, history)
         if reason is not None:
             break
     converged = reason is not None
-    return MiniBatchResult(state.centroids, state, state.n_steps, reason or "max_iter", converged, history)
+    return MiniBatchResult(
+        state.centroids, state, state.n_steps, reason or "max_iter", converged, history
+    )
 
 
 # -- one sequential pass (out-of-core data, streams) ----------------------------------------
@@ -376,22 +448,33 @@ def _run_batches(st: PassState, X, w, seed, options, tol, n_total, dtype, final:
     if st.pending is not None and len(st.pending):
         X = np.concatenate([st.pending, X])
         if w is not None or st.pending_w is not None:
-            w = np.concatenate([st.pending_w if st.pending_w is not None else np.ones(len(st.pending)),
-                                w if w is not None else np.ones(len(X) - len(st.pending))])
+            w = np.concatenate(
+                [
+                    st.pending_w if st.pending_w is not None else np.ones(len(st.pending)),
+                    w if w is not None else np.ones(len(X) - len(st.pending)),
+                ]
+            )
     b, pos = options.batch_size, 0
     run, history, reason = st.run, list(st.history), st.stop_reason
     while reason is None and (len(X) - pos >= b or (final and len(X) - pos > 0)):
         t0 = time.perf_counter()
-        Xb = X[pos:pos + b]
-        wb = None if w is None else w[pos:pos + b]
+        Xb = X[pos : pos + b]
+        wb = None if w is None else w[pos : pos + b]
         pos += len(Xb)
         rng = step_rng(seed, run.n_steps)
         partials = assign_partials(Xb, run.centroids.astype(dtype), wb)
-        run, record, reason = advance(run, partials, len(Xb), options, rng, lambda p, Xb=Xb: Xb[p], n_total, tol,
-                                      started=t0)
+        run, record, reason = advance(
+            run, partials, len(Xb), options, rng, lambda p, Xb=Xb: Xb[p], n_total, tol, started=t0
+        )
         history.append(record)
-    return replace(st, run=run, pending=X[pos:].copy(), pending_w=None if w is None else w[pos:].copy(),
-                   history=history, stop_reason=reason)
+    return replace(
+        st,
+        run=run,
+        pending=X[pos:].copy(),
+        pending_w=None if w is None else w[pos:].copy(),
+        history=history,
+        stop_reason=reason,
+    )
 
 
 def _fold_chunk(X, w, offset, st: PassState, seed, options, tol, n_total, dtype):
@@ -405,11 +488,20 @@ def _fold_chunk(X, w, offset, st: PassState, seed, options, tol, n_total, dtype)
     return replace(st, next_row=max(st.next_row, offset + n_rows))
 
 
-def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatchOptions, tol: float = 0.0,
-                   max_passes: int = 1, n_total: int | None = None,
-                   on_step: Callable[[MiniBatchRecord], None] | None = None, resume: PassState | None = None,
-                   on_state: Callable[[PassState], None] | None = None,
-                   state_every: int | None = None) -> MiniBatchResult:
+def minibatch_pass(
+    data,
+    state: MiniBatchState,
+    *,
+    seed: int,
+    options: MiniBatchOptions,
+    tol: float = 0.0,
+    max_passes: int = 1,
+    n_total: int | None = None,
+    on_step: Callable[[MiniBatchRecord], None] | None = None,
+    resume: PassState | None = None,
+    on_state: Callable[[PassState], None] | None = None,
+    state_every: int | None = None,
+) -> MiniBatchResult:
     """Mini-batch k-means in sequential passes over the data in row order (see the module docstring).
 
     Each pass is one :meth:`~dkmeans.engine.protocol.ChunkedData.fold`: batches of
@@ -440,7 +532,9 @@ def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatch
 
     def save(s: PassState, final: bool = False) -> None:
         nonlocal saved_at
-        if on_state is not None and (final or (state_every and s.run.n_steps - saved_at >= state_every)):
+        if on_state is not None and (
+            final or (state_every and s.run.n_steps - saved_at >= state_every)
+        ):
             on_state(replace(s, history=history + s.history))
             saved_at = s.run.n_steps
 
@@ -449,19 +543,46 @@ def minibatch_pass(data, state: MiniBatchState, *, seed: int, options: MiniBatch
         save(s)
 
     while st.stop_reason is None and st.epoch < max_passes:
-        st = data.fold(_fold_chunk, st, args, on_state=between_windows, start_row=st.next_row,
-                       stop=lambda s: s.stop_reason is not None or stop_asked)
+        st = data.fold(
+            _fold_chunk,
+            st,
+            args,
+            on_state=between_windows,
+            start_row=st.next_row,
+            stop=lambda s: s.stop_reason is not None or stop_asked,
+        )
         if st.stop_reason is None and not stop_asked:  # the pass's last, shorter batch
-            st = _run_batches(st, np.empty((0, data.n_features), data.dtype), None, *args, final=True)
+            st = _run_batches(
+                st, np.empty((0, data.n_features), data.dtype), None, *args, final=True
+            )
         report(st)
         if stop_asked and st.stop_reason is None:  # the caller asked to stop (seen between windows)
             st = replace(st, stop_reason=STOPPED)
         history += st.history
         st, reported = PassState(st.run, stop_reason=st.stop_reason, epoch=st.epoch + 1), 0
         save(st, final=st.stop_reason is not None or st.epoch >= max_passes)
-    return MiniBatchResult(st.run.centroids, st.run, st.run.n_steps, st.stop_reason or "max_iter",
-                           st.stop_reason not in (None, STOPPED), history)
+    return MiniBatchResult(
+        st.run.centroids,
+        st.run,
+        st.run.n_steps,
+        st.stop_reason or "max_iter",
+        st.stop_reason not in (None, STOPPED),
+        history,
+    )
 
 
-__all__ = ["BATCH_STREAM", "PassState", "WeightedDraws", "advance", "gather_rows", "MiniBatchOptions", "MiniBatchResult",
-           "minibatch", "minibatch_pass", "minibatch_step", "minibatch_steps", "step_rng", "weighted_draws"]
+__all__ = [
+    "BATCH_STREAM",
+    "PassState",
+    "WeightedDraws",
+    "advance",
+    "gather_rows",
+    "MiniBatchOptions",
+    "MiniBatchResult",
+    "minibatch",
+    "minibatch_pass",
+    "minibatch_step",
+    "minibatch_steps",
+    "step_rng",
+    "weighted_draws",
+]

@@ -155,7 +155,11 @@ def off_share(k: int, n_groups: int) -> float:
     """``prune="auto"`` switches pruning off after a pass computing more than this share of the
     distances: :data:`AUTO_OFF_FRACTION`, raised for wide groups by as much as :func:`plain_share` is."""
     t = _wide(k, n_groups)
-    return AUTO_OFF_FRACTION if t <= 0.0 else AUTO_OFF_FRACTION + t * (AUTO_PLAIN_ABOVE_WIDE - AUTO_PLAIN_ABOVE)
+    return (
+        AUTO_OFF_FRACTION
+        if t <= 0.0
+        else AUTO_OFF_FRACTION + t * (AUTO_PLAIN_ABOVE_WIDE - AUTO_PLAIN_ABOVE)
+    )
 
 
 def centroid_drift(new: np.ndarray, old: np.ndarray) -> np.ndarray:
@@ -184,15 +188,31 @@ class PrunedPasses:
         instead of dropping them, and :meth:`release` drops them.
     """
 
-    def __init__(self, data, prune, k: int, n_groups: int | None = None, iterations: int | None = None, *,
-                 run: bool = False):
+    def __init__(
+        self,
+        data,
+        prune,
+        k: int,
+        n_groups: int | None = None,
+        iterations: int | None = None,
+        *,
+        run: bool = False,
+    ):
         self.mode = prune
         work = float(data.n_rows) * k * data.n_features
         self.n_groups = prune_groups(data, k) if n_groups is None else int(n_groups)
-        worth = (work >= AUTO_MIN_WORK and k * data.n_features >= AUTO_MIN_ROW_WORK
-                 and (iterations is None or iterations >= AUTO_MIN_ITERS))
-        self.on = bool(data.in_memory and k >= 2 and data.n_rows > 0 and self.n_groups > 0
-                       and (prune is True or (prune == "auto" and worth)))
+        worth = (
+            work >= AUTO_MIN_WORK
+            and k * data.n_features >= AUTO_MIN_ROW_WORK
+            and (iterations is None or iterations >= AUTO_MIN_ITERS)
+        )
+        self.on = bool(
+            data.in_memory
+            and k >= 2
+            and data.n_rows > 0
+            and self.n_groups > 0
+            and (prune is True or (prune == "auto" and worth))
+        )
         self.k = k
         self.groups = None
         self.state = None
@@ -233,8 +253,12 @@ class PrunedPasses:
         if self.mode == "auto":
             self.pause, self.next_pause = 0, AUTO_FIRST_PAUSE
             self.build = iterations is None or iterations >= AUTO_MIN_ITERS
-        if (self.on and self.reference is not None and self.state is None
-                and isinstance(data, PrunableData)):
+        if (
+            self.on
+            and self.reference is not None
+            and self.state is None
+            and isinstance(data, PrunableData)
+        ):
             self.state = data.kept_state(self.key, self._tag())
 
     def end(self, data) -> None:
@@ -246,7 +270,7 @@ class PrunedPasses:
                 data.keep_state(self.key, self._tag(), self.state)
             self.state = None
 
-    def adopt(self, other: "PrunedPasses") -> None:
+    def adopt(self, other: PrunedPasses) -> None:
         """Take the bookkeeping of this run's passes as a block run elsewhere (a task) left it."""
         if other is not self:
             for name in ("on", "groups", "reference", "pause", "next_pause"):
@@ -270,15 +294,22 @@ class PrunedPasses:
             self.groups = centroid_groups(C, self.n_groups, token=_digest(C, self.n_groups))
         else:
             drift = centroid_drift(C, self.reference)
-        plain_above = plain_share(self.k, self.groups.n_groups) if self.mode == "auto" else float("inf")
-        out, self.state = data.map_reduce_stateful(_pruned_chunk, combine_pruned,
-                                                   (C, self.groups, drift, plain_above), self.state)
+        plain_above = (
+            plain_share(self.k, self.groups.n_groups) if self.mode == "auto" else float("inf")
+        )
+        out, self.state = data.map_reduce_stateful(
+            _pruned_chunk, combine_pruned, (C, self.groups, drift, plain_above), self.state
+        )
         self.reference = C
         fraction = out.distances / out.pairs if out.pairs else 1.0
         if not out.pruned:  # a backend that cannot prune: unpruned passes from now on
             self.on = False
             self.close()
-        elif self.mode == "auto" and drift is not None and fraction > off_share(self.k, self.groups.n_groups):
+        elif (
+            self.mode == "auto"
+            and drift is not None
+            and fraction > off_share(self.k, self.groups.n_groups)
+        ):
             # the bounds no longer hold; the chunks keep their arrays for the build after the pause
             # (fresh arrays cost the build their page faults)
             self.reference = None
@@ -291,6 +322,18 @@ class PrunedPasses:
         self.reference = None
 
 
-__all__ = ["AUTO_FIRST_PAUSE", "AUTO_MIN_ITERS", "AUTO_MIN_ROW_WORK", "AUTO_MIN_WORK", "AUTO_OFF_FRACTION",
-           "AUTO_PLAIN_ABOVE", "AUTO_PLAIN_ABOVE_WIDE", "AUTO_PLAIN_WIDTHS", "PrunedPasses", "centroid_drift",
-           "off_share", "plain_share", "prune_groups"]
+__all__ = [
+    "AUTO_FIRST_PAUSE",
+    "AUTO_MIN_ITERS",
+    "AUTO_MIN_ROW_WORK",
+    "AUTO_MIN_WORK",
+    "AUTO_OFF_FRACTION",
+    "AUTO_PLAIN_ABOVE",
+    "AUTO_PLAIN_ABOVE_WIDE",
+    "AUTO_PLAIN_WIDTHS",
+    "PrunedPasses",
+    "centroid_drift",
+    "off_share",
+    "plain_share",
+    "prune_groups",
+]

@@ -273,10 +273,26 @@ def history_records(dicts) -> list:
     return out
 
 
-_ALGORITHM_OF = {IterationRecord: "lloyd", HartiganRecord: "hartigan", LocalSearchRecord: "local-search",
-                 MiniBatchRecord: "minibatch"}
+_ALGORITHM_OF = {
+    IterationRecord: "lloyd",
+    HartiganRecord: "hartigan",
+    LocalSearchRecord: "local-search",
+    MiniBatchRecord: "minibatch",
+}
 _RECORD_OF = {name: cls for cls, name in _ALGORITHM_OF.items()}
 
 
-__all__ = ["FitState", "LocalSearchRecord", "MiniBatchRecord", "MiniBatchState", "HartiganRecord", "IterationRecord",
-           "LoopState", "PassState", "RunSummary", "STOPPED", "history_dicts", "history_records"]
+__all__ = [
+    "FitState",
+    "LocalSearchRecord",
+    "MiniBatchRecord",
+    "MiniBatchState",
+    "HartiganRecord",
+    "IterationRecord",
+    "LoopState",
+    "PassState",
+    "RunSummary",
+    "STOPPED",
+    "history_dicts",
+    "history_records",
+]

@@ -42,7 +42,11 @@ def best_swaps(delta, candidate_index, n: int, resolution: float = 0.0):
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     key = np.floor(flat / resolution) if resolution > 0 else flat
     # every entry tied with the n-th smallest, so the tie-break sees them all
-    sel = np.flatnonzero(key <= np.partition(key, n - 1)[n - 1]) if n < flat.size else np.arange(flat.size)
+    sel = (
+        np.flatnonzero(key <= np.partition(key, n - 1)[n - 1])
+        if n < flat.size
+        else np.arange(flat.size)
+    )
     cand, cent = np.divmod(sel, k)
     order = np.lexsort((cent, np.asarray(candidate_index)[cand], key[sel]))[:n]
     return cand[order].astype(np.int64), cent[order].astype(np.int64)
@@ -55,7 +59,9 @@ def _nearest_other(C64, j: int) -> int:
     return int(np.argmin(d)) if len(d) > 1 else -1
 
 
-def select_swaps(delta, candidate_index, P, C, max_swaps: int, threshold: float, resolution: float = 0.0):
+def select_swaps(
+    delta, candidate_index, P, C, max_swaps: int, threshold: float, resolution: float = 0.0
+):
     """Improving swaps to make at once, best first, chosen greedily among those that barely interact.
 
     The first is the best swap (as :func:`best_swaps`). Further swaps, in the same order,
@@ -96,7 +102,9 @@ def select_swaps(delta, candidate_index, P, C, max_swaps: int, threshold: float,
     chosen_p: list[int] = []
     chosen_j: list[int] = []
     removed: set[int] = set()
-    guarded: set[int] = set()  # centroids that must stay: nearest to a chosen candidate or removed one
+    guarded: set[int] = (
+        set()
+    )  # centroids that must stay: nearest to a chosen candidate or removed one
     # the improving swaps in order, a growing prefix at a time (best_swaps(n) is the first n of the
     # whole order): the greedy choice usually ends long before the last of them (manyk: millions)
     seen, batch = 0, min(improving, SELECT_FIRST_BATCH * max_swaps)

@@ -21,5 +21,12 @@ from dkmeans.engine.persisted import PersistedData
 from dkmeans.engine.protocol import ChunkedData, PrunableData
 from dkmeans.engine.streamed import StreamedData
 
-__all__ = ["ChunkedData", "LocalChunks", "MemoryBudget", "PersistedData", "PrunableData",
-           "StreamedData", "gather"]
+__all__ = [
+    "ChunkedData",
+    "LocalChunks",
+    "MemoryBudget",
+    "PersistedData",
+    "PrunableData",
+    "StreamedData",
+    "gather",
+]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Sequence
+from collections.abc import Sequence
 
 import dask.array as da
-from dask.array.utils import meta_from_array
 import numpy as np
+from dask.array.utils import meta_from_array
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Alias, Task, TaskRef
 from distributed import futures_of
@@ -58,7 +58,9 @@ def spread_rows(client, X: da.Array, weights: da.Array | None):
                 continue
             start, stop = int(part[0]), int(part[-1]) + 1
             annotations = {"workers": [slots[j % len(slots)]], "allow_other_workers": True}
-            tasks = {(x_name, j, 0): Task((x_name, j, 0), _row_piece, TaskRef(x_keys[c]), start, stop)}
+            tasks = {
+                (x_name, j, 0): Task((x_name, j, 0), _row_piece, TaskRef(x_keys[c]), start, stop)
+            }
             if w_keys is not None:
                 tasks[(w_name, j)] = Task((w_name, j), _row_piece, TaskRef(w_keys[c]), start, stop)
             layers[f"{x_name}-{j}"] = MaterializedLayer(tasks, annotations=annotations)
@@ -67,8 +69,15 @@ def spread_rows(client, X: da.Array, weights: da.Array | None):
     return _persist_layers(client, X, weights, layers, x_name, w_name, tuple(piece_rows))
 
 
-def _persist_layers(client, X: da.Array, weights: da.Array | None, layers: dict, x_name: str, w_name: str,
-                    row_chunks: tuple):
+def _persist_layers(
+    client,
+    X: da.Array,
+    weights: da.Array | None,
+    layers: dict,
+    x_name: str,
+    w_name: str,
+    row_chunks: tuple,
+):
     """Persist the arrays named ``x_name`` (and ``w_name``) made by ``layers`` from ``X`` (and ``weights``).
 
     ``layers`` are the new chunks' layers (their worker annotations are the placement);
@@ -78,7 +87,9 @@ def _persist_layers(client, X: da.Array, weights: da.Array | None, layers: dict,
     inputs = [X] if weights is None else [X, weights]
     parents = set().union(*(a.__dask_layers__() for a in inputs))
     all_layers = {name: layer for a in inputs for name, layer in a.dask.layers.items()} | layers
-    deps = {name: d for a in inputs for name, d in a.dask.dependencies.items()} | dict.fromkeys(layers, parents)
+    deps = {name: d for a in inputs for name, d in a.dask.dependencies.items()} | dict.fromkeys(
+        layers, parents
+    )
     graph = HighLevelGraph(all_layers, deps)
     X = da.Array(graph, x_name, (row_chunks, X.chunks[1]), meta=meta_from_array(X))
     if weights is None:
@@ -92,7 +103,9 @@ def _persist_layers(client, X: da.Array, weights: da.Array | None, layers: dict,
 BALANCE_TOLERANCE = 0.04
 
 
-def plan_chunk_moves(rows: Sequence[int], holders: Sequence[str], nthreads: dict[str, int]) -> dict[int, str]:
+def plan_chunk_moves(
+    rows: Sequence[int], holders: Sequence[str], nthreads: dict[str, int]
+) -> dict[int, str]:
     """Chunks to move, ``{chunk index: worker}``, so that each worker holds about its share of the rows.
 
     A worker's share is proportional to its threads. Greedy: while the most loaded worker
@@ -148,14 +161,20 @@ def balance_rows(client, X: da.Array, weights: da.Array | None):
     moves = plan_chunk_moves(rows, holders, client.nthreads())
     if not moves:
         return X, weights
-    logger.info("moving %d of %d chunks (%d rows) so that each worker holds its share of the rows",
-                len(moves), len(rows), sum(rows[c] for c in moves))
+    logger.info(
+        "moving %d of %d chunks (%d rows) so that each worker holds its share of the rows",
+        len(moves),
+        len(rows),
+        sum(rows[c] for c in moves),
+    )
     token = uuid.uuid4().hex[:12]
     x_name, w_name = f"dkmeans-balanced-{token}", f"dkmeans-balanced-weights-{token}"
     w_keys = list(weights.__dask_keys__()) if weights is not None else None
     layers = {}
     for c, r in enumerate(rows):
-        keys = [((x_name, c, 0), x_keys[c])] + ([((w_name, c), w_keys[c])] if w_keys is not None else [])
+        keys = [((x_name, c, 0), x_keys[c])] + (
+            [((w_name, c), w_keys[c])] if w_keys is not None else []
+        )
         if c in moves:
             tasks = {new: Task(new, _row_piece, TaskRef(old), 0, r) for new, old in keys}
         else:

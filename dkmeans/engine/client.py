@@ -19,13 +19,13 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
-from multiprocessing import resource_tracker
 import os
 import signal
 import sys
 import threading
 import warnings
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 
 import dask
 import distributed
@@ -137,8 +137,13 @@ def _scheduler_for_fit(client):
         yield
 
 
-def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 1, *,
-                        set_as_default: bool = True, **kwargs):
+def start_local_cluster(
+    n_workers: int | None = None,
+    threads_per_worker: int = 1,
+    *,
+    set_as_default: bool = True,
+    **kwargs,
+):
     """Start a loopback-only :class:`distributed.LocalCluster` and a client for it.
 
     Parameters
@@ -172,7 +177,9 @@ def start_local_cluster(n_workers: int | None = None, threads_per_worker: int = 
     # that turns every large NumPy temporary into an mmap/munmap pair (several times
     # slower kernels, see the performance notes), so the embedded cluster leaves it out.
     threads = str(options["threads_per_worker"])
-    environ = {name: threads for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    environ = {
+        name: threads for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     if options["processes"]:
         # Each worker process leaves the caller's process group as it starts (a preload, see
         # dkmeans.engine.worker_session): the SIGINT of Jupyter's stop button or of Ctrl-C, sent to
@@ -229,13 +236,17 @@ def start_local_cuda_cluster(*, set_as_default: bool = True, **kwargs):
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
-        raise DKMeansError("a GPU cluster needs dask-cuda and CuPy: pip install 'dkmeans[gpu]'") from None
+        raise DKMeansError(
+            "a GPU cluster needs dask-cuda and CuPy: pip install 'dkmeans[gpu]'"
+        ) from None
     options = dict(host="127.0.0.1", dashboard_address="127.0.0.1:0")
     options.update(kwargs)
     return distributed.Client(LocalCUDACluster(**options), set_as_default=set_as_default)
 
 
-def connect_scheduler(address: str, *, timeout="30s", tls_ca_file=None, tls_cert=None, tls_key=None):
+def connect_scheduler(
+    address: str, *, timeout="30s", tls_ca_file=None, tls_cert=None, tls_key=None
+):
     """A client of the scheduler at ``address`` (TLS when any of the files is given).
 
     Raises :class:`~dkmeans.errors.DKMeansError` naming the address when it cannot be reached.
@@ -244,8 +255,12 @@ def connect_scheduler(address: str, *, timeout="30s", tls_ca_file=None, tls_cert
     if tls_ca_file or tls_cert or tls_key:
         from distributed.security import Security
 
-        security = Security(tls_ca_file=tls_ca_file, tls_client_cert=tls_cert, tls_client_key=tls_key,
-                            require_encryption=True)
+        security = Security(
+            tls_ca_file=tls_ca_file,
+            tls_client_cert=tls_cert,
+            tls_client_key=tls_key,
+            require_encryption=True,
+        )
     try:
         return distributed.Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as exc:
@@ -289,7 +304,12 @@ def get_client(*, gpu: bool = False, **kwargs):
         if client is None or client.status in ("closed", "closing"):
             if in_daemon_process() and not gpu:
                 # a daemonic process (a joblib/loky worker) cannot start worker processes: threads instead
-                kwargs = {"processes": False, "n_workers": 1, "threads_per_worker": _cpu_count(), **kwargs}
+                kwargs = {
+                    "processes": False,
+                    "n_workers": 1,
+                    "threads_per_worker": _cpu_count(),
+                    **kwargs,
+                }
             kwargs.setdefault("set_as_default", embedded_set_as_default())
             start = start_local_cuda_cluster if gpu else start_local_cluster
             with _interrupt_after():  # an interrupted start would leave a cluster nothing closes
@@ -308,7 +328,9 @@ def get_client(*, gpu: bool = False, **kwargs):
                     "Dask's default scheduler: .compute() of any Dask collection now runs there. To keep "
                     "your scheduler, set dask.config.set({'dkmeans.embedded-cluster.set-as-default': False}) "
                     "before the first fit, or create a distributed.Client yourself.",
-                    EmbeddedClusterWarning, stacklevel=_user_stacklevel())
+                    EmbeddedClusterWarning,
+                    stacklevel=_user_stacklevel(),
+                )
     return client
 
 
@@ -345,7 +367,10 @@ _INTERNAL_MODULES = ("dkmeans", "sklearn", "contextlib")
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning issued by the caller point at the user's code."""
     frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL_MODULES:
+    while (
+        frame.f_back is not None
+        and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL_MODULES
+    ):
         frame, level = frame.f_back, level + 1
     return level
 
@@ -422,4 +447,3 @@ def _close_worker_processes(cluster, seconds: float) -> None:
         done.result(timeout=2 * seconds + 5)
     except Exception as exc:  # the cluster's own close below still stops what is left
         logger.debug("closing the worker processes: %r", exc)
-

@@ -36,8 +36,12 @@ def is_numeric_arrow_type(t) -> bool:
     """Integers, floats, decimals and bools of Arrow (not dates, strings, nested types)."""
     import pyarrow as pa
 
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-                or pa.types.is_boolean(t))
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_boolean(t)
+    )
 
 
 def is_numeric_dtype(dtype) -> bool:
@@ -77,9 +81,11 @@ def result_dtype(dtypes, wanted=None) -> np.dtype:
 def missing_message(name: str, counts: dict, where: str = "") -> str:
     """The one message about missing values: the columns and how many values each lacks."""
     listed = ", ".join(f"{column!r} ({int(n)})" for column, n in counts.items())
-    return (f"{name}: missing values (NaN or null) in column(s) {listed}{where}: "
-            "remove or impute them, or pass missing='skip' to leave such rows out of the fit "
-            "(predict labels them -1)")
+    return (
+        f"{name}: missing values (NaN or null) in column(s) {listed}{where}: "
+        "remove or impute them, or pass missing='skip' to leave such rows out of the fit "
+        "(predict labels them -1)"
+    )
 
 
 def check_missing(name: str, counts: dict, missing: str, where: str = "") -> None:
@@ -112,8 +118,9 @@ def arrow_to_numpy(column, dtype) -> np.ndarray:
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.dtype(dtype))
 
 
-def frame_to_array(df: pd.DataFrame, dtype, *, name: str = "X", missing: str = "error",
-                   where: str = "") -> np.ndarray:
+def frame_to_array(
+    df: pd.DataFrame, dtype, *, name: str = "X", missing: str = "error", where: str = ""
+) -> np.ndarray:
     """A pandas DataFrame of numeric columns as a C-ordered ``(rows, columns)`` float array.
 
     Missing values are counted per column and handled by ``missing`` (see the module
@@ -131,8 +138,9 @@ def frame_to_array(df: pd.DataFrame, dtype, *, name: str = "X", missing: str = "
     return out
 
 
-def batch_to_array(batch, dtype, *, name: str = "X", missing: str = "error",
-                   where: str = "") -> np.ndarray:
+def batch_to_array(
+    batch, dtype, *, name: str = "X", missing: str = "error", where: str = ""
+) -> np.ndarray:
     """A pyarrow RecordBatch or Table as a C-ordered ``(rows, columns)`` array, column by column."""
     dtype = np.dtype(dtype)
     out = np.empty((batch.num_rows, batch.num_columns), dtype=dtype)
@@ -150,8 +158,9 @@ def complete_rows(X: np.ndarray) -> np.ndarray:
     return ~np.isnan(X).any(axis=1) if X.size else np.ones(X.shape[0], dtype=bool)
 
 
-def partition_to_float_frame(part: pd.DataFrame, dtype, name: str, missing: str,
-                             drop: bool) -> pd.DataFrame:
+def partition_to_float_frame(
+    part: pd.DataFrame, dtype, name: str, missing: str, drop: bool
+) -> pd.DataFrame:
     """A partition of a Dask DataFrame as a frame of float columns (runs in tasks).
 
     ``missing="error"`` raises here on a missing value; ``"skip"`` keeps them as NaN (a fit's
@@ -178,8 +187,20 @@ def float_frame_meta(columns, dtype) -> pd.DataFrame:
     return pd.DataFrame({c: np.empty(0, dtype=np.dtype(dtype)) for c in columns})
 
 
-__all__ = ["MISSING", "arrow_to_numpy", "batch_to_array", "check_missing", "complete_rows",
-           "float_frame_meta", "frame_to_array", "is_float32", "is_numeric_arrow_type",
-           "is_numeric_dtype",
-           "missing_counts_partition", "missing_message",
-           "partition_to_float_frame", "result_dtype", "series_to_array"]
+__all__ = [
+    "MISSING",
+    "arrow_to_numpy",
+    "batch_to_array",
+    "check_missing",
+    "complete_rows",
+    "float_frame_meta",
+    "frame_to_array",
+    "is_float32",
+    "is_numeric_arrow_type",
+    "is_numeric_dtype",
+    "missing_counts_partition",
+    "missing_message",
+    "partition_to_float_frame",
+    "result_dtype",
+    "series_to_array",
+]

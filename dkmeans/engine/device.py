@@ -13,8 +13,8 @@ import math
 import dask.array as da
 import numpy as np
 
-from dkmeans.kernels.namespace import is_cupy_array, is_sparse
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
+from dkmeans.kernels.namespace import is_cupy_array, is_sparse
 
 DEVICES = (None, "cpu", "gpu")
 
@@ -44,13 +44,19 @@ def to_device(arr: da.Array, device) -> da.Array:
     """``arr`` with its chunks on ``device`` (None: leave them where they are)."""
     if device == "gpu" and not is_cupy_backed(arr):
         if is_sparse(arr._meta):
-            raise InvalidParameterError("device='gpu' does not take scipy.sparse input (sparse kernels run on CPUs); "
-                                        "use device=None or 'cpu'")
+            raise InvalidParameterError(
+                "device='gpu' does not take scipy.sparse input (sparse kernels run on CPUs); "
+                "use device=None or 'cpu'"
+            )
         cupy = import_cupy()
-        return arr.map_blocks(cupy.asarray, dtype=arr.dtype, meta=cupy.empty((0,) * arr.ndim, dtype=arr.dtype))
+        return arr.map_blocks(
+            cupy.asarray, dtype=arr.dtype, meta=cupy.empty((0,) * arr.ndim, dtype=arr.dtype)
+        )
     if device == "cpu" and is_cupy_backed(arr):
         cupy = import_cupy()
-        return arr.map_blocks(cupy.asnumpy, dtype=arr.dtype, meta=np.empty((0,) * arr.ndim, dtype=arr.dtype))
+        return arr.map_blocks(
+            cupy.asnumpy, dtype=arr.dtype, meta=np.empty((0,) * arr.ndim, dtype=arr.dtype)
+        )
     return arr
 
 
@@ -64,8 +70,11 @@ def beside_rows(weights, X):
     if on_gpu == is_cupy_backed(weights):
         return weights
     cupy = import_cupy()
-    move, meta = (cupy.asarray, cupy.empty(0, weights.dtype)) if on_gpu else \
-        (cupy.asnumpy, np.empty(0, weights.dtype))
+    move, meta = (
+        (cupy.asarray, cupy.empty(0, weights.dtype))
+        if on_gpu
+        else (cupy.asnumpy, np.empty(0, weights.dtype))
+    )
     return weights.map_blocks(move, dtype=weights.dtype, meta=meta)
 
 
@@ -84,9 +93,18 @@ def check_cupy_array(X, *, dtype=None, name: str = "X"):
     if kind not in "fiub":
         raise DataTypeError(f"{name}: dtype {X.dtype} is not numeric")
     if X.shape[0] == 0 or X.shape[1] == 0:
-        raise InvalidDataError(f"{name}: empty array of shape {X.shape}; at least 1 sample and 1 feature are needed")
-    target = np.dtype(dtype) if dtype is not None else (
-        X.dtype if X.dtype in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float64))
+        raise InvalidDataError(
+            f"{name}: empty array of shape {X.shape}; at least 1 sample and 1 feature are needed"
+        )
+    target = (
+        np.dtype(dtype)
+        if dtype is not None
+        else (
+            X.dtype
+            if X.dtype in (np.dtype(np.float32), np.dtype(np.float64))
+            else np.dtype(np.float64)
+        )
+    )
     return X.astype(target) if X.dtype != target else X
 
 

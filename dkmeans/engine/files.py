@@ -42,11 +42,13 @@ def storage_errors(path: str, action: str = "read"):
     except DKMeansError:
         raise
     except FileNotFoundError as exc:
-        raise DataSourceError(f"cannot {action} {path}: no such file, folder or bucket "
-                              f"({_problem(exc)})") from exc
+        raise DataSourceError(
+            f"cannot {action} {path}: no such file, folder or bucket ({_problem(exc)})"
+        ) from exc
     except PermissionError as exc:
-        raise DataSourceError(f"cannot {action} {path}: access denied, check the credentials "
-                              f"({_problem(exc)})") from exc
+        raise DataSourceError(
+            f"cannot {action} {path}: access denied, check the credentials ({_problem(exc)})"
+        ) from exc
     except ImportError as exc:
         raise DataSourceError(f"cannot {action} {path}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - stores' errors (botocore...) share no base class
@@ -118,12 +120,14 @@ def detect_format(path: str, storage_options=None) -> str:
     if lower.endswith(_PARQUET_SUFFIXES) or lower.endswith("*.parquet"):
         return "parquet"
     files = list_files(str(path), storage_options)
-    if any(f.lower().endswith(_CSV_SUFFIXES) for f in files) and \
-            not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files):
+    if any(f.lower().endswith(_CSV_SUFFIXES) for f in files) and not any(
+        f.lower().endswith(_PARQUET_SUFFIXES) for f in files
+    ):
         return "csv"
     if _is_glob(p) and not any(f.lower().endswith(_PARQUET_SUFFIXES) for f in files):
-        raise InvalidParameterError(f"cannot tell the format of {path}: name a .parquet/.csv file, "
-                                    "folder or glob")
+        raise InvalidParameterError(
+            f"cannot tell the format of {path}: name a .parquet/.csv file, folder or glob"
+        )
     return "parquet"  # Spark's part-00000 files may have no suffix
 
 
@@ -179,8 +183,12 @@ def read_table(path, columns=None, fmt: str | None = None, blocksize="64MiB", st
         with storage_errors(path):
             if fmt == "parquet":
                 list_files(path, storage_options)  # what does not exist says so, in one line
-                return dd.read_parquet(path, columns=list(columns) if columns else None,
-                                       engine="pyarrow", storage_options=options or None)
+                return dd.read_parquet(
+                    path,
+                    columns=list(columns) if columns else None,
+                    engine="pyarrow",
+                    storage_options=options or None,
+                )
             files, fs = _csv_files(path, storage_options)
             urls = files if fs is None else [fs.unstrip_protocol(f) for f in files]
             df = dd.read_csv(urls, blocksize=blocksize, storage_options=options or None)
@@ -216,9 +224,14 @@ def write_parquet(df, path, overwrite: bool = True, storage_options=None):
     """
     path = str(path)
     with storage_errors(path, "write"):
-        df.to_parquet(path, engine="pyarrow", write_index=True, overwrite=overwrite,
-                      schema=_object_types(df),
-                      storage_options=dict(storage_options) if storage_options else None)
+        df.to_parquet(
+            path,
+            engine="pyarrow",
+            write_index=True,
+            overwrite=overwrite,
+            schema=_object_types(df),
+            storage_options=dict(storage_options) if storage_options else None,
+        )
     return path if "://" in path else Path(path)
 
 
@@ -226,7 +239,8 @@ def _object_types(df):
     """The ``schema`` of ``to_parquet``: Dask's inference (``"infer"``), or, where the frame has
     ``object`` columns (Spark's structs and lists, read back by Dask), pyarrow's of each partition
     (None): Dask would infer theirs from its placeholder objects, which Arrow cannot convert."""
-    return None if any(t == object for t in df.dtypes) else "infer"
+    # dtype equality (a NumPy dtype equals ``object``), not a type check
+    return None if any(t == object for t in df.dtypes) else "infer"  # noqa: E721
 
 
 def write_labels_parquet(labels, path, column: str = "cluster") -> Path:

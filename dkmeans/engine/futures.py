@@ -20,10 +20,16 @@ from concurrent.futures import CancelledError
 
 from distributed import wait
 
+from dkmeans import config
 from dkmeans.engine.health import lost_worker_grace, lost_workers, note_interrupt
 from dkmeans.engine.workers import worker_info
-from dkmeans import config
-from dkmeans.errors import ClusterError, ClusterRestartedError, InputLostError, NoWorkersError, WorkersPausedError
+from dkmeans.errors import (
+    ClusterError,
+    ClusterRestartedError,
+    InputLostError,
+    NoWorkersError,
+    WorkersPausedError,
+)
 
 #: Paused workers are asked to release their allocators' memory at most this often (s).
 RELEASE_EVERY = 5.0
@@ -49,8 +55,9 @@ def stall_timeout() -> float:
     return config.get("stall-timeout")
 
 
-def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = False,
-           on_poll=None):
+def gather(
+    client, futures, inputs=(), generation=None, stalled_workers: bool = False, on_poll=None
+):
     """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
 
     * Every worker gone for longer than :func:`worker_timeout`: the futures are
@@ -96,7 +103,9 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
             if on_poll is not None:
                 on_poll()
             paused = _paused_workers(client)
-            if client.nthreads() and paused is None:  # workers running: lost chunks are recomputed, keep waiting
+            if (
+                client.nthreads() and paused is None
+            ):  # workers running: lost chunks are recomputed, keep waiting
                 no_workers_since = None
                 stalled = _stalled(client, futures)
                 if stalled is None:
@@ -147,7 +156,9 @@ def gather(client, futures, inputs=(), generation=None, stalled_workers: bool = 
         cancel_quietly(client, futures)  # the caller was interrupted: its tasks stop being run
         raise
     except CancelledError as exc:
-        restarted = generation is not None and getattr(client, "generation", generation) != generation
+        restarted = (
+            generation is not None and getattr(client, "generation", generation) != generation
+        )
         raise _cancelled_error(exc, inputs, restarted) from exc
     return results[0] if single else results
 
@@ -173,8 +184,11 @@ def _paused_workers(client):
         return None
     if not workers or any(w.get("status", "running") != "paused" for w in workers.values()):
         return None
-    return [f"{addr}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
-            f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB" for addr, w in workers.items()]
+    return [
+        f"{addr}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+        f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB"
+        for addr, w in workers.items()
+    ]
 
 
 def _stalled(client, futures):
@@ -202,12 +216,16 @@ def _stalled(client, futures):
     for f in pending[:3]:
         addr = where.get(f.key)
         if addr is None:
-            notes.append(f"task {f.key!r} (pending, on no worker: it waits for its inputs or a free worker)")
+            notes.append(
+                f"task {f.key!r} (pending, on no worker: it waits for its inputs or a free worker)"
+            )
         else:
             w = workers.get(addr, {})
-            notes.append(f"task {f.key!r} (processing on {addr}, which is {w.get('status', 'gone')} at "
-                         f"{int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
-                         f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB)")
+            notes.append(
+                f"task {f.key!r} (processing on {addr}, which is {w.get('status', 'gone')} at "
+                f"{int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+                f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB)"
+            )
     held = [a for a in paused if processing.get(a)]  # the paused workers holding tasks
     more = f" and {len(pending) - 3} more" if len(pending) > 3 else ""
 
@@ -215,13 +233,21 @@ def _stalled(client, futures):
         keys = [str(k) for k in processing.get(a, ())]
         if not keys:
             return "no task queued"
-        return f"{len(keys)} task(s) queued on it: " + ", ".join(repr(k) for k in keys[:3]) + (
-            ", ..." if len(keys) > 3 else "")
+        return (
+            f"{len(keys)} task(s) queued on it: "
+            + ", ".join(repr(k) for k in keys[:3])
+            + (", ..." if len(keys) > 3 else "")
+        )
 
-    message = (f"{'; '.join(notes)}{more}; paused workers: "
-               + ", ".join(f"{a} ({int(workers[a].get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
-                           f"{int(workers[a].get('memory_limit') or 0) / 2**20:.0f} MiB, {queued(a)})"
-                           for a in paused) + ".")
+    message = (
+        f"{'; '.join(notes)}{more}; paused workers: "
+        + ", ".join(
+            f"{a} ({int(workers[a].get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+            f"{int(workers[a].get('memory_limit') or 0) / 2**20:.0f} MiB, {queued(a)})"
+            for a in paused
+        )
+        + "."
+    )
     return {"paused": held or paused, "message": message}
 
 
@@ -237,7 +263,11 @@ def _release_paused(client, addresses) -> None:
 
 def _cancelled_error(exc, inputs, restarted=False):
     groups = getattr(exc, "error_groups", None)  # FuturesCancelledError: one reason per group
-    reason = " ".join(g.reason or "" for g in groups) if groups else (getattr(exc, "reason", None) or str(exc))
+    reason = (
+        " ".join(g.reason or "" for g in groups)
+        if groups
+        else (getattr(exc, "reason", None) or str(exc))
+    )
     if restarted or "restart" in reason:
         return ClusterRestartedError(
             "The Dask cluster was restarted (client.restart()) while dkmeans was using it, which dropped the "
@@ -251,4 +281,6 @@ def _cancelled_error(exc, inputs, restarted=False):
             "(dask.array.from_array, from_zarr, dask.dataframe.read_parquet, ...) so that lost chunks are "
             "recomputed, or replicate scattered data (client.scatter(..., broadcast=True))."
         )
-    return ClusterError(f"The Dask cluster cancelled this computation (reason: {reason}); run it again.")
+    return ClusterError(
+        f"The Dask cluster cancelled this computation (reason: {reason}); run it again."
+    )

@@ -31,8 +31,9 @@ from dkmeans.errors import NoWorkersError
 
 #: How the scheduler's stimulus of a worker's removal reads, for those that mean it died.
 _DIED = {
-    "handle-worker-cleanup": ("its connection closed without the worker closing: the process died "
-                              "or was killed"),
+    "handle-worker-cleanup": (
+        "its connection closed without the worker closing: the process died or was killed"
+    ),
     "check-worker-ttl": "it sent no heartbeat for distributed.scheduler.worker-ttl",
     "worker-send-comm-fail": "the scheduler could not reach it",
     "send-all-comm-fail": "the scheduler could not reach it",
@@ -75,15 +76,19 @@ class LostWorkers:
         detail = "; ".join(f"{', '.join(addresses)}: {why}" for why, addresses in reasons.items())
         interrupt = ""
         if _last_interrupt and abs(self.since - _last_interrupt[0]) <= INTERRUPT_WINDOW_S:
-            interrupt = (" They died as this process was interrupted: worker processes "
-                         "started from it (Client(n_workers=...), LocalCluster) share its "
-                         "process group and stop with Jupyter's interrupt or Ctrl-C (dkmeans' "
-                         "own cluster, started by dkmeans.get_client(), keeps its workers out "
-                         "of it).")
-        return (f"The Dask cluster at {self.scheduler} has no workers left: {len(self.dead)} of "
-                f"the {self.known} workers it had died and none came back ({detail}).{interrupt} "
-                f"Start workers again (a LocalCluster: close it and create a new one) and run "
-                f"again.")
+            interrupt = (
+                " They died as this process was interrupted: worker processes "
+                "started from it (Client(n_workers=...), LocalCluster) share its "
+                "process group and stop with Jupyter's interrupt or Ctrl-C (dkmeans' "
+                "own cluster, started by dkmeans.get_client(), keeps its workers out "
+                "of it)."
+            )
+        return (
+            f"The Dask cluster at {self.scheduler} has no workers left: {len(self.dead)} of "
+            f"the {self.known} workers it had died and none came back ({detail}).{interrupt} "
+            f"Start workers again (a LocalCluster: close it and create a new one) and run "
+            f"again."
+        )
 
 
 def lost_workers(client) -> LostWorkers | None:
@@ -112,8 +117,9 @@ def lost_workers(client) -> LostWorkers | None:
         elif event.get("action") == "remove-worker" and address:
             present[address] = False
             stimulus = str(event.get("stimulus_id") or "")
-            why = next((text for prefix, text in _DIED.items() if stimulus.startswith(prefix)),
-                       None)
+            why = next(
+                (text for prefix, text in _DIED.items() if stimulus.startswith(prefix)), None
+            )
             last_died = why is not None and not event.get("expected")
             if last_died:
                 dead[address] = (why, float(timestamp))
@@ -124,9 +130,12 @@ def lost_workers(client) -> LostWorkers | None:
         # a cluster object in this process asks for no workers (scaled to zero): they were closed,
         # which the scheduler cannot tell from a death (the closed worker's connection drops)
         return None
-    return LostWorkers(scheduler=str(client.scheduler.address), known=len(present),
-                       dead=tuple((address, why) for address, (why, _) in sorted(dead.items())),
-                       since=max(t for _, t in dead.values()))
+    return LostWorkers(
+        scheduler=str(client.scheduler.address),
+        known=len(present),
+        dead=tuple((address, why) for address, (why, _) in sorted(dead.items())),
+        since=max(t for _, t in dead.values()),
+    )
 
 
 def raise_if_lost(client) -> None:

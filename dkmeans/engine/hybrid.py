@@ -10,15 +10,16 @@ either mode (rows keep their global indices).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import dask.array as da
 import numpy as np
 
 from dkmeans.engine.persisted import PersistedData
-from dkmeans.engine.streamed import StreamedData
 from dkmeans.engine.protocol import InCallerLoop, SummedLabels
+from dkmeans.engine.streamed import StreamedData
 
 
 class HybridData(SummedLabels, InCallerLoop):
@@ -64,25 +65,43 @@ class HybridData(SummedLabels, InCallerLoop):
         tail = self.tail.map_reduce(chunk_fn, combine_fn, args)
         return combine_fn([head.result(), tail])
 
-    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), state=None):
+    def map_reduce_stateful(
+        self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), state=None
+    ):
         head_state, tail_state = state if state is not None else (None, None)
-        head = self._pool.submit(self.head.map_reduce_stateful, chunk_fn, combine_fn, args, head_state)
+        head = self._pool.submit(
+            self.head.map_reduce_stateful, chunk_fn, combine_fn, args, head_state
+        )
         tail, tail_state = self.tail.map_reduce_stateful(chunk_fn, combine_fn, args, tail_state)
         head, head_state = head.result()
         return combine_fn([head, tail]), (head_state, tail_state)
 
-    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *, stop=None, on_state=None,
-             start_row: int = 0):
+    def fold(
+        self,
+        chunk_fn: Callable,
+        state: Any,
+        args: Sequence[Any] = (),
+        *,
+        stop=None,
+        on_state=None,
+        start_row: int = 0,
+    ):
         """The head's chunks, then the tail's, in row order (rows keep their global indices)."""
-        state = self.head.fold(chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row)
-        return self.tail.fold(chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row)
+        state = self.head.fold(
+            chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row
+        )
+        return self.tail.fold(
+            chunk_fn, state, args, stop=stop, on_state=on_state, start_row=start_row
+        )
 
     def row_state_bytes(self) -> float:
         """The streamed tail keeps no per-row state for a whole loop."""
         return 0.0
 
     def state_column(self, state, name: str) -> da.Array:
-        return da.concatenate([self.head.state_column(state[0], name), self.tail.state_column(state[1], name)])
+        return da.concatenate(
+            [self.head.state_column(state[0], name), self.tail.state_column(state[1], name)]
+        )
 
     def rows(self, indices) -> np.ndarray:
         idx = np.asarray(indices, dtype=np.int64)

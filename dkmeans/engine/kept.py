@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 #: Keys whose states the registry holds at most (the oldest is dropped).
 MAX_KEYS = 4
 
 _lock = threading.Lock()
-_registry: "OrderedDict[str, dict]" = OrderedDict()  # key -> {(first row, rows): (tag, state)}
+_registry: OrderedDict[str, dict] = OrderedDict()  # key -> {(first row, rows): (tag, state)}
 
 
-def keep(key: str, tag: Any, offsets: Sequence[int], rows: Sequence[int], states: Sequence[Any]) -> None:
+def keep(
+    key: str, tag: Any, offsets: Sequence[int], rows: Sequence[int], states: Sequence[Any]
+) -> None:
     """Store each chunk's state (None: nothing) under ``key`` and ``tag``, replacing what the key held
     for these chunks."""
     with _lock:

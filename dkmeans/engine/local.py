@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextvars
 import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from dkmeans.kernels.namespace import concatenate_rows, get_namespace, to_host
 from dkmeans.engine import kept
 from dkmeans.engine.passes import first_chunk
 from dkmeans.engine.protocol import InCallerLoop, PrunableData
+from dkmeans.kernels.namespace import concatenate_rows, get_namespace, to_host
 
 
 class ChunkList(InCallerLoop, PrunableData):
@@ -35,16 +36,25 @@ class ChunkList(InCallerLoop, PrunableData):
     loop_mode = "in-process"
 
     def __init__(self, blocks, weights, offsets, dtype, n_features, n_rows=None, threads: int = 1):
-        self.blocks, self.weights, self.offsets = list(blocks), list(weights), tuple(int(o) for o in offsets)
+        self.blocks, self.weights, self.offsets = (
+            list(blocks),
+            list(weights),
+            tuple(int(o) for o in offsets),
+        )
         self.dtype, self.n_features = dtype, n_features
-        self.n_rows = int(sum(int(b.shape[0]) for b in self.blocks)) if n_rows is None else int(n_rows)
+        self.n_rows = (
+            int(sum(int(b.shape[0]) for b in self.blocks)) if n_rows is None else int(n_rows)
+        )
         self.passes = 0
         self.loop_modes: list[str] = []
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dkmeans-chunks") \
-            if threads > 1 and len(self.blocks) > 1 else None
+        self._pool = (
+            ThreadPoolExecutor(threads, thread_name_prefix="dkmeans-chunks")
+            if threads > 1 and len(self.blocks) > 1
+            else None
+        )
 
     @classmethod
-    def from_array(cls, X, weights=None, n_chunks: int = 1, threads: int = 1) -> "ChunkList":
+    def from_array(cls, X, weights=None, n_chunks: int = 1, threads: int = 1) -> ChunkList:
         """An in-memory array (and weights) as ``n_chunks`` row chunks of about equal size (views, no copy)."""
         import numpy as np
 
@@ -57,8 +67,14 @@ class ChunkList(InCallerLoop, PrunableData):
 
     _whole = None
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
-                      per_label: int = 0):
+    def labelled_pass(
+        self,
+        block_fn: Callable,
+        args: Sequence[Any] = (),
+        *,
+        keep_labels: bool = True,
+        per_label: int = 0,
+    ):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass` (the rows are here: labels kept)."""
         import numpy as np
 
@@ -69,7 +85,9 @@ class ChunkList(InCallerLoop, PrunableData):
             X, w = self._whole
             out = block_fn(X, *args, w)
         else:
-            out = np.concatenate(self._each(lambda X, w: block_fn(X, *args, w), self.blocks, self.weights))
+            out = np.concatenate(
+                self._each(lambda X, w: block_fn(X, *args, w), self.blocks, self.weights)
+            )
         labels = out[:, 0].astype(np.int32) if keep_labels else None
         if per_label:
             return labels, float(out[:, 1].sum()), to_host(label_sums(out, per_label))
@@ -82,7 +100,10 @@ class ChunkList(InCallerLoop, PrunableData):
         """
         if self._pool is None:
             return [fn(*items) for items in zip(*per_chunk)]
-        futures = [self._pool.submit(contextvars.copy_context().run, fn, *items) for items in zip(*per_chunk)]
+        futures = [
+            self._pool.submit(contextvars.copy_context().run, fn, *items)
+            for items in zip(*per_chunk)
+        ]
         return [f.result() for f in futures]
 
     @property
@@ -91,8 +112,16 @@ class ChunkList(InCallerLoop, PrunableData):
 
     def _local(self, chunk_fn, combine_fn, args):
         self.passes += 1
-        return to_host(combine_fn(self._each(lambda X, w, o: chunk_fn(X, w, o, *args), self.blocks, self.weights,
-                                             self.offsets)))
+        return to_host(
+            combine_fn(
+                self._each(
+                    lambda X, w, o: chunk_fn(X, w, o, *args),
+                    self.blocks,
+                    self.weights,
+                    self.offsets,
+                )
+            )
+        )
 
     def _combine(self, value, combine_fn):
         """The combined value of every holder of chunks (here: this one)."""
@@ -102,17 +131,32 @@ class ChunkList(InCallerLoop, PrunableData):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over the chunks (host memory)."""
         return self._combine(self._local(chunk_fn, combine_fn, args), combine_fn)
 
-    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), state=None):
+    def map_reduce_stateful(
+        self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), state=None
+    ):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.map_reduce_stateful`; the state is a list per chunk."""
         self.passes += 1
         previous = state if state is not None else [None] * len(self.blocks)
-        outputs = self._each(lambda X, w, o, s: chunk_fn(X, w, o, s, *args), self.blocks, self.weights,
-                             self.offsets, previous)
+        outputs = self._each(
+            lambda X, w, o, s: chunk_fn(X, w, o, s, *args),
+            self.blocks,
+            self.weights,
+            self.offsets,
+            previous,
+        )
         value = to_host(combine_fn([out for _, out in outputs]))
         return self._combine(value, combine_fn), [new for new, _ in outputs]
 
-    def fold(self, chunk_fn: Callable, state, args: Sequence[Any] = (), *, stop=None, on_state=None,
-             start_row: int = 0):
+    def fold(
+        self,
+        chunk_fn: Callable,
+        state,
+        args: Sequence[Any] = (),
+        *,
+        stop=None,
+        on_state=None,
+        start_row: int = 0,
+    ):
         """A sequential pass over the chunks in row order (``on_state`` after, ``stop`` before, each chunk)."""
         self.passes += 1
         first = first_chunk(self.offsets, [X.shape[0] for X in self.blocks], start_row)
@@ -157,7 +201,7 @@ class ChunkList(InCallerLoop, PrunableData):
         for i in np.asarray(indices, dtype=np.int64).ravel():
             for X, o in zip(self.blocks, self.offsets):
                 if o <= i < o + X.shape[0]:
-                    out.append(to_host(X[int(i - o):int(i - o) + 1]))
+                    out.append(to_host(X[int(i - o) : int(i - o) + 1]))
                     break
             else:
                 raise IndexError(f"row {int(i)} is not held here")
@@ -179,7 +223,9 @@ class LocalChunks(ChunkList):
 
     def __init__(self, blocks, weights, offsets, dtype, n_features):
         blocks, weights = list(blocks), list(weights)
-        if len(blocks) > 1:  # one contiguous array: one kernel call per pass instead of one per chunk
+        if (
+            len(blocks) > 1
+        ):  # one contiguous array: one kernel call per pass instead of one per chunk
             blocks = [concatenate_rows(blocks)]
             weights = [None if weights[0] is None else concatenate_rows(weights)]
             offsets = (0,)

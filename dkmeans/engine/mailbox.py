@@ -21,7 +21,8 @@ import asyncio
 import queue
 import threading
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -109,11 +110,19 @@ def install(client) -> None:
 
 
 async def _post(worker, address: str, token: str, rank: int, message: tuple) -> None:
-    await getattr(worker.rpc(address), HANDLER)(token=token, rank=rank, message=message, reply=False)
+    await getattr(worker.rpc(address), HANDLER)(
+        token=token, rank=rank, message=message, reply=False
+    )
 
 
-def send(worker, address: str, token: str, rank: int, message: tuple,
-         on_error: Callable[[BaseException], None]) -> None:
+def send(
+    worker,
+    address: str,
+    token: str,
+    rank: int,
+    message: tuple,
+    on_error: Callable[[BaseException], None],
+) -> None:
     """Send ``message`` to rank ``rank`` of ``token`` on the worker at ``address`` (from a task thread).
 
     Does not wait: the message goes out from the worker's event loop. A failure to send
@@ -122,8 +131,9 @@ def send(worker, address: str, token: str, rank: int, message: tuple,
     if address == worker.address:
         deliver(token, rank, message)
         return
-    future = asyncio.run_coroutine_threadsafe(_post(worker, address, token, rank, message),
-                                              worker.loop.asyncio_loop)
+    future = asyncio.run_coroutine_threadsafe(
+        _post(worker, address, token, rank, message), worker.loop.asyncio_loop
+    )
 
     def sent(done):
         if not done.cancelled() and done.exception() is not None:

@@ -48,11 +48,11 @@ from dataclasses import dataclass, field
 import dask
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 
-from dkmeans.engine.workers import worker_info
 from dkmeans import config
 from dkmeans.engine.futures import worker_timeout
 from dkmeans.engine.health import raise_if_lost
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
+from dkmeans.engine.workers import worker_info
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
 from dkmeans.kernels.plans import KernelPlan
 from dkmeans.kernels.warm import prepare
@@ -94,13 +94,15 @@ class MemoryBudget:
     plan: KernelPlan | None = None
 
     @classmethod
-    def of(cls, client, scratch_bytes: int = 0, centroid_bytes: int = 0, kernels: tuple | None = None
-           ) -> "MemoryBudget":
+    def of(
+        cls, client, scratch_bytes: int = 0, centroid_bytes: int = 0, kernels: tuple | None = None
+    ) -> MemoryBudget:
         """The budget of ``client``'s cluster as the scheduler reports it now.
 
         ``kernels``: ``(plan, dtype, n_features)``, the fit's kernel plan
         (:class:`~dkmeans.kernels.plans.KernelPlan`) and its rows, for which every worker is
-        prepared first (:func:`prepare_worker`) so that the kernels' memory is counted. Where a worker's own memory cuts into its task budget, the
+        prepared first (:func:`prepare_worker`) so that the kernels' memory is counted. Where a
+        worker's own memory cuts into its task budget, the
         workers first release the memory their allocators keep (see the module docstring).
         """
         for attempt in range(MEASURE_ATTEMPTS):
@@ -121,8 +123,9 @@ class MemoryBudget:
         return cls._measured(client, worker_info(client), scratch_bytes, centroid_bytes, kernels)
 
     @classmethod
-    def _measured(cls, client, info: dict, scratch_bytes: int, centroid_bytes: int,
-                  kernels: tuple | None) -> "MemoryBudget":
+    def _measured(
+        cls, client, info: dict, scratch_bytes: int, centroid_bytes: int, kernels: tuple | None
+    ) -> MemoryBudget:
         """The budget of the workers in ``info`` (see :meth:`of`), measured now."""
         plan = None
         if kernels is not None:
@@ -140,7 +143,9 @@ class MemoryBudget:
                 budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
             budget = cls._from_info(info, scratch_bytes, centroid_bytes)
-            if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits) or _paused(info):
+            if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits) or _paused(
+                info
+            ):
                 client.run(release_memory)
                 info = _next_reports(client, info)
                 budget = cls._from_info(info, scratch_bytes, centroid_bytes)
@@ -154,13 +159,16 @@ class MemoryBudget:
                 "memory each."
             )
         if paused:  # plan with the workers that run tasks; the paused ones get none of ours
-            budget = dataclasses.replace(budget, limits={a: v for a, v in budget.limits.items() if a not in paused})
+            budget = dataclasses.replace(
+                budget, limits={a: v for a, v in budget.limits.items() if a not in paused}
+            )
         budget = dataclasses.replace(budget, plan=plan)
         return budget
 
     @classmethod
-    def _from_info(cls, info: dict, scratch_bytes: int, centroid_bytes: int = 0, rss: dict | None = None
-                   ) -> "MemoryBudget":
+    def _from_info(
+        cls, info: dict, scratch_bytes: int, centroid_bytes: int = 0, rss: dict | None = None
+    ) -> MemoryBudget:
         """The budget from the scheduler's worker info; ``rss``: process memory measured on the workers just now."""
         limits = {addr: int(w.get("memory_limit") or 0) or HOST_MEMORY for addr, w in info.items()}
         unmanaged = {}
@@ -171,17 +179,25 @@ class MemoryBudget:
         return cls(limits, int(scratch_bytes), unmanaged, int(centroid_bytes))
 
     def _nominal_task(self, address: str) -> float:
-        return max(0.0, config.get("memory.task-fraction") * self.limits[address]
-                   - self.scratch_bytes - self.centroid_bytes)
+        return max(
+            0.0,
+            config.get("memory.task-fraction") * self.limits[address]
+            - self.scratch_bytes
+            - self.centroid_bytes,
+        )
 
     def _one_task(self, address: str) -> float:
         limit = self.limits[address]
         pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
         below_pause = float(pause) * limit - self.unmanaged.get(address, 0)
-        return max(0.0, min(config.get("memory.task-fraction") * limit, below_pause)
-                   - self.scratch_bytes - self.centroid_bytes)
+        return max(
+            0.0,
+            min(config.get("memory.task-fraction") * limit, below_pause)
+            - self.scratch_bytes
+            - self.centroid_bytes,
+        )
 
-    def remeasured(self, client) -> "MemoryBudget":
+    def remeasured(self, client) -> MemoryBudget:
         """This budget's workers measured again now, after releasing what their allocators keep."""
         rss = client.run(_release_and_measure, workers=list(self.limits))
         info = {a: w for a, w in worker_info(client).items() if a in self.limits}
@@ -196,8 +212,12 @@ class MemoryBudget:
     def persist_bytes(self) -> float:
         """Bytes of data the cluster keeps persisted at most."""
         fraction = config.get("memory.persist-fraction")
-        return float(sum(max(0.0, fraction * limit - self.unmanaged.get(addr, 0) - self.centroid_bytes)
-                         for addr, limit in self.limits.items()))
+        return float(
+            sum(
+                max(0.0, fraction * limit - self.unmanaged.get(addr, 0) - self.centroid_bytes)
+                for addr, limit in self.limits.items()
+            )
+        )
 
     def per_worker(self) -> dict:
         """:meth:`task_bytes` of every worker, by address."""
@@ -238,7 +258,8 @@ KERNELS_BYTES = 300 * 2**20
 
 
 def _kernels_loaded(dtype, n_features: int) -> tuple[bool, int]:
-    """Whether this worker has the compiled kernels of ``(dtype, n_features)`` loaded, and its memory after a release."""
+    """Whether this worker has the compiled kernels of ``(dtype, n_features)`` loaded, and its
+    memory after a release."""
     import psutil
 
     release_memory()
@@ -266,7 +287,9 @@ async def _prepare_in_thread(plan, dtype, n_features: int) -> int:
     loop, which stays free for heartbeats and transfers during a compilation of several seconds)."""
     import asyncio
 
-    return await asyncio.get_running_loop().run_in_executor(None, prepare_worker, plan, dtype, n_features)
+    return await asyncio.get_running_loop().run_in_executor(
+        None, prepare_worker, plan, dtype, n_features
+    )
 
 
 def _paused(info: dict) -> list:
@@ -274,9 +297,11 @@ def _paused(info: dict) -> list:
 
 
 def _describe(info: dict) -> str:
-    return "; ".join(f"{a}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
-                     f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB, {w.get('status', 'running')}"
-                     for a, w in info.items())
+    return "; ".join(
+        f"{a}: {int(w.get('metrics', {}).get('memory', 0)) / 2**20:.0f} MiB of "
+        f"{int(w.get('memory_limit') or 0) / 2**20:.0f} MiB, {w.get('status', 'running')}"
+        for a, w in info.items()
+    )
 
 
 #: How often a wait for workers looks whether the cluster's workers died (s).
@@ -353,9 +378,12 @@ def check_chunks_fit(chunk_bytes, budget: MemoryBudget, what: str = "input") -> 
             f"One chunk of the {what} takes {_mib(largest)} in memory, more than a worker's budget for one task: "
             f"{_mib(allowed)} (at most {config.get('memory.task-fraction'):g} of the smallest "
             f"worker's memory limit {_mib(smallest_limit)} and of its room below the pause threshold, less "
-            f"{_mib(budget.scratch_bytes)} of kernel scratch and {_mib(budget.centroid_bytes)} for the centroids). Nothing was run. Use smaller chunks (a Dask array: X.rechunk({{0: rows}}); a Dask DataFrame: "
-            f"df.repartition(partition_size='{max(1, int(allowed / 2 / 2**20))}MiB'); Parquet: smaller row groups "
-            f"or files), give the workers more memory, or raise the Dask config {config.name('memory.task-fraction')!r}."
+            f"{_mib(budget.scratch_bytes)} of kernel scratch and {_mib(budget.centroid_bytes)} "
+            "for the centroids). Nothing was run. Use smaller chunks (a Dask array: "
+            "X.rechunk({0: rows}); a Dask DataFrame: "
+            f"df.repartition(partition_size='{max(1, int(allowed / 2 / 2**20))}MiB'); "
+            "Parquet: smaller row groups or files), give the workers more memory, or raise the "
+            f"Dask config {config.name('memory.task-fraction')!r}."
         )
 
 

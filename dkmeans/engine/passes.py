@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import uuid
 import warnings
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
@@ -19,7 +20,6 @@ from dask.sizeof import sizeof
 from dask.task_spec import DataNode, List, Task, TaskRef
 
 from dkmeans.kernels.namespace import to_host
-
 
 #: A task argument larger than this (the centroids at large k, a loop's state) goes into a
 #: graph once, as a data key its tasks reference, rather than as a copy inside every task.
@@ -75,8 +75,9 @@ def combine_task(combine_fn, *parts):
     return combine_fn([p[0] for p in parts]), max(p[1] for p in parts)
 
 
-def add_reduction_tree(layers: dict, deps: dict, current: list, combine_fn: Callable, token: str,
-                       fan_in: int = 8) -> list:
+def add_reduction_tree(
+    layers: dict, deps: dict, current: list, combine_fn: Callable, token: str, fan_in: int = 8
+) -> list:
     """Add combine layers over the task keys ``current`` until at most ``fan_in`` remain; return those keys."""
     level = 0
     while len(current) > fan_in:
@@ -84,7 +85,9 @@ def add_reduction_tree(layers: dict, deps: dict, current: list, combine_fn: Call
         for g in range(0, len(current), fan_in):
             group = current[g : g + fan_in]
             key = f"dkmeans-combine-{token}-{level}-{g // fan_in}"
-            layers[key] = MaterializedLayer({key: Task(key, combine_task, combine_fn, *[TaskRef(k) for k in group])})
+            layers[key] = MaterializedLayer(
+                {key: Task(key, combine_task, combine_fn, *[TaskRef(k) for k in group])}
+            )
             deps[key] = set(group)
             nxt.append(key)
         current = nxt
@@ -103,12 +106,25 @@ def first_chunk(offsets: Sequence[int], chunk_rows: Sequence[int], start_row: in
     return int(np.searchsorted(ends, int(start_row), side="right"))
 
 
-def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offsets: Sequence[int],
-                chunk_fn: Callable, state: Any, args: Sequence[Any], *, window: int,
-                stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
-                first: int = 0, source_layers: dict | None = None, source_deps: dict | None = None,
-                parents: set | None = None, gather_fn: Callable | None = None,
-                on_window: Callable[[int], None] | None = None) -> Any:
+def fold_chunks(
+    client,
+    n_chunks: int,
+    chunk_refs: Callable[[int], list],
+    offsets: Sequence[int],
+    chunk_fn: Callable,
+    state: Any,
+    args: Sequence[Any],
+    *,
+    window: int,
+    stop: Callable[[Any], bool] | None = None,
+    on_state: Callable[[Any], None] | None = None,
+    first: int = 0,
+    source_layers: dict | None = None,
+    source_deps: dict | None = None,
+    parents: set | None = None,
+    gather_fn: Callable | None = None,
+    on_window: Callable[[int], None] | None = None,
+) -> Any:
     """A sequential pass over chunks ``first, first + 1, ...`` in row order, ``window`` chunks per graph.
 
     Each graph chains ``window`` tasks: task ``i`` takes chunk ``i`` (``chunk_refs(i)``:
@@ -136,7 +152,9 @@ def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offset
             prev_arg = head if previous is None else List(TaskRef(previous))
             task = Task(key, fold_task, chunk_fn, shared, int(offsets[i]), prev_arg, *chunk_refs(i))
             layers[key] = MaterializedLayer({key: task})
-            deps[key] = set(parents or ()) | needs | ({previous} if previous is not None else head_needs)
+            deps[key] = (
+                set(parents or ()) | needs | ({previous} if previous is not None else head_needs)
+            )
             previous = key
         with submitting_own_graph():
             future = client.get(HighLevelGraph(layers, deps), [previous], sync=False)[0]
@@ -148,5 +166,13 @@ def fold_chunks(client, n_chunks: int, chunk_refs: Callable[[int], list], offset
     return state
 
 
-__all__ = ["SHARED_ARG_BYTES", "add_reduction_tree", "combine_task", "first_chunk", "fold_chunks", "fold_task",
-           "submitting_own_graph", "task_args"]
+__all__ = [
+    "SHARED_ARG_BYTES",
+    "add_reduction_tree",
+    "combine_task",
+    "first_chunk",
+    "fold_chunks",
+    "fold_task",
+    "submitting_own_graph",
+    "task_args",
+]

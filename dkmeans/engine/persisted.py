@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -40,19 +41,25 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 from distributed import futures_of, get_worker, wait
 
-from dkmeans.engine.device import beside_rows
-from dkmeans.engine.workers import worker_info
 from dkmeans import config
-from dkmeans.kernels.namespace import to_host
+from dkmeans.engine import kept, spmd
+from dkmeans.engine.balance import balance_rows, spread_rows
+from dkmeans.engine.device import beside_rows
 from dkmeans.engine.futures import cancel_quietly, gather
 from dkmeans.engine.health import note_interrupt
 from dkmeans.engine.local import reraise_warnings, run_in_one_task, split_blocks
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, group_by_bytes
-from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
-from dkmeans.engine.balance import balance_rows, spread_rows
-from dkmeans.engine import kept, spmd
+from dkmeans.engine.passes import (
+    add_reduction_tree,
+    first_chunk,
+    fold_chunks,
+    submitting_own_graph,
+    task_args,
+)
 from dkmeans.engine.protocol import PrunableData
 from dkmeans.engine.spmd import SpmdUnavailable, spmd_enabled
+from dkmeans.engine.workers import worker_info
+from dkmeans.kernels.namespace import to_host
 
 logger = logging.getLogger("dkmeans")
 
@@ -65,8 +72,18 @@ def single_task_work() -> float:
     return config.get("single-task-work")
 
 
-def _run_on_worker(chunk_fn, combine_fn, args, chunk_ids, offsets, has_weights, planned_worker, stateful, n_blocks,
-                   *refs):
+def _run_on_worker(
+    chunk_fn,
+    combine_fn,
+    args,
+    chunk_ids,
+    offsets,
+    has_weights,
+    planned_worker,
+    stateful,
+    n_blocks,
+    *refs,
+):
     """Apply ``chunk_fn`` to each local chunk and combine the results (runs on a worker).
 
     ``refs`` holds the chunk blocks (``X_i`` or ``X_i, w_i`` pairs), then, for a stateful
@@ -149,8 +166,15 @@ class PersistedData(PrunableData):
     kind = "persisted"
     in_memory = True
 
-    def __init__(self, client, X: da.Array, weights: da.Array | None = None, budget: MemoryBudget | None = None,
-                 first_row: int = 0, row_bytes: float | None = None):
+    def __init__(
+        self,
+        client,
+        X: da.Array,
+        weights: da.Array | None = None,
+        budget: MemoryBudget | None = None,
+        first_row: int = 0,
+        row_bytes: float | None = None,
+    ):
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
         self.client = client
@@ -173,7 +197,9 @@ class PersistedData(PrunableData):
                 if any(np.isnan(c) for c in X.chunks[0]):
                     X = X.compute_chunk_sizes()
                     if weights is not None:
-                        weights = da.Array(weights.dask, weights.name, (X.chunks[0],), weights.dtype)
+                        weights = da.Array(
+                            weights.dask, weights.name, (X.chunks[0],), weights.dtype
+                        )
                 X, weights = spread_rows(client, X, weights)
                 # Placement is read from where the chunks are, so wait until they are there.
                 wait(futures_of(X) + (futures_of(weights) if weights is not None else []))
@@ -182,8 +208,9 @@ class PersistedData(PrunableData):
                 wait(futures)
         except KeyboardInterrupt:  # interrupted while persisting: the chunks leave the cluster now
             note_interrupt()
-            cancel_quietly(client, futures_of(X) + (futures_of(weights) if weights is not None
-                                                    else []))
+            cancel_quietly(
+                client, futures_of(X) + (futures_of(weights) if weights is not None else [])
+            )
             raise
         self.X = X
         self.weights = weights
@@ -191,7 +218,9 @@ class PersistedData(PrunableData):
         self.n_features = int(X.shape[1])
         self.dtype = X.dtype
         self.chunk_rows = tuple(int(c) for c in X.chunks[0])
-        self.offsets = tuple(int(first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]]))
+        self.offsets = tuple(
+            int(first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]])
+        )
         self.first_row = int(first_row)
         self._x_keys = [k[0] for k in X.__dask_keys__()]
         self._w_keys = list(weights.__dask_keys__()) if weights is not None else None
@@ -203,7 +232,9 @@ class PersistedData(PrunableData):
         self.passes = 0
         self.loop_modes: list[str] = []
         self._spmd_failed = False
-        self._kept: dict[str, tuple] = {}  # keep_state's states of graph-mode loops: key -> (tag, ChunkState)
+        self._kept: dict[
+            str, tuple
+        ] = {}  # keep_state's states of graph-mode loops: key -> (tag, ChunkState)
         self._on_progress = None
 
     @property
@@ -245,8 +276,10 @@ class PersistedData(PrunableData):
             groups = []
             for addr, chunk_ids in sorted(held.items()):
                 threads = max(1, int(info.get(addr, {}).get("nthreads", 1)))
-                groups += [(addr, [int(i) for i in part])
-                           for part in np.array_split(np.asarray(chunk_ids), min(threads, len(chunk_ids)))]
+                groups += [
+                    (addr, [int(i) for i in part])
+                    for part in np.array_split(np.asarray(chunk_ids), min(threads, len(chunk_ids)))
+                ]
             self._placement = groups
         return self._placement
 
@@ -255,12 +288,24 @@ class PersistedData(PrunableData):
         per_row = self.nbytes / max(1, self.n_rows)
         chunk_bytes = [r * per_row for r in self.chunk_rows]
         budgets = self.budget.per_worker()
-        return [(addr, part) for addr, chunk_ids in self.placement()
-                for part in group_by_bytes(chunk_ids, chunk_bytes, budgets.get(addr, self.budget.task_bytes()))]
+        return [
+            (addr, part)
+            for addr, chunk_ids in self.placement()
+            for part in group_by_bytes(
+                chunk_ids, chunk_bytes, budgets.get(addr, self.budget.task_bytes())
+            )
+        ]
 
     # -- one pass ------------------------------------------------------------------
-    def build_pass_graph(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
-                         fan_in: int = 8, state: ChunkState | None = None, stateful: bool = False):
+    def build_pass_graph(
+        self,
+        chunk_fn: Callable,
+        combine_fn: Callable,
+        args: Sequence[Any] = (),
+        fan_in: int = 8,
+        state: ChunkState | None = None,
+        stateful: bool = False,
+    ):
         """The graph of one pass: ``(graph, result_keys, state_keys)``; see :meth:`map_reduce`."""
         chunk_fn = self._planned(chunk_fn)
         token = uuid.uuid4().hex[:12]
@@ -276,8 +321,20 @@ class PersistedData(PrunableData):
             if state is not None:
                 refs.extend(TaskRef(k) for k in state.keys_for(chunk_ids))
             offsets = tuple(self.offsets[i] for i in chunk_ids)
-            task = Task(key, _run_on_worker, chunk_fn, combine_fn, shared, tuple(chunk_ids), offsets,
-                        self.has_weights, addr, stateful, n_blocks, *refs)
+            task = Task(
+                key,
+                _run_on_worker,
+                chunk_fn,
+                combine_fn,
+                shared,
+                tuple(chunk_ids),
+                offsets,
+                self.has_weights,
+                addr,
+                stateful,
+                n_blocks,
+                *refs,
+            )
             annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
             layers[key] = MaterializedLayer({key: task}, annotations=annotations)
             deps[key] = set(needs)
@@ -296,7 +353,9 @@ class PersistedData(PrunableData):
             self._placement = None
         return combine_fn([value for value, _ in parts])
 
-    def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), fan_in: int = 8):
+    def map_reduce(
+        self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (), fan_in: int = 8
+    ):
         """Run ``chunk_fn(X_i, w_i, row_offset_i, *args)`` on every chunk; return the combined result.
 
         ``combine_fn(list_of_results)`` must be associative; it runs on each worker over
@@ -307,21 +366,31 @@ class PersistedData(PrunableData):
         self.passes += 1
         with submitting_own_graph():
             futures = self.client.get(graph, keys, sync=False)
-        return self._finish(gather(self.client, futures, self._futures, self.generation), combine_fn)
+        return self._finish(
+            gather(self.client, futures, self._futures, self.generation), combine_fn
+        )
 
-    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
-                            state: ChunkState | None = None, fan_in: int = 8):
+    def map_reduce_stateful(
+        self,
+        chunk_fn: Callable,
+        combine_fn: Callable,
+        args: Sequence[Any] = (),
+        state: ChunkState | None = None,
+        fan_in: int = 8,
+    ):
         """Like :meth:`map_reduce`, with per-chunk state that stays on the workers.
 
         ``chunk_fn(X_i, w_i, row_offset_i, state_i, *args) -> (new_state_i, result_i)``;
         ``state_i`` is None in the first pass. Returns ``(combined_result, new_state)``.
         """
-        graph, keys, state_keys = self.build_pass_graph(chunk_fn, combine_fn, args, fan_in, state, stateful=True)
+        graph, keys, state_keys = self.build_pass_graph(
+            chunk_fn, combine_fn, args, fan_in, state, stateful=True
+        )
         self.passes += 1
         with submitting_own_graph():
             futures = self.client.get(graph, list(state_keys) + keys, sync=False)
         state_futures = dict(zip(state_keys, futures[: len(state_keys)]))
-        parts = gather(self.client, futures[len(state_keys):], self._futures, self.generation)
+        parts = gather(self.client, futures[len(state_keys) :], self._futures, self.generation)
         owner = {cid: key for key, cids in state_keys.items() for cid in cids}
         return self._finish(parts, combine_fn), ChunkState(state_futures, owner)
 
@@ -351,7 +420,9 @@ class PersistedData(PrunableData):
             return
         try:
             self.client.run(kept.drop, key, on_error="ignore")
-        except Exception as exc:  # a closed client: the workers' registries drop it later (MAX_KEYS)
+        except (
+            Exception
+        ) as exc:  # a closed client: the workers' registries drop it later (MAX_KEYS)
             logger.debug("could not drop kept state %s: %s", key, exc)
 
     def row_state_bytes(self) -> float:
@@ -369,7 +440,10 @@ class PersistedData(PrunableData):
         worker is faster, whatever the number of workers. Set the config to 0 to
         always spread passes.
         """
-        return self.n_rows * work_per_row <= single_task_work() and self.nbytes <= SINGLE_TASK_MAX_BYTES
+        return (
+            self.n_rows * work_per_row <= single_task_work()
+            and self.nbytes <= SINGLE_TASK_MAX_BYTES
+        )
 
     def _run_in_one_task(self, fn: Callable, args):
         """``fn(LocalChunks, *args)`` in one task: ``(result, passes)``.
@@ -386,8 +460,17 @@ class PersistedData(PrunableData):
         key = f"dkmeans-loop-{uuid.uuid4().hex[:12]}"
         layers, deps = {}, {}
         shared, needs = task_args(args, key, layers, deps)
-        task = Task(key, run_in_one_task, fn, shared, self.offsets, self.has_weights, self.dtype,
-                    self.n_features, *refs)
+        task = Task(
+            key,
+            run_in_one_task,
+            fn,
+            shared,
+            self.offsets,
+            self.has_weights,
+            self.dtype,
+            self.n_features,
+            *refs,
+        )
         annotations = {"workers": [addr], "allow_other_workers": True} if addr else None
         layers[key] = MaterializedLayer({key: task}, annotations=annotations)
         deps[key] = set(needs)
@@ -410,18 +493,28 @@ class PersistedData(PrunableData):
         """Whether every rank's chunks fit its worker's memory budget at once (an SPMD rank holds them all)."""
         per_row = self.nbytes / max(1, self.n_rows)
         budgets = self.budget.per_worker()
-        return all(sum(self.chunk_rows[i] for i in chunk_ids) * per_row <= budgets.get(addr, float("inf"))
-                   for addr, chunk_ids in self.placement())
+        return all(
+            sum(self.chunk_rows[i] for i in chunk_ids) * per_row <= budgets.get(addr, float("inf"))
+            for addr, chunk_ids in self.placement()
+        )
 
-    def run_loop(self, fn: Callable, args: Sequence[Any] = (), *, work_per_row: float = 0.0,
-                 on_progress: Callable[[dict], None] | None = None):
+    def run_loop(
+        self,
+        fn: Callable,
+        args: Sequence[Any] = (),
+        *,
+        work_per_row: float = 0.0,
+        on_progress: Callable[[dict], None] | None = None,
+    ):
         """``fn(data, *args)`` in one task, SPMD, or here with one graph per pass (see :meth:`loop_mode`).
 
         A block whose SPMD ranks cannot run together runs again here, one graph per pass
         (Dask makes that fault tolerant), and so do later loops on this data.
         """
         mode = self.loop_mode(work_per_row)
-        if mode != "graph":  # the loop runs in tasks: its kernels there under the plan (here, passes carry it)
+        if (
+            mode != "graph"
+        ):  # the loop runs in tasks: its kernels there under the plan (here, passes carry it)
             fn = self._planned(fn)
         if mode == "spmd":
             try:
@@ -449,16 +542,36 @@ class PersistedData(PrunableData):
     def rows(self, indices) -> np.ndarray:
         """The rows at these global indices (only the chunks holding them are read)."""
         local = np.asarray(indices, dtype=np.int64) - self.first_row
-        return to_host(gather(self.client, self.client.compute(self.X[local]), self._futures, self.generation))
+        return to_host(
+            gather(self.client, self.client.compute(self.X[local]), self._futures, self.generation)
+        )
 
-    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
-             stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
-             start_row: int = 0, window: int = 16):
+    def fold(
+        self,
+        chunk_fn: Callable,
+        state: Any,
+        args: Sequence[Any] = (),
+        *,
+        stop: Callable[[Any], bool] | None = None,
+        on_state: Callable[[Any], None] | None = None,
+        start_row: int = 0,
+        window: int = 16,
+    ):
         """A sequential pass over the persisted chunks in row order (the state moves, the chunks stay)."""
-        state = fold_chunks(self.client, self.n_chunks, self.chunk_refs_of, self.offsets, self._planned(chunk_fn),
-                            state, args, window=window, stop=stop, on_state=on_state,
-                            first=first_chunk(self.offsets, self.chunk_rows, start_row),
-                            gather_fn=lambda f: gather(self.client, f, self._futures, self.generation))
+        state = fold_chunks(
+            self.client,
+            self.n_chunks,
+            self.chunk_refs_of,
+            self.offsets,
+            self._planned(chunk_fn),
+            state,
+            args,
+            window=window,
+            stop=stop,
+            on_state=on_state,
+            first=first_chunk(self.offsets, self.chunk_rows, start_row),
+            gather_fn=lambda f: gather(self.client, f, self._futures, self.generation),
+        )
         self.passes += 1
         return state
 
@@ -471,23 +584,50 @@ class PersistedData(PrunableData):
         """The per-row array ``name`` of the chunk states, as a persisted Dask array with the data's row chunks."""
         token = f"dkmeans-state-{name}-{uuid.uuid4().hex[:12]}"
         keys = [f"{token}-{cid}" for cid in range(self.n_chunks)]
-        graph = {key: Task(key, _pick_state, TaskRef(state.keys_for([cid])[0]), cid, name)
-                 for cid, key in enumerate(keys)}
-        futures = self.client.get(HighLevelGraph({token: MaterializedLayer(graph)}, {token: set()}), keys, sync=False)
-        first = gather(self.client, futures[0], self._futures, self.generation) if futures else np.zeros(0)
-        blocks = [da.from_delayed(f, shape=(n,), dtype=first.dtype, meta=first[:0])
-                  for f, n in zip(futures, self.chunk_rows)]
-        return self.client.persist(da.concatenate(blocks)) if blocks else da.zeros((0,), dtype=np.int32)
+        graph = {
+            key: Task(key, _pick_state, TaskRef(state.keys_for([cid])[0]), cid, name)
+            for cid, key in enumerate(keys)
+        }
+        futures = self.client.get(
+            HighLevelGraph({token: MaterializedLayer(graph)}, {token: set()}), keys, sync=False
+        )
+        first = (
+            gather(self.client, futures[0], self._futures, self.generation)
+            if futures
+            else np.zeros(0)
+        )
+        blocks = [
+            da.from_delayed(f, shape=(n,), dtype=first.dtype, meta=first[:0])
+            for f, n in zip(futures, self.chunk_rows)
+        ]
+        return (
+            self.client.persist(da.concatenate(blocks))
+            if blocks
+            else da.zeros((0,), dtype=np.int32)
+        )
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
-                      per_label: int = 0):
+    def labelled_pass(
+        self,
+        block_fn: Callable,
+        args: Sequence[Any] = (),
+        *,
+        keep_labels: bool = True,
+        per_label: int = 0,
+    ):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: labels persisted beside the rows."""
         from dkmeans.engine.rowwise import labelled_pass
 
         self.passes += 1
-        return labelled_pass(self.client, self.X, self._planned(block_fn), args, self.weights,
-                             keep="persist" if keep_labels else "none", generation=self.generation,
-                             per_label=per_label)
+        return labelled_pass(
+            self.client,
+            self.X,
+            self._planned(block_fn),
+            args,
+            self.weights,
+            keep="persist" if keep_labels else "none",
+            generation=self.generation,
+            per_label=per_label,
+        )
 
     def release(self) -> None:
         """Drop the references that keep the persisted chunks in cluster memory."""

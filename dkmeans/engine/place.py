@@ -46,8 +46,15 @@ def _estimated_rows(client, X) -> int:
     return int(gather(client, client.compute(first))[0]) * X.numblocks[0]
 
 
-def _place(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
-               allow_hybrid: bool = True, plan=None):
+def _place(
+    client,
+    dataset,
+    weights,
+    out_of_core="auto",
+    n_clusters: int = 0,
+    allow_hybrid: bool = True,
+    plan=None,
+):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
     Where the size is not in the metadata (a Dask DataFrame of unknown partition
@@ -57,39 +64,66 @@ def _place(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
     take on each worker during a pass (:func:`~dkmeans.kernels.common.centroid_bytes`).
     """
     mode = out_of_core
-    budget = MemoryBudget.of(client, DEFAULT_SCRATCH_BYTES,
-                             centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize),
-                             kernels=None if plan is None or is_sparse_array(dataset.array)
-                             else (plan, dataset.array.dtype, dataset.n_features))
+    budget = MemoryBudget.of(
+        client,
+        DEFAULT_SCRATCH_BYTES,
+        centroid_bytes(n_clusters, dataset.n_features, dataset.array.dtype.itemsize),
+        kernels=None
+        if plan is None or is_sparse_array(dataset.array)
+        else (plan, dataset.array.dtype, dataset.n_features),
+    )
     overhead = 3.0 if dataset.frame is not None else 1.0  # Arrow -> pandas -> array while reading
     row_bytes = sparse_row_bytes(client, dataset.array)  # None: dense rows, n_features * itemsize
     # Parquet behind a dd.read_parquet frame: the engine reads it in row batches, row counts from the footers
     # (not with missing="skip": rows left out where Dask reads the partitions, which the footers do not count)
-    own_reader = dataset.frame is not None and not row_bytes and getattr(dataset, "missing", "error") == "error"
+    own_reader = (
+        dataset.frame is not None
+        and not row_bytes
+        and getattr(dataset, "missing", "error") == "error"
+    )
     source = parquet_source(dataset.frame, dataset.array.dtype) if own_reader else None
     if source is not None:
         streamed = StreamedData(client, None, weights, budget, source=source)
-        reading = 2 * streamed.read_cost.fixed * len(budget.limits)  # what each worker's reads keep in pools
-        if mode is False or (mode == "auto" and streamed.nbytes + reading <= budget.persist_bytes()):
+        reading = (
+            2 * streamed.read_cost.fixed * len(budget.limits)
+        )  # what each worker's reads keep in pools
+        if mode is False or (
+            mode == "auto" and streamed.nbytes + reading <= budget.persist_bytes()
+        ):
             return PersistedData(client, streamed.X, streamed.weights, budget)
     elif mode is False:
         return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
-    per_row = (row_bytes or dataset.n_features * dataset.array.dtype.itemsize) + (8 if weights is not None else 0)
+    per_row = (row_bytes or dataset.n_features * dataset.array.dtype.itemsize) + (
+        8 if weights is not None else 0
+    )
     if mode == "auto" and source is None:
         known = dataset.n_rows is not None
-        rows = dataset.n_rows if known else _estimated_rows(client, dataset.array) * SIZE_ESTIMATE_MARGIN
+        rows = (
+            dataset.n_rows
+            if known
+            else _estimated_rows(client, dataset.array) * SIZE_ESTIMATE_MARGIN
+        )
         if rows * per_row <= budget.persist_bytes():
             return PersistedData(client, dataset.array, weights, budget, row_bytes=row_bytes)
     if source is None:
-        streamed = StreamedData(client, dataset.array, weights, budget, read_overhead=overhead, row_bytes=row_bytes)
+        streamed = StreamedData(
+            client, dataset.array, weights, budget, read_overhead=overhead, row_bytes=row_bytes
+        )
     if streamed.chunk_rows is None:
-        if mode is True or _estimated_rows(client, dataset.array) * per_row * SIZE_ESTIMATE_MARGIN > \
-                HYBRID_MIN_SHARE ** -1 * budget.persist_bytes():
+        if (
+            mode is True
+            or _estimated_rows(client, dataset.array) * per_row * SIZE_ESTIMATE_MARGIN
+            > HYBRID_MIN_SHARE**-1 * budget.persist_bytes()
+        ):
             return streamed  # rows counted in the first pass: no pass of its own
     if mode == "auto" and streamed.nbytes <= budget.persist_bytes():
         return PersistedData(client, streamed.X, streamed.weights, budget, row_bytes=row_bytes)
-    logger.info("data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
-                "in every pass (out-of-core)", streamed.nbytes / 2**20, budget.persist_bytes() / 2**20)
+    logger.info(
+        "data of %.1f MiB exceeds the cluster's persist budget of %.1f MiB: reading it from its source "
+        "in every pass (out-of-core)",
+        streamed.nbytes / 2**20,
+        budget.persist_bytes() / 2**20,
+    )
     if mode == "auto" and allow_hybrid and source is None:  # files read in batches: all streamed
         # keep the leading chunks that fit persisted when they are a fair share of the data
         per_row = streamed.nbytes / max(1, streamed.n_rows)
@@ -98,10 +132,22 @@ def _place(client, dataset, weights, out_of_core="auto", n_clusters: int = 0,
         head_rows = int(np.sum(streamed.chunk_rows[:n_head]))
         if n_head and head_rows >= HYBRID_MIN_SHARE * streamed.n_rows:
             X, w = streamed.X, streamed.weights
-            head = PersistedData(client, X[:head_rows], None if w is None else w[:head_rows], budget,
-                                 row_bytes=row_bytes)
-            tail = StreamedData(client, X[head_rows:], None if w is None else w[head_rows:], budget,
-                                read_overhead=overhead, first_row=head_rows, row_bytes=row_bytes)
+            head = PersistedData(
+                client,
+                X[:head_rows],
+                None if w is None else w[:head_rows],
+                budget,
+                row_bytes=row_bytes,
+            )
+            tail = StreamedData(
+                client,
+                X[head_rows:],
+                None if w is None else w[head_rows:],
+                budget,
+                read_overhead=overhead,
+                first_row=head_rows,
+                row_bytes=row_bytes,
+            )
             return HybridData(head, tail)
     return streamed
 
@@ -127,8 +173,16 @@ def in_process_threads(dataset, weights) -> int | None:
     if nbytes <= limit:
         return 1
     if current_client() is None and (limit > 0 or in_daemon_process()):
-        return 1 if in_daemon_process() else max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                                 else (os.cpu_count() or 1))
+        return (
+            1
+            if in_daemon_process()
+            else max(
+                1,
+                len(os.sched_getaffinity(0))
+                if hasattr(os, "sched_getaffinity")
+                else (os.cpu_count() or 1),
+            )
+        )
     return None
 
 
@@ -146,9 +200,16 @@ def in_caller_rows(dataset, weights):
     lengths, or a larger array stay on the cluster.
     """
     X = dataset.array
-    if (not dataset.is_dask or dataset.local is not None or dataset.frame is not None
-            or dataset.unfiltered is not None or dataset.on_device or is_sparse_array(X)
-            or dataset.n_rows is None or any(math.isnan(c) for c in X.chunks[0])):
+    if (
+        not dataset.is_dask
+        or dataset.local is not None
+        or dataset.frame is not None
+        or dataset.unfiltered is not None
+        or dataset.on_device
+        or is_sparse_array(X)
+        or dataset.n_rows is None
+        or any(math.isnan(c) for c in X.chunks[0])
+    ):
         return None
     if weights is not None and not isinstance(weights, np.ndarray) and not hasattr(weights, "dask"):
         return None
@@ -158,7 +219,9 @@ def in_caller_rows(dataset, weights):
     w_bytes = 8 * dataset.n_rows if weights is not None else 0
     if dataset.n_rows * dataset.n_features * X.dtype.itemsize + w_bytes > limit:
         return None
-    if in_worker_task():  # a fit inside a task waits on its cluster (fit_client), never computes here
+    if (
+        in_worker_task()
+    ):  # a fit inside a task waits on its cluster (fit_client), never computes here
         return None
     arrays = [X] if weights is None or isinstance(weights, np.ndarray) else [X, weights]
     client = current_client()
@@ -176,15 +239,27 @@ def in_caller_rows(dataset, weights):
 
 def labels_like(labels, dataset):
     """Labels computed in this process for a Dask array input, as a Dask array chunked like its rows."""
-    if labels is None or not dataset.is_dask or hasattr(labels, "dask") or dataset.frame is not None:
+    if (
+        labels is None
+        or not dataset.is_dask
+        or hasattr(labels, "dask")
+        or dataset.frame is not None
+    ):
         return labels
     import dask.array as da
 
     return da.from_array(np.asarray(labels), chunks=(dataset.array.chunks[0],))
 
 
-def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0, allow_hybrid: bool = True,
-               plan=None):
+def place_data(
+    client,
+    dataset,
+    weights,
+    out_of_core="auto",
+    n_clusters: int = 0,
+    allow_hybrid: bool = True,
+    plan=None,
+):
     """The data protocol object for this fit: persisted if it fits the memory budget, else streamed.
 
     Where the size is not in the metadata (a Dask DataFrame of unknown partition lengths,
@@ -207,7 +282,6 @@ def place_data(client, dataset, weights, out_of_core="auto", n_clusters: int = 0
     return data
 
 
-
 def watch_passes(data, callback) -> None:
     """``callback`` gets the progress within each pass over ``data`` read from its source
     (out-of-core, or the streamed part of hybrid data): see
@@ -216,5 +290,13 @@ def watch_passes(data, callback) -> None:
     if callback is not None and isinstance(data, (StreamedData, HybridData)):
         data.watch_passes(callback)
 
-__all__ = ["HYBRID_MIN_SHARE", "SIZE_ESTIMATE_MARGIN", "in_caller_rows", "in_process_threads", "labels_like",
-           "place_data", "watch_passes"]
+
+__all__ = [
+    "HYBRID_MIN_SHARE",
+    "SIZE_ESTIMATE_MARGIN",
+    "in_caller_rows",
+    "in_process_threads",
+    "labels_like",
+    "place_data",
+    "watch_passes",
+]

@@ -30,7 +30,8 @@ Results must be small (centroid-sized), never per-row.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

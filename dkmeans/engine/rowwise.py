@@ -17,9 +17,14 @@ import pandas as pd
 from dask.array.utils import meta_from_array
 from distributed import futures_of
 
+from dkmeans.engine.columns import (
+    complete_rows,
+    float_frame_meta,
+    missing_counts_partition,
+    partition_to_float_frame,
+    result_dtype,
+)
 from dkmeans.engine.device import beside_rows
-from dkmeans.engine.columns import (complete_rows, float_frame_meta, missing_counts_partition,
-                                    partition_to_float_frame, result_dtype)
 from dkmeans.engine.futures import gather
 from dkmeans.engine.passes import submitting_own_graph
 from dkmeans.kernels.namespace import get_namespace, is_sparse, to_host
@@ -61,7 +66,9 @@ def map_row_blocks(X: da.Array, fn, *args, dtype, width: int | None = None) -> d
     xp = get_namespace(meta_from_array(X))
     if width is None:
         return X.map_blocks(fn, *args, dtype=dtype, drop_axis=1, meta=xp.empty((0,), dtype))
-    return X.map_blocks(fn, *args, dtype=dtype, chunks=(X.chunks[0], (width,)), meta=xp.empty((0, width), dtype))
+    return X.map_blocks(
+        fn, *args, dtype=dtype, chunks=(X.chunks[0], (width,)), meta=xp.empty((0, width), dtype)
+    )
 
 
 def _at_offset(fn, block, *args, block_info=None):
@@ -74,8 +81,13 @@ def map_row_blocks_at(X: da.Array, fn, *args, dtype) -> da.Array:
     if any(math.isnan(c) for c in X.chunks[0]):
         raise ValueError("rows of unknown block lengths (compute_chunk_sizes() first)")
     xp = get_namespace(meta_from_array(X))
-    return X.map_blocks(functools.partial(_at_offset, fn), *args, dtype=dtype, drop_axis=1,
-                        meta=xp.empty((0,), dtype))
+    return X.map_blocks(
+        functools.partial(_at_offset, fn),
+        *args,
+        dtype=dtype,
+        drop_axis=1,
+        meta=xp.empty((0,), dtype),
+    )
 
 
 def map_rows_like(X: da.Array, fn) -> da.Array:
@@ -126,10 +138,14 @@ def float_frame(df, dtype, *, name: str = "X", missing: str = "error", drop: boo
     """
     meta = float_frame_meta(df.columns, dtype)
     meta.index = index_meta(df)
-    return df.map_partitions(partition_to_float_frame, np.dtype(dtype), name, missing, drop, meta=meta)
+    return df.map_partitions(
+        partition_to_float_frame, np.dtype(dtype), name, missing, drop, meta=meta
+    )
 
 
-def frame_rows(df, dtype, *, name: str = "X", missing: str = "error", drop: bool = False) -> da.Array:
+def frame_rows(
+    df, dtype, *, name: str = "X", missing: str = "error", drop: bool = False
+) -> da.Array:
     """The rows of a Dask DataFrame as a float Dask array of ``dtype`` (see :func:`float_frame`), one chunk
     per partition (lengths unknown until read)."""
     return float_frame(df, dtype, name=name, missing=missing, drop=drop).to_dask_array()
@@ -148,8 +164,12 @@ def _complete_block(X):
 
 def skip_missing_rows(X: da.Array) -> da.Array:
     """A float Dask array without its rows holding NaN, lazily (row chunk lengths become unknown)."""
-    return X.map_blocks(_complete_block, dtype=X.dtype, chunks=((np.nan,) * X.numblocks[0], X.chunks[1]),
-                        meta=meta_from_array(X))
+    return X.map_blocks(
+        _complete_block,
+        dtype=X.dtype,
+        chunks=((np.nan,) * X.numblocks[0], X.chunks[1]),
+        meta=meta_from_array(X),
+    )
 
 
 def row_weights(weights, X: da.Array) -> da.Array:
@@ -173,10 +193,14 @@ def _with_column(X, labels):
     if X.shape[0] != labels.shape[0]:
         from dkmeans.errors import InvalidDataError
 
-        raise InvalidDataError(f"labels: a chunk of {labels.shape[0]} labels beside a partition of {X.shape[0]} rows; "
-                               "give labels partitioned like X (e.g. the model's predict(X))")
-    return xp.concatenate([xp.asarray(X, dtype=xp.float64), xp.asarray(labels, dtype=xp.float64).reshape(-1, 1)],
-                          axis=1)
+        raise InvalidDataError(
+            f"labels: a chunk of {labels.shape[0]} labels beside a partition of {X.shape[0]} rows; "
+            "give labels partitioned like X (e.g. the model's predict(X))"
+        )
+    return xp.concatenate(
+        [xp.asarray(X, dtype=xp.float64), xp.asarray(labels, dtype=xp.float64).reshape(-1, 1)],
+        axis=1,
+    )
 
 
 def with_label_column(X: da.Array, labels) -> da.Array:
@@ -201,11 +225,19 @@ def with_label_column(X: da.Array, labels) -> da.Array:
     if labels.numblocks[0] != X.numblocks[0]:
         from dkmeans.errors import InvalidDataError
 
-        raise InvalidDataError(f"labels come in {labels.numblocks[0]} chunks of unknown length beside X's "
-                               f"{X.numblocks[0]}: give labels partitioned like X (e.g. the model's predict(X))")
+        raise InvalidDataError(
+            f"labels come in {labels.numblocks[0]} chunks of unknown length beside X's "
+            f"{X.numblocks[0]}: give labels partitioned like X (e.g. the model's predict(X))"
+        )
     width = X.shape[1] + 1
-    return da.map_blocks(_with_column, X, labels[:, None], dtype=np.float64, chunks=(X.chunks[0], (width,)),
-                         meta=get_namespace(meta_from_array(X)).empty((0, width), dtype=np.float64))
+    return da.map_blocks(
+        _with_column,
+        X,
+        labels[:, None],
+        dtype=np.float64,
+        chunks=(X.chunks[0], (width,)),
+        meta=get_namespace(meta_from_array(X)).empty((0, width), dtype=np.float64),
+    )
 
 
 def pair_counts(labels_true, labels_pred) -> np.ndarray:
@@ -241,8 +273,17 @@ def _label_sums_block(out, k: int):
     return label_sums(out, k).reshape(1, 2 * k)
 
 
-def labelled_pass(client, X: da.Array, block_fn, args=(), weights=None, *, keep: str = "persist",
-                  generation: int | None = None, per_label: int = 0):
+def labelled_pass(
+    client,
+    X: da.Array,
+    block_fn,
+    args=(),
+    weights=None,
+    *,
+    keep: str = "persist",
+    generation: int | None = None,
+    per_label: int = 0,
+):
     """One pass of ``block_fn(X_block, *args[, w_block])``, which returns ``(n, 2)``: a label and a value per row.
 
     Returns the labels (int32) and the sum of the values. ``keep``: "persist" (labels
@@ -254,28 +295,51 @@ def labelled_pass(client, X: da.Array, block_fn, args=(), weights=None, *, keep:
     (:func:`~dkmeans.kernels.quality.label_sums`) come back third, from the same blocks.
     """
     width = 3 if per_label else 2
-    extra = [] if weights is None else [row_weights(weights, X)[:, None]]  # (n, 1): blockwise aligns rows
-    blocks = da.map_blocks(block_fn, X, *args, *extra, dtype=np.float64, chunks=(X.chunks[0], (width,)),
-                           meta=get_namespace(meta_from_array(X)).empty((0, width), dtype=np.float64))
+    extra = (
+        [] if weights is None else [row_weights(weights, X)[:, None]]
+    )  # (n, 1): blockwise aligns rows
+    blocks = da.map_blocks(
+        block_fn,
+        X,
+        *args,
+        *extra,
+        dtype=np.float64,
+        chunks=(X.chunks[0], (width,)),
+        meta=get_namespace(meta_from_array(X)).empty((0, width), dtype=np.float64),
+    )
     labels = blocks[:, 0].astype(np.int32)
     total = blocks[:, 1].sum()
     sums = []
     if per_label:
-        sums = [blocks.map_blocks(_label_sums_block, per_label, dtype=np.float64,
-                                  chunks=((1,) * blocks.numblocks[0], (2 * per_label,)),
-                                  meta=get_namespace(meta_from_array(X)).empty((0, 0), dtype=np.float64)).sum(axis=0)]
+        sums = [
+            blocks.map_blocks(
+                _label_sums_block,
+                per_label,
+                dtype=np.float64,
+                chunks=((1,) * blocks.numblocks[0], (2 * per_label,)),
+                meta=get_namespace(meta_from_array(X)).empty((0, 0), dtype=np.float64),
+            ).sum(axis=0)
+        ]
     inputs = futures_of(X)
-    with submitting_own_graph():  # the arguments (centroids) are in the graph once, on purpose (large k)
+    with (
+        submitting_own_graph()
+    ):  # the arguments (centroids) are in the graph once, on purpose (large k)
         if keep in ("none", "lazy"):
             total, *sums = gather(client, client.compute([total, *sums]), inputs, generation)
             labels = labels if keep == "lazy" else None
         elif keep == "gather":
-            labels, total, *sums = gather(client, client.compute([labels, total, *sums]), inputs, generation)
+            labels, total, *sums = gather(
+                client, client.compute([labels, total, *sums]), inputs, generation
+            )
         else:
             labels, total, *sums = client.persist([labels, total, *sums])
             total, *sums = gather(client, client.compute([total, *sums]), inputs, generation)
     if per_label:
-        return labels, float(total), np.asarray(to_host(sums[0]), dtype=np.float64).reshape(per_label, 2)
+        return (
+            labels,
+            float(total),
+            np.asarray(to_host(sums[0]), dtype=np.float64).reshape(per_label, 2),
+        )
     return labels, float(total)
 
 
@@ -310,10 +374,33 @@ def summed_pass(data, block_fn, args=(), per_label: int = 0):
     import functools
 
     if per_label:
-        return data.map_reduce(functools.partial(_value_label_sums_chunk, block_fn, per_label), sum_pairs, args)
+        return data.map_reduce(
+            functools.partial(_value_label_sums_chunk, block_fn, per_label), sum_pairs, args
+        )
     return data.map_reduce(functools.partial(_value_sum_chunk, block_fn), _sum, args)
 
 
-__all__ = ["CHUNK_BYTES", "as_array", "chunked_rows", "float_frame", "frame_rows", "missing_counts", "skip_missing_rows", "index_meta", "is_dask_array", "labelled_pass", "map_partitions", "map_partitions_at", "map_row_blocks",
-           "map_row_blocks_at", "map_rows_like",
-           "pair_counts", "row_weights", "sum_on_cluster", "summed_pass", "weight_stats", "weights_beside", "with_label_column"]
+__all__ = [
+    "CHUNK_BYTES",
+    "as_array",
+    "chunked_rows",
+    "float_frame",
+    "frame_rows",
+    "missing_counts",
+    "skip_missing_rows",
+    "index_meta",
+    "is_dask_array",
+    "labelled_pass",
+    "map_partitions",
+    "map_partitions_at",
+    "map_row_blocks",
+    "map_row_blocks_at",
+    "map_rows_like",
+    "pair_counts",
+    "row_weights",
+    "sum_on_cluster",
+    "summed_pass",
+    "weight_stats",
+    "weights_beside",
+    "with_label_column",
+]

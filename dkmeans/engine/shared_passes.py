@@ -41,16 +41,17 @@ import contextvars
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from dkmeans import config
+from dkmeans.engine.protocol import InCallerLoop
 from dkmeans.engine.rowwise import sum_pairs
 from dkmeans.kernels.namespace import to_host
 from dkmeans.kernels.quality import label_sums
-from dkmeans.engine.protocol import InCallerLoop
 
 logger = logging.getLogger("dkmeans")
 
@@ -90,10 +91,14 @@ def _one(kind, fn, args, X, w, offset, previous):
         return None, fn(X, w, offset, *args)
     if kind == _STATEFUL:
         return fn(X, w, offset, previous, *args)
-    per_label, *args = args  # a labelled pass's block: (n, 2) float64, label and value per row (+ weight)
+    per_label, *args = (
+        args  # a labelled pass's block: (n, 2) float64, label and value per row (+ weight)
+    )
     block = fn(X, *args, w)
     value = float(block[:, 1].sum())
-    if per_label:  # and the per-label sums of values and weights, as the data's own labelled pass gives them
+    if (
+        per_label
+    ):  # and the per-label sums of values and weights, as the data's own labelled pass gives them
         value = (value, to_host(label_sums(block, per_label)))
     return ({"labels": block[:, 0].astype(np.int32)} if kind == _LABELS else None), value
 
@@ -168,7 +173,7 @@ class SharedView(InCallerLoop):
 
     loop_mode = "shared"
 
-    def __init__(self, shared: "SharedPasses", base_passes: int):
+    def __init__(self, shared: SharedPasses, base_passes: int):
         self._shared = shared
         self._base = int(base_passes)
         self._own = 0
@@ -212,18 +217,31 @@ class SharedView(InCallerLoop):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.map_reduce` (run with the other jobs' requests)."""
         return self._ask(_Request(_MAP, chunk_fn, combine_fn, tuple(args)))
 
-    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
-                            state: SharedState | None = None):
+    def map_reduce_stateful(
+        self,
+        chunk_fn: Callable,
+        combine_fn: Callable,
+        args: Sequence[Any] = (),
+        state: SharedState | None = None,
+    ):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.map_reduce_stateful`; the state is a :class:`SharedState`."""
         if state is not None and not isinstance(state, SharedState):
             raise TypeError(f"state must be one this view returned, got {type(state).__name__}")
         return self._ask(_Request(_STATEFUL, chunk_fn, combine_fn, tuple(args), state))
 
-    def labelled_pass(self, block_fn: Callable, args: Sequence[Any] = (), *, keep_labels: bool = True,
-                      per_label: int = 0):
+    def labelled_pass(
+        self,
+        block_fn: Callable,
+        args: Sequence[Any] = (),
+        *,
+        keep_labels: bool = True,
+        per_label: int = 0,
+    ):
         """See :meth:`dkmeans.engine.protocol.ChunkedData.labelled_pass`: labels where the rows are kept."""
         kind = _LABELS if keep_labels and self.in_memory else _SUM
-        return self._ask(_Request(kind, block_fn, sum_pairs if per_label else _sum, (per_label, *args)))
+        return self._ask(
+            _Request(kind, block_fn, sum_pairs if per_label else _sum, (per_label, *args))
+        )
 
     # -- the rest: straight to the data ---------------------------------------------------
     def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), **kwargs) -> Any:
@@ -299,7 +317,9 @@ class SharedPasses:
             return getattr(self.data, method)(*args, **kwargs)
 
     # -- from the caller's thread ---------------------------------------------------------
-    def run(self, jobs: Sequence[Callable[[SharedView], Any]], names: Sequence[str] | None = None) -> list:
+    def run(
+        self, jobs: Sequence[Callable[[SharedView], Any]], names: Sequence[str] | None = None
+    ) -> list:
         """``[job(view) for job in jobs]``, each in a thread of its own, their passes shared.
 
         Each thread runs in a copy of the caller's context (context variables, such as the
@@ -328,8 +348,15 @@ class SharedPasses:
                     self._cond.notify_all()
 
         self._running, self._cancelled = len(jobs), False
-        threads = [threading.Thread(target=contextvars.copy_context().run, args=(body, i), daemon=True,
-                                    name=f"dkmeans-shared-{names[i]}") for i in range(len(jobs))]
+        threads = [
+            threading.Thread(
+                target=contextvars.copy_context().run,
+                args=(body, i),
+                daemon=True,
+                name=f"dkmeans-shared-{names[i]}",
+            )
+            for i in range(len(jobs))
+        ]
         for thread in threads:
             thread.start()
         try:
@@ -357,8 +384,11 @@ class SharedPasses:
         late = [t.name for t in threads if t.is_alive()]
         if late:  # computing between passes: each stops (cancelled) at its next request
             log = logger.info if wait_s < self.wait_s else logger.warning  # info: interrupted
-            log("shared passes: %s still computing after %.0f s; left to stop at their next pass",
-                ", ".join(late), wait_s)
+            log(
+                "shared passes: %s still computing after %.0f s; left to stop at their next pass",
+                ", ".join(late),
+                wait_s,
+            )
 
     def _drive(self, names) -> None:
         """Run combined passes until every job has finished, or one failed."""
@@ -369,9 +399,15 @@ class SharedPasses:
                         return
                     if len(self._queue) >= self._running:  # every running job waits on its pass
                         break
-                    if self._queue and time.monotonic() - min(r.queued_at for r in self._queue) > self.wait_s:
-                        logger.info("shared passes: a pass waited %.0f s for jobs still computing; it runs "
-                                    "without them", self.wait_s)
+                    if (
+                        self._queue
+                        and time.monotonic() - min(r.queued_at for r in self._queue) > self.wait_s
+                    ):
+                        logger.info(
+                            "shared passes: a pass waited %.0f s for jobs still computing; it runs "
+                            "without them",
+                            self.wait_s,
+                        )
                         break
                     self._cond.wait(POLL_S)
                 batch, self._queue = self._queue, []
@@ -404,13 +440,17 @@ class SharedPasses:
         self.rounds += 1
         combine = _CombineEach(tuple(r.combine for r in group))
         previous = next((r.state.state for r in group if r.state is not None), None)
-        items = tuple((r.kind, r.fn, r.args, None if r.state is None else r.state.slot) for r in group)
+        items = tuple(
+            (r.kind, r.fn, r.args, None if r.state is None else r.state.slot) for r in group
+        )
         if previous is None and all(r.kind in (_MAP, _SUM) for r in group):
             results = self.data.map_reduce(_each_chunk, combine, (items,))
             for request, result in zip(group, results):
                 request.result = _labelled(None, result) if request.kind == _SUM else result
             return
-        results, state = self.data.map_reduce_stateful(_each_chunk_stateful, combine, (items,), previous)
+        results, state = self.data.map_reduce_stateful(
+            _each_chunk_stateful, combine, (items,), previous
+        )
         for slot, (request, result) in enumerate(zip(group, results)):
             if request.kind == _STATEFUL:
                 request.result = (result, SharedState(state, slot))
@@ -422,5 +462,12 @@ class SharedPasses:
                 request.result = result
 
 
-__all__ = ["POLL_S", "SharedPasses", "SharedPassesCancelled", "SharedState", "SharedView", "SlotStates",
-           "shared_pass_wait"]
+__all__ = [
+    "POLL_S",
+    "SharedPasses",
+    "SharedPassesCancelled",
+    "SharedState",
+    "SharedView",
+    "SlotStates",
+    "shared_pass_wait",
+]

@@ -101,10 +101,16 @@ class ParquetSource(_PieceRows):
     pieces: list = field(default_factory=list)
     batch_rows: int = 65536
 
-    def tail(self, first_piece: int) -> "ParquetSource":
+    def tail(self, first_piece: int) -> ParquetSource:
         """The pieces from ``first_piece`` on (the streamed tail of hybrid data)."""
-        return ParquetSource(self.files, self.columns, self.dtype, self.filesystem, self.pieces[first_piece:],
-                             self.batch_rows)
+        return ParquetSource(
+            self.files,
+            self.columns,
+            self.dtype,
+            self.filesystem,
+            self.pieces[first_piece:],
+            self.batch_rows,
+        )
 
     def _open(self, file_index: int):
         import pyarrow.parquet as pq
@@ -119,8 +125,12 @@ class ParquetSource(_PieceRows):
         pf = self._open(file_index)
         start = 0
         with contextlib.closing(pf):
-            for batch in pf.iter_batches(batch_size=int(batch_rows or self.batch_rows), row_groups=list(row_groups),
-                                         columns=list(self.columns), use_threads=False):
+            for batch in pf.iter_batches(
+                batch_size=int(batch_rows or self.batch_rows),
+                row_groups=list(row_groups),
+                columns=list(self.columns),
+                use_threads=False,
+            ):
                 X = to_array(batch, self.dtype)
                 del batch
                 yield start, X
@@ -133,7 +143,7 @@ class ParquetSource(_PieceRows):
         rows = self.pieces[piece][2]
         out = np.empty((rows, len(self.columns)), dtype=self.dtype)
         for start, X in self.batches(piece):
-            out[start:start + X.shape[0]] = X
+            out[start : start + X.shape[0]] = X
         return out
 
 
@@ -148,7 +158,7 @@ def to_array(batch, dtype) -> np.ndarray:
 
 
 # -- the files behind a Dask DataFrame --------------------------------------------------------
-def parquet_source(frame, dtype) -> "ParquetSource | CsvSource | None":
+def parquet_source(frame, dtype) -> ParquetSource | CsvSource | None:
     """A :class:`ParquetSource` for ``frame`` when it is a plain ``dd.read_parquet`` of some columns, a
     :class:`CsvSource` when it is some columns of a CSV frame of :func:`register_csv`, else None.
 
@@ -166,7 +176,10 @@ def parquet_source(frame, dtype) -> "ParquetSource | CsvSource | None":
     try:
         expr = frame.optimize().expr
         parameters = getattr(expr, "_parameters", ())
-        if "path" not in parameters or type(expr).__name__ not in ("ReadParquetFSSpec", "ReadParquetPyarrowFS"):
+        if "path" not in parameters or type(expr).__name__ not in (
+            "ReadParquetFSSpec",
+            "ReadParquetPyarrowFS",
+        ):
             return None
         if expr.operand("filters") or ("_partitions" in parameters and expr.operand("_partitions")):
             return None
@@ -250,7 +263,7 @@ def register_csv(frame, files, filesystem=None) -> None:
     _csv_frames[frame.expr._name] = (list(files), filesystem, list(frame.columns))
 
 
-def _registered_csv(frame, dtype) -> "CsvSource | None":
+def _registered_csv(frame, dtype) -> CsvSource | None:
     """The :class:`CsvSource` of ``frame`` when it selects columns of a registered CSV frame."""
     try:
         expr = frame.expr
@@ -262,7 +275,9 @@ def _registered_csv(frame, dtype) -> "CsvSource | None":
         columns = list(frame.columns)
         if not columns or any(c not in names for c in columns):
             return None
-        return CsvSource(files, columns, np.dtype(dtype), fs, names=names, pieces=_csv_pieces(files, fs))
+        return CsvSource(
+            files, columns, np.dtype(dtype), fs, names=names, pieces=_csv_pieces(files, fs)
+        )
     except Exception:  # noqa: BLE001 - anything unexpected: Dask reads the frame as before
         return None
 
@@ -294,7 +309,9 @@ def _csv_pieces(files, filesystem) -> list:
         with _open_bytes(path, filesystem) as f:
             start = 0
             while start < size:
-                stop = _line_end(f, start + PIECE_BYTES, size) if start + PIECE_BYTES < size else size
+                stop = (
+                    _line_end(f, start + PIECE_BYTES, size) if start + PIECE_BYTES < size else size
+                )
                 pieces.append((i, start, stop, None))
                 start = stop
     return pieces
@@ -315,7 +332,7 @@ class _ByteRange(io.RawIOBase):
         if n <= 0:
             return 0
         data = self.f.read(n)
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         self.left -= len(data)
         return len(data)
 
@@ -348,14 +365,22 @@ class CsvSource(_PieceRows):
         file_index, start, stop, rows = self.pieces[piece]
         f = _open_bytes(self.files[file_index], self.filesystem)
         line_bytes = (stop - start) / rows if rows else 64.0
-        block = int(min(CSV_BLOCK_BYTES, max(2**16, line_bytes * int(batch_rows or self.batch_rows))))
+        block = int(
+            min(CSV_BLOCK_BYTES, max(2**16, line_bytes * int(batch_rows or self.batch_rows)))
+        )
         stream = io.BufferedReader(_ByteRange(f, start, stop), buffer_size=2**20)
         reader = pcsv.open_csv(
             stream,
-            read_options=pcsv.ReadOptions(column_names=list(self.names), skip_rows=1 if start == 0 else 0,
-                                          block_size=block, use_threads=False),
-            convert_options=pcsv.ConvertOptions(include_columns=list(columns),
-                                                column_types={c: pa.float64() for c in columns}))
+            read_options=pcsv.ReadOptions(
+                column_names=list(self.names),
+                skip_rows=1 if start == 0 else 0,
+                block_size=block,
+                use_threads=False,
+            ),
+            convert_options=pcsv.ConvertOptions(
+                include_columns=list(columns), column_types={c: pa.float64() for c in columns}
+            ),
+        )
         return f, reader
 
     def count(self, piece: int) -> int:
@@ -382,7 +407,9 @@ class CsvSource(_PieceRows):
     def read(self, piece: int) -> np.ndarray:
         """The whole piece as one array."""
         parts = [X for _, X in self.batches(piece)]
-        return np.concatenate(parts) if parts else np.empty((0, len(self.columns)), dtype=self.dtype)
+        return (
+            np.concatenate(parts) if parts else np.empty((0, len(self.columns)), dtype=self.dtype)
+        )
 
 
 def count_rows(client, source, gather_fn, workers=None) -> None:
@@ -393,7 +420,9 @@ def count_rows(client, source, gather_fn, workers=None) -> None:
     futures = client.map(source.count, range(len(source.pieces)), pure=False, **placement)
     rows = gather_fn(futures)
     source.pieces = [(i, a, b, int(n)) for (i, a, b, _), n in zip(source.pieces, rows)]
-    source.pieces = [p for p in source.pieces if p[3]]  # a header-only file, or trailing blank lines
+    source.pieces = [
+        p for p in source.pieces if p[3]
+    ]  # a header-only file, or trailing blank lines
 
 
 # -- measuring a read ----------------------------------------------------------------------------
@@ -457,6 +486,7 @@ def measure_read(source: ParquetSource, small: int = 65536) -> ReadCost:
         def run():
             for _, X in source.batches(piece, n, limit=n):
                 X.sum()
+
         return run
 
     peaks = [_peak_of(read(n)) for n in (small, large, small, large)]
@@ -468,5 +498,13 @@ def measure_read(source: ParquetSource, small: int = 65536) -> ReadCost:
     return ReadCost(float(per_row), float(fixed), True)
 
 
-__all__ = ["CsvSource", "ParquetSource", "ReadCost", "count_rows", "measure_read", "parquet_source",
-           "register_csv", "to_array"]
+__all__ = [
+    "CsvSource",
+    "ParquetSource",
+    "ReadCost",
+    "count_rows",
+    "measure_read",
+    "parquet_source",
+    "register_csv",
+    "to_array",
+]

@@ -36,8 +36,13 @@ def sparse_row_bytes(client, X) -> float | None:
         return None
     from dkmeans.engine.futures import gather
 
-    first = X.blocks[0].map_blocks(_stored_bytes_per_row, dtype=np.float64, chunks=((1,),), drop_axis=1,
-                                   meta=np.empty((0,), np.float64))
+    first = X.blocks[0].map_blocks(
+        _stored_bytes_per_row,
+        dtype=np.float64,
+        chunks=((1,),),
+        drop_axis=1,
+        meta=np.empty((0,), np.float64),
+    )
     return float(gather(client, client.compute(first))[0]) * SPARSE_BYTES_MARGIN
 
 

@@ -29,19 +29,20 @@ import queue
 import time
 import uuid
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from dask.task_spec import Task
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.task_spec import Task
 from distributed import Event, Queue, wait
 
 from dkmeans import config
 from dkmeans.engine import mailbox
 from dkmeans.engine.futures import gather
 from dkmeans.engine.health import note_interrupt
-from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.local import ChunkList, reraise_warnings, split_blocks
 from dkmeans.engine.passes import submitting_own_graph, task_args
+from dkmeans.kernels.namespace import to_host
 
 #: How often the client looks for progress, a failed rank or a lost worker (seconds).
 POLL_S = 0.25
@@ -115,7 +116,11 @@ class RankComm:
         """
         patience = self.wait_s + 4 * max(self.last_pass_s, self.slowest_pass_s)
         deadline = time.monotonic() + patience
-        got = {rank: self._early.pop((seq, rank)) for rank in range(self.size) if (seq, rank) in self._early}
+        got = {
+            rank: self._early.pop((seq, rank))
+            for rank in range(self.size)
+            if (seq, rank) in self._early
+        }
         while len(got) < self.size - 1:
             try:
                 message = self.box.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -148,13 +153,21 @@ class RankComm:
         if self.size == 1:
             self.stop_agreed = self.stop_agreed or self.stop_asked
             return value
-        message = (mailbox.PASS, seq, self.rank, self.last_pass_s, pickle.dumps(value, protocol=5),
-                   self.stop_asked)
+        message = (
+            mailbox.PASS,
+            seq,
+            self.rank,
+            self.last_pass_s,
+            pickle.dumps(value, protocol=5),
+            self.stop_asked,
+        )
         for rank, address in enumerate(self.addresses):
             if rank != self.rank:
                 mailbox.send(self.worker, address, self.token, rank, message, self._send_failed)
         got = self._receive(seq)
-        parts = [value if rank == self.rank else pickle.loads(got[rank][4]) for rank in range(self.size)]
+        parts = [
+            value if rank == self.rank else pickle.loads(got[rank][4]) for rank in range(self.size)
+        ]
         self.slowest_pass_s = max([self.last_pass_s] + [got[rank][3] for rank in got])
         # a stop request travels with rank 0's message: every rank sees it after the same exchange
         asked = self.stop_asked if self.rank == 0 else got[0][5]
@@ -233,7 +246,9 @@ class RankChunks(ChunkList):
         return self.comm.stop_agreed
 
 
-def _run_rank(fn, args, token, rank, addresses, wait_s, offsets, has_weights, dtype, n_features, n_rows, *refs):
+def _run_rank(
+    fn, args, token, rank, addresses, wait_s, offsets, has_weights, dtype, n_features, n_rows, *refs
+):
     """``fn(RankChunks, *args)`` as rank ``rank``; rank 0 sends ``(result, passes, warnings)`` to the client."""
     blocks, weights = split_blocks(refs, has_weights)
     comm = RankComm(token, rank, addresses, wait_s)
@@ -247,7 +262,9 @@ def _run_rank(fn, args, token, rank, addresses, wait_s, offsets, has_weights, dt
         comm.close()
 
 
-def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable[[dict], None] | None = None):
+def run_spmd(
+    data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable[[dict], None] | None = None
+):
     """``fn(chunks, *args)`` on every worker thread of ``data``'s cluster at once; ``(rank 0's result, its passes)``.
 
     ``data`` is a :class:`~dkmeans.engine.persisted.PersistedData`; ``chunks`` is a
@@ -284,8 +301,22 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
         refs = data.chunk_refs(chunk_ids)
         key = f"{token}-rank{rank}"
         offsets = tuple(data.offsets[i] for i in chunk_ids)
-        task = Task(key, _run_rank, fn, shared, token, rank, addresses, _spmd_wait_s(), offsets,
-                    data.has_weights, data.dtype, data.n_features, data.n_rows, *refs)
+        task = Task(
+            key,
+            _run_rank,
+            fn,
+            shared,
+            token,
+            rank,
+            addresses,
+            _spmd_wait_s(),
+            offsets,
+            data.has_weights,
+            data.dtype,
+            data.n_features,
+            data.n_rows,
+            *refs,
+        )
         # pinned: two ranks sharing one thread would wait for each other
         annotations = {"workers": [addr], "allow_other_workers": False}
         layers[key] = MaterializedLayer({key: task}, annotations=annotations)
@@ -305,7 +336,11 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
         while outcome is None:
             try:
                 with client.as_current():  # wake on each rank's end (an error is looked at at once)
-                    wait([f for f in futures if not f.done()], timeout=POLL_S, return_when="FIRST_COMPLETED")
+                    wait(
+                        [f for f in futures if not f.done()],
+                        timeout=POLL_S,
+                        return_when="FIRST_COMPLETED",
+                    )
             except TimeoutError:
                 pass
             for kind, value in progress.get(batch=True):
@@ -316,7 +351,10 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
                         if on_progress(record) and not stop_asked:
                             stop_asked = True
                             Event(_stop_name(token), client=client).set()
-            if outcome is not None and getattr(client, "generation", data.generation) != data.generation:
+            if (
+                outcome is not None
+                and getattr(client, "generation", data.generation) != data.generation
+            ):
                 # the cluster restarted as the result came (its placed rows are gone): say so now
                 gather(client, futures, data._futures, data.generation)
             if outcome is not None:
@@ -332,11 +370,15 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
             failed = [f.exception() for f in futures if f.status == "error"]
             if failed:
                 own = [exc for exc in failed if not isinstance(exc, SpmdUnavailable)]
-                if own:  # an error of the driver itself (bad data): the same one every rank would raise
+                if (
+                    own
+                ):  # an error of the driver itself (bad data): the same one every rank would raise
                     raise own[0]
                 raise SpmdUnavailable(str(failed[0]))
             if any(f.status == "cancelled" for f in futures):
-                gather(client, futures, data._futures, data.generation)  # names the cause (restart, lost input)
+                gather(
+                    client, futures, data._futures, data.generation
+                )  # names the cause (restart, lost input)
                 raise SpmdUnavailable("the ranks' tasks were cancelled")
             if not workers <= set(client.nthreads()):  # a rank's worker died: its task cannot run
                 raise SpmdUnavailable("a worker running a rank left the cluster")
@@ -344,7 +386,9 @@ def run_spmd(data, fn: Callable, args: Sequence[Any] = (), on_progress: Callable
         note_interrupt()  # the ranks are told to stop and their tasks cancelled below
         raise
     finally:
-        if outcome is None:  # an error here, or in on_progress: the ranks stop at their next exchange
+        if (
+            outcome is None
+        ):  # an error here, or in on_progress: the ranks stop at their next exchange
             try:
                 stop_ranks()
             except Exception:  # pragma: no cover - the scheduler is gone; the ranks time out

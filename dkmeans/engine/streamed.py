@@ -32,27 +32,46 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import dask
 import dask.array as da
-from dask.array.utils import meta_from_array
 import numpy as np
+from dask.array.utils import meta_from_array
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.task_spec import Task, TaskRef
 
 from dkmeans.engine.device import beside_rows
-from dkmeans.engine.workers import worker_info
-from dkmeans.kernels.namespace import to_host
 from dkmeans.engine.futures import WorkersStalledError, gather
 from dkmeans.engine.memory import MemoryBudget, check_chunks_fit, release_memory
-from dkmeans.engine.reader import (PieceFold, batch_rows, piece_column, read_piece,
-                                   shrunk_batch_rows, source_array, worker_memory)
-from dkmeans.engine.sources import (KERNEL_ROW_VALUES, MAX_BATCH_ROWS, MIN_BATCH_ROWS, ParquetSource,
-                                    count_rows)
-from dkmeans.errors import WorkersPausedError
-from dkmeans.engine.passes import add_reduction_tree, first_chunk, fold_chunks, submitting_own_graph, task_args
+from dkmeans.engine.passes import (
+    add_reduction_tree,
+    first_chunk,
+    fold_chunks,
+    submitting_own_graph,
+    task_args,
+)
 from dkmeans.engine.protocol import InCallerLoop, SummedLabels
+from dkmeans.engine.reader import (
+    PieceFold,
+    batch_rows,
+    piece_column,
+    read_piece,
+    shrunk_batch_rows,
+    source_array,
+    worker_memory,
+)
+from dkmeans.engine.sources import (
+    KERNEL_ROW_VALUES,
+    MAX_BATCH_ROWS,
+    MIN_BATCH_ROWS,
+    ParquetSource,
+    count_rows,
+)
+from dkmeans.engine.workers import worker_info
+from dkmeans.errors import WorkersPausedError
+from dkmeans.kernels.namespace import to_host
 
 logger = logging.getLogger("dkmeans")
 
@@ -90,7 +109,10 @@ def _at(offset, start):
 
 def _sliced(chunk_fn, combine_fn, args, offset, batch_rows, X, w):
     """``chunk_fn`` over the chunk's row batches, combined (one batch: its result as it is)."""
-    results = [to_host(chunk_fn(Xb, wb, _at(offset, s), *args)) for s, Xb, wb in _row_batches(X, w, batch_rows)]
+    results = [
+        to_host(chunk_fn(Xb, wb, _at(offset, s), *args))
+        for s, Xb, wb in _row_batches(X, w, batch_rows)
+    ]
     return results[0] if len(results) == 1 else combine_fn(results)
 
 
@@ -100,7 +122,10 @@ def _stream_chunk(chunk_fn, combine_fn, args, offset, batch_rows, X, w=None):
 
 def _stream_chunk_counting(chunk_fn, combine_fn, args, index, batch_rows, X, w=None):
     """A first pass over chunks of unknown length: the result, and the chunk's row count."""
-    return (_sliced(chunk_fn, combine_fn, args, None, batch_rows, X, w), {index: int(X.shape[0])}), False
+    return (
+        _sliced(chunk_fn, combine_fn, args, None, batch_rows, X, w),
+        {index: int(X.shape[0])},
+    ), False
 
 
 class _CountingCombine:
@@ -117,12 +142,17 @@ class _CountingCombine:
 
 
 def _stream_chunk_stateful(steps, combine_fn, offset, batch_rows, X, w=None):
-    results = [to_host(_replay(Xb, wb, offset + s, steps)[1]) for s, Xb, wb in _row_batches(X, w, batch_rows)]
+    results = [
+        to_host(_replay(Xb, wb, offset + s, steps)[1])
+        for s, Xb, wb in _row_batches(X, w, batch_rows)
+    ]
     return (results[0] if len(results) == 1 else combine_fn(results)), False
 
 
 def _state_block(steps, name, offset, batch_rows, X, w=None):
-    parts = [_replay(Xb, wb, offset + s, steps)[0][name] for s, Xb, wb in _row_batches(X, w, batch_rows)]
+    parts = [
+        _replay(Xb, wb, offset + s, steps)[0][name] for s, Xb, wb in _row_batches(X, w, batch_rows)
+    ]
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
@@ -202,9 +232,17 @@ class StreamedData(SummedLabels, InCallerLoop):
     in_memory = False
     loop_mode = "streamed"
 
-    def __init__(self, client, X: da.Array | None, weights: da.Array | None = None, budget: MemoryBudget | None = None,
-                 read_overhead: float = 1.0, first_row: int = 0, row_bytes: float | None = None,
-                 source: ParquetSource | None = None):
+    def __init__(
+        self,
+        client,
+        X: da.Array | None,
+        weights: da.Array | None = None,
+        budget: MemoryBudget | None = None,
+        read_overhead: float = 1.0,
+        first_row: int = 0,
+        row_bytes: float | None = None,
+        source: ParquetSource | None = None,
+    ):
         self.client = client
         self.passes = 0
         self.generation = getattr(client, "generation", None)
@@ -217,9 +255,12 @@ class StreamedData(SummedLabels, InCallerLoop):
         self.read_cost = None
         if source is not None:
             # CSV pieces: their rows counted first (one task per piece), so that offsets are known
-            count_rows(client, source, lambda f: gather(client, f), workers=list(self.budget.limits))
-            self.read_cost, source.batch_rows, self.budget, full = batch_rows(client, source,
-                                                                              self.budget)
+            count_rows(
+                client, source, lambda f: gather(client, f), workers=list(self.budget.limits)
+            )
+            self.read_cost, source.batch_rows, self.budget, full = batch_rows(
+                client, source, self.budget
+            )
             self.excluded |= full
             X = source_array(source, source.batch_rows)
         if X.numblocks[1] != 1:
@@ -263,24 +304,35 @@ class StreamedData(SummedLabels, InCallerLoop):
     def _check_task_peak(self, peak: float) -> None:
         """After a pass over the files: smaller batches from now on if a task's measured peak exceeded its budget."""
         if self.source is not None:
-            self.source.batch_rows = shrunk_batch_rows(self.source, self.read_cost, self.budget,
-                                                       peak)
+            self.source.batch_rows = shrunk_batch_rows(
+                self.source, self.read_cost, self.budget, peak
+            )
 
     def _set_chunk_rows(self, rows) -> None:
         """Row counts known (from metadata or the first pass): offsets, and every chunk checked against the budget."""
         self.chunk_rows = tuple(int(r) for r in rows)
-        self.offsets = tuple(int(self.first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]]))
+        self.offsets = tuple(
+            int(self.first_row + o) for o in np.concatenate([[0], np.cumsum(self.chunk_rows)[:-1]])
+        )
         self._n_rows = int(sum(self.chunk_rows))
         if any(np.isnan(c) for c in self.X.chunks[0]):
-            self.X = da.Array(self.X.dask, self.X.name, (self.chunk_rows, self.X.chunks[1]),
-                              meta=meta_from_array(self.X))
+            self.X = da.Array(
+                self.X.dask,
+                self.X.name,
+                (self.chunk_rows, self.X.chunks[1]),
+                meta=meta_from_array(self.X),
+            )
         if self.source is None:
             per_row = self.row_bytes + (8 if self.weights is not None else 0)
-            check_chunks_fit([r * per_row * self.read_overhead for r in self.chunk_rows], self.budget)
+            check_chunks_fit(
+                [r * per_row * self.read_overhead for r in self.chunk_rows], self.budget
+            )
 
     def _with_chunk_sizes(self, X: da.Array) -> da.Array:
         """``X`` with its row counts known, counted in one streamed pass (nothing is kept)."""
-        counts = X.map_blocks(rows_in_block, dtype=np.int64, chunks=((1,) * X.numblocks[0],), drop_axis=1)
+        counts = X.map_blocks(
+            rows_in_block, dtype=np.int64, chunks=((1,) * X.numblocks[0],), drop_axis=1
+        )
         rows = tuple(int(r) for r in gather(self.client, self.client.compute(counts)))
         self.passes += 1
         return da.Array(X.dask, X.name, (rows, X.chunks[1]), meta=meta_from_array(X))
@@ -313,7 +365,9 @@ class StreamedData(SummedLabels, InCallerLoop):
     # -- passes --------------------------------------------------------------------
     def _sources(self):
         """The Dask arrays a pass's tasks read from: ``X`` (unless the engine reads the files), the weights."""
-        return ([self.X] if self.source is None else []) + ([self.weights] if self.weights is not None else [])
+        return ([self.X] if self.source is None else []) + (
+            [self.weights] if self.weights is not None else []
+        )
 
     def _chunk_refs(self, i: int) -> list:
         x = [TaskRef(self._x_keys[i])] if self.source is None else []
@@ -343,7 +397,9 @@ class StreamedData(SummedLabels, InCallerLoop):
             )
         return workers
 
-    def _pass(self, make_task: Callable, combine_fn: Callable, fan_in: int = 8, args: Sequence[Any] = ()):
+    def _pass(
+        self, make_task: Callable, combine_fn: Callable, fan_in: int = 8, args: Sequence[Any] = ()
+    ):
         """Submit one task per chunk (``make_task(key, i, refs, args)``) plus a reduction tree; the combined result.
 
         ``args`` reach ``make_task`` as one task argument (:func:`~dkmeans.engine.passes.task_args`).
@@ -351,20 +407,26 @@ class StreamedData(SummedLabels, InCallerLoop):
         (the results do not depend on where the tasks ran).
         """
         while True:
-            futures, pieces = self._submit_pass(make_task, combine_fn, fan_in, args,
-                                                self._allowed_workers())
+            futures, pieces = self._submit_pass(
+                make_task, combine_fn, fan_in, args, self._allowed_workers()
+            )
             watch = None
             if self._on_pass is not None:
                 watch = _PassWatch(self._on_pass, self.passes + 1, pieces)
             try:
-                parts = gather(self.client, futures, (), self.generation, stalled_workers=True,
-                               on_poll=watch)
+                parts = gather(
+                    self.client, futures, (), self.generation, stalled_workers=True, on_poll=watch
+                )
             except WorkersStalledError as exc:
                 self.client.cancel(futures)
                 watch is not None and watch.cancel(self.client)
                 self.excluded |= set(exc.workers)
-                logger.warning("a pass waited on workers paused by memory of their own while the others were idle "
-                               "(%s): submitted again without %s", exc, ", ".join(exc.workers))
+                logger.warning(
+                    "a pass waited on workers paused by memory of their own while the others were idle "
+                    "(%s): submitted again without %s",
+                    exc,
+                    ", ".join(exc.workers),
+                )
                 continue
             except BaseException:
                 if watch is not None:  # the pieces' tasks stop with the pass's (none held any more)
@@ -387,52 +449,101 @@ class StreamedData(SummedLabels, InCallerLoop):
         shared, needs = task_args(args, token, layers, deps)
         for i in range(self.n_chunks):
             key = f"dkmeans-stream-{token}-{i}"
-            layers[key] = MaterializedLayer({key: make_task(key, i, self._chunk_refs(i), shared)},
-                                            annotations=annotations)
+            layers[key] = MaterializedLayer(
+                {key: make_task(key, i, self._chunk_refs(i), shared)}, annotations=annotations
+            )
             deps[key] = set(parents) | needs
             current.append(key)
         pieces = list(current) if self._on_pass is not None else []  # watched: their futures too
         current = add_reduction_tree(layers, deps, current, combine_fn, token, fan_in)
         with submitting_own_graph():
             futures = self.client.get(HighLevelGraph(layers, deps), current + pieces, sync=False)
-        return futures[:len(current)], futures[len(current):]
+        return futures[: len(current)], futures[len(current) :]
 
     def map_reduce(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = ()):
         """``combine_fn`` of ``chunk_fn(X_i, w_i, row_offset_i, *args)`` over every chunk, read from the source."""
         chunk_fn = self._planned(chunk_fn)
         if self.chunk_rows is None:  # the first pass also counts the rows of each chunk
-            value, rows = self._pass(lambda key, i, refs, a: Task(key, _stream_chunk_counting, chunk_fn, combine_fn, a, i,
-                                                                  self.kernel_rows, *refs),
-                                     _CountingCombine(combine_fn), args=args)
+            value, rows = self._pass(
+                lambda key, i, refs, a: Task(
+                    key, _stream_chunk_counting, chunk_fn, combine_fn, a, i, self.kernel_rows, *refs
+                ),
+                _CountingCombine(combine_fn),
+                args=args,
+            )
             self._set_chunk_rows([rows[i] for i in range(self.n_chunks)])
             return value
         if self.source is not None:
             src, rows = self.source, self.source.batch_rows
-            return self._pass(lambda key, i, refs, a: Task(key, read_piece, src, i, rows, chunk_fn,
-                                                           combine_fn, a, self.offsets[i], *refs),
-                              combine_fn, args=args)
-        return self._pass(lambda key, i, refs, a: Task(key, _stream_chunk, chunk_fn, combine_fn, a, self.offsets[i],
-                                                       self.kernel_rows, *refs), combine_fn, args=args)
+            return self._pass(
+                lambda key, i, refs, a: Task(
+                    key, read_piece, src, i, rows, chunk_fn, combine_fn, a, self.offsets[i], *refs
+                ),
+                combine_fn,
+                args=args,
+            )
+        return self._pass(
+            lambda key, i, refs, a: Task(
+                key,
+                _stream_chunk,
+                chunk_fn,
+                combine_fn,
+                a,
+                self.offsets[i],
+                self.kernel_rows,
+                *refs,
+            ),
+            combine_fn,
+            args=args,
+        )
 
-    def map_reduce_stateful(self, chunk_fn: Callable, combine_fn: Callable, args: Sequence[Any] = (),
-                            state: ReplayState | None = None):
+    def map_reduce_stateful(
+        self,
+        chunk_fn: Callable,
+        combine_fn: Callable,
+        args: Sequence[Any] = (),
+        state: ReplayState | None = None,
+    ):
         """A stateful pass whose state is rebuilt on each chunk by replaying the passes that made it."""
         self._ensure_chunk_rows()
-        steps = (state.steps if state is not None else ()) + ((self._planned(chunk_fn), tuple(args)),)
+        steps = (state.steps if state is not None else ()) + (
+            (self._planned(chunk_fn), tuple(args)),
+        )
         if self.source is not None:
             src, rows = self.source, self.source.batch_rows
             last = _ReplayedResult(steps)
-            value = self._pass(lambda key, i, refs, _: Task(key, read_piece, src, i, rows, last,
-                                                            combine_fn, (), self.offsets[i], *refs),
-                               combine_fn)
+            value = self._pass(
+                lambda key, i, refs, _: Task(
+                    key, read_piece, src, i, rows, last, combine_fn, (), self.offsets[i], *refs
+                ),
+                combine_fn,
+            )
         else:
-            value = self._pass(lambda key, i, refs, _: Task(key, _stream_chunk_stateful, steps, combine_fn,
-                                                            self.offsets[i], self.kernel_rows, *refs), combine_fn)
+            value = self._pass(
+                lambda key, i, refs, _: Task(
+                    key,
+                    _stream_chunk_stateful,
+                    steps,
+                    combine_fn,
+                    self.offsets[i],
+                    self.kernel_rows,
+                    *refs,
+                ),
+                combine_fn,
+            )
         return value, ReplayState(steps)
 
-    def fold(self, chunk_fn: Callable, state: Any, args: Sequence[Any] = (), *,
-             stop: Callable[[Any], bool] | None = None, on_state: Callable[[Any], None] | None = None,
-             start_row: int = 0, window: int | None = None):
+    def fold(
+        self,
+        chunk_fn: Callable,
+        state: Any,
+        args: Sequence[Any] = (),
+        *,
+        stop: Callable[[Any], bool] | None = None,
+        on_state: Callable[[Any], None] | None = None,
+        start_row: int = 0,
+        window: int | None = None,
+    ):
         """A sequential pass, read from the source a window of chunks at a time (one per worker thread).
 
         The reads of a window run in parallel; the state moves from chunk to chunk in row
@@ -457,21 +568,42 @@ class StreamedData(SummedLabels, InCallerLoop):
 
         first = first_chunk(self.offsets, self.chunk_rows, start_row)
         on_window = None
-        if self._on_pass is not None:  # progress by windows of pieces (a pass a stop request ends early
+        if (
+            self._on_pass is not None
+        ):  # progress by windows of pieces (a pass a stop request ends early
             # ends there: the next pass, or the next step, closes it)
             index, total, t0 = self.passes + 1, self.n_chunks - first, time.monotonic()
 
             def tell(end: int) -> None:
-                self._on_pass({"pass": index, "done": end - first, "total": total,
-                               "seconds": time.monotonic() - t0})
+                self._on_pass(
+                    {
+                        "pass": index,
+                        "done": end - first,
+                        "total": total,
+                        "seconds": time.monotonic() - t0,
+                    }
+                )
 
             tell(first)
             on_window = tell
-        state = fold_chunks(self.client, self.n_chunks, refs, self.offsets, chunk_fn, state, args, window=window,
-                            stop=stop, on_state=on_state, first=first,
-                            source_layers=layers, source_deps=deps, parents=parents,
-                            gather_fn=lambda f: gather(self.client, f, (), self.generation),
-                            on_window=on_window)
+        state = fold_chunks(
+            self.client,
+            self.n_chunks,
+            refs,
+            self.offsets,
+            chunk_fn,
+            state,
+            args,
+            window=window,
+            stop=stop,
+            on_state=on_state,
+            first=first,
+            source_layers=layers,
+            source_deps=deps,
+            parents=parents,
+            gather_fn=lambda f: gather(self.client, f, (), self.generation),
+            on_window=on_window,
+        )
         self.passes += 1
         return state
 
@@ -482,18 +614,25 @@ class StreamedData(SummedLabels, InCallerLoop):
     def state_column(self, state: ReplayState, name: str) -> da.Array:
         """The per-row array ``name`` of the replayed states: a lazy Dask array (computed from the source)."""
         self._ensure_chunk_rows()
-        w_blocks = self.weights.to_delayed().ravel() if self.weights is not None else [None] * self.n_chunks
+        w_blocks = (
+            self.weights.to_delayed().ravel()
+            if self.weights is not None
+            else [None] * self.n_chunks
+        )
         pieces = []
         if self.source is not None:
             for i, wb in enumerate(w_blocks):
                 column = _ReplayedColumn(state.steps, name)
-                block = dask.delayed(piece_column)(self.source, i, self.source.batch_rows, column,
-                                                   self.offsets[i], wb)
+                block = dask.delayed(piece_column)(
+                    self.source, i, self.source.batch_rows, column, self.offsets[i], wb
+                )
                 pieces.append(da.from_delayed(block, shape=(self.chunk_rows[i],), dtype=np.int32))
             return da.concatenate(pieces) if pieces else da.zeros((0,), dtype=np.int32)
         x_blocks = self.X.to_delayed().ravel()
         for i, (xb, wb) in enumerate(zip(x_blocks, w_blocks)):
-            block = dask.delayed(_state_block)(state.steps, name, self.offsets[i], self.kernel_rows, xb, wb)
+            block = dask.delayed(_state_block)(
+                state.steps, name, self.offsets[i], self.kernel_rows, xb, wb
+            )
             pieces.append(da.from_delayed(block, shape=(self.chunk_rows[i],), dtype=np.int32))
         return da.concatenate(pieces) if pieces else da.zeros((0,), dtype=np.int32)
 
@@ -501,11 +640,19 @@ class StreamedData(SummedLabels, InCallerLoop):
         """The rows at these global indices (only the chunks holding them are read)."""
         self._ensure_chunk_rows()
         idx = np.asarray(indices, dtype=np.int64) - self.first_row
-        if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):  # a range: a plain slice
-            return to_host(gather(self.client, self.client.compute(self.X[int(idx[0]):int(idx[0]) + len(idx)])))
+        if len(idx) and np.array_equal(
+            idx, np.arange(idx[0], idx[0] + len(idx))
+        ):  # a range: a plain slice
+            return to_host(
+                gather(
+                    self.client, self.client.compute(self.X[int(idx[0]) : int(idx[0]) + len(idx)])
+                )
+            )
         order = np.argsort(idx, kind="stable")
         picked = to_host(gather(self.client, self.client.compute(self.X[idx[order]])))
-        return picked[np.argsort(order, kind="stable")]  # back to the order asked (also for sparse rows)
+        return picked[
+            np.argsort(order, kind="stable")
+        ]  # back to the order asked (also for sparse rows)
 
     def release(self) -> None:
         """Nothing is held on the cluster between passes; what the reads left in the workers' allocators
@@ -515,7 +662,9 @@ class StreamedData(SummedLabels, InCallerLoop):
         if self.X is None:
             return
         self.X = self.weights = None
-        with contextlib.suppress(Exception):  # a courtesy: a worker gone by now does not fail the fit
+        with contextlib.suppress(
+            Exception
+        ):  # a courtesy: a worker gone by now does not fail the fit
             self.client.run(release_memory)
 
 
@@ -529,8 +678,14 @@ class _PassWatch:
         self._tell(0)
 
     def _tell(self, done: int) -> None:
-        self.callback({"pass": self.index, "done": done, "total": self.total,
-                       "seconds": time.monotonic() - self.t0})
+        self.callback(
+            {
+                "pass": self.index,
+                "done": done,
+                "total": self.total,
+                "seconds": time.monotonic() - self.t0,
+            }
+        )
 
     def __call__(self) -> None:
         # finished pieces are let go by dropping them, never by ``release()``: a pass of at most

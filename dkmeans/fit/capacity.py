@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses
+from dkmeans.drivers.capacitated import CapacitatedPasses, Capacity
 from dkmeans.engine.columns import frame_to_array
 from dkmeans.engine.rowwise import index_meta, is_dask_array, map_partitions_at, map_row_blocks_at
 from dkmeans.errors import InvalidParameterError
@@ -28,31 +28,49 @@ def check_capped_spec(spec: FitSpec, sparse: bool, frame: bool) -> None:
     """The parameter combinations size caps take (raised before any work)."""
     if not spec.capped:
         return
-    name = "balanced" if spec.balanced else "max_cluster_size" if spec.max_cluster_size is not None \
+    name = (
+        "balanced"
+        if spec.balanced
+        else "max_cluster_size"
+        if spec.max_cluster_size is not None
         else "min_cluster_size"
+    )
     if spec.balanced and (spec.max_cluster_size is not None or spec.min_cluster_size is not None):
-        raise InvalidParameterError("balanced=True sets both size caps: give it alone, or "
-                                    "max_cluster_size/min_cluster_size instead")
+        raise InvalidParameterError(
+            "balanced=True sets both size caps: give it alone, or "
+            "max_cluster_size/min_cluster_size instead"
+        )
     if spec.algorithm != "lloyd" or spec.refine is not None:
-        raise InvalidParameterError(f"{name} needs Lloyd's algorithm (not {spec.algorithm!r}, refine="
-                                    f"{spec.refine!r}): Hartigan and mini-batch moves ignore the caps")
+        raise InvalidParameterError(
+            f"{name} needs Lloyd's algorithm (not {spec.algorithm!r}, refine="
+            f"{spec.refine!r}): Hartigan and mini-batch moves ignore the caps"
+        )
     if spec.local_search is True:
-        raise InvalidParameterError(f"{name} and local_search=True: the local search ignores the caps")
+        raise InvalidParameterError(
+            f"{name} and local_search=True: the local search ignores the caps"
+        )
     if sparse:
-        raise InvalidParameterError(f"{name} needs dense rows (the capacitated assignment has no sparse kernel)")
+        raise InvalidParameterError(
+            f"{name} needs dense rows (the capacitated assignment has no sparse kernel)"
+        )
     if frame:
-        raise InvalidParameterError(f"{name} and missing='skip' on a Dask input: the capped assignment "
-                                    "splits ties by global row index, which rows left out would shift; "
-                                    "drop the incomplete rows first (or missing='error')")
+        raise InvalidParameterError(
+            f"{name} and missing='skip' on a Dask input: the capped assignment "
+            "splits ties by global row index, which rows left out would shift; "
+            "drop the incomplete rows first (or missing='error')"
+        )
     for key in ("max_cluster_size", "min_cluster_size"):
         value = getattr(spec, key)
         if isinstance(value, float) and value > 1.0:
-            raise InvalidParameterError(f"{key} as a fraction of the rows must be in (0, 1], got {value}; "
-                                        "give a count as an integer")
+            raise InvalidParameterError(
+                f"{key} as a fraction of the rows must be in (0, 1], got {value}; "
+                "give a count as an integer"
+            )
 
 
-def resolve_capacity(spec: FitSpec, n_rows: int, total_weight: float, max_weight: float,
-                     weighted: bool) -> Capacity | None:
+def resolve_capacity(
+    spec: FitSpec, n_rows: int, total_weight: float, max_weight: float, weighted: bool
+) -> Capacity | None:
     """The caps in rows (weighted rows with weights), checked against ``n_clusters`` and the data.
 
     Raises
@@ -67,7 +85,11 @@ def resolve_capacity(spec: FitSpec, n_rows: int, total_weight: float, max_weight
     def amount(value, up: bool) -> float:
         if isinstance(value, float):
             exact = value * total_weight
-            return float(math.ceil(exact - 1e-9) if up else math.floor(exact + 1e-9)) if not weighted else exact
+            return (
+                float(math.ceil(exact - 1e-9) if up else math.floor(exact + 1e-9))
+                if not weighted
+                else exact
+            )
         return float(value)
 
     if spec.balanced:  # sizes within one of the share (within the largest weight with weights)
@@ -81,19 +103,26 @@ def resolve_capacity(spec: FitSpec, n_rows: int, total_weight: float, max_weight
     if upper * k < total_weight * (1 - 1e-12):
         raise InvalidParameterError(
             f"max_cluster_size={spec.max_cluster_size!r} ({upper:g} {unit}) with n_clusters={k} holds at most "
-            f"{upper * k:g} {unit}, fewer than the data's {total_weight:g}")
+            f"{upper * k:g} {unit}, fewer than the data's {total_weight:g}"
+        )
     if lower * k > total_weight * (1 + 1e-12):
         raise InvalidParameterError(
             f"min_cluster_size={spec.min_cluster_size!r} ({lower:g} {unit}) with n_clusters={k} needs at least "
-            f"{lower * k:g} {unit}, more than the data's {total_weight:g}")
+            f"{lower * k:g} {unit}, more than the data's {total_weight:g}"
+        )
     if lower > upper:
-        raise InvalidParameterError(f"min_cluster_size ({lower:g}) above max_cluster_size ({upper:g})")
+        raise InvalidParameterError(
+            f"min_cluster_size ({lower:g}) above max_cluster_size ({upper:g})"
+        )
     if weighted and upper < max_weight:
-        raise InvalidParameterError(f"max_cluster_size ({upper:g}) below the largest sample weight ({max_weight:g})")
+        raise InvalidParameterError(
+            f"max_cluster_size ({upper:g}) below the largest sample weight ({max_weight:g})"
+        )
     if weighted and math.isfinite(upper) and upper - lower < max_weight and lower > 0:
         raise InvalidParameterError(
             f"with sample weights the size caps must be at least the largest weight ({max_weight:g}) apart, "
-            f"got [{lower:g}, {upper:g}]")
+            f"got [{lower:g}, {upper:g}]"
+        )
     return Capacity(lower, min(upper, total_weight))
 
 
@@ -130,8 +159,9 @@ def _partition_labels(part, row_offset, C, P, Q, q, cosine, overrides, dtype, na
     return pd.Series(labels, index=part.index, name=name)
 
 
-def capacitated_assignment(spec: FitSpec, dataset, data, passes: CapacitatedPasses,
-                           centroids) -> FinalAssignment:
+def capacitated_assignment(
+    spec: FitSpec, dataset, data, passes: CapacitatedPasses, centroids
+) -> FinalAssignment:
     """The capacitated assignment to ``centroids``: labels, objective, passes, per-cluster sums.
 
     Prices are solved on the placed data (warm from the last Lloyd iteration); the labels are
@@ -143,21 +173,48 @@ def capacitated_assignment(spec: FitSpec, dataset, data, passes: CapacitatedPass
     passes.solve(data, C)
     P, Q = passes.prices
     cosine = spec.metric == "cosine"
-    if dataset.frame is not None:  # on the DataFrame's index, each partition by its first row's index
+    if (
+        dataset.frame is not None
+    ):  # on the DataFrame's index, each partition by its first row's index
         per = passes.sums(data, C)
         meta = pd.Series(np.empty(0, np.int32), name="cluster", index=index_meta(dataset.frame))
-        labels = map_partitions_at(dataset.frame, _partition_labels, C, P, Q, passes.quantum, cosine,
-                                   passes.overrides, np.dtype(data.dtype), "cluster", meta=meta)
+        labels = map_partitions_at(
+            dataset.frame,
+            _partition_labels,
+            C,
+            P,
+            Q,
+            passes.quantum,
+            cosine,
+            passes.overrides,
+            np.dtype(data.dtype),
+            "cluster",
+            meta=meta,
+        )
     elif is_dask_array(dataset.array):
         per = passes.sums(data, C)
-        labels = map_row_blocks_at(dataset.array, _block_labels, C, P, Q, passes.quantum, spec.metric == "cosine",
-                                   passes.overrides, dtype=np.int32)
+        labels = map_row_blocks_at(
+            dataset.array,
+            _block_labels,
+            C,
+            P,
+            Q,
+            passes.quantum,
+            spec.metric == "cosine",
+            passes.overrides,
+            dtype=np.int32,
+        )
     else:
         labels, per = passes.labels(data, C)
     half = 0.5 if spec.metric == "cosine" else 1.0
-    return FinalAssignment(labels, float(per[:, 0].sum()) * half, data.passes,
-                           cluster_sizes=per[:, 1], cluster_objective=per[:, 0] * half,
-                           capacity_passes=list(passes.passes_per_solve))
+    return FinalAssignment(
+        labels,
+        float(per[:, 0].sum()) * half,
+        data.passes,
+        cluster_sizes=per[:, 1],
+        cluster_objective=per[:, 0] * half,
+        capacity_passes=list(passes.passes_per_solve),
+    )
 
 
 __all__ = ["capacitated_assignment", "check_capped_spec", "data_capacity", "resolve_capacity"]

@@ -21,9 +21,14 @@ def checkpoint_job(spec: FitSpec, data, moments, C0, seed, **job_extra):
     job = dict(spec.job)
     if C0 is not None:
         job["init"] = "array sha256 " + digest(np.asarray(C0))
-    job.update(n_rows=data.n_rows, n_features=data.n_features, dtype=str(data.dtype),
-               weighted=data.has_weights, data=data_fingerprint(moments), **job_extra)
+    job.update(
+        n_rows=data.n_rows,
+        n_features=data.n_features,
+        dtype=str(data.dtype),
+        weighted=data.has_weights,
+        data=data_fingerprint(moments),
+        **job_extra,
+    )
     checkpointer = Checkpointer(spec.checkpoint, spec.checkpoint_every, job)
     state = checkpointer.load() if checkpointer.exists() else FitState(seed)
     return checkpointer, state
-

@@ -36,4 +36,6 @@ def check_rows_when_placed(spec, dataset, data) -> None:
     the same check, once, where the count is first known: the placed data.
     """
     if dataset.n_rows is None:
-        check_n_clusters_vs_rows(spec.n_clusters, data.n_rows, spec.names.get("n_clusters", "n_clusters"))
+        check_n_clusters_vs_rows(
+            spec.n_clusters, data.n_rows, spec.names.get("n_clusters", "n_clusters")
+        )

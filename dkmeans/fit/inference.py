@@ -16,13 +16,24 @@ import numpy as np
 import pandas as pd
 
 from dkmeans.engine.columns import complete_rows, frame_to_array
-from dkmeans.engine.rowwise import (frame_rows, index_meta, is_dask_array, labelled_pass, map_partitions,
-                                    map_row_blocks, sum_on_cluster)
+from dkmeans.engine.rowwise import (
+    frame_rows,
+    index_meta,
+    is_dask_array,
+    labelled_pass,
+    map_partitions,
+    map_row_blocks,
+    sum_on_cluster,
+)
 from dkmeans.io.dataframe import is_dask_dataframe
 from dkmeans.kernels import plans
-from dkmeans.kernels.namespace import is_sparse
-from dkmeans.kernels.inference import distances_block, labels_block, labels_objective_block, objective_block
-from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.inference import (
+    distances_block,
+    labels_block,
+    labels_objective_block,
+    objective_block,
+)
+from dkmeans.kernels.namespace import get_namespace, is_sparse
 
 
 def _plan(X, C) -> plans.KernelPlan:
@@ -32,8 +43,13 @@ def _plan(X, C) -> plans.KernelPlan:
     if active is not None:
         return active
     local = not is_dask_array(X) and not is_dask_dataframe(X)
-    return plans.plan(getattr(X, "dtype", np.float64), X.shape[1] if len(X.shape) > 1 else 1, n_rows=X.shape[0] if local else None,
-                      n_clusters=max(1, len(C)) if local else None, sparse=is_sparse(X))
+    return plans.plan(
+        getattr(X, "dtype", np.float64),
+        X.shape[1] if len(X.shape) > 1 else 1,
+        n_rows=X.shape[0] if local else None,
+        n_clusters=max(1, len(C)) if local else None,
+        sparse=is_sparse(X),
+    )
 
 
 def _pinned(fn, X, C):
@@ -108,7 +124,9 @@ def distances(X, C, metric: str = "euclidean", *, names=None, missing: str = "er
     return _plan(X, C).call(block, X, C, metric)
 
 
-def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=None, missing: str = "error") -> float:
+def objective(
+    X, C, metric: str = "euclidean", sample_weight=None, *, client=None, missing: str = "error"
+) -> float:
     """The (weighted) objective: the sum over rows of the squared distance (``1 - cos``) to the nearest centroid.
 
     ``sample_weight`` has been checked (:func:`dkmeans.fit.inputs.check_sample_weight`);
@@ -121,16 +139,28 @@ def objective(X, C, metric: str = "euclidean", sample_weight=None, *, client=Non
         if sample_weight is not None:
             X = X.compute_chunk_sizes()
     if is_dask_array(X):
-        return sum_on_cluster(client, map_row_blocks(X, _pinned(block, X, C), C, metric, dtype=np.float64),
-                              sample_weight)
+        return sum_on_cluster(
+            client,
+            map_row_blocks(X, _pinned(block, X, C), C, metric, dtype=np.float64),
+            sample_weight,
+        )
     d2 = _plan(X, C).call(block, X, C, metric)
     if sample_weight is not None:  # (NumPy weights of CuPy rows go to the device)
         d2 = d2 * get_namespace(d2).asarray(sample_weight, dtype=np.float64)
     return float(d2.sum())
 
 
-def labels_and_objective(X, C, metric: str = "euclidean", weights=None, *, client=None, keep: str = "gather",
-                         prepared: bool = False, generation: int | None = None):
+def labels_and_objective(
+    X,
+    C,
+    metric: str = "euclidean",
+    weights=None,
+    *,
+    client=None,
+    keep: str = "gather",
+    prepared: bool = False,
+    generation: int | None = None,
+):
     """Labels and (weighted) objective in one pass: the fit's final assignment and :func:`dkmeans.infer`.
 
     ``prepared``: the rows are already the metric's (a fit's unit rows for cosine), so they
@@ -141,9 +171,13 @@ def labels_and_objective(X, C, metric: str = "euclidean", weights=None, *, clien
     C = np.asarray(C).astype(X.dtype)
     block = functools.partial(_labels_objective, metric=metric, normalize=not prepared)
     if not is_dask_array(X):
-        out = _plan(X, C).call(block, X, C, None if weights is None else np.asarray(weights, np.float64))
+        out = _plan(X, C).call(
+            block, X, C, None if weights is None else np.asarray(weights, np.float64)
+        )
         return out[:, 0].astype(np.int32), float(out[:, 1].sum())
-    return labelled_pass(client, X, _pinned(block, X, C), (C,), weights, keep=keep, generation=generation)
+    return labelled_pass(
+        client, X, _pinned(block, X, C), (C,), weights, keep=keep, generation=generation
+    )
 
 
 def _labels_objective(X, C, w=None, *, metric, normalize):

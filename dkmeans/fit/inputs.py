@@ -19,11 +19,24 @@ from sklearn.utils import check_array
 
 from dkmeans.engine.columns import complete_rows, frame_to_array, result_dtype
 from dkmeans.engine.device import check_cupy_array
-from dkmeans.engine.rowwise import chunked_rows, frame_rows, is_dask_array, skip_missing_rows, weight_stats
+from dkmeans.engine.rowwise import (
+    chunked_rows,
+    frame_rows,
+    is_dask_array,
+    skip_missing_rows,
+    weight_stats,
+)
 from dkmeans.errors import DataTypeError, DKMeansError, InvalidDataError, InvalidParameterError
-from dkmeans.io.dataframe import as_pandas, is_dask_dataframe, is_dataframe, select_columns
+
 # the checks of a fitted model's feature names, for the faces (which import the fit service only)
-from dkmeans.io.dataframe import check_feature_names, feature_names  # noqa: F401
+from dkmeans.io.dataframe import (  # noqa: F401
+    as_pandas,
+    check_feature_names,
+    feature_names,
+    is_dask_dataframe,
+    is_dataframe,
+    select_columns,
+)
 from dkmeans.kernels.namespace import is_cupy_array, to_host
 
 FLOAT_DTYPES = (np.float64, np.float32)
@@ -41,7 +54,11 @@ def check_int(name: str, value, minimum: int) -> int:
 
 def check_float(name: str, value, minimum: float = 0.0) -> float:
     """``value`` as a finite float ``>= minimum``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+    ):
         raise InvalidParameterError(f"{name} must be a finite number >= {minimum}, got {value!r}")
     if value < minimum:
         raise InvalidParameterError(f"{name} must be >= {minimum}, got {value}")
@@ -73,12 +90,16 @@ class Dataset:
     on_device: bool = False  # the input itself was on a GPU (CuPy, or a CuPy-backed Dask array)
     missing: str = "error"  # the missing-value policy (:data:`dkmeans.engine.columns.MISSING`)
     kept: object = None  # missing="skip", in memory: the mask of the input rows fitted (None: all)
-    unfiltered: object = None  # missing="skip", a Dask array: its rows, those with NaN included (to label)
+    unfiltered: object = (
+        None  # missing="skip", a Dask array: its rows, those with NaN included (to label)
+    )
     name: str = "X"  # the input's name in messages
 
 
 def _result_dtype(dtype: np.dtype, wanted) -> np.dtype:
-    return result_dtype([dtype], wanted)  # ints, bools, float16: float64, as scikit-learn converts them
+    return result_dtype(
+        [dtype], wanted
+    )  # ints, bools, float16: float64, as scikit-learn converts them
 
 
 def check_missing_policy(missing) -> str:
@@ -99,7 +120,9 @@ def frame_as_floats(df, *, dtype=None, name: str = "X", missing: str = "error"):
 
     from dkmeans.engine.columns import check_missing
 
-    if all(isinstance(t, np.dtype) and t.kind in "fiub" for t in df.dtypes):  # NumPy columns: no copy here
+    if all(
+        isinstance(t, np.dtype) and t.kind in "fiub" for t in df.dtypes
+    ):  # NumPy columns: no copy here
         counts = {c: int(df[c].isna().sum()) if df[c].dtype.kind == "f" else 0 for c in df.columns}
         check_missing(name, counts, missing)
         return df
@@ -114,7 +137,9 @@ def as_local_frame(data, name: str = "X"):
     except DKMeansError:
         raise
     except Exception as exc:  # noqa: BLE001 - the frame library's own failure, said with the input's name
-        raise DataTypeError(f"{name}: cannot read the {type(data).__name__} as columns: {exc}") from exc
+        raise DataTypeError(
+            f"{name}: cannot read the {type(data).__name__} as columns: {exc}"
+        ) from exc
 
 
 def _drop_incomplete(data, name: str, fit: bool = True):
@@ -132,7 +157,9 @@ def _drop_incomplete(data, name: str, fit: bool = True):
     if keep.all():
         return data, None
     if fit and not keep.any():
-        raise InvalidDataError(f"{name}: every row has a missing value; no row is left to fit with missing='skip'")
+        raise InvalidDataError(
+            f"{name}: every row has a missing value; no row is left to fit with missing='skip'"
+        )
     return (data[keep] if isinstance(data, pd.DataFrame) else values[keep]), keep
 
 
@@ -151,7 +178,9 @@ def data_errors(name: str):
         raise DataTypeError(f"{name}: {exc}") from exc
     except ValueError as exc:
         if "Complex data not supported" in str(exc):
-            raise InvalidDataError(f"{name}: Complex data not supported; pass real numbers") from None
+            raise InvalidDataError(
+                f"{name}: Complex data not supported; pass real numbers"
+            ) from None
         raise InvalidDataError(f"{name}: {exc}") from exc
 
 
@@ -173,7 +202,9 @@ def check_local_array(data, *, dtype=None, name: str = "X") -> np.ndarray:
         )
 
 
-def check_dask_array(data, *, dtype=None, name: str = "X", missing: str = "error", drop: bool = False):
+def check_dask_array(
+    data, *, dtype=None, name: str = "X", missing: str = "error", drop: bool = False
+):
     """A 2-D numeric Dask array (metadata checks only), converted to float32/float64.
 
     A Dask DataFrame's partitions are converted column by column where the engine maps them
@@ -183,12 +214,15 @@ def check_dask_array(data, *, dtype=None, name: str = "X", missing: str = "error
     if is_dask_dataframe(data):
         # one chunk per partition; unknown lengths are read off the persisted chunks later
         data = select_columns(data, name=name)
-        data = frame_rows(data, result_dtype(data.dtypes, dtype), name=name, missing=missing, drop=drop)
+        data = frame_rows(
+            data, result_dtype(data.dtypes, dtype), name=name, missing=missing, drop=drop
+        )
     if not is_dask_array(data):
         raise DataTypeError(f"{name}: expected an array or DataFrame, got {type(data).__name__}")
     if data.ndim != 2:
         raise InvalidDataError(
-            f"{name}: expected a 2-D array of shape (n_samples, n_features), got {data.ndim}-D with shape {data.shape}; "
+            f"{name}: expected a 2-D array of shape (n_samples, n_features), "
+            f"got {data.ndim}-D with shape {data.shape}; "
             "reshape 1-D data with X.reshape(-1, 1)"
         )
     kind = data.dtype.kind
@@ -197,9 +231,13 @@ def check_dask_array(data, *, dtype=None, name: str = "X", missing: str = "error
     if kind not in "fiub":
         raise DataTypeError(f"{name}: dtype {data.dtype} is not numeric")
     if data.shape[1] == 0:
-        raise InvalidDataError(f"{name}: 0 feature(s) (shape={data.shape}); a minimum of 1 is required")
+        raise InvalidDataError(
+            f"{name}: 0 feature(s) (shape={data.shape}); a minimum of 1 is required"
+        )
     if not math.isnan(data.shape[0]) and data.shape[0] == 0:
-        raise InvalidDataError(f"{name}: 0 sample(s) (shape={data.shape}); a minimum of 1 is required")
+        raise InvalidDataError(
+            f"{name}: 0 sample(s) (shape={data.shape}); a minimum of 1 is required"
+        )
     target = _result_dtype(data.dtype, dtype)
     if data.dtype != target:
         data = data.astype(target)
@@ -220,12 +258,25 @@ def local_dataset(X: np.ndarray, device=None) -> Dataset:
     """A validated in-memory array as a :class:`Dataset` (the Dask array is lazy: nothing is sent)."""
     from dkmeans.engine.device import to_device
 
-    return Dataset(to_device(chunked_rows(X), device), False, X.shape[1], X.shape[0],
-                   local=X if device != "gpu" else None)
+    return Dataset(
+        to_device(chunked_rows(X), device),
+        False,
+        X.shape[1],
+        X.shape[0],
+        local=X if device != "gpu" else None,
+    )
 
 
-def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, check_local=None,
-               missing: str = "error") -> Dataset:
+def as_dataset(
+    data,
+    *,
+    dtype=None,
+    name: str = "X",
+    columns=None,
+    device=None,
+    check_local=None,
+    missing: str = "error",
+) -> Dataset:
     """Validate any supported input and return it as a row-chunked Dask array.
 
     DataFrames are restricted to ``columns`` (default: all), which must be numeric;
@@ -243,7 +294,10 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
     from dkmeans.engine.device import chunk_cupy_array, is_cupy_backed, to_device
 
     if is_cupy_array(data):
-        arr = to_device(chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), cluster_workers()), device)
+        arr = to_device(
+            chunk_cupy_array(check_cupy_array(data, dtype=dtype, name=name), cluster_workers()),
+            device,
+        )
         return Dataset(arr, False, int(arr.shape[1]), int(arr.shape[0]), on_device=True)
     missing = check_missing_policy(missing)
     frame = None
@@ -255,7 +309,9 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
         else:
             data = frame_as_floats(data, dtype=dtype, name=name, missing=missing)
     elif columns is not None:
-        raise InvalidParameterError(f"columns= selects DataFrame columns, but {name} is a {type(data).__name__}")
+        raise InvalidParameterError(
+            f"columns= selects DataFrame columns, but {name} is a {type(data).__name__}"
+        )
     if is_dask_collection(data):
         unfiltered = None
         if missing == "skip" and frame is None and is_dask_array(data):
@@ -263,11 +319,22 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
             data = skip_missing_rows(unfiltered)
         # missing values stay NaN where the partitions are read (no task fails): the fit's first pass
         # finds them and the fit service names the columns (:func:`named_missing`)
-        checked = check_dask_array(data, dtype=dtype, name=name, missing="skip", drop=missing == "skip")
+        checked = check_dask_array(
+            data, dtype=dtype, name=name, missing="skip", drop=missing == "skip"
+        )
         arr = to_device(checked, device)
         n = None if math.isnan(arr.shape[0]) else int(arr.shape[0])
-        return Dataset(arr, True, int(arr.shape[1]), n, frame=frame, missing=missing, unfiltered=unfiltered,
-                       name=name, on_device=is_cupy_backed(checked))
+        return Dataset(
+            arr,
+            True,
+            int(arr.shape[1]),
+            n,
+            frame=frame,
+            missing=missing,
+            unfiltered=unfiltered,
+            name=name,
+            on_device=is_cupy_backed(checked),
+        )
     kept = None
     if missing == "skip":
         data, kept = _drop_incomplete(data, name)
@@ -282,18 +349,25 @@ def as_dataset(data, *, dtype=None, name: str = "X", columns=None, device=None, 
 
 def kept_weights(dataset: Dataset, sample_weight):
     """``sample_weight`` of the rows a fit keeps (``missing="skip"`` leaves rows with a missing value out)."""
-    if sample_weight is None or (dataset.kept is None and dataset.unfiltered is None
-                                 and (dataset.missing == "error" or dataset.frame is None)):
+    if sample_weight is None or (
+        dataset.kept is None
+        and dataset.unfiltered is None
+        and (dataset.missing == "error" or dataset.frame is None)
+    ):
         return sample_weight
     if dataset.kept is None:  # Dask rows left out where read: their weights cannot follow them
-        raise InvalidParameterError("sample_weight with missing='skip' needs in-memory data (NumPy or pandas); "
-                                    "for Dask data, drop the rows with missing values and their weights first")
+        raise InvalidParameterError(
+            "sample_weight with missing='skip' needs in-memory data (NumPy or pandas); "
+            "for Dask data, drop the rows with missing values and their weights first"
+        )
     if is_dask_collection(sample_weight):
         sample_weight = sample_weight.compute()
     w = np.asarray(sample_weight)
     if w.ndim != 1 or w.shape[0] != dataset.kept.shape[0]:
-        raise InvalidDataError(f"sample_weight has {w.shape[0] if w.ndim else 0} entries but X has "
-                               f"{dataset.kept.shape[0]} rows")
+        raise InvalidDataError(
+            f"sample_weight has {w.shape[0] if w.ndim else 0} entries but X has "
+            f"{dataset.kept.shape[0]} rows"
+        )
     return w[dataset.kept]
 
 
@@ -352,12 +426,16 @@ def check_n_clusters_vs_rows(n_clusters: int, n_rows: int, name: str = "n_cluste
         )
 
 
-def check_user_centroids(C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids") -> np.ndarray:
+def check_user_centroids(
+    C, n_clusters: int, n_features: int, dtype, name: str = "initial centroids"
+) -> np.ndarray:
     """A finite (n_clusters, n_features) array in ``dtype`` (a copy; the user's array is untouched)."""
     if is_dask_collection(C):
         C = C.compute()
     with data_errors(name):
-        C = check_array(C, dtype=dtype, ensure_2d=True, ensure_all_finite=True, copy=True, input_name=name)
+        C = check_array(
+            C, dtype=dtype, ensure_2d=True, ensure_all_finite=True, copy=True, input_name=name
+        )
     # scikit-learn's wording first (users match it), then ours
     if C.shape[0] != n_clusters:
         raise InvalidDataError(
@@ -407,5 +485,7 @@ def check_sample_weight(sample_weight, n_rows: int | None, *, positive_sum: bool
     if w_min < 0:
         raise InvalidDataError("sample_weight must be non-negative")
     if positive_sum and w_sum <= 0:
-        raise InvalidDataError("sample_weight sums to zero: at least one sample needs a positive weight")
+        raise InvalidDataError(
+            "sample_weight sums to zero: at least one sample needs a positive weight"
+        )
     return w

@@ -246,9 +246,12 @@ def suggest(scores: Scores) -> tuple:
     reason = f"{how} of {', '.join(VOTERS)} ({detail}){note}"
     agreed = model_override(scores, found)
     if agreed is not None and agreed != k:
-        k, reason = agreed, (
-            f"the gap statistic and the BIC agree on {agreed}, whose Calinski-Harabasz index is "
-            f"within {MODEL_CH_SHARE:.0%} of the maximum, over {k} by {reason}"
+        k, reason = (
+            agreed,
+            (
+                f"the gap statistic and the BIC agree on {agreed}, whose Calinski-Harabasz index is "
+                f"within {MODEL_CH_SHARE:.0%} of the maximum, over {k} by {reason}"
+            ),
         )
     fewer = diffuse_split(scores, k, found)
     if fewer is not None:

@@ -47,7 +47,9 @@ def prepare_dataset(dataset, metric: str):
 
     if metric != "cosine":
         return dataset
-    local = None if dataset.local is None else normalize_rows(dataset.local)  # fitted in-process: at once
+    local = (
+        None if dataset.local is None else normalize_rows(dataset.local)
+    )  # fitted in-process: at once
     return replace(dataset, array=prepare_array(dataset.array, metric), local=local)
 
 
@@ -58,12 +60,16 @@ def prepare_centroids(C, metric: str, name: str = "init"):
     C = np.asarray(C)
     norms = np.linalg.norm(C.astype(np.float64), axis=1)
     if np.any(norms == 0):
-        raise InvalidDataError(f"{name}: a centroid of norm zero has no direction; metric='cosine' needs non-zero "
-                               "centroids")
+        raise InvalidDataError(
+            f"{name}: a centroid of norm zero has no direction; metric='cosine' needs non-zero "
+            "centroids"
+        )
     return (C / norms[:, None]).astype(C.dtype)
 
 
-def supports_local_search(metric: str, sparse: bool, *, algorithm: str, refine, local_search) -> bool:
+def supports_local_search(
+    metric: str, sparse: bool, *, algorithm: str, refine, local_search
+) -> bool:
     """Whether local search may run for this metric and input; raises for phases that cannot.
 
     Hartigan's method (``algorithm``/``method`` or ``refine`` "hartigan") and an explicit
@@ -74,11 +80,15 @@ def supports_local_search(metric: str, sparse: bool, *, algorithm: str, refine, 
     if reason is None:
         return True
     if "hartigan" in (algorithm, refine):
-        raise InvalidParameterError(f"Hartigan's method is not available with {reason}: it moves dense rows by "
-                                    "their Euclidean cost change; use algorithm='lloyd' without refine")
+        raise InvalidParameterError(
+            f"Hartigan's method is not available with {reason}: it moves dense rows by "
+            "their Euclidean cost change; use algorithm='lloyd' without refine"
+        )
     if local_search is True:
-        raise InvalidParameterError(f"local_search=True is not available with {reason}: the swap search scores "
-                                    "Euclidean swaps on dense rows; use local_search='auto' or False")
+        raise InvalidParameterError(
+            f"local_search=True is not available with {reason}: the swap search scores "
+            "Euclidean swaps on dense rows; use local_search='auto' or False"
+        )
     return False
 
 

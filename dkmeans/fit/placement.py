@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from threadpoolctl import ThreadpoolController, threadpool_limits
 

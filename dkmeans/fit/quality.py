@@ -41,9 +41,18 @@ import numpy as np
 from dkmeans.drivers.streams import resolve_seed, stream
 from dkmeans.kernels.cosine import objective_scale
 from dkmeans.kernels.inference import labels_block
-from dkmeans.kernels.quality import (calinski_harabasz_index, centroid_codes, centroid_stats, codes_of,
-                                     combine_label_stats, combine_mean_distances, davies_bouldin_index,
-                                     imbalance_factor, label_stats, mean_distances)
+from dkmeans.kernels.quality import (
+    calinski_harabasz_index,
+    centroid_codes,
+    centroid_stats,
+    codes_of,
+    combine_label_stats,
+    combine_mean_distances,
+    davies_bouldin_index,
+    imbalance_factor,
+    label_stats,
+    mean_distances,
+)
 from dkmeans.kernels.reduce import combine_top
 from dkmeans.kernels.sampling import random_top_rows
 
@@ -132,7 +141,9 @@ def label_stats_pass(data, centroids=None):
     return data.map_reduce(_centroid_chunk, combine_label_stats, (C,))
 
 
-def cluster_scores(data, centroids=None, *, metric: str = "euclidean", passes: int = 2) -> ClusterScores:
+def cluster_scores(
+    data, centroids=None, *, metric: str = "euclidean", passes: int = 2
+) -> ClusterScores:
     """The quality of the partition of ``data`` by ``centroids`` (or by the labels in its last column).
 
     Parameters
@@ -162,7 +173,11 @@ def cluster_scores(data, centroids=None, *, metric: str = "euclidean", passes: i
     n_labels, n_rows = int(present.sum()), int(stats.rows)
     valid = 1 < n_labels < n_rows
     nan = float("nan")
-    ch = calinski_harabasz_index(count[present], means, np.asarray(stats.scatter)[present]) if valid else nan
+    ch = (
+        calinski_harabasz_index(count[present], means, np.asarray(stats.scatter)[present])
+        if valid
+        else nan
+    )
     total = float(count.sum())
     simplified = float(stats.silhouette) / total if valid and not labelled else nan
     db = nan
@@ -172,13 +187,24 @@ def cluster_scores(data, centroids=None, *, metric: str = "euclidean", passes: i
         if labelled:
             simplified = float(dist.silhouette) / total
     sizes = count if not labelled else count[present]
-    objective = np.asarray(stats.objective) * objective_scale(metric) if not labelled else \
-        np.asarray(stats.scatter)[present]
+    objective = (
+        np.asarray(stats.objective) * objective_scale(metric)
+        if not labelled
+        else np.asarray(stats.scatter)[present]
+    )
     return ClusterScores(
-        calinski_harabasz=ch, davies_bouldin=db, simplified_silhouette=simplified, sizes=sizes,
-        cluster_objective=objective, imbalance=imbalance_factor(sizes),
-        labels=np.asarray(stats.keys) if not labelled else keys, n_labels=n_labels, n_rows=n_rows,
-        n_passes=data.passes - start, data_mode="in-memory" if data.in_memory else "out-of-core")
+        calinski_harabasz=ch,
+        davies_bouldin=db,
+        simplified_silhouette=simplified,
+        sizes=sizes,
+        cluster_objective=objective,
+        imbalance=imbalance_factor(sizes),
+        labels=np.asarray(stats.keys) if not labelled else keys,
+        n_labels=n_labels,
+        n_rows=n_rows,
+        n_passes=data.passes - start,
+        data_mode="in-memory" if data.in_memory else "out-of-core",
+    )
 
 
 # -- the sampled silhouette ------------------------------------------------------------------------
@@ -194,7 +220,9 @@ def sample_rows(data, sample_size: int, seed: int):
     the weight with them (Efraimidis and Spirakis; weights all 1 draw the rows no weights
     draw, zero weights are never drawn), whatever the chunking or placement.
     """
-    top = data.map_reduce(_sample_chunk, functools.partial(_combine_top, sample_size), (sample_size, seed))
+    top = data.map_reduce(
+        _sample_chunk, functools.partial(_combine_top, sample_size), (sample_size, seed)
+    )
     index = np.asarray(top.index)
     order = np.argsort(index, kind="stable")
     return index[order], np.asarray(top.rows)[order]
@@ -239,5 +267,11 @@ def sample_silhouette(data, labels_source, sample_size: int, random_state=None) 
     return float(silhouette_score(rows, labels))
 
 
-__all__ = ["ClusterScores", "cluster_scores", "imbalance_factor", "label_stats_pass", "sample_rows",
-           "sample_silhouette"]
+__all__ = [
+    "ClusterScores",
+    "cluster_scores",
+    "imbalance_factor",
+    "label_stats_pass",
+    "sample_rows",
+    "sample_silhouette",
+]

@@ -55,14 +55,21 @@ def final_assignment(spec: FitSpec, dataset: Dataset, data, client, centroids) -
     """Labels and objective of ``centroids`` on the data (what inference gives), the passes made, and per cluster
     the weighted sizes and objective (float64), all from one pass."""
     # one pass where the rows are; the rows are the metric's already (a fit's unit rows for cosine)
-    block = functools.partial(labels_objective_block, metric=spec.metric, normalize=False, with_weights=True)
+    block = functools.partial(
+        labels_objective_block, metric=spec.metric, normalize=False, with_weights=True
+    )
     C = np.asarray(centroids).astype(data.dtype)
     # a Dask DataFrame gets index-aligned labels (fit_result): the final pass needs only the objective
-    labels, inertia, sums = data.labelled_pass(block, (C,), keep_labels=dataset.frame is None, per_label=C.shape[0])
-    if labels is None and dataset.frame is None:  # rows read from their source: labels stay lazy, read when used
+    labels, inertia, sums = data.labelled_pass(
+        block, (C,), keep_labels=dataset.frame is None, per_label=C.shape[0]
+    )
+    if (
+        labels is None and dataset.frame is None
+    ):  # rows read from their source: labels stay lazy, read when used
         labels = inference.labels(dataset.array, C)
-    return FinalAssignment(labels, inertia, data.passes, cluster_sizes=sums[:, 1],
-                           cluster_objective=sums[:, 0])
+    return FinalAssignment(
+        labels, inertia, data.passes, cluster_sizes=sums[:, 1], cluster_objective=sums[:, 0]
+    )
 
 
 def labels_on_host(labels):
@@ -76,8 +83,16 @@ def labels_on_host(labels):
     return labels
 
 
-def fit_result(spec: FitSpec, dataset: Dataset, data, run: RunSummary, assignment: FinalAssignment,
-               *, with_labels: bool = True, minibatch_state=None) -> FitResult:
+def fit_result(
+    spec: FitSpec,
+    dataset: Dataset,
+    data,
+    run: RunSummary,
+    assignment: FinalAssignment,
+    *,
+    with_labels: bool = True,
+    minibatch_state=None,
+) -> FitResult:
     """The :class:`FitResult` of the kept ``run`` and its final ``assignment`` (after the data's
     release), with labels where the face wants them.
 
@@ -86,25 +101,45 @@ def fit_result(spec: FitSpec, dataset: Dataset, data, run: RunSummary, assignmen
     centroids, labels = run.centroids, assignment.labels
     if not with_labels:
         labels = None
-    elif dataset.frame is not None and not spec.capped:  # on the DataFrame's index, from its partitions (the final pass kept none)
+    elif (
+        dataset.frame is not None and not spec.capped
+    ):  # on the DataFrame's index, from its partitions (the final pass kept none)
         labels = inference.labels(dataset.frame, centroids, spec.metric, missing=dataset.missing)
-    elif dataset.unfiltered is not None:  # missing="skip": every input row, -1 where one was left out
+    elif (
+        dataset.unfiltered is not None
+    ):  # missing="skip": every input row, -1 where one was left out
         labels = inference.labels(dataset.unfiltered, centroids, spec.metric, missing="skip")
-    elif not dataset.is_dask and hasattr(labels, "compute"):  # in-memory input, labels from the cluster
+    elif not dataset.is_dask and hasattr(
+        labels, "compute"
+    ):  # in-memory input, labels from the cluster
         labels = labels.compute()
-    elif dataset.is_dask:  # a small Dask array fitted in this process: its labels a Dask array all the same
+    elif (
+        dataset.is_dask
+    ):  # a small Dask array fitted in this process: its labels a Dask array all the same
         labels = labels_like(labels, dataset)
     if labels is not None and not dataset.on_device:
         labels = labels_on_host(labels)  # labels follow the input (host data, device="gpu")
-    if with_labels and dataset.kept is not None:  # in memory, missing="skip": -1 for the rows left out
+    if (
+        with_labels and dataset.kept is not None
+    ):  # in memory, missing="skip": -1 for the rows left out
         labels = expand_labels(labels, dataset.kept)
     mode = "in-memory" if data.in_memory else "out-of-core"
-    return FitResult(centroids, labels, assignment.objective, run.n_iter, run.stop_reason,
-                     run.converged, list(run.history), mode, assignment.n_passes,
-                     list(data.loop_modes), minibatch_state=minibatch_state,
-                     cluster_sizes=assignment.cluster_sizes,
-                     cluster_objective=assignment.cluster_objective,
-                     capacity_passes=assignment.capacity_passes)
+    return FitResult(
+        centroids,
+        labels,
+        assignment.objective,
+        run.n_iter,
+        run.stop_reason,
+        run.converged,
+        list(run.history),
+        mode,
+        assignment.n_passes,
+        list(data.loop_modes),
+        minibatch_state=minibatch_state,
+        cluster_sizes=assignment.cluster_sizes,
+        cluster_objective=assignment.cluster_objective,
+        capacity_passes=assignment.capacity_passes,
+    )
 
 
 __all__ = ["FinalAssignment", "PlacedFit", "final_assignment", "fit_result", "labels_on_host"]

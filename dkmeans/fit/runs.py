@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
+from dkmeans.drivers.coreset import (
+    CONFIRM_ITERS,
+    coreset_local_search,
+    coreset_searches,
+    coreset_size,
+    coreset_start,
+)
 from dkmeans.drivers.hartigan import hartigan
 from dkmeans.drivers.lloyd import lloyd, objective, stop_after_update
 from dkmeans.drivers.pruned_lloyd import PrunedPasses
-from dkmeans.drivers.coreset import (CONFIRM_ITERS, coreset_local_search, coreset_searches, coreset_size,
-                                     coreset_start)
 from dkmeans.drivers.state import STOPPED, FitState, LoopState, RunSummary
 from dkmeans.drivers.streams import derive_seed
 from dkmeans.errors import INTERRUPTIONS
@@ -81,9 +86,14 @@ def settles_start(data, plan: FitPlan, k: int) -> bool:
     same whatever the cap.
     """
     n = data.n_rows
-    return (plan.local_search and plan.lloyd and plan.warm_start
-            and plan.max_iter >= SETTLE_MAX_ITER and coreset_searches(n, k)
-            and coreset_size(n, k) <= SETTLE_MAX_SHARE * n)
+    return (
+        plan.local_search
+        and plan.lloyd
+        and plan.warm_start
+        and plan.max_iter >= SETTLE_MAX_ITER
+        and coreset_searches(n, k)
+        and coreset_size(n, k) <= SETTLE_MAX_SHARE * n
+    )
 
 
 def _searches(data, plan: FitPlan, k: int) -> bool:
@@ -96,7 +106,9 @@ def _first_lloyd_iters(data, plan: FitPlan, k: int) -> int:
     return min(plan.max_iter, SEARCH_AFTER_ITERS) if _searches(data, plan, k) else plan.max_iter
 
 
-def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=False) -> RunSummary:
+def _local_search_phase(
+    data, plan: FitPlan, loop: LoopState, run: int, pruning=False
+) -> RunSummary:
     """Swaps searched on a sample, confirmed by Lloyd on the data
     (:func:`dkmeans.drivers.coreset.coreset_local_search`).
 
@@ -121,19 +133,36 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
     if lloyd_stop is None and plan.lloyd:
         lloyd_stop = "max_iter" if loop.n_iter >= plan.max_iter else None
     paused = paused and loop.n_iter < plan.max_iter
-    unchanged = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, lloyd_stop or "local-search",
-                           lloyd_stop != "max_iter", list(loop.history))
+    unchanged = RunSummary(
+        loop.centroids.astype(data.dtype),
+        0.0,
+        loop.n_iter,
+        lloyd_stop or "local-search",
+        lloyd_stop != "max_iter",
+        list(loop.history),
+    )
     if budget <= 0 or not coreset_searches(data.n_rows, k):
         return unchanged
     history, summary, centroids, n_iter = list(loop.history), unchanged, loop.centroids, loop.n_iter
     end = loop.n_iter + budget  # the run's last Lloyd update
     settled = None
-    for attempt in range(CORESET_SEARCHES):  # again from a confirmed result, while the data confirms
-        bound = history[-1].objective if history else np.nan  # the last assignment's: >= the centroids'
-        search = coreset_local_search(data, centroids, seed=derive_seed(plan.seed_of_run(run), attempt),
-                                      stop_rule=plan.stop_rule, max_iter=min(CONFIRM_ITERS, end - n_iter),
-                                      metric=plan.metric, on_iteration=plan.on_iteration, prune=pruning,
-                                      objective_bound=bound)
+    for attempt in range(
+        CORESET_SEARCHES
+    ):  # again from a confirmed result, while the data confirms
+        bound = (
+            history[-1].objective if history else np.nan
+        )  # the last assignment's: >= the centroids'
+        search = coreset_local_search(
+            data,
+            centroids,
+            seed=derive_seed(plan.seed_of_run(run), attempt),
+            stop_rule=plan.stop_rule,
+            max_iter=min(CONFIRM_ITERS, end - n_iter),
+            metric=plan.metric,
+            on_iteration=plan.on_iteration,
+            prune=pruning,
+            objective_bound=bound,
+        )
         record = dataclasses.replace(search.record, round=attempt + 1)
         asked = plan.on_iteration is not None and bool(plan.on_iteration(record))
         history.append(record)
@@ -146,20 +175,34 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
             centroids = search.centroids
             summary = RunSummary(centroids, 0.0, n_iter, settled.stop_reason, settled.converged, [])
         if asked:  # a stop request: the run ends with the best result confirmed so far
-            summary = dataclasses.replace(summary, stop_reason=STOPPED, converged=False,
-                                          n_iter=n_iter, history=history)
+            summary = dataclasses.replace(
+                summary, stop_reason=STOPPED, converged=False, n_iter=n_iter, history=history
+            )
             return summary
         if not search.kept or n_iter >= end:  # (not kept: the last result stands, and its rule)
             break
     goes_on = settled.stop_reason == "max_iter" if settled is not None else paused
     if goes_on and n_iter < end:
         # the last confirmation stopped at its cap, or Lloyd before the searches: Lloyd goes on
-        result = lloyd(data, centroids, max_iter=end - n_iter, stop_rule=plan.stop_rule,
-                       on_iteration=plan.on_iteration, metric=plan.metric, prune=pruning)
+        result = lloyd(
+            data,
+            centroids,
+            max_iter=end - n_iter,
+            stop_rule=plan.stop_rule,
+            on_iteration=plan.on_iteration,
+            metric=plan.metric,
+            prune=pruning,
+        )
         history += list(result.history)
         n_iter += result.n_iter
-        summary = RunSummary(np.asarray(result.centroids).astype(data.dtype), 0.0, n_iter, result.stop_reason,
-                             result.converged, [])
+        summary = RunSummary(
+            np.asarray(result.centroids).astype(data.dtype),
+            0.0,
+            n_iter,
+            result.stop_reason,
+            result.converged,
+            [],
+        )
     elif goes_on:  # the cap was spent on confirmations: Lloyd stopped short of its rule
         summary = dataclasses.replace(summary, stop_reason="max_iter", converged=False)
     summary.n_iter = n_iter
@@ -167,7 +210,9 @@ def _local_search_phase(data, plan: FitPlan, loop: LoopState, run: int, pruning=
     return summary
 
 
-def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | None = None) -> RunSummary:
+def fit_runs(
+    data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | None = None
+) -> RunSummary:
     """Run (or continue, from ``state``) every run of ``plan``; return the best run.
 
     Each run goes through its phases: ``init`` (initial centroids), ``lloyd`` (the Lloyd
@@ -195,27 +240,53 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                 start = np.asarray(plan.initialise(state.run))
                 if settles_start(data, plan, len(start)):
                     # settled and searched on a sample first
-                    start = coreset_start(data, start, seed=plan.seed_of_run(state.run),
-                                          stop_rule=plan.stop_rule, max_iter=SETTLE_MAX_ITER)
+                    start = coreset_start(
+                        data,
+                        start,
+                        seed=plan.seed_of_run(state.run),
+                        stop_rule=plan.stop_rule,
+                        max_iter=SETTLE_MAX_ITER,
+                    )
                 state.phase, state.loop = "lloyd", LoopState(start)
                 save()
             loop = state.loop
-            summary = RunSummary(loop.centroids.astype(data.dtype), 0.0, loop.n_iter, "max_iter", False,
-                                 list(loop.history))
+            summary = RunSummary(
+                loop.centroids.astype(data.dtype),
+                0.0,
+                loop.n_iter,
+                "max_iter",
+                False,
+                list(loop.history),
+            )
             # one pruning object for the run: its Lloyd blocks share their bounds (dropped at the run's end)
-            pruning = PrunedPasses.for_run(data, plan.prune, len(loop.centroids), max(0, plan.max_iter - loop.n_iter))
+            pruning = PrunedPasses.for_run(
+                data, plan.prune, len(loop.centroids), max(0, plan.max_iter - loop.n_iter)
+            )
             try:
                 if state.phase == "lloyd":
                     if plan.lloyd:
-                        result = lloyd(data, loop.centroids, max_iter=_first_lloyd_iters(data, plan, len(loop.centroids)),
-                                       stop_rule=plan.stop_rule,
-                                       on_iteration=plan.on_iteration, resume=loop,
-                                       on_state=checkpoint.loop_hook(state) if checkpoint else None,
-                                       state_every=checkpoint.every if checkpoint else None, metric=plan.metric,
-                                       prune=pruning, capacitated=plan.capacitated)
+                        result = lloyd(
+                            data,
+                            loop.centroids,
+                            max_iter=_first_lloyd_iters(data, plan, len(loop.centroids)),
+                            stop_rule=plan.stop_rule,
+                            on_iteration=plan.on_iteration,
+                            resume=loop,
+                            on_state=checkpoint.loop_hook(state) if checkpoint else None,
+                            state_every=checkpoint.every if checkpoint else None,
+                            metric=plan.metric,
+                            prune=pruning,
+                            capacitated=plan.capacitated,
+                        )
                         loop = LoopState(result.centroids, result.n_iter, None, result.history)
-                        summary = RunSummary(result.centroids, 0.0, result.n_iter, result.stop_reason, result.converged,
-                                             list(result.history))
+                        summary = RunSummary(
+                            result.centroids,
+                            0.0,
+                            result.n_iter,
+                            result.stop_reason,
+                            result.converged,
+                            list(result.history),
+                        )
                     if summary.stop_reason == STOPPED:  # asked to stop: the run ends here
                         state.phase = "done"
                     elif plan.local_search:
@@ -232,11 +303,25 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
                 if state.phase == "refine":
                     if isinstance(pruning, PrunedPasses):  # its bounds' memory is Hartigan's now
                         pruning.release(data)
-                    result = hartigan(data, loop.centroids.astype(data.dtype), max_iter=plan.max_iter,
-                                      mode=plan.hartigan_mode, tol=plan.hartigan_tol, on_iteration=plan.on_iteration)
-                    history = list(loop.history) + list(result.history[1:])  # hartigan's [0] is its start
-                    summary = RunSummary(result.centroids.astype(data.dtype), 0.0, loop.n_iter + result.n_iter,
-                                         result.stop_reason, result.converged, history)
+                    result = hartigan(
+                        data,
+                        loop.centroids.astype(data.dtype),
+                        max_iter=plan.max_iter,
+                        mode=plan.hartigan_mode,
+                        tol=plan.hartigan_tol,
+                        on_iteration=plan.on_iteration,
+                    )
+                    history = list(loop.history) + list(
+                        result.history[1:]
+                    )  # hartigan's [0] is its start
+                    summary = RunSummary(
+                        result.centroids.astype(data.dtype),
+                        0.0,
+                        loop.n_iter + result.n_iter,
+                        result.stop_reason,
+                        result.converged,
+                        history,
+                    )
             finally:
                 if isinstance(pruning, PrunedPasses):
                     pruning.release(data)
@@ -261,7 +346,11 @@ def fit_runs(data, plan: FitPlan, state: FitState, checkpoint: Checkpointer | No
 def _score(data, plan: FitPlan, centroids) -> float:
     """A run's objective on the data: under the size caps where the fit has some."""
     if plan.capacitated is not None:
-        return float(plan.capacitated.solve(data, np.asarray(centroids).astype(data.dtype)).partials.objective)
+        return float(
+            plan.capacitated.solve(
+                data, np.asarray(centroids).astype(data.dtype)
+            ).partials.objective
+        )
     return objective(data, centroids)
 
 
@@ -277,5 +366,6 @@ def callable_init(spec: FitSpec, data, seed: int, run: int) -> np.ndarray:
     idx = np.arange(n) if size == n else np.sort(rng.choice(n, size=size, replace=False))
     X = data.rows(idx)
     C = spec.init(X, spec.n_clusters, np.random.RandomState(derive_seed(seed, run) % 2**32))
-    return check_user_centroids(C, spec.n_clusters, data.n_features, data.dtype, name="init (the callable's result)")
-
+    return check_user_centroids(
+        C, spec.n_clusters, data.n_features, data.dtype, name="init (the callable's result)"
+    )

@@ -21,8 +21,14 @@ import numpy as np
 from dkmeans.engine.rowwise import as_array, chunked_rows, with_label_column
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidDataError
-from dkmeans.fit.inputs import (Dataset, as_dataset, check_user_centroids, check_int, check_sample_weight,
-                                is_dask_collection)
+from dkmeans.fit.inputs import (
+    Dataset,
+    as_dataset,
+    check_int,
+    check_sample_weight,
+    check_user_centroids,
+    is_dask_collection,
+)
 from dkmeans.fit.metric_inputs import prepare_dataset
 from dkmeans.fit.placement import placed
 from dkmeans.fit.quality import ClusterScores, cluster_scores, sample_silhouette
@@ -30,16 +36,24 @@ from dkmeans.fit.quality import ClusterScores, cluster_scores, sample_silhouette
 
 def _labelled(dataset: Dataset, labels):
     """``dataset`` with ``labels`` as its last column, and the label values (None for Dask labels)."""
-    if is_sparse_array(dataset.array) or (dataset.local is not None and not isinstance(dataset.local, np.ndarray)):
-        raise InvalidDataError("labels with sparse X are not supported: pass centroids or a fitted model")
+    if is_sparse_array(dataset.array) or (
+        dataset.local is not None and not isinstance(dataset.local, np.ndarray)
+    ):
+        raise InvalidDataError(
+            "labels with sparse X are not supported: pass centroids or a fitted model"
+        )
     if not is_dask_collection(labels):
         values, codes = np.unique(np.asarray(labels).reshape(-1), return_inverse=True)
         if dataset.n_rows is not None and codes.shape[0] != dataset.n_rows:
-            raise InvalidDataError(f"labels has {codes.shape[0]} entries but X has {dataset.n_rows} rows")
+            raise InvalidDataError(
+                f"labels has {codes.shape[0]} entries but X has {dataset.n_rows} rows"
+            )
         labels = codes.reshape(-1)
         if dataset.local is not None:
             rows = np.column_stack([dataset.local.astype(np.float64), labels.astype(np.float64)])
-            return Dataset(chunked_rows(rows), False, rows.shape[1], rows.shape[0], local=rows), values
+            return Dataset(
+                chunked_rows(rows), False, rows.shape[1], rows.shape[0], local=rows
+            ), values
     else:
         values = None
         n = getattr(labels, "shape", (None,))[0]
@@ -61,22 +75,36 @@ def _prepared(X, *, centroids, labels, sample_weight, metric):
     values = None
     if centroids is not None:
         C = np.asarray(centroids.compute() if is_dask_collection(centroids) else centroids)
-        centroids = check_user_centroids(C, C.shape[0] if C.ndim == 2 else 0, dataset.n_features, dataset.array.dtype,
-                                    name="centroids")
+        centroids = check_user_centroids(
+            C,
+            C.shape[0] if C.ndim == 2 else 0,
+            dataset.n_features,
+            dataset.array.dtype,
+            name="centroids",
+        )
         dataset = prepare_dataset(dataset, metric)
     else:
         dataset, values = _labelled(dataset, labels)
     return dataset, weights, centroids, values
 
 
-def scores(X, *, centroids=None, labels=None, sample_weight=None, metric: str = "euclidean", out_of_core="auto",
-           passes: int = 2) -> ClusterScores:
+def scores(
+    X,
+    *,
+    centroids=None,
+    labels=None,
+    sample_weight=None,
+    metric: str = "euclidean",
+    out_of_core="auto",
+    passes: int = 2,
+) -> ClusterScores:
     """:func:`dkmeans.fit.quality.cluster_scores` of ``X`` partitioned by ``centroids`` or ``labels``.
 
     With in-memory labels, ``ClusterScores.labels`` holds the label values themselves.
     """
-    dataset, weights, C, values = _prepared(X, centroids=centroids, labels=labels, sample_weight=sample_weight,
-                                            metric=metric)
+    dataset, weights, C, values = _prepared(
+        X, centroids=centroids, labels=labels, sample_weight=sample_weight, metric=metric
+    )
     k = 0 if C is None else C.shape[0]
     with placed(dataset, weights, out_of_core=out_of_core, n_clusters=k, fit=False) as (data, _):
         result = cluster_scores(data, C, metric=metric, passes=passes)
@@ -87,13 +115,23 @@ def scores(X, *, centroids=None, labels=None, sample_weight=None, metric: str = 
     return result
 
 
-def silhouette(X, *, centroids=None, labels=None, sample_size=None, random_state=None, sample_weight=None,
-               metric: str = "euclidean", out_of_core="auto") -> float:
+def silhouette(
+    X,
+    *,
+    centroids=None,
+    labels=None,
+    sample_size=None,
+    random_state=None,
+    sample_weight=None,
+    metric: str = "euclidean",
+    out_of_core="auto",
+) -> float:
     """:func:`dkmeans.fit.quality.sample_silhouette` of ``X`` (all rows when ``sample_size`` is None)."""
     if sample_size is not None:
         sample_size = check_int("sample_size", sample_size, 1)
-    dataset, weights, C, _ = _prepared(X, centroids=centroids, labels=labels, sample_weight=sample_weight,
-                                       metric=metric)
+    dataset, weights, C, _ = _prepared(
+        X, centroids=centroids, labels=labels, sample_weight=sample_weight, metric=metric
+    )
     k = 0 if C is None else C.shape[0]
     with placed(dataset, weights, out_of_core=out_of_core, n_clusters=k, fit=False) as (data, _):
         size = data.n_rows if sample_size is None else sample_size

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,9 @@ class FitSpec(RunSpec):
     @property
     def capped(self) -> bool:
         """Whether the fit assigns under size caps."""
-        return self.balanced or self.max_cluster_size is not None or self.min_cluster_size is not None
+        return (
+            self.balanced or self.max_cluster_size is not None or self.min_cluster_size is not None
+        )
 
     @property
     def n_runs(self) -> int:
@@ -212,4 +215,3 @@ def wants_local_search(spec: FitSpec) -> bool:
     if spec.local_search == "auto":
         return spec.algorithm == "lloyd" and isinstance(spec.init, str)
     return bool(spec.local_search)
-

@@ -27,8 +27,9 @@ and the sample of rows the silhouette of every k is computed on
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,18 +38,23 @@ from dkmeans.engine.shared_passes import SharedPasses
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
-from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight, kept_weights, named_missing
-from dkmeans.fit.metric_inputs import prepare_dataset, supports_local_search
 from dkmeans.fit.gap import ReferenceCurve, reference_curve
+from dkmeans.fit.inputs import (
+    Dataset,
+    check_n_clusters_vs_rows,
+    check_sample_weight,
+    kept_weights,
+    named_missing,
+)
 from dkmeans.fit.krules import bic_score
-from dkmeans.fit.quality import cluster_scores, sample_rows
-from dkmeans.kernels.inference import labels_block
-from dkmeans.kernels.namespace import to_host
+from dkmeans.fit.metric_inputs import prepare_dataset, supports_local_search
 from dkmeans.fit.placement import fit_placement, placed
+from dkmeans.fit.quality import cluster_scores, sample_rows
 from dkmeans.fit.results import PlacedFit, fit_result
 from dkmeans.fit.service import fit_placed
 from dkmeans.fit.spec import FitResult, FitSpec
-
+from dkmeans.kernels.inference import labels_block
+from dkmeans.kernels.namespace import to_host
 
 nan = float("nan")
 
@@ -104,12 +110,16 @@ def cluster_quality(data, centroids, metric: str, objective: float | None = None
     """
     scores = cluster_scores(data, centroids, metric=metric)
     objective = scores.objective if objective is None else objective
-    return {"objective": float(objective), "calinski_harabasz": float(scores.calinski_harabasz),
-            "davies_bouldin": float(scores.davies_bouldin),
-            "simplified_silhouette": float(scores.simplified_silhouette),
-            "imbalance": float(scores.imbalance),
-            "bic": bic_score(scores.sizes, float(scores.objective), data.n_features)
-            if scores.valid else nan}
+    return {
+        "objective": float(objective),
+        "calinski_harabasz": float(scores.calinski_harabasz),
+        "davies_bouldin": float(scores.davies_bouldin),
+        "simplified_silhouette": float(scores.simplified_silhouette),
+        "imbalance": float(scores.imbalance),
+        "bic": bic_score(scores.sizes, float(scores.objective), data.n_features)
+        if scores.valid
+        else nan,
+    }
 
 
 def sample_silhouettes(rows, centroids: dict, metric: str) -> dict:
@@ -138,10 +148,14 @@ def _check_specs(specs: Sequence[FitSpec]) -> None:
     first = specs[0]
     for spec in specs:
         if not isinstance(spec.init, str) and not callable(spec.init):
-            raise InvalidParameterError("a sweep initialises each k with a strategy or a callable, not given centroids "
-                                        "(their shape depends on k)")
+            raise InvalidParameterError(
+                "a sweep initialises each k with a strategy or a callable, not given centroids "
+                "(their shape depends on k)"
+            )
         if spec.checkpoint is not None:
-            raise InvalidParameterError("a sweep takes no checkpoint (one file per k would be needed)")
+            raise InvalidParameterError(
+                "a sweep takes no checkpoint (one file per k would be needed)"
+            )
         if spec.algorithm == "minibatch":
             raise InvalidParameterError("a sweep fits KMeans (lloyd or hartigan), not mini-batch")
         for name in ("metric", "out_of_core", "algorithm"):
@@ -149,9 +163,15 @@ def _check_specs(specs: Sequence[FitSpec]) -> None:
                 raise InvalidParameterError(f"every k of a sweep needs the same {name}")
 
 
-def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
-              reference_draws: int = 5, reference_rows: int = 20_000,
-              silhouette_rows: int = 2_000) -> SweepRun:
+def run_sweep(
+    specs: Sequence[FitSpec],
+    dataset: Dataset,
+    sample_weight=None,
+    *,
+    reference_draws: int = 5,
+    reference_rows: int = 20_000,
+    silhouette_rows: int = 2_000,
+) -> SweepRun:
     """Fit every spec (one per k) on ``dataset``, sharing the passes over the data.
 
     Parameters
@@ -182,12 +202,22 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
     _check_specs(specs)
     if dataset.n_rows is not None:
         for spec in specs:
-            check_n_clusters_vs_rows(spec.n_clusters, dataset.n_rows, spec.names.get("n_clusters", "n_clusters"))
+            check_n_clusters_vs_rows(
+                spec.n_clusters, dataset.n_rows, spec.names.get("n_clusters", "n_clusters")
+            )
     weights = check_sample_weight(kept_weights(dataset, sample_weight), dataset.n_rows)
     seeds = [resolve_seed(spec.random_state) for spec in specs]
     sparse = is_sparse_array(dataset.array)
-    searches = [supports_local_search(spec.metric, sparse, algorithm=spec.algorithm, refine=spec.refine,
-                                      local_search=spec.local_search) for spec in specs]
+    searches = [
+        supports_local_search(
+            spec.metric,
+            sparse,
+            algorithm=spec.algorithm,
+            refine=spec.refine,
+            local_search=spec.local_search,
+        )
+        for spec in specs
+    ]
     dataset = prepare_dataset(dataset, specs[0].metric)
     with_gap = reference_draws > 0 and specs[0].metric == "euclidean" and not sparse
     with_sample = silhouette_rows > 0 and not sparse
@@ -201,16 +231,26 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
 
             def one_k(i: int, view) -> _KFit:
                 spec = specs[i]
-                fitted = fit_placed(spec, dataset, view, None, seeds[i], client, searches[i], moments, mean_variance)
-                return _KFit(fitted, view, cluster_quality(view, fitted.best.centroids, spec.metric,
-                                                           fitted.assignment.objective))
+                fitted = fit_placed(
+                    spec, dataset, view, None, seeds[i], client, searches[i], moments, mean_variance
+                )
+                return _KFit(
+                    fitted,
+                    view,
+                    cluster_quality(
+                        view, fitted.best.centroids, spec.metric, fitted.assignment.objective
+                    ),
+                )
 
             jobs = [functools.partial(one_k, i) for i in range(len(specs))]
             names = [f"n_clusters={spec.n_clusters}" for spec in specs]
             if with_gap:
                 ks = [spec.n_clusters for spec in specs]
-                jobs.append(lambda view: reference_curve(view, ks, seeds[0], draws=reference_draws,
-                                                         max_rows=reference_rows))
+                jobs.append(
+                    lambda view: reference_curve(
+                        view, ks, seeds[0], draws=reference_draws, max_rows=reference_rows
+                    )
+                )
                 names.append("gap reference")
             if with_sample:
                 jobs.append(lambda view: sample_rows(view, silhouette_rows, seeds[0])[1])
@@ -225,7 +265,7 @@ def run_sweep(specs: Sequence[FitSpec], dataset: Dataset, sample_weight=None, *,
         rows = np.asarray(to_host(outcomes[-1]))
         silhouettes = sample_silhouettes(rows, centroids, specs[0].metric)
     fits = []
-    for spec, k_fit in zip(specs, outcomes[:len(specs)]):
+    for spec, k_fit in zip(specs, outcomes[: len(specs)]):
         fitted = k_fit.fitted
         result = fit_result(spec, dataset, k_fit.view, fitted.best, fitted.assignment)
         metrics = {**k_fit.metrics, "silhouette": silhouettes.get(spec.n_clusters, nan)}
@@ -259,9 +299,17 @@ class ScoredCentroids:
     reference: ReferenceCurve | None = None
 
 
-def score_centroids(centroids: dict, dataset: Dataset, sample_weight=None, *, seed: int,
-                    out_of_core="auto", reference_draws: int = 5, reference_rows: int = 20_000,
-                    silhouette_rows: int = 2_000) -> ScoredCentroids:
+def score_centroids(
+    centroids: dict,
+    dataset: Dataset,
+    sample_weight=None,
+    *,
+    seed: int,
+    out_of_core="auto",
+    reference_draws: int = 5,
+    reference_rows: int = 20_000,
+    silhouette_rows: int = 2_000,
+) -> ScoredCentroids:
     """The metrics the rules of :mod:`dkmeans.fit.krules` read, for centroids fitted elsewhere.
 
     The sweep of a bisecting tree (one fit gives the centroids of every k) scores each k's
@@ -299,8 +347,11 @@ def score_centroids(centroids: dict, dataset: Dataset, sample_weight=None, *, se
             jobs = [functools.partial(_quality_of, centroids[k]) for k in ks]
             names = [f"n_clusters={k}" for k in ks]
             if with_gap:
-                jobs.append(lambda view: reference_curve(view, ks, seed, draws=reference_draws,
-                                                         max_rows=reference_rows))
+                jobs.append(
+                    lambda view: reference_curve(
+                        view, ks, seed, draws=reference_draws, max_rows=reference_rows
+                    )
+                )
                 names.append("gap reference")
             if with_sample:
                 jobs.append(lambda view: sample_rows(view, silhouette_rows, seed)[1])
@@ -326,5 +377,12 @@ def _quality_of(centroids, view) -> dict:
     return cluster_quality(view, centroids, "euclidean")
 
 
-__all__ = ["ScoredCentroids", "SweepFit", "SweepRun", "cluster_quality", "run_sweep",
-           "sample_silhouettes", "score_centroids"]
+__all__ = [
+    "ScoredCentroids",
+    "SweepFit",
+    "SweepRun",
+    "cluster_quality",
+    "run_sweep",
+    "sample_silhouettes",
+    "score_centroids",
+]

@@ -33,10 +33,17 @@ from pathlib import Path
 
 import numpy as np
 
+from dkmeans.drivers.state import (
+    FitState,
+    LoopState,
+    MiniBatchState,
+    PassState,
+    RunSummary,
+    history_dicts,
+    history_records,
+)
 from dkmeans.errors import InvalidDataError
 from dkmeans.io.model_file import digest, read_archive, write_archive
-from dkmeans.drivers.state import (FitState, LoopState, MiniBatchState, PassState, RunSummary, history_dicts,
-                           history_records)
 
 logger = logging.getLogger("dkmeans")
 
@@ -59,8 +66,12 @@ def data_fingerprint(moments) -> list:
     does not matter.
     """
     count = np.maximum(np.asarray(moments.count, dtype=np.float64), 1)
-    values = np.concatenate([np.asarray(moments.mean, dtype=np.float64).ravel(),
-                             (np.asarray(moments.m2, dtype=np.float64) / count).ravel()])
+    values = np.concatenate(
+        [
+            np.asarray(moments.mean, dtype=np.float64).ravel(),
+            (np.asarray(moments.m2, dtype=np.float64) / count).ravel(),
+        ]
+    )
     return [float(f"{v:.9g}") for v in values]
 
 
@@ -113,11 +124,15 @@ class Checkpointer:
         """The saved state; :class:`CheckpointError` if damaged or written by another job."""
         arrays, meta = self._read()
         if meta.get("format") != FORMAT_NAME or meta.get("format_version") not in READ_VERSIONS:
-            raise CheckpointError(f"{self.path}: not a dkmeans checkpoint of format version "
-                                  f"{' or '.join(map(str, READ_VERSIONS))}")
+            raise CheckpointError(
+                f"{self.path}: not a dkmeans checkpoint of format version "
+                f"{' or '.join(map(str, READ_VERSIONS))}"
+            )
         for name, value in arrays.items():
             if digest(value) != meta["sha256"].get(name):
-                raise CheckpointError(f"{self.path}: array {name!r} was altered (checksum mismatch)")
+                raise CheckpointError(
+                    f"{self.path}: array {name!r} was altered (checksum mismatch)"
+                )
         saved = meta.get("job", {})
         if saved != self.job:
             diff = _differences(saved, self.job)
@@ -130,20 +145,43 @@ class Checkpointer:
             state.minibatch = _minibatch_state(arrays, meta["minibatch"])
         elif "centroids" in arrays:
             loop = meta["loop"]
-            state.loop = LoopState(arrays["centroids"], int(loop["n_iter"]), loop["previous_objective"],
-                                   history_records(loop["history"]))
+            state.loop = LoopState(
+                arrays["centroids"],
+                int(loop["n_iter"]),
+                loop["previous_objective"],
+                history_records(loop["history"]),
+            )
         if "best_centroids" in arrays:
             best = meta["best"]
-            state.best = RunSummary(arrays["best_centroids"], best["score"], best["n_iter"], best["stop_reason"],
-                                    best["converged"], history_records(best["history"]))
-        logger.info("resuming from checkpoint %s (run %d, %s, %s %d)", self.path, state.run, state.phase,
-                    *(("step", state.minibatch.run.n_steps) if state.minibatch else
-                      ("iteration", state.loop.n_iter if state.loop else 0)))
+            state.best = RunSummary(
+                arrays["best_centroids"],
+                best["score"],
+                best["n_iter"],
+                best["stop_reason"],
+                best["converged"],
+                history_records(best["history"]),
+            )
+        logger.info(
+            "resuming from checkpoint %s (run %d, %s, %s %d)",
+            self.path,
+            state.run,
+            state.phase,
+            *(
+                ("step", state.minibatch.run.n_steps)
+                if state.minibatch
+                else ("iteration", state.loop.n_iter if state.loop else 0)
+            ),
+        )
         return state
 
     def _read(self):
-        return read_archive(self.path, set(), "checkpoint", CheckpointError,
-                            optional=frozenset({"centroids", "best_centroids", *_MINIBATCH_ARRAYS}))
+        return read_archive(
+            self.path,
+            set(),
+            "checkpoint",
+            CheckpointError,
+            optional=frozenset({"centroids", "best_centroids", *_MINIBATCH_ARRAYS}),
+        )
 
     def progress(self) -> dict:
         """Where the saved fit stands (``run``, ``phase``, ``n_iter``), without checking the job.
@@ -155,29 +193,52 @@ class Checkpointer:
         _, meta = self._read()
         if "minibatch" in meta:
             mb = meta["minibatch"]
-            return {"run": int(meta["run"]), "phase": meta["phase"], "n_iter": int(mb["n_steps"]),
-                    "epoch": int(mb["epoch"]), "next_row": int(mb["next_row"])}
-        return {"run": int(meta["run"]), "phase": meta["phase"], "n_iter": int(meta.get("loop", {}).get("n_iter", 0))}
+            return {
+                "run": int(meta["run"]),
+                "phase": meta["phase"],
+                "n_iter": int(mb["n_steps"]),
+                "epoch": int(mb["epoch"]),
+                "next_row": int(mb["next_row"]),
+            }
+        return {
+            "run": int(meta["run"]),
+            "phase": meta["phase"],
+            "n_iter": int(meta.get("loop", {}).get("n_iter", 0)),
+        }
 
     # -- writing --------------------------------------------------------------------
     def save(self, state: FitState) -> None:
         """Write ``state`` atomically (the previous checkpoint stays whole until the rename)."""
-        arrays, meta = {}, {
-            "format": FORMAT_NAME, "format_version": FORMAT_VERSION if state.minibatch is not None else 1,
-            "job": self.job, "seed": str(state.seed), "run": state.run, "phase": state.phase,
-        }
+        arrays, meta = (
+            {},
+            {
+                "format": FORMAT_NAME,
+                "format_version": FORMAT_VERSION if state.minibatch is not None else 1,
+                "job": self.job,
+                "seed": str(state.seed),
+                "run": state.run,
+                "phase": state.phase,
+            },
+        )
         if state.minibatch is not None:
             mb_arrays, meta["minibatch"] = _minibatch_record(state.minibatch)
             arrays.update(mb_arrays)
         elif state.loop is not None:
             arrays["centroids"] = np.ascontiguousarray(state.loop.centroids)
-            meta["loop"] = {"n_iter": state.loop.n_iter, "previous_objective": state.loop.previous_objective,
-                            "history": history_dicts(state.loop.history)}
+            meta["loop"] = {
+                "n_iter": state.loop.n_iter,
+                "previous_objective": state.loop.previous_objective,
+                "history": history_dicts(state.loop.history),
+            }
         if state.best is not None:
             arrays["best_centroids"] = np.ascontiguousarray(state.best.centroids)
-            meta["best"] = {"score": state.best.score, "n_iter": state.best.n_iter,
-                            "stop_reason": state.best.stop_reason, "converged": state.best.converged,
-                            "history": history_dicts(state.best.history)}
+            meta["best"] = {
+                "score": state.best.score,
+                "n_iter": state.best.n_iter,
+                "stop_reason": state.best.stop_reason,
+                "converged": state.best.converged,
+                "history": history_dicts(state.best.history),
+            }
         meta["sha256"] = {name: digest(a) for name, a in arrays.items()}
         write_archive(self.path, arrays, meta)
         self.writes += 1
@@ -193,7 +254,8 @@ class Checkpointer:
         return save_loop
 
     def minibatch_hook(self, state: FitState):
-        """An ``on_state`` callback for the mini-batch drivers (:mod:`dkmeans.drivers.minibatch`): saves each state given.
+        """An ``on_state`` callback for the mini-batch drivers (:mod:`dkmeans.drivers.minibatch`):
+        saves each state given.
 
         The drivers decide when (every ``every`` steps, and at the end of the run).
         """
@@ -208,25 +270,48 @@ class Checkpointer:
 def _minibatch_record(progress: PassState) -> tuple[dict, dict]:
     """The arrays and the JSON section of a mini-batch state (floats exact: JSON keeps every bit)."""
     run = progress.run
-    arrays = {"centroids": np.ascontiguousarray(run.centroids), "counts": np.ascontiguousarray(run.counts)}
+    arrays = {
+        "centroids": np.ascontiguousarray(run.centroids),
+        "counts": np.ascontiguousarray(run.counts),
+    }
     if progress.pending is not None and len(progress.pending):
         arrays["pending"] = np.ascontiguousarray(progress.pending)
         if progress.pending_w is not None:
             arrays["pending_weights"] = np.ascontiguousarray(progress.pending_w)
-    section = {"n_steps": run.n_steps, "n_since_reassign": run.n_since_reassign,
-               "ewa_objective": run.ewa_objective, "ewa_objective_min": run.ewa_objective_min,
-               "no_improvement": run.no_improvement, "stop_reason": progress.stop_reason,
-               "epoch": progress.epoch, "next_row": progress.next_row, "history": history_dicts(progress.history)}
+    section = {
+        "n_steps": run.n_steps,
+        "n_since_reassign": run.n_since_reassign,
+        "ewa_objective": run.ewa_objective,
+        "ewa_objective_min": run.ewa_objective_min,
+        "no_improvement": run.no_improvement,
+        "stop_reason": progress.stop_reason,
+        "epoch": progress.epoch,
+        "next_row": progress.next_row,
+        "history": history_dicts(progress.history),
+    }
     return arrays, section
 
 
 def _minibatch_state(arrays: dict, section: dict) -> PassState:
     """The inverse of :func:`_minibatch_record`."""
-    run = MiniBatchState(arrays["centroids"], arrays["counts"], int(section["n_steps"]),
-                         int(section["n_since_reassign"]), section["ewa_objective"], section["ewa_objective_min"],
-                         int(section["no_improvement"]))
-    return PassState(run, arrays.get("pending"), arrays.get("pending_weights"), history_records(section["history"]),
-                     section["stop_reason"], int(section["epoch"]), int(section["next_row"]))
+    run = MiniBatchState(
+        arrays["centroids"],
+        arrays["counts"],
+        int(section["n_steps"]),
+        int(section["n_since_reassign"]),
+        section["ewa_objective"],
+        section["ewa_objective_min"],
+        int(section["no_improvement"]),
+    )
+    return PassState(
+        run,
+        arrays.get("pending"),
+        arrays.get("pending_weights"),
+        history_records(section["history"]),
+        section["stop_reason"],
+        int(section["epoch"]),
+        int(section["next_row"]),
+    )
 
 
 __all__ = ["CheckpointError", "Checkpointer", "checkpoint_path", "data_fingerprint"]

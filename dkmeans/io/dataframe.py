@@ -19,7 +19,11 @@ from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterErro
 
 
 def is_dask_dataframe(data) -> bool:
-    return hasattr(data, "__dask_graph__") and hasattr(data, "columns") and hasattr(data, "map_partitions")
+    return (
+        hasattr(data, "__dask_graph__")
+        and hasattr(data, "columns")
+        and hasattr(data, "map_partitions")
+    )
 
 
 def is_dataframe(data) -> bool:
@@ -34,8 +38,11 @@ def is_other_frame(data) -> bool:
     """An eager frame of another library (polars, pyarrow, cuDF, modin...): one that converts to pandas."""
     if isinstance(data, pd.DataFrame) or hasattr(data, "__dask_graph__") or isinstance(data, type):
         return False
-    return callable(getattr(data, "to_pandas", None)) and hasattr(data, "columns") \
-        and not hasattr(data, "to_frame")  # a Series is one column, not a frame
+    return (
+        callable(getattr(data, "to_pandas", None))
+        and hasattr(data, "columns")
+        and not hasattr(data, "to_frame")
+    )  # a Series is one column, not a frame
 
 
 def as_pandas(data):
@@ -55,7 +62,9 @@ def as_pandas(data):
     else:
         frame = data.to_pandas()
     if not isinstance(frame, pd.DataFrame):
-        raise DataTypeError(f"{type(data).__name__}.to_pandas() gave a {type(frame).__name__}, not a DataFrame")
+        raise DataTypeError(
+            f"{type(data).__name__}.to_pandas() gave a {type(frame).__name__}, not a DataFrame"
+        )
     return frame
 
 

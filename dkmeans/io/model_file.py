@@ -60,7 +60,9 @@ def write_archive(path: Path, arrays: dict, metadata: dict) -> Path:
     return path
 
 
-def read_archive(path: Path, names: set, what: str, error=None, optional: frozenset = frozenset()) -> tuple[dict, dict]:
+def read_archive(
+    path: Path, names: set, what: str, error=None, optional: frozenset = frozenset()
+) -> tuple[dict, dict]:
     """Read an archive written by :func:`write_archive` without unpickling anything.
 
     ``names``: the arrays the file must hold besides ``metadata``; ``optional``: arrays
@@ -86,7 +88,9 @@ def read_archive(path: Path, names: set, what: str, error=None, optional: frozen
     except (zipfile.BadZipFile, EOFError, OSError) as exc:
         raise error(f"{path}: damaged or truncated {what} ({exc})") from None
     except ValueError as exc:  # object arrays need pickle, which is refused
-        raise error(f"{path}: refused to load ({exc}); dkmeans files never contain pickles") from None
+        raise error(
+            f"{path}: refused to load ({exc}); dkmeans files never contain pickles"
+        ) from None
     if blob.dtype != np.uint8 or blob.ndim != 1:
         raise error(f"{path}: metadata is not JSON bytes")
     try:
@@ -154,7 +158,9 @@ def load_model(path) -> tuple[Model, dict]:
             f"(this dkmeans reads version {FORMAT_VERSION})"
         )
     if C.dtype not in (np.float32, np.float64) or C.ndim != 2 or list(C.shape) != meta.get("shape"):
-        raise ModelFileError(f"{path}: centroids do not match the metadata (dtype {C.dtype}, shape {C.shape})")
+        raise ModelFileError(
+            f"{path}: centroids do not match the metadata (dtype {C.dtype}, shape {C.shape})"
+        )
     if digest(C) != meta.get("centroids_sha256"):
         raise ModelFileError(f"{path}: centroids were altered (checksum mismatch)")
     if not np.all(np.isfinite(C)):

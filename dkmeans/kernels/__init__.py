@@ -2,15 +2,15 @@
 
 from dkmeans.kernels.nearest import (
     DEFAULT_SCRATCH_BYTES,
-    TopRows,
     Partials,
+    TopRows,
     assign,
     assign_partials,
     distances,
     farthest_points,
     plan_tiles,
 )
-from dkmeans.kernels.reduce import combine_top, combine_partials, update_centroids
+from dkmeans.kernels.reduce import combine_partials, combine_top, update_centroids
 
 __all__ = [
     "DEFAULT_SCRATCH_BYTES",
@@ -26,16 +26,15 @@ __all__ = [
     "update_centroids",
 ]
 
+from dkmeans.kernels.plans import KernelPlan, plan  # noqa: E402
 from dkmeans.kernels.sampling import random_top_rows, uniform_by_index  # noqa: E402
 from dkmeans.kernels.stats import Moments, column_moments, combine_moments  # noqa: E402
-
-from dkmeans.kernels.plans import KernelPlan, plan  # noqa: E402
 
 __all__ += ["KernelPlan", "plan"]
 __all__ += ["Moments", "column_moments", "combine_moments", "random_top_rows", "uniform_by_index"]
 
-from dkmeans.kernels.nearest import cluster_sums, select_top  # noqa: E402
 from dkmeans.kernels.backends.sparse import take_rows  # noqa: E402
+from dkmeans.kernels.nearest import cluster_sums, select_top  # noqa: E402
 from dkmeans.kernels.seeding import (  # noqa: E402
     Nearest,
     TrialPartial,

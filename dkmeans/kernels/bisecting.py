@@ -40,7 +40,7 @@ class TreeArrays:
     )  # (n_nodes,) int64: a leaf's label (-1 for internal nodes and unlabelled trees)
 
     @classmethod
-    def build(cls, mean, centres, left, leaf_label=None) -> "TreeArrays":
+    def build(cls, mean, centres, left, leaf_label=None) -> TreeArrays:
         centres = np.asarray(centres, dtype=np.float64).reshape(len(left), -1)
         left = np.asarray(left, dtype=np.int64)
         normal = np.zeros_like(centres)

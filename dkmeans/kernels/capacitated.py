@@ -18,7 +18,8 @@ A pair of prices ``(P_j, Q_j)`` is compared as a pair: ``P`` first.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class Margins(NamedTuple):
     weight: np.ndarray
 
     @classmethod
-    def empty(cls) -> "Margins":
+    def empty(cls) -> Margins:
         return cls(np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0))
 
 
@@ -77,7 +78,7 @@ class PricePartials(NamedTuple):
     enter: Margins
     exits: Margins
     max_sq: float
-    moves: "Moves"
+    moves: Moves
     dual: float
 
 
@@ -92,9 +93,14 @@ class Moves(NamedTuple):
     weight: np.ndarray
 
     @classmethod
-    def empty(cls) -> "Moves":
-        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64),
-                   np.empty(0))
+    def empty(cls) -> Moves:
+        return cls(
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0),
+            np.empty(0, np.int64),
+            np.empty(0),
+        )
 
 
 class RepairAsk(NamedTuple):
@@ -116,7 +122,7 @@ def _cheapest(moves: Moves, group: np.ndarray, wanted: np.ndarray) -> Moves:
     keep = []
     for j in np.unique(group):
         sel = np.flatnonzero(group == j)
-        order = np.lexsort((moves.row[sel], moves.cost[sel]))[:int(wanted[j])]
+        order = np.lexsort((moves.row[sel], moves.cost[sel]))[: int(wanted[j])]
         keep.append(sel[order])
     idx = np.concatenate(keep) if keep else np.empty(0, np.int64)
     out = Moves(*(field[idx] for field in moves))
@@ -124,7 +130,7 @@ def _cheapest(moves: Moves, group: np.ndarray, wanted: np.ndarray) -> Moves:
     return Moves(*(field[order] for field in out))
 
 
-def select_moves(moves: Moves, ask: "RepairAsk | None") -> Moves:
+def select_moves(moves: Moves, ask: RepairAsk | None) -> Moves:
     """The moves a :class:`RepairAsk` keeps of ``moves`` (associative: chunks' lists, then theirs)."""
     if ask is None or moves.row.shape[0] == 0:
         return Moves.empty()
@@ -162,13 +168,23 @@ def _repair_moves(D, labels, wt, row_offset: int, ask: RepairAsk) -> Moves:
         D2 = D[r][:, ask.target]
         cols = np.flatnonzero(ask.target)
         t = D2.argmin(axis=1)
-        moves = Moves(labels[r].astype(np.int64), cols[t].astype(np.int64),
-                      D2[np.arange(r.shape[0]), t] - own, r + row_offset, wt[r])
+        moves = Moves(
+            labels[r].astype(np.int64),
+            cols[t].astype(np.int64),
+            D2[np.arange(r.shape[0]), t] - own,
+            r + row_offset,
+            wt[r],
+        )
         return _cheapest(moves, moves.source, ask.wanted)
     parts = []
     for j in np.flatnonzero(ask.target):
-        moves = Moves(labels[r].astype(np.int64), np.full(r.shape[0], j, np.int64), D[r, j] - own,
-                      r + row_offset, wt[r])
+        moves = Moves(
+            labels[r].astype(np.int64),
+            np.full(r.shape[0], j, np.int64),
+            D[r, j] - own,
+            r + row_offset,
+            wt[r],
+        )
         parts.append(_cheapest(moves, moves.target, ask.wanted))
     return _concat_moves(parts)
 
@@ -187,7 +203,9 @@ def _mix(z):
 def row_hashes(row_offset: int, n: int) -> np.ndarray:
     """``h(i)`` (uint64, below ``2**TIE_BITS``) of rows ``row_offset .. row_offset + n``."""
     with np.errstate(over="ignore"):
-        rows = _mix(np.arange(row_offset, row_offset + n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+        rows = _mix(
+            np.arange(row_offset, row_offset + n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        )
     return rows >> np.uint64(64 - TIE_BITS)
 
 
@@ -211,7 +229,11 @@ def sq_distances64(X, C) -> np.ndarray:
     """
     X64 = np.asarray(X, dtype=np.float64)
     C64 = np.asarray(C, dtype=np.float64)
-    d2 = np.einsum("ij,ij->i", X64, X64)[:, None] - 2.0 * (X64 @ C64.T) + np.einsum("ij,ij->i", C64, C64)[None, :]
+    d2 = (
+        np.einsum("ij,ij->i", X64, X64)[:, None]
+        - 2.0 * (X64 @ C64.T)
+        + np.einsum("ij,ij->i", C64, C64)[None, :]
+    )
     return np.maximum(d2, 0.0, out=d2)
 
 
@@ -272,7 +294,9 @@ def _smallest(cluster: int, mA, mB, w, m: int) -> Margins:
     """The ``m`` lexicographically smallest ``(mA, mB)`` (sorted), tagged with ``cluster``."""
     if m <= 0 or mA.shape[0] == 0:
         return Margins.empty()
-    if mA.shape[0] > m:  # the m smallest pairs lie among the rows whose mA is at most the m-th smallest
+    if (
+        mA.shape[0] > m
+    ):  # the m smallest pairs lie among the rows whose mA is at most the m-th smallest
         cut = np.partition(mA, m - 1)[m - 1]
         keep = mA <= cut
         mA, mB, w = mA[keep], mB[keep], w[keep]
@@ -294,8 +318,15 @@ def select_margins(margins: Margins, wanted: np.ndarray) -> Margins:
     out = []
     for j in np.unique(margins.cluster):
         sel = margins.cluster == j
-        out.append(_smallest(int(j), margins.primary[sel], margins.secondary[sel], margins.weight[sel],
-                             int(wanted[j])))
+        out.append(
+            _smallest(
+                int(j),
+                margins.primary[sel],
+                margins.secondary[sel],
+                margins.weight[sel],
+                int(wanted[j]),
+            )
+        )
     return _concat(out)
 
 
@@ -347,8 +378,18 @@ def _next(D, P, Q, hrow, hcol, rows, own, allowed):
     m = rows.shape[0]
     if compiled_allowed() and m:
         a2, b2 = np.empty(m), np.empty(m)
-        _loops.next_rows(np.ascontiguousarray(D), P, Q, hrow, hcol, rows.astype(np.int64),
-                         own.astype(np.int64), allowed, a2, b2)
+        _loops.next_rows(
+            np.ascontiguousarray(D),
+            P,
+            Q,
+            hrow,
+            hcol,
+            rows.astype(np.int64),
+            own.astype(np.int64),
+            allowed,
+            a2,
+            b2,
+        )
         return a2, b2
     A2 = D[rows] + P[None, :]
     A2[np.arange(m), own] = np.inf
@@ -361,15 +402,17 @@ def _next(D, P, Q, hrow, hcol, rows, own, allowed):
 
 def _pair_at(D, P, Q, hrow, hcol, rows, cols):
     """The pairs ``(A, B)`` of the given rows at the given columns."""
-    return (D[rows, cols] + P[cols],
-            (hrow[rows] ^ hcol[cols]).astype(np.float64) + Q[cols])
+    return (D[rows, cols] + P[cols], (hrow[rows] ^ hcol[cols]).astype(np.float64) + Q[cols])
 
 
 def _partials(X, X64, wt, weighted: bool, C64, labels, sums, sizes, rows) -> float:
     """Add a tile's Lloyd partials of ``labels`` to ``sums``, ``sizes``, ``rows``; its objective."""
     if compiled_allowed() and labels.shape[0]:
-        return float(_loops.partial_rows(np.ascontiguousarray(X), wt, weighted, C64, labels, sums,
-                                         sizes, rows))
+        return float(
+            _loops.partial_rows(
+                np.ascontiguousarray(X), wt, weighted, C64, labels, sums, sizes, rows
+            )
+        )
     diff = X64 - C64[labels]
     tile_sums, tile_sizes = cluster_sums(X64, labels.astype(np.int32), C64.shape[0], wt)
     sums += tile_sums
@@ -384,8 +427,17 @@ def _enter(D, P, Q, hrow, hcol, labels, a, b, clusters, wanted):
     whose ``A - a`` is at most the ``wanted[j]``-th smallest (a superset of the smallest pairs)."""
     if compiled_allowed() and labels.shape[0]:
         owner, rows, mA, mB = _loops.enter_candidates(
-            np.ascontiguousarray(D), P, Q, hrow, hcol, labels, a, b, clusters.astype(np.int64),
-            np.maximum(np.asarray(wanted)[clusters], 1).astype(np.int64))
+            np.ascontiguousarray(D),
+            P,
+            Q,
+            hrow,
+            hcol,
+            labels,
+            a,
+            b,
+            clusters.astype(np.int64),
+            np.maximum(np.asarray(wanted)[clusters], 1).astype(np.int64),
+        )
         bounds = np.searchsorted(owner, np.arange(clusters.shape[0] + 1))
         for c, j in enumerate(clusters):
             sel = slice(bounds[c], bounds[c + 1])
@@ -397,10 +449,23 @@ def _enter(D, P, Q, hrow, hcol, labels, a, b, clusters, wanted):
         yield j, Aj - a[sel], Bj - b[sel], sel
 
 
-def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_wanted,
-                   exit_from=None, exit_to=None, exit_wanted: int = 0, overrides=None,
-                   repair: RepairAsk | None = None,
-                   cache: CostCache | None = None) -> PricePartials:
+def price_partials(
+    X,
+    w,
+    row_offset: int,
+    C,
+    P,
+    Q,
+    q: float,
+    shed_wanted,
+    enter_wanted,
+    exit_from=None,
+    exit_to=None,
+    exit_wanted: int = 0,
+    overrides=None,
+    repair: RepairAsk | None = None,
+    cache: CostCache | None = None,
+) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
     ``shed_wanted[j]`` (``enter_wanted[j]``) is how many of the smallest moves out of (into)
@@ -421,7 +486,12 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
     every = np.ones(k, dtype=bool)
     shed_parts, enter_parts, exit_parts, move_parts = [], [], [], []
     dual = 0.0
-    exits = exit_wanted > 0 and exit_to is not None and bool(np.any(exit_to)) and bool(np.any(exit_from))
+    exits = (
+        exit_wanted > 0
+        and exit_to is not None
+        and bool(np.any(exit_to))
+        and bool(np.any(exit_from))
+    )
     shed_clusters = np.flatnonzero(shed_wanted) if k > 1 else np.empty(0, np.int64)
     enter_clusters = np.flatnonzero(enter_wanted) if k > 1 else np.empty(0, np.int64)
     # kept costs with the compiled loops: no n x k scratch (the whole chunk at once)
@@ -456,10 +526,13 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
                 bounds = np.searchsorted(lr, np.concatenate([shed_clusters, shed_clusters + 1]))
                 for c, j in enumerate(shed_clusters):
                     sel = slice(bounds[c], bounds[c + shed_clusters.shape[0]])
-                    shed_parts.append(_smallest(int(j), mA[sel], mB[sel], wr[sel], int(shed_wanted[j])))
+                    shed_parts.append(
+                        _smallest(int(j), mA[sel], mB[sel], wr[sel], int(shed_wanted[j]))
+                    )
         if enter_clusters.shape[0]:
-            for j, mA, mB, sel in _enter(D, P, Q, hrow, hcol, labels, a, b, enter_clusters,
-                                         enter_wanted):
+            for j, mA, mB, sel in _enter(
+                D, P, Q, hrow, hcol, labels, a, b, enter_clusters, enter_wanted
+            ):
                 enter_parts.append(_smallest(int(j), mA, mB, wt[sel], int(enter_wanted[j])))
         if exits:
             r = np.flatnonzero(exit_from[labels])
@@ -469,10 +542,16 @@ def price_partials(X, w, row_offset: int, C, P, Q, q: float, shed_wanted, enter_
     if cache is not None:
         max_sq = cache.max_sq
     partials = Partials(sums, sizes, np.asarray(objective, dtype=np.float64))
-    return PricePartials(partials, rows, select_margins(_concat(shed_parts), shed_wanted),
-                         select_margins(_concat(enter_parts), enter_wanted),
-                         _smallest_of(_concat(exit_parts), exit_wanted), max_sq,
-                         select_moves(_concat_moves(move_parts), repair), dual)
+    return PricePartials(
+        partials,
+        rows,
+        select_margins(_concat(shed_parts), shed_wanted),
+        select_margins(_concat(enter_parts), enter_wanted),
+        _smallest_of(_concat(exit_parts), exit_wanted),
+        max_sq,
+        select_moves(_concat_moves(move_parts), repair),
+        dual,
+    )
 
 
 def _smallest_of(margins: Margins, m: int) -> Margins:
@@ -482,8 +561,13 @@ def _smallest_of(margins: Margins, m: int) -> Margins:
     return _smallest(int(margins.cluster[0]), margins.primary, margins.secondary, margins.weight, m)
 
 
-def combine_price_partials(parts: Sequence[PricePartials], shed_wanted, enter_wanted,
-                           exit_wanted: int = 0, repair: RepairAsk | None = None) -> PricePartials:
+def combine_price_partials(
+    parts: Sequence[PricePartials],
+    shed_wanted,
+    enter_wanted,
+    exit_wanted: int = 0,
+    repair: RepairAsk | None = None,
+) -> PricePartials:
     """Sum the partials and keep the smallest moves of a sequence of :class:`PricePartials` (associative)."""
     parts = [p for p in parts if p is not None]
     partials = Partials(*(np.sum([p.partials[i] for p in parts], axis=0) for i in range(3)))
@@ -492,8 +576,16 @@ def combine_price_partials(parts: Sequence[PricePartials], shed_wanted, enter_wa
     enter = select_margins(_concat([p.enter for p in parts]), enter_wanted)
     exits = _smallest_of(_concat([p.exits for p in parts]), exit_wanted)
     moves = select_moves(_concat_moves([p.moves for p in parts]), repair)
-    return PricePartials(partials, rows, shed, enter, exits, max(p.max_sq for p in parts), moves,
-                         float(sum(p.dual for p in parts)))
+    return PricePartials(
+        partials,
+        rows,
+        shed,
+        enter,
+        exits,
+        max(p.max_sq for p in parts),
+        moves,
+        float(sum(p.dual for p in parts)),
+    )
 
 
 def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=None):
@@ -515,8 +607,25 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=N
 
 
 __all__ = [
-    "CostCache", "Margins", "Moves", "PricePartials", "PricedCosts", "RepairAsk", "TIE_BITS",
-    "apply_overrides", "cluster_hashes", "combine_price_partials", "cost_cache", "lex_argmin",
-    "price_partials", "priced_costs", "priced_label_objective", "priced_labels", "row_hashes",
-    "select_margins", "select_moves", "sq_distances64", "tie_costs",
+    "CostCache",
+    "Margins",
+    "Moves",
+    "PricePartials",
+    "PricedCosts",
+    "RepairAsk",
+    "TIE_BITS",
+    "apply_overrides",
+    "cluster_hashes",
+    "combine_price_partials",
+    "cost_cache",
+    "lex_argmin",
+    "price_partials",
+    "priced_costs",
+    "priced_label_objective",
+    "priced_labels",
+    "row_hashes",
+    "select_margins",
+    "select_moves",
+    "sq_distances64",
+    "tie_costs",
 ]

@@ -47,7 +47,9 @@ def check_centroid_shape(X, C) -> None:
         If ``C`` is not 2-D, has no rows, or has another number of features than ``X``.
     """
     if len(C.shape) != 2 or C.shape[0] == 0:
-        raise ValueError(f"the assignment kernels need at least one centroid; got centroids of shape {tuple(C.shape)}")
+        raise ValueError(
+            f"the assignment kernels need at least one centroid; got centroids of shape {tuple(C.shape)}"
+        )
     if C.shape[1] != X.shape[1]:
         raise ValueError(f"centroids have {C.shape[1]} features but the rows have {X.shape[1]}")
 
@@ -74,7 +76,8 @@ def unit_half_sq_norms(xp, C, c_half, dtype):
     Every assignment kernel (NumPy, compiled, ``scipy.sparse``; CuPy in its own
     ``half_sq_norms`` kernel) chooses the centroid of smallest ``c_half[j] - x.c_j``, where
     ``c_half[j] = ||c_j||^2 / 2`` as that kernel computed it. For unit centroids (cosine:
-    :func:`~dkmeans.kernels.cosine.unit_centroids`, :func:`~dkmeans.kernels.cosine.normalize_rows`, ``metric.prepare_centroids``) the squared
+    :func:`~dkmeans.kernels.cosine.unit_centroids`, :func:`~dkmeans.kernels.cosine.normalize_rows`,
+    ``metric.prepare_centroids``) the squared
     norms are 1 only to rounding, and each path rounds them differently; a row with the
     same dot product with several centroids (a row orthogonal to them: exactly 0) would go
     to the centroid whose norm happened to round lowest, not to the lowest index, and to a
@@ -99,7 +102,7 @@ def unit_half_sq_norms(xp, C, c_half, dtype):
     out = xp.array(c_half, copy=True)
     rows = max(1, UNIT_TILE_BYTES // (16 * max(C.shape[1], 1)))  # float64 scratch of a few MiB
     for j0 in range(0, near.shape[0], rows):
-        at = near[j0:j0 + rows]
+        at = near[j0 : j0 + rows]
         C64 = C[at].astype(xp.float64)
         unit = at[xp.abs(xp.sum(C64 * C64, axis=1) - 1.0) <= tol]
         out[unit] = 0.5
@@ -110,8 +113,16 @@ def unit_half_sq_norms(xp, C, c_half, dtype):
 MAX_CENTROID_BLOCK = 4096
 
 
-def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, *,
-               row_bytes: int | None = None, max_row_tile: int | None = None):
+def plan_tiles(
+    n: int,
+    k: int,
+    d: int,
+    itemsize: int,
+    scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
+    *,
+    row_bytes: int | None = None,
+    max_row_tile: int | None = None,
+):
     """Row-tile and centroid-block sizes that keep scratch memory under ``scratch_bytes``.
 
     The one tile planner of the dense kernels (the namespace code, the compiled paths' bound,

@@ -37,22 +37,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from dkmeans.kernels.namespace import get_namespace
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels.backends import sparse as _sparse
+
 # the unit rule of the nearest-centroid choice lives beside the other shared kernel pieces (the
 # assignment kernels, which this module's users import, need it without importing this module)
 from dkmeans.kernels.common import UNIT_PREFILTER, UNIT_SQ_NORM_TOL, unit_half_sq_norms  # noqa: F401
+from dkmeans.kernels.namespace import get_namespace
 
 #: Cosine objective / squared Euclidean distance between unit vectors.
 COSINE_SCALE = 0.5
 #: A cluster's weighted mean of unit rows with at most this norm has no direction (its rows cancel).
 ZERO_MEAN_NORM = 1e-9
 #: The message of the error about rows of norm zero under the cosine metric.
-ZERO_ROW_MESSAGE = ("metric='cosine': the input has a row of norm zero (all values zero), whose direction and cosine "
-                    "similarity are undefined; remove such rows or use metric='euclidean'.")
+ZERO_ROW_MESSAGE = (
+    "metric='cosine': the input has a row of norm zero (all values zero), whose direction and cosine "
+    "similarity are undefined; remove such rows or use metric='euclidean'."
+)
 #: Rows normalised per tile (float64 scratch of about this many bytes).
 NORMALIZE_TILE_BYTES = 4 * 2**20
+
+
 def objective_scale(metric: str) -> float:
     """The metric's objective per unit of squared Euclidean distance on the prepared rows and centroids."""
     return COSINE_SCALE if metric == "cosine" else 1.0
@@ -105,10 +110,10 @@ def normalize_rows(X):
     out = xp.empty_like(X)
     rows = max(1, NORMALIZE_TILE_BYTES // (16 * max(d, 1)))
     for i0 in range(0, n, rows):
-        X64 = X[i0:i0 + rows].astype(xp.float64)
+        X64 = X[i0 : i0 + rows].astype(xp.float64)
         norms = _dense_row_norms(xp, X64)
         _check_nonzero(xp, norms)
-        out[i0:i0 + rows] = X64 / norms[:, None]
+        out[i0 : i0 + rows] = X64 / norms[:, None]
     return out
 
 
@@ -130,7 +135,9 @@ def unit_centroids(partials, previous):
         Clusters with no weight, and clusters whose rows cancel (mean of norm at most
         :data:`ZERO_MEAN_NORM`): neither has a direction.
     """
-    from dkmeans.kernels.reduce import update_centroids  # here: the assignment kernels import this module
+    from dkmeans.kernels.reduce import (
+        update_centroids,  # here: the assignment kernels import this module
+    )
 
     means, empty = update_centroids(partials, previous)
     xp = get_namespace(means)
@@ -167,15 +174,15 @@ def cosine_distances(X, C):
     rows = max(1, NORMALIZE_TILE_BYTES // (16 * max(d, C64.shape[0], 1)))
     for i0 in range(0, n, rows):
         if sparse:
-            Xt = X[i0:i0 + rows]
+            Xt = X[i0 : i0 + rows]
             norms = xp.sqrt(_sparse.row_sq_norms(Xt))
             dots = xp.asarray(Xt @ unit_t)
         else:
-            Xt = X[i0:i0 + rows].astype(xp.float64)
+            Xt = X[i0 : i0 + rows].astype(xp.float64)
             norms = _dense_row_norms(xp, Xt)
             dots = Xt @ unit_t
         _check_nonzero(xp, norms)
-        out[i0:i0 + rows] = xp.clip(1.0 - dots / norms[:, None], 0.0, 2.0)
+        out[i0 : i0 + rows] = xp.clip(1.0 - dots / norms[:, None], 0.0, 2.0)
     return out
 
 

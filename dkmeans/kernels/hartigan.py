@@ -102,8 +102,19 @@ def best_moves(X, labels, C, W, npos, weights=None, *, rel_tol: float = REL_TOL)
         dcost = np.empty(n, dtype=np.float64)
         own_sq = np.empty(n, dtype=np.float64)
         w = np.ones(1) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-        _loops.best_moves(np.ascontiguousarray(X), np.ascontiguousarray(labels, dtype=np.int32), C, W, npos,
-                             w, weights is not None, rel_tol, target, dcost, own_sq)
+        _loops.best_moves(
+            np.ascontiguousarray(X),
+            np.ascontiguousarray(labels, dtype=np.int32),
+            C,
+            W,
+            npos,
+            w,
+            weights is not None,
+            rel_tol,
+            target,
+            dcost,
+            own_sq,
+        )
         return Moves(target, dcost, own_sq)
     return _best_moves_namespace(xp, X, labels, C, W, npos, weights, rel_tol)
 
@@ -186,12 +197,24 @@ def sweep(X, labels, C, W, npos, weights=None, *, rel_tol: float = REL_TOL):
     """
     if select(X, compiled=ALWAYS) is Backend.COMPILED:
         w = np.ones(1) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-        moves, change = _loops.sweep(np.ascontiguousarray(X), labels, C, W, npos, w, weights is not None, rel_tol)
+        moves, change = _loops.sweep(
+            np.ascontiguousarray(X), labels, C, W, npos, w, weights is not None, rel_tol
+        )
         return int(moves), float(change)
     moves, change = 0, 0.0
-    for i in range(X.shape[0]):  # plain loop: the namespace code (slow; the compiled loop is the default)
-        m = _best_moves_namespace(np, X[i : i + 1], labels[i : i + 1], C, W, npos,
-                                  None if weights is None else weights[i : i + 1], rel_tol)
+    for i in range(
+        X.shape[0]
+    ):  # plain loop: the namespace code (slow; the compiled loop is the default)
+        m = _best_moves_namespace(
+            np,
+            X[i : i + 1],
+            labels[i : i + 1],
+            C,
+            W,
+            npos,
+            None if weights is None else weights[i : i + 1],
+            rel_tol,
+        )
         t = int(m.target[0])
         if t < 0:
             continue
@@ -240,14 +263,22 @@ def _best_per_pair(xp, dcost, row, source, target, k: int, m: int):
     return keep[xp.lexsort(xp.stack([row[keep].astype(xp.float64), dcost[keep]]))[:m]]
 
 
-def top_candidates(X, labels, moves: Moves, row_offset: int, k: int, m: int, weights=None) -> Candidates:
+def top_candidates(
+    X, labels, moves: Moves, row_offset: int, k: int, m: int, weights=None
+) -> Candidates:
     """The chunk's :class:`Candidates`: best move per cluster pair, the ``m`` best pairs."""
     xp = get_namespace(X, labels)
     idx = xp.nonzero(moves.target >= 0)[0]
     keep = idx[_best_per_pair(xp, moves.dcost[idx], idx, labels[idx], moves.target[idx], k, m)]
     w = xp.ones(keep.shape[0]) if weights is None else xp.asarray(weights, dtype=xp.float64)[keep]
-    return Candidates(moves.dcost[keep], keep.astype(xp.int64) + row_offset, labels[keep].astype(xp.int32),
-                      moves.target[keep], X[keep].astype(xp.float64), w)
+    return Candidates(
+        moves.dcost[keep],
+        keep.astype(xp.int64) + row_offset,
+        labels[keep].astype(xp.int32),
+        moves.target[keep],
+        X[keep].astype(xp.float64),
+        w,
+    )
 
 
 def combine_candidates(parts, k: int, m: int) -> Candidates:
@@ -300,7 +331,9 @@ def move_deltas(X, labels, moves: Moves, k: int, weights=None) -> MoveDeltas:
     s_out, w_out = cluster_sums(Xm, labels[idx], k, w)
     n_in = xp.bincount(moves.target[idx], minlength=k).astype(xp.int64)
     n_out = xp.bincount(labels[idx], minlength=k).astype(xp.int64)
-    return MoveDeltas(s_in - s_out, w_in - w_out, n_in - n_out, int(idx.shape[0]), float(xp.sum(moves.dcost[idx])))
+    return MoveDeltas(
+        s_in - s_out, w_in - w_out, n_in - n_out, int(idx.shape[0]), float(xp.sum(moves.dcost[idx]))
+    )
 
 
 def combine_deltas(parts) -> MoveDeltas:

@@ -30,8 +30,9 @@ def objective_block(X, C, metric: str = "euclidean"):
     return min_sq.astype(np.float64) * objective_scale(metric)
 
 
-def labels_objective_block(X, C, w=None, metric: str = "euclidean", normalize: bool = True,
-                           with_weights: bool = False):
+def labels_objective_block(
+    X, C, w=None, metric: str = "euclidean", normalize: bool = True, with_weights: bool = False
+):
     """Labels and (weighted) objective terms of a chunk as one ``(n, 2)`` float64 array.
 
     Column 0: the label; column 1: the row's objective term (``w`` times the squared

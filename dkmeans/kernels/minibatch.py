@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from dkmeans.kernels.backends.sparse import take_rows
+from dkmeans.kernels.common import Partials
 from dkmeans.kernels.namespace import get_namespace, to_host
 from dkmeans.kernels.nearest import assign_partials
-from dkmeans.kernels.common import Partials
 from dkmeans.kernels.reduce import combine_partials
-from dkmeans.kernels.backends.sparse import take_rows
 
 
 def batch_positions(batch_index, row_offset: int, n_rows: int):
@@ -68,7 +68,11 @@ def batch_rows(X, weights, row_offset: int, wanted):
     local = batch_positions(wanted, row_offset, X.shape[0])
     xp = get_namespace(X)
     at = xp.asarray(local) if xp is not np else local
-    w = np.ones(len(local)) if weights is None else np.asarray(to_host(weights[at]), dtype=np.float64)
+    w = (
+        np.ones(len(local))
+        if weights is None
+        else np.asarray(to_host(weights[at]), dtype=np.float64)
+    )
     return local + row_offset, np.asarray(to_host(take_rows(X, at))), w
 
 
@@ -92,7 +96,9 @@ def integer_weights(weights, scale: float):
     return np.floor(w * scale).astype(np.int64)
 
 
-def weighted_batch_partials(X, weights, row_offset: int, weight_offset: int, draws, scale: float, C):
+def weighted_batch_partials(
+    X, weights, row_offset: int, weight_offset: int, draws, scale: float, C
+):
     """The unit-weight partials of the rows of this chunk that ``draws`` land on, and their global indices.
 
     Parameters
@@ -119,7 +125,9 @@ def weighted_batch_partials(X, weights, row_offset: int, weight_offset: int, dra
     cumulative = np.cumsum(integer_weights(weights, scale))
     end = weight_offset + (int(cumulative[-1]) if len(cumulative) else 0)
     lo, hi = np.searchsorted(draws, [weight_offset, end])
-    local = np.searchsorted(cumulative, np.asarray(draws[lo:hi], dtype=np.int64) - weight_offset, side="right")
+    local = np.searchsorted(
+        cumulative, np.asarray(draws[lo:hi], dtype=np.int64) - weight_offset, side="right"
+    )
     xp = get_namespace(X)
     at = xp.asarray(local) if xp is not np else local
     return assign_partials(take_rows(X, at), C, None), local + row_offset
@@ -161,7 +169,9 @@ def minibatch_update(C, counts, sums, batch_counts, decay: float = 1.0):
     new_counts = past + m
     hit = m > 0
     out = C.copy()
-    out[hit] = (C[hit] * past[hit, None] + np.asarray(sums, dtype=np.float64)[hit]) / new_counts[hit, None]
+    out[hit] = (C[hit] * past[hit, None] + np.asarray(sums, dtype=np.float64)[hit]) / new_counts[
+        hit, None
+    ]
     return out, new_counts
 
 
@@ -174,7 +184,7 @@ def reassign_targets(counts, batch_len: int, ratio: float):
     counts = np.asarray(counts, dtype=np.float64)
     targets = counts < ratio * counts.max()
     if targets.sum() > 0.5 * batch_len:
-        targets[np.argsort(counts)[int(0.5 * batch_len):]] = False
+        targets[np.argsort(counts)[int(0.5 * batch_len) :]] = False
     return targets
 
 
@@ -186,6 +196,17 @@ def reset_counts(counts, targets):
     return counts
 
 
-__all__ = ["INTEGER_WEIGHT_TOTAL", "batch_partials", "batch_positions", "batch_rows", "combine_rows",
-           "combine_weighted_batches", "integer_weight_scale", "integer_weights", "minibatch_update",
-           "reassign_targets", "reset_counts", "weighted_batch_partials"]
+__all__ = [
+    "INTEGER_WEIGHT_TOTAL",
+    "batch_partials",
+    "batch_positions",
+    "batch_rows",
+    "combine_rows",
+    "combine_weighted_batches",
+    "integer_weight_scale",
+    "integer_weights",
+    "minibatch_update",
+    "reassign_targets",
+    "reset_counts",
+    "weighted_batch_partials",
+]

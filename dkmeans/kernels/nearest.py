@@ -30,18 +30,24 @@ import functools
 
 import numpy as np
 
-from dkmeans.kernels.namespace import get_namespace, sparse_namespace
-from dkmeans.kernels.backends import cuda as _cuda  # fused CuPy kernels; imports CuPy only when called
-
+# fused CuPy kernels (CuPy imported only when called)
+from dkmeans.kernels.backends import cuda as _cuda
+from dkmeans.kernels.backends import sparse as _sparse
 from dkmeans.kernels.backends.layout import LazyModule, Output, direct_width
+from dkmeans.kernels.backends.select import Backend, Loops, select
+from dkmeans.kernels.common import (
+    DEFAULT_SCRATCH_BYTES,
+    Partials,
+    TopRows,
+    check_centroid_shape,
+    plan_tiles,
+    select_top,
+    unit_half_sq_norms,  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
+)
+from dkmeans.kernels.namespace import get_namespace, sparse_namespace
 
 # compiled loops of the NumPy rows, numba imported at their first use
 _compiled = LazyModule("dkmeans.kernels.backends.compiled")
-from dkmeans.kernels.backends.select import Backend, Loops, select
-from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, Partials, TopRows, check_centroid_shape, plan_tiles,
-                                    select_top)
-from dkmeans.kernels.common import unit_half_sq_norms  # unit centroids: ||c||^2 / 2 exactly 1/2 in the choice
-from dkmeans.kernels.backends import sparse as _sparse
 
 #: Compiled BLAS path: target size in bytes of one ``C_block @ X_tile.T`` buffer (about
 #: the L2 cache: the buffer is read back by the argmin while it is still in cache).
@@ -98,7 +104,9 @@ def _loops(dtype: np.dtype, d: int, k: int) -> tuple:
     (cached: built on every call they cost as much as the rest of the choice)."""
     warm_up = functools.partial(_warm_up, dtype, d, k)
     direct = direct_width(d) is not None or k >= STREAM_MIN_CENTROIDS
-    return (Loops(_kind("direct", dtype, d), warm_up) if direct else None), Loops(_kind("blas", dtype, d), warm_up)
+    return (Loops(_kind("direct", dtype, d), warm_up) if direct else None), Loops(
+        _kind("blas", dtype, d), warm_up
+    )
 
 
 def compiled_kinds(dtype, d: int) -> list:
@@ -112,15 +120,22 @@ def compiled_kinds(dtype, d: int) -> list:
         return []
     engines = ["direct"] if direct_width(d) is not None else ["direct", "blas"]
     # k = 1 warms the BLAS path, k = STREAM_MIN_CENTROIDS the streamed loop of wide rows
-    return [(_kind(e, dtype, d), functools.partial(_warm_up, dtype, d, 1 if e == "blas" else STREAM_MIN_CENTROIDS))
-            for e in engines]
+    return [
+        (
+            _kind(e, dtype, d),
+            functools.partial(_warm_up, dtype, d, 1 if e == "blas" else STREAM_MIN_CENTROIDS),
+        )
+        for e in engines
+    ]
 
 
 def _warm_up(dtype, d: int, k: int) -> None:
     """Run every compiled path a fit takes for this dtype, width and number of centroids, on a few rows."""
     if d < 1 or k < 1:
-        raise ValueError(f"the compiled kernels warm up on rows of at least one feature and one centroid, "
-                         f"not d={d}, k={k}")
+        raise ValueError(
+            f"the compiled kernels warm up on rows of at least one feature and one centroid, "
+            f"not d={d}, k={k}"
+        )
     rng = np.random.default_rng(0)
     X = rng.random((300, d)).astype(dtype)
     C = X[: min(k, 300)].copy()
@@ -178,7 +193,9 @@ def _nearest_narrow(xp, Xt, C, c_half_sq, dist_buf):
     # (made in int64 and cast: CuPy's arange casts the step -1 to the dtype, which uint8 refuses)
     rank = xp.arange(k, 0, -1).astype(xp.uint8)[:, None]
     labels = k - ((D == best).view(xp.uint8) * rank).max(axis=0).astype(xp.int32)
-    missed = labels == k  # a NaN distance (overflow) matches nothing: argmin's choice, as the wide path's
+    missed = (
+        labels == k
+    )  # a NaN distance (overflow) matches nothing: argmin's choice, as the wide path's
     if bool(missed.any()):
         labels[missed] = xp.argmin(D[:, missed], axis=0)
     return labels
@@ -195,7 +212,9 @@ def _first_copies(xp, C):
     k = C.shape[0]
     if k < 2:
         return None
-    rows = np.ascontiguousarray(np.asarray(C.get() if hasattr(C, "get") else C) + 0.0)  # (-0.0 -> 0.0)
+    rows = np.ascontiguousarray(
+        np.asarray(C.get() if hasattr(C, "get") else C) + 0.0
+    )  # (-0.0 -> 0.0)
     keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     if first.shape[0] == k:
@@ -240,7 +259,9 @@ def _run_compiled(backend: Backend, X, C, output: Output, weights, scratch_bytes
         kernel = _compiled.direct_kernel(direct_width(d))
         groups = max(1, STREAM_BLOCK_BYTES // (d * _compiled.STREAM_GROUP * X.dtype.itemsize))
         # the member's value: numba types an IntEnum argument in Python, about 15 us a call
-        objective = kernel(X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, int(output))
+        objective = kernel(
+            X, C, c_half, tile, groups, labels, min_sq, w, has_w, sums, counts, int(output)
+        )
         return labels, min_sq, sums, counts, objective
     best = np.empty(tile, dtype=X.dtype)
     buf = np.empty(block * tile, dtype=X.dtype)
@@ -317,7 +338,9 @@ def _assign(backend: Backend, X, C, scratch_bytes):
     n, d = X.shape
     C = xp.ascontiguousarray(xp.asarray(C, dtype=X.dtype))
     if backend in (Backend.COMPILED, Backend.BLAS):
-        labels, min_sq, *_ = _run_compiled(backend, np.ascontiguousarray(X), C, Output.DISTANCES, None, scratch_bytes)
+        labels, min_sq, *_ = _run_compiled(
+            backend, np.ascontiguousarray(X), C, Output.DISTANCES, None, scratch_bytes
+        )
         return labels, min_sq
     labels = _nearest_labels(xp, X, C, scratch_bytes)
     min_sq = xp.empty(n, dtype=X.dtype)
@@ -371,7 +394,9 @@ def assign_partials(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_
     if backend in (Backend.COMPILED, Backend.BLAS):
         X = np.ascontiguousarray(X)
         C = np.ascontiguousarray(C, dtype=X.dtype)
-        _, _, sums, counts, objective = _run_compiled(backend, X, C, Output.PARTIALS, w, scratch_bytes)
+        _, _, sums, counts, objective = _run_compiled(
+            backend, X, C, Output.PARTIALS, w, scratch_bytes
+        )
         return Partials(sums, counts, np.asarray(objective, dtype=np.float64))
     labels, min_sq = _assign(backend, X, C, scratch_bytes)
     sums, counts = _cluster_sums(backend, X, labels, k, w, scratch_bytes)
@@ -410,7 +435,9 @@ def _cluster_sums(backend: Backend, X, labels, k: int, weights, scratch_bytes):
         i1 = min(n, i0 + row_tile)
         m = i1 - i0
         data = xp.ones(m, dtype=xp.float64) if w is None else w[i0:i1]
-        onehot = sparse.csc_matrix((data, labels[i0:i1], xp.arange(m + 1, dtype=xp.int32)), shape=(k, m))
+        onehot = sparse.csc_matrix(
+            (data, labels[i0:i1], xp.arange(m + 1, dtype=xp.int32)), shape=(k, m)
+        )
         sums += onehot @ X[i0:i1].astype(xp.float64)
     return sums, counts
 
@@ -442,7 +469,9 @@ def farthest_from(X, d2, m: int, row_offset: int, weights=None) -> TopRows:
     return TopRows(d2[keep], index[keep], _sparse.take_rows(X, keep))
 
 
-def farthest_points(X, C, m: int, row_offset: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> TopRows:
+def farthest_points(
+    X, C, m: int, row_offset: int, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES
+) -> TopRows:
     """The ``m`` rows farthest from their nearest centroid in ``C``.
 
     Rows with zero weight are never chosen (a centroid placed there would stay empty).
@@ -481,8 +510,19 @@ def _choice_scores(sparse: bool, X, C, labels):
     return half[labels] - dots
 
 
-def refill_partials(X, live_labels, live_d2, L, R, live_index, refill_index, k: int, weights=None, *,
-                    scratch_bytes: int = DEFAULT_SCRATCH_BYTES) -> Partials:
+def refill_partials(
+    X,
+    live_labels,
+    live_d2,
+    L,
+    R,
+    live_index,
+    refill_index,
+    k: int,
+    weights=None,
+    *,
+    scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
+) -> Partials:
     """The :class:`Partials` of ``X`` against all ``k`` centroids, given its nearest live centroid.
 
     ``live_labels``/``live_d2`` (:func:`nearest_sq64` against the live centroids ``L``, whose
@@ -531,14 +571,12 @@ def distances(X, C):
     out = xp.empty((n, k), dtype=X.dtype)
     rows = max(1, DEFAULT_SCRATCH_BYTES // (8 * max(1, k, X.shape[1])))
     for i0 in range(0, n, rows):
-        Xb = xp.asarray(X[i0:i0 + rows], dtype=xp.float64)
+        Xb = xp.asarray(X[i0 : i0 + rows], dtype=xp.float64)
         x_sq = xp.sum(Xb * Xb, axis=1)[:, None]
         d2 = x_sq - 2.0 * (Xb @ C64.T) + c_sq
         i, j = xp.nonzero(d2 <= 2.0**-20 * (x_sq + c_sq))
         if i.shape[0]:
             diff = Xb[i] - C64[j]
             d2[i, j] = xp.sum(diff * diff, axis=1)
-        out[i0:i0 + rows] = xp.sqrt(xp.maximum(d2, 0.0))
+        out[i0 : i0 + rows] = xp.sqrt(xp.maximum(d2, 0.0))
     return out
-
-

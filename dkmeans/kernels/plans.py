@@ -29,7 +29,8 @@ import contextlib
 import contextvars
 import logging
 import threading
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class KernelPlan(NamedTuple):
         bound = _Bound(self, fn)
         return bound
 
-    def numpy(self) -> "KernelPlan":
+    def numpy(self) -> KernelPlan:
         """This plan on the NumPy code (same backend setting)."""
         return self._replace(path="numpy")
 
@@ -141,8 +142,15 @@ def compiled_allowed() -> bool:
     return compile_mode() != "off"
 
 
-def plan(dtype, n_features: int, *, n_rows: int | None = None, n_clusters: int | None = None,
-         sparse: bool = False, in_process: bool = True) -> KernelPlan:
+def plan(
+    dtype,
+    n_features: int,
+    *,
+    n_rows: int | None = None,
+    n_clusters: int | None = None,
+    sparse: bool = False,
+    in_process: bool = True,
+) -> KernelPlan:
     """The kernel plan of one fit over ``n_rows x n_features`` rows of ``dtype`` (see the module docstring).
 
     Parameters
@@ -176,7 +184,9 @@ def plan(dtype, n_features: int, *, n_rows: int | None = None, n_clusters: int |
         return KernelPlan("numpy", backend)
     if in_process:
         with _lock:
-            _loaded.add(key)  # the fit loads them (at its first kernel call): later small fits use them too
+            _loaded.add(
+                key
+            )  # the fit loads them (at its first kernel call): later small fits use them too
     return KernelPlan("compiled", backend)
 
 
@@ -197,5 +207,16 @@ def mark_loaded(dtype, n_features: int) -> None:
         _loaded.add((np.dtype(dtype).str, int(n_features)))
 
 
-__all__ = ["KernelPlan", "NUMPY_FIT_WORK", "PATHS", "backend_setting", "compile_mode", "compiled_allowed", "current",
-           "loaded", "mark_loaded", "numpy_plan", "plan"]
+__all__ = [
+    "KernelPlan",
+    "NUMPY_FIT_WORK",
+    "PATHS",
+    "backend_setting",
+    "compile_mode",
+    "compiled_allowed",
+    "current",
+    "loaded",
+    "mark_loaded",
+    "numpy_plan",
+    "plan",
+]

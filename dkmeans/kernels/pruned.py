@@ -71,9 +71,20 @@ import numpy as np
 
 from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.backends.select import Backend
-from dkmeans.kernels.common import (DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL, Partials, check_centroid_shape,
-                                    unit_half_sq_norms)
-from dkmeans.kernels.nearest import STREAM_BLOCK_BYTES, _assign, _backend, _compiled_tiles, assign_partials
+from dkmeans.kernels.common import (
+    DEFAULT_SCRATCH_BYTES,
+    UNIT_SQ_NORM_TOL,
+    Partials,
+    check_centroid_shape,
+    unit_half_sq_norms,
+)
+from dkmeans.kernels.nearest import (
+    STREAM_BLOCK_BYTES,
+    _assign,
+    _backend,
+    _compiled_tiles,
+    assign_partials,
+)
 
 _loops = LazyModule("dkmeans.kernels.backends.compiled_pruned")  # numba imported at first use
 
@@ -174,7 +185,11 @@ def centroid_groups(C, n_groups: int, token: int = 0, iterations: int = 5) -> Ce
         centers = C[np.linspace(0, k - 1, n_groups).round().astype(np.int64)]
         c_sq = np.einsum("ij,ij->i", C, C)
         for _ in range(iterations):
-            d2 = c_sq[:, None] - 2.0 * C @ centers.T + np.einsum("ij,ij->i", centers, centers)[None, :]
+            d2 = (
+                c_sq[:, None]
+                - 2.0 * C @ centers.T
+                + np.einsum("ij,ij->i", centers, centers)[None, :]
+            )
             group_of = np.argmin(d2, axis=1)
             counts = np.bincount(group_of, minlength=n_groups)
             sums = np.zeros_like(centers)
@@ -216,8 +231,12 @@ def combine_pruned(parts) -> PrunedPartials:
     from dkmeans.kernels.reduce import combine_partials
 
     parts = [p for p in parts if p is not None]
-    return PrunedPartials(combine_partials([p.partials for p in parts]), float(sum(p.distances for p in parts)),
-                          float(sum(p.pairs for p in parts)), all(p.pruned for p in parts))
+    return PrunedPartials(
+        combine_partials([p.partials for p in parts]),
+        float(sum(p.distances for p in parts)),
+        float(sum(p.pairs for p in parts)),
+        all(p.pruned for p in parts),
+    )
 
 
 class _Prepared(NamedTuple):
@@ -241,17 +260,26 @@ def _prepare(C, groups: CentroidGroups) -> _Prepared:
             return hit[3]
     d = C.shape[1]
     dtype = C.dtype
-    h = unit_half_sq_norms(np, C, 0.5 * np.einsum("ij,ij->i", C, C), dtype)  # as the kernel computes it
+    h = unit_half_sq_norms(
+        np, C, 0.5 * np.einsum("ij,ij->i", C, C), dtype
+    )  # as the kernel computes it
     C64 = C.astype(np.float64)
     cmax = float(np.sqrt(np.max(np.einsum("ij,ij->i", C64, C64)))) * (1 + 2.0**-40)
     hmax = float(np.max(np.abs(h.astype(np.float64))))
     eps = float(np.finfo(dtype).eps)
     gamma = (d + 2) * eps / (1 - (d + 2) * eps)
-    dh = gamma * hmax + UNIT_SQ_NORM_TOL.get(np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)])
+    dh = gamma * hmax + UNIT_SQ_NORM_TOL.get(
+        np.dtype(dtype), UNIT_SQ_NORM_TOL[np.dtype(np.float32)]
+    )
     scale = 4.0 * SAFETY  # D_j - D_a > 4 (E + dh), asked SAFETY times
     C_perm = np.ascontiguousarray(C[groups.order])
-    prep = _Prepared(C_perm, np.ascontiguousarray(h[groups.order]), [None],
-                     scale * gamma * cmax, scale * (gamma * hmax + dh))
+    prep = _Prepared(
+        C_perm,
+        np.ascontiguousarray(h[groups.order]),
+        [None],
+        scale * gamma * cmax,
+        scale * (gamma * hmax + dh),
+    )
     try:
         ref = weakref.ref(C)
     except TypeError:  # pragma: no cover - arrays take weak references
@@ -267,8 +295,14 @@ def _empty_partials(k: int, d: int) -> Partials:
 
 def new_state(n: int, n_groups: int, token: int) -> dict:
     """Bounds of ``n`` rows before any pass: every row a candidate."""
-    return {"labels": np.zeros(n, dtype=np.int32), "upper": np.full(n, np.inf),
-            "lower": np.zeros((n_groups, n), dtype=np.float32), "norm": None, "lmax": 0.0, "token": int(token)}
+    return {
+        "labels": np.zeros(n, dtype=np.int32),
+        "upper": np.full(n, np.inf),
+        "lower": np.zeros((n_groups, n), dtype=np.float32),
+        "norm": None,
+        "lmax": 0.0,
+        "token": int(token),
+    }
 
 
 def _state_for_build(old, n: int, n_groups: int, token: int) -> dict:
@@ -288,9 +322,18 @@ def _stale(state) -> dict:
     return state
 
 
-def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = None, drift=None, *,
-                    plain_above: float = float("inf"), scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
-                    far: bool = True):
+def pruned_partials(
+    X,
+    C,
+    state,
+    weights=None,
+    groups: CentroidGroups | None = None,
+    drift=None,
+    *,
+    plain_above: float = float("inf"),
+    scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
+    far: bool = True,
+):
     """One pruned Lloyd pass over a chunk: ``(new_state, PrunedPartials)``.
 
     Parameters
@@ -331,24 +374,42 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
     n, d = X.shape
     k = C.shape[0]
     if groups is None:
-        groups = CentroidGroups(np.arange(k, dtype=np.int64), np.array([0, k], dtype=np.int64),
-                                np.zeros(k, dtype=np.int32))
+        groups = CentroidGroups(
+            np.arange(k, dtype=np.int64),
+            np.array([0, k], dtype=np.int64),
+            np.zeros(k, dtype=np.int32),
+        )
     if n == 0:
-        return new_state(0, groups.n_groups, groups.token), PrunedPartials(_empty_partials(k, d), 0.0, 0.0, True)
+        return new_state(0, groups.n_groups, groups.token), PrunedPartials(
+            _empty_partials(k, d), 0.0, 0.0, True
+        )
     backend = _backend(X, k) if isinstance(X, np.ndarray) else None
-    if backend is not Backend.COMPILED:  # only the compiled loops give a row's label independently of the call
-        return None, PrunedPartials(assign_partials(X, C, weights, scratch_bytes=scratch_bytes), float(n * k),
-                                    float(n * k), False)
+    if (
+        backend is not Backend.COMPILED
+    ):  # only the compiled loops give a row's label independently of the call
+        return None, PrunedPartials(
+            assign_partials(X, C, weights, scratch_bytes=scratch_bytes),
+            float(n * k),
+            float(n * k),
+            False,
+        )
     X = np.ascontiguousarray(X)
     C = np.ascontiguousarray(C, dtype=X.dtype)
     prep = _prepare(C, groups)
     G = groups.n_groups
-    fresh = state is None or state.get("token") != groups.token or len(state["labels"]) != n \
-        or state["lower"].shape[0] != G or drift is None
+    fresh = (
+        state is None
+        or state.get("token") != groups.token
+        or len(state["labels"]) != n
+        or state["lower"].shape[0] != G
+        or drift is None
+    )
     if fresh:
         state = _state_for_build(state, n, G, groups.token)
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
-    if state["norm"] is None:  # filled with the rows' norms as the candidates (every row) are scored
+    if (
+        state["norm"] is None
+    ):  # filled with the rows' norms as the candidates (every row) are scored
         state["norm"] = np.empty(n, dtype=np.float32)
     norm = state["norm"]
     computed = 0
@@ -361,12 +422,30 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         if jumped.shape[0]:
             drift = drift.copy()
             drift[jumped] = 0.0  # their distances go into the bounds (below)
-        shift = _loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
+        shift = _loops.float32_shift(
+            np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"]
+        )
         # (before the far-moved centroids' scores: an estimate that leaves them out is lower, so a
         # chunk it sends to the unpruned kernel would have gone there after them too)
-        if plain_above < 1.0 and _loops.sampled_pairs(X, C, labels, upper, lower, norm, drift, shift, prep.k0, prep.k1,
-                                                      groups.group_of, np.diff(groups.starts),
-                                                      NEED_SAMPLE_STRIDE) > plain_above * n * k:
+        if (
+            plain_above < 1.0
+            and _loops.sampled_pairs(
+                X,
+                C,
+                labels,
+                upper,
+                lower,
+                norm,
+                drift,
+                shift,
+                prep.k0,
+                prep.k1,
+                groups.group_of,
+                np.diff(groups.starts),
+                NEED_SAMPLE_STRIDE,
+            )
+            > plain_above * n * k
+        ):
             partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
             return _stale(state), PrunedPartials(partials, float(n * k), float(n * k), True)
         if jumped.shape[0]:
@@ -378,18 +457,35 @@ def pruned_partials(X, C, state, weights=None, groups: CentroidGroups | None = N
         computed += m
         cand = cand[:m]
         need = np.empty((G, m), dtype=np.bool_)
-        _loops.group_needs(labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, cand, m, need)
+        _loops.group_needs(
+            labels, upper, lower, norm, prep.k0, prep.k1, groups.group_of, cand, m, need
+        )
         if float(need.sum(axis=1) @ np.diff(groups.starts)) > plain_above * n * k:
             partials = assign_partials(X, C, weights, scratch_bytes=scratch_bytes)
-            return _stale(state), PrunedPartials(partials, float(n * k + computed), float(n * k), True)
+            return _stale(state), PrunedPartials(
+                partials, float(n * k + computed), float(n * k), True
+            )
     sums = np.zeros((k, d), dtype=np.float64)
     counts = np.zeros(k, dtype=np.float64)
     has_w = weights is not None
     w = np.ascontiguousarray(weights, dtype=np.float64) if has_w else np.empty(0, dtype=np.float64)
-    tile, _ = _compiled_tiles(backend, n, k, d, X.dtype.itemsize, scratch_bytes)  # the unpruned kernel's tiles
+    tile, _ = _compiled_tiles(
+        backend, n, k, d, X.dtype.itemsize, scratch_bytes
+    )  # the unpruned kernel's tiles
     fold = _Fold(tile, w, has_w, sums, counts)
-    got, objective = _score_candidates(X, C, prep, groups, backend, cand, need, state, norm, scratch_bytes,
-                                       fold if need is None else None)
+    got, objective = _score_candidates(
+        X,
+        C,
+        prep,
+        groups,
+        backend,
+        cand,
+        need,
+        state,
+        norm,
+        scratch_bytes,
+        fold if need is None else None,
+    )
     computed += got
     if need is not None:  # (a build folded its rows tile by tile, while they were in cache)
         objective = _loops.tiled_partials(X, C, labels, tile, w, has_w, sums, counts, 0, n, 0.0)
@@ -442,8 +538,8 @@ def _fold_far(X, C, prep: _Prepared, groups: CentroidGroups, far, state, scratch
     labels, lower, upper = state["labels"], state["lower"], state["upper"]
     for t0 in range(0, n, rows):
         mt = min(rows, n - t0)
-        Xt = X[t0:t0 + mt]
-        St = np.matmul(CF, Xt.T, out=buf[:f * mt].reshape(f, mt))
+        Xt = X[t0 : t0 + mt]
+        St = np.matmul(CF, Xt.T, out=buf[: f * mt].reshape(f, mt))
         norm_up, sq_lo, sq_up = np.empty(mt), np.empty(mt), np.empty(mt)
         _loops.row_norms(Xt, np.arange(mt, dtype=np.int64), norm_up, sq_lo, sq_up)
         slack = (prep.k0 * norm_up + prep.k1) / (2.0 * SAFETY)
@@ -462,8 +558,19 @@ class _Fold(NamedTuple):
     counts: Any
 
 
-def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, cand, need, state, norm,
-                      scratch_bytes, fold: _Fold | None = None):
+def _score_candidates(
+    X,
+    C,
+    prep: _Prepared,
+    groups: CentroidGroups,
+    backend,
+    cand,
+    need,
+    state,
+    norm,
+    scratch_bytes,
+    fold: _Fold | None = None,
+):
     """Score the candidate rows ``cand`` against the groups ``need`` marks (all when None), set their
     labels and bounds in ``state``; returns the distances computed and the objective.
 
@@ -486,35 +593,46 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
     starts = groups.starts
     widths = np.diff(starts)
     widest = int(widths.max())
-    per_row = 2 * widest * itemsize + 2 * d * itemsize + G * 12 + 64  # scores, the row (twice), gm/gi/gs
+    per_row = (
+        2 * widest * itemsize + 2 * d * itemsize + G * 12 + 64
+    )  # scores, the row (twice), gm/gi/gs
     rows_per_tile = max(1, min(m, TILE_ROWS, int(scratch_bytes) // per_row))
     if fold is not None:  # whole kernel tiles
         rows_per_tile = max(1, rows_per_tile // fold.tile) * fold.tile
     objective = 0.0
     computed = 0
     labels, upper, lower = state["labels"], state["upper"], state["lower"]
-    scratch = (np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, X.dtype), np.empty(rows_per_tile, np.int32))
+    scratch = (
+        np.empty(rows_per_tile, X.dtype),
+        np.empty(rows_per_tile, X.dtype),
+        np.empty(rows_per_tile, np.int32),
+    )
     # gathered rows go to buffers allocated once per call: a fresh output per gather paid its page
     # faults each time (a pass's per-group gathers on a 62,500-row chunk took 12 ms by np.take)
     tile_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
-    minima = (np.empty(G * rows_per_tile, X.dtype), np.empty(G * rows_per_tile, np.int32),
-              np.empty(G * rows_per_tile, X.dtype))
+    minima = (
+        np.empty(G * rows_per_tile, X.dtype),
+        np.empty(G * rows_per_tile, np.int32),
+        np.empty(G * rows_per_tile, X.dtype),
+    )
     group_rows = np.empty((rows_per_tile if need is not None else 0, d), X.dtype)
     scores = np.empty(widest * rows_per_tile, dtype=X.dtype)
     scores_rt = np.empty(widest * rows_per_tile, dtype=X.dtype)
-    streamed = _streamed_plan(X, k, d, backend, scratch_bytes)  # (whole tiles: the build's products)
+    streamed = _streamed_plan(
+        X, k, d, backend, scratch_bytes
+    )  # (whole tiles: the build's products)
     for t0 in range(0, m, rows_per_tile):
-        rows = cand[t0:t0 + rows_per_tile]
+        rows = cand[t0 : t0 + rows_per_tile]
         mt = rows.shape[0]
         if need is None:  # every row (cand is 0..n-1): no gather
-            Xt = X[t0:t0 + mt]
+            Xt = X[t0 : t0 + mt]
         else:
             Xt = tile_rows[:mt]
             _loops.gather_rows(X, rows, Xt)
         local = np.arange(mt, dtype=np.int64)
         # by group, then row (the loops over rows vectorise); +inf: a group not scored
-        gm, gi, gs = (buf[:G * mt].reshape(G, mt) for buf in minima)
-        nd = None if need is None else need[:, t0:t0 + mt]
+        gm, gi, gs = (buf[: G * mt].reshape(G, mt) for buf in minima)
+        nd = None if need is None else need[:, t0 : t0 + mt]
         dense = nd is None or float(nd.sum(axis=1) @ widths) >= DENSE_SHARE * mt * k
         if not dense:  # (the dense paths write every group)
             gm.fill(np.inf)
@@ -525,7 +643,9 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
             if prep.CG[0] is None:  # (a k x d copy: only passes that score whole tiles need it)
                 prep.CG[0] = _packed(prep.C_perm, prep.h_perm, groups)
             CG, h_pad, pack_group = prep.CG[0]
-            _loops.fused_minima(Xt[:mt], CG, block_packs, h_pad, pack_group, groups.order, T, XT, gm, gi, gs)
+            _loops.fused_minima(
+                Xt[:mt], CG, block_packs, h_pad, pack_group, groups.order, T, XT, gm, gi, gs
+            )
             computed += mt * k
         else:
             for g in range(G):
@@ -533,33 +653,66 @@ def _score_candidates(X, C, prep: _Prepared, groups: CentroidGroups, backend, ca
                 if sel.shape[0] == 0:
                     continue
                 a, b = int(starts[g]), int(starts[g + 1])
-                if sel.shape[0] >= DENSE_SHARE * mt:  # nearly all rows need it: score them all, no gather
+                if (
+                    sel.shape[0] >= DENSE_SHARE * mt
+                ):  # nearly all rows need it: score them all, no gather
                     sel, Xg = local, Xt
                 else:
-                    Xg = group_rows[:sel.shape[0]]
+                    Xg = group_rows[: sel.shape[0]]
                     _loops.gather_rows(Xt, sel, Xg)
                 St = _scores_t(prep.C_perm[a:b], Xg, scores, scores_rt)
-                _loops.block_minima(St, prep.h_perm[a:b], groups.order, starts, g, g + 1, sel, gm, gi, gs, *scratch)
+                _loops.block_minima(
+                    St, prep.h_perm[a:b], groups.order, starts, g, g + 1, sel, gm, gi, gs, *scratch
+                )
                 computed += sel.shape[0] * (b - a)
         norm_up, sq_lo, sq_up = np.empty(mt), np.empty(mt), np.empty(mt)
         _loops.row_norms(Xt, local, norm_up, sq_lo, sq_up)  # the gathered rows: in cache
         if need is None:  # the state's norms: float32, rounded up
             up32 = norm_up.astype(np.float32)
-            norm[t0:t0 + mt] = np.where(up32.astype(np.float64) < norm_up, np.nextafter(up32, np.float32(np.inf)), up32)
+            norm[t0 : t0 + mt] = np.where(
+                up32.astype(np.float64) < norm_up, np.nextafter(up32, np.float32(np.inf)), up32
+            )
         margin = prep.k0 * norm_up + prep.k1
         lab = np.empty(mt, dtype=np.int32)
         ok = np.empty(mt, dtype=np.bool_)
         _loops.choose(gm, gi, gs, margin, lab, ok)
         near_tie = np.flatnonzero(~ok)
-        if near_tie.shape[0]:  # the kernel's own choice, on these rows only (its rows do not interact)
+        if near_tie.shape[
+            0
+        ]:  # the kernel's own choice, on these rows only (its rows do not interact)
             lab[near_tie] = _assign(backend, Xt[near_tie], C, scratch_bytes)[0]
             computed += near_tie.shape[0] * k
-        largest = _loops.new_bounds(X, C, rows, lab, gm, gi, gs, groups.group_of, sq_lo, sq_up,
-                                    margin / (2.0 * SAFETY), lower, upper, labels)
+        largest = _loops.new_bounds(
+            X,
+            C,
+            rows,
+            lab,
+            gm,
+            gi,
+            gs,
+            groups.group_of,
+            sq_lo,
+            sq_up,
+            margin / (2.0 * SAFETY),
+            lower,
+            upper,
+            labels,
+        )
         state["lmax"] = max(state["lmax"], float(largest))
         if fold is not None:
-            objective = _loops.tiled_partials(X, C, labels, fold.tile, fold.weights, fold.has_weights, fold.sums,
-                                              fold.counts, t0, t0 + mt, objective)
+            objective = _loops.tiled_partials(
+                X,
+                C,
+                labels,
+                fold.tile,
+                fold.weights,
+                fold.has_weights,
+                fold.sums,
+                fold.counts,
+                t0,
+                t0 + mt,
+                objective,
+            )
     return computed, objective
 
 
@@ -601,9 +754,9 @@ def _scores_t(Cg, Xg, out, work):
     narrow group of wide rows, ``Xg @ Cg.T`` then a transposed copy ran 1.5x as fast (one thread,
     d >= 64 and fewer than 64 centroids; the other way round otherwise)."""
     w, m = Cg.shape[0], Xg.shape[0]
-    St = out[:w * m].reshape(w, m)
+    St = out[: w * m].reshape(w, m)
     if w < 64 and Cg.shape[1] >= 64:
-        S = np.matmul(Xg, Cg.T, out=work[:m * w].reshape(m, w))
+        S = np.matmul(Xg, Cg.T, out=work[: m * w].reshape(m, w))
         St[...] = S.T
         return St
     return np.matmul(Cg, Xg.T, out=St)
@@ -619,16 +772,36 @@ def warm_up(dtype, d: int) -> None:
     for w in (None, np.ones(len(X))):
         state, _ = pruned_partials(X, C, None, w, groups)
         pruned_partials(X, moved, state, w, groups, np.full(len(C), 0.02 * np.sqrt(d)))
-    state, _ = pruned_partials(X, C, None, None, groups)  # and the sampled estimate's loop (plain_above < 1)
-    pruned_partials(X, moved, state, None, groups, np.full(len(C), 0.02 * np.sqrt(d)), plain_above=0.99)
+    state, _ = pruned_partials(
+        X, C, None, None, groups
+    )  # and the sampled estimate's loop (plain_above < 1)
+    pruned_partials(
+        X, moved, state, None, groups, np.full(len(C), 0.02 * np.sqrt(d)), plain_above=0.99
+    )
     # the far-moved centroids' loop (a pass after a swap or a refill), which the passes above do not
     # reach: compiled mid-fit it cost one pass 0.55 s (manyk, 200k x 64, k = 2,048: 5x the pass)
     state, _ = pruned_partials(X, C, None, None, groups)
     if state is not None:  # (None: this call's backend is not the compiled loops)
-        _fold_far(X, moved, _prepare(moved, groups), groups, np.array([0], dtype=np.int64), state,
-                  DEFAULT_SCRATCH_BYTES)
+        _fold_far(
+            X,
+            moved,
+            _prepare(moved, groups),
+            groups,
+            np.array([0], dtype=np.int64),
+            state,
+            DEFAULT_SCRATCH_BYTES,
+        )
 
 
-__all__ = ["CentroidGroups", "PrunedPartials", "centroid_groups", "combine_pruned", "far_centroids", "group_count",
-           "new_state",
-           "pruned_partials", "state_bytes", "warm_up"]
+__all__ = [
+    "CentroidGroups",
+    "PrunedPartials",
+    "centroid_groups",
+    "combine_pruned",
+    "far_centroids",
+    "group_count",
+    "new_state",
+    "pruned_partials",
+    "state_bytes",
+    "warm_up",
+]

@@ -28,7 +28,8 @@ absent. Every function takes arrays of one namespace ``xp`` (NumPy or CuPy).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def _tile_rows(d: int) -> int:
 
 def _tile64(xp, X, i0: int, step: int):
     """Rows ``i0 .. i0 + step`` of ``X`` as dense float64 (a sparse tile densified)."""
-    tile = X[i0:i0 + step]
+    tile = X[i0 : i0 + step]
     if is_sparse(tile):
         return tile.toarray().astype(np.float64)
     return xp.asarray(tile, dtype=xp.float64)
@@ -129,8 +130,8 @@ def _own_and_other(xp, X, codes, centres):
     C64 = xp.asarray(centres, dtype=xp.float64)
     a2 = xp.empty(n, dtype=xp.float64)
     for i0 in range(0, n, step):
-        diff = _tile64(xp, X, i0, step) - C64[codes[i0:i0 + step]]
-        a2[i0:i0 + step] = xp.sum(diff * diff, axis=1)
+        diff = _tile64(xp, X, i0, step) - C64[codes[i0 : i0 + step]]
+        a2[i0 : i0 + step] = xp.sum(diff * diff, axis=1)
     return xp.sqrt(a2), xp.sqrt(b2)
 
 
@@ -146,9 +147,11 @@ def _grouped(xp, X, codes, L: int, w):
     scatter = xp.zeros(L, dtype=xp.float64)
     step = _tile_rows(d)
     for i0 in range(0, n, step):
-        diff = _tile64(xp, X, i0, step) - mean[codes[i0:i0 + step]]
+        diff = _tile64(xp, X, i0, step) - mean[codes[i0 : i0 + step]]
         sq = xp.sum(diff * diff, axis=1)
-        scatter += xp.bincount(codes[i0:i0 + step], weights=sq if w is None else sq * w[i0:i0 + step], minlength=L)
+        scatter += xp.bincount(
+            codes[i0 : i0 + step], weights=sq if w is None else sq * w[i0 : i0 + step], minlength=L
+        )
     return count, mean, scatter
 
 
@@ -177,14 +180,23 @@ def centroid_stats(X, C, w=None) -> LabelStats:
     w64 = None if w is None else xp.asarray(w, dtype=xp.float64).reshape(-1)
     count, mean, scatter = _grouped(xp, X, labels, k, w64)
     d2 = min_sq.astype(xp.float64)
-    objective = xp.bincount(labels, weights=d2 if w64 is None else d2 * w64, minlength=k).astype(xp.float64)
+    objective = xp.bincount(labels, weights=d2 if w64 is None else d2 * w64, minlength=k).astype(
+        xp.float64
+    )
     silhouette = xp.zeros((), dtype=xp.float64)
     if k > 1 and X.shape[0]:
         a, b = _own_and_other(xp, X, labels, C)
         s = _silhouette_terms(xp, a, b)
         silhouette = xp.sum(s if w64 is None else s * w64)
-    return LabelStats(xp.arange(k, dtype=xp.float64), count, mean, scatter, objective,
-                      xp.asarray(silhouette, dtype=xp.float64), xp.asarray(float(X.shape[0])))
+    return LabelStats(
+        xp.arange(k, dtype=xp.float64),
+        count,
+        mean,
+        scatter,
+        objective,
+        xp.asarray(silhouette, dtype=xp.float64),
+        xp.asarray(float(X.shape[0])),
+    )
 
 
 def label_stats(X, labels, w=None) -> LabelStats:
@@ -210,8 +222,15 @@ def label_stats(X, labels, w=None) -> LabelStats:
     count, mean, scatter = _grouped(xp, X, codes, L, w64)
     check_finite_block(scatter, X)  # a NaN or infinity in X spreads to its label's scatter
     zeros = xp.zeros(L, dtype=xp.float64)
-    return LabelStats(keys, count, mean, scatter, zeros, xp.zeros((), dtype=xp.float64),
-                      xp.asarray(float(X.shape[0])))
+    return LabelStats(
+        keys,
+        count,
+        mean,
+        scatter,
+        zeros,
+        xp.zeros((), dtype=xp.float64),
+        xp.asarray(float(X.shape[0])),
+    )
 
 
 def _aligned(xp, part: LabelStats, keys) -> LabelStats:
@@ -226,8 +245,15 @@ def _aligned(xp, part: LabelStats, keys) -> LabelStats:
         out[at] = values
         return out
 
-    return LabelStats(keys, spread(part.count, (L,)), spread(part.mean, (L, d)), spread(part.scatter, (L,)),
-                      spread(part.objective, (L,)), part.silhouette, part.rows)
+    return LabelStats(
+        keys,
+        spread(part.count, (L,)),
+        spread(part.mean, (L, d)),
+        spread(part.scatter, (L,)),
+        spread(part.objective, (L,)),
+        part.silhouette,
+        part.rows,
+    )
 
 
 def combine_label_stats(parts: Sequence[LabelStats]) -> LabelStats:
@@ -281,15 +307,21 @@ def mean_distances(X, codes, means, w=None, *, silhouette: bool = False) -> Mean
     codes = xp.asarray(codes)
     L, d = means.shape
     keep = codes >= 0
-    w64 = xp.ones(X.shape[0], dtype=xp.float64) if w is None else xp.asarray(w, dtype=xp.float64).reshape(-1)
+    w64 = (
+        xp.ones(X.shape[0], dtype=xp.float64)
+        if w is None
+        else xp.asarray(w, dtype=xp.float64).reshape(-1)
+    )
     w64 = xp.where(keep, w64, 0.0)
     codes = xp.where(keep, codes, 0)
     distance = xp.zeros(L, dtype=xp.float64)
     step = _tile_rows(d)
     for i0 in range(0, X.shape[0], step):
-        diff = _tile64(xp, X, i0, step) - means[codes[i0:i0 + step]]
+        diff = _tile64(xp, X, i0, step) - means[codes[i0 : i0 + step]]
         dist = xp.sqrt(xp.sum(diff * diff, axis=1))
-        distance += xp.bincount(codes[i0:i0 + step], weights=dist * w64[i0:i0 + step], minlength=L)
+        distance += xp.bincount(
+            codes[i0 : i0 + step], weights=dist * w64[i0 : i0 + step], minlength=L
+        )
     total = xp.zeros((), dtype=xp.float64)
     if silhouette and L > 1 and X.shape[0]:
         a, b = _own_and_other(xp, X, codes, means)
@@ -359,10 +391,10 @@ def davies_bouldin_index(mean, diameter) -> float:
     scores = np.empty(L)
     all_close = True
     for i0 in range(0, L, step):
-        block = np.sqrt(((mean[i0:i0 + step, None, :] - mean[None, :, :]) ** 2).sum(-1))
+        block = np.sqrt(((mean[i0 : i0 + step, None, :] - mean[None, :, :]) ** 2).sum(-1))
         all_close = all_close and np.allclose(block, 0)
         block[block == 0] = np.inf
-        scores[i0:i0 + step] = np.max((s[i0:i0 + step, None] + s[None, :]) / block, axis=1)
+        scores[i0 : i0 + step] = np.max((s[i0 : i0 + step, None] + s[None, :]) / block, axis=1)
     if np.allclose(s, 0) or all_close:
         return 0.0
     return float(np.mean(scores))
@@ -372,16 +404,33 @@ def imbalance_factor(sizes) -> float:
     """faiss's imbalance factor ``k * sum_j n_j^2 / (sum_j n_j)^2``: 1 for equal sizes, ``k`` for one full cluster."""
     sizes = np.asarray(sizes, dtype=np.float64)
     total = float(sizes.sum())
-    return float(sizes.shape[0] * (sizes ** 2).sum() / total ** 2) if total > 0 else float("nan")
+    return float(sizes.shape[0] * (sizes**2).sum() / total**2) if total > 0 else float("nan")
 
 
 def label_sums(out, k: int):
     """Per-label sums ``(k, 2)`` of columns 1 and 2 of a labelled block ``(n, 3)`` (label, value, weight), float64."""
     xp = get_namespace(out)
     labels = out[:, 0].astype(xp.int64)
-    return xp.stack([xp.bincount(labels, weights=out[:, j], minlength=k).astype(xp.float64) for j in (1, 2)], axis=1)
+    return xp.stack(
+        [xp.bincount(labels, weights=out[:, j], minlength=k).astype(xp.float64) for j in (1, 2)],
+        axis=1,
+    )
 
 
-__all__ = ["DB_BLOCK_BYTES", "LabelStats", "MeanDistances", "QUALITY_TILE_BYTES", "calinski_harabasz_index",
-           "centroid_codes", "centroid_stats", "codes_of", "combine_label_stats", "combine_mean_distances",
-           "davies_bouldin_index", "imbalance_factor", "label_sums", "label_stats", "mean_distances"]
+__all__ = [
+    "DB_BLOCK_BYTES",
+    "LabelStats",
+    "MeanDistances",
+    "QUALITY_TILE_BYTES",
+    "calinski_harabasz_index",
+    "centroid_codes",
+    "centroid_stats",
+    "codes_of",
+    "combine_label_stats",
+    "combine_mean_distances",
+    "davies_bouldin_index",
+    "imbalance_factor",
+    "label_sums",
+    "label_stats",
+    "mean_distances",
+]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from dkmeans.kernels.namespace import get_namespace
-from dkmeans.kernels.nearest import TopRows, Partials, select_top
+from dkmeans.kernels.nearest import Partials, TopRows, select_top
 
 
 def sum_in_order(parts: Sequence, cls, name: str):
@@ -56,7 +56,9 @@ def combine_top(parts: Sequence[TopRows], m: int) -> TopRows:
     """Merge per-chunk :class:`TopRows` candidates into the global top ``m``."""
     nonempty = [p for p in parts if p is not None and p.index.shape[0] > 0]
     if not nonempty:
-        return next(p for p in parts if p is not None)  # nothing eligible anywhere: an empty TopRows
+        return next(
+            p for p in parts if p is not None
+        )  # nothing eligible anywhere: an empty TopRows
     parts = nonempty
     xp = get_namespace(parts[0].score)
     sq = xp.concatenate([p.score for p in parts])

@@ -18,7 +18,8 @@ of the data along its principal axes, rotated back (:class:`Frame`).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -6,9 +6,9 @@ index and a seed), so a row's random number depends only on ``(seed, stream, ind
 
 from __future__ import annotations
 
+from dkmeans.kernels.backends.sparse import take_rows
 from dkmeans.kernels.namespace import get_namespace
 from dkmeans.kernels.nearest import TopRows, select_top
-from dkmeans.kernels.backends.sparse import take_rows
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
@@ -64,7 +64,11 @@ def random_top_rows(X, weights, row_offset: int, k: int, seed: int, stream: int 
     xp = get_namespace(X)
     index = xp.arange(row_offset, row_offset + X.shape[0], dtype=xp.int64)
     u = uniform_by_index(index, seed, stream)
-    w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)
+    w = (
+        xp.ones(X.shape[0], dtype=xp.float64)
+        if weights is None
+        else xp.asarray(weights, dtype=xp.float64)
+    )
     score, eligible = weighted_sample_keys(xp, w, u)
     keep = select_top(xp, score, index, k, eligible=eligible)
     return TopRows(score[keep], index[keep], take_rows(X, keep))

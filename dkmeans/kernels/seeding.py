@@ -11,13 +11,21 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dkmeans.kernels.namespace import get_namespace
-from dkmeans.kernels.nearest import DEFAULT_SCRATCH_BYTES, Partials, TopRows, assign, cluster_sums, plan_tiles, select_top
-from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
 from dkmeans.kernels.backends import sparse as _sparse
-from dkmeans.kernels.plans import numpy_plan
 from dkmeans.kernels.backends.select import ALWAYS, Backend, select
 from dkmeans.kernels.backends.sparse import take_rows
+from dkmeans.kernels.namespace import get_namespace
+from dkmeans.kernels.nearest import (
+    DEFAULT_SCRATCH_BYTES,
+    Partials,
+    TopRows,
+    assign,
+    cluster_sums,
+    plan_tiles,
+    select_top,
+)
+from dkmeans.kernels.plans import numpy_plan
+from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
 
 
 class Nearest(NamedTuple):
@@ -43,7 +51,9 @@ def update_nearest(X, state: Nearest | None, new_centers, first_index: int) -> N
     if state is None:
         return Nearest(d2, labels.astype(xp.int32) + first_index)
     better = d2 < state.sq_dist
-    return Nearest(xp.where(better, d2, state.sq_dist), xp.where(better, labels + first_index, state.index))
+    return Nearest(
+        xp.where(better, d2, state.sq_dist), xp.where(better, labels + first_index, state.index)
+    )
 
 
 def row_index(xp, offset: int, n: int):
@@ -111,7 +121,9 @@ class TrialPartial(NamedTuple):
     samples: tuple
 
 
-def kpp_trials(X, weights, offset: int, d2, trials, seed: int, stream: int, n_next: int) -> TrialPartial:
+def kpp_trials(
+    X, weights, offset: int, d2, trials, seed: int, stream: int, n_next: int
+) -> TrialPartial:
     """Evaluate k-means++ trial centres on a chunk and sample the next trials for each outcome.
 
     Parameters
@@ -249,7 +261,9 @@ class SampleRows(NamedTuple):
     weights: Any  # (m,) float64
 
 
-def bernoulli_rows(X, weights, offset: int, probability: float, seed: int, stream: int) -> SampleRows:
+def bernoulli_rows(
+    X, weights, offset: int, probability: float, seed: int, stream: int
+) -> SampleRows:
     """Each row with positive weight drawn independently with ``probability`` (keyed by global row index).
 
     A row is drawn when its uniform number ``u < probability``; ``probability >= 1`` takes
@@ -257,7 +271,11 @@ def bernoulli_rows(X, weights, offset: int, probability: float, seed: int, strea
     """
     xp = get_namespace(X)
     index = row_index(xp, offset, X.shape[0])
-    w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)
+    w = (
+        xp.ones(X.shape[0], dtype=xp.float64)
+        if weights is None
+        else xp.asarray(weights, dtype=xp.float64)
+    )
     keep = w > 0
     if probability < 1:
         keep &= uniform_by_index(index, seed, stream) < probability
@@ -326,7 +344,11 @@ def local_kmeans_plusplus(X, weights, k: int, seed: int, stream: int, trials: in
     xp = get_namespace(X)
     n = X.shape[0]
     X64 = xp.ascontiguousarray(xp.asarray(X, dtype=xp.float64))
-    w = xp.ones(n, dtype=xp.float64) if weights is None else xp.ascontiguousarray(xp.asarray(weights, dtype=xp.float64))
+    w = (
+        xp.ones(n, dtype=xp.float64)
+        if weights is None
+        else xp.ascontiguousarray(xp.asarray(weights, dtype=xp.float64))
+    )
     draws = uniform_by_index(xp.arange((k - 1) * trials + 1, dtype=xp.int64), seed, stream)
     cum_w = xp.cumsum(w)
     first = min(int(xp.searchsorted(cum_w, float(draws[-1]) * float(cum_w[-1]))), n - 1)

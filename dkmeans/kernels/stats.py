@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from dkmeans.kernels.namespace import get_namespace, is_sparse
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
 from dkmeans.kernels.common import Moments
+from dkmeans.kernels.namespace import get_namespace, is_sparse
 
 #: A tile's float64 copy and its deviations take about this many bytes: the scratch of
 #: :func:`column_moments` does not grow with the chunk.
@@ -15,7 +15,9 @@ MOMENTS_TILE_BYTES = 4 * 2**20
 
 def column_moments(X) -> Moments:
     """Moments of one chunk (unweighted), accumulated in float64 tile by tile (sparse rows: from the stored values)."""
-    from dkmeans.kernels.backends import sparse  # imported here: the sparse kernels import this package
+    from dkmeans.kernels.backends import (
+        sparse,  # imported here: the sparse kernels import this package
+    )
 
     if is_sparse(X):
         return sparse.column_moments(X)

@@ -34,7 +34,8 @@ Every function takes arrays of one namespace ``xp`` (NumPy or CuPy).
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -147,7 +148,10 @@ def _backend(X) -> Backend:
     """The backend of one swap-kernel call on ``X``: the compiled loops of
     :mod:`dkmeans.kernels.backends.compiled_swap` (one compile unit per dtype) or the namespace code."""
     dtype = np.dtype(X.dtype)
-    return select(X, compiled=Loops(("nearest_two", dtype.str), functools.partial(_warm_up_nearest_two, dtype)))
+    return select(
+        X,
+        compiled=Loops(("nearest_two", dtype.str), functools.partial(_warm_up_nearest_two, dtype)),
+    )
 
 
 def _nearest_two_tile(xp, Xt, C64, c_sq):
@@ -170,8 +174,12 @@ def _nearest_two_tile(xp, Xt, C64, c_sq):
     d2 = xp.sum(diff * diff, axis=1)
     # the expanded form can misorder near-ties; the exact distances decide
     flip = d2 < d1
-    return NearestTwo(xp.where(flip, second, first).astype(xp.int32), xp.where(flip, first, second).astype(xp.int32),
-                      xp.where(flip, d2, d1), xp.where(flip, d1, d2))
+    return NearestTwo(
+        xp.where(flip, second, first).astype(xp.int32),
+        xp.where(flip, first, second).astype(xp.int32),
+        xp.where(flip, d2, d1),
+        xp.where(flip, d1, d2),
+    )
 
 
 def _host_weights(w):
@@ -221,9 +229,15 @@ def _nearest_two(backend: Backend, X, C, scratch_bytes) -> NearestTwo:
     n, d = X.shape
     C64, origin, c_sq = _translated(xp, C)
     k = C64.shape[0]
-    out = NearestTwo(xp.empty(n, dtype=xp.int32), xp.empty(n, dtype=xp.int32),
-                     xp.empty(n, dtype=xp.float64), xp.empty(n, dtype=xp.float64))
-    if k <= SWAP_LOOP_MAX_CANDIDATES and backend is Backend.COMPILED:  # few centroids: no n x k buffer, no tiles
+    out = NearestTwo(
+        xp.empty(n, dtype=xp.int32),
+        xp.empty(n, dtype=xp.int32),
+        xp.empty(n, dtype=xp.float64),
+        xp.empty(n, dtype=xp.float64),
+    )
+    if (
+        k <= SWAP_LOOP_MAX_CANDIDATES and backend is Backend.COMPILED
+    ):  # few centroids: no n x k buffer, no tiles
         _loops.nearest_two_rows(np.ascontiguousarray(X), origin, C64, *out)
         return out
     rows = _tile_rows(k, 0, d, scratch_bytes)
@@ -266,16 +280,28 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
     k, m = C64.shape[0], P64.shape[0]
     w = None if weights is None else xp.asarray(weights, dtype=xp.float64)
     backend = _backend(X)
-    if m > SWAP_LOOP_MAX_CANDIDATES:  # many candidates: matrix products, rows taken cluster by cluster
+    if (
+        m > SWAP_LOOP_MAX_CANDIDATES
+    ):  # many candidates: matrix products, rows taken cluster by cluster
         return _swap_costs_by_cluster(backend, xp, X, C, origin, P64, p_sq, w, scratch_bytes)
     per_candidate = xp.zeros(m, dtype=xp.float64)  # sum_x w min(d1, dp)
     per_cluster = xp.zeros((k, m), dtype=xp.float64)  # sum_{a(x) = j} w (min(d2, dp) - min(d1, dp))
     objective = xp.zeros((), dtype=xp.float64)
     if backend is Backend.COMPILED:  # one fused loop over rows: no tiles, no n x m temporaries
         objective = np.zeros(1)
-        _loops.swap_costs_rows(np.ascontiguousarray(X), origin, C64, P64, *_host_weights(w),
-                               per_candidate, per_cluster, objective)
-        return SwapCosts(np.ascontiguousarray(per_candidate[:, None] + per_cluster.T), objective.reshape(()))
+        _loops.swap_costs_rows(
+            np.ascontiguousarray(X),
+            origin,
+            C64,
+            P64,
+            *_host_weights(w),
+            per_candidate,
+            per_cluster,
+            objective,
+        )
+        return SwapCosts(
+            np.ascontiguousarray(per_candidate[:, None] + per_cluster.T), objective.reshape(())
+        )
     rows = _tile_rows(k, m, d, scratch_bytes)
     for i0 in range(0, n, rows):
         i1 = min(n, i0 + rows)
@@ -296,7 +322,9 @@ def swap_costs(X, C, P, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
     return SwapCosts(xp.ascontiguousarray(cost), xp.asarray(objective, dtype=xp.float64))
 
 
-def _swap_costs_by_cluster(backend: Backend, xp, X, C, origin, P64, p_sq, w, scratch_bytes) -> SwapCosts:
+def _swap_costs_by_cluster(
+    backend: Backend, xp, X, C, origin, P64, p_sq, w, scratch_bytes
+) -> SwapCosts:
     """:func:`swap_costs` for many candidates: blocks of rows in cluster order against all candidates.
 
     The distances to the candidates are one matrix product per block; a block's rows are
@@ -314,12 +342,15 @@ def _swap_costs_by_cluster(backend: Backend, xp, X, C, origin, P64, p_sq, w, scr
     d1 = near.d1 if w is None else near.d1 * w
     objective = xp.sum(d1)
     if xp is np:
-        return SwapCosts(_host_costs_by_cluster(X, origin, P64, p_sq, w, near, order, scratch_bytes, k), objective)
+        return SwapCosts(
+            _host_costs_by_cluster(X, origin, P64, p_sq, w, near, order, scratch_bytes, k),
+            objective,
+        )
     per_candidate = xp.zeros(m, dtype=xp.float64)
     per_cluster = xp.zeros((k, m), dtype=xp.float64)
     rows = max(1, int(scratch_bytes // (8 * (3 * m + 2 * d) + 64)))
     for i0 in range(0, n, rows):
-        idx = order[i0:i0 + rows]
+        idx = order[i0 : i0 + rows]
         Xt = xp.asarray(X[idx], dtype=xp.float64) - origin
         dp = _sq_from_dot(xp, xp.sum(Xt * Xt, axis=1), Xt @ P64.T, p_sq)
         keep = xp.minimum(dp, near.d1[idx][:, None])  # the row's cost when its own centroid stays
@@ -353,14 +384,16 @@ def _host_costs_by_cluster(X, origin, P64, p_sq, w, near: NearestTwo, order, scr
     per_cluster = np.zeros((k, m), dtype=np.float64)
     rows = max(1, int(scratch_bytes // (item * (2 * m + 2 * d) + 64)))
     for i0 in range(0, n, rows):
-        idx = order[i0:i0 + rows]
+        idx = order[i0 : i0 + rows]
         Xt = (X[idx].astype(np.float64) - origin).astype(work)
         dp = P @ Xt.T  # m x rows
         dp *= -2.0
         dp += p_sq_w
         dp += np.einsum("ij,ij->i", Xt, Xt)[None, :]
         np.maximum(dp, 0.0, out=dp)
-        keep = np.minimum(dp, near.d1[idx].astype(work)[None, :])  # the row's cost when its own centroid stays
+        keep = np.minimum(
+            dp, near.d1[idx].astype(work)[None, :]
+        )  # the row's cost when its own centroid stays
         moved = np.minimum(dp, near.d2[idx].astype(work)[None, :], out=dp)  # ... and when it goes
         moved -= keep
         if w is None:
@@ -371,7 +404,9 @@ def _host_costs_by_cluster(X, origin, P64, p_sq, w, near: NearestTwo, order, scr
             moved *= wt.astype(work)[None, :]
         labels = near.labels[idx]
         starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
-        per_cluster[labels[starts]] += np.add.reduceat(moved, starts, axis=1).T  # distinct labels in a block
+        per_cluster[labels[starts]] += np.add.reduceat(
+            moved, starts, axis=1
+        ).T  # distinct labels in a block
     return per_cluster.T + per_candidate[:, None]
 
 
@@ -380,7 +415,9 @@ def combine_swap_costs(parts: Sequence[SwapCosts]) -> SwapCosts:
     return sum_in_order(parts, SwapCosts, "combine_swap_costs")
 
 
-def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES) -> TrialPartials:
+def swap_partials(
+    X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SCRATCH_BYTES
+) -> TrialPartials:
     """Lloyd partials (sums, counts, objective) of the centroids after each trial's swaps.
 
     Trial ``t`` replaces centroids ``trials[t][1]`` by the candidates ``P[trials[t][0]]``
@@ -415,7 +452,9 @@ def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SC
     P64 = xp.asarray(P, dtype=xp.float64) - origin
     p_sq = xp.sum(P64 * P64, axis=1)
     k, q, T = C64.shape[0], P64.shape[0], len(trials)
-    trials = [(xp.asarray(pos, dtype=xp.int64), xp.asarray(js, dtype=xp.int64)) for pos, js in trials]
+    trials = [
+        (xp.asarray(pos, dtype=xp.int64), xp.asarray(js, dtype=xp.int64)) for pos, js in trials
+    ]
     removed = xp.zeros((T, k), dtype=bool)
     swapped = []  # each trial's centroids, translated, for rows that lose both nearest centroids
     for t, (pos, js) in enumerate(trials):
@@ -433,8 +472,21 @@ def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SC
         replaced = np.zeros_like(positions)
         for t, (pos, js) in enumerate(trials):
             positions[t, : lengths[t]], replaced[t, : lengths[t]] = pos, js
-        _loops.swap_partials_rows(np.ascontiguousarray(X), origin, C64, P64, lengths, positions, replaced, removed,
-                                  np.stack([Ct for Ct, _ in swapped]), *_host_weights(w), sums, counts, objective)
+        _loops.swap_partials_rows(
+            np.ascontiguousarray(X),
+            origin,
+            C64,
+            P64,
+            lengths,
+            positions,
+            replaced,
+            removed,
+            np.stack([Ct for Ct, _ in swapped]),
+            *_host_weights(w),
+            sums,
+            counts,
+            objective,
+        )
         return TrialPartials(sums, counts, objective)
     rows = _tile_rows(k, q, d, scratch_bytes)
     for i0 in range(0, n, rows):
@@ -459,7 +511,9 @@ def swap_partials(X, C, P, trials, weights=None, *, scratch_bytes: int = SWAP_SC
                 closer = to_new < dist
                 labels = xp.where(closer, js[best], labels)
                 dist = xp.where(closer, to_new, dist)
-            s, c = cluster_sums(X[i0:i1], labels.astype(xp.int32), k, wt, scratch_bytes=scratch_bytes)
+            s, c = cluster_sums(
+                X[i0:i1], labels.astype(xp.int32), k, wt, scratch_bytes=scratch_bytes
+            )
             sums[t] += s
             counts[t] += c
             objective[t] += xp.sum(dist) if wt is None else dist @ wt
@@ -502,7 +556,11 @@ def split_sums(X, C, V, weights=None, labels=None) -> SplitSums:
         labels, _ = assign(X, C)
     D = X.astype(xp.float64) - xp.asarray(C, dtype=xp.float64)[labels]
     t = xp.einsum("ij,ij->i", D, xp.asarray(V, dtype=xp.float64)[labels])
-    w = xp.ones(X.shape[0], dtype=xp.float64) if weights is None else xp.asarray(weights, dtype=xp.float64)
+    w = (
+        xp.ones(X.shape[0], dtype=xp.float64)
+        if weights is None
+        else xp.asarray(weights, dtype=xp.float64)
+    )
     power, _ = cluster_sums(D, labels, k, w * t)
     half_sums, half_counts = cluster_sums(X, 2 * labels.astype(xp.int64) + (t > 0), 2 * k, w)
     return SplitSums(power, half_sums, half_counts)
@@ -513,7 +571,9 @@ def combine_split_sums(parts: Sequence[SplitSums]) -> SplitSums:
     return sum_in_order(parts, SplitSums, "combine_split_sums")
 
 
-def sample_by_cost(X, C, m: int, row_offset: int, seed: int, stream: int, weights=None) -> CandidateSample:
+def sample_by_cost(
+    X, C, m: int, row_offset: int, seed: int, stream: int, weights=None
+) -> CandidateSample:
     """The chunk's ``m`` rows with the largest D^2 sampling keys, and its objective.
 
     The global top ``m`` keys (:func:`combine_candidate_samples`) are ``m`` distinct rows drawn

@@ -41,8 +41,11 @@ def broken_links(root: Path) -> list[str]:
     """``'page: link (why)'`` for each internal link of the site under ``root`` that is broken."""
     root = root.resolve()
     # the site's pages; _static/ holds the theme's templates, whose links are filled in per page
-    pages = {path: _parse(path) for path in root.rglob("*.html")
-             if "_static" not in path.relative_to(root).parts}
+    pages = {
+        path: _parse(path)
+        for path in root.rglob("*.html")
+        if "_static" not in path.relative_to(root).parts
+    }
     problems = []
     for path, page in pages.items():
         for link in page.links:

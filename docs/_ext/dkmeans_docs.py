@@ -24,24 +24,45 @@ from pathlib import Path
 
 #: (module, heading, one sentence) of each section of the API reference, in page order.
 API_SECTIONS = (
-    ("dkmeans", "Estimators, the functional API and the k sweep",
-     "Everything in ``dkmeans.__all__``: the scikit-learn estimators, the oneDAL-style functional "
-     "API, the k sweep and the cluster the fits run on."),
-    ("dkmeans.metrics", "Metrics",
-     "Internal cluster scores over data of any size, and comparisons with known labels or "
-     "centroids."),
+    (
+        "dkmeans",
+        "Estimators, the functional API and the k sweep",
+        "Everything in ``dkmeans.__all__``: the scikit-learn estimators, the oneDAL-style functional "
+        "API, the k sweep and the cluster the fits run on.",
+    ),
+    (
+        "dkmeans.metrics",
+        "Metrics",
+        "Internal cluster scores over data of any size, and comparisons with known labels or "
+        "centroids.",
+    ),
     ("dkmeans.plot", "Plotting", "matplotlib figures of a fit and of a sweep (``dkmeans[plot]``)."),
-    ("dkmeans.engine.files", "Reading and writing files",
-     "Parquet and CSV in, labelled Parquet out, as the command line reads and writes them."),
-    ("dkmeans.engine.client", "The cluster",
-     "The client dkmeans runs on and the cluster it starts when there is none."),
-    ("dkmeans.errors", "Errors",
-     "Every error dkmeans raises is a :class:`~dkmeans.errors.DKMeansError`."),
+    (
+        "dkmeans.engine.files",
+        "Reading and writing files",
+        "Parquet and CSV in, labelled Parquet out, as the command line reads and writes them.",
+    ),
+    (
+        "dkmeans.engine.client",
+        "The cluster",
+        "The client dkmeans runs on and the cluster it starts when there is none.",
+    ),
+    (
+        "dkmeans.errors",
+        "Errors",
+        "Every error dkmeans raises is a :class:`~dkmeans.errors.DKMeansError`.",
+    ),
     ("dkmeans.io", "Model files", "The error raised for a model file that cannot be read."),
-    ("dkmeans.io.checkpoint", "Checkpoint files",
-     "The error raised for a checkpoint of another job (see :doc:`/guide/long-jobs`)."),
-    ("dkmeans.config", "Configuration",
-     "The table of ``dkmeans.*`` Dask configuration keys (see :doc:`/guide/configuration`)."),
+    (
+        "dkmeans.io.checkpoint",
+        "Checkpoint files",
+        "The error raised for a checkpoint of another job (see :doc:`/guide/long-jobs`).",
+    ),
+    (
+        "dkmeans.config",
+        "Configuration",
+        "The table of ``dkmeans.*`` Dask configuration keys (see :doc:`/guide/configuration`).",
+    ),
 )
 
 #: Modules whose public names are only some of what they define: the names users call.
@@ -65,8 +86,10 @@ def public_names(module_name: str) -> list[str]:
         return [name for name in _CHOSEN[module_name] if hasattr(module, name)]
     exported = getattr(module, "__all__", None)
     if exported is not None:
-        return sorted((n for n in exported if _is_public_object(getattr(module, n, None))),
-                      key=lambda n: (not inspect.isclass(getattr(module, n)), n.lower()))
+        return sorted(
+            (n for n in exported if _is_public_object(getattr(module, n, None))),
+            key=lambda n: (not inspect.isclass(getattr(module, n)), n.lower()),
+        )
     names = []
     for name, value in vars(module).items():
         if name.startswith("_") or not _is_public_object(value):
@@ -76,8 +99,12 @@ def public_names(module_name: str) -> list[str]:
         home = getattr(value, "__module__", "") or ""
         defined_here = home == module_name
         # a result class a module hands out (metrics' ClusterScores) belongs with it
-        reexported_result = (inspect.isclass(value) and home.startswith("dkmeans.")
-                             and not issubclass(value, BaseException) and module_name != "dkmeans")
+        reexported_result = (
+            inspect.isclass(value)
+            and home.startswith("dkmeans.")
+            and not issubclass(value, BaseException)
+            and module_name != "dkmeans"
+        )
         if defined_here or reexported_result:
             names.append(name)
     return sorted(names, key=lambda n: (not inspect.isclass(getattr(module, n)), n.lower()))
@@ -104,9 +131,21 @@ def api_index() -> str:
         names = public_names(module_name)
         if not names:
             continue
-        lines += [f".. _api-{module_name.replace('.', '-')}:", "", heading, "-" * len(heading), "",
-                  sentence, "", f".. currentmodule:: {module_name}", "",
-                  ".. autosummary::", "   :toctree: generated/", "   :nosignatures:", ""]
+        lines += [
+            f".. _api-{module_name.replace('.', '-')}:",
+            "",
+            heading,
+            "-" * len(heading),
+            "",
+            sentence,
+            "",
+            f".. currentmodule:: {module_name}",
+            "",
+            ".. autosummary::",
+            "   :toctree: generated/",
+            "   :nosignatures:",
+            "",
+        ]
         lines += [f"   {name}" for name in names]
         lines.append("")
     return "\n".join(lines)
@@ -126,8 +165,16 @@ def cli_page() -> str:
     os.environ.setdefault("COLUMNS", "100")
     lines = ["```text", parser.format_help().rstrip(), "```", ""]
     for name, sub in _subcommands(parser).items():
-        lines += [f"(cli-{name})=", "", f"## `dkmeans {name}`", "", "```text",
-                  sub.format_help().rstrip(), "```", ""]
+        lines += [
+            f"(cli-{name})=",
+            "",
+            f"## `dkmeans {name}`",
+            "",
+            "```text",
+            sub.format_help().rstrip(),
+            "```",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -137,19 +184,38 @@ def config_page() -> str:
     lines = []
     for key in KEYS.values():
         env = "DASK_DKMEANS__" + key.name.upper().replace(".", "__").replace("-", "_")
-        lines += [f"`dkmeans.{key.name}`",
-                  f": {key.meaning[0].upper()}{key.meaning[1:]}. Default `{key.default!r}`; "
-                  f"environment variable `{env}`.", ""]
+        lines += [
+            f"`dkmeans.{key.name}`",
+            f": {key.meaning[0].upper()}{key.meaning[1:]}. Default `{key.default!r}`; "
+            f"environment variable `{env}`.",
+            "",
+        ]
     return "\n".join(lines)
 
 
 #: The guide's reading order. Pages of docs/guide/ not named here come after these, before the
 #: last two, in alphabetical order; names here whose page does not exist (yet) are skipped.
 GUIDE_ORDER = (
-    "getting-started", "notebooks", "data-and-files", "data-types", "object-stores",
-    "larger-than-memory", "long-jobs", "batch-jobs", "minibatch", "quality", "evaluating",
-    "choosing-k", "sweep", "bisecting", "hartigan", "cosine-sparse-large-k", "functional-api",
-    "command-line", "deployment", "configuration",
+    "getting-started",
+    "notebooks",
+    "data-and-files",
+    "data-types",
+    "object-stores",
+    "larger-than-memory",
+    "long-jobs",
+    "batch-jobs",
+    "minibatch",
+    "quality",
+    "evaluating",
+    "choosing-k",
+    "sweep",
+    "bisecting",
+    "hartigan",
+    "cosine-sparse-large-k",
+    "functional-api",
+    "command-line",
+    "deployment",
+    "configuration",
 )
 GUIDE_LAST = ("how-a-fit-runs", "not-yet")
 
@@ -158,9 +224,11 @@ def guide_toctree(guide: Path) -> str:
     """The guide's table of contents: every ``docs/guide/*.md`` but its index, in reading order."""
     pages = {path.stem for path in guide.glob("*.md")} - {"index"}
     known = GUIDE_ORDER + GUIDE_LAST
-    order = ([name for name in GUIDE_ORDER if name in pages]
-             + sorted(pages - set(known))
-             + [name for name in GUIDE_LAST if name in pages])
+    order = (
+        [name for name in GUIDE_ORDER if name in pages]
+        + sorted(pages - set(known))
+        + [name for name in GUIDE_LAST if name in pages]
+    )
     return "\n".join(["```{toctree}", ":maxdepth: 2", "", *order, "```", ""])
 
 

@@ -58,17 +58,26 @@ def mapping(cache: Path, offline: bool = False):
                 notes.append(name)
                 ignore += [(r"py:.*", rf"{prefix}(\..*)?") for prefix in prefixes]
     if "python" in notes:  # builtin types named in signatures and docstrings
-        ignore += [(r"py:.*", r"(str|int|float|bool|bytes|dict|list|tuple|set|object|callable|"
-                               r"None|Path|pathlib\..*|collections\..*|typing\..*|os\..*)")]
+        ignore += [
+            (
+                r"py:.*",
+                r"(str|int|float|bool|bytes|dict|list|tuple|set|object|callable|"
+                r"None|Path|pathlib\..*|collections\..*|typing\..*|os\..*)",
+            )
+        ]
     return found, ignore, notes
 
 
 def refresh() -> int:
-    failed = [name for name, (url, _) in PROJECTS.items()
-              if not _download(url, COMMITTED / f"{name}.inv", timeout=30)]
+    failed = [
+        name
+        for name, (url, _) in PROJECTS.items()
+        if not _download(url, COMMITTED / f"{name}.inv", timeout=30)
+    ]
     for name in failed:
-        print(f"could not download the inventory of {name}; kept the previous file",
-              file=sys.stderr)
+        print(
+            f"could not download the inventory of {name}; kept the previous file", file=sys.stderr
+        )
     return 1 if len(failed) == len(PROJECTS) else 0
 
 

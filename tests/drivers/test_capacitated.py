@@ -3,13 +3,20 @@
 import dask
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from dkmeans.drivers.capacitated import Capacity, CapacitatedPasses
+from dkmeans.drivers.capacitated import CapacitatedPasses, Capacity
 from dkmeans.engine.local import ChunkList
-from dkmeans.kernels.capacitated import (RepairAsk, cost_cache, lex_argmin, price_partials,
-                                         priced_labels, tie_costs)
+from dkmeans.kernels.capacitated import (
+    RepairAsk,
+    cost_cache,
+    lex_argmin,
+    price_partials,
+    priced_labels,
+    tie_costs,
+)
 
 
 def transport_cost(X, C, lower, upper, w=None):
@@ -23,7 +30,9 @@ def transport_cost(X, C, lower, upper, w=None):
     mandatory, optional = np.repeat(np.arange(k), lower), np.repeat(np.arange(k), upper - lower)
     M = np.concatenate([d2[:, mandatory], d2[:, optional]], axis=1)
     extra = M.shape[1] - n
-    dummy = np.concatenate([np.full((extra, mandatory.size), 1e12), np.zeros((extra, optional.size))], axis=1)
+    dummy = np.concatenate(
+        [np.full((extra, mandatory.size), 1e12), np.zeros((extra, optional.size))], axis=1
+    )
     M = np.concatenate([M, dummy])
     rows, cols = linear_sum_assignment(M)
     return float(M[rows[:n], cols[:n]].sum())
@@ -48,9 +57,13 @@ def check_against_transport(X, C, lower, upper, n_chunks=3):
     np.testing.assert_array_equal(sizes, part.partials.counts)
     reference = transport_cost(X, C, lower, upper)
     objective, bound = passes.bounds
-    assert float(per[:, 0].sum()) == pytest.approx(float(part.partials.objective), rel=1e-9, abs=1e-9)
+    assert float(per[:, 0].sum()) == pytest.approx(
+        float(part.partials.objective), rel=1e-9, abs=1e-9
+    )
     assert bound <= reference + 1e-9 * max(1.0, abs(reference))
-    if passes.repaired_per_solve[-1] == 0 and passes.optimal(passes.prices[0], part.partials.counts):
+    if passes.repaired_per_solve[-1] == 0 and passes.optimal(
+        passes.prices[0], part.partials.counts
+    ):
         assert objective == pytest.approx(reference, rel=1e-9, abs=1e-9)
     else:
         assert objective >= reference - 1e-9 * max(1.0, reference)
@@ -58,8 +71,13 @@ def check_against_transport(X, C, lower, upper, n_chunks=3):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(2, 40), k=st.integers(1, 6), d=st.integers(1, 3), seed=st.integers(0, 2**31),
-       slack=st.floats(0, 1))
+@given(
+    n=st.integers(2, 40),
+    k=st.integers(1, 6),
+    d=st.integers(1, 3),
+    seed=st.integers(0, 2**31),
+    slack=st.floats(0, 1),
+)
 def test_max_caps_match_optimal_transport(n, k, d, seed, slack):
     """Sizes within the cap, and the cost of the optimal transport of the same centroids (continuous rows)."""
     k = min(k, n)
@@ -71,8 +89,13 @@ def test_max_caps_match_optimal_transport(n, k, d, seed, slack):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(2, 40), k=st.integers(1, 6), d=st.integers(1, 3), seed=st.integers(0, 2**31),
-       duplicates=st.booleans())
+@given(
+    n=st.integers(2, 40),
+    k=st.integers(1, 6),
+    d=st.integers(1, 3),
+    seed=st.integers(0, 2**31),
+    duplicates=st.booleans(),
+)
 def test_balanced_caps_against_optimal_transport(n, k, d, seed, duplicates):
     """Both caps of balanced=True (sizes within one of n/k), duplicated rows too: never a CapacityError."""
     k = min(k, n)
@@ -130,10 +153,14 @@ def test_kernel_lexicographic_choice_and_ties():
     A = np.array([[1.0, 1.0, 2.0], [0.0, 3.0, 0.0]])
     B = np.array([[5.0, 4.0, 0.0], [1.0, 0.0, 1.0]])
     labels, a, b = lex_argmin(A, B)
-    np.testing.assert_array_equal(labels, [1, 0])  # primary tie broken by the secondary; a full tie: lowest
+    np.testing.assert_array_equal(
+        labels, [1, 0]
+    )  # primary tie broken by the secondary; a full tie: lowest
     np.testing.assert_array_equal(a, [1.0, 0.0])
     assert tie_costs(10, 3, 4).shape == (3, 4)
-    np.testing.assert_array_equal(tie_costs(10, 3, 4)[1:], tie_costs(11, 2, 4))  # by global index only
+    np.testing.assert_array_equal(
+        tie_costs(10, 3, 4)[1:], tie_costs(11, 2, 4)
+    )  # by global index only
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -146,15 +173,19 @@ def test_compiled_and_kept_costs_give_the_numpy_pass(weighted):
     X = np.repeat(rng.normal(size=(60, 3)), 3, axis=0).astype(np.float32)
     w = rng.uniform(0.5, 2.0, size=len(X)) if weighted else None
     C = rng.normal(size=(5, 3))
-    q = 2.0 ** -20
-    P = np.rint(rng.normal(size=5) * 2 ** 18)
-    Q = np.rint(rng.uniform(0, 2 ** 30, size=5))
+    q = 2.0**-20
+    P = np.rint(rng.normal(size=5) * 2**18)
+    Q = np.rint(rng.uniform(0, 2**30, size=5))
     C[3], P[3] = C[1], P[1]  # every row's costs tie between clusters 1 and 3
     shed, enter = np.array([7, 0, 3, 0, 0]), np.array([0, 9, 0, 0, 4])
     exit_from, exit_to = np.array([1, 0, 1, 0, 0], bool), np.array([0, 1, 0, 1, 0], bool)
     overrides = (np.array([2, 50, 101]), np.array([4, 0, 1], np.int32))
-    repair = RepairAsk(True, np.array([1, 1, 0, 0, 0], bool), np.array([0, 0, 1, 1, 1], bool),
-                       np.array([6, 6, 0, 0, 0]))
+    repair = RepairAsk(
+        True,
+        np.array([1, 1, 0, 0, 0], bool),
+        np.array([0, 0, 1, 1, 1], bool),
+        np.array([6, 6, 0, 0, 0]),
+    )
     args = (C, P, Q, q, shed, enter, exit_from, exit_to, 5, overrides, repair)
     with dask.config.set({"dkmeans.compile": "off"}):
         reference = price_partials(X, w, 40, *args)
@@ -167,11 +198,13 @@ def test_compiled_and_kept_costs_give_the_numpy_pass(weighted):
             for got, want in zip(getattr(out, name), getattr(reference, name)):
                 np.testing.assert_array_equal(got, want)
         assert out.dual == reference.dual and out.max_sq == reference.max_sq
-        np.testing.assert_allclose(out.partials.sums, reference.partials.sums, rtol=1e-12,
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            out.partials.sums, reference.partials.sums, rtol=1e-12, atol=1e-12
+        )
         np.testing.assert_allclose(out.partials.counts, reference.partials.counts, rtol=1e-12)
-        assert float(out.partials.objective) == pytest.approx(float(reference.partials.objective),
-                                                              rel=1e-12)
+        assert float(out.partials.objective) == pytest.approx(
+            float(reference.partials.objective), rel=1e-12
+        )
     assert reference.shed.cluster.shape[0] and reference.enter.cluster.shape[0]
     assert reference.exits.cluster.shape[0] and reference.moves.row.shape[0]
     assert reference.rows[1] and reference.rows[3]  # the ties split by the rows' hashes
@@ -183,13 +216,17 @@ def test_kernel_margins_move_exactly():
     X = rng.normal(size=(50, 2))
     C = np.array([[0.0, 0.0], [3.0, 0.0]])
     P, Q = np.zeros(2), np.zeros(2)
-    q = 2.0 ** -30
+    q = 2.0**-30
     part = price_partials(X, None, 0, C, P, Q, q, np.array([5, 0]), np.array([0, 0]))
     before = np.bincount(priced_labels(X, C, P, Q, q, 0), minlength=2)
     m = part.shed
     P2, Q2 = P.copy(), Q.copy()
     P2[0] += m.primary[2]
-    Q2[0] += m.secondary[2] + 0.5 * (m.secondary[3] - m.secondary[2]) if m.primary[3] == m.primary[2] else 1.0
+    Q2[0] += (
+        m.secondary[2] + 0.5 * (m.secondary[3] - m.secondary[2])
+        if m.primary[3] == m.primary[2]
+        else 1.0
+    )
     after = np.bincount(priced_labels(X, C, P2, Q2, q, 0), minlength=2)
     assert before[0] - after[0] == 3
 
@@ -203,7 +240,9 @@ def test_repair_meets_caps_exactly_whatever_the_chunks(monkeypatch, lower, upper
 
     monkeypatch.setattr(capacitated, "AUCTION_PASSES", 1)
     rng = np.random.default_rng(11)
-    X = np.concatenate([rng.normal(size=(150, 2)), rng.normal(size=(50, 2)) + 3])[:205 if upper == 41 else 200]
+    X = np.concatenate([rng.normal(size=(150, 2)), rng.normal(size=(50, 2)) + 3])[
+        : 205 if upper == 41 else 200
+    ]
     X = np.concatenate([X, X[:5]]) if len(X) < 205 else X  # 205 rows: duplicates of the first five
     C = X[rng.choice(len(X), 5, replace=False)] + 0.1
     results = []

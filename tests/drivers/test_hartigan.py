@@ -10,12 +10,10 @@ import dask
 import numpy as np
 import pytest
 
-from dkmeans.errors import InvalidParameterError
 from dkmeans.drivers.hartigan import hartigan, standard_hartigan
-from dkmeans.testing import fit_hartigan
+from dkmeans.errors import InvalidParameterError
 from dkmeans.kernels.hartigan import best_moves, move_costs, positive_counts
-from dkmeans.testing import persist_rows
-from dkmeans.testing import make_blobs, pick_rows, reference_lloyd
+from dkmeans.testing import fit_hartigan, make_blobs, persist_rows, pick_rows, reference_lloyd
 
 
 # -- brute-force references ------------------------------------------------------------------
@@ -34,7 +32,12 @@ def partition_objective(X, labels, k, w=None):
 
 def partition_means(X, labels, k, w=None):
     w = np.ones(len(X)) if w is None else w
-    return np.stack([(X[labels == j] * w[labels == j, None]).sum(axis=0) / w[labels == j].sum() for j in range(k)])
+    return np.stack(
+        [
+            (X[labels == j] * w[labels == j, None]).sum(axis=0) / w[labels == j].sum()
+            for j in range(k)
+        ]
+    )
 
 
 def assert_no_improving_move(X, labels, k, w=None, rtol=1e-10):
@@ -120,7 +123,7 @@ def engine(request):
 @pytest.mark.parametrize("weighted", [False, True])
 def test_move_cost_equals_objective_change(weighted):
     rng = np.random.default_rng(0)
-    for trial in range(20):
+    for _trial in range(20):
         n, d, k = rng.integers(5, 30), rng.integers(1, 5), rng.integers(2, 5)
         X = rng.normal(size=(n, d))
         labels = np.arange(n) % k  # every cluster non-empty
@@ -164,7 +167,11 @@ def test_best_moves_is_the_best_valid_single_move(engine, weighted):
         for j in range(k):
             moved = labels.copy()
             moved[i] = j
-            ok = j != labels[i] and ww[i] > 0 and np.bincount(moved[ww > 0], minlength=k)[labels[i]] > 0
+            ok = (
+                j != labels[i]
+                and ww[i] > 0
+                and np.bincount(moved[ww > 0], minlength=k)[labels[i]] > 0
+            )
             costs.append(partition_objective(X, moved, k, ww) - base if ok else np.inf)
         best = int(np.argmin(costs))
         if costs[best] < -1e-9:
@@ -211,10 +218,15 @@ def test_standard_descends_to_a_single_move_optimum(small, weighted):
     assert sum(h.moves for h in res.history) > 10  # a real run
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objectives, objectives[1:]))
     for prev, rec in zip(res.history, res.history[1:]):  # the exact formula predicts each sweep
-        assert rec.objective - prev.objective == pytest.approx(rec.predicted_change, rel=1e-8, abs=1e-8)
+        assert rec.objective - prev.objective == pytest.approx(
+            rec.predicted_change, rel=1e-8, abs=1e-8
+        )
     assert res.objective == pytest.approx(partition_objective(X, res.labels, k, w), rel=1e-12)
-    np.testing.assert_allclose(res.centroids, partition_means(X, res.labels, k, np.ones(len(X)) if w is None else w),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        res.centroids,
+        partition_means(X, res.labels, k, np.ones(len(X)) if w is None else w),
+        rtol=1e-12,
+    )
     assert_no_improving_move(X, res.labels, k, w)
 
 
@@ -265,7 +277,9 @@ def test_standard_weighted_matches_repeated_rows(small):
 
 def test_standard_fills_empty_clusters():
     X, _, _ = make_blobs(200, 2, 3, spread=1.0, seed=4)
-    C0 = np.vstack([pick_rows(X, 2, seed=1), [[1e4, 1e4], [-1e4, 1e4]]])  # two centroids nobody is near
+    C0 = np.vstack(
+        [pick_rows(X, 2, seed=1), [[1e4, 1e4], [-1e4, 1e4]]]
+    )  # two centroids nobody is near
     res = standard_hartigan(X, C0)
     assert np.bincount(res.labels, minlength=4).min() > 0
     assert res.converged and np.all(np.isfinite(res.centroids))
@@ -304,7 +318,9 @@ def test_unsafe_round_that_raises_the_objective_is_undone(client):
     labels = res.labels.compute()
     modes = [h.mode for h in res.history]
     assert modes.count("safe-fallback") >= 1
-    assert res.n_passes == 2 + res.n_iter + modes.count("safe-fallback")  # one extra pass per undone round
+    assert res.n_passes == 2 + res.n_iter + modes.count(
+        "safe-fallback"
+    )  # one extra pass per undone round
     np.testing.assert_array_equal(labels, reference_batch(X, C0, "unsafe"))
     objectives = [h.objective for h in res.history]
     assert all(b < a for a, b in zip(objectives, objectives[1:]))
@@ -339,8 +355,10 @@ def test_batch_weighted_fills_empty_cluster_and_reaches_optimum(client):
     assert np.bincount(labels[w > 0], minlength=4).min() > 0
     assert res.objective == pytest.approx(partition_objective(X, labels, 4, w), rel=1e-12)
     assert_no_improving_move(X, labels, 4, w)
-    assert all(b <= a * (1 + 1e-12) for a, b in zip([h.objective for h in res.history],
-                                                     [h.objective for h in res.history][1:]))
+    assert all(
+        b <= a * (1 + 1e-12)
+        for a, b in zip([h.objective for h in res.history], [h.objective for h in res.history][1:])
+    )
 
 
 def test_batch_from_labels_and_final_assignment(client, small):

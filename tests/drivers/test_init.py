@@ -12,11 +12,14 @@ from sklearn.exceptions import ConvergenceWarning
 from dkmeans import KMeans
 from dkmeans.drivers.init import STRATEGIES, InitOptions
 from dkmeans.drivers.init.kmeans_parallel import sample_candidates
-from dkmeans.drivers.init.kmeans_plusplus import STEP_STREAMS, STREAM_FIRST, kmeans_plusplus, n_trials
+from dkmeans.drivers.init.kmeans_plusplus import (
+    STEP_STREAMS,
+    STREAM_FIRST,
+    kmeans_plusplus,
+    n_trials,
+)
 from dkmeans.kernels import candidate_weights, kpp_trials, oversample_scores, uniform_by_index
-from dkmeans.testing import persist_rows
-from dkmeans.testing import make_blobs
-
+from dkmeans.testing import make_blobs, persist_rows
 
 
 def test_oversampling_probabilities_hand_made():
@@ -53,8 +56,12 @@ def test_candidate_weights_are_nearest_counts(client):
     data = persist_rows(client, X, 6, w)
     C, weights = sample_candidates(data, 5, seed=11, options=InitOptions())
     nearest = ((X[:, None, :] - C[None]) ** 2).sum(-1).argmin(1)
-    np.testing.assert_allclose(weights, np.bincount(nearest, weights=w, minlength=len(C)), rtol=1e-9)
-    np.testing.assert_allclose(candidate_weights(nearest.astype(np.int32), w, len(C)), weights, rtol=1e-9)
+    np.testing.assert_allclose(
+        weights, np.bincount(nearest, weights=w, minlength=len(C)), rtol=1e-9
+    )
+    np.testing.assert_allclose(
+        candidate_weights(nearest.astype(np.int32), w, len(C)), weights, rtol=1e-9
+    )
     # about 1 + rounds * l * k candidates, all distinct rows of X
     fewest, most = 1 + 5, 1 + 5 * 2 * 5 * 2
     assert fewest <= len(C) <= most
@@ -87,7 +94,9 @@ def reference_greedy_kpp(X, k, seed):
     t = n_trials(k)
 
     def draw(d2, stream):
-        keys = np.where(d2 > 0, np.log(uniform_by_index(idx, seed, stream)) / np.where(d2 > 0, d2, 1), -np.inf)
+        keys = np.where(
+            d2 > 0, np.log(uniform_by_index(idx, seed, stream)) / np.where(d2 > 0, d2, 1), -np.inf
+        )
         order = np.lexsort((idx, -keys))
         return X[order[: min(t, int((d2 > 0).sum()))]]
 
@@ -140,7 +149,10 @@ def test_random_state_semantics(client):
 @pytest.mark.parametrize("name", ["k-means||", "k-means++"])
 def test_fewer_distinct_points_than_k(client, name):
     X = np.repeat(np.array([[0.0, 0.0], [1.0, 1.0], [5.0, 5.0]]), 20, axis=0)
-    with pytest.warns(ConvergenceWarning, match=r"Number of distinct clusters \(3\) found smaller than n_clusters \(5\)"):
+    with pytest.warns(
+        ConvergenceWarning,
+        match=r"Number of distinct clusters \(3\) found smaller than n_clusters \(5\)",
+    ):
         km = KMeans(5, init=name, random_state=0).fit(X)
     assert km.cluster_centers_.shape == (5, 2)
     assert {tuple(c) for c in km.cluster_centers_} >= {(0.0, 0.0), (1.0, 1.0), (5.0, 5.0)}
@@ -152,7 +164,10 @@ def test_n_init_keeps_the_best_run(client):
     best = KMeans(10, init="random", n_init=6, random_state=0).fit(X)
     from dkmeans.drivers.init import derive_seed
 
-    runs = [KMeans(10, init="random", n_init=1, random_state=derive_seed(0, i)).fit(X).inertia_ for i in range(6)]
+    runs = [
+        KMeans(10, init="random", n_init=1, random_state=derive_seed(0, i)).fit(X).inertia_
+        for i in range(6)
+    ]
     assert best.inertia_ == pytest.approx(min(runs), rel=1e-9)
     assert len(set(np.round(runs, 6))) > 1  # the runs really differ
 
@@ -169,7 +184,12 @@ def test_kmeans_parallel_quality_close_to_scikit_learn(client):
 
 def test_init_options_are_validated(client):
     X = np.random.default_rng(0).normal(size=(50, 2))
-    for params in ({"oversampling_factor": 0}, {"init_rounds": 0}, {"n_init": 0}, {"n_init": "best"}):
+    for params in (
+        {"oversampling_factor": 0},
+        {"init_rounds": 0},
+        {"n_init": 0},
+        {"n_init": "best"},
+    ):
         with pytest.raises(ValueError):
             KMeans(3, **params).fit(X)
     with warnings.catch_warnings(record=True) as caught:
@@ -203,8 +223,17 @@ class _Chunks:
         self.n_rows, self.has_weights = len(X), weights is not None
 
     def map_reduce(self, chunk_fn, combine_fn, args=()):
-        return combine_fn([chunk_fn(self.X[i:i + self.step], None if self.w is None else self.w[i:i + self.step], i,
-                                    *args) for i in range(0, self.n_rows, self.step)])
+        return combine_fn(
+            [
+                chunk_fn(
+                    self.X[i : i + self.step],
+                    None if self.w is None else self.w[i : i + self.step],
+                    i,
+                    *args,
+                )
+                for i in range(0, self.n_rows, self.step)
+            ]
+        )
 
     def rows(self, indices):
         return self.X[np.asarray(indices)]
@@ -218,11 +247,14 @@ def test_first_centre_draws_in_proportion_to_the_weights():
     w = np.array([0.0, 1.0, 3.0, 0.5, 2.5, 1.0])
     seeds = range(4000)
     draws = np.array([int(first_centre(_Chunks(X, w, 2), s, 7)[0, 0]) for s in seeds])
-    np.testing.assert_allclose(np.bincount(draws, minlength=6) / len(draws), w / w.sum(), atol=0.025)
+    np.testing.assert_allclose(
+        np.bincount(draws, minlength=6) / len(draws), w / w.sum(), atol=0.025
+    )
     assert not np.any(draws == 0)
     for step in (1, 4, 6):
-        np.testing.assert_array_equal([int(first_centre(_Chunks(X, w, step), s, 7)[0, 0]) for s in seeds[:300]],
-                                      draws[:300])
+        np.testing.assert_array_equal(
+            [int(first_centre(_Chunks(X, w, step), s, 7)[0, 0]) for s in seeds[:300]], draws[:300]
+        )
 
 
 def test_first_centre_with_equal_weights_is_the_unweighted_draw():

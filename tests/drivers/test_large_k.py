@@ -18,15 +18,17 @@ import pytest
 
 import dkmeans
 from dkmeans import kernels
-from dkmeans.engine.local import ChunkList
-from dkmeans.engine.memory import MemoryBudget
 from dkmeans.drivers.init import InitOptions
 from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel
 from dkmeans.drivers.init.two_level import draw_sample, split_clusters, two_level, two_level_centres
-assign_module = importlib.import_module("dkmeans.kernels.nearest")  # the module (the package exports a function of that name)
+from dkmeans.engine.local import ChunkList
+from dkmeans.engine.memory import MemoryBudget
 from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, centroid_bytes
 from dkmeans.kernels.seeding import bernoulli_rows, concat_sample_rows, local_kmeans_plusplus
 from dkmeans.testing import make_blobs, persist_rows
+
+# the module itself (the package exports a function of that name)
+assign_module = importlib.import_module("dkmeans.kernels.nearest")
 
 TWO_LEVEL = InitOptions(two_level_min_clusters=1)
 
@@ -41,7 +43,7 @@ def many():
 def brute_labels(X, C):
     """Nearest centroid in float64 and each row's gap to its second nearest (for near-ties)."""
     X64, C64 = X.astype(np.float64), C.astype(np.float64)
-    D = (X64 ** 2).sum(1)[:, None] - 2 * X64 @ C64.T + (C64 ** 2).sum(1)[None, :]
+    D = (X64**2).sum(1)[:, None] - 2 * X64 @ C64.T + (C64**2).sum(1)[None, :]
     part = np.partition(D, 1, axis=1)
     return D.argmin(1), part[:, 1] - part[:, 0], D
 
@@ -97,7 +99,10 @@ def test_bernoulli_sample_does_not_depend_on_chunking(many):
     w[:100] = 0.0
     whole = bernoulli_rows(many, w, 0, 0.3, seed=5, stream=40)
     bounds = [0, 17, 2000, 2001, 4500, len(many)]
-    parts = [bernoulli_rows(many[a:b], w[a:b], a, 0.3, seed=5, stream=40) for a, b in zip(bounds, bounds[1:])]
+    parts = [
+        bernoulli_rows(many[a:b], w[a:b], a, 0.3, seed=5, stream=40)
+        for a, b in zip(bounds, bounds[1:])
+    ]
     joined = concat_sample_rows(parts[::-1])  # any order: combined in row order
     np.testing.assert_array_equal(joined.index, whole.index)
     np.testing.assert_array_equal(joined.rows, many[whole.index])
@@ -122,7 +127,9 @@ def test_two_level_centres_beat_kmeans_plusplus_on_overlapping_clusters():
     C = two_level_centres(X, np.ones(len(X)), k, seed=3)
     assert C.shape == (k, 8) and np.isfinite(C).all()
     ours = brute_labels(X, C)[2].min(1).sum()
-    theirs = brute_labels(X, kmeans_plusplus(X.astype(np.float64), k, random_state=0)[0])[2].min(1).sum()
+    theirs = (
+        brute_labels(X, kmeans_plusplus(X.astype(np.float64), k, random_state=0)[0])[2].min(1).sum()
+    )
     assert ours < theirs
     # threads do not change the result
     np.testing.assert_array_equal(two_level_centres(X, np.ones(len(X)), k, seed=3, threads=1), C)
@@ -157,8 +164,9 @@ def test_fit_with_two_level_labels_equal_brute_force(client, many):
     X = da.from_array(many, chunks=(1000, 8))
     with dask.config.set({"dkmeans.init.two-level-clusters": 200}):
         km = dkmeans.KMeans(n_clusters=300, random_state=0, max_iter=3, local_search=False).fit(X)
-        km_again = dkmeans.KMeans(n_clusters=300, random_state=0, max_iter=0 + 3, local_search=False).fit(
-            da.from_array(many, chunks=(700, 8)))
+        km_again = dkmeans.KMeans(
+            n_clusters=300, random_state=0, max_iter=0 + 3, local_search=False
+        ).fit(da.from_array(many, chunks=(700, 8)))
     np.testing.assert_allclose(km_again.cluster_centers_, km.cluster_centers_, rtol=1e-5, atol=1e-5)
     subset = np.arange(0, len(many), 7)
     labels = np.asarray(km.labels_)[subset]
@@ -176,7 +184,8 @@ def test_cosine_fit_with_two_level(client):
     X = (np.repeat(dirs, 20, axis=0) + 0.05 * rng.normal(size=(3000, 16))).astype(np.float32)
     with dask.config.set({"dkmeans.init.two-level-clusters": 100}):
         km = dkmeans.KMeans(n_clusters=150, metric="cosine", random_state=0, max_iter=3).fit(
-            da.from_array(X, chunks=(600, 16)))
+            da.from_array(X, chunks=(600, 16))
+        )
     C = km.cluster_centers_
     np.testing.assert_allclose(np.linalg.norm(C, axis=1), 1.0, rtol=1e-5)
     Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
@@ -188,7 +197,10 @@ def test_cosine_fit_with_two_level(client):
 
 
 def test_config_key_is_checked(client, many):
-    with dask.config.set({"dkmeans.init.two-level-clusters": 0}), pytest.raises(ValueError, match="two-level-clusters"):
+    with (
+        dask.config.set({"dkmeans.init.two-level-clusters": 0}),
+        pytest.raises(ValueError, match="two-level-clusters"),
+    ):
         dkmeans.KMeans(n_clusters=5, random_state=0).fit(many)
 
 
@@ -203,7 +215,9 @@ def test_plan_tiles_keeps_scratch_under_the_bound(k):
 
 def test_assign_at_large_k_is_exact_and_scratch_bounded(monkeypatch, kernel_backend):
     """k = 9,000 (> one 4,096-centroid block): labels equal float64 brute force; temporaries stay bounded."""
-    monkeypatch.setitem(dask.config.config, "dkmeans", {**dask.config.get("dkmeans", {}), "compile": "eager"})
+    monkeypatch.setitem(
+        dask.config.config, "dkmeans", {**dask.config.get("dkmeans", {}), "compile": "eager"}
+    )
     rng = np.random.default_rng(6)
     X = rng.normal(size=(3000, 24)).astype(np.float32)
     C = rng.normal(size=(9000, 24)).astype(np.float32)
@@ -225,7 +239,9 @@ def test_assign_at_large_k_is_exact_and_scratch_bounded(monkeypatch, kernel_back
     centroid_sized = centroid_bytes(9000, 24, 4)
     assert peak_assign <= scratch + centroid_sized + X.nbytes
     assert peak_partials <= scratch + centroid_sized + X.nbytes
-    assert max(peak_assign, peak_partials) < X.shape[0] * C.shape[0] * 4  # the n x k block was never made
+    assert (
+        max(peak_assign, peak_partials) < X.shape[0] * C.shape[0] * 4
+    )  # the n x k block was never made
 
 
 # -- the memory budget ---------------------------------------------------------------------------
@@ -254,5 +270,7 @@ def test_default_fit_at_large_k_keeps_the_local_search_bounded():
     assert km.n_iter_ <= 40
     assert any(h.get("algorithm") == "local-search" for h in km.history_)
     assert peak < 400 * 2**20, f"peak {peak / 2**20:.0f} MiB"
-    few_rows = dkmeans.KMeans(n_clusters=4_096, random_state=0, max_iter=5).fit(X)  # 4,096 sample rows: no search
+    few_rows = dkmeans.KMeans(n_clusters=4_096, random_state=0, max_iter=5).fit(
+        X
+    )  # 4,096 sample rows: no search
     assert not any(h.get("algorithm") == "local-search" for h in few_rows.history_)

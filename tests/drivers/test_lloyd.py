@@ -7,9 +7,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease, lloyd
-from dkmeans.testing import fit_lloyd
-from dkmeans.testing import persist_rows
-from dkmeans.testing import make_blobs, reference_lloyd
+from dkmeans.testing import fit_lloyd, make_blobs, persist_rows, reference_lloyd
 from dkmeans.testing import pick_rows as initial_rows
 
 
@@ -42,7 +40,9 @@ def test_matches_reference_to_fixed_point(client, overlapping, n_chunks):
     X = overlapping
     C0 = initial_rows(X, 6)
     ref = reference_lloyd(X, C0, max_iter=200)
-    out = fit_lloyd(persist_rows(client, X, n_chunks), C0, max_iter=200, stop_rule=CentroidShift(0.0))
+    out = fit_lloyd(
+        persist_rows(client, X, n_chunks), C0, max_iter=200, stop_rule=CentroidShift(0.0)
+    )
     assert ref.n_iter > 5  # a real run, not a trivial one
     assert out.result.n_iter == ref.n_iter
     np.testing.assert_allclose(out.result.centroids, ref.centroids, rtol=1e-7, atol=1e-9)
@@ -54,7 +54,10 @@ def test_matches_reference_to_fixed_point(client, overlapping, n_chunks):
 def test_results_do_not_depend_on_chunking(client, overlapping):
     X = overlapping
     C0 = initial_rows(X, 6, seed=3)
-    runs = [fit_lloyd(persist_rows(client, X, n), C0, max_iter=50, stop_rule=ObjectiveDecrease(0.0)) for n in (1, 3, 16)]
+    runs = [
+        fit_lloyd(persist_rows(client, X, n), C0, max_iter=50, stop_rule=ObjectiveDecrease(0.0))
+        for n in (1, 3, 16)
+    ]
     for r in runs[1:]:
         assert r.result.n_iter == runs[0].result.n_iter
         np.testing.assert_allclose(r.result.centroids, runs[0].result.centroids, rtol=1e-12)
@@ -65,15 +68,24 @@ def test_results_do_not_depend_on_worker_count(client, single_worker_client, ove
     X = overlapping
     C0 = initial_rows(X, 6, seed=4)
     two = fit_lloyd(persist_rows(client, X, 8), C0, max_iter=60, stop_rule=CentroidShift(0.0))
-    one = fit_lloyd(persist_rows(single_worker_client, X, 8), C0, max_iter=60, stop_rule=CentroidShift(0.0))
+    one = fit_lloyd(
+        persist_rows(single_worker_client, X, 8), C0, max_iter=60, stop_rule=CentroidShift(0.0)
+    )
     assert one.result.n_iter == two.result.n_iter
     np.testing.assert_allclose(one.result.centroids, two.result.centroids, rtol=1e-12)
-    np.testing.assert_array_equal(single_worker_client.compute(one.labels, sync=True), two.labels.compute())
+    np.testing.assert_array_equal(
+        single_worker_client.compute(one.labels, sync=True), two.labels.compute()
+    )
 
 
 def test_objective_never_increases(client, overlapping):
     X = overlapping
-    res = lloyd(persist_rows(client, X, 5), initial_rows(X, 6, seed=9), max_iter=100, stop_rule=CentroidShift(0.0))
+    res = lloyd(
+        persist_rows(client, X, 5),
+        initial_rows(X, 6, seed=9),
+        max_iter=100,
+        stop_rule=CentroidShift(0.0),
+    )
     objectives = [h.objective for h in res.history]
     assert len(objectives) > 5
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objectives, objectives[1:]))
@@ -125,7 +137,9 @@ def test_objective_decrease_rule(client, overlapping):
     C0 = initial_rows(X, 6, seed=11)
     threshold = 50.0
     ref = reference_lloyd(X, C0, max_iter=100, threshold=threshold)
-    res = lloyd(persist_rows(client, X, 4), C0, max_iter=100, stop_rule=ObjectiveDecrease(threshold))
+    res = lloyd(
+        persist_rows(client, X, 4), C0, max_iter=100, stop_rule=ObjectiveDecrease(threshold)
+    )
     assert res.n_iter == ref.n_iter and res.stop_reason == "objective-decrease"
     objectives = [h.objective for h in res.history]
     # every performed update followed a decrease >= threshold
@@ -150,9 +164,13 @@ def test_centroid_shift_strict_vs_inclusive(client):
     C0 = initial_rows(X, 3)
     ref = reference_lloyd(X, C0, max_iter=100)
     # tol = 0 strict can never be satisfied: the run ends at the fixed point instead
-    res = lloyd(persist_rows(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=False))
+    res = lloyd(
+        persist_rows(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=False)
+    )
     assert res.stop_reason == "fixed-point" and res.n_iter == ref.n_iter
-    res = lloyd(persist_rows(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=True))
+    res = lloyd(
+        persist_rows(client, X), C0, max_iter=100, stop_rule=CentroidShift(0.0, inclusive=True)
+    )
     assert res.stop_reason == "centroid-shift" and res.n_iter == ref.n_iter
 
 
@@ -177,7 +195,9 @@ def test_float32_data_gives_float32_centroids(client, overlapping):
 def test_too_few_distinct_points_warns_and_terminates(client):
     """Three distinct points, five centroids: the empty clusters can only get coinciding rows."""
     X = np.repeat([[0.0], [1.0], [5.0]], 4, axis=0)
-    C0 = np.array([[0.0], [0.0], [1.0], [5.0], [5.0]])  # ties go to the lowest index: 1 and 4 stay empty
+    C0 = np.array(
+        [[0.0], [0.0], [1.0], [5.0], [5.0]]
+    )  # ties go to the lowest index: 1 and 4 stay empty
     with pytest.warns(ConvergenceWarning, match="fewer distinct points"):
         res = lloyd(persist_rows(client, X, 3), C0, max_iter=20, stop_rule=CentroidShift(0.0))
     assert res.converged and res.n_iter < 20
@@ -192,7 +212,9 @@ def test_repeated_empty_clusters_match_reference(client):
     ref = reference_lloyd(X, C0, max_iter=8)
     res = lloyd(persist_rows(client, X, 4), C0, max_iter=8, stop_rule=CentroidShift(0.0))
     refilled = [h.empty_clusters_fixed for h in res.history]
-    assert sum(refilled[:-1]) >= 3, refilled  # refills before the last update: the combined path ran
+    assert sum(refilled[:-1]) >= 3, (
+        refilled
+    )  # refills before the last update: the combined path ran
     assert res.n_iter == ref.n_iter
     np.testing.assert_allclose(res.centroids, ref.centroids, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose([h.objective for h in res.history], ref.objectives, rtol=1e-9)

@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 
 from dkmeans import metrics
-from dkmeans.kernels.namespace import to_host
+from dkmeans.drivers.lloyd import CentroidShift, lloyd
+from dkmeans.drivers.local_search import local_search
+from dkmeans.drivers.swaps import best_swaps, select_swaps
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
+from dkmeans.kernels.namespace import to_host
 from dkmeans.kernels.swap import (
     combine_candidate_samples,
     nearest_two,
@@ -17,9 +20,6 @@ from dkmeans.kernels.swap import (
     swap_costs,
     swap_partials,
 )
-from dkmeans.drivers.swaps import best_swaps, select_swaps
-from dkmeans.drivers.lloyd import CentroidShift, lloyd
-from dkmeans.drivers.local_search import local_search
 from dkmeans.testing import make_blobs
 
 
@@ -36,7 +36,9 @@ class Chunks(ChunkList):
 
     def _local(self, chunk_fn, combine_fn, args):
         self.passes += 1
-        results = [chunk_fn(X, w, o, *args) for X, w, o in zip(self.blocks, self.weights, self.offsets)]
+        results = [
+            chunk_fn(X, w, o, *args) for X, w, o in zip(self.blocks, self.weights, self.offsets)
+        ]
         return combine_fn([combine_fn(results[i : i + 2]) for i in range(0, len(results), 2)])
 
 
@@ -69,7 +71,9 @@ def stuck():
     rng = np.random.default_rng(0)
     C0 = X[rng.choice(len(X), 8, replace=False)]
     C = lloyd(Chunks(X), C0, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
-    assert metrics.centroid_index(C, metrics.class_means(X, y)) > 0, "the fixture should start in a poor optimum"
+    assert metrics.centroid_index(C, metrics.class_means(X, y)) > 0, (
+        "the fixture should start in a poor optimum"
+    )
     w = rng.uniform(0.5, 2.0, size=len(X))
     w[::50] = 0
     return X, y, C, w
@@ -82,7 +86,9 @@ def compiled(request):
         yield request.param
 
 
-SEARCH = dict(rounds=4, candidates_per_round=16, seed=7, lloyd_iters=3, stop_rule=CentroidShift(0.0))
+SEARCH = dict(
+    rounds=4, candidates_per_round=16, seed=7, lloyd_iters=3, stop_rule=CentroidShift(0.0)
+)
 
 
 # -- kernels ---------------------------------------------------------------------------
@@ -105,8 +111,15 @@ def test_swap_costs_match_brute_force(xp, rows, dtype, weighted, scratch, compil
     X, C, P, w = rows
     X, C, P = X.astype(dtype), C.astype(dtype), P.astype(dtype)
     w = w if weighted else None
-    out = to_host(swap_costs(xp.asarray(X), xp.asarray(C), xp.asarray(P), None if w is None else xp.asarray(w),
-                             scratch_bytes=scratch))
+    out = to_host(
+        swap_costs(
+            xp.asarray(X),
+            xp.asarray(C),
+            xp.asarray(P),
+            None if w is None else xp.asarray(w),
+            scratch_bytes=scratch,
+        )
+    )
     ref = _brute_swap_costs(X, C, P, w)
     assert out.cost.dtype == np.float64 and out.cost.shape == (len(P), len(C))
     np.testing.assert_allclose(out.cost, ref, rtol=1e-9)
@@ -125,8 +138,15 @@ def test_swap_costs_of_many_candidates_match_brute_force(xp, rows, dtype, weight
     P = X[np.random.default_rng(2).choice(len(X), SWAP_LOOP_MAX_CANDIDATES + 9, replace=False)]
     X, C, P = X.astype(dtype), C.astype(dtype), P.astype(dtype)
     w = w if weighted else None
-    out = to_host(swap_costs(xp.asarray(X), xp.asarray(C), xp.asarray(P), None if w is None else xp.asarray(w),
-                             scratch_bytes=scratch))
+    out = to_host(
+        swap_costs(
+            xp.asarray(X),
+            xp.asarray(C),
+            xp.asarray(P),
+            None if w is None else xp.asarray(w),
+            scratch_bytes=scratch,
+        )
+    )
     ref = _brute_swap_costs(X, C, P, w)
     base = objective(X, C, w)
     assert out.cost.dtype == np.float64 and out.cost.shape == (len(P), len(C))
@@ -164,8 +184,16 @@ def test_swap_partials_are_lloyd_partials_of_the_swapped_centroids(xp, rows, wei
     trials = [([], []), ([0], [3]), ([1, 2], [j, near]), ([0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5])]
     trials = [(np.asarray(p, dtype=np.int64), np.asarray(c, dtype=np.int64)) for p, c in trials]
     w = w if weighted else np.ones(len(X))
-    out = to_host(swap_partials(xp.asarray(X), xp.asarray(C), xp.asarray(P), trials,
-                                xp.asarray(w) if weighted else None, scratch_bytes=800))
+    out = to_host(
+        swap_partials(
+            xp.asarray(X),
+            xp.asarray(C),
+            xp.asarray(P),
+            trials,
+            xp.asarray(w) if weighted else None,
+            scratch_bytes=800,
+        )
+    )
     for t, (p, c) in enumerate(trials):
         swapped = C.copy()
         swapped[c] = P[p]
@@ -181,10 +209,17 @@ def test_sample_by_cost_draws_proportionally_to_weighted_cost():
     """One draw picks row i with probability w_i d1_i / sum(w d1); rows on a centroid never."""
     X = np.array([[1.0, 0.0], [np.sqrt(2.0), 0.0], [np.sqrt(7.0), 0.0], [0.0, 0.0], [0.0, 0.0]])
     C = np.zeros((1, 2))
-    for w, expected in [(None, [0.1, 0.2, 0.7]), (np.array([7.0, 1.0, 1.0, 3.0, 0.0]), [7 / 16, 2 / 16, 7 / 16])]:
-        draws = np.array([int(sample_by_cost(X, C, 1, 0, seed, 3, w).top.index[0]) for seed in range(2000)])
+    for w, expected in [
+        (None, [0.1, 0.2, 0.7]),
+        (np.array([7.0, 1.0, 1.0, 3.0, 0.0]), [7 / 16, 2 / 16, 7 / 16]),
+    ]:
+        draws = np.array(
+            [int(sample_by_cost(X, C, 1, 0, seed, 3, w).top.index[0]) for seed in range(2000)]
+        )
         assert set(draws) <= {0, 1, 2}
-        np.testing.assert_allclose(np.bincount(draws, minlength=3) / len(draws), expected, atol=0.035)
+        np.testing.assert_allclose(
+            np.bincount(draws, minlength=3) / len(draws), expected, atol=0.035
+        )
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -194,8 +229,12 @@ def test_sample_by_cost_does_not_depend_on_chunking(rows, weighted):
     samples = []
     for n_chunks in (1, 3, 7):
         data = Chunks(X, w, n_chunks)
-        samples.append(data.map_reduce(lambda X, w, o: sample_by_cost(X, C, 25, o, 11, 2, w),
-                                       lambda parts: combine_candidate_samples(parts, 25)))
+        samples.append(
+            data.map_reduce(
+                lambda X, w, o: sample_by_cost(X, C, 25, o, 11, 2, w),
+                lambda parts: combine_candidate_samples(parts, 25),
+            )
+        )
     for s in samples[1:]:
         np.testing.assert_array_equal(s.top.index, samples[0].top.index)
         np.testing.assert_array_equal(s.top.rows, X[s.top.index])
@@ -237,9 +276,9 @@ def test_select_swaps_takes_swaps_that_do_not_interact():
     C = np.array([[0.0, 0.0], [1.0, 0.0], [50.0, 0.0], [0.0, 50.0]])
     # candidates 0 and 1 sit together in one empty region, candidate 2 in another
     P = np.array([[30.0, 30.0], [30.5, 30.0], [-40.0, -40.0]])
-    delta = np.array([[-10.0, -9.0, -1.0, -1.0],
-                      [-8.0, -7.0, -1.0, -1.0],
-                      [-6.0, -5.0, -1.0, -1.0]])
+    delta = np.array(
+        [[-10.0, -9.0, -1.0, -1.0], [-8.0, -7.0, -1.0, -1.0], [-6.0, -5.0, -1.0, -1.0]]
+    )
     pos, js = select_swaps(delta, np.arange(3), P, C, 8, -0.5)
     assert (pos[0], js[0]) == (0, 0)  # the best swap first
     assert 1 not in pos  # too close to candidate 0
@@ -258,13 +297,24 @@ def test_one_swap_fixes_two_centroids_in_one_blob():
     X = np.concatenate([c + 0.5 * rng.normal(size=(200, 2)) for c in centres])
     truth = np.repeat([0, 1, 2], 200)
     data = Chunks(X, n_chunks=3)
-    stuck = lloyd(data, np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]]), max_iter=100,
-                  stop_rule=CentroidShift(0.0))
+    stuck = lloyd(
+        data,
+        np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]]),
+        max_iter=100,
+        stop_rule=CentroidShift(0.0),
+    )
     assert stuck.stop_reason in ("centroid-shift", "fixed-point")
     assert np.sum(stuck.centroids[:, 0] < 0) == 2  # Lloyd cannot cross the empty space
     data.passes = 0
-    result = local_search(data, stuck.centroids, rounds=3, candidates_per_round=6, seed=1, lloyd_iters=20,
-                          stop_rule=CentroidShift(0.0))
+    result = local_search(
+        data,
+        stuck.centroids,
+        rounds=3,
+        candidates_per_round=6,
+        seed=1,
+        lloyd_iters=20,
+        stop_rule=CentroidShift(0.0),
+    )
     best = objective(X, metrics.class_means(X, truth))
     np.testing.assert_allclose(result.objective, best, rtol=1e-10)
     np.testing.assert_array_equal(np.sort(sq(result.centroids, centres).argmin(1)), [0, 1, 2])
@@ -279,11 +329,17 @@ def test_several_swaps_fix_independent_errors_in_one_round():
     centres = np.concatenate([base, base + 100.0])
     X = np.concatenate([c + 0.5 * rng.normal(size=(150, 2)) for c in centres])
     start = np.array([[-10.5, 0.0], [-9.5, 0.0], [10.0, 3.0]])
-    C = lloyd(Chunks(X), np.concatenate([start, start + 100.0]), max_iter=100, stop_rule=CentroidShift(0.0),
-              ).centroids
+    C = lloyd(
+        Chunks(X),
+        np.concatenate([start, start + 100.0]),
+        max_iter=100,
+        stop_rule=CentroidShift(0.0),
+    ).centroids
     best = objective(X, metrics.class_means(X, np.repeat(np.arange(6), 150)))
     # a seed whose first round draws candidates in both stuck groups (the draws follow local search's stream)
-    options = dict(rounds=4, candidates_per_round=12, seed=3, lloyd_iters=3, stop_rule=CentroidShift(0.0))
+    options = dict(
+        rounds=4, candidates_per_round=12, seed=3, lloyd_iters=3, stop_rule=CentroidShift(0.0)
+    )
     together = local_search(Chunks(X, n_chunks=3), C, max_swaps=8, **options)
     one_by_one = local_search(Chunks(X, n_chunks=3), C, max_swaps=1, **options)
     assert together.history[0].swaps_accepted == 2
@@ -301,8 +357,15 @@ def test_swap_that_leaves_a_cluster_empty_gets_lloyds_rule():
     X = np.concatenate([c + 0.5 * rng.normal(size=(100, 2)) for c in centres])
     C = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [10.0, 0.0]])
     data = Chunks(X, n_chunks=2)
-    result = local_search(data, C, rounds=3, candidates_per_round=6, seed=0, lloyd_iters=2,
-                          stop_rule=CentroidShift(0.0))
+    result = local_search(
+        data,
+        C,
+        rounds=3,
+        candidates_per_round=6,
+        seed=0,
+        lloyd_iters=2,
+        stop_rule=CentroidShift(0.0),
+    )
     first = result.history[0]
     assert first.kept and first.passes == 2 + first.lloyd_iterations + 1  # the refill's pass
     assert len(np.unique(result.centroids, axis=0)) == 4
@@ -316,19 +379,32 @@ def test_objective_never_increases(lloyd_iters):
     C0 = X[:10]  # a poor start: rounds keep finding improvements
     data = Chunks(X, n_chunks=2)
     start = objective(X, C0)
-    result = local_search(data, C0, rounds=6, candidates_per_round=20, seed=3, lloyd_iters=lloyd_iters,
-                          stop_rule=CentroidShift(0.0), min_gain=0.0, patience=None)
+    result = local_search(
+        data,
+        C0,
+        rounds=6,
+        candidates_per_round=20,
+        seed=3,
+        lloyd_iters=lloyd_iters,
+        stop_rule=CentroidShift(0.0),
+        min_gain=0.0,
+        patience=None,
+    )
     assert result.swaps_accepted > 0
     objectives = [start] + [r.objective for r in result.history]
     assert all(b <= a for a, b in zip(objectives, objectives[1:]))
     assert all(r.objective <= r.objective_before for r in result.history)
     np.testing.assert_allclose(result.objective, objective(X, result.centroids), rtol=1e-10)
     assert result.passes == data.passes == 1 + sum(r.passes for r in result.history)
-    if lloyd_iters == 0:  # the plain swap search: each kept round lowers it by exactly the best swap's change
+    if (
+        lloyd_iters == 0
+    ):  # the plain swap search: each kept round lowers it by exactly the best swap's change
         for r in result.history:
             if r.kept:
                 assert r.swaps_accepted == 1 and r.lloyd_iterations == 0
-                np.testing.assert_allclose(r.objective, r.objective_before + r.best_swap_change, rtol=1e-10)
+                np.testing.assert_allclose(
+                    r.objective, r.objective_before + r.best_swap_change, rtol=1e-10
+                )
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -340,7 +416,9 @@ def test_same_result_for_any_chunking(stuck, weighted):
     for r in results[1:]:
         np.testing.assert_allclose(r.centroids, results[0].centroids, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(r.objective, results[0].objective, rtol=1e-10)
-        assert [h.swaps_accepted for h in r.history] == [h.swaps_accepted for h in results[0].history]
+        assert [h.swaps_accepted for h in r.history] == [
+            h.swaps_accepted for h in results[0].history
+        ]
         assert r.passes == results[0].passes
 
 
@@ -363,7 +441,9 @@ def test_records_and_stop_reasons(stuck):
     assert result.swaps_tried == sum(r.swaps_tried for r in seen) == len(seen) * 16 * len(C)
     assert result.swaps_accepted == sum(r.swaps_accepted for r in seen)
     assert metrics.centroid_index(result.centroids, metrics.class_means(X, y)) == 0
-    assert {"round", "objective", "swaps_tried", "swaps_accepted", "passes", "kept"} <= set(seen[0].as_dict())
+    assert {"round", "objective", "swaps_tried", "swaps_accepted", "passes", "kept"} <= set(
+        seen[0].as_dict()
+    )
     measured = local_search(Chunks(X), C, **{**SEARCH, "rounds": 0})
     assert measured.passes == 1 and measured.rounds == 0 and measured.stop_reason == "rounds"
     np.testing.assert_array_equal(measured.centroids, C)
@@ -371,8 +451,18 @@ def test_records_and_stop_reasons(stuck):
     assert on_centroids.stop_reason == "no-candidates" and on_centroids.objective == 0.0
 
 
-@pytest.mark.parametrize("bad", [{"rounds": -1}, {"candidates_per_round": 0}, {"lloyd_iters": 1.5},
-                                 {"trials": 0}, {"max_swaps": 0}, {"patience": 0}, {"min_gain": -1.0}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"rounds": -1},
+        {"candidates_per_round": 0},
+        {"lloyd_iters": 1.5},
+        {"trials": 0},
+        {"max_swaps": 0},
+        {"patience": 0},
+        {"min_gain": -1.0},
+    ],
+)
 def test_rejects_bad_parameters(stuck, bad):
     X, _, C, _ = stuck
     with pytest.raises(InvalidParameterError):
@@ -413,7 +503,9 @@ def _stuck_start(X, centers):
     """Lloyd's fixed point from a start with two centroids in one blob and none in another."""
     start = centers.copy()
     start[24] = centers[0] + [0.5, 0.0]  # blob 24 has none, blob 0 two
-    return lloyd(ChunkList.from_array(X, None), start, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
+    return lloyd(
+        ChunkList.from_array(X, None), start, max_iter=100, stop_rule=CentroidShift(0.0)
+    ).centroids
 
 
 def test_coreset_search_escapes_and_is_confirmed_on_the_data():
@@ -424,11 +516,17 @@ def test_coreset_search_escapes_and_is_confirmed_on_the_data():
     data = ChunkList.from_array(X, None, n_chunks=3)
     result = coreset_local_search(data, C, seed=0, stop_rule=CentroidShift(0.0), max_iter=100)
     assert result.kept and result.coreset.swaps_accepted >= 1
-    best = objective(X, metrics.class_means(X, np.argmin(((X[:, None] - centers[None]) ** 2).sum(2), axis=1)))
+    best = objective(
+        X, metrics.class_means(X, np.argmin(((X[:, None] - centers[None]) ** 2).sum(2), axis=1))
+    )
     np.testing.assert_allclose(objective(X, result.centroids), best, rtol=1e-6)
-    assert result.objective >= objective(X, result.centroids) - 1e-9 * best  # an upper bound of the kept result
+    assert (
+        result.objective >= objective(X, result.centroids) - 1e-9 * best
+    )  # an upper bound of the kept result
     assert result.objective < objective(X, C)
-    assert result.passes == 2 + result.lloyd.n_iter  # the sample's draw, the start's objective, Lloyd
+    assert (
+        result.passes == 2 + result.lloyd.n_iter
+    )  # the sample's draw, the start's objective, Lloyd
 
 
 def test_coreset_search_that_moves_nothing_computes_no_distances(monkeypatch):
@@ -436,12 +534,19 @@ def test_coreset_search_that_moves_nothing_computes_no_distances(monkeypatch):
     import dkmeans.drivers.coreset as ls
 
     X, centers = _grid()
-    C = lloyd(ChunkList.from_array(X, None), centers, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
+    C = lloyd(
+        ChunkList.from_array(X, None), centers, max_iter=100, stop_rule=CentroidShift(0.0)
+    ).centroids
     calls = []
     monkeypatch.setattr(ls, "objective_of", lambda data, C: calls.append(1) or objective(X, C))
     monkeypatch.setattr(ls, "objectives", lambda *a: pytest.fail("the draw computed distances"))
-    result = ls.coreset_local_search(ChunkList.from_array(X, None, n_chunks=2), C, seed=0,
-                                     stop_rule=CentroidShift(0.0), max_iter=3)
+    result = ls.coreset_local_search(
+        ChunkList.from_array(X, None, n_chunks=2),
+        C,
+        seed=0,
+        stop_rule=CentroidShift(0.0),
+        max_iter=3,
+    )
     assert not result.kept and result.coreset.swaps_accepted == 0 and not calls
     assert result.passes == 1 and np.isnan(result.record.objective)
     np.testing.assert_array_equal(result.centroids, C.astype(result.centroids.dtype))
@@ -452,7 +557,9 @@ def test_coreset_search_never_keeps_a_worse_result(monkeypatch):
     import dkmeans.drivers.coreset as ls
 
     X, centers = _grid()
-    C = lloyd(ChunkList.from_array(X, None), centers + 0.1, max_iter=100, stop_rule=CentroidShift(0.0)).centroids
+    C = lloyd(
+        ChunkList.from_array(X, None), centers + 0.1, max_iter=100, stop_rule=CentroidShift(0.0)
+    ).centroids
     real = ls.local_search
 
     def misleading(data, centroids, **kwargs):
@@ -463,8 +570,9 @@ def test_coreset_search_never_keeps_a_worse_result(monkeypatch):
         return result
 
     monkeypatch.setattr(ls, "local_search", misleading)
-    result = ls.coreset_local_search(ChunkList.from_array(X, None), C, seed=0, stop_rule=CentroidShift(0.0),
-                                     max_iter=1)
+    result = ls.coreset_local_search(
+        ChunkList.from_array(X, None), C, seed=0, stop_rule=CentroidShift(0.0), max_iter=1
+    )
     assert not result.kept and result.lloyd is not None
     np.testing.assert_array_equal(result.centroids, C.astype(result.centroids.dtype))
     assert result.objective == pytest.approx(objective(X, C), rel=1e-12)
@@ -486,7 +594,9 @@ def test_max_iter_bounds_the_whole_fit(max_iter):
     from dkmeans import KMeans
 
     X, _ = _grid()
-    km = KMeans(25, init="random", n_init=1, random_state=4, local_search=True, max_iter=max_iter, tol=0).fit(X)
+    km = KMeans(
+        25, init="random", n_init=1, random_state=4, local_search=True, max_iter=max_iter, tol=0
+    ).fit(X)
     assert km.n_iter_ <= max_iter
     lloyd_records = [h for h in km.history_ if h.get("algorithm", "lloyd") == "lloyd"]
     assert len(lloyd_records) <= max_iter
@@ -514,7 +624,11 @@ def test_trial_step_by_matrix_products_matches_swap_partials(weighted):
     w = rng.uniform(0.5, 2.0, len(X)) if weighted else None
     C, P = X[rng.choice(len(X), k, replace=False)], X[rng.choice(len(X), 6, replace=False)]
     none = np.empty(0, dtype=np.int64)
-    trials = [(none, none), (np.array([0]), np.array([3])), (np.array([1, 2, 5]), np.array([7, 0, k - 1]))]
+    trials = [
+        (none, none),
+        (np.array([0]), np.array([3])),
+        (np.array([1, 2, 5]), np.array([7, 0, k - 1])),
+    ]
     got = _trial_chunk(X, w, 0, C, P, trials)
     want = swap_partials(X, C, P, trials, w)
     np.testing.assert_allclose(got.objective, want.objective, rtol=1e-9)
@@ -531,9 +645,11 @@ def test_coreset_search_does_not_depend_on_the_machines_cores(monkeypatch):
     C = _stuck_start(X, centers)
     results = []
     for cores in (1, 8):
-        monkeypatch.setattr(ls.os, "cpu_count", lambda: cores)
+        monkeypatch.setattr(ls.os, "cpu_count", lambda cores=cores: cores)
         data = ChunkList.from_array(X, None, n_chunks=2)
-        results.append(ls.coreset_local_search(data, C, seed=0, stop_rule=CentroidShift(0.0), max_iter=3))
+        results.append(
+            ls.coreset_local_search(data, C, seed=0, stop_rule=CentroidShift(0.0), max_iter=3)
+        )
     assert ls.coreset_chunks(ls.coreset_size(len(X), 25)) == 4
     assert results[0].kept
     np.testing.assert_array_equal(results[0].centroids, results[1].centroids)
@@ -547,7 +663,9 @@ def test_capped_confirmation_then_lloyd_goes_on_to_its_stop_rule():
 
     X, centers = _grid()
     stuck = _stuck_start(X, centers)
-    km = KMeans(25, init="k-means++", n_init=1, random_state=4, local_search=True, tol=0, max_iter=300)
+    km = KMeans(
+        25, init="k-means++", n_init=1, random_state=4, local_search=True, tol=0, max_iter=300
+    )
     km.fit(X)
     kinds = [h["algorithm"] for h in km.history_]
     assert km.stop_reason_ in ("centroid-shift", "fixed-point")
@@ -577,8 +695,12 @@ def _merged_blobs(d=128, k=32, per=160, mistakes=3, seed=0):
     for i in range(mistakes):
         start[2 * i] = (means[2 * i] + means[2 * i + 1]) / 2
         start[2 * i + 1] = means[k - 1 - i] + 0.1 * rng.normal(size=d)
-    C = lloyd(ChunkList.from_array(X, None), start.astype(np.float32), max_iter=100,
-              stop_rule=CentroidShift(0.0)).centroids
+    C = lloyd(
+        ChunkList.from_array(X, None),
+        start.astype(np.float32),
+        max_iter=100,
+        stop_rule=CentroidShift(0.0),
+    ).centroids
     return X, means, C
 
 
@@ -600,7 +722,9 @@ def test_split_sums_match_a_float64_reference(weighted):
         halves[2 * labels[i] + (t[i] > 0)] += wt[i] * X[i]
         counts[2 * labels[i] + (t[i] > 0)] += wt[i]
     whole = split_sums(X, C, V, w)
-    parts = combine_split_sums([split_sums(X[a:b], C, V, None if w is None else w[a:b]) for a, b in ((0, 123), (123, 500))])
+    parts = combine_split_sums(
+        [split_sums(X[a:b], C, V, None if w is None else w[a:b]) for a, b in ((0, 123), (123, 500))]
+    )
     for got in (whole, parts):
         np.testing.assert_allclose(got.power, power, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(got.half_sums, halves, rtol=1e-10, atol=1e-10)
@@ -619,9 +743,13 @@ def test_split_candidates_are_the_means_of_a_merged_clusters_blobs():
     C = np.stack([(means[0] + means[1]) / 2, means[2]])
     P, owners = split_candidates(ChunkList.from_array(X, None, n_chunks=3), C, 1, seed=0, stream=0)
     np.testing.assert_array_equal(owners, [0, 0])
-    np.testing.assert_allclose(np.sort(P, axis=0), np.sort(means[:2], axis=0), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        np.sort(P, axis=0), np.sort(means[:2], axis=0), rtol=1e-10, atol=1e-10
+    )
     # both halves, more: the objective with the split is the blobs' own
-    np.testing.assert_allclose(objective(X, np.concatenate([P, C[1:]])), objective(X, means), rtol=1e-12)
+    np.testing.assert_allclose(
+        objective(X, np.concatenate([P, C[1:]])), objective(X, means), rtol=1e-12
+    )
 
 
 def test_split_candidates_fix_merged_blobs_that_row_swaps_leave():
@@ -629,7 +757,9 @@ def test_split_candidates_fix_merged_blobs_that_row_swaps_leave():
     merged pairs here, swaps of split halves all three (the blobs' own means)."""
     X, means, C = _merged_blobs()
     best = objective(X, means)
-    options = dict(rounds=5, candidates_per_round=64, seed=0, lloyd_iters=3, stop_rule=CentroidShift(0.0))
+    options = dict(
+        rounds=5, candidates_per_round=64, seed=0, lloyd_iters=3, stop_rule=CentroidShift(0.0)
+    )
     rows_only = local_search(ChunkList.from_array(X, None, n_chunks=2), C, **options)
     split = local_search(ChunkList.from_array(X, None, n_chunks=2), C, split_share=0.25, **options)
     assert objective(X, rows_only.centroids) > 1.01 * best
@@ -641,5 +771,13 @@ def test_split_candidates_fix_merged_blobs_that_row_swaps_leave():
 def test_rejects_a_bad_split_share(stuck, bad):
     X, _, C, _ = stuck
     with pytest.raises(InvalidParameterError, match="split_share"):
-        local_search(Chunks(X), C, rounds=1, candidates_per_round=4, seed=0, lloyd_iters=1,
-                     stop_rule=CentroidShift(0.0), split_share=bad)
+        local_search(
+            Chunks(X),
+            C,
+            rounds=1,
+            candidates_per_round=4,
+            seed=0,
+            lloyd_iters=1,
+            stop_rule=CentroidShift(0.0),
+            split_share=bad,
+        )

@@ -10,6 +10,14 @@ from sklearn.cluster._kmeans import _mini_batch_step
 
 import dkmeans
 from dkmeans import MiniBatchKMeans
+from dkmeans.drivers.minibatch import (
+    MiniBatchOptions,
+    minibatch,
+    minibatch_pass,
+    minibatch_step,
+    step_rng,
+)
+from dkmeans.drivers.state import MiniBatchState
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidParameterError
 from dkmeans.kernels.minibatch import (
@@ -21,8 +29,6 @@ from dkmeans.kernels.minibatch import (
     reset_counts,
     weighted_batch_partials,
 )
-from dkmeans.drivers.minibatch import MiniBatchOptions, minibatch, minibatch_pass, minibatch_step, step_rng
-from dkmeans.drivers.state import MiniBatchState
 from dkmeans.testing import make_blobs
 
 
@@ -45,9 +51,13 @@ def test_steps_match_sklearn_partial_fit(data, weighted):
         w = rng.uniform(0.5, 2.0, 200) if weighted else None
         sk.partial_fit(data[idx], sample_weight=w)
         ours.partial_fit(data[idx], sample_weight=w)
-        np.testing.assert_allclose(ours.cluster_centers_, sk.cluster_centers_, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            ours.cluster_centers_, sk.cluster_centers_, rtol=1e-12, atol=1e-12
+        )
         np.testing.assert_allclose(ours._counts, sk._counts, rtol=1e-12)
-        if step == 0:  # the learning rate after one step: the centers are the means of their batch rows
+        if (
+            step == 0
+        ):  # the learning rate after one step: the centers are the means of their batch rows
             assert ours.n_steps_ == 1
     assert ours.n_steps_ == sk.n_steps_ == 6
 
@@ -122,10 +132,21 @@ def test_weighted_fit_draws_rows_by_weight_as_sklearn(client, data):
     w = rng.uniform(0.0, 3.0, len(X))
     w[X[:, 0] > np.median(X[:, 0])] = 0.0  # half the rows can never be drawn
     C0 = X[:6].copy()
-    kwargs = dict(n_clusters=6, init=C0, n_init=1, batch_size=500, max_iter=2, max_no_improvement=None,
-                  reassignment_ratio=0.0, random_state=11, compute_labels=False)
+    kwargs = dict(
+        n_clusters=6,
+        init=C0,
+        n_init=1,
+        batch_size=500,
+        max_iter=2,
+        max_no_improvement=None,
+        reassignment_ratio=0.0,
+        random_state=11,
+        compute_labels=False,
+    )
     seed = 11
-    want = _reference_weighted_fit(X, w, C0, 8, 500, seed)  # max_iter=2 epochs of 2000 rows: 8 steps
+    want = _reference_weighted_fit(
+        X, w, C0, 8, 500, seed
+    )  # max_iter=2 epochs of 2000 rows: 8 steps
     local = MiniBatchKMeans(**kwargs).fit(X, sample_weight=w)
     assert local.n_steps_ == 8
     np.testing.assert_allclose(local.cluster_centers_, want, rtol=1e-12, atol=1e-12)
@@ -134,8 +155,13 @@ def test_weighted_fit_draws_rows_by_weight_as_sklearn(client, data):
         on_cluster = MiniBatchKMeans(**kwargs).fit(dX, sample_weight=dw)
         np.testing.assert_allclose(on_cluster.cluster_centers_, want, rtol=1e-12, atol=1e-12)
     # uniform draws with weighted steps (the former rule) would give other centers
-    uniform = minibatch(ChunkList.from_array(X, None), MiniBatchState(C0.copy(), np.zeros(6)), n_steps=8, seed=seed,
-                        options=MiniBatchOptions(batch_size=500, max_no_improvement=None, reassignment_ratio=0.0))
+    uniform = minibatch(
+        ChunkList.from_array(X, None),
+        MiniBatchState(C0.copy(), np.zeros(6)),
+        n_steps=8,
+        seed=seed,
+        options=MiniBatchOptions(batch_size=500, max_no_improvement=None, reassignment_ratio=0.0),
+    )
     assert not np.allclose(uniform.centroids, want)
 
 
@@ -147,12 +173,21 @@ def test_reassignment_matches_sklearn_rule():
     counts = np.array([100.0, 90.0, 0.5])
     # scikit-learn's own step, from the same state
     sk_centers, sk_counts = C.copy(), counts.copy()
-    _mini_batch_step(X, np.ones(len(X)), C.copy(), sk_centers, sk_counts, np.random.RandomState(0),
-                     random_reassign=True, reassignment_ratio=0.01)
+    _mini_batch_step(
+        X,
+        np.ones(len(X)),
+        C.copy(),
+        sk_centers,
+        sk_counts,
+        np.random.RandomState(0),
+        random_reassign=True,
+        reassignment_ratio=0.01,
+    )
     state = MiniBatchState(C.copy(), counts.copy(), n_since_reassign=10**6)
     p = batch_partials(X, None, 0, np.arange(len(X)), C)
-    new, shift, reassigned = minibatch_step(state, p, len(X), MiniBatchOptions(batch_size=len(X)), step_rng(0, 0),
-                                            lambda pos: X[pos])
+    new, shift, reassigned = minibatch_step(
+        state, p, len(X), MiniBatchOptions(batch_size=len(X)), step_rng(0, 0), lambda pos: X[pos]
+    )
     assert reassigned == 1
     np.testing.assert_allclose(new.counts, sk_counts)  # 150, 140, then min of the others
     assert new.counts[2] == min(new.counts[:2])
@@ -165,7 +200,9 @@ def test_reassignment_caps_at_half_the_batch():
     counts = np.array([100.0, 0.0, 0.0, 0.0, 0.1])
     targets = reassign_targets(counts, batch_len=4, ratio=0.01)
     assert targets.sum() == 2 and not targets[0]
-    np.testing.assert_array_equal(reset_counts(counts, targets)[targets], [0.0, 0.0])  # min of those kept
+    np.testing.assert_array_equal(
+        reset_counts(counts, targets)[targets], [0.0, 0.0]
+    )  # min of those kept
 
 
 def test_reassignment_schedule_as_sklearn():
@@ -199,7 +236,7 @@ def test_half_life_and_time_units():
     from dkmeans.minibatch_estimator import resolve_decay
 
     a = resolve_decay(None, 4.0, "batches")
-    assert a ** 4 == pytest.approx(0.5)
+    assert a**4 == pytest.approx(0.5)
     assert MiniBatchOptions(decay=a, time_unit="batches").discount(100) == a
     assert MiniBatchOptions(decay=a, time_unit="points").discount(8) == pytest.approx(0.25)
     with pytest.raises(InvalidParameterError):
@@ -214,7 +251,9 @@ def test_decay_follows_a_drifting_stream():
     start = np.array([[0.0, 0.0], [20.0, 0.0]])
     drift = np.array([[0.0, 10.0], [0.0, 10.0]])
     C0 = start.copy()
-    follow = MiniBatchKMeans(2, init=C0, half_life=3.0, reassignment_ratio=0.0, compute_labels=False)
+    follow = MiniBatchKMeans(
+        2, init=C0, half_life=3.0, reassignment_ratio=0.0, compute_labels=False
+    )
     plain = MiniBatchKMeans(2, init=C0, reassignment_ratio=0.0, compute_labels=False)
     for t in np.linspace(0, 1, 40):
         centers = start + t * drift
@@ -230,11 +269,24 @@ def test_decay_follows_a_drifting_stream():
 def test_defaults_are_the_measured_ones():
     """init="k-means||" (3 initialisations by n_init "auto") and batch_size=4096: README's "Defaults"."""
     params = MiniBatchKMeans().get_params()
-    assert params["init"] == "k-means||" and params["batch_size"] == 4096 and params["n_init"] == "auto"
+    assert (
+        params["init"] == "k-means||"
+        and params["batch_size"] == 4096
+        and params["n_init"] == "auto"
+    )
     assert MiniBatchKMeans()._fit_spec().n_init == 3
     sk = SkMiniBatchKMeans().get_params()  # the rest is scikit-learn's
-    for name in ("max_iter", "tol", "max_no_improvement", "reassignment_ratio", "compute_labels", "init_size",
-                 "n_init", "verbose", "n_clusters"):
+    for name in (
+        "max_iter",
+        "tol",
+        "max_no_improvement",
+        "reassignment_ratio",
+        "compute_labels",
+        "init_size",
+        "n_init",
+        "verbose",
+        "n_clusters",
+    ):
         assert params[name] == sk[name], name
 
 
@@ -265,12 +317,17 @@ def test_fit_quality_close_to_sklearn(data):
 def test_driver_independent_of_chunking(data):
     state = MiniBatchState(data[:6].copy(), np.zeros(6))
     opts = MiniBatchOptions(batch_size=128)
-    results = [minibatch(ChunkList.from_array(data, None, n), state, n_steps=60, seed=5, options=opts)
-               for n in (1, 4, 9)]
+    results = [
+        minibatch(ChunkList.from_array(data, None, n), state, n_steps=60, seed=5, options=opts)
+        for n in (1, 4, 9)
+    ]
     for r in results[1:]:
         np.testing.assert_allclose(r.centroids, results[0].centroids, rtol=1e-10)
         assert r.n_steps == results[0].n_steps
-    passes = [minibatch_pass(ChunkList.from_array(data, None, n), state, seed=5, options=opts) for n in (1, 4, 9)]
+    passes = [
+        minibatch_pass(ChunkList.from_array(data, None, n), state, seed=5, options=opts)
+        for n in (1, 4, 9)
+    ]
     for r in passes[1:]:
         np.testing.assert_allclose(r.centroids, passes[0].centroids, rtol=1e-10)
 
@@ -362,9 +419,11 @@ def test_partial_fit_sparse_matches_sklearn():
     sk = SkMiniBatchKMeans(4, init=C0, n_init=1, batch_size=200, reassignment_ratio=0.0)
     ours = MiniBatchKMeans(4, init=C0, n_init=1, batch_size=200, reassignment_ratio=0.0)
     for i in range(0, 1200, 200):
-        sk.partial_fit(X[i:i + 200])
-        ours.partial_fit(X[i:i + 200])
-        np.testing.assert_allclose(ours.cluster_centers_, sk.cluster_centers_, rtol=1e-12, atol=1e-12)
+        sk.partial_fit(X[i : i + 200])
+        ours.partial_fit(X[i : i + 200])
+        np.testing.assert_allclose(
+            ours.cluster_centers_, sk.cluster_centers_, rtol=1e-12, atol=1e-12
+        )
     np.testing.assert_allclose(ours.inertia_, sk.inertia_, rtol=1e-10)
     # a sparse first batch initialises from its rows (k-means++ on a dense sample of them)
     first = MiniBatchKMeans(4, random_state=0, batch_size=200).partial_fit(X[:200])
@@ -378,7 +437,9 @@ def test_minibatch_refuses_cosine(data):
     from dkmeans.fit.service import run_fit
 
     with pytest.raises(InvalidParameterError, match="Euclidean"):
-        dkmeans.train(dkmeans.Descriptor(cluster_count=3, method="minibatch", metric="cosine"), data)
+        dkmeans.train(
+            dkmeans.Descriptor(cluster_count=3, method="minibatch", metric="cosine"), data
+        )
     est = MiniBatchKMeans(3)
     spec = dataclasses.replace(est._fit_spec(), metric="cosine")
     with pytest.raises(InvalidParameterError, match="Euclidean"):
@@ -405,12 +466,16 @@ def test_n_init_warning_with_explicit_centers_as_sklearn(data):
         expected = warned(SkMiniBatchKMeans, calls, **params)
         assert warned(MiniBatchKMeans, calls, **params) == expected, params
         assert expected == [params["n_init"] == 3, False, False]
-        assert warned(MiniBatchKMeans, ["fit"], **params) == warned(SkMiniBatchKMeans, ["fit"], **params)
+        assert warned(MiniBatchKMeans, ["fit"], **params) == warned(
+            SkMiniBatchKMeans, ["fit"], **params
+        )
 
 
 # -- functional API and CLI ----------------------------------------------------------------
 def test_functional_method_minibatch(data):
-    desc = dkmeans.Descriptor(cluster_count=6, max_iteration_count=5, method="minibatch", dtype=np.float64)
+    desc = dkmeans.Descriptor(
+        cluster_count=6, max_iteration_count=5, method="minibatch", dtype=np.float64
+    )
     a = dkmeans.train(desc, data, "k-means++", random_state=0, batch_size=256)
     b = dkmeans.train(desc, data, "k-means++", random_state=0, batch_size=256)
     np.testing.assert_array_equal(a.model.centroids, b.model.centroids)

@@ -44,8 +44,11 @@ def _same_run(a, b):
     assert a.result.n_iter == b.result.n_iter and a.result.stop_reason == b.result.stop_reason
     np.testing.assert_array_equal(a.result.centroids, b.result.centroids)
     for ha, hb in zip(a.result.history, b.result.history):
-        assert (ha.objective, ha.centroid_shift, ha.empty_clusters_fixed) == \
-            (hb.objective, hb.centroid_shift, hb.empty_clusters_fixed)
+        assert (ha.objective, ha.centroid_shift, ha.empty_clusters_fixed) == (
+            hb.objective,
+            hb.centroid_shift,
+            hb.empty_clusters_fixed,
+        )
     np.testing.assert_array_equal(np.asarray(a.labels), np.asarray(b.labels))
     assert a.objective == b.objective
 
@@ -61,7 +64,9 @@ def _both(data_of, C0, **options):
 @pytest.mark.parametrize("stop_rule", [CentroidShift(0.0), ObjectiveDecrease(0.0)])
 def test_equals_unpruned(client, blobs32, stop_rule):
     C0 = initial_rows(blobs32, 24, seed=1)
-    plain, pruned = _both(lambda: persist_rows(client, blobs32, 3), C0, max_iter=40, stop_rule=stop_rule)
+    plain, pruned = _both(
+        lambda: persist_rows(client, blobs32, 3), C0, max_iter=40, stop_rule=stop_rule
+    )
     assert pruned.result.n_iter > 5
     fractions = [h.distances_computed for h in pruned.result.history]
     assert all(h.distances_computed == 1.0 for h in plain.result.history)
@@ -73,13 +78,21 @@ def test_cosine_and_weights(client, blobs32):
     w = np.random.default_rng(0).uniform(0, 2, len(X))
     w[:40] = 0.0
     C0 = initial_rows(X, 16, seed=2)
-    _both(lambda: persist_rows(client, X, 4, w), C0, max_iter=25, stop_rule=CentroidShift(0.0), metric="cosine")
+    _both(
+        lambda: persist_rows(client, X, 4, w),
+        C0,
+        max_iter=25,
+        stop_rule=CentroidShift(0.0),
+        metric="cosine",
+    )
 
 
 def test_empty_clusters(client):
     X, _, _ = make_blobs(600, 32, 75, spread=1.0, box=10.0, seed=8, dtype=np.float32)
     C0 = initial_rows(X, 200, seed=3)  # few rows per centroid: updates keep leaving clusters empty
-    plain, pruned = _both(lambda: persist_rows(client, X, 3), C0, max_iter=10, stop_rule=CentroidShift(0.0))
+    plain, pruned = _both(
+        lambda: persist_rows(client, X, 3), C0, max_iter=10, stop_rule=CentroidShift(0.0)
+    )
     assert sum(h.empty_clusters_fixed for h in plain.result.history) >= 2
 
 
@@ -88,8 +101,18 @@ def test_resume_from_a_block_equals_the_whole_run(client, blobs32):
     data = persist_rows(client, blobs32, 2)
     whole = lloyd(data, C0, max_iter=12, stop_rule=CentroidShift(0.0), prune=False)
     states = []
-    lloyd(data, C0, max_iter=12, stop_rule=CentroidShift(0.0), prune=True, on_state=states.append, state_every=4)
-    resumed = lloyd(data, C0, max_iter=12, stop_rule=CentroidShift(0.0), prune=True, resume=states[0])
+    lloyd(
+        data,
+        C0,
+        max_iter=12,
+        stop_rule=CentroidShift(0.0),
+        prune=True,
+        on_state=states.append,
+        state_every=4,
+    )
+    resumed = lloyd(
+        data, C0, max_iter=12, stop_rule=CentroidShift(0.0), prune=True, resume=states[0]
+    )
     assert resumed.n_iter == whole.n_iter
     np.testing.assert_array_equal(resumed.centroids, whole.centroids)
     # each block builds its bounds again: its first iteration computes every distance
@@ -130,14 +153,18 @@ def test_auto_chunks_that_settle_little_take_the_unpruned_kernel(monkeypatch, bl
     plain = lloyd(chunks, C0, max_iter=10, stop_rule=ObjectiveDecrease(-1.0), prune=False)
     np.testing.assert_array_equal(auto.centroids, plain.centroids)
     assert [h.objective for h in auto.history] == [h.objective for h in plain.history]
-    assert all(h.distances_computed >= 1.0 for h in auto.history), [h.distances_computed for h in auto.history]
+    assert all(h.distances_computed >= 1.0 for h in auto.history), [
+        h.distances_computed for h in auto.history
+    ]
 
 
 @pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
 def test_out_of_core_is_not_pruned(blobs32):
     chunks = ChunkList.from_array(blobs32, n_chunks=2)
     chunks.in_memory = False
-    res = lloyd(chunks, initial_rows(blobs32, 8), max_iter=5, stop_rule=CentroidShift(0.0), prune=True)
+    res = lloyd(
+        chunks, initial_rows(blobs32, 8), max_iter=5, stop_rule=CentroidShift(0.0), prune=True
+    )
     assert all(h.distances_computed == 1.0 for h in res.history)
 
 
@@ -155,14 +182,16 @@ def test_default_fit_prunes_and_equals_prune_false():
     assert auto.inertia_ == plain.inertia_ and auto.n_iter_ == plain.n_iter_
     assert [h["objective"] for h in auto.history_] == [h["objective"] for h in plain.history_]
     computed = [h["distances_computed"] for h in auto.history_ if h["algorithm"] == "lloyd"]
-    assert min(computed) < 0.5 and all(h["distances_computed"] == 1.0 for h in plain.history_
-                                       if h["algorithm"] == "lloyd"), computed
+    assert min(computed) < 0.5 and all(
+        h["distances_computed"] == 1.0 for h in plain.history_ if h["algorithm"] == "lloyd"
+    ), computed
 
 
 @pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
 def test_bounds_fit_the_room_the_budget_leaves(blobs32):
     """The groups are planned with the data's row_state_bytes (the persist budget's room): fewer groups
     in less room, and no pruning where not even one group's bounds fit."""
+
     class Tight(ChunkList):
         room = 0.0
 
@@ -171,7 +200,9 @@ def test_bounds_fit_the_room_the_budget_leaves(blobs32):
 
     chunks = Tight.from_array(blobs32, n_chunks=2)
     assert pruned_lloyd.prune_groups(chunks, 24) == 0
-    res = lloyd(chunks, initial_rows(blobs32, 24), max_iter=4, stop_rule=CentroidShift(0.0), prune=True)
+    res = lloyd(
+        chunks, initial_rows(blobs32, 24), max_iter=4, stop_rule=CentroidShift(0.0), prune=True
+    )
     assert all(h.distances_computed == 1.0 for h in res.history)
     chunks.room = 16 + 4 * 1.5
     assert pruned_lloyd.prune_groups(chunks, 24) == 1  # Hamerly's one bound: 20 bytes a row
@@ -185,12 +216,16 @@ def test_plain_share_follows_the_groups_width():
     groups' from 64 on, in between growing with the width; the switch-off share grows as much."""
     narrow, wide = pruned_lloyd.AUTO_PLAIN_ABOVE, pruned_lloyd.AUTO_PLAIN_ABOVE_WIDE
     assert pruned_lloyd.plain_share(256, 25) == narrow and pruned_lloyd.plain_share(16, 1) == narrow
-    assert pruned_lloyd.plain_share(2048, 32) == wide and pruned_lloyd.plain_share(65_536, 64) == wide
+    assert (
+        pruned_lloyd.plain_share(2048, 32) == wide and pruned_lloyd.plain_share(65_536, 64) == wide
+    )
     middle = [pruned_lloyd.plain_share(32 * w, 32) for w in (20, 32, 48)]
     assert narrow < middle[0] < middle[1] < middle[2] < wide
     assert middle[1] == pytest.approx((narrow + wide) / 2)
     assert pruned_lloyd.off_share(256, 25) == pruned_lloyd.AUTO_OFF_FRACTION
-    assert pruned_lloyd.off_share(2048, 32) == pytest.approx(pruned_lloyd.AUTO_OFF_FRACTION + wide - narrow)
+    assert pruned_lloyd.off_share(2048, 32) == pytest.approx(
+        pruned_lloyd.AUTO_OFF_FRACTION + wide - narrow
+    )
 
 
 # -- a run's bounds kept across its Lloyd blocks (the default fit: Lloyd, local search, Lloyd) --------
@@ -205,7 +240,9 @@ def _kept_anywhere(client=None) -> list:
     from dkmeans.engine import kept
 
     here = kept.keys()
-    there = [] if client is None else [key for keys in client.run(kept.keys).values() for key in keys]
+    there = (
+        [] if client is None else [key for keys in client.run(kept.keys).values() for key in keys]
+    )
     return here + there
 
 
@@ -219,7 +256,10 @@ def _same_fit(a, b):
     assert [h["algorithm"] for h in a.history_] == [h["algorithm"] for h in b.history_]
     for ha, hb in zip(a.history_, b.history_):
         if ha["algorithm"] == "lloyd":
-            assert (ha["objective"], ha["centroid_shift"]) == (hb["objective"], hb["centroid_shift"])
+            assert (ha["objective"], ha["centroid_shift"]) == (
+                hb["objective"],
+                hb["centroid_shift"],
+            )
         else:
             assert ha["objective"] == pytest.approx(hb["objective"], rel=1e-12)
 
@@ -228,8 +268,10 @@ def _fit_three_ways(X, weights=None, **params):
     """prune=False, True and "auto" on the same data; all equal; returns the True fit's Lloyd fractions."""
     from dkmeans import KMeans
 
-    fits = {p: KMeans(256, random_state=0, prune=p, **params).fit(X, sample_weight=weights)
-            for p in (False, True, "auto")}
+    fits = {
+        p: KMeans(256, random_state=0, prune=p, **params).fit(X, sample_weight=weights)
+        for p in (False, True, "auto")
+    }
     _same_fit(fits[True], fits[False])
     _same_fit(fits["auto"], fits[False])
     if params.get("metric") != "cosine":  # (cosine fits run no local search)
@@ -278,7 +320,9 @@ def test_a_failing_fit_leaves_no_bounds(monkeypatch, search_blobs):
     from dkmeans.fit import runs
 
     def fail(*args, **kwargs):
-        assert _kept_anywhere(), "the first Lloyd block's bounds should be kept for the run's next block"
+        assert _kept_anywhere(), (
+            "the first Lloyd block's bounds should be kept for the run's next block"
+        )
         raise RuntimeError("search failed")
 
     monkeypatch.setattr(runs, "coreset_local_search", fail)
@@ -287,7 +331,9 @@ def test_a_failing_fit_leaves_no_bounds(monkeypatch, search_blobs):
     assert _kept_anywhere() == []
 
 
-def test_a_failing_fit_on_the_cluster_leaves_no_bounds(client, monkeypatch, search_blobs, loop_mode, request):
+def test_a_failing_fit_on_the_cluster_leaves_no_bounds(
+    client, monkeypatch, search_blobs, loop_mode, request
+):
     """The same where the loop runs on the cluster: a one-task or SPMD block's bounds stay in the
     registry of the worker that ran it (one graph per pass: as futures, held by the data), and are
     dropped there."""
@@ -307,12 +353,16 @@ def test_a_failing_fit_on_the_cluster_leaves_no_bounds(client, monkeypatch, sear
     with pytest.raises(RuntimeError, match="search failed"):
         KMeans(256, random_state=0, prune=True).fit(Xd)
     if request.node.callspec.params["loop_mode"] != "per-iteration":
-        assert seen and seen[0], "the first Lloyd block's bounds should be kept for the run's next block"
+        assert seen and seen[0], (
+            "the first Lloyd block's bounds should be kept for the run's next block"
+        )
     assert _kept_anywhere(client) == []
 
 
 @pytest.mark.parametrize("loop_mode", ["in-process"], indirect=True)
-def test_auto_run_builds_in_long_blocks_and_prunes_short_ones_with_kept_bounds(monkeypatch, blobs32):
+def test_auto_run_builds_in_long_blocks_and_prunes_short_ones_with_kept_bounds(
+    monkeypatch, blobs32
+):
     """A run's "auto" passes: a block shorter than AUTO_MIN_ITERS builds no bounds; a long one does;
     a short block after it prunes from the kept bounds (no build); each block equals unpruned Lloyd."""
     from dkmeans.engine import kept

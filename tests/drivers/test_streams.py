@@ -23,7 +23,9 @@ def test_no_two_streams_of_a_kind_share_a_number():
 def test_local_search_no_longer_reuses_the_kmeans_plusplus_step_streams():
     # the collision of the issue: local search's round streams were k-means++'s step streams
     steps, rounds = STREAMS["k-means++.steps"], STREAMS["local-search.rounds"]
-    assert not set(range(rounds.first, rounds.first + 64)) & set(range(steps.first, steps.first + steps.count))
+    assert not set(range(rounds.first, rounds.first + 64)) & set(
+        range(steps.first, steps.first + steps.count)
+    )
 
 
 def test_a_stream_number_beyond_its_range_is_refused():
@@ -35,13 +37,22 @@ def test_a_stream_number_beyond_its_range_is_refused():
 def _literal_streams(path: Path):
     """Assignments of a number (or arithmetic on numbers) to a name that says STREAM."""
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and "STREAM" in t.id for t in node.targets):
-            if all(isinstance(n, (ast.Constant, ast.BinOp, ast.operator, ast.UnaryOp, ast.unaryop))
-                   for n in ast.walk(node.value)):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and "STREAM" in t.id for t in node.targets
+        ):
+            if all(
+                isinstance(n, (ast.Constant, ast.BinOp, ast.operator, ast.UnaryOp, ast.unaryop))
+                for n in ast.walk(node.value)
+            ):
                 yield f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
 
 
 def test_stream_numbers_are_declared_only_in_the_table():
-    places = [p for layer in ("drivers", "fit") for path in sorted((PACKAGE / layer).rglob("*.py"))
-              if path.name != "streams.py" for p in _literal_streams(path)]
+    places = [
+        p
+        for layer in ("drivers", "fit")
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        if path.name != "streams.py"
+        for p in _literal_streams(path)
+    ]
     assert not places, places

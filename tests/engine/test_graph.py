@@ -78,7 +78,9 @@ def test_tree_reduction_with_many_workers(client, X):
     np.testing.assert_allclose(got.sums, assign_partials(X, X[:4]).sums, rtol=1e-12)
     # the tasks ran away from their (fictional) workers: placement is looked up again
     assert data._placement is None
-    assert {addr for addr, _ in data.placement()} <= set(client.scheduler_info(n_workers=-1)["workers"])
+    assert {addr for addr, _ in data.placement()} <= set(
+        client.scheduler_info(n_workers=-1)["workers"]
+    )
 
 
 def test_one_task_per_worker_thread():
@@ -86,8 +88,12 @@ def test_one_task_per_worker_thread():
     from distributed import Client, LocalCluster
 
     X = np.random.default_rng(2).normal(size=(3000, 4))
-    with LocalCluster(n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=3, processes=False, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         data = PersistedData(client, da.from_array(X, chunks=(300, 4)))
         groups = data.placement()
         assert [ids for _, ids in groups] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
@@ -130,7 +136,7 @@ def test_stateful_pass_keeps_state_on_workers(client, X):
     n_chunks = data.n_chunks
     result, state = data.map_reduce_stateful(count_and_sum, sum_arrays, (1.0,))
     np.testing.assert_allclose(result, [n_chunks, X[:, 0].sum()])
-    for expected_passes, add in ((2, 2.0), (3, -0.5)):
+    for _expected_passes, add in ((2, 2.0), (3, -0.5)):
         result, state = data.map_reduce_stateful(count_and_sum, sum_arrays, (add,), state)
     # each chunk saw three passes; its running total is (1 + 2 - 0.5) * x
     np.testing.assert_allclose(result, [3 * n_chunks, 2.5 * X[:, 0].sum()])
@@ -162,9 +168,11 @@ def test_run_in_one_task_sees_every_row_once_and_reraises_warnings(client, X):
     data = PersistedData(client, da.from_array(X, chunks=(700, 3)), da.from_array(w, chunks=1000))
 
     def summarise(chunks, scale):
-        warnings.warn("from the task", UserWarning)
+        warnings.warn("from the task", UserWarning, stacklevel=2)
         assert len(chunks.blocks) == 1 and chunks.offsets == (0,)
-        return chunks.map_reduce(lambda X, w, offset, s: np.array([s * (w @ X[:, 0]), offset]), sum_arrays, (scale,))
+        return chunks.map_reduce(
+            lambda X, w, offset, s: np.array([s * (w @ X[:, 0]), offset]), sum_arrays, (scale,)
+        )
 
     with pytest.warns(UserWarning, match="from the task"):
         got, passes = data._run_in_one_task(summarise, (2.0,))
@@ -194,7 +202,9 @@ def test_one_chunk_input_is_spread_over_every_worker_thread(client):
     total, weighted, rows = data.map_reduce(_sums_chunk, _add_arrays)
     assert rows == n and data.offsets == (0, data.chunk_rows[0])
     np.testing.assert_allclose([total, weighted], [X.sum(), (w * X[:, 0]).sum()], rtol=1e-12)
-    np.testing.assert_array_equal(data.rows([0, n - 1, data.chunk_rows[0]]), X[[0, n - 1, data.chunk_rows[0]]])
+    np.testing.assert_array_equal(
+        data.rows([0, n - 1, data.chunk_rows[0]]), X[[0, n - 1, data.chunk_rows[0]]]
+    )
 
 
 def test_input_with_a_chunk_per_thread_or_few_rows_is_kept_as_it_is(client):
@@ -231,7 +241,11 @@ def test_chunk_moves_even_out_rows_per_thread():
 
 
 def _worker_data_is_shared(keys, dask_worker=None):
-    return all(dask_worker.data[new] is dask_worker.data[old] for new, old in keys if new in dask_worker.data)
+    return all(
+        dask_worker.data[new] is dask_worker.data[old]
+        for new, old in keys
+        if new in dask_worker.data
+    )
 
 
 def test_input_held_by_one_worker_is_balanced_without_copying_what_stays(client):
@@ -269,7 +283,9 @@ def test_large_argument_is_in_the_graph_once(client, X):
 
     data = PersistedData(client, da.from_array(X, chunks=(400, 3)))
     data._placement = [(f"tcp://127.0.0.1:{1000 + i}", [i]) for i in range(10)]  # 10 tasks
-    C = np.random.default_rng(2).normal(size=(SHARED_ARG_BYTES // 24 + 1000, 3))  # > SHARED_ARG_BYTES
+    C = np.random.default_rng(2).normal(
+        size=(SHARED_ARG_BYTES // 24 + 1000, 3)
+    )  # > SHARED_ARG_BYTES
     graph, _, _ = data.build_pass_graph(partials_chunk, combine_partials, (C,), fan_in=4)
     assert sum(n.startswith("dkmeans-arg-") for n in graph.layers) == 1
     size = len(pickle.dumps(dict(graph)))

@@ -42,16 +42,28 @@ def _add(t, w):
 
 
 def _remove(t, w, stimulus, expected=False):
-    return (t, {"action": "remove-worker", "worker": w, "stimulus_id": f"{stimulus}-{t}",
-                "expected": expected})
+    return (
+        t,
+        {
+            "action": "remove-worker",
+            "worker": w,
+            "stimulus_id": f"{stimulus}-{t}",
+            "expected": expected,
+        },
+    )
 
 
 def test_workers_that_all_died_are_named_with_why():
     now = time.time()
-    client = _Client([_add(now - 50, "tcp://a:1"), _add(now - 50, "tcp://b:2"),
-                      (now - 40, {"action": "gather"}),
-                      _remove(now - 30, "tcp://a:1", "handle-worker-cleanup"),
-                      _remove(now - 29, "tcp://b:2", "check-worker-ttl")])
+    client = _Client(
+        [
+            _add(now - 50, "tcp://a:1"),
+            _add(now - 50, "tcp://b:2"),
+            (now - 40, {"action": "gather"}),
+            _remove(now - 30, "tcp://a:1", "handle-worker-cleanup"),
+            _remove(now - 29, "tcp://b:2", "check-worker-ttl"),
+        ]
+    )
     lost = health.lost_workers(client)
     assert lost is not None and lost.known == 2 and lost.since == pytest.approx(now - 29)
     message = lost.message()
@@ -66,27 +78,43 @@ def test_workers_that_all_died_are_named_with_why():
 def test_the_interrupt_is_named_when_the_workers_died_with_it():
     now = time.time()
     health.note_interrupt()
-    client = _Client([_add(now - 5, "tcp://a:1"),
-                      _remove(now, "tcp://a:1", "handle-worker-cleanup")])
+    client = _Client(
+        [_add(now - 5, "tcp://a:1"), _remove(now, "tcp://a:1", "handle-worker-cleanup")]
+    )
     assert "died as this process was interrupted" in health.lost_workers(client).message()
     health._last_interrupt.clear()
     assert "interrupted" not in health.lost_workers(client).message()
 
 
-@pytest.mark.parametrize("events, workers", [
-    ([], {}),  # never had workers: starting (a batch system's queue): wait
-    ([_add(1.0, "tcp://a:1")], {"tcp://a:1": 1}),  # has workers
-    # closed as planned (scaled down)
-    ([_add(1.0, "tcp://a:1"), _remove(2.0, "tcp://a:1", "nanny-close")], {}),
-    ([_add(1.0, "tcp://a:1"), _remove(2.0, "tcp://a:1", "retire-workers", expected=True)], {}),
-    # one died, then the last one was retired: the cluster is being scaled, not dead
-    ([_add(1.0, "tcp://a:1"), _add(1.0, "tcp://b:2"),
-      _remove(2.0, "tcp://a:1", "handle-worker-cleanup"), _remove(3.0, "tcp://b:2", "nanny-close")],
-     {}),
-    # a worker died and its nanny brought a new one
-    ([_add(1.0, "tcp://a:1"), _remove(2.0, "tcp://a:1", "handle-worker-cleanup"),
-      _add(3.0, "tcp://a:3")], {"tcp://a:3": 1}),
-])
+@pytest.mark.parametrize(
+    "events, workers",
+    [
+        ([], {}),  # never had workers: starting (a batch system's queue): wait
+        ([_add(1.0, "tcp://a:1")], {"tcp://a:1": 1}),  # has workers
+        # closed as planned (scaled down)
+        ([_add(1.0, "tcp://a:1"), _remove(2.0, "tcp://a:1", "nanny-close")], {}),
+        ([_add(1.0, "tcp://a:1"), _remove(2.0, "tcp://a:1", "retire-workers", expected=True)], {}),
+        # one died, then the last one was retired: the cluster is being scaled, not dead
+        (
+            [
+                _add(1.0, "tcp://a:1"),
+                _add(1.0, "tcp://b:2"),
+                _remove(2.0, "tcp://a:1", "handle-worker-cleanup"),
+                _remove(3.0, "tcp://b:2", "nanny-close"),
+            ],
+            {},
+        ),
+        # a worker died and its nanny brought a new one
+        (
+            [
+                _add(1.0, "tcp://a:1"),
+                _remove(2.0, "tcp://a:1", "handle-worker-cleanup"),
+                _add(3.0, "tcp://a:3"),
+            ],
+            {"tcp://a:3": 1},
+        ),
+    ],
+)
 def test_no_verdict_where_workers_are_there_or_may_come(events, workers):
     assert health.lost_workers(_Client(events, workers)) is None
 
@@ -113,8 +141,9 @@ def test_an_unreadable_scheduler_gives_no_verdict():
 
 def test_waiting_for_workers_stops_once_the_grace_has_passed():
     now = time.time()
-    client = _Client([_add(now - 10, "tcp://a:1"),
-                      _remove(now - 0.2, "tcp://a:1", "handle-worker-cleanup")])
+    client = _Client(
+        [_add(now - 10, "tcp://a:1"), _remove(now - 0.2, "tcp://a:1", "handle-worker-cleanup")]
+    )
     with dask.config.set({"dkmeans.worker-timeout": "60s", "dkmeans.lost-worker-grace": "1s"}):
         started = time.monotonic()
         with pytest.raises(NoWorkersError, match="1 of the 1 workers it had died"):

@@ -12,10 +12,19 @@ def test_keep_take_by_chunk_and_tag():
     kept.drop()
     kept.keep("a", 1, [0, 10], [10, 5], ["s0", None])
     assert kept.keys() == ["a"]
-    assert kept.take("a", 2, [0, 10], [10, 5]) == [None, None]  # another tag: not given back, and gone
+    assert kept.take("a", 2, [0, 10], [10, 5]) == [
+        None,
+        None,
+    ]  # another tag: not given back, and gone
     kept.keep("a", 1, [0, 10], [10, 5], ["s0", "s1"])
-    assert kept.take("a", 1, [0, 10], [10, 6]) == ["s0", None]  # chunk rows differ: not the same chunk
-    assert kept.take("a", 1, [0, 10], [10, 5]) == [None, "s1"]  # "s0" was taken out: one copy at a time
+    assert kept.take("a", 1, [0, 10], [10, 6]) == [
+        "s0",
+        None,
+    ]  # chunk rows differ: not the same chunk
+    assert kept.take("a", 1, [0, 10], [10, 5]) == [
+        None,
+        "s1",
+    ]  # "s0" was taken out: one copy at a time
     assert kept.keys() == []
     kept.drop()
 

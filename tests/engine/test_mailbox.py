@@ -67,11 +67,15 @@ def test_every_rank_gets_the_same_combination_in_rank_order():
     def run(rank):
         comm = _in_process(token, size, rank)
         try:
-            results[rank] = [comm.allreduce(np.array([rank, step], float), _stack) for step in range(4)]
+            results[rank] = [
+                comm.allreduce(np.array([rank, step], float), _stack) for step in range(4)
+            ]
         finally:
             comm.close()
 
-    threads = [threading.Thread(target=run, args=(rank,)) for rank in (2, 1, 0)]  # start order does not matter
+    threads = [
+        threading.Thread(target=run, args=(rank,)) for rank in (2, 1, 0)
+    ]  # start order does not matter
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -124,17 +128,23 @@ def test_a_pass_that_overtakes_the_one_before_is_kept_for_its_turn():
         assert comm.slowest_pass_s == 0.5
         assert comm.allreduce("a1", list) == ["a1", "b1"]
         sent = mailbox.open_box(token, 1)
-        assert [sent.get_nowait()[1:3] for _ in range(2)] == [(0, 0), (1, 0)]  # (pass, rank) sent to rank 1
+        assert [sent.get_nowait()[1:3] for _ in range(2)] == [
+            (0, 0),
+            (1, 0),
+        ]  # (pass, rank) sent to rank 1
         mailbox.close_box(token, 1)
     finally:
         comm.close()
 
 
-@pytest.mark.parametrize("message, match", [
-    (_pass_message(0, 1, "old"), "got pass 0 while in pass 1"),
-    ((mailbox.STOP,), "told to stop"),
-    ((mailbox.FAILED, "OSError: no route"), "could not reach a peer: OSError: no route"),
-])
+@pytest.mark.parametrize(
+    "message, match",
+    [
+        (_pass_message(0, 1, "old"), "got pass 0 while in pass 1"),
+        ((mailbox.STOP,), "told to stop"),
+        ((mailbox.FAILED, "OSError: no route"), "could not reach a peer: OSError: no route"),
+    ],
+)
 def test_a_rank_gives_up_on_a_stop_a_failure_or_a_stale_pass(message, match):
     token = _token()
     comm = _in_process(token, 2, 1)

@@ -27,7 +27,9 @@ def _write(path, sizes, seed=0):
     for i, n in enumerate(sizes):
         X = (centers[rng.integers(0, K, n)] + rng.normal(size=(n, D))).astype(np.float32)
         table = pa.table({**{c: X[:, j] for j, c in enumerate(COLUMNS)}, "label": np.arange(n) % 3})
-        pq.write_table(table, os.path.join(path, f"part.{i}.parquet"), row_group_size=max(1, n // 3))
+        pq.write_table(
+            table, os.path.join(path, f"part.{i}.parquet"), row_group_size=max(1, n // 3)
+        )
     return centers
 
 
@@ -36,8 +38,12 @@ def _reference(path, n_files, C, steps):
     for _ in range(steps):
         sums, counts = np.zeros_like(C), np.zeros(len(C))
         for i in range(n_files):
-            X = pq.read_table(os.path.join(path, f"part.{i}.parquet"), columns=COLUMNS).to_pandas().to_numpy(np.float64)
-            labels = ((C ** 2).sum(axis=1)[None, :] - 2 * X @ C.T).argmin(axis=1)
+            X = (
+                pq.read_table(os.path.join(path, f"part.{i}.parquet"), columns=COLUMNS)
+                .to_pandas()
+                .to_numpy(np.float64)
+            )
+            labels = ((C**2).sum(axis=1)[None, :] - 2 * X @ C.T).argmin(axis=1)
             np.add.at(sums, labels, X)
             counts += np.bincount(labels, minlength=len(C))
         C = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], C)
@@ -52,11 +58,11 @@ def test_parquet_fit_equals_a_float64_lloyd_file_by_file(client, tmp_path, out_o
     df = dd.read_parquet(str(tmp_path))[COLUMNS]
     km = dkmeans.KMeans(K, init=C0, n_init=1, max_iter=4, tol=0.0, out_of_core=out_of_core).fit(df)
     assert km.data_mode_ == ("out-of-core" if out_of_core else "in-memory")
-    np.testing.assert_allclose(km.cluster_centers_, _reference(str(tmp_path), len(sizes), C0, 4), rtol=1e-5,
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        km.cluster_centers_, _reference(str(tmp_path), len(sizes), C0, 4), rtol=1e-5, atol=1e-4
+    )
     labels = km.predict(df).compute()
     assert len(labels) == sum(sizes)
-
 
 
 @pytest.mark.parametrize("algorithm", ["lloyd", "hartigan", "minibatch"])
@@ -67,11 +73,15 @@ def test_every_kind_of_pass_over_the_files_gives_the_in_memory_fit(client, tmp_p
     df = dd.read_parquet(str(tmp_path))[COLUMNS]
     options = dict(random_state=0, n_init=1, max_iter=3)
     if algorithm == "minibatch":
-        fit = [dkmeans.MiniBatchKMeans(K, batch_size=1024, out_of_core=o, **options).fit(df)
-               for o in (True, False)]
+        fit = [
+            dkmeans.MiniBatchKMeans(K, batch_size=1024, out_of_core=o, **options).fit(df)
+            for o in (True, False)
+        ]
     else:
-        fit = [dkmeans.KMeans(K, algorithm=algorithm, tol=0.0, out_of_core=o, **options).fit(df)
-               for o in (True, False)]
+        fit = [
+            dkmeans.KMeans(K, algorithm=algorithm, tol=0.0, out_of_core=o, **options).fit(df)
+            for o in (True, False)
+        ]
     streamed, persisted = fit
     assert (streamed.data_mode_, persisted.data_mode_) == ("out-of-core", "in-memory")
     if algorithm == "minibatch":  # one pass in row order per epoch, against batches drawn at random
@@ -79,8 +89,9 @@ def test_every_kind_of_pass_over_the_files_gives_the_in_memory_fit(client, tmp_p
         labels, predicted = streamed.labels_.compute(), streamed.predict(df).compute()
         np.testing.assert_array_equal(np.asarray(labels), np.asarray(predicted))
         return
-    np.testing.assert_allclose(streamed.cluster_centers_, persisted.cluster_centers_, rtol=1e-5,
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        streamed.cluster_centers_, persisted.cluster_centers_, rtol=1e-5, atol=1e-4
+    )
     assert streamed.inertia_ == pytest.approx(persisted.inertia_, rel=1e-5)
 
 
@@ -98,8 +109,9 @@ def test_a_frame_that_is_not_a_plain_parquet_read_is_read_by_dask(tmp_path):
     assert parquet_source(df[df.f0 > 3], np.float32) is None
 
 
-def test_csv_files_read_through_read_table_are_streamed_in_row_batches_with_the_in_memory_fit(client, tmp_path,
-                                                                                              monkeypatch):
+def test_csv_files_read_through_read_table_are_streamed_in_row_batches_with_the_in_memory_fit(
+    client, tmp_path, monkeypatch
+):
     """CSV read with :func:`dkmeans.engine.files.read_table` (the CLI's input): the engine cuts each file at
     line ends (pieces of at most 60 kB here, several per file), counts their rows on the workers and
     reads only the feature columns in batches; the fit equals the in-memory one, where Dask parses
@@ -116,7 +128,9 @@ def test_csv_files_read_through_read_table_are_streamed_in_row_batches_with_the_
     for i, n in enumerate(sizes):
         X = centers[rng.integers(0, K, n)] + rng.normal(size=(n, D))
         frame = pd.DataFrame(X, columns=COLUMNS)
-        frame.insert(2, "name", [f"row {j}, file {i}" for j in range(n)])  # quoted, with a comma: not read
+        frame.insert(
+            2, "name", [f"row {j}, file {i}" for j in range(n)]
+        )  # quoted, with a comma: not read
         frame.to_csv(tmp_path / f"part.{i}.csv", index=False)
     with open(tmp_path / "part.1.csv", "a") as f:
         f.write("\n\n")  # blank lines at the end: no rows, for pandas as for pyarrow

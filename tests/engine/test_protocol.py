@@ -17,8 +17,15 @@ from dkmeans.engine.spmd import RankChunks
 from dkmeans.engine.streamed import StreamedData
 from dkmeans.kernels import assign_partials
 
-IMPLEMENTATIONS = (ChunkList, LocalChunks, RankChunks, PersistedData, StreamedData, HybridData,
-                   SharedView)
+IMPLEMENTATIONS = (
+    ChunkList,
+    LocalChunks,
+    RankChunks,
+    PersistedData,
+    StreamedData,
+    HybridData,
+    SharedView,
+)
 
 
 class _Unkept(InCallerLoop):

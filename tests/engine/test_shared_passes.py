@@ -60,7 +60,14 @@ def _job(n_passes, scale):
         for _ in range(2):
             value, state = data.map_reduce_stateful(_running_chunk, _sum, (scale,), state)
         labels, total = data.labelled_pass(_labels_block, (data.rows([0, 50]),))
-        return sums, value, data.state_column(state, "total"), labels, total, data.map_reduce(_rows_chunk, _concat)
+        return (
+            sums,
+            value,
+            data.state_column(state, "total"),
+            labels,
+            total,
+            data.map_reduce(_rows_chunk, _concat),
+        )
 
     return job
 
@@ -68,12 +75,16 @@ def _job(n_passes, scale):
 def test_each_job_gets_what_its_own_passes_give(X):
     jobs = [_job(n, s) for n, s in ((1, 1.0), (4, 2.0), (2, -1.0))]
     alone = [job(_data(X)) for job in jobs]
-    alone_passes = [n + 3 + 1 + 1 for n in (1, 4, 2)]  # plain, stateful, labelled, the last plain pass
+    alone_passes = [
+        n + 3 + 1 + 1 for n in (1, 4, 2)
+    ]  # plain, stateful, labelled, the last plain pass
     data = _data(X)
     together = SharedPasses(data).run(jobs)
     for got, ref in zip(together, alone):
         assert got[0] == ref[0] and got[1] == ref[1] and got[5] == ref[5]
-        assert got[4] == pytest.approx(ref[4], rel=1e-12)  # summed per chunk; the data's own pass sums all rows at once
+        assert got[4] == pytest.approx(
+            ref[4], rel=1e-12
+        )  # summed per chunk; the data's own pass sums all rows at once
         np.testing.assert_array_equal(got[2], ref[2])
         np.testing.assert_array_equal(got[3], ref[3])
         assert got[3].dtype == np.int32
@@ -84,8 +95,9 @@ def test_each_job_gets_what_its_own_passes_give(X):
 def test_views_count_their_own_passes(X):
     data = _data(X)
     data.map_reduce(_sum_chunk, _sum, (1.0,))  # a pass before the jobs (the fit's first pass)
-    counted = SharedPasses(data).run([lambda v: (v.map_reduce(_sum_chunk, _sum, (1.0,)), v.passes)[1],
-                                      lambda v: v.passes])
+    counted = SharedPasses(data).run(
+        [lambda v: (v.map_reduce(_sum_chunk, _sum, (1.0,)), v.passes)[1], lambda v: v.passes]
+    )
     assert counted == [2, 1] and data.passes == 2
 
 
@@ -97,8 +109,9 @@ def test_run_loop_runs_in_the_jobs_thread_and_reports(X):
         return [data.map_reduce(_sum_chunk, _sum, (1.0,)) for _ in range(n)]
 
     data = _data(X)
-    out = SharedPasses(data).run([lambda v: v.run_loop(loop, (3,), on_progress=seen.append)] * 2,
-                                 names=["a", "b"])
+    out = SharedPasses(data).run(
+        [lambda v: v.run_loop(loop, (3,), on_progress=seen.append)] * 2, names=["a", "b"]
+    )
     assert out[0] == out[1] == [pytest.approx(X.sum())] * 3 and data.passes == 3
     assert sorted(r["thread"] for r in seen) == ["dkmeans-shared-a", "dkmeans-shared-b"]
 
@@ -136,7 +149,9 @@ def test_a_failing_job_stops_the_others_and_is_raised_with_its_name(X):
 
     before = threading.active_count()
     with pytest.raises(ValueError, match="k=3 cannot") as info:
-        SharedPasses(_data(X), wait_s=5).run([endless, failing], names=["n_clusters=2", "n_clusters=3"])
+        SharedPasses(_data(X), wait_s=5).run(
+            [endless, failing], names=["n_clusters=2", "n_clusters=3"]
+        )
     assert started.is_set()
     assert any("n_clusters=3" in note for note in info.value.__notes__)
     assert threading.active_count() == before  # no thread left waiting
@@ -167,7 +182,9 @@ def test_a_pass_waits_for_a_slow_job_only_until_its_deadline(X):
     t0 = time.perf_counter()
     out = SharedPasses(data, wait_s=0.1).run([slow, quick])
     assert out == [pytest.approx(X.sum()), pytest.approx(2 * X.sum())]
-    assert data.passes == 2 and time.perf_counter() - t0 < 5  # the quick job's pass did not wait for the slow one
+    assert (
+        data.passes == 2 and time.perf_counter() - t0 < 5
+    )  # the quick job's pass did not wait for the slow one
     data = _data(X)
     SharedPasses(data, wait_s=5).run([slow, quick])
     assert data.passes == 1  # within the deadline: one pass for both

@@ -13,12 +13,11 @@ import dask.array as da
 import numpy as np
 import pytest
 
+from dkmeans.drivers.lloyd import CentroidShift
 from dkmeans.engine.persisted import PersistedData
 from dkmeans.engine.spmd import run_spmd
 from dkmeans.errors import InvalidDataError
-from dkmeans.drivers.lloyd import CentroidShift
-from dkmeans.testing import fit_lloyd
-from dkmeans.testing import make_blobs, persist_rows, pick_rows
+from dkmeans.testing import fit_lloyd, make_blobs, persist_rows, pick_rows
 
 
 def _offsets_chunk(X, w, offset):
@@ -36,7 +35,7 @@ def test_allreduce_gives_every_rank_every_chunk_in_rank_order(client):
     assert len(groups) == 2, "one rank per worker thread"
 
     def program(chunks):
-        warnings.warn(f"rank {chunks.rank}", UserWarning)
+        warnings.warn(f"rank {chunks.rank}", UserWarning, stacklevel=2)
         seen = chunks.map_reduce(_offsets_chunk, _concat)
         # a second exchange: what each rank received, gathered on rank 0
         views = chunks.comm.allreduce([(chunks.rank, seen)], _concat)
@@ -60,10 +59,19 @@ def test_progress_reaches_the_client_once_per_iteration_in_order(client, spmd):
     X, _, _ = make_blobs(4000, 3, 6, spread=3.0, box=5.0, seed=3)
     C0 = pick_rows(X, 6, seed=1)
     seen = []
-    out = fit_lloyd(persist_rows(client, X, 6), C0, max_iter=12, stop_rule=CentroidShift(0.0),
-                    on_iteration=seen.append, on_state=lambda state: None, state_every=5)
+    out = fit_lloyd(
+        persist_rows(client, X, 6),
+        C0,
+        max_iter=12,
+        stop_rule=CentroidShift(0.0),
+        on_iteration=seen.append,
+        on_state=lambda state: None,
+        state_every=5,
+    )
     assert spmd.count("lloyd_iterations") == 3  # blocks ending at 5, 10, 12 updates
-    assert [r.iteration for r in seen] == list(range(1, out.result.n_iter + 1)) == list(range(1, 13))
+    assert (
+        [r.iteration for r in seen] == list(range(1, out.result.n_iter + 1)) == list(range(1, 13))
+    )
     assert seen == out.result.history
 
 
@@ -71,8 +79,12 @@ def test_bad_data_error_is_raised_as_it_is(client, spmd):
     X = np.ones((2000, 3))
     X[1500, 1] = np.nan
     with pytest.raises(InvalidDataError, match="NaN or infinity"):
-        fit_lloyd(persist_rows(client, X, 4), X[:3] + np.arange(3)[:, None], max_iter=5,
-                  stop_rule=CentroidShift(0.0))
+        fit_lloyd(
+            persist_rows(client, X, 4),
+            X[:3] + np.arange(3)[:, None],
+            max_iter=5,
+            stop_rule=CentroidShift(0.0),
+        )
     assert "lloyd_iterations" in spmd
 
 
@@ -82,14 +94,18 @@ def test_spmd_is_the_default_for_loops_too_large_for_one_task(client, monkeypatc
 
     calls = []
     original = dkmeans.engine.spmd.run_spmd
-    monkeypatch.setattr(dkmeans.engine.spmd, "run_spmd", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    monkeypatch.setattr(
+        dkmeans.engine.spmd, "run_spmd", lambda *a, **kw: calls.append(1) or original(*a, **kw)
+    )
     X, _, _ = make_blobs(3000, 3, 4, seed=2)
     Xd = da.from_array(X, chunks=(500, 3))
     params = dict(n_clusters=4, init=pick_rows(X, 4, seed=0), tol=0)
     with dask.config.set({"dkmeans.spmd": False, "dkmeans.single-task-work": 0}):
         graph = dkmeans.KMeans(**params).fit(Xd)
     assert not calls
-    with dask.config.set({"dkmeans.single-task-work": 0}):  # too large for one task; SPMD as by default
+    with dask.config.set(
+        {"dkmeans.single-task-work": 0}
+    ):  # too large for one task; SPMD as by default
         default = dkmeans.KMeans(**params).fit(Xd)
     assert calls
     np.testing.assert_allclose(default.cluster_centers_, graph.cluster_centers_, rtol=1e-12)

@@ -11,7 +11,9 @@ def test_worker_info_is_the_schedulers_answer_whatever_the_client_stored(client)
     empty memory budget). ``worker_info`` asks the scheduler itself."""
     expected = set(client.scheduler_info(n_workers=-1)["workers"])
     assert len(expected) >= 2
-    client.sync(client._update_scheduler_info, n_workers=0)  # (private: the periodic update, reproduced)
+    client.sync(
+        client._update_scheduler_info, n_workers=0
+    )  # (private: the periodic update, reproduced)
     assert not client._scheduler_identity["workers"]  # what scheduler_info returned in the race
     info = worker_info(client)
     assert set(info) == expected

@@ -64,11 +64,30 @@ def test_bisect_bad_option_is_a_clear_error(parquet_dir, capsys):
 def test_bisect_reads_parquet_out_of_core(client, parquet_dir, capsys):
     root, df = parquet_dir
     output = root / "streamed.csv"
-    code = main(["bisect", str(root / "data"), "-k", "5", "--columns", "a", "b", "--random-state", "1",
-                 "--out-of-core", "true", "--output", str(output),
-                 "--scheduler", client.scheduler.address, "--quiet"])
+    code = main(
+        [
+            "bisect",
+            str(root / "data"),
+            "-k",
+            "5",
+            "--columns",
+            "a",
+            "b",
+            "--random-state",
+            "1",
+            "--out-of-core",
+            "true",
+            "--output",
+            str(output),
+            "--scheduler",
+            client.scheduler.address,
+            "--quiet",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "(out-of-core)" in out
     reference = BisectingKMeans(5, random_state=1).fit(df[["a", "b"]].to_numpy())
-    np.testing.assert_allclose(pd.read_csv(output)["objective"], reference.inertia_per_k_, rtol=1e-9)
+    np.testing.assert_allclose(
+        pd.read_csv(output)["objective"], reference.inertia_per_k_, rtol=1e-9
+    )

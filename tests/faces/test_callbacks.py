@@ -13,8 +13,9 @@ import dkmeans
 from dkmeans import _callbacks
 from dkmeans.testing import make_blobs
 
-pytestmark = pytest.mark.skipif(not _callbacks.AVAILABLE,
-                                reason="scikit-learn without sklearn.callback")
+pytestmark = pytest.mark.skipif(
+    not _callbacks.AVAILABLE, reason="scikit-learn without sklearn.callback"
+)
 
 
 @pytest.fixture
@@ -36,9 +37,16 @@ class Recorder:
 
     def _event(self, hook, context):
         parent = context.parent
-        self.events.append((hook, context.estimator_name, context.task_name, context.task_id,
-                            parent.task_name if parent is not None else None,
-                            parent.task_id if parent is not None else None))
+        self.events.append(
+            (
+                hook,
+                context.estimator_name,
+                context.task_name,
+                context.task_id,
+                parent.task_name if parent is not None else None,
+                parent.task_id if parent is not None else None,
+            )
+        )
 
     def on_fit_task_begin(self, estimator, context):
         self._event("begin", context)
@@ -62,11 +70,13 @@ class AutoRecorder(Recorder):
 
 def _stop_after_iteration(n, step="lloyd_iteration"):
     """Stop at the end of the n-th ``step`` of a run."""
+
     def stop(context):
         if context.task_name != step:
             return False
         done = sum(1 for c in context.parent._children_map.values() if c.task_name == step)
         return done >= n
+
     return stop
 
 
@@ -92,8 +102,11 @@ def test_a_stop_request_at_an_iteration_ends_the_loop_there_with_a_valid_model(b
 def test_a_stop_at_an_iteration_stops_that_run_only_and_one_at_a_run_stops_the_runs(blobs):
     """scikit-learn's meaning: a stop request stops the iterations of the level it came from."""
     rec = Recorder(stop=_stop_after_iteration(2))
-    km = dkmeans.KMeans(5, init="random", n_init=3, random_state=0, local_search=False,
-                        tol=0).set_callbacks(rec).fit(blobs)
+    km = (
+        dkmeans.KMeans(5, init="random", n_init=3, random_state=0, local_search=False, tol=0)
+        .set_callbacks(rec)
+        .fit(blobs)
+    )
     runs = rec.tasks("begin", "run")
     assert len(runs) == 3
     iterations = rec.tasks("begin", "lloyd_iteration")
@@ -105,8 +118,11 @@ def test_a_stop_at_an_iteration_stops_that_run_only_and_one_at_a_run_stops_the_r
 def test_runs_start_where_the_fit_service_says_even_with_a_local_search(blobs, capsys):
     """The Lloyd loop confirming a local search's swaps starts at iteration 1 again: same run."""
     rec = Recorder()
-    km = dkmeans.KMeans(5, init="k-means++", n_init=3, random_state=0, local_search=True,
-                        verbose=1).set_callbacks(rec).fit(blobs)
+    km = (
+        dkmeans.KMeans(5, init="k-means++", n_init=3, random_state=0, local_search=True, verbose=1)
+        .set_callbacks(rec)
+        .fit(blobs)
+    )
     assert len(rec.tasks("begin", "run")) == 3
     assert len(rec.tasks("begin", "initialization")) == 3
     assert capsys.readouterr().out.count("Initialization complete") == 3
@@ -119,14 +135,20 @@ def test_runs_start_where_the_fit_service_says_even_with_a_local_search(blobs, c
 def test_a_stop_request_ends_hartigan_and_minibatch_at_their_step(blobs):
     X = np.random.default_rng(0).random((3_000, 3))  # uniform: Hartigan takes many rounds
     rec = Recorder(stop=_stop_after_iteration(3, "hartigan_round"))
-    km = dkmeans.KMeans(20, algorithm="hartigan", init="random", n_init=1,
-                        random_state=0).set_callbacks(rec).fit(X)
+    km = (
+        dkmeans.KMeans(20, algorithm="hartigan", init="random", n_init=1, random_state=0)
+        .set_callbacks(rec)
+        .fit(X)
+    )
     assert km.stop_reason_ == "stopped"
     assert len(rec.tasks("begin", "hartigan_round")) == 3
     _assert_valid_model(km, X)
     rec = Recorder(stop=_stop_after_iteration(4, "minibatch_step"))
-    mb = dkmeans.MiniBatchKMeans(5, batch_size=100, random_state=0, max_iter=50,
-                                 tol=0).set_callbacks(rec).fit(blobs)
+    mb = (
+        dkmeans.MiniBatchKMeans(5, batch_size=100, random_state=0, max_iter=50, tol=0)
+        .set_callbacks(rec)
+        .fit(blobs)
+    )
     assert mb.stop_reason_ == "stopped"
     assert len(rec.tasks("begin", "minibatch_step")) == 4
     assert len(rec.tasks("begin", "run")) == 1  # a mini-batch fit is one run (n_init: its seedings)
@@ -134,14 +156,25 @@ def test_a_stop_request_ends_hartigan_and_minibatch_at_their_step(blobs):
 
 
 @pytest.mark.parametrize("mode", ["graph", "streamed"])
-def test_a_stop_request_reaches_a_loop_on_the_cluster_at_its_step(client, blobs, mode, graph_loop,
-                                                                  on_cluster):
+def test_a_stop_request_reaches_a_loop_on_the_cluster_at_its_step(
+    client, blobs, mode, graph_loop, on_cluster
+):
     """One graph per pass, or read from the source in every pass: the loop runs here and stops at
     the iteration the request came with."""
     Xd = da.from_array(blobs, chunks=750)
     rec = Recorder(stop=_stop_after_iteration(3))
-    km = dkmeans.KMeans(5, init="random", random_state=0, local_search=False, tol=0,
-                        out_of_core=mode == "streamed").set_callbacks(rec).fit(Xd)
+    km = (
+        dkmeans.KMeans(
+            5,
+            init="random",
+            random_state=0,
+            local_search=False,
+            tol=0,
+            out_of_core=mode == "streamed",
+        )
+        .set_callbacks(rec)
+        .fit(Xd)
+    )
     assert km.stop_reason_ == "stopped" and km.n_iter_ == 3
     assert km.data_mode_ == ("out-of-core" if mode == "streamed" else "in-memory")
     _assert_valid_model(km, blobs)
@@ -157,8 +190,13 @@ def test_a_stop_request_reaches_every_spmd_rank(client, spmd):
     X = rng.random((400_000, 8)).astype(np.float32)
     Xd = da.from_array(X, chunks=100_000)
     rec = Recorder(stop=_stop_after_iteration(2))
-    km = dkmeans.KMeans(64, init="random", random_state=0, local_search=False, tol=0, max_iter=300,
-                        prune=False).set_callbacks(rec).fit(Xd)
+    km = (
+        dkmeans.KMeans(
+            64, init="random", random_state=0, local_search=False, tol=0, max_iter=300, prune=False
+        )
+        .set_callbacks(rec)
+        .fit(Xd)
+    )
     assert spmd, "the loop ran SPMD"
     assert km.stop_reason_ == "stopped" and 2 <= km.n_iter_ < 300
     _assert_valid_model(km, X)
@@ -236,22 +274,33 @@ def test_an_out_of_core_minibatch_fit_reports_its_passes_by_windows(client, blob
     passes = rec.tasks("begin", "pass")
     assert passes, "no pass reported"
     assert all(e[4] == "run" for e in passes)
-    pieces = [len([e for e in rec.tasks("end", "piece") if e[4] == "pass" and e[5] == p[3]]) for p in passes]
+    pieces = [
+        len([e for e in rec.tasks("end", "piece") if e[4] == "pass" and e[5] == p[3]])
+        for p in passes
+    ]
     assert all(1 <= n <= 6 for n in pieces) and 6 in pieces, pieces  # whole passes read all six
     assert len(rec.tasks("begin")) == len(rec.tasks("end"))
 
 
 def _models_equal(a, b):
     for k in a.k_values:
-        np.testing.assert_allclose(a.models[k].cluster_centers_, b.models[k].cluster_centers_,
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            a.models[k].cluster_centers_, b.models[k].cluster_centers_, rtol=1e-6
+        )
 
 
 def test_a_sweep_reports_a_task_per_k_with_each_fit_nested(blobs):
     rec = AutoRecorder()
     plain = dkmeans.sweep(blobs, [2, 3, 5], random_state=0, reference_draws=0, silhouette_rows=0)
-    result = dkmeans.sweep(blobs, [2, 3, 5], random_state=0, reference_draws=0, silhouette_rows=0,
-                           callbacks=[rec], n_init=2)
+    result = dkmeans.sweep(
+        blobs,
+        [2, 3, 5],
+        random_state=0,
+        reference_draws=0,
+        silhouette_rows=0,
+        callbacks=[rec],
+        n_init=2,
+    )
     assert rec.events[0] == ("setup", "sweep") and rec.events[-1] == ("teardown", "sweep")
     ks = rec.tasks("begin", None)
     assert ks[0][1:3] == ("Sweep", "sweep")
@@ -264,8 +313,14 @@ def test_a_sweep_reports_a_task_per_k_with_each_fit_nested(blobs):
     assert len(rec.tasks("begin", "lloyd_iteration")) >= n_iter
     assert len(rec.tasks("begin")) == len(rec.tasks("end"))
     # callbacks change nothing in the models
-    again = dkmeans.sweep(blobs, [2, 3, 5], random_state=0, reference_draws=0, silhouette_rows=0,
-                          callbacks=[AutoRecorder()])
+    again = dkmeans.sweep(
+        blobs,
+        [2, 3, 5],
+        random_state=0,
+        reference_draws=0,
+        silhouette_rows=0,
+        callbacks=[AutoRecorder()],
+    )
     assert again.suggested_k == plain.suggested_k
     _models_equal(plain, again)
 
@@ -285,8 +340,17 @@ def test_a_sweep_shows_a_progress_bar_and_tears_it_down_after_an_error(blobs):
 
 def test_a_stop_request_in_a_sweep_ends_that_k_s_loop(blobs):
     rec = AutoRecorder(stop=_stop_after_iteration(2))
-    result = dkmeans.sweep(blobs, [3, 5], random_state=0, reference_draws=0, silhouette_rows=0,
-                           callbacks=[rec], init="random", local_search=False, tol=0)
+    result = dkmeans.sweep(
+        blobs,
+        [3, 5],
+        random_state=0,
+        reference_draws=0,
+        silhouette_rows=0,
+        callbacks=[rec],
+        init="random",
+        local_search=False,
+        tol=0,
+    )
     for k in (3, 5):
         assert result.models[k].stop_reason_ == "stopped" and result.models[k].n_iter_ == 2
 
@@ -296,8 +360,11 @@ def test_progress_bar_in_a_grid_search_and_a_scoring_monitor_s_score(blobs):
     from sklearn.callback import ProgressBar, ScoringMonitor
     from sklearn.model_selection import GridSearchCV
 
-    search = GridSearchCV(dkmeans.KMeans(random_state=0, init="random", local_search=False),
-                          {"n_clusters": [3, 5]}, cv=2).set_callbacks(ProgressBar())
+    search = GridSearchCV(
+        dkmeans.KMeans(random_state=0, init="random", local_search=False),
+        {"n_clusters": [3, 5]},
+        cv=2,
+    ).set_callbacks(ProgressBar())
     search.fit(blobs)
     assert search.best_params_["n_clusters"] == 5
     # scikit-learn's ScoringMonitor scores only where y is given (y=None: an empty row); k-means
@@ -316,8 +383,11 @@ def test_a_stop_request_set_on_a_grid_search_reaches_every_fit(blobs):
     from sklearn.model_selection import GridSearchCV
 
     rec = AutoRecorder(stop=_stop_after_iteration(2))
-    search = GridSearchCV(dkmeans.KMeans(random_state=0, init="random", n_init=1, local_search=False,
-                                         tol=0), {"n_clusters": [3, 5]}, cv=2).set_callbacks(rec)
+    search = GridSearchCV(
+        dkmeans.KMeans(random_state=0, init="random", n_init=1, local_search=False, tol=0),
+        {"n_clusters": [3, 5]},
+        cv=2,
+    ).set_callbacks(rec)
     search.fit(blobs)
     assert search.best_estimator_.stop_reason_ == "stopped" and search.best_estimator_.n_iter_ == 2
     fits = [e for e in rec.tasks("begin", "fit") if e[1] == "KMeans"]

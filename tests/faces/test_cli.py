@@ -17,7 +17,9 @@ from dkmeans.model import Model
 def test_model_file_round_trip_and_damage(tmp_path):
     C = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     path = save_model(tmp_path / "m", Model(C), {"objective": 1.5})
-    assert path == tmp_path / "m" and sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no suffix added
+    assert path == tmp_path / "m" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "m"
+    ]  # no suffix added
     model, meta = load_model(path)
     np.testing.assert_array_equal(model.centroids, C)
     assert model.centroids.dtype == np.float32 and meta["objective"] == 1.5
@@ -25,7 +27,11 @@ def test_model_file_round_trip_and_damage(tmp_path):
     (tmp_path / "trunc.npz").write_bytes(raw[: len(raw) // 2])
     with pytest.raises(ModelFileError, match="damaged or truncated"):
         load_model(tmp_path / "trunc.npz")
-    np.savez(tmp_path / "pickled.npz", centroids=np.array([{"a": 1}], dtype=object), metadata=np.zeros(1, np.uint8))
+    np.savez(
+        tmp_path / "pickled.npz",
+        centroids=np.array([{"a": 1}], dtype=object),
+        metadata=np.zeros(1, np.uint8),
+    )
     with pytest.raises(ModelFileError, match="pickle"):
         load_model(tmp_path / "pickled.npz")
     with pytest.raises(ModelFileError, match="does not exist"):
@@ -62,10 +68,25 @@ def test_every_option_has_help():
     parser = build_parser()
     assert _options_without_help(parser) == []
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(commands) == {"fit", "sweep", "bisect", "predict", "evaluate", "demo", "warm-up"}  # walked too
+    assert set(commands) == {
+        "fit",
+        "sweep",
+        "bisect",
+        "predict",
+        "evaluate",
+        "demo",
+        "warm-up",
+    }  # walked too
     demo_help = {a.option_strings[0]: a.help for a in commands["demo"]._actions if a.option_strings}
-    for option, default in (("--n-samples", "3000000"), ("--n-features", "8"), ("--chunk-rows", "250000"),
-                            ("--max-iter", "100"), ("--tol", "0.0001"), ("--seed", "0"), ("--spread", "2.0")):
+    for option, default in (
+        ("--n-samples", "3000000"),
+        ("--n-features", "8"),
+        ("--chunk-rows", "250000"),
+        ("--max-iter", "100"),
+        ("--tol", "0.0001"),
+        ("--seed", "0"),
+        ("--spread", "2.0"),
+    ):
         assert demo_help[option].endswith(f"(default {default})"), demo_help[option]
 
 
@@ -91,8 +112,21 @@ def test_main_closes_the_client_it_opened(client, parquet_dir, monkeypatch, caps
     root, dkmeans_logger = logging.getLogger(), logging.getLogger("dkmeans")
     before = list(root.handlers), list(dkmeans_logger.handlers)
     root_dir, _ = parquet_dir
-    code = main(["fit", str(root_dir / "data.csv"), "-k", "4", "--exclude", "truth", "--model",
-                 str(root_dir / "closed.dkm"), "--scheduler", client.scheduler.address, "--quiet"])
+    code = main(
+        [
+            "fit",
+            str(root_dir / "data.csv"),
+            "-k",
+            "4",
+            "--exclude",
+            "truth",
+            "--model",
+            str(root_dir / "closed.dkm"),
+            "--scheduler",
+            client.scheduler.address,
+            "--quiet",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert len(opened) == 1 and opened[0].status == "closed"
     assert (list(root.handlers), list(dkmeans_logger.handlers)) == before
@@ -114,7 +148,9 @@ def test_warm_up_loads_the_compiled_kernels(monkeypatch, capsys):
     assert main(["warm-up", "--n-features", "3", "--json"]) == 0
     outcome = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert outcome["status"] == "done" and outcome["n_features"] == [3]
-    assert plans.loaded(np.float32, 3) and plans.loaded(np.float64, 3) and not plans.loaded(np.float32, 4)
+    assert (
+        plans.loaded(np.float32, 3)
+        and plans.loaded(np.float64, 3)
+        and not plans.loaded(np.float32, 4)
+    )
     assert main(["warm-up", "--n-features", "0"]) == 2
-
-

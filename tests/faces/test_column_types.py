@@ -28,16 +28,47 @@ polars = pytest.importorskip("polars")
 # three blobs of integer points, 120 rows: exact in every numeric type below
 _rng = np.random.default_rng(7)
 CENTRES = np.array([[10, 10, 10], [50, 60, 80], [90, 20, 40]])
-VALUES = np.concatenate([c + _rng.integers(-5, 6, size=(40, 3)) for c in CENTRES]).astype(np.float64)
+VALUES = np.concatenate([c + _rng.integers(-5, 6, size=(40, 3)) for c in CENTRES]).astype(
+    np.float64
+)
 INIT_ROWS = [0, 40, 80]
 COLUMNS = ["a", "b", "c"]
 
-NUMPY_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-               "float64", "bool"]
-NULLABLE_TYPES = ["Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64",
-                  "boolean"]
-ARROW_TYPES = ["int8[pyarrow]", "uint64[pyarrow]", "float[pyarrow]", "double[pyarrow]", "bool[pyarrow]",
-               "decimal128(12, 2)[pyarrow]"]
+NUMPY_TYPES = [
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "bool",
+]
+NULLABLE_TYPES = [
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "UInt8",
+    "UInt16",
+    "UInt32",
+    "UInt64",
+    "Float32",
+    "Float64",
+    "boolean",
+]
+ARROW_TYPES = [
+    "int8[pyarrow]",
+    "uint64[pyarrow]",
+    "float[pyarrow]",
+    "double[pyarrow]",
+    "bool[pyarrow]",
+    "decimal128(12, 2)[pyarrow]",
+]
 ALL_TYPES = NUMPY_TYPES + NULLABLE_TYPES + ARROW_TYPES
 FLOAT32_TYPES = {"float32", "Float32", "float[pyarrow]"}
 
@@ -67,9 +98,13 @@ def frame_of(dtype: str, values=None) -> pd.DataFrame:
 
 def mixed_frame() -> tuple[pd.DataFrame, np.ndarray]:
     """One frame with a column of each kind (NumPy, nullable, Arrow, decimal): and its float64 numbers."""
-    cols = {"i8": ("Int8", VALUES[:, 0]), "u64": ("uint64[pyarrow]", VALUES[:, 1]),
-            "dec": ("decimal128(12, 2)[pyarrow]", VALUES[:, 2] / 4), "f": ("float32", VALUES[:, 0] / 2),
-            "flag": ("boolean", VALUES[:, 1] % 2)}
+    cols = {
+        "i8": ("Int8", VALUES[:, 0]),
+        "u64": ("uint64[pyarrow]", VALUES[:, 1]),
+        "dec": ("decimal128(12, 2)[pyarrow]", VALUES[:, 2] / 4),
+        "f": ("float32", VALUES[:, 0] / 2),
+        "flag": ("boolean", VALUES[:, 1] % 2),
+    }
     frame = pd.DataFrame({name: _column(v, t) for name, (t, v) in cols.items()})
     return frame, np.column_stack([v for _, v in cols.values()]).astype(np.float64)
 
@@ -96,7 +131,11 @@ def _placed(frame: pd.DataFrame, placement: str, tmp_path):
 
 
 def _expected_dtype(dtypes) -> np.dtype:
-    return np.dtype(np.float32) if all(str(t) in FLOAT32_TYPES for t in dtypes) else np.dtype(np.float64)
+    return (
+        np.dtype(np.float32)
+        if all(str(t) in FLOAT32_TYPES for t in dtypes)
+        else np.dtype(np.float64)
+    )
 
 
 def _check_fit(km, ref, dtype):
@@ -120,14 +159,21 @@ def _run_estimator(dtype_name, placement, tmp_path):
     dtype = _expected_dtype(frame.dtypes)
     ref = reference(numbers, dtype)
     X = _placed(frame, placement, tmp_path)
-    km = KMeans(3, init=numbers.astype(dtype)[INIT_ROWS], n_init=1,
-                out_of_core=placement in ("out_of_core", "parquet_arrow")).fit(X)
+    km = KMeans(
+        3,
+        init=numbers.astype(dtype)[INIT_ROWS],
+        n_init=1,
+        out_of_core=placement in ("out_of_core", "parquet_arrow"),
+    ).fit(X)
     _check_fit(km, ref, dtype)
-    assert km.data_mode_ == ("out-of-core" if placement in ("out_of_core", "parquet_arrow") else "in-memory")
+    assert km.data_mode_ == (
+        "out-of-core" if placement in ("out_of_core", "parquet_arrow") else "in-memory"
+    )
     np.testing.assert_array_equal(_labels(km.labels_), ref.labels_)
     np.testing.assert_array_equal(_labels(km.predict(X)), ref.labels_)
-    np.testing.assert_allclose(np.asarray(_labels(km.transform(X))), ref.transform(numbers.astype(dtype)),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(_labels(km.transform(X))), ref.transform(numbers.astype(dtype)), rtol=1e-5
+    )
     assert km.score(X) == pytest.approx(ref.score(numbers.astype(dtype)), rel=1e-5)
 
 
@@ -162,45 +208,88 @@ def test_every_face_on_a_frame_of_every_kind_of_column(client, placement, tmp_pa
     ref_trained = dkmeans.train(desc, numbers, numbers[INIT_ROWS])
     np.testing.assert_allclose(trained.model.centroids, ref_trained.model.centroids, rtol=1e-9)
     inferred = dkmeans.infer(desc, trained.model, X)
-    np.testing.assert_array_equal(_labels(inferred.labels), dkmeans.infer(desc, ref_trained.model, numbers).labels)
+    np.testing.assert_array_equal(
+        _labels(inferred.labels), dkmeans.infer(desc, ref_trained.model, numbers).labels
+    )
 
     # metrics and the sweep
     from dkmeans import metrics
 
     assert metrics.objective(X, ref.cluster_centers_) == pytest.approx(ref.inertia_, rel=1e-9)
-    assert metrics.davies_bouldin_score(X, km) == pytest.approx(metrics.davies_bouldin_score(numbers, ref), rel=1e-9)
+    assert metrics.davies_bouldin_score(X, km) == pytest.approx(
+        metrics.davies_bouldin_score(numbers, ref), rel=1e-9
+    )
     swept = dkmeans.sweep(X, [2, 3], random_state=0, out_of_core=out_of_core)
     ref_swept = dkmeans.sweep(numbers, [2, 3], random_state=0)
     for k in (2, 3):
-        np.testing.assert_allclose(swept.models[k].cluster_centers_, ref_swept.models[k].cluster_centers_, rtol=1e-9)
+        np.testing.assert_allclose(
+            swept.models[k].cluster_centers_, ref_swept.models[k].cluster_centers_, rtol=1e-9
+        )
 
     # mini-batch: the same draws (keyed by row) whatever the input kind
-    mb = MiniBatchKMeans(3, init=numbers[INIT_ROWS], n_init=1, batch_size=32, max_iter=5, random_state=0,
-                         out_of_core=out_of_core).fit(X)
-    ref_mb = MiniBatchKMeans(3, init=numbers[INIT_ROWS], n_init=1, batch_size=32, max_iter=5, random_state=0,
-                             out_of_core=out_of_core).fit(dd.from_array(numbers, chunksize=40)
-                                                          if placement != "memory" else numbers)
+    mb = MiniBatchKMeans(
+        3,
+        init=numbers[INIT_ROWS],
+        n_init=1,
+        batch_size=32,
+        max_iter=5,
+        random_state=0,
+        out_of_core=out_of_core,
+    ).fit(X)
+    ref_mb = MiniBatchKMeans(
+        3,
+        init=numbers[INIT_ROWS],
+        n_init=1,
+        batch_size=32,
+        max_iter=5,
+        random_state=0,
+        out_of_core=out_of_core,
+    ).fit(dd.from_array(numbers, chunksize=40) if placement != "memory" else numbers)
     np.testing.assert_allclose(mb.cluster_centers_, ref_mb.cluster_centers_, rtol=1e-9)
     if placement == "memory":
-        partial = MiniBatchKMeans(3, init=numbers[INIT_ROWS], n_init=1, random_state=0).partial_fit(frame)
-        ref_partial = MiniBatchKMeans(3, init=numbers[INIT_ROWS], n_init=1, random_state=0).partial_fit(numbers)
-        np.testing.assert_allclose(partial.cluster_centers_, ref_partial.cluster_centers_, rtol=1e-12)
+        partial = MiniBatchKMeans(3, init=numbers[INIT_ROWS], n_init=1, random_state=0).partial_fit(
+            frame
+        )
+        ref_partial = MiniBatchKMeans(
+            3, init=numbers[INIT_ROWS], n_init=1, random_state=0
+        ).partial_fit(numbers)
+        np.testing.assert_allclose(
+            partial.cluster_centers_, ref_partial.cluster_centers_, rtol=1e-12
+        )
 
 
 # -- polars and pyarrow frames -----------------------------------------------------------------
-POLARS_TYPES = ["Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64",
-                "Boolean", "Decimal"]
+POLARS_TYPES = [
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "UInt8",
+    "UInt16",
+    "UInt32",
+    "UInt64",
+    "Float32",
+    "Float64",
+    "Boolean",
+    "Decimal",
+]
 
 
 def polars_frame(type_name: str):
-    numbers = _numbers("bool" if type_name == "Boolean" else "decimal" if type_name == "Decimal" else type_name)
+    numbers = _numbers(
+        "bool" if type_name == "Boolean" else "decimal" if type_name == "Decimal" else type_name
+    )
     if type_name == "Decimal":
         dtype = polars.Decimal(12, 2)
     else:
         dtype = getattr(polars, type_name)
-    data = {name: numbers[:, j].astype(bool) if type_name == "Boolean" else numbers[:, j]
-            for j, name in enumerate(COLUMNS)}
-    return polars.DataFrame(data).with_columns([polars.col(c).cast(dtype) for c in COLUMNS]), numbers
+    data = {
+        name: numbers[:, j].astype(bool) if type_name == "Boolean" else numbers[:, j]
+        for j, name in enumerate(COLUMNS)
+    }
+    return polars.DataFrame(data).with_columns(
+        [polars.col(c).cast(dtype) for c in COLUMNS]
+    ), numbers
 
 
 @pytest.mark.parametrize("type_name", POLARS_TYPES)
@@ -213,14 +302,19 @@ def test_polars_frames_of_every_numeric_type(type_name):
     assert list(km.feature_names_in_) == COLUMNS
     np.testing.assert_array_equal(km.predict(frame), ref.labels_)
     desc = dkmeans.Descriptor(cluster_count=3, dtype=dtype)
-    assert dkmeans.infer(desc, dkmeans.Model(ref.cluster_centers_), frame).objective_function_value == \
-        pytest.approx(ref.inertia_, rel=1e-5)
+    assert dkmeans.infer(
+        desc, dkmeans.Model(ref.cluster_centers_), frame
+    ).objective_function_value == pytest.approx(ref.inertia_, rel=1e-5)
 
 
 def test_pyarrow_tables_with_decimals_fit_as_floats():
     numbers = VALUES / 4
-    table = pa.table({c: pa.array([Decimal(f"{v:.2f}") for v in numbers[:, j]], type=pa.decimal128(12, 2))
-                      for j, c in enumerate(COLUMNS)})
+    table = pa.table(
+        {
+            c: pa.array([Decimal(f"{v:.2f}") for v in numbers[:, j]], type=pa.decimal128(12, 2))
+            for j, c in enumerate(COLUMNS)
+        }
+    )
     ref = reference(numbers, np.float64)
     km = KMeans(3, init=numbers[INIT_ROWS], n_init=1).fit(table)
     _check_fit(km, ref, np.dtype(np.float64))
@@ -229,18 +323,25 @@ def test_pyarrow_tables_with_decimals_fit_as_floats():
 
 # -- non-numeric columns: named, whatever the frame library --------------------------------------
 def _with_others(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.assign(name=[f"row{i}" for i in range(len(frame))],
-                        when=pd.date_range("2024-01-01", periods=len(frame), freq="h"),
-                        kind=pd.Categorical(["x", "y"] * (len(frame) // 2)))
+    return frame.assign(
+        name=[f"row{i}" for i in range(len(frame))],
+        when=pd.date_range("2024-01-01", periods=len(frame), freq="h"),
+        kind=pd.Categorical(["x", "y"] * (len(frame) // 2)),
+    )
 
 
 @pytest.mark.parametrize("library", ["pandas", "dask", "polars", "pyarrow"])
 def test_non_numeric_columns_are_named(client, library):
     frame = _with_others(frame_of("float64"))
-    data = {"pandas": lambda: frame, "dask": lambda: dd.from_pandas(frame, npartitions=2),
-            "polars": lambda: polars.from_pandas(frame),
-            "pyarrow": lambda: pa.Table.from_pandas(frame, preserve_index=False)}[library]()
-    with pytest.raises(DataTypeError, match=r"columns \['name', 'when', 'kind'\] are not numeric") as info:
+    data = {
+        "pandas": lambda: frame,
+        "dask": lambda: dd.from_pandas(frame, npartitions=2),
+        "polars": lambda: polars.from_pandas(frame),
+        "pyarrow": lambda: pa.Table.from_pandas(frame, preserve_index=False),
+    }[library]()
+    with pytest.raises(
+        DataTypeError, match=r"columns \['name', 'when', 'kind'\] are not numeric"
+    ) as info:
         KMeans(3).fit(data)
     assert "could not convert" not in str(info.value)
     nested = pa.table({"a": VALUES[:, 0], "tags": pa.array([[1, 2]] * len(VALUES))})
@@ -251,8 +352,13 @@ def test_non_numeric_columns_are_named(client, library):
 # -- missing values ------------------------------------------------------------------------------
 def _frame_with_missing(kind: str) -> pd.DataFrame:
     """NaN in a NumPy column, pd.NA in a nullable one, an Arrow null in a pyarrow one: 2 + 1 + 1 values."""
-    frame = pd.DataFrame({"a": VALUES[:, 0], "b": pd.array(VALUES[:, 1].astype(int), dtype="Int64"),
-                          "c": pd.Series(VALUES[:, 2], dtype="double[pyarrow]")})
+    frame = pd.DataFrame(
+        {
+            "a": VALUES[:, 0],
+            "b": pd.array(VALUES[:, 1].astype(int), dtype="Int64"),
+            "c": pd.Series(VALUES[:, 2], dtype="double[pyarrow]"),
+        }
+    )
     if kind in ("nan", "all"):
         frame.loc[[3, 70], "a"] = np.nan
     if kind in ("na", "all"):
@@ -262,18 +368,27 @@ def _frame_with_missing(kind: str) -> pd.DataFrame:
     return frame
 
 
-MISSING_COUNTS = {"nan": r"'a' \(2\)", "na": r"'b' \(1\)", "null": r"'c' \(1\)",
-                  "all": r"'a' \(2\), 'b' \(1\), 'c' \(1\)"}
+MISSING_COUNTS = {
+    "nan": r"'a' \(2\)",
+    "na": r"'b' \(1\)",
+    "null": r"'c' \(1\)",
+    "all": r"'a' \(2\), 'b' \(1\), 'c' \(1\)",
+}
 
 
 @pytest.mark.parametrize("kind", list(MISSING_COUNTS))
 @pytest.mark.parametrize("library", ["pandas", "polars", "pyarrow"])
 def test_missing_values_in_memory_name_the_columns_and_counts(kind, library):
     frame = _frame_with_missing(kind)
-    data = {"pandas": frame, "polars": polars.from_pandas(frame),
-            "pyarrow": pa.Table.from_pandas(frame, preserve_index=False)}[library]
-    with pytest.raises(InvalidDataError, match=r"X: missing values \(NaN or null\) in column\(s\) "
-                                               + MISSING_COUNTS[kind]):
+    data = {
+        "pandas": frame,
+        "polars": polars.from_pandas(frame),
+        "pyarrow": pa.Table.from_pandas(frame, preserve_index=False),
+    }[library]
+    with pytest.raises(
+        InvalidDataError,
+        match=r"X: missing values \(NaN or null\) in column\(s\) " + MISSING_COUNTS[kind],
+    ):
         KMeans(3).fit(data)
 
 
@@ -285,7 +400,9 @@ def test_missing_values_in_lazy_data_raise_when_the_pass_finds_them(client, plac
 
 
 @pytest.mark.parametrize("placement", ["memory", "dask", "out_of_core", "parquet_arrow"])
-def test_missing_skip_fits_the_complete_rows_and_labels_the_others_minus_one(client, placement, tmp_path):
+def test_missing_skip_fits_the_complete_rows_and_labels_the_others_minus_one(
+    client, placement, tmp_path
+):
     frame = _frame_with_missing("all")
     numbers = VALUES.copy()
     complete = np.ones(len(VALUES), bool)
@@ -293,7 +410,9 @@ def test_missing_skip_fits_the_complete_rows_and_labels_the_others_minus_one(cli
     ref = KMeans(3, init=numbers[INIT_ROWS], n_init=1).fit(numbers[complete])
     X = _placed(frame, placement, tmp_path)
     out_of_core = placement in ("out_of_core", "parquet_arrow")
-    km = KMeans(3, init=numbers[INIT_ROWS], n_init=1, missing="skip", out_of_core=out_of_core).fit(X)
+    km = KMeans(3, init=numbers[INIT_ROWS], n_init=1, missing="skip", out_of_core=out_of_core).fit(
+        X
+    )
     np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-9)
     assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-9)
     labels = _labels(km.labels_)
@@ -312,8 +431,12 @@ def test_missing_skip_in_every_face(client):
     numbers[[2, 50], 1] = np.nan
     complete = ~np.isnan(numbers).any(axis=1)
     weights = np.linspace(1, 2, len(numbers))
-    ref = KMeans(3, init=VALUES[INIT_ROWS], n_init=1).fit(numbers[complete], sample_weight=weights[complete])
-    km = KMeans(3, init=VALUES[INIT_ROWS], n_init=1, missing="skip").fit(numbers, sample_weight=weights)
+    ref = KMeans(3, init=VALUES[INIT_ROWS], n_init=1).fit(
+        numbers[complete], sample_weight=weights[complete]
+    )
+    km = KMeans(3, init=VALUES[INIT_ROWS], n_init=1, missing="skip").fit(
+        numbers, sample_weight=weights
+    )
     np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-12)
     assert (km.labels_[~complete] == -1).all()
     desc = dkmeans.Descriptor(cluster_count=3)
@@ -321,7 +444,9 @@ def test_missing_skip_in_every_face(client):
     assert (trained.labels[~complete] == -1).all()
     inferred = dkmeans.infer(desc, trained.model, numbers, missing="skip")
     np.testing.assert_array_equal(inferred.labels, trained.labels)
-    mb = MiniBatchKMeans(3, init=VALUES[INIT_ROWS], n_init=1, random_state=0, missing="skip").fit(numbers)
+    mb = MiniBatchKMeans(3, init=VALUES[INIT_ROWS], n_init=1, random_state=0, missing="skip").fit(
+        numbers
+    )
     assert (mb.predict(numbers)[~complete] == -1).all()
     swept = dkmeans.sweep(numbers, [2, 3], random_state=0, missing="skip")
     assert (swept.models[3].labels_[~complete] == -1).all()

@@ -9,9 +9,9 @@ import pytest
 
 import dkmeans
 from dkmeans import Descriptor, KMeans, infer, train
+from dkmeans.engine.files import read_table, write_parquet
 from dkmeans.errors import DataTypeError, InvalidDataError, InvalidParameterError
 from dkmeans.io import ModelFileError
-from dkmeans.engine.files import read_table, write_parquet
 from dkmeans.testing import make_blobs, pick_rows
 
 
@@ -26,7 +26,9 @@ def frame():
 
 def test_dask_dataframe_unknown_lengths_and_empty_partitions(client, frame):
     ddf = dd.from_pandas(frame, npartitions=6)
-    ddf = ddf[(ddf.x > -100) & ((ddf.index < 10_500) | (ddf.index >= 11_000))]  # partition 2 becomes empty
+    ddf = ddf[
+        (ddf.x > -100) & ((ddf.index < 10_500) | (ddf.index >= 11_000))
+    ]  # partition 2 becomes empty
     assert np.isnan(ddf[["x"]].to_dask_array().shape[0])
     local = frame[(frame.index < 10_500) | (frame.index >= 11_000)]
     C0 = pick_rows(local[["x", "y", "z"]].to_numpy(), 4, seed=3)
@@ -50,7 +52,9 @@ def test_predict_returns_aligned_series_without_shuffle(client, frame):
     assert out.index.equals(frame.index)
     dist = km.transform(ddf[["x", "y", "z"]])
     assert list(dist.columns) == ["kmeans0", "kmeans1", "kmeans2", "kmeans3"]
-    np.testing.assert_allclose(dist.compute().to_numpy(), km.transform(frame[["x", "y", "z"]]), rtol=1e-9)
+    np.testing.assert_allclose(
+        dist.compute().to_numpy(), km.transform(frame[["x", "y", "z"]]), rtol=1e-9
+    )
 
 
 def test_feature_names_are_checked(client, frame):
@@ -98,7 +102,9 @@ def test_parquet_and_csv_round_trip(client, frame, tmp_path):
     km_csv = KMeans(4, random_state=2).fit(csv)
     np.testing.assert_allclose(km.cluster_centers_, km_csv.cluster_centers_, rtol=1e-12)
     full = read_table(tmp_path / "in.parquet")
-    out = write_parquet(full.assign(cluster=km.predict(full[["x", "y", "z"]])), tmp_path / "out.parquet")
+    out = write_parquet(
+        full.assign(cluster=km.predict(full[["x", "y", "z"]])), tmp_path / "out.parquet"
+    )
     back = pd.read_parquet(out)
     assert len(list(out.glob("*.parquet"))) == full.npartitions  # partitioned like the input
     assert back.index.equals(frame.index) and (back["name"] == frame["name"]).all()
@@ -114,11 +120,17 @@ def test_estimator_save_load_round_trip(client, frame, tmp_path):
     np.testing.assert_array_equal(loaded.cluster_centers_, km.cluster_centers_)
     assert loaded.get_params() == km.get_params()
     assert list(loaded.feature_names_in_) == ["x", "y", "z"]
-    assert (loaded.inertia_, loaded.n_iter_, loaded.history_) == (km.inertia_, km.n_iter_, km.history_)
+    assert (loaded.inertia_, loaded.n_iter_, loaded.history_) == (
+        km.inertia_,
+        km.n_iter_,
+        km.history_,
+    )
     np.testing.assert_array_equal(loaded.cluster_sizes_, km.cluster_sizes_)
     np.testing.assert_array_equal(loaded.cluster_inertia_, km.cluster_inertia_)
     assert loaded.imbalance_ == km.imbalance_ and km.cluster_sizes_.sum() == len(frame)
-    np.testing.assert_array_equal(loaded.predict(frame[["x", "y", "z"]]), km.predict(frame[["x", "y", "z"]]))
+    np.testing.assert_array_equal(
+        loaded.predict(frame[["x", "y", "z"]]), km.predict(frame[["x", "y", "z"]])
+    )
     bare = dkmeans.io.save_model(tmp_path / "bare", dkmeans.Model(km.cluster_centers_))
     assert bare == tmp_path / "bare"  # the file named, no suffix added
     with pytest.raises(ModelFileError, match="not a saved dkmeans.KMeans"):

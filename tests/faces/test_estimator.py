@@ -38,7 +38,9 @@ def test_matches_scikit_learn(client, data, dtype, rtol, tol):
     np.testing.assert_array_equal(km.labels_, sk.labels_)
     np.testing.assert_allclose(km.inertia_, sk.inertia_, rtol=rtol)
     np.testing.assert_array_equal(km.predict(X), sk.predict(X))
-    np.testing.assert_allclose(km.transform(X), sk.transform(X), rtol=rtol * 10, atol=1e-3 if dtype == np.float32 else 1e-9)
+    np.testing.assert_allclose(
+        km.transform(X), sk.transform(X), rtol=rtol * 10, atol=1e-3 if dtype == np.float32 else 1e-9
+    )
     np.testing.assert_allclose(km.score(X), sk.score(X), rtol=rtol)
 
 
@@ -60,7 +62,9 @@ def test_sample_weight_matches_scikit_learn(client, data):
     assert km.n_iter_ == sk.n_iter_
     np.testing.assert_allclose(km.cluster_centers_, sk.cluster_centers_, rtol=1e-7)
     np.testing.assert_allclose(km.inertia_, sk.inertia_, rtol=1e-7)
-    np.testing.assert_allclose(km.score(X, sample_weight=w), sk.score(X, sample_weight=w), rtol=1e-7)
+    np.testing.assert_allclose(
+        km.score(X, sample_weight=w), sk.score(X, sample_weight=w), rtol=1e-7
+    )
     np.testing.assert_array_equal(w, w_before)
 
 
@@ -74,7 +78,9 @@ def test_dask_array_in_lazy_out(client, data):
     np.testing.assert_array_equal(pred.compute(), km.labels_.compute())
     dist = km.transform(Xd)
     assert isinstance(dist, da.Array) and dist.shape == (len(X), 7)
-    np.testing.assert_allclose(dist.compute(), km.transform(X.astype(np.float32)), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        dist.compute(), km.transform(X.astype(np.float32)), rtol=1e-5, atol=1e-4
+    )
     assert km.score(Xd) == pytest.approx(-km.inertia_, rel=1e-6)
     local = KMeans(n_clusters=7, init=C0).fit(X.astype(np.float32))
     np.testing.assert_allclose(km.cluster_centers_, local.cluster_centers_, rtol=1e-6)
@@ -85,7 +91,9 @@ def test_fit_predict_and_fit_transform(client, data):
     km = KMeans(n_clusters=7, init=C0)
     labels = km.fit_predict(X)
     np.testing.assert_array_equal(labels, km.labels_)
-    np.testing.assert_allclose(KMeans(n_clusters=7, init=C0).fit_transform(X), km.transform(X), rtol=1e-12)
+    np.testing.assert_allclose(
+        KMeans(n_clusters=7, init=C0).fit_transform(X), km.transform(X), rtol=1e-12
+    )
 
 
 def test_random_init_is_reproducible_and_chunking_invariant(client, data):
@@ -109,8 +117,15 @@ def test_history_is_recorded(client, data):
     X, C0 = data
     km = KMeans(n_clusters=7, init=C0, tol=0.0).fit(X)
     assert len(km.history_) == km.n_iter_
-    assert set(km.history_[0]) == {"iteration", "objective", "centroid_shift", "empty_clusters_fixed", "seconds",
-                                   "distances_computed", "algorithm"}
+    assert set(km.history_[0]) == {
+        "iteration",
+        "objective",
+        "centroid_shift",
+        "empty_clusters_fixed",
+        "seconds",
+        "distances_computed",
+        "algorithm",
+    }
     objs = [h["objective"] for h in km.history_]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(objs, objs[1:]))
     assert objs[-1] >= km.inertia_ * (1 - 1e-12)

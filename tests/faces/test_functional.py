@@ -59,7 +59,9 @@ def problem():
 
 def test_train_postconditions_and_reference(client, problem):
     X, C0 = problem
-    desc = Descriptor(cluster_count=4, max_iteration_count=100, accuracy_threshold=1e-6, dtype=np.float64)
+    desc = Descriptor(
+        cluster_count=4, max_iteration_count=100, accuracy_threshold=1e-6, dtype=np.float64
+    )
     res = train(desc, X, C0)
     ref = reference_lloyd(X, C0, max_iter=100, threshold=1e-6)
     assert isinstance(res, TrainResult)
@@ -106,8 +108,13 @@ def test_dask_in_dask_out(client, problem):
 
 def test_centroid_shift_stop_rule_option(client, problem):
     X, C0 = problem
-    desc = Descriptor(cluster_count=4, max_iteration_count=100, accuracy_threshold=1e-3,
-                      dtype=np.float64, stop_rule="centroid-shift")
+    desc = Descriptor(
+        cluster_count=4,
+        max_iteration_count=100,
+        accuracy_threshold=1e-3,
+        dtype=np.float64,
+        stop_rule="centroid-shift",
+    )
     res = train(desc, X, C0)
     ref = reference_lloyd(X, C0, max_iter=100, tol=1e-3, tol_inclusive=False)
     assert res.iteration_count == ref.n_iter
@@ -132,9 +139,21 @@ def test_named_initialisation_is_reproducible(client, problem):
         (lambda X, C: (X[:0], C), InvalidDataError, "0 sample"),
         (lambda X, C: (X[:, :0], C[:, :0]), InvalidDataError, "0 feature"),
         (lambda X, C: (X[:3], C), InvalidParameterError, "should be >= cluster_count"),
-        (lambda X, C: (np.where(np.arange(len(X))[:, None] == 5, np.nan, X), C), InvalidDataError, "NaN"),
-        (lambda X, C: (np.where(np.arange(len(X))[:, None] == 5, np.inf, X), C), InvalidDataError, "infinity"),
-        (lambda X, C: (X, np.where(np.arange(4)[:, None] == 0, np.nan, C)), InvalidDataError, "NaN"),
+        (
+            lambda X, C: (np.where(np.arange(len(X))[:, None] == 5, np.nan, X), C),
+            InvalidDataError,
+            "NaN",
+        ),
+        (
+            lambda X, C: (np.where(np.arange(len(X))[:, None] == 5, np.inf, X), C),
+            InvalidDataError,
+            "infinity",
+        ),
+        (
+            lambda X, C: (X, np.where(np.arange(4)[:, None] == 0, np.nan, C)),
+            InvalidDataError,
+            "NaN",
+        ),
         (lambda X, C: (X[:, 0], C), InvalidDataError, "2D"),
         (lambda X, C: (X, C[:0]), InvalidDataError, "initial_centroids"),
         (lambda X, C: (X, "k-means+++"), InvalidParameterError, "unknown strategy"),
@@ -171,6 +190,8 @@ def test_infer_preconditions(client, problem):
 
 
 def test_errors_are_value_and_type_errors():
-    assert issubclass(InvalidDataError, ValueError) and issubclass(InvalidParameterError, ValueError)
+    assert issubclass(InvalidDataError, ValueError) and issubclass(
+        InvalidParameterError, ValueError
+    )
     assert issubclass(DataTypeError, TypeError)
     assert dkmeans.Descriptor is Descriptor

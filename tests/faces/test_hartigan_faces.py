@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dkmeans import Descriptor, KMeans, infer, train
-from dkmeans.errors import InvalidParameterError
 from dkmeans.drivers.hartigan import standard_hartigan
+from dkmeans.errors import InvalidParameterError
 from dkmeans.testing import make_blobs, pick_rows
 
 
@@ -19,8 +19,11 @@ def problem():
 
 def single_move_gains(X, labels, k):
     """Best objective decrease of any single move, recomputed exhaustively (float64)."""
+
     def obj(lab):
-        return sum(((X[lab == j] - X[lab == j].mean(0)) ** 2).sum() for j in range(k) if (lab == j).any())
+        return sum(
+            ((X[lab == j] - X[lab == j].mean(0)) ** 2).sum() for j in range(k) if (lab == j).any()
+        )
 
     base, best = obj(labels), 0.0
     for i in range(len(X)):
@@ -71,8 +74,12 @@ def test_functional_method_tag(client, problem):
 
 @pytest.mark.parametrize(
     "params, fragment",
-    [({"algorithm": "elkan"}, "algorithm"), ({"refine": "lloyd"}, "refine"),
-     ({"algorithm": "hartigan", "refine": "hartigan"}, "refine"), ({"hartigan_mode": "fast"}, "hartigan_mode")],
+    [
+        ({"algorithm": "elkan"}, "algorithm"),
+        ({"refine": "lloyd"}, "refine"),
+        ({"algorithm": "hartigan", "refine": "hartigan"}, "refine"),
+        ({"hartigan_mode": "fast"}, "hartigan_mode"),
+    ],
 )
 def test_bad_hartigan_parameters(client, problem, params, fragment):
     X, _ = problem

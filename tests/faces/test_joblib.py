@@ -31,10 +31,13 @@ def _search(X, n_jobs):
 
 def test_grid_search_in_loky_workers_matches_serial(X):
     serial = _search(X, 1)
-    parallel = _search(X, 2)  # joblib's default backend: loky worker processes, no Dask client there
+    parallel = _search(
+        X, 2
+    )  # joblib's default backend: loky worker processes, no Dask client there
     assert parallel.best_params_ == serial.best_params_
-    np.testing.assert_allclose(parallel.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        parallel.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"], rtol=1e-12
+    )
 
 
 @pytest.mark.timeout(180)
@@ -43,8 +46,9 @@ def test_grid_search_under_the_dask_joblib_backend_matches_serial(client, X):
     with joblib.parallel_backend("dask"):  # every fit runs inside a task on the session cluster
         on_dask = _search(X, 2)
     assert on_dask.best_params_ == serial.best_params_
-    np.testing.assert_allclose(on_dask.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        on_dask.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"], rtol=1e-12
+    )
 
 
 def _fit_on_the_cluster_in_a_task(X):

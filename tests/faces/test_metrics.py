@@ -28,8 +28,12 @@ def test_ari_matches_scikit_learn(labels):
 def test_dask_labels_give_the_same_values(client, labels):
     a, b = labels
     ad, bd = da.from_array(a, chunks=700), da.from_array(b, chunks=900)
-    np.testing.assert_array_equal(metrics.contingency_matrix(ad, bd), metrics.contingency_matrix(a, b))
-    assert metrics.adjusted_rand_index(ad, bd) == pytest.approx(metrics.adjusted_rand_index(a, b), rel=1e-12)
+    np.testing.assert_array_equal(
+        metrics.contingency_matrix(ad, bd), metrics.contingency_matrix(a, b)
+    )
+    assert metrics.adjusted_rand_index(ad, bd) == pytest.approx(
+        metrics.adjusted_rand_index(a, b), rel=1e-12
+    )
     assert metrics.accuracy(ad, bd) == metrics.accuracy(a, b)
 
 
@@ -56,7 +60,9 @@ def test_objective_numpy_and_dask(client):
     w = rng.uniform(size=500)
     ref = (((X[:, None] - C[None]) ** 2).sum(-1).min(1) * w).sum()
     assert metrics.objective(X, C, w) == pytest.approx(ref, rel=1e-12)
-    assert metrics.objective(da.from_array(X, chunks=(120, 3)), C, da.from_array(w, chunks=120)) == pytest.approx(ref, rel=1e-12)
+    assert metrics.objective(
+        da.from_array(X, chunks=(120, 3)), C, da.from_array(w, chunks=120)
+    ) == pytest.approx(ref, rel=1e-12)
 
 
 def test_class_means():

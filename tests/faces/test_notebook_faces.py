@@ -4,7 +4,6 @@ fresh process, are in ``tests/system/test_fresh_processes.py``."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -22,15 +21,18 @@ def blobs():
 
 
 def test_plots_return_figures_and_leave_the_backend_alone(blobs, tmp_path):
-    from matplotlib.figure import Figure
-
     import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     backend = matplotlib.get_backend()
     km = dkmeans.KMeans(4, random_state=0).fit(blobs)
-    figures = [km.plot(), km.plot(blobs), dkmeans.plot.plot_history(km.history_),
-               dkmeans.plot.plot_clusters(blobs, km.labels_, km.cluster_centers_),
-               dkmeans.plot.plot_sweep([2, 3, 4], [30.0, 20.0, 15.0], 3)]
+    figures = [
+        km.plot(),
+        km.plot(blobs),
+        dkmeans.plot.plot_history(km.history_),
+        dkmeans.plot.plot_clusters(blobs, km.labels_, km.cluster_centers_),
+        dkmeans.plot.plot_sweep([2, 3, 4], [30.0, 20.0, 15.0], 3),
+    ]
     assert all(isinstance(f, Figure) for f in figures)
     assert len(figures[1].axes) == 2 and figures[1].axes[1].get_title() == "4 clusters"
     assert matplotlib.get_backend() == backend
@@ -38,8 +40,9 @@ def test_plots_return_figures_and_leave_the_backend_alone(blobs, tmp_path):
     assert dkmeans.plot.plot_history(km.history_, ax=ax) is ax  # drawn on the caller's axes
     plt.close("all")
     opened = plt.get_fignums()
-    path = dkmeans.plot.save_fit_plot(tmp_path / "fit.png", km.history_, blobs, km.labels_,
-                                      km.cluster_centers_)
+    path = dkmeans.plot.save_fit_plot(
+        tmp_path / "fit.png", km.history_, blobs, km.labels_, km.cluster_centers_
+    )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plt.get_fignums() == opened  # files are drawn off pyplot: nothing left open
     for f in figures:
@@ -58,8 +61,9 @@ def test_sweep_result_has_a_notebook_view(blobs):
     assert "sk-" in result.models[3]._repr_html_()
 
 
-needs_callbacks = pytest.mark.skipif(not _callbacks.AVAILABLE,
-                                     reason="scikit-learn without sklearn.callback")
+needs_callbacks = pytest.mark.skipif(
+    not _callbacks.AVAILABLE, reason="scikit-learn without sklearn.callback"
+)
 
 
 class _Recorder:
@@ -118,8 +122,11 @@ def test_progress_bar_and_scoring_monitor_work_alone_and_in_a_grid_search(blobs)
     assert monitor.get_logs().data[0]["task_name"] == "fit"
     mb = dkmeans.MiniBatchKMeans(4, random_state=0, batch_size=256).set_callbacks(ProgressBar())
     assert mb.fit(blobs).cluster_centers_.shape == (4, 3)
-    search = GridSearchCV(make_pipeline(StandardScaler(), dkmeans.KMeans(random_state=0)),
-                          {"kmeans__n_clusters": [2, 4]}, cv=2).set_callbacks(ProgressBar())
+    search = GridSearchCV(
+        make_pipeline(StandardScaler(), dkmeans.KMeans(random_state=0)),
+        {"kmeans__n_clusters": [2, 4]},
+        cv=2,
+    ).set_callbacks(ProgressBar())
     search.fit(blobs)
     assert search.best_params_["kmeans__n_clusters"] == 4
 

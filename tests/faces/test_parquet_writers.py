@@ -29,8 +29,15 @@ _rng = np.random.default_rng(11)
 N = 240
 CENTRES = np.array([[0.0, 0.0, 100.0], [20.0, 5.0, 300.0], [5.0, 25.0, 600.0]])
 # x, y: float64 and int32 in the files; amount: decimal128(12, 2) (cents, exact in float64)
-NUMBERS = np.concatenate([c + np.column_stack([_rng.normal(0, 2, 80), _rng.integers(-3, 4, 80),
-                                               _rng.integers(-4000, 4000, 80) / 100]) for c in CENTRES])
+NUMBERS = np.concatenate(
+    [
+        c
+        + np.column_stack(
+            [_rng.normal(0, 2, 80), _rng.integers(-3, 4, 80), _rng.integers(-4000, 4000, 80) / 100]
+        )
+        for c in CENTRES
+    ]
+)
 NUMBERS[:, 1] = np.round(NUMBERS[:, 1])
 NUMBERS[:, 2] = np.round(NUMBERS[:, 2], 2)
 INIT = CENTRES + 1.0
@@ -39,15 +46,19 @@ FEATURES = ["x", "y", "amount"]
 
 def spark_table() -> pa.Table:
     """A table with Spark's column types: long id, double, int, decimal(12,2), timestamp, a struct and a list."""
-    return pa.table({
-        "id": pa.array(np.arange(N), pa.int64()),
-        "x": pa.array(NUMBERS[:, 0], pa.float64()),
-        "y": pa.array(NUMBERS[:, 1].astype(np.int32), pa.int32()),
-        "amount": pa.array([Decimal(f"{v:.2f}") for v in NUMBERS[:, 2]], pa.decimal128(12, 2)),
-        "ts": pa.array(pd.date_range("2025-01-01", periods=N, freq="min").to_numpy(), pa.timestamp("us")),
-        "meta": pa.array([{"source": "s", "tags": ["a", "b"]}] * N),
-        "region": pa.array(np.where(np.arange(N) % 3 == 0, "eu", "us")),
-    })
+    return pa.table(
+        {
+            "id": pa.array(np.arange(N), pa.int64()),
+            "x": pa.array(NUMBERS[:, 0], pa.float64()),
+            "y": pa.array(NUMBERS[:, 1].astype(np.int32), pa.int32()),
+            "amount": pa.array([Decimal(f"{v:.2f}") for v in NUMBERS[:, 2]], pa.decimal128(12, 2)),
+            "ts": pa.array(
+                pd.date_range("2025-01-01", periods=N, freq="min").to_numpy(), pa.timestamp("us")
+            ),
+            "meta": pa.array([{"source": "s", "tags": ["a", "b"]}] * N),
+            "region": pa.array(np.where(np.arange(N) % 3 == 0, "eu", "us")),
+        }
+    )
 
 
 def write_spark(root) -> None:
@@ -59,7 +70,9 @@ def write_spark(root) -> None:
         folder.mkdir(parents=True)
         for i, start in enumerate(range(0, part.num_rows, 50)):
             name = f"part-{i:05d}-6f1c2d3e-0000-4000-8000-000000000000.c000.snappy.parquet"
-            pq.write_table(part.slice(start, 50), folder / name, compression="snappy", row_group_size=20)
+            pq.write_table(
+                part.slice(start, 50), folder / name, compression="snappy", row_group_size=20
+            )
             (folder / f".{name}.crc").write_bytes(b"crc")
     (root / "_SUCCESS").write_bytes(b"")
 
@@ -83,15 +96,29 @@ def written(tmp_path_factory):
     write_spark(root / "spark")
     frame = spark_table().drop_columns(["meta"]).to_pandas()
     frame.to_parquet(root / "pandas.parquet")  # one file, with pandas' metadata and its index
-    polars.from_pandas(frame.drop(columns=["ts"])).write_parquet(root / "polars.parquet", row_group_size=64)
-    pads.write_dataset(spark_table(), root / "pyarrow_dataset", format="parquet", partitioning=["region"],
-                       partitioning_flavor="hive", max_rows_per_file=100, max_rows_per_group=50)
+    polars.from_pandas(frame.drop(columns=["ts"])).write_parquet(
+        root / "polars.parquet", row_group_size=64
+    )
+    pads.write_dataset(
+        spark_table(),
+        root / "pyarrow_dataset",
+        format="parquet",
+        partitioning=["region"],
+        partitioning_flavor="hive",
+        max_rows_per_file=100,
+        max_rows_per_group=50,
+    )
     csv = frame[["id", "x", "y"]].assign(amount=NUMBERS[:, 2], ts=frame["ts"])
     (root / "csv").mkdir()
     csv.iloc[:100].to_csv(root / "csv" / "part-0.csv", index=False)
     csv.iloc[100:].to_csv(root / "csv" / "part-1.csv", index=False)
-    return {"spark": root / "spark", "pandas": root / "pandas.parquet", "polars": root / "polars.parquet",
-            "pyarrow_dataset": root / "pyarrow_dataset", "csv": root / "csv"}
+    return {
+        "spark": root / "spark",
+        "pandas": root / "pandas.parquet",
+        "polars": root / "polars.parquet",
+        "pyarrow_dataset": root / "pyarrow_dataset",
+        "csv": root / "csv",
+    }
 
 
 @pytest.mark.parametrize("out_of_core", [False, True])
@@ -117,7 +144,9 @@ def test_spark_folder_keeps_its_partition_and_other_columns_out_of_the_fit(clien
 # -- CSV with a header and missing values --------------------------------------------------------------
 @pytest.fixture
 def csv_with_missing(tmp_path):
-    frame = pd.DataFrame({"id": np.arange(N), "x": NUMBERS[:, 0], "y": NUMBERS[:, 1], "amount": NUMBERS[:, 2]})
+    frame = pd.DataFrame(
+        {"id": np.arange(N), "x": NUMBERS[:, 0], "y": NUMBERS[:, 1], "amount": NUMBERS[:, 2]}
+    )
     frame.loc[[4, 100], "y"] = np.nan
     frame.loc[200, "amount"] = np.nan
     path = tmp_path / "with_missing.csv"
@@ -130,7 +159,9 @@ def csv_with_missing(tmp_path):
 def test_csv_with_missing_values_errors_or_skips(client, csv_with_missing, out_of_core):
     path, complete = csv_with_missing
     df = read_table(path, columns=FEATURES)
-    with pytest.raises(InvalidDataError, match=r"missing values \(NaN or null\) in column\(s\) '(y|amount)'"):
+    with pytest.raises(
+        InvalidDataError, match=r"missing values \(NaN or null\) in column\(s\) '(y|amount)'"
+    ):
         KMeans(3, init=INIT, n_init=1, out_of_core=out_of_core).fit(df)
     ref = reference(NUMBERS[complete])
     km = KMeans(3, init=INIT, n_init=1, out_of_core=out_of_core, missing="skip").fit(df)

@@ -39,44 +39,72 @@ def _simplified_reference(X, C, labels):
 # -- in memory, against scikit-learn ------------------------------------------------------------------
 def test_centroids_give_scikit_learn_scores_of_the_nearest_centroid_labels(blobs):
     X, C, labels = blobs
-    assert metrics.calinski_harabasz_score(X, C) == pytest.approx(sk.calinski_harabasz_score(X, labels), rel=1e-10)
-    assert metrics.davies_bouldin_score(X, C) == pytest.approx(sk.davies_bouldin_score(X, labels), rel=1e-10)
-    assert metrics.silhouette_score(X, C, simplified=True) == pytest.approx(_simplified_reference(X, C, labels),
-                                                                           rel=1e-10)
+    assert metrics.calinski_harabasz_score(X, C) == pytest.approx(
+        sk.calinski_harabasz_score(X, labels), rel=1e-10
+    )
+    assert metrics.davies_bouldin_score(X, C) == pytest.approx(
+        sk.davies_bouldin_score(X, labels), rel=1e-10
+    )
+    assert metrics.silhouette_score(X, C, simplified=True) == pytest.approx(
+        _simplified_reference(X, C, labels), rel=1e-10
+    )
     scores = metrics.cluster_scores(X, C)
     assert scores.n_passes == 2 and scores.valid and scores.n_labels == 5
-    one = scoring.scores(X, centroids=C, passes=1)  # what calinski_harabasz_score and simplified=True run
-    assert one.n_passes == 1 and one.calinski_harabasz == scores.calinski_harabasz and np.isnan(one.davies_bouldin)
+    one = scoring.scores(
+        X, centroids=C, passes=1
+    )  # what calinski_harabasz_score and simplified=True run
+    assert (
+        one.n_passes == 1
+        and one.calinski_harabasz == scores.calinski_harabasz
+        and np.isnan(one.davies_bouldin)
+    )
     np.testing.assert_array_equal(scores.sizes, np.bincount(labels, minlength=5))
-    np.testing.assert_allclose(scores.cluster_objective,
-                               np.bincount(labels, sq_distances(X, C).min(1), minlength=5), rtol=1e-10)
+    np.testing.assert_allclose(
+        scores.cluster_objective,
+        np.bincount(labels, sq_distances(X, C).min(1), minlength=5),
+        rtol=1e-10,
+    )
     sizes = np.bincount(labels, minlength=5)
-    assert scores.imbalance == pytest.approx(5 * (sizes ** 2).sum() / len(X) ** 2)
+    assert scores.imbalance == pytest.approx(5 * (sizes**2).sum() / len(X) ** 2)
 
 
 def test_labels_of_any_type_give_scikit_learn_scores(blobs):
     X, _, labels = blobs
     named = np.array(["a", "b", "c", "d", "e"])[labels]
-    assert metrics.calinski_harabasz_score(X, named) == pytest.approx(sk.calinski_harabasz_score(X, named), rel=1e-10)
-    assert metrics.davies_bouldin_score(X, named) == pytest.approx(sk.davies_bouldin_score(X, named), rel=1e-10)
-    assert metrics.silhouette_score(X, named) == pytest.approx(sk.silhouette_score(X, named), rel=1e-10)
+    assert metrics.calinski_harabasz_score(X, named) == pytest.approx(
+        sk.calinski_harabasz_score(X, named), rel=1e-10
+    )
+    assert metrics.davies_bouldin_score(X, named) == pytest.approx(
+        sk.davies_bouldin_score(X, named), rel=1e-10
+    )
+    assert metrics.silhouette_score(X, named) == pytest.approx(
+        sk.silhouette_score(X, named), rel=1e-10
+    )
     scores = metrics.cluster_scores(X, named)
     np.testing.assert_array_equal(scores.labels, ["a", "b", "c", "d", "e"])
     means = np.array([X[labels == j].mean(0) for j in range(5)])
-    assert scores.simplified_silhouette == pytest.approx(_simplified_reference(X, means, labels), rel=1e-10)
+    assert scores.simplified_silhouette == pytest.approx(
+        _simplified_reference(X, means, labels), rel=1e-10
+    )
 
 
 def test_a_fitted_model_is_scored_by_its_predictions(blobs):
     X, _, _ = blobs
     km = dkmeans.KMeans(5, random_state=0).fit(X)
     labels = km.predict(X)
-    assert metrics.calinski_harabasz_score(X, km) == pytest.approx(sk.calinski_harabasz_score(X, labels), rel=1e-10)
-    assert metrics.davies_bouldin_score(X, km) == pytest.approx(sk.davies_bouldin_score(X, labels), rel=1e-10)
+    assert metrics.calinski_harabasz_score(X, km) == pytest.approx(
+        sk.calinski_harabasz_score(X, labels), rel=1e-10
+    )
+    assert metrics.davies_bouldin_score(X, km) == pytest.approx(
+        sk.davies_bouldin_score(X, labels), rel=1e-10
+    )
     # the fitted attributes come from the final pass: sizes and per-cluster objective of labels_
     np.testing.assert_array_equal(km.cluster_sizes_, np.bincount(km.labels_, minlength=5))
     assert km.cluster_inertia_.sum() == pytest.approx(km.inertia_, rel=1e-12)
-    np.testing.assert_allclose(km.cluster_inertia_, metrics.cluster_scores(X, km).cluster_objective, rtol=1e-10)
-    assert km.imbalance_ == pytest.approx(5 * (km.cluster_sizes_ ** 2).sum() / len(X) ** 2)
+    np.testing.assert_allclose(
+        km.cluster_inertia_, metrics.cluster_scores(X, km).cluster_objective, rtol=1e-10
+    )
+    assert km.imbalance_ == pytest.approx(5 * (km.cluster_sizes_**2).sum() / len(X) ** 2)
 
 
 def test_cosine_model_scores_the_normalised_rows(blobs):
@@ -84,8 +112,9 @@ def test_cosine_model_scores_the_normalised_rows(blobs):
     km = dkmeans.KMeans(4, metric="cosine", random_state=1).fit(X)
     unit = X / np.linalg.norm(X, axis=1, keepdims=True)
     labels = km.predict(X)
-    assert metrics.calinski_harabasz_score(X, km) == pytest.approx(sk.calinski_harabasz_score(unit, labels),
-                                                                   rel=1e-9)
+    assert metrics.calinski_harabasz_score(X, km) == pytest.approx(
+        sk.calinski_harabasz_score(unit, labels), rel=1e-9
+    )
     assert metrics.cluster_scores(X, km).objective == pytest.approx(km.inertia_, rel=1e-9)
 
 
@@ -102,7 +131,9 @@ def test_sampled_silhouette_is_scikit_learns_on_the_same_rows(blobs):
     assert ours == pytest.approx(sk.silhouette_score(X[index], labels[index]), rel=1e-12)
     assert metrics.silhouette_score(X, labels, sample_size=300, random_state=42) == ours
     assert metrics.silhouette_score(X, C, sample_size=300, random_state=43) != ours
-    assert metrics.silhouette_score(X, labels) == pytest.approx(sk.silhouette_score(X, labels), rel=1e-12)
+    assert metrics.silhouette_score(X, labels) == pytest.approx(
+        sk.silhouette_score(X, labels), rel=1e-12
+    )
 
 
 def test_weights_count_as_repeated_rows(blobs):
@@ -121,22 +152,30 @@ def test_weights_count_as_repeated_rows(blobs):
 def test_one_cluster_or_one_per_row_raise_scikit_learns_error(k):
     X = np.arange(12.0).reshape(6, 2)
     labels = np.zeros(6, int) if k == 1 else np.arange(6)
-    for ours, theirs in ((metrics.calinski_harabasz_score, sk.calinski_harabasz_score),
-                         (metrics.davies_bouldin_score, sk.davies_bouldin_score),
-                         (metrics.silhouette_score, sk.silhouette_score)):
+    for ours, theirs in (
+        (metrics.calinski_harabasz_score, sk.calinski_harabasz_score),
+        (metrics.davies_bouldin_score, sk.davies_bouldin_score),
+        (metrics.silhouette_score, sk.silhouette_score),
+    ):
         with pytest.raises(ValueError, match="Number of labels is") as expected:
             theirs(X, labels)
         with pytest.raises(ValueError, match=str(expected.value).split(".")[0]):
             ours(X, labels)
     scores = metrics.cluster_scores(X, X[:1] if k == 1 else X)
-    assert not scores.valid and np.isnan(scores.calinski_harabasz) and np.isnan(scores.davies_bouldin)
+    assert (
+        not scores.valid and np.isnan(scores.calinski_harabasz) and np.isnan(scores.davies_bouldin)
+    )
 
 
 def test_two_clusters_of_tiny_duplicated_data():
     X = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [5.0, 5.0], [5.0, 5.0]])
     labels = np.array([0, 0, 0, 1, 1])
-    assert metrics.calinski_harabasz_score(X, labels) == pytest.approx(sk.calinski_harabasz_score(X, labels))
-    assert metrics.davies_bouldin_score(X, labels) == pytest.approx(sk.davies_bouldin_score(X, labels))
+    assert metrics.calinski_harabasz_score(X, labels) == pytest.approx(
+        sk.calinski_harabasz_score(X, labels)
+    )
+    assert metrics.davies_bouldin_score(X, labels) == pytest.approx(
+        sk.davies_bouldin_score(X, labels)
+    )
     assert metrics.silhouette_score(X, labels) == pytest.approx(sk.silhouette_score(X, labels))
 
 
@@ -151,9 +190,12 @@ def test_property_scores_equal_scikit_learn(n, d, k, seed):
         with pytest.raises(ValueError):
             metrics.calinski_harabasz_score(X, labels)
         return
-    assert metrics.calinski_harabasz_score(X, labels) == pytest.approx(sk.calinski_harabasz_score(X, labels),
-                                                                       rel=1e-8)
-    assert metrics.davies_bouldin_score(X, labels) == pytest.approx(sk.davies_bouldin_score(X, labels), rel=1e-8)
+    assert metrics.calinski_harabasz_score(X, labels) == pytest.approx(
+        sk.calinski_harabasz_score(X, labels), rel=1e-8
+    )
+    assert metrics.davies_bouldin_score(X, labels) == pytest.approx(
+        sk.davies_bouldin_score(X, labels), rel=1e-8
+    )
 
 
 # -- on the cluster: every input kind gives the in-memory value --------------------------------------
@@ -170,31 +212,43 @@ def test_dask_arrays_with_odd_chunks_and_dataframes_give_the_in_memory_scores(cl
         assert got.simplified_silhouette == pytest.approx(ref.simplified_silhouette, rel=1e-10)
         np.testing.assert_array_equal(got.sizes, ref.sizes)
     # the sample's rows are keyed by global row index: the same rows whatever the chunks
-    assert metrics.silhouette_score(da.from_array(X, chunks=(97, 4)), C, sample_size=200, random_state=5) == ref_sample
+    assert (
+        metrics.silhouette_score(
+            da.from_array(X, chunks=(97, 4)), C, sample_size=200, random_state=5
+        )
+        == ref_sample
+    )
     assert metrics.silhouette_score(frame, C, sample_size=200, random_state=5) == ref_sample
 
 
 def test_dask_labels_travel_with_the_rows(client, blobs):
     X, _, labels = blobs
     db = sk.davies_bouldin_score(X, labels)
-    Xd, Ld = da.from_array(X, chunks=(300, 4)), da.from_array(labels, chunks=170)  # rechunked like X
+    Xd, Ld = (
+        da.from_array(X, chunks=(300, 4)),
+        da.from_array(labels, chunks=170),
+    )  # rechunked like X
     assert metrics.davies_bouldin_score(Xd, Ld) == pytest.approx(db, rel=1e-10)
     index = _sample_index(len(X), 250, 9)
     assert metrics.silhouette_score(Xd, labels, sample_size=250, random_state=9) == pytest.approx(
-        sk.silhouette_score(X[index], labels[index]), rel=1e-12)
+        sk.silhouette_score(X[index], labels[index]), rel=1e-12
+    )
     # a DataFrame of unknown partition lengths with the labels a model predicts for it (same partitions)
     km = dkmeans.KMeans(5, random_state=0).fit(X)
     frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcd")), npartitions=4)
     frame = frame[frame.a > -1e9]
     assert metrics.davies_bouldin_score(frame, km.predict(frame)) == pytest.approx(
-        sk.davies_bouldin_score(X, km.predict(X)), rel=1e-10)
+        sk.davies_bouldin_score(X, km.predict(X)), rel=1e-10
+    )
 
 
 def test_weights_on_the_cluster_equal_weights_in_memory(client, blobs):
     X, C, _ = blobs
     w = np.random.default_rng(4).uniform(0, 2, len(X))
     ref = metrics.cluster_scores(X, C, sample_weight=w)
-    got = metrics.cluster_scores(da.from_array(X, chunks=(250, 4)), C, sample_weight=da.from_array(w, chunks=400))
+    got = metrics.cluster_scores(
+        da.from_array(X, chunks=(250, 4)), C, sample_weight=da.from_array(w, chunks=400)
+    )
     assert got.calinski_harabasz == pytest.approx(ref.calinski_harabasz, rel=1e-10)
     assert got.davies_bouldin == pytest.approx(ref.davies_bouldin, rel=1e-10)
     np.testing.assert_allclose(got.sizes, ref.sizes, rtol=1e-12)
@@ -205,11 +259,17 @@ def test_fitted_sizes_on_the_cluster_and_streamed(client, blobs):
     w = np.random.default_rng(5).uniform(0.5, 2, len(X))
     Xd = da.from_array(X, chunks=(300, 4))
     for out_of_core in (False, True):
-        km = dkmeans.KMeans(5, random_state=2, out_of_core=out_of_core, max_iter=10).fit(Xd, sample_weight=w)
+        km = dkmeans.KMeans(5, random_state=2, out_of_core=out_of_core, max_iter=10).fit(
+            Xd, sample_weight=w
+        )
         labels = km.predict(X)
-        np.testing.assert_allclose(km.cluster_sizes_, np.bincount(labels, w, minlength=5), rtol=1e-12)
+        np.testing.assert_allclose(
+            km.cluster_sizes_, np.bincount(labels, w, minlength=5), rtol=1e-12
+        )
         assert km.cluster_inertia_.sum() == pytest.approx(km.inertia_, rel=1e-12)
-        assert km.imbalance_ == pytest.approx(5 * (km.cluster_sizes_ ** 2).sum() / w.sum() ** 2, rel=1e-12)
+        assert km.imbalance_ == pytest.approx(
+            5 * (km.cluster_sizes_**2).sum() / w.sum() ** 2, rel=1e-12
+        )
 
 
 def test_out_of_core_parquet_equals_in_memory(client, blobs, tmp_path):

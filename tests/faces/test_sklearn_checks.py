@@ -22,8 +22,11 @@ def _cluster(client):
 
 
 @parametrize_with_checks(
-    [KMeans(n_clusters=3, random_state=0, max_iter=50), MiniBatchKMeans(n_clusters=3, random_state=0, max_iter=50),
-     BisectingKMeans(n_clusters=3, random_state=0, max_iter=50)],
+    [
+        KMeans(n_clusters=3, random_state=0, max_iter=50),
+        MiniBatchKMeans(n_clusters=3, random_state=0, max_iter=50),
+        BisectingKMeans(n_clusters=3, random_state=0, max_iter=50),
+    ],
     expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS,
 )
 def test_sklearn_compatible_estimator(estimator, check):

@@ -22,12 +22,11 @@ from sklearn.cluster import MiniBatchKMeans as SkMiniBatchKMeans
 from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 
-import dkmeans
 from dkmeans import KMeans, MiniBatchKMeans
-from dkmeans.engine.local import ChunkList
-from dkmeans.errors import InvalidParameterError
 from dkmeans.drivers.init import InitOptions
 from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel
+from dkmeans.engine.local import ChunkList
+from dkmeans.errors import InvalidParameterError
 from dkmeans.testing import make_blobs
 
 
@@ -70,7 +69,9 @@ def test_minibatch_unit_weights_give_the_unweighted_fit_on_dask(client, X):
     np.testing.assert_array_equal(ones.labels_.compute(), plain.labels_.compute())
     assert ones.inertia_ == pytest.approx(plain.inertia_, rel=1e-12)
     # and the in-process fit's (batches keyed by global row index)
-    np.testing.assert_array_equal(MiniBatchKMeans(**kwargs).fit(X).cluster_centers_, plain.cluster_centers_)
+    np.testing.assert_array_equal(
+        MiniBatchKMeans(**kwargs).fit(X).cluster_centers_, plain.cluster_centers_
+    )
 
 
 def test_sklearn_unit_weights_give_its_unweighted_fit(X):
@@ -90,7 +91,9 @@ def _counting_init(calls):
     return init
 
 
-@pytest.mark.parametrize("dk, sk, runs", [(KMeans, SkKMeans, 10), (MiniBatchKMeans, SkMiniBatchKMeans, 3)])
+@pytest.mark.parametrize(
+    "dk, sk, runs", [(KMeans, SkKMeans, 10), (MiniBatchKMeans, SkMiniBatchKMeans, 3)]
+)
 def test_n_init_auto_with_a_callable_init_runs_as_many_as_sklearn(X, dk, sk, runs):
     """scikit-learn's ``_check_params_vs_input``: a callable counts as "random" (KMeans 10, MiniBatchKMeans 3)."""
     ours, theirs = [], []
@@ -112,7 +115,9 @@ def test_n_init_auto_as_sklearn_for_its_strategies(X):
 
 # -- init_size < n_clusters -------------------------------------------------------------------
 def test_init_size_below_n_clusters_warns_as_sklearn(X):
-    message = re.escape("init_size=4 should be larger than n_clusters=6. Setting it to min(3*n_clusters, n_samples)")
+    message = re.escape(
+        "init_size=4 should be larger than n_clusters=6. Setting it to min(3*n_clusters, n_samples)"
+    )
     with pytest.warns(RuntimeWarning, match=message):
         SkMiniBatchKMeans(6, init_size=4, random_state=0, n_init=1).fit(X)
     with pytest.warns(RuntimeWarning, match=message):
@@ -144,13 +149,21 @@ def test_verbose_prints_sklearn_messages(X, capsys):
     KMeans(6, init=X[:6], n_init=1, local_search=False, verbose=1).fit(X)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "Initialization complete"
-    assert re.fullmatch(r"Converged at iteration \d+: (strict convergence|center shift \S+ within tolerance)\.",
-                        lines[-1])
-    assert int(lines[-1].split()[3].rstrip(":")) == sum(line.startswith("iteration") for line in lines)
-    KMeans(6, init="random", n_init=3, local_search=False, tol=0.0, verbose=True, random_state=0).fit(X)
+    assert re.fullmatch(
+        r"Converged at iteration \d+: (strict convergence|center shift \S+ within tolerance)\.",
+        lines[-1],
+    )
+    assert int(lines[-1].split()[3].rstrip(":")) == sum(
+        line.startswith("iteration") for line in lines
+    )
+    KMeans(
+        6, init="random", n_init=3, local_search=False, tol=0.0, verbose=True, random_state=0
+    ).fit(X)
     out = capsys.readouterr().out
     assert out.count("Initialization complete") == 3
-    assert out.count("Converged at iteration") == 3 and out.count("strict convergence") == 3  # tol=0: fixed points
+    assert (
+        out.count("Converged at iteration") == 3 and out.count("strict convergence") == 3
+    )  # tol=0: fixed points
     # with local search (default): one run, whose Lloyd loops each end with their message
     KMeans(6, random_state=0, verbose=1).fit(X)
     out = capsys.readouterr().out
@@ -159,7 +172,10 @@ def test_verbose_prints_sklearn_messages(X, capsys):
     mbk = MiniBatchKMeans(6, batch_size=100, random_state=0, verbose=1).fit(X)
     out = capsys.readouterr().out
     assert mbk.stop_reason_ == "no-improvement"
-    assert out.splitlines()[-1] == f"Converged (lack of improvement in inertia) at step {mbk.n_steps_}/{100 * 3000 // 100}"
+    assert (
+        out.splitlines()[-1]
+        == f"Converged (lack of improvement in inertia) at step {mbk.n_steps_}/{100 * 3000 // 100}"
+    )
 
 
 # -- transform of the centres ------------------------------------------------------------------
@@ -180,8 +196,12 @@ def test_transform_of_the_centres_is_zero_on_the_diagonal(client, X, dtype):
     from sklearn.metrics.pairwise import euclidean_distances
 
     want = euclidean_distances(Xd[:200].astype(np.float64), C.astype(np.float64))
-    np.testing.assert_allclose(km.transform(Xd[:200]), want, rtol=1e-6 if dtype == np.float32 else 1e-12)
-    np.testing.assert_allclose(km.transform(sp.csr_matrix(Xd[:200])), want, rtol=1e-6 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(
+        km.transform(Xd[:200]), want, rtol=1e-6 if dtype == np.float32 else 1e-12
+    )
+    np.testing.assert_allclose(
+        km.transform(sp.csr_matrix(Xd[:200])), want, rtol=1e-6 if dtype == np.float32 else 1e-12
+    )
     # rows next to a centre keep their small distance (no cancellation to 0 or to a rounding floor)
     near = C + np.asarray(1e-4, dtype)
     exact = np.sqrt(((near.astype(np.float64) - C.astype(np.float64)) ** 2).sum(axis=1))
@@ -206,9 +226,14 @@ def test_kmeans_parallel_unused_centres_where_sklearn_puts_them(seed):
     X = _two_points()
     results = []
     for n_chunks in (1, 3, 7):
-        with pytest.warns(ConvergenceWarning, match=r"Number of distinct clusters \(2\) found smaller than "
-                                                    r"n_clusters \(5\)"):
-            results.append(kmeans_parallel(ChunkList.from_array(X, None, n_chunks), 5, seed, InitOptions()))
+        with pytest.warns(
+            ConvergenceWarning,
+            match=r"Number of distinct clusters \(2\) found smaller than "
+            r"n_clusters \(5\)",
+        ):
+            results.append(
+                kmeans_parallel(ChunkList.from_array(X, None, n_chunks), 5, seed, InitOptions())
+            )
     for C in results[1:]:
         np.testing.assert_array_equal(C, results[0])
     C = results[0]
@@ -230,13 +255,18 @@ def test_kmeans_parallel_completion_counts_repeated_candidates_once():
         np.testing.assert_array_equal(_complete(data, X[:1], 3).ravel(), [0.0, 10.0, 5.0])
         np.testing.assert_array_equal(_complete(data, X[[0, 0, 1]], 3).ravel(), [0.0, 10.0, 5.0])
     with pytest.warns(ConvergenceWarning, match=r"distinct clusters \(3\)"):
-        np.testing.assert_array_equal(_complete(data, X[[0, 0, 1]], 5).ravel(), [0.0, 10.0, 5.0, 0.0, 0.0])
+        np.testing.assert_array_equal(
+            _complete(data, X[[0, 0, 1]], 5).ravel(), [0.0, 10.0, 5.0, 0.0, 0.0]
+        )
 
 
 def test_kmeans_fit_with_fewer_distinct_points_keeps_k_centres(client):
     X = _two_points()
-    for fit in (lambda: KMeans(5, random_state=3).fit(X), lambda: KMeans(5, random_state=3).fit(
-            da.from_array(X, chunks=13)), lambda: MiniBatchKMeans(5, random_state=3, batch_size=20).fit(X)):
+    for fit in (
+        lambda: KMeans(5, random_state=3).fit(X),
+        lambda: KMeans(5, random_state=3).fit(da.from_array(X, chunks=13)),
+        lambda: MiniBatchKMeans(5, random_state=3, batch_size=20).fit(X),
+    ):
         with pytest.warns(ConvergenceWarning, match="distinct"):
             km = fit()
         assert km.cluster_centers_.shape == (5, 2)

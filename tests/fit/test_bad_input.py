@@ -44,21 +44,77 @@ ESTIMATOR_CASES = [
     ("3-d", GOOD.reshape(40, 3, 1), {}, {}, InvalidDataError, "dim"),
     ("zero rows", GOOD[:0], {}, {}, InvalidDataError, "0 sample"),
     ("zero columns", GOOD[:, :0], {}, {}, InvalidDataError, "0 feature"),
-    ("k = 0", GOOD, {"n_clusters": 0}, {}, InvalidParameterError, "n_clusters must be an integer >= 1"),
+    (
+        "k = 0",
+        GOOD,
+        {"n_clusters": 0},
+        {},
+        InvalidParameterError,
+        "n_clusters must be an integer >= 1",
+    ),
     ("k < 0", GOOD, {"n_clusters": -2}, {}, InvalidParameterError, "n_clusters"),
-    ("k not integer", GOOD, {"n_clusters": 2.5}, {}, InvalidParameterError, "n_clusters must be an integer"),
-    ("k as string", GOOD, {"n_clusters": "3"}, {}, InvalidParameterError, "n_clusters must be an integer"),
-    ("k > n", GOOD, {"n_clusters": 41}, {}, InvalidParameterError, "n_samples=40 should be >= n_clusters=41"),
+    (
+        "k not integer",
+        GOOD,
+        {"n_clusters": 2.5},
+        {},
+        InvalidParameterError,
+        "n_clusters must be an integer",
+    ),
+    (
+        "k as string",
+        GOOD,
+        {"n_clusters": "3"},
+        {},
+        InvalidParameterError,
+        "n_clusters must be an integer",
+    ),
+    (
+        "k > n",
+        GOOD,
+        {"n_clusters": 41},
+        {},
+        InvalidParameterError,
+        "n_samples=40 should be >= n_clusters=41",
+    ),
     ("complex", GOOD + 1j, {}, {}, (DataTypeError, InvalidDataError), "omplex"),
-    ("strings", np.array([["a", "b"], ["c", "d"]]), {"n_clusters": 1}, {}, (DataTypeError, InvalidDataError), "string"),
+    (
+        "strings",
+        np.array([["a", "b"], ["c", "d"]]),
+        {"n_clusters": 1},
+        {},
+        (DataTypeError, InvalidDataError),
+        "string",
+    ),
     ("init wrong shape", GOOD, {"init": np.zeros((3, 2))}, {}, InvalidDataError, "init"),
     ("init wrong k", GOOD, {"init": np.zeros((4, 3))}, {}, InvalidDataError, "init"),
     ("init nan", GOOD, {"init": np.full((3, 3), np.nan)}, {}, InvalidDataError, "init"),
-    ("init unknown name", GOOD, {"init": "kmeans++"}, {}, InvalidParameterError, "'init' parameter of KMeans must be"),
+    (
+        "init unknown name",
+        GOOD,
+        {"init": "kmeans++"},
+        {},
+        InvalidParameterError,
+        "'init' parameter of KMeans must be",
+    ),
     ("weights length", GOOD, {}, {"sample_weight": np.ones(39)}, InvalidDataError, "sample_weight"),
     ("weights negative", GOOD, {}, {"sample_weight": -np.ones(40)}, InvalidDataError, "negative"),
-    ("weights all zero", GOOD, {}, {"sample_weight": np.zeros(40)}, InvalidDataError, "sample_weight"),
-    ("weights nan", GOOD, {}, {"sample_weight": np.r_[np.ones(39), np.nan]}, InvalidDataError, "sample_weight"),
+    (
+        "weights all zero",
+        GOOD,
+        {},
+        {"sample_weight": np.zeros(40)},
+        InvalidDataError,
+        "sample_weight",
+    ),
+    (
+        "weights nan",
+        GOOD,
+        {},
+        {"sample_weight": np.r_[np.ones(39), np.nan]},
+        InvalidDataError,
+        "sample_weight",
+    ),
     ("unknown algorithm", GOOD, {"algorithm": "elkan"}, {}, InvalidParameterError, "algorithm"),
     ("bad max_iter", GOOD, {"max_iter": 0}, {}, InvalidParameterError, "max_iter"),
     ("bad tol", GOOD, {"tol": -1.0}, {}, InvalidParameterError, "tol"),
@@ -69,7 +125,11 @@ def _copies(X, fit_kwargs, params):
     def snapshot(v):
         return v.copy() if hasattr(v, "copy") else v
 
-    return snapshot(X), {k: snapshot(v) for k, v in fit_kwargs.items()}, {k: snapshot(v) for k, v in params.items()}
+    return (
+        snapshot(X),
+        {k: snapshot(v) for k, v in fit_kwargs.items()},
+        {k: snapshot(v) for k, v in params.items()},
+    )
 
 
 def _assert_unchanged(before, after):
@@ -93,9 +153,21 @@ def test_estimator_numpy(client, case):
     _assert_unchanged(before, (X, fit_kwargs, params))
 
 
-DASK_CASES = [c for c in ESTIMATOR_CASES if c[0] in {
-    "nan", "inf", "k > n", "weights length", "weights negative", "weights all zero", "weights nan", "init wrong shape",
-}]
+DASK_CASES = [
+    c
+    for c in ESTIMATOR_CASES
+    if c[0]
+    in {
+        "nan",
+        "inf",
+        "k > n",
+        "weights length",
+        "weights negative",
+        "weights all zero",
+        "weights nan",
+        "init wrong shape",
+    }
+]
 
 
 @pytest.mark.parametrize("case", DASK_CASES, ids=[c[0] for c in DASK_CASES])
@@ -189,7 +261,13 @@ FUNCTIONAL_CASES = [
     ("nan", _with_nan_in_last_chunk(), {}, InvalidDataError, "NaN"),
     ("1-d", GOOD[:, 0], {}, InvalidDataError, "2D"),
     ("zero rows", GOOD[:0], {}, InvalidDataError, "0 sample"),
-    ("k > n", GOOD, {"cluster_count": 41}, InvalidParameterError, "n_samples=40 should be >= cluster_count=41"),
+    (
+        "k > n",
+        GOOD,
+        {"cluster_count": 41},
+        InvalidParameterError,
+        "n_samples=40 should be >= cluster_count=41",
+    ),
     ("k = 0", GOOD, {"cluster_count": 0}, InvalidParameterError, "cluster_count"),
     ("k not integer", GOOD, {"cluster_count": 2.0}, InvalidParameterError, "cluster_count"),
     ("unknown parameter", GOOD, {"clusters": 3}, TypeError, "clusters"),
@@ -202,7 +280,9 @@ def test_functional_train(client, case):
     _, X, desc_kwargs, error, fragment = case
     before = X.copy()
     with pytest.raises(error, match=fragment):
-        dkmeans.train(dkmeans.Descriptor(**{"cluster_count": 3, **desc_kwargs}), X, "random", random_state=0)
+        dkmeans.train(
+            dkmeans.Descriptor(**{"cluster_count": 3, **desc_kwargs}), X, "random", random_state=0
+        )
     np.testing.assert_array_equal(before, X)
 
 
@@ -226,18 +306,39 @@ def csv_file(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["-k", "0"], "-k must be an integer >= 1"),
-    (["-k", "41"], "41"),
-    (["-k", "3", "--columns", "a", "name"], "name"),
-    (["-k", "3", "--columns", "nope"], "nope"),
-    (["-k", "3", "--resume"], "--resume needs --checkpoint"),
-    (["-k", "3", "--checkpoint-every", "0", "--checkpoint", "ck"], "checkpoint-every"),
-], ids=["k=0", "k>n", "string column", "missing column", "resume without checkpoint", "bad checkpoint-every"])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["-k", "0"], "-k must be an integer >= 1"),
+        (["-k", "41"], "41"),
+        (["-k", "3", "--columns", "a", "name"], "name"),
+        (["-k", "3", "--columns", "nope"], "nope"),
+        (["-k", "3", "--resume"], "--resume needs --checkpoint"),
+        (["-k", "3", "--checkpoint-every", "0", "--checkpoint", "ck"], "checkpoint-every"),
+    ],
+    ids=[
+        "k=0",
+        "k>n",
+        "string column",
+        "missing column",
+        "resume without checkpoint",
+        "bad checkpoint-every",
+    ],
+)
 def test_cli_fit(client, csv_file, tmp_path, capsys, args, fragment):
     before = csv_file.read_bytes()
-    code = cli_main(["fit", str(csv_file), "--model", str(tmp_path / "m.npz"), "--scheduler",
-                     client.scheduler.address, "--quiet", *args])
+    code = cli_main(
+        [
+            "fit",
+            str(csv_file),
+            "--model",
+            str(tmp_path / "m.npz"),
+            "--scheduler",
+            client.scheduler.address,
+            "--quiet",
+            *args,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and fragment in err and err.count("\n") == 1
     assert not (tmp_path / "m.npz").exists()
@@ -245,16 +346,34 @@ def test_cli_fit(client, csv_file, tmp_path, capsys, args, fragment):
 
 
 def test_cli_missing_input_and_model(tmp_path, capsys):
-    assert cli_main(["fit", str(tmp_path / "none.parquet"), "-k", "2", "--model", str(tmp_path / "m")]) == 2
+    assert (
+        cli_main(["fit", str(tmp_path / "none.parquet"), "-k", "2", "--model", str(tmp_path / "m")])
+        == 2
+    )
     assert "none.parquet" in capsys.readouterr().err
-    assert cli_main(["predict", str(tmp_path / "none.npz"), str(tmp_path / "x.csv"), "--output", str(tmp_path)]) == 2
+    assert (
+        cli_main(
+            [
+                "predict",
+                str(tmp_path / "none.npz"),
+                str(tmp_path / "x.csv"),
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "none.npz" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (b"not a zip at all", "not an .npz"),
-    (b"PK\x03\x04 truncated", "damaged or truncated"),
-], ids=["garbage", "truncated"])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (b"not a zip at all", "not an .npz"),
+        (b"PK\x03\x04 truncated", "damaged or truncated"),
+    ],
+    ids=["garbage", "truncated"],
+)
 def test_model_loading(tmp_path, content, fragment):
     path = tmp_path / "model.npz"
     path.write_bytes(content)
@@ -267,7 +386,10 @@ def test_model_loading(tmp_path, content, fragment):
 # -- bad values found lazily: raised when computed, as at fit ----------------------------------
 LAZY_MESSAGE = r"Input contains NaN or infinity"
 #: NaN in a DataFrame is a missing value: the message names the column and counts them
-FRAME_MESSAGE = {"nan": r"X: missing values \(NaN or null\) in column\(s\) 'c' \(1\)", "inf": LAZY_MESSAGE}
+FRAME_MESSAGE = {
+    "nan": r"X: missing values \(NaN or null\) in column\(s\) 'c' \(1\)",
+    "inf": LAZY_MESSAGE,
+}
 
 
 def _bad(kind):
@@ -311,8 +433,11 @@ def test_bad_values_in_a_dask_dataframe_partition_raise_when_computed(fitted_fra
     with pytest.raises(InvalidDataError, match=FRAME_MESSAGE[kind]):
         lazy.compute()
     good = dd.from_pandas(_frame(GOOD), npartitions=4)
-    np.testing.assert_allclose(np.asarray(getattr(fitted_frame, method)(good).compute()),
-                               np.asarray(getattr(fitted_frame, method)(_frame(GOOD))), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(getattr(fitted_frame, method)(good).compute()),
+        np.asarray(getattr(fitted_frame, method)(_frame(GOOD))),
+        rtol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("kind", ["nan", "inf"])
@@ -331,7 +456,9 @@ def test_score_of_bad_dask_data_raises(fitted, fitted_frame, kind):
         objective(da.from_array(X, chunks=(10, 3)), fitted.cluster_centers_)
     with pytest.raises(InvalidDataError, match=LAZY_MESSAGE):
         objective(X, fitted.cluster_centers_)
-    assert fitted.score(da.from_array(GOOD, chunks=(10, 3))) == pytest.approx(fitted.score(GOOD), rel=1e-12)
+    assert fitted.score(da.from_array(GOOD, chunks=(10, 3))) == pytest.approx(
+        fitted.score(GOOD), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("kind", ["nan", "inf"])

@@ -43,11 +43,16 @@ def test_max_cluster_size_fraction_and_train_face():
     X = blobs(1200, seed=1)
     km = KMeans(3, random_state=0, n_init=1, max_cluster_size=0.35).fit(X)
     assert np.bincount(km.labels_).max() <= 420
-    result = train(Descriptor(cluster_count=3, max_iteration_count=50), X, random_state=0,
-                   max_cluster_size=0.35)
+    result = train(
+        Descriptor(cluster_count=3, max_iteration_count=50),
+        X,
+        random_state=0,
+        max_cluster_size=0.35,
+    )
     assert np.bincount(result.labels).max() <= 420
     assert result.objective_function_value == pytest.approx(
-        float(((X - result.model.centroids[result.labels]) ** 2).sum()), rel=1e-6)
+        float(((X - result.model.centroids[result.labels]) ** 2).sum()), rel=1e-6
+    )
 
 
 def test_k_one_and_loose_caps_are_plain_lloyd():
@@ -60,15 +65,18 @@ def test_k_one_and_loose_caps_are_plain_lloyd():
     np.testing.assert_allclose(loose.inertia_, plain.inertia_, rtol=1e-9)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(max_cluster_size=10), ["max_cluster_size=10", "n_clusters=3", "30", "100"]),
-    (dict(min_cluster_size=40), ["min_cluster_size=40", "120", "100"]),
-    (dict(max_cluster_size=1.5), ["(0, 1]"]),
-    (dict(balanced=True, max_cluster_size=50), ["balanced"]),
-    (dict(max_cluster_size=50, algorithm="hartigan"), ["Lloyd"]),
-    (dict(max_cluster_size=50, local_search=True), ["local search"]),
-    (dict(max_cluster_size=-1), ["max_cluster_size"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(max_cluster_size=10), ["max_cluster_size=10", "n_clusters=3", "30", "100"]),
+        (dict(min_cluster_size=40), ["min_cluster_size=40", "120", "100"]),
+        (dict(max_cluster_size=1.5), ["(0, 1]"]),
+        (dict(balanced=True, max_cluster_size=50), ["balanced"]),
+        (dict(max_cluster_size=50, algorithm="hartigan"), ["Lloyd"]),
+        (dict(max_cluster_size=50, local_search=True), ["local search"]),
+        (dict(max_cluster_size=-1), ["max_cluster_size"]),
+    ],
+)
 def test_caps_checked_at_the_edge(kwargs, words):
     X = blobs(100, seed=3)
     with pytest.raises(InvalidParameterError) as info:
@@ -81,7 +89,9 @@ def test_resolve_capacity_arithmetic():
     spec = FitSpec(n_clusters=4, balanced=True)
     cap = resolve_capacity(spec, 10, 10.0, 1.0, False)
     assert (cap.lower, cap.upper) == (2.0, 3.0)
-    cap = resolve_capacity(spec, 10, 12.0, 2.0, True)  # weighted: within the largest weight of the share
+    cap = resolve_capacity(
+        spec, 10, 12.0, 2.0, True
+    )  # weighted: within the largest weight of the share
     assert (cap.lower, cap.upper) == (1.0, 5.0)
     spec = FitSpec(n_clusters=4, max_cluster_size=0.3, min_cluster_size=0.2)
     cap = resolve_capacity(spec, 10, 10.0, 1.0, False)
@@ -89,22 +99,30 @@ def test_resolve_capacity_arithmetic():
 
 
 def test_cli_options_reach_the_estimator():
-    from dkmeans.cli import build_parser, _fit_params
+    from dkmeans.cli import _fit_params, build_parser
 
-    args = build_parser().parse_args(["fit", "in.parquet", "--model", "m.json", "-k", "4",
-                                      "--max-cluster-size", "300"])
+    args = build_parser().parse_args(
+        ["fit", "in.parquet", "--model", "m.json", "-k", "4", "--max-cluster-size", "300"]
+    )
     assert _fit_params(args)["max_cluster_size"] == 300
-    args = build_parser().parse_args(["fit", "in.parquet", "--model", "m.json", "-k", "4", "--balanced"])
+    args = build_parser().parse_args(
+        ["fit", "in.parquet", "--model", "m.json", "-k", "4", "--balanced"]
+    )
     assert _fit_params(args)["balanced"] is True
-    args = build_parser().parse_args(["fit", "in.parquet", "--model", "m.json", "-k", "4",
-                                      "--min-cluster-size", "0.1"])
+    args = build_parser().parse_args(
+        ["fit", "in.parquet", "--model", "m.json", "-k", "4", "--min-cluster-size", "0.1"]
+    )
     assert _fit_params(args)["min_cluster_size"] == 0.1
 
 
 def _same_capped_fit(reference, other, cap):
-    labels = np.asarray(other.labels_.compute() if hasattr(other.labels_, "compute") else other.labels_)
+    labels = np.asarray(
+        other.labels_.compute() if hasattr(other.labels_, "compute") else other.labels_
+    )
     np.testing.assert_array_equal(labels, reference.labels_)
-    np.testing.assert_allclose(other.cluster_centers_, reference.cluster_centers_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        other.cluster_centers_, reference.cluster_centers_, rtol=1e-6, atol=1e-9
+    )
     assert other.inertia_ == pytest.approx(reference.inertia_, rel=1e-9)
     assert np.bincount(labels).max() <= cap
 
@@ -136,7 +154,9 @@ def test_dask_dataframe_labels_on_its_index(client):
     X = blobs(1200, seed=6)
     frame = pd.DataFrame(X, columns=list("abc"), index=np.arange(1200) * 3 + 7)
     reference = KMeans(3, random_state=0, n_init=1, balanced=True).fit(X)
-    ours = KMeans(3, random_state=0, n_init=1, balanced=True).fit(dd.from_pandas(frame, npartitions=4))
+    ours = KMeans(3, random_state=0, n_init=1, balanced=True).fit(
+        dd.from_pandas(frame, npartitions=4)
+    )
     labels = ours.labels_.compute()
     assert list(labels.index) == list(frame.index)
     _same_capped_fit(reference, ours, 400)
@@ -151,8 +171,21 @@ def test_cli_fit_on_a_parquet_file(tmp_path):
 
     X = blobs(800, seed=7)
     pd.DataFrame(X, columns=list("abc")).to_parquet(tmp_path / "rows.parquet")
-    res = run_cli("fit", tmp_path / "rows.parquet", "-k", 4, "--max-cluster-size", 220, "--model",
-                  tmp_path / "m.npz", "--random-state", 0, "--workers", 1, "--json")
+    res = run_cli(
+        "fit",
+        tmp_path / "rows.parquet",
+        "-k",
+        4,
+        "--max-cluster-size",
+        220,
+        "--model",
+        tmp_path / "m.npz",
+        "--random-state",
+        0,
+        "--workers",
+        1,
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     model, meta = load_model(tmp_path / "m.npz")
     assert max(meta["cluster_sizes"]) <= 220 and sum(meta["cluster_sizes"]) == 800

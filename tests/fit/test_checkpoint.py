@@ -8,10 +8,9 @@ import pytest
 import dkmeans
 import dkmeans.estimator
 import dkmeans.fit.runs
-from dkmeans.io.checkpoint import CheckpointError, Checkpointer, checkpoint_path
-from dkmeans.drivers.state import FitState, LoopState
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
-from dkmeans.drivers.state import IterationRecord
+from dkmeans.drivers.state import FitState, IterationRecord, LoopState
+from dkmeans.io.checkpoint import Checkpointer, CheckpointError, checkpoint_path
 from dkmeans.testing import make_blobs, persist_rows
 
 
@@ -51,20 +50,25 @@ def _assert_same_fit(a, b):
 
 
 @pytest.mark.parametrize("n_records", [3, 20])  # in the first run; in the second
-def test_estimator_resumes_to_the_uninterrupted_result(client, data, tmp_path, monkeypatch, n_records):
+def test_estimator_resumes_to_the_uninterrupted_result(
+    client, data, tmp_path, monkeypatch, n_records
+):
     _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
 
 
 @pytest.mark.parametrize("n_records", [3, 20])
-def test_single_task_loop_resumes_to_the_uninterrupted_result(client, data, tmp_path, monkeypatch, single_task,
-                                                             n_records):
+def test_single_task_loop_resumes_to_the_uninterrupted_result(
+    client, data, tmp_path, monkeypatch, single_task, n_records
+):
     """The loop runs in one task per block of ``checkpoint_every`` updates; a checkpoint ends each block."""
     _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
     assert "lloyd_iterations" in single_task
 
 
 @pytest.mark.parametrize("n_records", [3, 20])
-def test_spmd_loop_resumes_to_the_uninterrupted_result(client, data, tmp_path, monkeypatch, spmd, n_records):
+def test_spmd_loop_resumes_to_the_uninterrupted_result(
+    client, data, tmp_path, monkeypatch, spmd, n_records
+):
     """The loop runs SPMD in blocks of ``checkpoint_every`` updates, reporting each iteration as it ends."""
     _interrupt_and_resume(data, tmp_path, monkeypatch, n_records)
     assert "lloyd_iterations" in spmd
@@ -73,7 +77,9 @@ def test_spmd_loop_resumes_to_the_uninterrupted_result(client, data, tmp_path, m
 def _interrupt_and_resume(data, tmp_path, monkeypatch, n_records):
     params = dict(n_clusters=14, init="k-means++", n_init=2, tol=0, random_state=3)
     reference = dkmeans.KMeans(**params).fit(data)
-    assert len(reference.history_) > 20, "the reference must run long enough to be interrupted in run 2"
+    assert len(reference.history_) > 20, (
+        "the reference must run long enough to be interrupted in run 2"
+    )
     path = tmp_path / "job.npz"
     seen = _interrupt_after(monkeypatch, n_records)
     km = dkmeans.KMeans(**params, checkpoint=path, checkpoint_every=2)
@@ -92,7 +98,9 @@ def test_random_state_none_resumes_with_the_saved_seed(client, data, tmp_path, m
     with pytest.raises(Interrupted):
         dkmeans.KMeans(14, tol=0, checkpoint=path, checkpoint_every=1).fit(data)
     monkeypatch.undo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["seedless"]  # the file named, no suffix added
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "seedless"
+    ]  # the file named, no suffix added
     saved_seed = Checkpointer(path, 1, {})._read()[1]["seed"]
     resumed = dkmeans.KMeans(14, tol=0, checkpoint=path).fit(data)
     # the same job with the saved seed as an explicit random_state, from scratch
@@ -100,7 +108,9 @@ def test_random_state_none_resumes_with_the_saved_seed(client, data, tmp_path, m
     _assert_same_fit(resumed, reference)
 
 
-def test_finished_checkpoint_returns_the_result_without_iterating(client, data, tmp_path, monkeypatch):
+def test_finished_checkpoint_returns_the_result_without_iterating(
+    client, data, tmp_path, monkeypatch
+):
     params = dict(n_clusters=14, tol=0, random_state=5, checkpoint=tmp_path / "done.npz")
     first = dkmeans.KMeans(**params).fit(data)
     seen = _interrupt_after(monkeypatch, 10**9)
@@ -113,7 +123,9 @@ def test_hartigan_refinement_resumes_from_the_lloyd_result(client, data, tmp_pat
     params = dict(n_clusters=14, tol=0, random_state=6, refine="hartigan")
     reference = dkmeans.KMeans(**params).fit(data)
     n_lloyd = sum(h["algorithm"] == "lloyd" for h in reference.history_)
-    assert len(reference.history_) > n_lloyd, "Hartigan must move rows for this test to mean anything"
+    assert len(reference.history_) > n_lloyd, (
+        "Hartigan must move rows for this test to mean anything"
+    )
     path = tmp_path / "refine.npz"
     _interrupt_after(monkeypatch, n_lloyd + 1)  # inside the Hartigan phase
     with pytest.raises(Interrupted):
@@ -150,7 +162,9 @@ def test_functional_train_resumes_with_the_objective_rule(client, data, tmp_path
     assert out.iteration_count == reference.iteration_count
     np.testing.assert_array_equal(out.model.centroids, reference.model.centroids)
     np.testing.assert_array_equal(out.labels, reference.labels)
-    assert out.objective_function_value == pytest.approx(reference.objective_function_value, rel=1e-12)
+    assert out.objective_function_value == pytest.approx(
+        reference.objective_function_value, rel=1e-12
+    )
     assert out.stop_reason == reference.stop_reason == "objective-decrease"
     assert [r.objective for r in out.history] == [r.objective for r in reference.history]
 
@@ -178,8 +192,12 @@ def test_damaged_checkpoint_is_refused(client, data, tmp_path):
 
 def test_writes_are_atomic(tmp_path, monkeypatch):
     cp = Checkpointer(tmp_path / "a", 1, {"job": 1})
-    assert cp.path == checkpoint_path(tmp_path / "a") == tmp_path / "a"  # the file named, no suffix added
-    first = FitState(seed=7, run=0, phase="lloyd", loop=LoopState(np.eye(3, dtype=np.float32), 4, 1.5, []))
+    assert (
+        cp.path == checkpoint_path(tmp_path / "a") == tmp_path / "a"
+    )  # the file named, no suffix added
+    first = FitState(
+        seed=7, run=0, phase="lloyd", loop=LoopState(np.eye(3, dtype=np.float32), 4, 1.5, [])
+    )
     cp.save(first)
 
     def crash(fh, **arrays):
@@ -188,7 +206,14 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr("dkmeans.io.model_file.np.savez", crash)
     with pytest.raises(OSError, match="disk full"):
-        cp.save(FitState(seed=7, run=0, phase="lloyd", loop=LoopState(np.zeros((3, 3), np.float32), 5, 1.0, [])))
+        cp.save(
+            FitState(
+                seed=7,
+                run=0,
+                phase="lloyd",
+                loop=LoopState(np.zeros((3, 3), np.float32), 5, 1.0, []),
+            )
+        )
     monkeypatch.undo()
     loaded = cp.load()
     assert loaded.loop.n_iter == 4 and loaded.loop.previous_objective == 1.5 and loaded.seed == 7

@@ -23,16 +23,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dkmeans
-from dkmeans.kernels import assign, assign_partials, distances
-from dkmeans.kernels import plans
+from dkmeans.kernels import assign, assign_partials, distances, plans
 from dkmeans.kernels.seeding import Nearest, update_nearest
 from tests.helpers import sq_distances
 
 assign_module = importlib.import_module("dkmeans.kernels.nearest")
 
 PATHS = {"numpy": "off", "compiled": "eager"}
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _assert_nearest(X, C, labels):
@@ -64,18 +67,24 @@ def small_data(draw):
     else:
         X = sp.random(n, d, density=draw(st.floats(0.05, 1.0)), random_state=seed, format="csr")
     X = X.astype(dtype)
-    k = draw(st.one_of(st.integers(1, min(3, n)), st.integers(1, n)))  # small k is where k-means|| rounds draw nothing
+    k = draw(
+        st.one_of(st.integers(1, min(3, n)), st.integers(1, n))
+    )  # small k is where k-means|| rounds draw nothing
     return X, k, seed
 
 
-@pytest.mark.parametrize("estimator", [dkmeans.KMeans, dkmeans.MiniBatchKMeans], ids=["KMeans", "MiniBatchKMeans"])
+@pytest.mark.parametrize(
+    "estimator", [dkmeans.KMeans, dkmeans.MiniBatchKMeans], ids=["KMeans", "MiniBatchKMeans"]
+)
 @pytest.mark.parametrize("path", sorted(PATHS))
 @SETTINGS
 @given(case=small_data())
 def test_default_estimators_fit_any_small_input(estimator, path, case):
     X, k, seed = case
     with dask.config.set({"dkmeans.compile": PATHS[path]}), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # fewer distinct points than clusters warns, as scikit-learn does
+        warnings.simplefilter(
+            "ignore"
+        )  # fewer distinct points than clusters warns, as scikit-learn does
         km = estimator(n_clusters=k, random_state=seed).fit(X)
         predicted = km.predict(X)
     C = km.cluster_centers_
@@ -84,7 +93,12 @@ def test_default_estimators_fit_any_small_input(estimator, path, case):
     _assert_nearest(X, C, predicted)
     reference = sq_distances(X, C).min(axis=1).sum()
     dense = X.toarray() if sp.issparse(X) else X
-    rounding = X.shape[0] * float(np.finfo(X.dtype).eps) * 4 * float(np.max(dense ** 2, initial=0) + np.max(C ** 2))
+    rounding = (
+        X.shape[0]
+        * float(np.finfo(X.dtype).eps)
+        * 4
+        * float(np.max(dense**2, initial=0) + np.max(C**2))
+    )
     assert km.inertia_ == pytest.approx(reference, rel=1e-4, abs=rounding)
 
 
@@ -96,8 +110,9 @@ def test_more_clusters_than_rows_is_the_documented_error():
 
 # -- the cases the issue named ---------------------------------------------------------------
 @pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("k, seed, shape", [(1, 0, (800, 34)), (1, 2, (679, 17)), (2, 18, (208, 60)),
-                                            (3, 1, (410, 31))])
+@pytest.mark.parametrize(
+    "k, seed, shape", [(1, 0, (800, 34)), (1, 2, (679, 17)), (2, 18, (208, 60)), (3, 1, (410, 31))]
+)
 def test_small_k_default_fit_where_a_round_draws_no_candidate(path, k, seed, shape):
     """k-means|| rounds that draw nothing (normal at small k) once crashed the fit or the process."""
     X = np.random.default_rng(seed).normal(size=shape)
@@ -128,8 +143,11 @@ def test_two_distinct_points_many_clusters(k):
 
 # -- kernels: no centroid is an error, not a crash -------------------------------------------
 @pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("X", [np.ones((50, 8), np.float32), np.ones((50, 40)), sp.random(50, 8, 0.3, format="csr")],
-                         ids=["direct", "streamed", "csr"])
+@pytest.mark.parametrize(
+    "X",
+    [np.ones((50, 8), np.float32), np.ones((50, 40)), sp.random(50, 8, 0.3, format="csr")],
+    ids=["direct", "streamed", "csr"],
+)
 def test_kernels_refuse_zero_centroids(path, X):
     C = np.empty((0, X.shape[1]), dtype=X.dtype)
     with dask.config.set({"dkmeans.compile": PATHS[path]}):
@@ -156,7 +174,11 @@ def test_empty_probes_compile_nothing(kernel_plan):
     """Dask probes a block function with (0, 0) arrays: they take the NumPy code, whatever the plan."""
     from dkmeans.kernels.backends import select
 
-    for X in (np.empty((0, 0), np.float32), np.empty((0, 5), np.float64), np.empty((4, 0), np.float32)):
+    for X in (
+        np.empty((0, 0), np.float32),
+        np.empty((0, 5), np.float64),
+        np.empty((4, 0), np.float32),
+    ):
         assert assign_module._backend(X, 3) is select.Backend.NUMPY
     with pytest.raises(ValueError, match="at least one feature"):
         assign_module._warm_up(np.dtype(np.float32), 0, 4)
@@ -166,7 +188,9 @@ def test_lazy_predict_warms_up_nothing_empty(client):
     """A lazy predict on a Dask array under the default rule: the workers log no failed compilation."""
     import dask.array as da
 
-    X = da.from_array(np.random.default_rng(0).normal(size=(2000, 4)).astype(np.float32), chunks=500)
+    X = da.from_array(
+        np.random.default_rng(0).normal(size=(2000, 4)).astype(np.float32), chunks=500
+    )
     km = dkmeans.KMeans(n_clusters=3, random_state=0).fit(X.compute())
     with dask.config.set({"dkmeans.compile": "auto"}):
         labels = km.predict(X).compute()
@@ -202,7 +226,9 @@ def test_a_fit_keeps_one_code_path(monkeypatch, kernel_plan):
     seen = _record_paths(monkeypatch)
     X = np.random.default_rng(0).normal(size=(3000, 24)).astype(np.float32)
     first = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
-    assert set(seen) == {"numpy"}, "the first small fit of a process runs on the NumPy code throughout"
+    assert set(seen) == {"numpy"}, (
+        "the first small fit of a process runs on the NumPy code throughout"
+    )
     seen.clear()
     big = np.random.default_rng(1).normal(size=(60_000, 24)).astype(np.float32)
     dkmeans.KMeans(n_clusters=12, random_state=0, max_iter=2).fit(big)  # 60,000 x 24 x 12 > 2^24
@@ -211,8 +237,12 @@ def test_a_fit_keeps_one_code_path(monkeypatch, kernel_plan):
     second = dkmeans.KMeans(n_clusters=4, random_state=0).fit(X)
     assert set(seen) == {"compiled"}, "once loaded, the compiled loops serve small fits too"
     # the two paths agree to rounding: the same partition here
-    np.testing.assert_allclose(first.cluster_centers_, second.cluster_centers_, rtol=1e-4, atol=1e-4)
-    assert not any(t.name == "dkmeans-compile" for t in threading.enumerate()), "no compiling thread"
+    np.testing.assert_allclose(
+        first.cluster_centers_, second.cluster_centers_, rtol=1e-4, atol=1e-4
+    )
+    assert not any(t.name == "dkmeans-compile" for t in threading.enumerate()), (
+        "no compiling thread"
+    )
 
 
 def test_the_compile_setting_chooses_the_path():
@@ -260,7 +290,9 @@ def test_the_plan_reaches_every_task(client, request, mode, path):
         assert set(data.run_loop(_path_loop, work_per_row=1.0)) == {path}
         # the client's dkmeans.kernels.backend travels in the plan (the workers' own config says "auto")
         with dask.config.set({"dkmeans.kernels.backend": "numpy"}):
-            assert plans.plan(np.float64, 3) == plans.KernelPlan("numpy", "numpy"), "the setting takes no loops"
+            assert plans.plan(np.float64, 3) == plans.KernelPlan("numpy", "numpy"), (
+                "the setting takes no loops"
+            )
         data.plan = plans.KernelPlan(path, "numpy")
         assert set(data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))) == {(path, "numpy")}
         assert set(data.run_loop(_pin_loop, work_per_row=1.0)) == {(path, "numpy")}
@@ -268,8 +300,9 @@ def test_the_plan_reaches_every_task(client, request, mode, path):
         data.release()
 
 
-def test_workers_without_room_for_the_compiled_kernels_take_the_numpy_plan(client, monkeypatch, caplog,
-                                                                          on_cluster):
+def test_workers_without_room_for_the_compiled_kernels_take_the_numpy_plan(
+    client, monkeypatch, caplog, on_cluster
+):
     """The placement narrows a compiled plan to the NumPy code where loading the compiled kernels would
     take a worker past its pause threshold, and the tasks follow the narrowed plan; the fit says so."""
     import dask.array as da
@@ -284,7 +317,9 @@ def test_workers_without_room_for_the_compiled_kernels_take_the_numpy_plan(clien
         data = place_data(client, as_dataset(X), None, plan=plans.KernelPlan("compiled", "blas"))
         try:
             assert data.plan == plans.KernelPlan(path, "blas")
-            assert set(data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))) == {(path, "blas")}
+            assert set(data.map_reduce(_pin_chunk, lambda parts: sum(parts, []))) == {
+                (path, "blas")
+            }
         finally:
             data.release()
     with caplog.at_level("INFO", logger="dkmeans"):

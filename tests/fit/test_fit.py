@@ -44,7 +44,9 @@ def test_default_uses_local_search_only_after_a_seeding_strategy(grid):
     X, centers = grid
     auto = KMeans(25, init="random", n_init=1, random_state=4).fit(X)
     assert any(h["algorithm"] == "local-search" for h in auto.history_)
-    given = KMeans(25, init=centers + 3.0, n_init=1).fit(X)  # given centroids: Lloyd's result, as scikit-learn's
+    given = KMeans(25, init=centers + 3.0, n_init=1).fit(
+        X
+    )  # given centroids: Lloyd's result, as scikit-learn's
     assert all(h["algorithm"] == "lloyd" for h in given.history_)
     sk = SKKMeans(25, init=centers + 3.0, n_init=1, algorithm="lloyd").fit(X)
     np.testing.assert_allclose(given.cluster_centers_, sk.cluster_centers_, rtol=1e-7)
@@ -52,7 +54,9 @@ def test_default_uses_local_search_only_after_a_seeding_strategy(grid):
 
 def test_local_search_with_n_init_and_hartigan(grid):
     X, centers = grid
-    km = KMeans(25, init="random", n_init=3, random_state=1, local_search=True, refine="hartigan").fit(X)
+    km = KMeans(
+        25, init="random", n_init=3, random_state=1, local_search=True, refine="hartigan"
+    ).fit(X)
     assert _misplaced(km.cluster_centers_, centers) == 0
     kinds = [h["algorithm"] for h in km.history_]
     assert "local-search" in kinds
@@ -71,7 +75,9 @@ def test_resume_during_the_swap_phase_gives_the_uninterrupted_result(grid, tmp_p
     path = tmp_path / "job.ckpt"
 
     def killed_in_second_run(*args, **kwargs):
-        if Checkpointer(path, 10, {}).progress()["run"] == 1:  # the second run's swap phase: saved at its start
+        if (
+            Checkpointer(path, 10, {}).progress()["run"] == 1
+        ):  # the second run's swap phase: saved at its start
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
@@ -80,8 +86,11 @@ def test_resume_during_the_swap_phase_gives_the_uninterrupted_result(grid, tmp_p
         KMeans(**options, checkpoint=path).fit(X)
     monkeypatch.setattr(dkmeans.fit.runs, "coreset_local_search", real)
 
-    assert Checkpointer(path, 10, {}).progress() == {"run": 1, "phase": "local-search",
-                                                      "n_iter": Checkpointer(path, 10, {}).progress()["n_iter"]}
+    assert Checkpointer(path, 10, {}).progress() == {
+        "run": 1,
+        "phase": "local-search",
+        "n_iter": Checkpointer(path, 10, {}).progress()["n_iter"],
+    }
     resumed = KMeans(**options, checkpoint=path).fit(X)
     np.testing.assert_array_equal(resumed.cluster_centers_, reference.cluster_centers_)
     assert resumed.inertia_ == reference.inertia_ and resumed.n_iter_ == reference.n_iter_
@@ -105,8 +114,11 @@ def test_callable_init_as_in_scikit_learn():
 
 def test_callable_init_returning_the_wrong_shape_says_so():
     X = make_blobs(500, 3, 4, seed=5)[0]
-    with pytest.raises(ValueError, match=r"The shape of the initial centers \(2, 3\) does not match the number of "
-                                         r"clusters 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"The shape of the initial centers \(2, 3\) does not match the number of "
+        r"clusters 4",
+    ):
         KMeans(4, init=lambda X, k, rs: X[:2]).fit(X)
 
 
@@ -119,8 +131,11 @@ def test_init_of_the_wrong_type_is_a_type_error(init):
 
 def test_explicit_centres_with_n_init_warn_in_scikit_learns_words():
     X = make_blobs(300, 2, 3, seed=1)[0]
-    with pytest.warns(RuntimeWarning, match=r"Explicit initial center position passed: performing only one init in "
-                                            r"KMeans instead of n_init=4\."):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"Explicit initial center position passed: performing only one init in "
+        r"KMeans instead of n_init=4\.",
+    ):
         KMeans(3, init=X[:3], n_init=4).fit(X)
 
 
@@ -131,7 +146,9 @@ def test_no_large_graph_warning_for_a_large_numpy_fit_but_the_users_own_graphs_s
 
     import dask.array as da
 
-    X = np.random.default_rng(0).random((2_000_000, 16), dtype=np.float32)  # 122 MiB: sent to the cluster
+    X = np.random.default_rng(0).random(
+        (2_000_000, 16), dtype=np.float32
+    )  # 122 MiB: sent to the cluster
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         km = KMeans(4, init=X[:4], n_init=1, max_iter=2).fit(X)

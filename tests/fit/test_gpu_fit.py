@@ -64,8 +64,9 @@ def assert_same_fit(cp, gpu_fit, cpu_fit, X, *, dtype, metric="euclidean", max_d
     assert gpu_fit.cluster_centers_.dtype == np.dtype(dtype)
     assert gpu_fit.n_iter_ == cpu_fit.n_iter_, (gpu_fit.n_iter_, cpu_fit.n_iter_)
     scale = float(np.abs(X).max())
-    np.testing.assert_allclose(gpu_fit.cluster_centers_, cpu_fit.cluster_centers_, rtol=rtol,
-                               atol=rtol * scale)
+    np.testing.assert_allclose(
+        gpu_fit.cluster_centers_, cpu_fit.cluster_centers_, rtol=rtol, atol=rtol * scale
+    )
     assert gpu_fit.inertia_ == pytest.approx(cpu_fit.inertia_, rel=10 * rtol, abs=1e-12)
     labels = host(cp, gpu_fit.labels_)
     want = host(cp, cpu_fit.labels_)
@@ -180,8 +181,12 @@ def test_sample_weights_on_cupy_match_numpy(cp, client, dtype, where):
     for j in range(4):
         m = labels == j
         want = (w[m, None] * X[m].astype(np.float64)).sum(0) / w[m].sum()
-        np.testing.assert_allclose(gpu_fit.cluster_centers_[j], want, rtol=10 * rtol_of(dtype),
-                                   atol=10 * rtol_of(dtype) * 10)
+        np.testing.assert_allclose(
+            gpu_fit.cluster_centers_[j],
+            want,
+            rtol=10 * rtol_of(dtype),
+            atol=10 * rtol_of(dtype) * 10,
+        )
 
 
 @pytest.mark.parametrize("init", ["k-means||", "k-means++", "random"])
@@ -197,8 +202,12 @@ def test_seedings_on_cupy_find_the_blobs_like_numpy(cp, client, init):
         assert adjusted_rand_score(true_labels, labels) == pytest.approx(1.0)
     # the same random streams (keyed by row): the same start, so the same result
     assert gpu_fit.inertia_ == pytest.approx(cpu_fit.inertia_, rel=1e-4)
-    np.testing.assert_allclose(np.sort(gpu_fit.cluster_centers_, axis=0),
-                               np.sort(cpu_fit.cluster_centers_, axis=0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        np.sort(gpu_fit.cluster_centers_, axis=0),
+        np.sort(cpu_fit.cluster_centers_, axis=0),
+        rtol=1e-4,
+        atol=1e-3,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -218,8 +227,12 @@ def test_empty_cluster_on_cupy_is_refilled_like_numpy(cp, client, dtype):
 def test_k_is_one_on_cupy(cp, client, dtype):
     X, _ = data(1500, 4, 3, dtype, seed=10)
     gpu_fit = dkmeans.KMeans(1, n_init=1, random_state=0).fit(cp.asarray(X))
-    np.testing.assert_allclose(gpu_fit.cluster_centers_[0], X.astype(np.float64).mean(0),
-                               rtol=rtol_of(dtype), atol=10 * rtol_of(dtype))
+    np.testing.assert_allclose(
+        gpu_fit.cluster_centers_[0],
+        X.astype(np.float64).mean(0),
+        rtol=rtol_of(dtype),
+        atol=10 * rtol_of(dtype),
+    )
     assert not host(cp, gpu_fit.labels_).any()
     want = float(((X.astype(np.float64) - X.astype(np.float64).mean(0)) ** 2).sum())
     assert gpu_fit.inertia_ == pytest.approx(want, rel=10 * rtol_of(dtype))
@@ -243,8 +256,9 @@ def test_functional_train_and_infer_on_cupy(cp, client):
     gpu = dkmeans.train(desc, cp.asarray(X), initial_centroids=C0)
     cpu = dkmeans.train(desc, X, initial_centroids=C0)
     scale = float(np.abs(X).max())
-    np.testing.assert_allclose(gpu.model.centroids, cpu.model.centroids, rtol=1e-5,
-                               atol=1e-5 * scale)
+    np.testing.assert_allclose(
+        gpu.model.centroids, cpu.model.centroids, rtol=1e-5, atol=1e-5 * scale
+    )
     assert gpu.iteration_count == cpu.iteration_count
     assert gpu.objective_function_value == pytest.approx(cpu.objective_function_value, rel=1e-4)
     inferred = dkmeans.infer(desc, gpu.model, cp.asarray(X))

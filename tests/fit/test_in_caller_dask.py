@@ -40,12 +40,12 @@ def test_small_dask_array_fitted_in_the_caller_as_on_the_cluster(client, monkeyp
     Xd, wd = da.from_array(X, chunks=(450, 5)), da.from_array(w, chunks=450)
     with dask.config.set({"dkmeans.in-process-bytes": 0}):  # the cluster's fit, the reference
         on_cluster = dkmeans.KMeans(4, init=init, metric=metric, random_state=3).fit(
-            Xd, sample_weight=wd)
+            Xd, sample_weight=wd
+        )
     assert on_cluster.data_mode_ == "in-memory"
     with monkeypatch.context() as patch:
         _no_placement(patch)
-        here = dkmeans.KMeans(4, init=init, metric=metric, random_state=3).fit(
-            Xd, sample_weight=wd)
+        here = dkmeans.KMeans(4, init=init, metric=metric, random_state=3).fit(Xd, sample_weight=wd)
     assert isinstance(here.labels_, da.Array) and here.labels_.chunks == (Xd.chunks[0],)
     _same(here, on_cluster)
     # and what scikit-learn's Lloyd gives from the same start on the same rows, as a check of both
@@ -53,7 +53,8 @@ def test_small_dask_array_fitted_in_the_caller_as_on_the_cluster(client, monkeyp
         from sklearn.cluster import KMeans
 
         reference = KMeans(4, init=here.cluster_centers_, n_init=1, max_iter=1).fit(
-            X, sample_weight=w)
+            X, sample_weight=w
+        )
         np.testing.assert_array_equal(reference.labels_, here.labels_.compute())
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from dkmeans.engine.local import ChunkList
-from dkmeans.kernels import assign_partials, combine_partials
-from dkmeans.kernels import plans
 from dkmeans.drivers.lloyd import CentroidShift, lloyd
+from dkmeans.engine.local import ChunkList
+from dkmeans.kernels import assign_partials, combine_partials, plans
 
 
 def _partials_chunk(X, w, offset, C):

@@ -336,8 +336,19 @@ def _four_way():
         ks=ks,
         objective=[172387, 108943, 49844, 25646, 20090, 14797, 9531, 7878, 7269, 6683, 6369],
         calinski_harabasz=[1031, 1182, 2219, 3528, 3670, 4224, 5715, 6078, 5863, 5745, 5482],
-        davies_bouldin=[1.033, 0.666, 0.494, 0.421, 0.391, 0.437, 0.419, 0.476, 0.557, 0.641,
-                        0.642],
+        davies_bouldin=[
+            1.033,
+            0.666,
+            0.494,
+            0.421,
+            0.391,
+            0.437,
+            0.419,
+            0.476,
+            0.557,
+            0.641,
+            0.642,
+        ],
         silhouette=[nan] * 11,
         bic=[-13513, -13098, -11989, -11041, -10807, -10466, -9864, -9560, -9448, -9341, -9282],
         gap=[0.557, 0.800, 1.364, 1.846, 1.901, 2.077, 2.385, 2.495, 2.523, 2.542, 2.536],
@@ -372,7 +383,12 @@ def test_on_the_coarse_grid_the_diffuse_test_starts_from_the_real_split():
         **{
             name: [getattr(full, name)[i] for i in at]
             for name in (
-                "objective", "calinski_harabasz", "davies_bouldin", "silhouette", "bic", "gap",
+                "objective",
+                "calinski_harabasz",
+                "davies_bouldin",
+                "silhouette",
+                "bic",
+                "gap",
                 "gap_sd",
             )
         },
@@ -381,7 +397,10 @@ def test_on_the_coarse_grid_the_diffuse_test_starts_from_the_real_split():
     )
     got = answers(s)
     assert (got["calinski_harabasz"], got["gap"], got["elbow"], got["davies_bouldin"]) == (
-        10, 10, 8, 6,
+        10,
+        10,
+        8,
+        6,
     )
     assert separated_k(s) == 8 and diffuse_split(s, 10) == 8
     k, reason = suggest(s)

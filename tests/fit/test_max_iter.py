@@ -65,18 +65,31 @@ def test_score_max_iter_as_scikit_learn(estimator, init):
 
 
 # -- the property: sizes around the sample's threshold, both seedings ------------------------
-SIZES = st.sampled_from([CORESET_MIN_ROWS // 2, CORESET_MIN_ROWS - 1, CORESET_MIN_ROWS,
-                         CORESET_MIN_ROWS + 1, CORESET_MIN_ROWS + 500, 2 * CORESET_MIN_ROWS + 7,
-                         3 * CORESET_MIN_ROWS])
+SIZES = st.sampled_from(
+    [
+        CORESET_MIN_ROWS // 2,
+        CORESET_MIN_ROWS - 1,
+        CORESET_MIN_ROWS,
+        CORESET_MIN_ROWS + 1,
+        CORESET_MIN_ROWS + 500,
+        2 * CORESET_MIN_ROWS + 7,
+        3 * CORESET_MIN_ROWS,
+    ]
+)
 #: caps below the settle's and from it on (where the start may be settled on a sample)
 BELOW = [1, 2, 3, 5, 6, 7, 9, 12, 20, runs.SETTLE_MAX_ITER - 1]
 FROM = [runs.SETTLE_MAX_ITER, runs.SETTLE_MAX_ITER + 1, 2 * runs.SETTLE_MAX_ITER]
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(n=SIZES, seed=st.integers(0, 2**16), init=st.sampled_from(["k-means||", "k-means++"]),
-       caps=st.lists(st.sampled_from(BELOW + FROM), min_size=2, max_size=4, unique=True))
+@settings(
+    max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    n=SIZES,
+    seed=st.integers(0, 2**16),
+    init=st.sampled_from(["k-means||", "k-means++"]),
+    caps=st.lists(st.sampled_from(BELOW + FROM), min_size=2, max_size=4, unique=True),
+)
 def test_max_iter_is_scikit_learns(n, seed, init, caps):
     X = _blobs(n, seed)
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -124,8 +137,11 @@ def test_every_lloyd_loop_is_bounded_and_data_updates_counted(monkeypatch, max_i
     X = _blobs(n, 3, d=8, k=12)
     settles = []
     real_start = runs.coreset_start
-    monkeypatch.setattr(runs, "coreset_start",
-                        lambda *a, **kw: settles.append(kw["max_iter"]) or real_start(*a, **kw))
+    monkeypatch.setattr(
+        runs,
+        "coreset_start",
+        lambda *a, **kw: settles.append(kw["max_iter"]) or real_start(*a, **kw),
+    )
     on_coreset = _spy_lloyd(monkeypatch, coreset_module)  # the settle and the confirmations
     on_search = _spy_lloyd(monkeypatch, local_search_module)  # the search's rounds on the sample
     on_data = _spy_lloyd(monkeypatch, runs)
@@ -149,8 +165,9 @@ def test_no_settle_where_the_sample_is_most_of_the_data(monkeypatch, n):
     assert model.n_iter_ == _lloyd_records(model) <= 300
 
 
-@pytest.mark.parametrize("max_iter", [1, runs.SEARCH_AFTER_ITERS, runs.SEARCH_AFTER_ITERS + 1,
-                                      runs.SETTLE_MAX_ITER - 1])
+@pytest.mark.parametrize(
+    "max_iter", [1, runs.SEARCH_AFTER_ITERS, runs.SEARCH_AFTER_ITERS + 1, runs.SETTLE_MAX_ITER - 1]
+)
 def test_max_iter_below_the_settles_settles_nothing(monkeypatch, max_iter):
     """Below the settle's own cap the start is the seeding's, even where the sample is small."""
     monkeypatch.setattr(runs, "coreset_start", lambda *a, **kw: pytest.fail("settled"))
@@ -174,8 +191,9 @@ def test_rejected_confirmation_counts(monkeypatch):
 
     monkeypatch.setattr(runs, "coreset_local_search", reject)
     X = _blobs(CORESET_MIN_ROWS, 5, d=8, k=30)
-    model = dkmeans.KMeans(30, init="random", n_init=1, max_iter=40, random_state=5,
-                           local_search=True).fit(X)
+    model = dkmeans.KMeans(
+        30, init="random", n_init=1, max_iter=40, random_state=5, local_search=True
+    ).fit(X)
     assert rejected, "no confirmation ran: the case tests nothing"
     assert model.n_iter_ == _lloyd_records(model) <= 40
 
@@ -184,8 +202,9 @@ def test_rejected_confirmation_counts(monkeypatch):
 @pytest.mark.parametrize("max_iter", [1, 2, 5])
 def test_minibatch_steps_bounded_by_max_iter(max_iter):
     X = _blobs(3000, 4)
-    model = dkmeans.MiniBatchKMeans(6, batch_size=256, max_iter=max_iter, tol=0.0,
-                                    max_no_improvement=None, random_state=4).fit(X)
+    model = dkmeans.MiniBatchKMeans(
+        6, batch_size=256, max_iter=max_iter, tol=0.0, max_no_improvement=None, random_state=4
+    ).fit(X)
     # scikit-learn's counts: (max_iter * n) // batch_size steps, n_iter_ epochs of them
     assert model.n_steps_ == (max_iter * 3000) // 256
     assert model.n_iter_ == -(-model.n_steps_ * 256 // 3000) <= max_iter
@@ -197,8 +216,15 @@ def test_minibatch_out_of_core_counts_passes(client, max_iter):
     import dask.array as da
 
     X = _blobs(1000, 8).astype(np.float32)
-    model = dkmeans.MiniBatchKMeans(6, batch_size=300, max_iter=max_iter, tol=0.0,
-                                    max_no_improvement=None, random_state=8, out_of_core=True)
+    model = dkmeans.MiniBatchKMeans(
+        6,
+        batch_size=300,
+        max_iter=max_iter,
+        tol=0.0,
+        max_no_improvement=None,
+        random_state=8,
+        out_of_core=True,
+    )
     model.fit(da.from_array(X, chunks=400))
     assert model.data_mode_ == "out-of-core"
     assert model.n_steps_ == max_iter * 4 and model.n_iter_ == max_iter

@@ -51,11 +51,14 @@ def resumed_from(monkeypatch) -> list:
         def run(data, state, **kwargs):
             starts.append(kwargs["resume"].run.n_steps)
             return driver(data, state, **kwargs)
+
         return run
 
     monkeypatch.setattr(dkmeans.fit.minibatch, "_minibatch_centers", no_init)
     monkeypatch.setattr(dkmeans.fit.minibatch, "minibatch", spy(dkmeans.fit.minibatch.minibatch))
-    monkeypatch.setattr(dkmeans.fit.minibatch, "minibatch_pass", spy(dkmeans.fit.minibatch.minibatch_pass))
+    monkeypatch.setattr(
+        dkmeans.fit.minibatch, "minibatch_pass", spy(dkmeans.fit.minibatch.minibatch_pass)
+    )
     return starts
 
 
@@ -63,8 +66,9 @@ def assert_same_fit(a, b):
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
     np.testing.assert_array_equal(a._counts, b._counts)
     assert a.n_steps_ == b.n_steps_ and a.stop_reason_ == b.stop_reason_
-    assert [h["batch_objective"] if "batch_objective" in h else h["objective"] for h in a.history_] == \
-        [h["batch_objective"] if "batch_objective" in h else h["objective"] for h in b.history_]
+    assert [
+        h["batch_objective"] if "batch_objective" in h else h["objective"] for h in a.history_
+    ] == [h["batch_objective"] if "batch_objective" in h else h["objective"] for h in b.history_]
 
 
 @pytest.mark.parametrize("where", ["process", "cluster"])
@@ -123,21 +127,31 @@ def test_early_stopped_fit_resumes_to_the_same_stop(X, tmp_path, monkeypatch):
         with pytest.raises(Interrupted):
             MiniBatchKMeans(**kwargs, checkpoint=path, checkpoint_every=4).fit(X)
     starts = resumed_from(monkeypatch)
-    assert_same_fit(MiniBatchKMeans(**kwargs, checkpoint=path, checkpoint_every=4).fit(X), reference)
+    assert_same_fit(
+        MiniBatchKMeans(**kwargs, checkpoint=path, checkpoint_every=4).fit(X), reference
+    )
     assert starts == [4]
 
 
 def test_out_of_core_fit_resumes_at_its_row(client, X, tmp_path, monkeypatch):
     """Out of core the checkpoint holds the position in the pass: the resumed fit reads on from there."""
-    kwargs = dict(n_clusters=6, random_state=2, batch_size=100, max_iter=2, max_no_improvement=None,
-                  out_of_core=True)
+    kwargs = dict(
+        n_clusters=6,
+        random_state=2,
+        batch_size=100,
+        max_iter=2,
+        max_no_improvement=None,
+        out_of_core=True,
+    )
     reference = MiniBatchKMeans(**kwargs).fit(da.from_array(X, chunks=500))
     assert reference.data_mode_ == "out-of-core" and reference.n_steps_ == 120
     path = tmp_path / "mb.ckpt"
     with monkeypatch.context() as m:
         writes = stop_after_writes(m, 3)
         with pytest.raises(Interrupted):
-            MiniBatchKMeans(**kwargs, checkpoint=path, checkpoint_every=10).fit(da.from_array(X, chunks=500))
+            MiniBatchKMeans(**kwargs, checkpoint=path, checkpoint_every=10).fit(
+                da.from_array(X, chunks=500)
+            )
     saved = writes[-1]
     assert saved["n_iter"] >= 20 and 0 < saved["next_row"] < len(X) and saved["epoch"] == 0
     starts = []
@@ -149,9 +163,14 @@ def test_out_of_core_fit_resumes_at_its_row(client, X, tmp_path, monkeypatch):
 
     monkeypatch.setattr(StreamedData, "fold", fold)
     steps = resumed_from(monkeypatch)
-    resumed = MiniBatchKMeans(**kwargs, checkpoint=path, checkpoint_every=10).fit(da.from_array(X, chunks=700))
+    resumed = MiniBatchKMeans(**kwargs, checkpoint=path, checkpoint_every=10).fit(
+        da.from_array(X, chunks=700)
+    )
     assert steps == [saved["n_iter"]]
-    assert starts == [saved["next_row"], 0]  # the rest of the first pass, then the second from its start
+    assert starts == [
+        saved["next_row"],
+        0,
+    ]  # the rest of the first pass, then the second from its start
     assert_same_fit(resumed, reference)
 
 
@@ -175,16 +194,29 @@ def test_lloyd_checkpoints_stay_version_1(X, tmp_path):
     lloyd, mb = tmp_path / "lloyd.ckpt", tmp_path / "mb.ckpt"
     a = dkmeans.KMeans(6, random_state=0, max_iter=4, tol=0, checkpoint=lloyd).fit(X)
     MiniBatchKMeans(6, random_state=0, checkpoint=mb).fit(X)
-    versions = [read_archive(p, set(), "checkpoint", CheckpointError,
-                             optional=frozenset({"centroids", "best_centroids", "counts", "pending",
-                                                 "pending_weights"}))[1]["format_version"] for p in (lloyd, mb)]
+    versions = [
+        read_archive(
+            p,
+            set(),
+            "checkpoint",
+            CheckpointError,
+            optional=frozenset(
+                {"centroids", "best_centroids", "counts", "pending", "pending_weights"}
+            ),
+        )[1]["format_version"]
+        for p in (lloyd, mb)
+    ]
     assert versions == [1, 2]
-    b = dkmeans.KMeans(6, random_state=0, max_iter=4, tol=0, checkpoint=lloyd).fit(X)  # resumes from it
+    b = dkmeans.KMeans(6, random_state=0, max_iter=4, tol=0, checkpoint=lloyd).fit(
+        X
+    )  # resumes from it
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
 
 
 def test_functional_train_minibatch_resumes(X, tmp_path, monkeypatch):
-    desc = dkmeans.Descriptor(cluster_count=6, max_iteration_count=2, method="minibatch", dtype=np.float64)
+    desc = dkmeans.Descriptor(
+        cluster_count=6, max_iteration_count=2, method="minibatch", dtype=np.float64
+    )
     kwargs = dict(random_state=0, batch_size=128, max_no_improvement=None)
     reference = dkmeans.train(desc, X, "k-means++", **kwargs)
     path = tmp_path / "train.ckpt"

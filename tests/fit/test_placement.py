@@ -30,8 +30,9 @@ def test_in_memory_rows_stay_here_under_the_fits_plan():
 
 def test_a_fits_spec_gives_the_placement_its_words():
     spec = FitSpec(n_clusters=5, n_init=2, out_of_core=True, algorithm="minibatch", on_pass=print)
-    assert fit_placement(spec) == dict(out_of_core=True, n_clusters=5, n_init=2, allow_hybrid=False,
-                                       on_pass=print)
+    assert fit_placement(spec) == dict(
+        out_of_core=True, n_clusters=5, n_init=2, allow_hybrid=False, on_pass=print
+    )
     assert fit_placement(FitSpec(n_clusters=5), n_clusters=12)["n_clusters"] == 12
 
 
@@ -39,8 +40,9 @@ def test_rows_sent_to_the_cluster_are_released_when_the_block_ends(client):
     X = _rows()
     dataset = as_dataset(X)
     events = []
-    with placed(dataset, None, out_of_core=True, n_clusters=2, on_pass=events.append,
-                fit=False) as (data, got):
+    with placed(
+        dataset, None, out_of_core=True, n_clusters=2, on_pass=events.append, fit=False
+    ) as (data, got):
         assert got is client and isinstance(data, StreamedData)
         assert plans.current() == data.plan
         total = data.map_reduce(lambda X, w, o: float(X.astype(np.float64).sum()), sum)

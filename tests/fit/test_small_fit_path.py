@@ -34,8 +34,17 @@ def _data(n, d, k, kind, dtype, seed=0):
     return X.astype(dtype)
 
 
-@pytest.mark.parametrize("n, d, k, kind", [(3000, 8, 10, "blobs"), (800, 3, 2, "normal"), (300, 20, 1, "normal"),
-                                           (60, 4, 45, "blobs"), (500, 5, 6, "duplicated"), (2000, 33, 7, "blobs")])
+@pytest.mark.parametrize(
+    "n, d, k, kind",
+    [
+        (3000, 8, 10, "blobs"),
+        (800, 3, 2, "normal"),
+        (300, 20, 1, "normal"),
+        (60, 4, 45, "blobs"),
+        (500, 5, 6, "duplicated"),
+        (2000, 33, 7, "blobs"),
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_numpy_and_compiled_paths_give_the_same_fit(n, d, k, kind, dtype):
     X = _data(n, d, k, kind, dtype)
@@ -50,7 +59,7 @@ def test_numpy_and_compiled_paths_give_the_same_fit(n, d, k, kind, dtype):
     scale = float(np.abs(X).max())
     tol = 1e-5 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, rtol=tol, atol=tol * scale)
-    assert a.inertia_ == pytest.approx(b.inertia_, rel=tol, abs=tol * scale ** 2)
+    assert a.inertia_ == pytest.approx(b.inertia_, rel=tol, abs=tol * scale**2)
     assert a.n_iter_ == b.n_iter_
 
 
@@ -62,8 +71,11 @@ def test_a_small_fit_runs_numpy_in_one_blas_thread(monkeypatch, kernel_plan):
     def spy(X, k):
         backend = original(X, k)
         seen.append(backend.value)
-        blas.update(pool["num_threads"] for pool in placement._blas_pools().info()
-                    if pool["user_api"] == "blas")
+        blas.update(
+            pool["num_threads"]
+            for pool in placement._blas_pools().info()
+            if pool["user_api"] == "blas"
+        )
         return backend
 
     monkeypatch.setattr(nearest, "_backend", spy)
@@ -94,7 +106,9 @@ def test_the_fit_service_counts_centroids_and_runs(monkeypatch):
 
 
 @pytest.mark.parametrize("kernel_plan", [None], indirect=True)
-def test_a_fit_on_the_cluster_takes_the_size_rule_for_its_workers(monkeypatch, client, on_cluster, kernel_plan):
+def test_a_fit_on_the_cluster_takes_the_size_rule_for_its_workers(
+    monkeypatch, client, on_cluster, kernel_plan
+):
     """A small fit on a cluster runs the NumPy code (no worker loads the compiled loops for it),
     whatever this process has loaded."""
     asked = _asked(monkeypatch)
@@ -103,7 +117,9 @@ def test_a_fit_on_the_cluster_takes_the_size_rule_for_its_workers(monkeypatch, c
     plans.mark_loaded(np.float32, 5)
     assert plans.plan(np.float32, 5, n_rows=400, n_clusters=3, in_process=False).path == "numpy"
     assert plans.plan(np.float32, 5, n_rows=400, n_clusters=3).path == "compiled"
-    assert plans.plan(np.float32, 5, n_rows=10**6, n_clusters=30, in_process=False).path == "compiled"
+    assert (
+        plans.plan(np.float32, 5, n_rows=10**6, n_clusters=30, in_process=False).path == "compiled"
+    )
 
 
 @pytest.mark.parametrize("kernel_plan", [None], indirect=True)
@@ -112,16 +128,22 @@ def test_the_path_is_chosen_by_size(kernel_plan):
     below = -(-plans.NUMPY_FIT_WORK // (k * d)) - 1  # rows of the largest fit below the work bound
     assert plans.plan(np.float32, d, n_rows=below, n_clusters=k).path == "numpy"
     assert plans.plan(np.float64, d, n_rows=below + 1, n_clusters=k).path == "compiled"
-    assert plans.plan(np.float32, d, n_rows=below, n_clusters=k).path == "numpy", "another dtype's loops"
+    assert plans.plan(np.float32, d, n_rows=below, n_clusters=k).path == "numpy", (
+        "another dtype's loops"
+    )
     assert plans.plan(np.float32, d, n_rows=below + 1, n_clusters=k).path == "compiled"
-    assert plans.plan(np.float32, d, n_rows=1, n_clusters=1).path == "compiled", "loaded loops serve any fit"
+    assert plans.plan(np.float32, d, n_rows=1, n_clusters=1).path == "compiled", (
+        "loaded loops serve any fit"
+    )
     assert plans.plan(np.float32, d + 1, n_rows=1, n_clusters=1).path == "numpy"
     # a fit of unknown rows or centroids compiles at its first need whatever its size
     assert plans.plan(np.float32, 3, n_rows=10).path == "compiled"
     assert plans.plan(np.float32, 5, n_clusters=1).path == "compiled"
     assert plans.plan(np.float32, 7, n_rows=10, n_clusters=1, sparse=True).path == "compiled"
     with dask.config.set({"dkmeans.kernels.backend": "numpy"}):
-        assert plans.plan(np.float32, 9, n_rows=10**9, n_clusters=10) == plans.KernelPlan("numpy", "numpy")
+        assert plans.plan(np.float32, 9, n_rows=10**9, n_clusters=10) == plans.KernelPlan(
+            "numpy", "numpy"
+        )
 
 
 @pytest.mark.parametrize("kernel_plan", [None], indirect=True)
@@ -132,6 +154,8 @@ def test_preparing_loads_the_loops_for_later_small_fits(kernel_plan):
 
     assert plans.plan(np.float32, 6, n_rows=100, n_clusters=2).path == "numpy"
     warm.prepare(plans.KernelPlan("numpy", "auto"), np.float32, 6)
-    assert plans.plan(np.float32, 6, n_rows=100, n_clusters=2).path == "numpy", "a NumPy plan loads nothing"
+    assert plans.plan(np.float32, 6, n_rows=100, n_clusters=2).path == "numpy", (
+        "a NumPy plan loads nothing"
+    )
     warm.prepare(plans.KernelPlan("compiled", "auto"), np.float32, 6)
     assert plans.plan(np.float32, 6, n_rows=100, n_clusters=2).path == "compiled"

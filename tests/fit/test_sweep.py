@@ -25,7 +25,11 @@ def _assert_passes_shared(result, single, slack: int = 2):
     """The sweep's passes: the longest single fit's and the metrics', or the gap's reference fits' if longer."""
     reference = result.reference.n_passes + 1 if result.reference is not None else 0
     low = max(single) + METRIC_PASSES
-    assert low <= result.n_passes <= max(low, reference) + slack, (result.n_passes, single, reference)
+    assert low <= result.n_passes <= max(low, reference) + slack, (
+        result.n_passes,
+        single,
+        reference,
+    )
     assert result.n_passes < sum(single) + reference
 
 
@@ -36,7 +40,8 @@ def blobs():
 
 
 def _assert_single_fits(result, X, ks, exact: bool, **fit_kwargs):
-    """Each k's model against ``KMeans(n_clusters=k, random_state=result.random_state).fit(X)``; the single fits' passes."""
+    """Each k's model against ``KMeans(n_clusters=k, random_state=result.random_state).fit(X)``;
+    the single fits' passes."""
     passes = []
     for k in ks:
         single = KMeans(n_clusters=k, random_state=result.random_state).fit(X, **fit_kwargs)
@@ -49,9 +54,13 @@ def _assert_single_fits(result, X, ks, exact: bool, **fit_kwargs):
         assert model.n_passes_ == single.n_passes_ == result.passes[k]
         if exact:
             np.testing.assert_array_equal(model.cluster_centers_, single.cluster_centers_)
-            assert [h["objective"] for h in model.history_] == [h["objective"] for h in single.history_]
+            assert [h["objective"] for h in model.history_] == [
+                h["objective"] for h in single.history_
+            ]
         else:
-            np.testing.assert_allclose(model.cluster_centers_, single.cluster_centers_, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(
+                model.cluster_centers_, single.cluster_centers_, rtol=1e-10, atol=1e-12
+            )
         assert model.inertia_ == pytest.approx(single.inertia_, rel=1e-12)
         assert result.objective[k] == model.inertia_
         passes.append(single.n_passes_)
@@ -74,13 +83,26 @@ def test_each_k_is_the_single_fit_in_process(blobs, weighted):
         labels, metrics = result.models[k].labels_, result.metrics[k]
         assert metrics["objective"] == result.objective[k]
         if not weighted:
-            assert metrics["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(X, labels), rel=1e-9)
-            assert metrics["davies_bouldin"] == pytest.approx(davies_bouldin_score(X, labels), rel=1e-9)
+            assert metrics["calinski_harabasz"] == pytest.approx(
+                calinski_harabasz_score(X, labels), rel=1e-9
+            )
+            assert metrics["davies_bouldin"] == pytest.approx(
+                davies_bouldin_score(X, labels), rel=1e-9
+            )
         assert -1 <= metrics["simplified_silhouette"] <= 1 and metrics["imbalance"] >= 1
 
 
-@pytest.mark.parametrize("params", [{"algorithm": "hartigan"}, {"refine": "hartigan"}, {"init": "k-means++"},
-                                    {"init": "random"}, {"metric": "cosine"}], ids=str)
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"algorithm": "hartigan"},
+        {"refine": "hartigan"},
+        {"init": "k-means++"},
+        {"init": "random"},
+        {"metric": "cosine"},
+    ],
+    ids=str,
+)
 def test_every_algorithm_and_seeding(blobs, params):
     """Hartigan's stateful rounds and labels, k-means++'s trials, n_init=10 runs, cosine: each k its single fit."""
     ks = [2, 5]
@@ -124,23 +146,36 @@ def test_out_of_core_each_k_is_the_single_fit(client, blobs):
 def test_results_do_not_depend_on_the_chunking(client, blobs):
     ks = [3, 6]
     one = dkmeans.sweep(da.from_array(blobs, chunks=(450, 3)), ks, random_state=1)
-    other = dkmeans.sweep(da.from_array(blobs, chunks=((13, 400, 287, 200), (3,))), ks, random_state=1)
+    other = dkmeans.sweep(
+        da.from_array(blobs, chunks=((13, 400, 287, 200), (3,))), ks, random_state=1
+    )
     local = dkmeans.sweep(blobs, ks, random_state=1)
     for k in ks:
         for res in (other, local):
-            np.testing.assert_allclose(res.models[k].cluster_centers_, one.models[k].cluster_centers_, rtol=1e-10)
-            np.testing.assert_array_equal(np.asarray(res.models[k].labels_), one.models[k].labels_.compute())
+            np.testing.assert_allclose(
+                res.models[k].cluster_centers_, one.models[k].cluster_centers_, rtol=1e-10
+            )
+            np.testing.assert_array_equal(
+                np.asarray(res.models[k].labels_), one.models[k].labels_.compute()
+            )
             assert res.n_iter[k] == one.n_iter[k]
 
 
-@pytest.mark.filterwarnings("ignore:Number of distinct clusters:sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.filterwarnings(
+    "ignore:Number of distinct clusters:sklearn.exceptions.ConvergenceWarning"
+)
 def test_tiny_data_up_to_k_equal_n():
-    X = np.array([[0, 0], [0, 1], [5, 5], [5, 6], [9, 0], [9, 1], [0, 0], [2, 8], [3, 3], [7, 7]], dtype=float)
+    X = np.array(
+        [[0, 0], [0, 1], [5, 5], [5, 6], [9, 0], [9, 1], [0, 0], [2, 8], [3, 3], [7, 7]],
+        dtype=float,
+    )
     ks = [1, 2, 9, 10]
     result = dkmeans.sweep(X, ks, random_state=0)
     _assert_single_fits(result, X, ks, exact=True)
     assert result.objective[1] == pytest.approx(((X - X.mean(0)) ** 2).sum())
-    assert result.objective[10] == 0.0 and result.objective[9] == 0.0  # a duplicated row: 9 distinct rows
+    assert (
+        result.objective[10] == 0.0 and result.objective[9] == 0.0
+    )  # a duplicated row: 9 distinct rows
 
 
 def test_dataframe_columns_are_the_models_features(blobs):
@@ -170,43 +205,65 @@ def test_a_failing_k_is_raised_naming_it_and_stops_the_others(blobs):
     assert threading.active_count() == before
 
 
-@pytest.mark.parametrize("k_values, message", [
-    ([], "empty"), ([2, 2], "distinct"), ([0, 2], ">= 1"), ([True, 2], ">= 1"), ("2:4", "sequence"),
-])
+@pytest.mark.parametrize(
+    "k_values, message",
+    [
+        ([], "empty"),
+        ([2, 2], "distinct"),
+        ([0, 2], ">= 1"),
+        ([True, 2], ">= 1"),
+        ("2:4", "sequence"),
+    ],
+)
 def test_bad_k_values(blobs, k_values, message):
     with pytest.raises(InvalidParameterError, match=message):
         dkmeans.sweep(blobs, k_values)
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"n_clusters": 3}, "no n_clusters"), ({"checkpoint": "x.npz"}, "no checkpoint"),
-    ({"init": np.zeros((2, 3))}, "initial centroids"),
-    ({"reference_draws": 2.5}, "reference_draws must be an integer >= 0"),
-    ({"reference_rows": 0}, "reference_rows must be an integer >= 1"),
-    ({"silhouette_rows": -1}, "silhouette_rows must be an integer >= 0"),
-    ({"silhouette_rows": True}, "silhouette_rows must be an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"n_clusters": 3}, "no n_clusters"),
+        ({"checkpoint": "x.npz"}, "no checkpoint"),
+        ({"init": np.zeros((2, 3))}, "initial centroids"),
+        ({"reference_draws": 2.5}, "reference_draws must be an integer >= 0"),
+        ({"reference_rows": 0}, "reference_rows must be an integer >= 1"),
+        ({"silhouette_rows": -1}, "silhouette_rows must be an integer >= 0"),
+        ({"silhouette_rows": True}, "silhouette_rows must be an integer >= 0"),
+    ],
+)
 def test_parameters_a_sweep_does_not_take(blobs, params, message):
     with pytest.raises(InvalidParameterError, match=message):
         dkmeans.sweep(blobs, [2, 3], **params)
 
 
-@pytest.mark.parametrize("ks, objectives, expected", [
-    # log10 = 3, 2, 1, .699, .602; scaled y = 1, .583, .166, .043, 0; x = 0, .25, .5, .75, 1;
-    # chord - curve = 0, .167, .334, .207, 0
-    ([1, 2, 3, 4, 5], [1000, 100, 10, 5, 4], 3),
-    # uneven k: log10 = 4, 2, 1, 0: y = 1, .5, .25, 0; x = 0, .143, .429, 1; chord - curve = 0, .357, .321, 0
-    ([2, 4, 8, 16], [1e4, 1e2, 1e1, 1e0], 4),
-    # the third point a little lower: log10 = 4, 2, .5, 0: y = 1, .5, .125, 0: .571 - .125 = .446 beats .357
-    ([2, 4, 8, 16], [1e4, 1e2, 10 ** 0.5, 1e0], 8),
-    # 6 blobs (the CLI's 20,000 rows, k = 2..10): the log finds the sixth; the objective itself the fifth
-    (list(range(2, 11)), [1.25e6, 8.41e5, 4.36e5, 1.57e5, 7.96e4, 7.74e4, 7.52e4, 7.31e4, 7.09e4], 6),
-    ([1, 2, 3], [100, 10, 0], 2),  # an objective of 0: scaled as it is; y = 1, .1, 0; chord - curve = 0, .4, 0
-    ([1, 2, 3, 4], [1e4, 1e3, 1e2, 1e1], None),  # straight in log: no elbow
-    ([1, 2, 3, 4], [40, 30, 20, 10], None),  # straight, so concave in log: no elbow
-    ([2, 3], [10, 1], None),  # two points: no elbow
-    ([2, 3, 4], [5, 5, 5], None),  # flat
-])
+@pytest.mark.parametrize(
+    "ks, objectives, expected",
+    [
+        # log10 = 3, 2, 1, .699, .602; scaled y = 1, .583, .166, .043, 0; x = 0, .25, .5, .75, 1;
+        # chord - curve = 0, .167, .334, .207, 0
+        ([1, 2, 3, 4, 5], [1000, 100, 10, 5, 4], 3),
+        # uneven k: log10 = 4, 2, 1, 0: y = 1, .5, .25, 0; x = 0, .143, .429, 1; chord - curve = 0, .357, .321, 0
+        ([2, 4, 8, 16], [1e4, 1e2, 1e1, 1e0], 4),
+        # the third point a little lower: log10 = 4, 2, .5, 0: y = 1, .5, .125, 0: .571 - .125 = .446 beats .357
+        ([2, 4, 8, 16], [1e4, 1e2, 10**0.5, 1e0], 8),
+        # 6 blobs (the CLI's 20,000 rows, k = 2..10): the log finds the sixth; the objective itself the fifth
+        (
+            list(range(2, 11)),
+            [1.25e6, 8.41e5, 4.36e5, 1.57e5, 7.96e4, 7.74e4, 7.52e4, 7.31e4, 7.09e4],
+            6,
+        ),
+        (
+            [1, 2, 3],
+            [100, 10, 0],
+            2,
+        ),  # an objective of 0: scaled as it is; y = 1, .1, 0; chord - curve = 0, .4, 0
+        ([1, 2, 3, 4], [1e4, 1e3, 1e2, 1e1], None),  # straight in log: no elbow
+        ([1, 2, 3, 4], [40, 30, 20, 10], None),  # straight, so concave in log: no elbow
+        ([2, 3], [10, 1], None),  # two points: no elbow
+        ([2, 3, 4], [5, 5, 5], None),  # flat
+    ],
+)
 def test_the_elbow_rule_on_hand_computed_curves(ks, objectives, expected):
     assert elbow(ks, objectives) == expected
 
@@ -214,15 +271,33 @@ def test_the_elbow_rule_on_hand_computed_curves(ks, objectives, expected):
 def test_the_result_states_its_rule_table_and_plot(blobs, tmp_path):
     result = dkmeans.sweep(blobs, [2, 3, 5, 8, 12], random_state=0)
     assert result.suggested_k == 5 and result.rule.startswith("the most votes of calinski_harabasz")
-    assert result.answers == answers(result.scores) and result.answers["elbow"] == elbow(
-        result.k_values, [result.objective[k] for k in result.k_values]) == 5
+    assert (
+        result.answers == answers(result.scores)
+        and result.answers["elbow"]
+        == elbow(result.k_values, [result.objective[k] for k in result.k_values])
+        == 5
+    )
     table = result.format_table()
-    assert "<- suggested" in table.splitlines()[3] and f"passes over the data: {result.n_passes} in all" in table
+    assert (
+        "<- suggested" in table.splitlines()[3]
+        and f"passes over the data: {result.n_passes} in all" in table
+    )
     assert "each rule's k: elbow 5, calinski_harabasz 5" in table
     assert [row["k"] for row in result.rows()] == [2, 3, 5, 8, 12]
-    assert set(result.metrics[5]) == {"objective", "calinski_harabasz", "davies_bouldin", "simplified_silhouette",
-                                      "imbalance", "bic", "silhouette", "gap", "gap_sd"}
-    assert all(name in table.splitlines()[0] for name in ("calinski_harabasz", "silhouette", "gap", "bic"))
+    assert set(result.metrics[5]) == {
+        "objective",
+        "calinski_harabasz",
+        "davies_bouldin",
+        "simplified_silhouette",
+        "imbalance",
+        "bic",
+        "silhouette",
+        "gap",
+        "gap_sd",
+    }
+    assert all(
+        name in table.splitlines()[0] for name in ("calinski_harabasz", "silhouette", "gap", "bic")
+    )
     pytest.importorskip("matplotlib")
     path = result.plot(tmp_path / "sweep.png")
     assert path == tmp_path / "sweep.png" and path.stat().st_size > 5_000
@@ -253,12 +328,19 @@ def test_the_scores_are_scikit_learn_s_on_the_same_labels(blobs):
     result = dkmeans.sweep(blobs, ks, random_state=1, silhouette_rows=len(blobs))
     for k in ks:
         labels = result.models[k].labels_
-        assert result.metrics[k]["silhouette"] == pytest.approx(silhouette_score(blobs, labels), rel=1e-9)
-        assert result.metrics[k]["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(blobs, labels),
-                                                                        rel=1e-9)
-        assert result.metrics[k]["davies_bouldin"] == pytest.approx(davies_bouldin_score(blobs, labels), rel=1e-9)
+        assert result.metrics[k]["silhouette"] == pytest.approx(
+            silhouette_score(blobs, labels), rel=1e-9
+        )
+        assert result.metrics[k]["calinski_harabasz"] == pytest.approx(
+            calinski_harabasz_score(blobs, labels), rel=1e-9
+        )
+        assert result.metrics[k]["davies_bouldin"] == pytest.approx(
+            davies_bouldin_score(blobs, labels), rel=1e-9
+        )
         sizes = np.bincount(labels, minlength=k)
-        assert result.metrics[k]["bic"] == pytest.approx(bic_score(sizes, result.objective[k], 3), rel=1e-12)
+        assert result.metrics[k]["bic"] == pytest.approx(
+            bic_score(sizes, result.objective[k], 3), rel=1e-12
+        )
 
 
 def test_the_gap_is_the_reference_fits_log_objective_less_the_data_s():
@@ -271,11 +353,15 @@ def test_the_gap_is_the_reference_fits_log_objective_less_the_data_s():
     for k in (2, 3):
         want = ref.mean_log[k] - np.log(result.objective[k] / 500)
         assert result.metrics[k]["gap"] == pytest.approx(want, rel=1e-12)
-        assert result.metrics[k]["gap_sd"] == pytest.approx(ref.sd_log[k] * np.sqrt(1 + 1 / 3), rel=1e-12)
-    assert result.scores.gap_at_1 == pytest.approx(ref.mean_log[1] - np.log(ref.total_scatter / 500))
+        assert result.metrics[k]["gap_sd"] == pytest.approx(
+            ref.sd_log[k] * np.sqrt(1 + 1 / 3), rel=1e-12
+        )
+    assert result.scores.gap_at_1 == pytest.approx(
+        ref.mean_log[1] - np.log(ref.total_scatter / 500)
+    )
     # the reference at k = 1: the scatter of the reference rows about their mean, per row
     from dkmeans.drivers.streams import stream
-    from dkmeans.kernels.reference import Frame, principal_axes, reference_rows, FrameStats
+    from dkmeans.kernels.reference import Frame, FrameStats, principal_axes, reference_rows
 
     centred = X - X.mean(0)
     axes = principal_axes(FrameStats(500.0, X.mean(0), centred.T @ centred))
@@ -291,7 +377,11 @@ def test_the_gap_is_the_reference_fits_log_objective_less_the_data_s():
 
 def test_without_reference_draws_or_sample_the_rules_that_need_them_abstain(blobs):
     result = dkmeans.sweep(blobs, [2, 5, 8], random_state=0, reference_draws=0, silhouette_rows=0)
-    assert result.reference is None and result.answers["gap"] is None and result.answers["silhouette"] is None
+    assert (
+        result.reference is None
+        and result.answers["gap"] is None
+        and result.answers["silhouette"] is None
+    )
     assert result.suggested_k == 5 and "no test for data without clusters" in result.rule
     assert result.n_passes == max(result.passes.values()) + METRIC_PASSES
 
@@ -306,8 +396,15 @@ def test_sparse_rows_sweep_with_scikit_learn_s_scores():
     dense = X.toarray()
     for k in (2, 3, 4):
         labels = result.models[k].labels_
-        assert result.metrics[k]["calinski_harabasz"] == pytest.approx(calinski_harabasz_score(dense, labels),
-                                                                        rel=1e-9)
-        assert result.metrics[k]["davies_bouldin"] == pytest.approx(davies_bouldin_score(dense, labels), rel=1e-9)
-    assert result.reference is None and result.answers["gap"] is None and result.answers["silhouette"] is None
+        assert result.metrics[k]["calinski_harabasz"] == pytest.approx(
+            calinski_harabasz_score(dense, labels), rel=1e-9
+        )
+        assert result.metrics[k]["davies_bouldin"] == pytest.approx(
+            davies_bouldin_score(dense, labels), rel=1e-9
+        )
+    assert (
+        result.reference is None
+        and result.answers["gap"] is None
+        and result.answers["silhouette"] is None
+    )
     assert result.suggested_k in (2, 3, 4) and "no test for data without clusters" in result.rule

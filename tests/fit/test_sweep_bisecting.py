@@ -33,8 +33,9 @@ def test_each_k_is_the_tree_s_centroids_scored_as_scikit_learn_scores_them(blobs
     scikit-learn on those labels, the objective a float64 sum by hand, the silhouette of all
     rows."""
     ks = [2, 3, 5, 7]
-    result = dkmeans.sweep(blobs, ks, random_state=4, method="bisecting",
-                           silhouette_rows=len(blobs))
+    result = dkmeans.sweep(
+        blobs, ks, random_state=4, method="bisecting", silhouette_rows=len(blobs)
+    )
     tree = result.tree
     assert result.method == "bisecting" and isinstance(tree, BisectingKMeans)
     reference = BisectingKMeans(7, random_state=result.random_state).fit(blobs)
@@ -88,8 +89,9 @@ def test_weights_and_a_dask_array_on_the_cluster(client, blobs):
     """Integer weights are repeated rows: the same tree scores as on the repeated data."""
     w = np.random.default_rng(1).integers(1, 3, len(blobs)).astype(np.float64)
     X = da.from_array(blobs, chunks=(300, 3))
-    result = dkmeans.sweep(X, [2, 5], random_state=1, method="bisecting", sample_weight=w,
-                           silhouette_rows=0)
+    result = dkmeans.sweep(
+        X, [2, 5], random_state=1, method="bisecting", sample_weight=w, silhouette_rows=0
+    )
     assert result.data_mode == "in-memory"
     repeated = np.repeat(blobs, w.astype(int), axis=0)
     for k in (2, 5):
@@ -138,8 +140,9 @@ def test_out_of_core_equals_in_memory(client, blobs):
     streamed = dkmeans.sweep(X, ks, random_state=2, method="bisecting", out_of_core=True)
     local = dkmeans.sweep(blobs, ks, random_state=2, method="bisecting")
     assert streamed.data_mode == "out-of-core" and local.data_mode == "in-memory"
-    np.testing.assert_allclose(streamed.tree.cluster_centers_, local.tree.cluster_centers_,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        streamed.tree.cluster_centers_, local.tree.cluster_centers_, rtol=1e-10
+    )
     for k in ks:
         assert streamed.objective[k] == pytest.approx(local.objective[k], rel=1e-10)
         assert streamed.metrics[k]["gap"] == pytest.approx(local.metrics[k]["gap"], rel=1e-9)
@@ -158,8 +161,9 @@ def test_any_grid_is_the_tree_s_cuts_at_their_nearest_centres(seed, ks, n, d):
     """Shapes, grids (k = 1 too), seeds: each k's objective is its cut's at the nearest centres,
     never above the tree's own; the suggestion is a k of the grid or none."""
     X = np.random.default_rng(seed).normal(size=(n, d)) * np.arange(1, d + 1)
-    result = dkmeans.sweep(X, sorted(ks), random_state=seed, method="bisecting",
-                           reference_draws=0, silhouette_rows=0)
+    result = dkmeans.sweep(
+        X, sorted(ks), random_state=seed, method="bisecting", reference_draws=0, silhouette_rows=0
+    )
     for k in ks:
         centres = result.tree.cluster_centers_at(k)
         assert centres.shape == (k, d)

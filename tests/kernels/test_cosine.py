@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import dask.array as da
 import numpy as np
 import pytest
@@ -10,11 +9,11 @@ import scipy.sparse as sp
 
 import dkmeans
 from dkmeans import kernels
+from dkmeans.drivers.lloyd import CentroidShift, lloyd_iterations
+from dkmeans.drivers.state import LoopState
 from dkmeans.engine.local import ChunkList
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.kernels.cosine import ZERO_MEAN_NORM, cosine_distances, normalize_rows, unit_centroids
-from dkmeans.drivers.lloyd import CentroidShift, lloyd_iterations
-from dkmeans.drivers.state import LoopState
 
 
 def _unit(A):
@@ -73,7 +72,9 @@ def _toy_expected(w):
 def test_hand_computed_toy(client, weights):
     w = np.ones(4) if weights is None else np.asarray(weights)
     labels, centres, objective = _toy_expected(w)
-    km = dkmeans.KMeans(n_clusters=2, init=TOY_C0, metric="cosine", tol=0.0).fit(TOY, sample_weight=weights)
+    km = dkmeans.KMeans(n_clusters=2, init=TOY_C0, metric="cosine", tol=0.0).fit(
+        TOY, sample_weight=weights
+    )
     np.testing.assert_array_equal(km.labels_, labels)
     np.testing.assert_allclose(km.cluster_centers_, centres, rtol=1e-12)
     np.testing.assert_allclose(km.inertia_, objective, rtol=1e-12)
@@ -87,11 +88,15 @@ def test_hand_computed_toy(client, weights):
 
 def test_functional_train_and_infer_on_the_toy(client):
     labels, centres, objective = _toy_expected(np.ones(4))
-    desc = dkmeans.Descriptor(cluster_count=2, max_iteration_count=10, dtype=np.float64, metric="cosine")
+    desc = dkmeans.Descriptor(
+        cluster_count=2, max_iteration_count=10, dtype=np.float64, metric="cosine"
+    )
     result = dkmeans.train(desc, TOY, TOY_C0)
     np.testing.assert_allclose(result.model.centroids, centres, rtol=1e-12)
     np.testing.assert_allclose(result.objective_function_value, objective, rtol=1e-12)
-    np.testing.assert_allclose(result.history[-1].objective, objective, rtol=1e-12)  # the loop reports 1 - cos too
+    np.testing.assert_allclose(
+        result.history[-1].objective, objective, rtol=1e-12
+    )  # the loop reports 1 - cos too
     inferred = dkmeans.infer(desc, result.model, TOY * 3.0)
     np.testing.assert_array_equal(inferred.labels, labels)
     np.testing.assert_allclose(inferred.objective_function_value, objective, rtol=1e-12)
@@ -104,11 +109,15 @@ def test_matches_numpy_reference(client, weighted):
     C0 = X[[0, 1, 2, 3]]
     w = np.random.default_rng(1).uniform(0.2, 3.0, len(X)) if weighted else None
     ref_labels, ref_C, ref_objective = reference_spherical_kmeans(X, C0, w)
-    km = dkmeans.KMeans(n_clusters=4, init=C0, metric="cosine", tol=0.0, max_iter=100).fit(X, sample_weight=w)
+    km = dkmeans.KMeans(n_clusters=4, init=C0, metric="cosine", tol=0.0, max_iter=100).fit(
+        X, sample_weight=w
+    )
     assert km.cluster_centers_.dtype == np.float32
     np.testing.assert_array_equal(km.labels_, ref_labels)
     np.testing.assert_allclose(km.cluster_centers_, ref_C, atol=2e-6)
-    np.testing.assert_allclose(np.linalg.norm(km.cluster_centers_.astype(np.float64), axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(
+        np.linalg.norm(km.cluster_centers_.astype(np.float64), axis=1), 1.0, atol=1e-6
+    )
     np.testing.assert_allclose(km.inertia_, ref_objective, rtol=1e-5)
     cos = _unit(X) @ _unit(km.cluster_centers_).T
     np.testing.assert_allclose(km.transform(X), 1 - cos, atol=2e-6)
@@ -142,7 +151,9 @@ def test_chunking_and_worker_count_change_nothing(client, single_worker_client):
     runs = []
     for chunks, c in [(250, client), (777, client), (2000, single_worker_client)]:
         with c.as_current():
-            km = dkmeans.KMeans(n_clusters=4, metric="cosine", random_state=5).fit(da.from_array(X, chunks=(chunks, 6)))
+            km = dkmeans.KMeans(n_clusters=4, metric="cosine", random_state=5).fit(
+                da.from_array(X, chunks=(chunks, 6))
+            )
             runs.append((km.cluster_centers_, km.labels_.compute(), km.inertia_))
     for C, labels, inertia in runs[1:]:
         np.testing.assert_allclose(C, runs[0][0], atol=1e-6)
@@ -153,10 +164,18 @@ def test_chunking_and_worker_count_change_nothing(client, single_worker_client):
 def test_seedings_give_unit_centroids_and_run_out_of_core(client):
     X = directions(n_per=100)
     for init in ("k-means||", "k-means++", "random", "random-partition"):
-        km = dkmeans.KMeans(n_clusters=4, init=init, metric="cosine", random_state=6, max_iter=1).fit(X)
-        np.testing.assert_allclose(np.linalg.norm(km.cluster_centers_.astype(np.float64), axis=1), 1.0, atol=1e-6)
-    a = dkmeans.KMeans(n_clusters=4, metric="cosine", random_state=6, out_of_core=False).fit(da.from_array(X, 97))
-    b = dkmeans.KMeans(n_clusters=4, metric="cosine", random_state=6, out_of_core=True).fit(da.from_array(X, 97))
+        km = dkmeans.KMeans(
+            n_clusters=4, init=init, metric="cosine", random_state=6, max_iter=1
+        ).fit(X)
+        np.testing.assert_allclose(
+            np.linalg.norm(km.cluster_centers_.astype(np.float64), axis=1), 1.0, atol=1e-6
+        )
+    a = dkmeans.KMeans(n_clusters=4, metric="cosine", random_state=6, out_of_core=False).fit(
+        da.from_array(X, 97)
+    )
+    b = dkmeans.KMeans(n_clusters=4, metric="cosine", random_state=6, out_of_core=True).fit(
+        da.from_array(X, 97)
+    )
     assert b.data_mode_ == "out-of-core"
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-6)
     np.testing.assert_allclose(a.inertia_, b.inertia_, rtol=1e-6)
@@ -219,15 +238,22 @@ def test_cluster_whose_rows_cancel_takes_the_farthest_row():
     e = np.eye(3)
     X = np.array([e[0], -e[0], e[1], e[2]])
     C0 = np.array([[0.0, 0.0, -1.0], _unit([0.0, 0.6, 0.8])])
-    result = lloyd_iterations(ChunkList.from_array(X), LoopState(C0), 1, CentroidShift(0.0), metric="cosine")
+    result = lloyd_iterations(
+        ChunkList.from_array(X), LoopState(C0), 1, CentroidShift(0.0), metric="cosine"
+    )
     assert result.history[0].empty_clusters_fixed == 1
-    np.testing.assert_array_equal(result.centroids[0], e[0])  # farthest from c1 = (e2 + e3)/sqrt 2, lower index
+    np.testing.assert_array_equal(
+        result.centroids[0], e[0]
+    )  # farthest from c1 = (e2 + e3)/sqrt 2, lower index
     np.testing.assert_allclose(result.centroids[1], _unit([0.0, 1.0, 1.0]))
 
 
 def test_unit_centroids_rule(xp):
-    partials = kernels.Partials(xp.asarray([[3.0, 4.0], [1e-12, 0.0], [0.0, 0.0]]), xp.asarray([2.0, 2.0, 0.0]),
-                                xp.asarray(0.0))
+    partials = kernels.Partials(
+        xp.asarray([[3.0, 4.0], [1e-12, 0.0], [0.0, 0.0]]),
+        xp.asarray([2.0, 2.0, 0.0]),
+        xp.asarray(0.0),
+    )
     previous = xp.asarray([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
     C, empty = unit_centroids(partials, previous)
     assert ZERO_MEAN_NORM > 5e-13
@@ -242,12 +268,15 @@ def _host(a):
 def test_normalize_and_distances_kernels(xp):
     X = np.array([[3.0, 4.0], [1e300, 1e300], [-2.0, 0.0]], dtype=np.float64)
     out = normalize_rows(xp.asarray(X))
-    np.testing.assert_allclose(_host(out), [[0.6, 0.8], [2 ** -0.5, 2 ** -0.5], [-1.0, 0.0]], rtol=1e-15)
+    np.testing.assert_allclose(
+        _host(out), [[0.6, 0.8], [2**-0.5, 2**-0.5], [-1.0, 0.0]], rtol=1e-15
+    )
     X32 = X[[0, 2]].astype(np.float32)
     assert normalize_rows(xp.asarray(X32)).dtype == np.float32
     C = np.array([[1.0, 0.0], [0.0, 2.0]])
-    np.testing.assert_allclose(_host(cosine_distances(xp.asarray(X32), xp.asarray(C))), [[0.4, 0.2], [2.0, 1.0]],
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        _host(cosine_distances(xp.asarray(X32), xp.asarray(C))), [[0.4, 0.2], [2.0, 1.0]], atol=1e-7
+    )
     # on unit rows and centroids the Euclidean kernels give 2 (1 - cos): the seedings' D^2 draws
     Xn, Cn = normalize_rows(xp.asarray(X32)), xp.asarray(_unit(C).astype(np.float32))
     d2 = _host(kernels.update_nearest(Xn, None, Cn, 0).sq_dist)
@@ -265,15 +294,20 @@ def test_sparse_normalize_keeps_sparsity():
         normalize_rows(sp.csr_matrix((2, 3)))
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"algorithm": "hartigan"}, "Hartigan"),
-    ({"refine": "hartigan"}, "Hartigan"),
-    ({"local_search": True}, "local_search=True"),
-    ({"metric": "manhattan"}, "metric"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"algorithm": "hartigan"}, "Hartigan"),
+        ({"refine": "hartigan"}, "Hartigan"),
+        ({"local_search": True}, "local_search=True"),
+        ({"metric": "manhattan"}, "metric"),
+    ],
+)
 def test_unsupported_with_cosine(client, params, match):
     with pytest.raises(InvalidParameterError, match=match):
-        dkmeans.KMeans(n_clusters=3, random_state=0, **{"metric": "cosine", **params}).fit(directions(n_per=10))
+        dkmeans.KMeans(n_clusters=3, random_state=0, **{"metric": "cosine", **params}).fit(
+            directions(n_per=10)
+        )
 
 
 def test_save_and_load_keep_the_metric(client, tmp_path):
@@ -288,7 +322,11 @@ def test_save_and_load_keep_the_metric(client, tmp_path):
 # -- exact ties: the lowest centroid index on every path (issue 29) ------------------------
 TIED = (1, 3, 4)  # the centroids with the largest, exactly equal, dot product with TIE_FEATURE
 TIE_FEATURE = 6  # features 0..5: one per centroid (norms); 7..: zero in every centroid
-ASSIGN_PATHS = [("off", "auto"), ("eager", "auto"), ("eager", "blas")]  # NumPy, compiled direct, BLAS
+ASSIGN_PATHS = [
+    ("off", "auto"),
+    ("eager", "auto"),
+    ("eager", "blas"),
+]  # NumPy, compiled direct, BLAS
 
 
 def tie_centroids(dtype, d, k=6):
@@ -317,14 +355,17 @@ def tie_rows(dtype, d, n_zero=40, n_tied=30, seed=0):
     """Unit rows: ``n_zero`` orthogonal to every centroid, ``n_tied`` whose largest dot product is with :data:`TIED`."""
     rng = np.random.default_rng(seed)
     Z = np.zeros((n_zero, d))
-    Z[:, TIE_FEATURE + 1:] = rng.random((n_zero, d - TIE_FEATURE - 1)) * (rng.random((n_zero, d - TIE_FEATURE - 1))
-                                                                          < 0.5)
+    Z[:, TIE_FEATURE + 1 :] = rng.random((n_zero, d - TIE_FEATURE - 1)) * (
+        rng.random((n_zero, d - TIE_FEATURE - 1)) < 0.5
+    )
     Z[:, -1] += 0.5  # never a zero row
     T = np.zeros((n_tied, d))
     T[:, TIE_FEATURE] = rng.uniform(0.5, 2.0, n_tied)
-    T[::2, TIE_FEATURE + 1:] = rng.random((len(T[::2]), d - TIE_FEATURE - 1))  # orthogonal to all but TIE_FEATURE
+    T[::2, TIE_FEATURE + 1 :] = rng.random(
+        (len(T[::2]), d - TIE_FEATURE - 1)
+    )  # orthogonal to all but TIE_FEATURE
     X = np.concatenate([Z, T])[rng.permutation(n_zero + n_tied)]
-    return normalize_rows(X.astype(dtype)), np.all(X[:, :TIE_FEATURE + 1] == 0, axis=1)
+    return normalize_rows(X.astype(dtype)), np.all(X[:, : TIE_FEATURE + 1] == 0, axis=1)
 
 
 def _assign_every_way(X, C, k):
@@ -333,14 +374,20 @@ def _assign_every_way(X, C, k):
 
     labels, _ = kernels.assign(X, C)
     np.testing.assert_array_equal(nearest_sq64(X, C)[0], labels)
-    np.testing.assert_array_equal(kernels.assign_partials(X, C).counts, np.bincount(labels, minlength=k))
+    np.testing.assert_array_equal(
+        kernels.assign_partials(X, C).counts, np.bincount(labels, minlength=k)
+    )
     return np.asarray(labels)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("d", [12, 40])  # the compiled direct loop of width 16, and the streamed one
+@pytest.mark.parametrize(
+    "d", [12, 40]
+)  # the compiled direct loop of width 16, and the streamed one
 @pytest.mark.parametrize("compile_mode, engine", ASSIGN_PATHS)
-def test_exact_ties_go_to_the_lowest_index_on_every_path(monkeypatch, dtype, d, compile_mode, engine):
+def test_exact_ties_go_to_the_lowest_index_on_every_path(
+    monkeypatch, dtype, d, compile_mode, engine
+):
     """A row orthogonal to every unit centroid gets label 0; one tied among TIED gets TIED[0] (dense and CSR)."""
     import dask
 
@@ -350,8 +397,10 @@ def test_exact_ties_go_to_the_lowest_index_on_every_path(monkeypatch, dtype, d, 
     with dask.config.set({"dkmeans.compile": compile_mode, "dkmeans.kernels.backend": engine}):
         np.testing.assert_array_equal(_assign_every_way(X, C, len(C)), expected)
         np.testing.assert_array_equal(_assign_every_way(sp.csr_matrix(X), C, len(C)), expected)
-        np.testing.assert_array_equal(_assign_every_way(X, C[::-1].copy(), len(C)),
-                                      np.where(orthogonal, 0, len(C) - 1 - TIED[-1]))
+        np.testing.assert_array_equal(
+            _assign_every_way(X, C[::-1].copy(), len(C)),
+            np.where(orthogonal, 0, len(C) - 1 - TIED[-1]),
+        )
 
 
 def test_unit_half_sq_norms_rule():
@@ -360,11 +409,17 @@ def test_unit_half_sq_norms_rule():
     from dkmeans.kernels.cosine import UNIT_SQ_NORM_TOL, unit_half_sq_norms
 
     assert _cuda.UNIT_SQ_NORM_TOL == UNIT_SQ_NORM_TOL
-    assert f"#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[np.dtype(np.float32)]!r}" in _cuda.kernel_code(np.float32)
+    assert f"#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[np.dtype(np.float32)]!r}" in _cuda.kernel_code(
+        np.float32
+    )
     for dtype, tol in UNIT_SQ_NORM_TOL.items():
-        C = np.array([[1.0, 0.0], [np.sqrt(1 + tol / 2), 0.0], [np.sqrt(1 + 4 * tol), 0.0], [0.6, 0.0]])
+        C = np.array(
+            [[1.0, 0.0], [np.sqrt(1 + tol / 2), 0.0], [np.sqrt(1 + 4 * tol), 0.0], [0.6, 0.0]]
+        )
         half = 0.5 * np.sum(C * C, axis=1)
-        np.testing.assert_array_equal(unit_half_sq_norms(np, C, half, dtype), [0.5, 0.5, half[2], half[3]])
+        np.testing.assert_array_equal(
+            unit_half_sq_norms(np, C, half, dtype), [0.5, 0.5, half[2], half[3]]
+        )
 
 
 @pytest.mark.parametrize("compile_mode", ["off", "eager"])
@@ -378,8 +433,14 @@ def test_sparse_and_dense_fits_agree_on_tie_heavy_data(client, compile_mode):
     orthogonal = np.asarray((normalize_rows(X) @ _unit(C0).T) == 0).all(axis=1)
     assert orthogonal.mean() > 0.15
     with dask.config.set({"dkmeans.compile": compile_mode}):
-        fits = [dkmeans.KMeans(n_clusters=8, init=C0, n_init=1, max_iter=5, tol=0.0, metric="cosine").fit(data)
-                for data in (X, X.toarray())]
+        fits = [
+            dkmeans.KMeans(
+                n_clusters=8, init=C0, n_init=1, max_iter=5, tol=0.0, metric="cosine"
+            ).fit(data)
+            for data in (X, X.toarray())
+        ]
     np.testing.assert_array_equal(fits[0].labels_, fits[1].labels_)
-    np.testing.assert_allclose(fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(
+        fits[0].cluster_centers_, fits[1].cluster_centers_, rtol=0, atol=1e-14
+    )
     np.testing.assert_allclose(fits[0].inertia_, fits[1].inertia_, rtol=1e-12)

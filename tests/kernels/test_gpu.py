@@ -66,10 +66,17 @@ def test_supports_only_2d_cupy_floats():
     assert not _cuda.supports([[1.0]])
 
 
-@pytest.mark.parametrize("n, k, d, itemsize", [
-    (10_000_000, 1000, 128, 4), (4096, 65_536, 128, 4), (7, 3, 2, 8), (0, 5, 3, 4), (10**9, 1, 1, 4),
-    (100, 10**6, 1000, 8),
-])
+@pytest.mark.parametrize(
+    "n, k, d, itemsize",
+    [
+        (10_000_000, 1000, 128, 4),
+        (4096, 65_536, 128, 4),
+        (7, 3, 2, 8),
+        (0, 5, 3, 4),
+        (10**9, 1, 1, 4),
+        (100, 10**6, 1000, 8),
+    ],
+)
 @pytest.mark.parametrize("scratch", [1, 4096, 32 * 2**20, 256 * 2**20])
 def test_plan_tiles_stays_within_scratch(n, k, d, itemsize, scratch):
     tile, block = _cuda.plan_tiles(n, k, d, itemsize, scratch)
@@ -82,7 +89,18 @@ def test_plan_tiles_stays_within_scratch(n, k, d, itemsize, scratch):
 
 
 def test_lanes_per_row():
-    assert [_cuda._lanes(w) for w in (0, 1, 2, 3, 5, 16, 17, 32, 33, 4096)] == [1, 1, 2, 4, 8, 16, 32, 32, 32, 32]
+    assert [_cuda._lanes(w) for w in (0, 1, 2, 3, 5, 16, 17, 32, 33, 4096)] == [
+        1,
+        1,
+        2,
+        4,
+        8,
+        16,
+        32,
+        32,
+        32,
+        32,
+    ]
 
 
 # -- GPU fixtures and references -------------------------------------------------------------
@@ -96,8 +114,6 @@ def cp():
     if count < 1:  # pragma: no cover
         pytest.skip("no GPU")
     return cupy
-
-
 
 
 def tie_tolerance(X, C, dtype):
@@ -179,12 +195,16 @@ def test_assign_matches_numpy_and_reference(cp, dtype, n, k, d):
     # distances: exact for the chosen centroid, to a few ulps of the data dtype
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(min_sq, D[rows, labels], rtol=4 * eps * max(1, d) ** 0.5, atol=0)
-    np.testing.assert_allclose(min_sq[~differ], np_sq[~differ], rtol=1e-5 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(
+        min_sq[~differ], np_sq[~differ], rtol=1e-5 if dtype == np.float32 else 1e-12
+    )
 
 
 @gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("row_tile, centroid_block", [(None, None), (13, 3), (1, 1), (50, 40), (64, 2)])
+@pytest.mark.parametrize(
+    "row_tile, centroid_block", [(None, None), (13, 3), (1, 1), (50, 40), (64, 2)]
+)
 def test_exact_ties_go_to_lowest_index(cp, dtype, row_tile, centroid_block):
     """Integer data: every product and distance is exact, ties are exact and frequent.
 
@@ -208,29 +228,37 @@ def test_exact_ties_go_to_lowest_index(cp, dtype, row_tile, centroid_block):
     assert np.count_nonzero((D == D.min(1, keepdims=True)).sum(1) > 1) >= 40  # many ties
     np.testing.assert_array_equal(want[:20], 1)
     np.testing.assert_array_equal(want[20:40], 2)
-    labels, min_sq = _cuda.assign_cuda(cp.asarray(X), cp.asarray(C), row_tile=row_tile,
-                                       centroid_block=centroid_block)
+    labels, min_sq = _cuda.assign_cuda(
+        cp.asarray(X), cp.asarray(C), row_tile=row_tile, centroid_block=centroid_block
+    )
     np.testing.assert_array_equal(to_host(cp, labels), want)
     np.testing.assert_array_equal(to_host(cp, min_sq), D.min(1).astype(dtype))
     np.testing.assert_array_equal(assign(X, C)[0], want)  # the NumPy kernels agree
-    labels = _cuda.nearest_cuda(cp.asarray(X), cp.asarray(C), row_tile=row_tile, centroid_block=centroid_block)
+    labels = _cuda.nearest_cuda(
+        cp.asarray(X), cp.asarray(C), row_tile=row_tile, centroid_block=centroid_block
+    )
     np.testing.assert_array_equal(to_host(cp, labels), want)
-    got = _cuda.partials_cuda(cp.asarray(X), cp.asarray(C), row_tile=row_tile, centroid_block=centroid_block)
+    got = _cuda.partials_cuda(
+        cp.asarray(X), cp.asarray(C), row_tile=row_tile, centroid_block=centroid_block
+    )
     check_partials([to_host(cp, a) for a in got], X, C, want, None, dtype)
 
 
 @gpu
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("n, k, d, row_tile, centroid_block, scratch", [
-    (1, 1, 1, None, None, None),
-    (5, 3, 2, 1, 1, None),
-    (1000, 37, 33, 97, 10, None),  # neither divides
-    (513, 1, 128, 100, None, None),
-    (300, 4099, 17, 64, None, None),  # two centroid blocks, the second of 3
-    (257, 70, 3, 256, 33, None),
-    (700, 50, 20, None, None, 4096),  # scratch of a few rows: many tiles
-    (64, 9, 40, None, None, 1),  # one row per tile
-])
+@pytest.mark.parametrize(
+    "n, k, d, row_tile, centroid_block, scratch",
+    [
+        (1, 1, 1, None, None, None),
+        (5, 3, 2, 1, 1, None),
+        (1000, 37, 33, 97, 10, None),  # neither divides
+        (513, 1, 128, 100, None, None),
+        (300, 4099, 17, 64, None, None),  # two centroid blocks, the second of 3
+        (257, 70, 3, 256, 33, None),
+        (700, 50, 20, None, None, 4096),  # scratch of a few rows: many tiles
+        (64, 9, 40, None, None, 1),  # one row per tile
+    ],
+)
 def test_tiling_edges(cp, dtype, n, k, d, row_tile, centroid_block, scratch):
     X, C = blobs(n, d, k, dtype, seed=n + k)
     kw = dict(row_tile=row_tile, centroid_block=centroid_block)
@@ -313,7 +341,10 @@ def test_layouts_and_host_centroids(cp, dtype):
     Xg = cp.asarray(X)
     C64 = C.astype(np.float64)
     for Xv in (cp.asfortranarray(Xg), Xg[::2]):
-        base = [to_host(cp, a) for a in _cuda.assign_cuda(cp.ascontiguousarray(Xv), cp.asarray(C), row_tile=100)]
+        base = [
+            to_host(cp, a)
+            for a in _cuda.assign_cuda(cp.ascontiguousarray(Xv), cp.asarray(C), row_tile=100)
+        ]
         got = [to_host(cp, a) for a in _cuda.assign_cuda(Xv, C64, row_tile=100)]
         np.testing.assert_array_equal(got[0], base[0])
         np.testing.assert_array_equal(got[1], base[1])
@@ -340,8 +371,10 @@ def test_large_k_runs_in_bounded_memory(cp):
     common = scratch + k * 4 + 8 * 2**20
     outputs = {"assign": n * (4 + 4), "partials": k * d * 8 + k * 8}
     results = {}
-    for name, call in (("assign", lambda: _cuda.assign_cuda(Xg, Cg)),
-                       ("partials", lambda: _cuda.partials_cuda(Xg, Cg))):
+    for name, call in (
+        ("assign", lambda: _cuda.assign_cuda(Xg, Cg)),
+        ("partials", lambda: _cuda.partials_cuda(Xg, Cg)),
+    ):
         pool.free_all_blocks()
         before = pool.total_bytes()
         results[name] = [to_host(cp, a) for a in call()]
@@ -393,8 +426,12 @@ def test_assign_module_on_cupy_matches_numpy(cp, dtype):
     R = assign_partials(X, C, w)
     assert float(to_host(cp, P.objective)) == pytest.approx(float(R.objective), rel=1e-5)
     if np.array_equal(to_host(cp, labels), np_labels):
-        np.testing.assert_allclose(to_host(cp, min_sq), np_sq, rtol=1e-5 if dtype == np.float32 else 1e-12)
-        np.testing.assert_allclose(to_host(cp, P.sums), R.sums, rtol=1e-5, atol=1e-5 * float(np.abs(R.sums).max()))
+        np.testing.assert_allclose(
+            to_host(cp, min_sq), np_sq, rtol=1e-5 if dtype == np.float32 else 1e-12
+        )
+        np.testing.assert_allclose(
+            to_host(cp, P.sums), R.sums, rtol=1e-5, atol=1e-5 * float(np.abs(R.sums).max())
+        )
         np.testing.assert_allclose(to_host(cp, P.counts), R.counts, rtol=1e-9)
 
 
@@ -409,6 +446,7 @@ def test_assign_module_dispatches_to_fused_kernels(cp, monkeypatch):
         def wrapper(*args, **kwargs):
             calls.append(name)
             return real(*args, **kwargs)
+
         return wrapper
 
     for name in ("assign_cuda", "partials_cuda"):
@@ -418,7 +456,8 @@ def test_assign_module_dispatches_to_fused_kernels(cp, monkeypatch):
     assign_partials(cp.asarray(X), cp.asarray(C))
     assert calls == ["assign_cuda", "partials_cuda"], (
         f"nearest.py did not dispatch CuPy input to dkmeans.kernels.backends.cuda (calls: {calls}); "
-        f"dkmeans.kernels.backend={dask.config.get('dkmeans.kernels.backend')!r}")
+        f"dkmeans.kernels.backend={dask.config.get('dkmeans.kernels.backend')!r}"
+    )
 
 
 # -- end to end on a LocalCUDACluster -------------------------------------------------------------
@@ -469,7 +508,8 @@ def test_kmeans_fit_on_cupy_dask_array_matches_numpy_fit(cp, tmp_path):
         assert np.count_nonzero(differ) <= n // 1000, np.count_nonzero(differ)
         print("gpu fit ok", gpu_fit.n_iter_, rel, np.count_nonzero(differ))
     """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-6000:]
     assert "gpu fit ok" in res.stdout

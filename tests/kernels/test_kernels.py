@@ -7,7 +7,6 @@ import importlib
 import numpy as np
 import pytest
 
-from dkmeans.kernels.namespace import to_host
 from dkmeans.kernels import (
     Partials,
     assign,
@@ -23,6 +22,7 @@ from dkmeans.kernels import (
     uniform_by_index,
     update_centroids,
 )
+from dkmeans.kernels.namespace import to_host
 from tests.helpers import sq_distances as brute_sq
 
 
@@ -45,7 +45,9 @@ def data():
 @pytest.mark.parametrize("scratch", [64, 4096, 32 * 2**20])
 def test_assign_matches_brute_force(xp, data, dtype, scratch):
     X, C = data
-    labels, d2 = assign(xp.asarray(X.astype(dtype)), xp.asarray(C.astype(dtype)), scratch_bytes=scratch)
+    labels, d2 = assign(
+        xp.asarray(X.astype(dtype)), xp.asarray(C.astype(dtype)), scratch_bytes=scratch
+    )
     labels, d2 = to_host(labels), to_host(d2)
     D = brute_sq(X.astype(dtype), C.astype(dtype))
     assert labels.dtype == np.int32 and d2.dtype == dtype
@@ -85,7 +87,9 @@ def test_plan_tiles_bounds_scratch():
 def test_assign_partials_matches_reference(xp, data, weighted):
     X, C = data
     w = np.random.default_rng(0).uniform(0, 3, size=len(X)) if weighted else None
-    p = assign_partials(xp.asarray(X), xp.asarray(C), None if w is None else xp.asarray(w), scratch_bytes=4096)
+    p = assign_partials(
+        xp.asarray(X), xp.asarray(C), None if w is None else xp.asarray(w), scratch_bytes=4096
+    )
     p = to_host(p)
     D = brute_sq(X, C)
     lab = D.argmin(1)
@@ -107,7 +111,12 @@ def test_float32_sums_accumulate_in_float64():
 
 def test_partials_empty_chunk():
     p = assign_partials(np.empty((0, 3)), np.zeros((4, 3)))
-    assert p.sums.shape == (4, 3) and not p.sums.any() and not p.counts.any() and float(p.objective) == 0
+    assert (
+        p.sums.shape == (4, 3)
+        and not p.sums.any()
+        and not p.counts.any()
+        and float(p.objective) == 0
+    )
 
 
 def test_combine_is_associative(data):
@@ -190,7 +199,13 @@ def _brute_partials(X, C, w=None):
     X64 = np.asarray(X, np.float64)
     sums = np.zeros(C.shape)
     np.add.at(sums, lab, X64 * ww[:, None])
-    return lab, D.min(1), sums, np.bincount(lab, weights=ww, minlength=len(C)), float((D.min(1) * ww).sum())
+    return (
+        lab,
+        D.min(1),
+        sums,
+        np.bincount(lab, weights=ww, minlength=len(C)),
+        float((D.min(1) * ww).sum()),
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -237,7 +252,9 @@ def test_exact_ties_go_to_lowest_index_in_every_position(d, dtype):
     rng = np.random.default_rng(d)
     base = rng.normal(size=(6, d)).astype(dtype)
     # positions: 0..3 first group, 4..7 second, 8..9 remainder
-    C = np.stack([base[0], base[1], base[1], base[2], base[0], base[3], base[2], base[4], base[3], base[5]])
+    C = np.stack(
+        [base[0], base[1], base[1], base[2], base[0], base[3], base[2], base[4], base[3], base[5]]
+    )
     first = {0: 0, 1: 1, 2: 3, 3: 5, 4: 7, 5: 9}
     X = rng.normal(size=(300, d)).astype(dtype)
     X[:6] = base  # rows exactly on a duplicated centroid (distance 0)
@@ -257,7 +274,9 @@ def test_streamed_kernel_over_centroid_blocks(monkeypatch, dtype, block_bytes):
     """d > 16: centroids packed in groups of 8 and, with a 1-byte budget, taken one group at a
     time, the running minimum carried from block to block; a tie across blocks goes to the
     lowest index and the padding of the last group is never chosen."""
-    monkeypatch.setattr(importlib.import_module("dkmeans.kernels.nearest"), "STREAM_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(
+        importlib.import_module("dkmeans.kernels.nearest"), "STREAM_BLOCK_BYTES", block_bytes
+    )
     rng = np.random.default_rng(11)
     X = rng.normal(size=(700, 20)).astype(dtype)
     C = rng.normal(size=(37, 20)).astype(dtype)
@@ -313,8 +332,20 @@ def test_direct_kernel_without_a_cache_directory(monkeypatch, width, d):
     C = X[:5].copy()
     labels = np.empty(50, np.int32)
     empty = np.empty(0)
-    kernel(X, C, 0.5 * (C * C).sum(1), 16, 1, labels, empty, empty, False, np.zeros((0, 0)), empty,
-           int(numba_mod.Output.LABELS))
+    kernel(
+        X,
+        C,
+        0.5 * (C * C).sum(1),
+        16,
+        1,
+        labels,
+        empty,
+        empty,
+        False,
+        np.zeros((0, 0)),
+        empty,
+        int(numba_mod.Output.LABELS),
+    )
     np.testing.assert_array_equal(labels, brute_sq(X, C).argmin(1))
 
 
@@ -323,7 +354,9 @@ def test_moments_of_a_chunk_in_many_tiles_match_numpy(monkeypatch):
     import dkmeans.kernels.stats as stats
 
     rng = np.random.default_rng(3)
-    X = (rng.standard_normal((1001, 5)) * [1, 10, 1e-3, 5, 2] + [0, 1e4, -3, 7e5, 1]).astype(np.float32)
+    X = (rng.standard_normal((1001, 5)) * [1, 10, 1e-3, 5, 2] + [0, 1e4, -3, 7e5, 1]).astype(
+        np.float32
+    )
     monkeypatch.setattr(stats, "MOMENTS_TILE_BYTES", 16 * 5 * 64)  # 64 rows per tile: 16 tiles
     m = column_moments(X)
     X64 = X.astype(np.float64)
@@ -342,7 +375,7 @@ def test_tile_transpose_copies_exactly_and_only_the_tile(d, dtype):
     for i0, m in [(0, 203), (5, 64), (17, 13), (200, 3), (9, 1)]:
         XT = np.full((d + 2, 70 if m < 70 else 210), -7.0, dtype=dtype)
         simd.transpose_tile(X, i0, m, XT)
-        np.testing.assert_array_equal(XT[:d, :m], X[i0:i0 + m].T)
+        np.testing.assert_array_equal(XT[:d, :m], X[i0 : i0 + m].T)
         assert (XT[d:] == -7).all() and (XT[:, m:] == -7).all()  # nothing written outside the tile
 
 
@@ -384,8 +417,8 @@ def test_refill_partials_break_cosine_ties_as_a_full_assignment(sparse, mode):
     import dask
     import scipy.sparse as sp
 
-    from dkmeans.kernels.nearest import nearest_sq64, refill_partials
     from dkmeans.kernels.cosine import normalize_rows
+    from dkmeans.kernels.nearest import nearest_sq64, refill_partials
 
     rng = np.random.default_rng(7)
     X = np.abs(rng.normal(size=(400, 60)))

@@ -20,8 +20,13 @@ from hypothesis import strategies as st
 from dkmeans.kernels import assign, assign_partials, update_centroids
 from dkmeans.kernels.backends.select import Backend
 from dkmeans.kernels.nearest import _backend
-from dkmeans.kernels.pruned import (CentroidGroups, centroid_groups, combine_pruned, group_count,
-                                    pruned_partials)
+from dkmeans.kernels.pruned import (
+    CentroidGroups,
+    centroid_groups,
+    combine_pruned,
+    group_count,
+    pruned_partials,
+)
 from dkmeans.testing import make_blobs
 
 
@@ -37,7 +42,7 @@ def _check_bounds(X, C, state, groups):
     labels = state["labels"]
     assert np.all(state["upper"] >= D[rows, labels])
     for g in range(groups.n_groups):
-        members = groups.order[groups.starts[g]:groups.starts[g + 1]]
+        members = groups.order[groups.starts[g] : groups.starts[g + 1]]
         Dg = D[:, members].copy()
         Dg[labels[:, None] == members[None, :]] = np.inf
         assert np.all(state["lower"][g].astype(np.float64) <= Dg.min(axis=1))
@@ -49,7 +54,9 @@ def run_both(X, C0, iters, weights=None, n_groups=None, check_bounds=True):
     groups = centroid_groups(C0, n_groups or group_count(k, X.shape[1], X.dtype.itemsize), token=1)
     C = C0.astype(X.dtype)
     state, previous, fractions = None, None, []
-    prunable = _backend(X, k) is Backend.COMPILED  # d > 16 with k < 3 takes BLAS: the unpruned partials
+    prunable = (
+        _backend(X, k) is Backend.COMPILED
+    )  # d > 16 with k < 3 takes BLAS: the unpruned partials
     for _ in range(iters):
         ref = assign_partials(X, C, weights)
         drift = None if previous is None else _drift(C, previous)
@@ -98,7 +105,11 @@ def test_duplicated_rows_and_centroids_tie_to_the_lowest_index():
     C0 = np.concatenate([base[:5], base[:5], base[5:10]])  # exact duplicates: every score ties
     run_both(X, C0, 5)
     mid = np.concatenate([(base[:1] + base[1:2]) / 2] * 50)  # rows midway between two centroids
-    run_both(np.concatenate([X, mid]).astype(np.float32), np.concatenate([base[:1], base[1:2], base[2:6]]), 4)
+    run_both(
+        np.concatenate([X, mid]).astype(np.float32),
+        np.concatenate([base[:1], base[1:2], base[2:6]]),
+        4,
+    )
 
 
 def test_k_close_to_n_and_k_two():
@@ -135,17 +146,32 @@ def test_groups_partition_the_centroids():
     assert sorted(groups.order.tolist()) == list(range(100))
     assert groups.starts[0] == 0 and groups.starts[-1] == 100 and np.all(np.diff(groups.starts) > 0)
     for g in range(groups.n_groups):
-        assert np.all(groups.group_of[groups.order[groups.starts[g]:groups.starts[g + 1]]] == g)
-    assert group_count(1, 4, 4) == 1 and group_count(10_000, 128, 4) == 16 * 4 and group_count(2048, 16, 4) == 8
+        assert np.all(groups.group_of[groups.order[groups.starts[g] : groups.starts[g + 1]]] == g)
+    assert (
+        group_count(1, 4, 4) == 1
+        and group_count(10_000, 128, 4) == 16 * 4
+        and group_count(2048, 16, 4) == 8
+    )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 120), d=st.integers(1, 20), k=st.integers(2, 30), dup=st.integers(1, 4),
-       dtype=st.sampled_from([np.float32, np.float64]), weighted=st.booleans(), seed=st.integers(0, 2**16),
-       n_groups=st.integers(1, 6), scale=st.sampled_from([1e-3, 1.0, 1e3]), offset=st.sampled_from([0.0, 100.0]))
+@given(
+    n=st.integers(1, 120),
+    d=st.integers(1, 20),
+    k=st.integers(2, 30),
+    dup=st.integers(1, 4),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+    n_groups=st.integers(1, 6),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    offset=st.sampled_from([0.0, 100.0]),
+)
 def test_property_equals_unpruned(n, d, k, dup, dtype, weighted, seed, n_groups, scale, offset):
     rng = np.random.default_rng(seed)
-    X = (offset + scale * np.repeat(rng.integers(-3, 4, size=(n, d)) / 2.0, dup, axis=0)).astype(dtype)
+    X = (offset + scale * np.repeat(rng.integers(-3, 4, size=(n, d)) / 2.0, dup, axis=0)).astype(
+        dtype
+    )
     k = min(k, len(X))
     C0 = X[rng.choice(len(X), k, replace=False)]
     w = rng.uniform(0, 2, len(X)) if weighted else None
@@ -192,7 +218,9 @@ def test_the_sampled_estimate_decides_where_some_rows_fail(plain_above, falls_ba
     X, C0, groups, state = _far_move_case()
     C1 = C0.copy()
     C1[:3] += np.float32(5.0)  # three centroids move: a tenth of the rows fail, the others settle
-    state, out = pruned_partials(X, C1, state, None, groups, _drift(C1, C0), plain_above=plain_above)
+    state, out = pruned_partials(
+        X, C1, state, None, groups, _drift(C1, C0), plain_above=plain_above
+    )
     assert (state["token"] is None) == falls_back and out.pruned
     assert (out.distances == out.pairs) == falls_back
     ref = assign_partials(X, C1)
@@ -210,12 +238,16 @@ def _pairs_after_the_bounds(X, C, state, groups, drift):
 
     state = {key: (v.copy() if isinstance(v, np.ndarray) else v) for key, v in state.items()}
     prep = pruned._prepare(C, groups)
-    shift = loops.float32_shift(np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"])
+    shift = loops.float32_shift(
+        np.maximum.reduceat(drift[groups.order], groups.starts[:-1]), state["lmax"]
+    )
     n = len(X)
     cand, lmin = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float32)
     args = (state["labels"], state["upper"], state["lower"], state["norm"])
     m = loops.settle(*args, drift, shift, prep.k0, prep.k1, cand, lmin)
-    m = loops.tighten(X, C, state["labels"], state["upper"], lmin, state["norm"], prep.k0, prep.k1, cand, m)
+    m = loops.tighten(
+        X, C, state["labels"], state["upper"], lmin, state["norm"], prep.k0, prep.k1, cand, m
+    )
     need = np.empty((groups.n_groups, m), dtype=np.bool_)
     loops.group_needs(*args, prep.k0, prep.k1, groups.group_of, cand, m, need)
     return float(need.sum(axis=1) @ np.diff(groups.starts)), (prep, shift)
@@ -237,8 +269,21 @@ def test_sampled_pairs_estimate_the_pass_before_any_per_row_work(moved):
     widths = np.diff(groups.starts)
 
     def estimate(stride):
-        return loops.sampled_pairs(X, C1, state["labels"], state["upper"], state["lower"], state["norm"], drift,
-                                   shift, prep.k0, prep.k1, groups.group_of, widths, stride)
+        return loops.sampled_pairs(
+            X,
+            C1,
+            state["labels"],
+            state["upper"],
+            state["lower"],
+            state["norm"],
+            drift,
+            shift,
+            prep.k0,
+            prep.k1,
+            groups.group_of,
+            widths,
+            stride,
+        )
 
     every = estimate(1)
     assert abs(every - truth) <= 0.002 * len(X) * len(C1)
@@ -255,8 +300,10 @@ def test_sampled_pairs_estimate_the_pass_before_any_per_row_work(moved):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("d,k,n_groups,block_packs", [(3, 5, 3, 1), (24, 17, 3, 1), (128, 40, 3, 2), (16, 70, 7, 3),
-                                                       (40, 200, 20, 100)])
+@pytest.mark.parametrize(
+    "d,k,n_groups,block_packs",
+    [(3, 5, 3, 1), (24, 17, 3, 1), (128, 40, 3, 2), (16, 70, 7, 3), (40, 200, 20, 100)],
+)
 def test_fused_group_minima_against_float64(dtype, d, k, n_groups, block_packs):
     """The build's group minima (the streamed products folded in registers, tile by tile, a short last
     tile, groups that start and end inside packs of centroids and blocks of packs) against float64
@@ -277,18 +324,32 @@ def test_fused_group_minima_against_float64(dtype, d, k, n_groups, block_packs):
     gm, gs = np.empty((G, n), dtype), np.empty((G, n), dtype)
     gi = np.zeros((G, n), np.int32)
     CG, h_pad, pack_group = pruned._packed(Cp, h, groups)
-    loops.fused_minima(X, CG, block_packs, h_pad, pack_group, groups.order, T, np.zeros((d, cols), dtype), gm, gi, gs)
+    loops.fused_minima(
+        X,
+        CG,
+        block_packs,
+        h_pad,
+        pack_group,
+        groups.order,
+        T,
+        np.zeros((d, cols), dtype),
+        gm,
+        gi,
+        gs,
+    )
     scores = h.astype(np.float64)[None, :] - X.astype(np.float64) @ Cp.astype(np.float64).T
     tol = (1e-4 if dtype == np.float32 else 1e-12) * (1 + np.abs(scores).max())
     for g in range(G):
-        part = scores[:, groups.starts[g]:groups.starts[g + 1]]
+        part = scores[:, groups.starts[g] : groups.starts[g + 1]]
         two = np.sort(part, axis=1)[:, :2] if part.shape[1] > 1 else np.c_[part, np.full(n, np.inf)]
         np.testing.assert_allclose(gm[g], two[:, 0], atol=tol)
         finite = np.isfinite(two[:, 1])
         np.testing.assert_allclose(gs[g][finite], two[finite, 1], atol=tol)
         assert np.all(np.isinf(gs[g][~finite]))
         clear = two[:, 1] - two[:, 0] > 4 * tol
-        np.testing.assert_array_equal(gi[g][clear], groups.order[groups.starts[g] + part.argmin(axis=1)][clear])
+        np.testing.assert_array_equal(
+            gi[g][clear], groups.order[groups.starts[g] + part.argmin(axis=1)][clear]
+        )
 
 
 def test_many_centroids_in_wide_groups():
@@ -326,7 +387,10 @@ def test_centroids_that_jump_far_are_scored_exactly(dtype, weighted):
     assert set(far_centroids(drift, state, groups)) == set(jumpers)
     results = {}
     for far in (True, False):
-        st = {key: (value.copy() if isinstance(value, np.ndarray) else value) for key, value in state.items()}
+        st = {
+            key: (value.copy() if isinstance(value, np.ndarray) else value)
+            for key, value in state.items()
+        }
         st, out = pruned_partials(X, moved, st, w, groups, drift, far=far)
         ref = assign_partials(X, moved, w)
         np.testing.assert_array_equal(st["labels"], assign(X, moved)[0])
@@ -337,7 +401,10 @@ def test_centroids_that_jump_far_are_scored_exactly(dtype, weighted):
         results[far] = out.distances / out.pairs
     assert results[True] < 0.5 * results[False] and results[True] < 0.2, results
     # a second pass from the far path's bounds still equals the kernel
-    st = {key: (value.copy() if isinstance(value, np.ndarray) else value) for key, value in state.items()}
+    st = {
+        key: (value.copy() if isinstance(value, np.ndarray) else value)
+        for key, value in state.items()
+    }
     st, _ = pruned_partials(X, moved, st, w, groups, drift)
     new = update_centroids(assign_partials(X, moved, w), moved)[0].astype(dtype)
     st, out = pruned_partials(X, new, st, w, groups, _drift(new, moved))

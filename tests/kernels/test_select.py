@@ -21,11 +21,15 @@ READY = Loops(("test-ready",), lambda: None)
 def test_rules_in_order(kernel_backend, kernel_plan):
     X = np.ones((5, 3), np.float32)
     numpy = kernel_backend == "numpy"
-    assert select(sp.csr_matrix(X), compiled=READY, blas=READY) is Backend.SPARSE  # whatever the setting
+    assert (
+        select(sp.csr_matrix(X), compiled=READY, blas=READY) is Backend.SPARSE
+    )  # whatever the setting
     assert select(X, compiled=READY) is (Backend.NUMPY if numpy else Backend.COMPILED)
     assert select(X, blas=READY) is (Backend.NUMPY if numpy else Backend.BLAS)
-    assert select(X, compiled=READY, blas=READY) is {"auto": Backend.COMPILED, "blas": Backend.BLAS,
-                                                     "numpy": Backend.NUMPY}[kernel_backend]
+    assert (
+        select(X, compiled=READY, blas=READY)
+        is {"auto": Backend.COMPILED, "blas": Backend.BLAS, "numpy": Backend.NUMPY}[kernel_backend]
+    )
     assert select(X, compiled=ALWAYS) is (Backend.NUMPY if numpy else Backend.COMPILED)
     assert select(X) is Backend.NUMPY  # an operation without compiled loops
     for other in (X.astype(np.int64), X.astype(np.float16), np.ones((0, 3)), np.ones((4, 0))):
@@ -41,7 +45,11 @@ def test_a_numpy_plan_takes_the_namespace_code(kernel_plan):
 def test_outside_a_plan_the_compile_setting_decides():
     """A kernel called directly compiles at its first need, unless ``dkmeans.compile`` is "off"."""
     assert plans.current() is None
-    for mode, backend in (("auto", Backend.COMPILED), ("eager", Backend.COMPILED), ("off", Backend.NUMPY)):
+    for mode, backend in (
+        ("auto", Backend.COMPILED),
+        ("eager", Backend.COMPILED),
+        ("off", Backend.NUMPY),
+    ):
         with dask.config.set({"dkmeans.compile": mode}):
             assert select(np.ones((5, 3)), compiled=READY) is backend
 
@@ -49,9 +57,15 @@ def test_outside_a_plan_the_compile_setting_decides():
 def test_the_key_is_checked():
     with dask.config.set({"dkmeans.kernels.backend": "BLAS"}):
         assert select_module.setting() == "blas"
-    with dask.config.set({"dkmeans.kernels.backend": "xp"}), pytest.raises(InvalidParameterError, match="backend"):
+    with (
+        dask.config.set({"dkmeans.kernels.backend": "xp"}),
+        pytest.raises(InvalidParameterError, match="backend"),
+    ):
         select(np.ones((2, 2)))
-    with dask.config.set({"dkmeans.compile": "later"}), pytest.raises(InvalidParameterError, match="compile"):
+    with (
+        dask.config.set({"dkmeans.compile": "later"}),
+        pytest.raises(InvalidParameterError, match="compile"),
+    ):
         plans.plan(np.float32, 2)
 
 

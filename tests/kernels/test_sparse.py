@@ -89,10 +89,16 @@ def test_distances_and_seeding_kernels_match_dense():
     Xd = X.toarray()
     C = Xd[[3, 40, 77]] + 0.1
     w = np.random.default_rng(3).random(X.shape[0])
-    np.testing.assert_allclose(kernels.distances(X, C), np.sqrt(((Xd[:, None] - C[None]) ** 2).sum(-1)), rtol=1e-10)
-    np.testing.assert_allclose(kernels.sq_distances(X, C), kernels.sq_distances(Xd, C), rtol=1e-10, atol=1e-12)
-    for a, b in [(kernels.farthest_points(X, C, 4, 100, w), kernels.farthest_points(Xd, C, 4, 100, w)),
-                 (kernels.random_top_rows(X, w, 10, 5, 7, 1), kernels.random_top_rows(Xd, w, 10, 5, 7, 1))]:
+    np.testing.assert_allclose(
+        kernels.distances(X, C), np.sqrt(((Xd[:, None] - C[None]) ** 2).sum(-1)), rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        kernels.sq_distances(X, C), kernels.sq_distances(Xd, C), rtol=1e-10, atol=1e-12
+    )
+    for a, b in [
+        (kernels.farthest_points(X, C, 4, 100, w), kernels.farthest_points(Xd, C, 4, 100, w)),
+        (kernels.random_top_rows(X, w, 10, 5, 7, 1), kernels.random_top_rows(Xd, w, 10, 5, 7, 1)),
+    ]:
         np.testing.assert_array_equal(a.index, b.index)
         np.testing.assert_array_equal(a.rows, b.rows)
         assert isinstance(a.rows, np.ndarray)
@@ -146,15 +152,23 @@ def test_fit_predict_transform_match_dense(client, metric):
         assert a.n_iter_ == b.n_iter_
         np.testing.assert_array_equal(a.predict(X), b.predict(X.toarray()))
         np.testing.assert_allclose(a.transform(X), b.transform(X.toarray()), rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(a.score(X, sample_weight=weights), b.score(X.toarray(), sample_weight=weights),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(
+            a.score(X, sample_weight=weights),
+            b.score(X.toarray(), sample_weight=weights),
+            rtol=1e-10,
+        )
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "cosine"])
 def test_dask_array_of_csr_chunks(client, metric):
     """A Dask array of CSR chunks: seeded fit, lazy labels and inference, the in-memory result."""
     X = _clustered_csr(dtype=np.float32)
-    Xd = da.from_array(X, chunks=(97, X.shape[1]), asarray=False, meta=sp.csr_matrix((0, X.shape[1]), dtype=X.dtype))
+    Xd = da.from_array(
+        X,
+        chunks=(97, X.shape[1]),
+        asarray=False,
+        meta=sp.csr_matrix((0, X.shape[1]), dtype=X.dtype),
+    )
     params = dict(n_clusters=4, metric=metric, random_state=5)
     a = dkmeans.KMeans(**params).fit(Xd)
     b = dkmeans.KMeans(**params).fit(X)
@@ -172,10 +186,21 @@ def _forbid_densify(forbid: bool):
     """Make ``toarray``/``todense`` of every scipy.sparse class raise (or restore them); runs on workers too."""
     import scipy.sparse as sps
 
-    classes = (sps.csr_matrix, sps.csc_matrix, sps.coo_matrix, sps.csr_array, sps.csc_array, sps.coo_array)
+    classes = (
+        sps.csr_matrix,
+        sps.csc_matrix,
+        sps.coo_matrix,
+        sps.csr_array,
+        sps.csc_array,
+        sps.coo_array,
+    )
     saved = getattr(sps, "_dkmeans_saved", None)
     if forbid and saved is None:
-        saved = {(cls, name): cls.__dict__.get(name) for cls in classes for name in ("toarray", "todense")}
+        saved = {
+            (cls, name): cls.__dict__.get(name)
+            for cls in classes
+            for name in ("toarray", "todense")
+        }
         sps._dkmeans_saved = saved
 
         def refuse(self, *args, **kwargs):
@@ -211,18 +236,27 @@ def test_no_chunk_is_densified(client, no_densify, metric, init):
     X = _clustered_csr()
     with pytest.raises(AssertionError, match="densified"):  # the guard is in place here ...
         X.toarray()
-    assert all(client.run(lambda: __import__("scipy.sparse").sparse.csr_matrix.toarray.__name__ == "refuse").values())
+    assert all(
+        client.run(
+            lambda: __import__("scipy.sparse").sparse.csr_matrix.toarray.__name__ == "refuse"
+        ).values()
+    )
     Xd = da.from_array(X, chunks=(101, X.shape[1]), asarray=False, meta=X[:0])
     w = np.random.default_rng(6).random(X.shape[0]) + 0.1
     for data in (X, Xd):
-        km = dkmeans.KMeans(n_clusters=4, init=init, metric=metric, random_state=0, n_init=1).fit(data,
-                                                                                                   sample_weight=w)
+        km = dkmeans.KMeans(n_clusters=4, init=init, metric=metric, random_state=0, n_init=1).fit(
+            data, sample_weight=w
+        )
         labels = km.predict(data)
         distances = km.transform(data)
         score = km.score(data)
         if isinstance(data, da.Array):
             labels, distances = labels.compute(), distances.compute()
-        assert labels.shape == (X.shape[0],) and distances.shape == (X.shape[0], 4) and np.isfinite(score)
+        assert (
+            labels.shape == (X.shape[0],)
+            and distances.shape == (X.shape[0], 4)
+            and np.isfinite(score)
+        )
 
 
 def test_single_task_and_out_of_core_modes(client, single_task):
@@ -232,10 +266,16 @@ def test_single_task_and_out_of_core_modes(client, single_task):
     dkmeans.KMeans(n_clusters=4, random_state=1, out_of_core=False).fit(X)
     assert "lloyd_iterations" in single_task
     for metric in ("euclidean", "cosine"):
-        base = dkmeans.KMeans(n_clusters=4, random_state=1, metric=metric, out_of_core=False).fit(Xd)
-        streamed = dkmeans.KMeans(n_clusters=4, random_state=1, metric=metric, out_of_core=True).fit(Xd)
+        base = dkmeans.KMeans(n_clusters=4, random_state=1, metric=metric, out_of_core=False).fit(
+            Xd
+        )
+        streamed = dkmeans.KMeans(
+            n_clusters=4, random_state=1, metric=metric, out_of_core=True
+        ).fit(Xd)
         assert streamed.data_mode_ == "out-of-core"
-        np.testing.assert_allclose(streamed.cluster_centers_, base.cluster_centers_, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(
+            streamed.cluster_centers_, base.cluster_centers_, rtol=1e-10, atol=1e-12
+        )
         np.testing.assert_array_equal(streamed.labels_.compute(), base.labels_.compute())
 
 
@@ -253,22 +293,29 @@ def test_wide_sparse_chunks_are_planned_by_their_stored_bytes(client):
     n, d = 1000, 2_000_000
     rng = np.random.default_rng(7)
     cols = rng.integers(0, d, size=(n, 8))
-    cols[: n // 2, 0], cols[n // 2:, 0] = 0, 1  # two groups
-    X = sp.csr_matrix((rng.random(n * 8).astype(np.float32) + 1, (np.repeat(np.arange(n), 8), cols.ravel())),
-                      shape=(n, d))
+    cols[: n // 2, 0], cols[n // 2 :, 0] = 0, 1  # two groups
+    X = sp.csr_matrix(
+        (rng.random(n * 8).astype(np.float32) + 1, (np.repeat(np.arange(n), 8), cols.ravel())),
+        shape=(n, d),
+    )
     C0 = X[[0, n - 1]].toarray()
     km = dkmeans.KMeans(n_clusters=2, init=C0, max_iter=5, metric="cosine").fit(X)
     assert km.data_mode_ == "in-memory" and km.cluster_centers_.shape == (2, d)
-    per_row = dkmeans.engine.sparse_rows.sparse_row_bytes(client, da.from_array(X, chunks=(500, d), asarray=False, meta=X[:0]))
+    per_row = dkmeans.engine.sparse_rows.sparse_row_bytes(
+        client, da.from_array(X, chunks=(500, d), asarray=False, meta=X[:0])
+    )
     assert per_row < 200 < d * 4
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"algorithm": "hartigan"}, "Hartigan"),
-    ({"refine": "hartigan"}, "Hartigan"),
-    ({"local_search": True}, "local_search=True"),
-    ({"device": "gpu"}, "sparse"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"algorithm": "hartigan"}, "Hartigan"),
+        ({"refine": "hartigan"}, "Hartigan"),
+        ({"local_search": True}, "local_search=True"),
+        ({"device": "gpu"}, "sparse"),
+    ],
+)
 def test_unsupported_with_sparse_input(client, params, match):
     with pytest.raises(InvalidParameterError, match=match):
         dkmeans.KMeans(n_clusters=3, random_state=0, **params).fit(_csr())

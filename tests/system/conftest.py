@@ -11,26 +11,28 @@ import pytest
 #: the docs' examples run as processes of their own, commands stopped by signals, the
 #: out-of-core acceptance on memory-limited workers, killed workers, interrupted fits, the
 #: notebook under a real kernel, the single-node SLURM, and the examples as scripts.
-SLOW_MODULES = frozenset({
-    # commands and scripts run as processes of their own (each pays Python's and the embedded
-    # cluster's start, 8-20 s on 2 cores)
-    "test_cli_commands.py",
-    "test_cli_writers.py",
-    "test_checkpoint_kill.py",
-    "test_deploy.py",
-    "test_docs.py",
-    "test_fresh_processes.py",
-    "test_kernels_targets.py",
-    "test_object_stores.py",
-    # stopped commands, memory-limited and killed workers, interrupted fits, notebook, SLURM
-    "test_cli_signals.py",
-    "test_examples.py",
-    "test_out_of_core_acceptance.py",
-    "test_fault.py",
-    "test_interrupt.py",
-    "test_notebook.py",
-    "test_slurm.py",
-})
+SLOW_MODULES = frozenset(
+    {
+        # commands and scripts run as processes of their own (each pays Python's and the embedded
+        # cluster's start, 8-20 s on 2 cores)
+        "test_cli_commands.py",
+        "test_cli_writers.py",
+        "test_checkpoint_kill.py",
+        "test_deploy.py",
+        "test_docs.py",
+        "test_fresh_processes.py",
+        "test_kernels_targets.py",
+        "test_object_stores.py",
+        # stopped commands, memory-limited and killed workers, interrupted fits, notebook, SLURM
+        "test_cli_signals.py",
+        "test_examples.py",
+        "test_out_of_core_acceptance.py",
+        "test_fault.py",
+        "test_interrupt.py",
+        "test_notebook.py",
+        "test_slurm.py",
+    }
+)
 
 
 def pytest_collection_modifyitems(config, items):

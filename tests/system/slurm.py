@@ -71,7 +71,7 @@ class Slurm:
         self.processes: list[subprocess.Popen] = []
 
     # -- starting --------------------------------------------------------------------
-    def start(self, timeout: float = 60.0) -> "Slurm":
+    def start(self, timeout: float = 60.0) -> Slurm:
         for sub in ("state", "spool", "munge"):
             (self.folder / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         self._start_munge()

@@ -20,11 +20,25 @@ from tests.helpers import run_cli
 
 def test_demo_small(tmp_path):
     out_dir = tmp_path / "out"
-    cmd = [sys.executable, "-m", "dkmeans", "demo", "--n-samples", "60000", "-k", "5",
-           "--chunk-rows", "10000", "--output", str(out_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dkmeans",
+        "demo",
+        "--n-samples",
+        "60000",
+        "-k",
+        "5",
+        "--chunk-rows",
+        "10000",
+        "--output",
+        str(out_dir),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "iteration    1" in res.stdout and "summary" in res.stdout  # not a terminal: logged, to stdout
+    assert (
+        "iteration    1" in res.stdout and "summary" in res.stdout
+    )  # not a terminal: logged, to stdout
     assert "iteration " not in res.stderr
     assert (out_dir / "fit.png").exists()
     model, meta = load_model(out_dir / "model.npz")
@@ -35,8 +49,23 @@ def test_demo_small(tmp_path):
 
 
 def test_cli_user_error_is_one_line(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "-k", "0", "--n-samples", "100",
-                          "--output", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dkmeans",
+            "demo",
+            "-k",
+            "0",
+            "--n-samples",
+            "100",
+            "--output",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "-k must be" in res.stderr
 
@@ -44,8 +73,22 @@ def test_cli_user_error_is_one_line(tmp_path):
 def test_fit_predict_evaluate(parquet_dir):
     root, df = parquet_dir
     model = root / "m.dkm"  # no .npz: the file named is the file written, and read back
-    res = run_cli("fit", root / "data", "-k", 4, "--exclude", "truth", "--model", model,
-                  "--random-state", 0, "--workers", 1, "--plot", root / "fit.png")
+    res = run_cli(
+        "fit",
+        root / "data",
+        "-k",
+        4,
+        "--exclude",
+        "truth",
+        "--model",
+        model,
+        "--random-state",
+        0,
+        "--workers",
+        1,
+        "--plot",
+        root / "fit.png",
+    )
     assert res.returncode == 0, res.stderr
     assert f"model written to {model}\n" in res.stdout
     assert model.is_file() and not list(root.glob("m.dkm?*"))
@@ -69,7 +112,9 @@ def test_fit_predict_evaluate(parquet_dir):
     from dkmeans import metrics
 
     labels = km.predict(df[["a", "b"]])
-    assert f"accuracy (Hungarian matching): {metrics.accuracy(df['truth'], labels):.4f}" in res.stdout
+    assert (
+        f"accuracy (Hungarian matching): {metrics.accuracy(df['truth'], labels):.4f}" in res.stdout
+    )
     assert f"adjusted Rand index: {adjusted_rand_score(df['truth'], labels):.4f}" in res.stdout
     assert "centroid index vs the truth's class means: 0" in res.stdout
     assert f"objective (sum of squared distances): {-km.score(df[['a', 'b']]):.6e}" in res.stdout
@@ -79,12 +124,37 @@ def test_fit_predict_evaluate(parquet_dir):
     "args, fragment",
     [
         (["fit", "{root}/nothing", "-k", "3", "--model", "{root}/x.npz"], "does not exist"),
-        (["fit", "{root}/data", "-k", "3", "--columns", "a", "nope", "--model", "{root}/x.npz"], "['nope'] not found"),
-        (["fit", "{root}/data", "-k", "0", "--model", "{root}/x.npz"], "-k must be an integer >= 1"),
-        (["fit", "{root}/data", "-k", "3", "--columns", "id", "--model", "{root}/x.npz"], "not numeric"),
-        (["fit", "{root}/data", "-k", "3", "--model", "{root}/x.npz", "--scheduler", "tcp://127.0.0.1:9",
-          "--connect-timeout", "1s"], "cannot reach the scheduler"),
-        (["predict", "{root}/missing.npz", "{root}/data", "--output", "{root}/o"], "does not exist"),
+        (
+            ["fit", "{root}/data", "-k", "3", "--columns", "a", "nope", "--model", "{root}/x.npz"],
+            "['nope'] not found",
+        ),
+        (
+            ["fit", "{root}/data", "-k", "0", "--model", "{root}/x.npz"],
+            "-k must be an integer >= 1",
+        ),
+        (
+            ["fit", "{root}/data", "-k", "3", "--columns", "id", "--model", "{root}/x.npz"],
+            "not numeric",
+        ),
+        (
+            [
+                "fit",
+                "{root}/data",
+                "-k",
+                "3",
+                "--model",
+                "{root}/x.npz",
+                "--scheduler",
+                "tcp://127.0.0.1:9",
+                "--connect-timeout",
+                "1s",
+            ],
+            "cannot reach the scheduler",
+        ),
+        (
+            ["predict", "{root}/missing.npz", "{root}/data", "--output", "{root}/o"],
+            "does not exist",
+        ),
         (["evaluate", "{root}/data.csv", "{root}/data"], "not a dkmeans model file"),
     ],
 )
@@ -104,8 +174,19 @@ def test_every_command_has_help():
 
 def test_quiet_silences_progress(parquet_dir):
     root, _ = parquet_dir
-    res = run_cli("fit", root / "data.csv", "-k", 4, "--exclude", "truth", "--model", root / "q.npz",
-                  "--workers", 1, "--quiet")
+    res = run_cli(
+        "fit",
+        root / "data.csv",
+        "-k",
+        4,
+        "--exclude",
+        "truth",
+        "--model",
+        root / "q.npz",
+        "--workers",
+        1,
+        "--quiet",
+    )
     assert res.returncode == 0, res.stderr
     assert "iteration " not in res.stdout + res.stderr and "model written" in res.stdout
 
@@ -118,10 +199,30 @@ def test_progress_and_summary_come_out_in_order(client, parquet_dir):
     """
     root, _ = parquet_dir
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    res = subprocess.run([sys.executable, "-m", "dkmeans", "fit", str(root / "data.csv"), "-k", "4", "--exclude",
-                          "truth", "--model", str(root / "ordered.dkm"), "--random-state", "0",
-                          "--scheduler", client.scheduler.address],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dkmeans",
+            "fit",
+            str(root / "data.csv"),
+            "-k",
+            "4",
+            "--exclude",
+            "truth",
+            "--model",
+            str(root / "ordered.dkm"),
+            "--random-state",
+            "0",
+            "--scheduler",
+            client.scheduler.address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert res.returncode == 0, res.stdout
     lines = res.stdout.splitlines()
     iterations = [i for i, line in enumerate(lines) if "dkmeans: iteration " in line]
@@ -129,6 +230,8 @@ def test_progress_and_summary_come_out_in_order(client, parquet_dir):
     assert len(iterations) == km.n_iter_ >= 1
     first = [i for i, line in enumerate(lines) if "leaving out ['id']" in line]
     summary = [i for i, line in enumerate(lines) if line.startswith("fitted k=4")]
-    written = [i for i, line in enumerate(lines) if line == f"model written to {root / 'ordered.dkm'}"]
+    written = [
+        i for i, line in enumerate(lines) if line == f"model written to {root / 'ordered.dkm'}"
+    ]
     assert len(first) == len(summary) == len(written) == 1, res.stdout
     assert first[0] < iterations[0] and iterations[-1] < summary[0] < written[0], res.stdout

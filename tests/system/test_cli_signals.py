@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -151,9 +150,9 @@ def test_sigterm_saves_the_last_iteration_and_resume_gives_the_uninterrupted_fit
     seconds = time.monotonic() - t0
     _assert_clean_stop(cmd, rc, err, 143, "SIGTERM")
     assert f"the fit's state is in {checkpoint}" in err
-    assert (
-        seconds < 20
-    ), f"{seconds:.1f} s from SIGTERM to exit"  # the grace period, inside SLURM's 30 s
+    assert seconds < 20, (
+        f"{seconds:.1f} s from SIGTERM to exit"
+    )  # the grace period, inside SLURM's 30 s
     saved = Checkpointer(checkpoint, 1, {}).progress()
     assert saved["phase"] == "lloyd" and saved["n_iter"] >= 10, saved  # written on the signal
     assert not model.exists()

@@ -31,12 +31,30 @@ def spark_folder(tmp_path_factory):
 def test_cli_fits_and_labels_a_spark_folder(spark_folder, tmp_path):
     ref = reference()
     model = tmp_path / "model.npz"
-    res = run_cli("fit", spark_folder, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1,
-                  "--out-of-core", "true", "--quiet")
+    res = run_cli(
+        "fit",
+        spark_folder,
+        "-k",
+        "3",
+        "--columns",
+        *FEATURES,
+        "--model",
+        model,
+        "--workers",
+        1,
+        "--out-of-core",
+        "true",
+        "--quiet",
+    )
     assert res.returncode == 0, res.stderr
-    fitted = KMeans.load(model).cluster_centers_  # seeded by k-means||: the same clusters, in its order
-    np.testing.assert_allclose(fitted[np.argsort(fitted[:, 2])], ref.cluster_centers_[np.argsort(ref.cluster_centers_[:, 2])],
-                               rtol=1e-6)
+    fitted = KMeans.load(
+        model
+    ).cluster_centers_  # seeded by k-means||: the same clusters, in its order
+    np.testing.assert_allclose(
+        fitted[np.argsort(fitted[:, 2])],
+        ref.cluster_centers_[np.argsort(ref.cluster_centers_[:, 2])],
+        rtol=1e-6,
+    )
     res = run_cli("predict", model, spark_folder, "--output", tmp_path / "labelled", "--workers", 1)
     assert res.returncode == 0, res.stderr
     out = pd.read_parquet(tmp_path / "labelled")
@@ -44,18 +62,40 @@ def test_cli_fits_and_labels_a_spark_folder(spark_folder, tmp_path):
     assert f"written to {tmp_path / 'labelled'} " in res.stdout
 
 
-def test_cli_predict_with_missing_skip_keeps_every_row_with_a_null_label(csv_with_missing, tmp_path):  # noqa: F811
+def test_cli_predict_with_missing_skip_keeps_every_row_with_a_null_label(
+    csv_with_missing,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
     path, complete = csv_with_missing
     model = tmp_path / "m.npz"
-    res = run_cli("fit", path, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1, "--quiet")
+    res = run_cli(
+        "fit", path, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1, "--quiet"
+    )
     assert res.returncode == 2, res.stderr
-    assert error_lines(res) == ["dkmeans: error: X: missing values (NaN or null) in column(s) 'y' (2), 'amount' (1): "
-                                "remove or impute them, or pass missing='skip' to leave such rows out of the fit "
-                                "(predict labels them -1)"]
-    res = run_cli("fit", path, "-k", "3", "--columns", *FEATURES, "--model", model, "--workers", 1, "--quiet",
-                  "--missing", "skip")
+    assert error_lines(res) == [
+        "dkmeans: error: X: missing values (NaN or null) in column(s) 'y' (2), 'amount' (1): "
+        "remove or impute them, or pass missing='skip' to leave such rows out of the fit "
+        "(predict labels them -1)"
+    ]
+    res = run_cli(
+        "fit",
+        path,
+        "-k",
+        "3",
+        "--columns",
+        *FEATURES,
+        "--model",
+        model,
+        "--workers",
+        1,
+        "--quiet",
+        "--missing",
+        "skip",
+    )
     assert res.returncode == 0, res.stderr
-    res = run_cli("predict", model, path, "--output", tmp_path / "out", "--workers", 1, "--missing", "skip")
+    res = run_cli(
+        "predict", model, path, "--output", tmp_path / "out", "--workers", 1, "--missing", "skip"
+    )
     assert res.returncode == 0, res.stderr
     out = pd.read_parquet(tmp_path / "out")
     assert len(out) == N and out["cluster"].isna().to_numpy().tolist() == (~complete).tolist()

@@ -43,8 +43,9 @@ def _started_under(path):
         if p.pid == os.getpid():
             continue
         try:
-            if (any(str(path) in part for part in (p.info["cmdline"] or []))
-                    or p.environ().get("TMPDIR") == str(path)):
+            if any(str(path) in part for part in (p.info["cmdline"] or [])) or p.environ().get(
+                "TMPDIR"
+            ) == str(path):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
@@ -60,8 +61,16 @@ def _cli_dask_processes():
             cmd = " ".join(p.info["cmdline"] or [])
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if any(s in cmd for s in ("dask scheduler", "dask worker", "dask cuda worker", "dask_scheduler",
-                                  "dask_worker")):
+        if any(
+            s in cmd
+            for s in (
+                "dask scheduler",
+                "dask worker",
+                "dask cuda worker",
+                "dask_scheduler",
+                "dask_worker",
+            )
+        ):
             found.add(p.pid)
     return found
 
@@ -91,14 +100,22 @@ def _assert_nothing_left(tmp_path, before):
         if not left and not new_dask:
             return
         time.sleep(0.2)
-    raise AssertionError(f"processes left behind: {[p.cmdline() for p in left]} / dask pids {sorted(new_dask)}")
+    raise AssertionError(
+        f"processes left behind: {[p.cmdline() for p in left]} / dask pids {sorted(new_dask)}"
+    )
 
 
 def _run_script(args, tmp_path, timeout=150):
     """Run run_local.sh in its own process group; kill the group and leftovers on any exit."""
-    proc = subprocess.Popen(["bash", str(RUN_LOCAL), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_script_env(tmp_path),
-                            cwd=tmp_path, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(RUN_LOCAL), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_script_env(tmp_path),
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
@@ -122,7 +139,7 @@ def blob_parquet(tmp_path_factory):
     path = tmp_path_factory.mktemp("deploy-data") / "blobs"
     path.mkdir()
     for i, start in enumerate(range(0, len(df), 2000)):
-        df.iloc[start:start + 2000].to_parquet(path / f"part.{i}.parquet", index=False)
+        df.iloc[start : start + 2000].to_parquet(path / f"part.{i}.parquet", index=False)
     return path
 
 
@@ -137,8 +154,27 @@ def test_run_local_script_matches_in_process_fit(blob_parquet, tmp_path, client)
     model, labelled = tmp_path / "model.npz", tmp_path / "labelled"
     try:
         rc, out, err = _run_script(
-            ["--workers", 2, "--predict", blob_parquet, labelled, "--", blob_parquet, "-k", K, "--model", model,
-             "--exclude", "id", "truth", "--random-state", SEED, "--quiet"], tmp_path)
+            [
+                "--workers",
+                2,
+                "--predict",
+                blob_parquet,
+                labelled,
+                "--",
+                blob_parquet,
+                "-k",
+                K,
+                "--model",
+                model,
+                "--exclude",
+                "id",
+                "truth",
+                "--random-state",
+                SEED,
+                "--quiet",
+            ],
+            tmp_path,
+        )
         assert rc == 0, f"stdout:\n{out}\nstderr:\n{err[-4000:]}"
         assert "with 2 worker(s)" in out and "tcp://127.0.0.1:" in out  # loopback only
         assert f"model written to {model}" in out
@@ -168,24 +204,58 @@ def test_run_local_script_stops_cluster_on_error(blob_parquet, tmp_path):
     """A dkmeans user error (exit 2, one stderr line) still stops the scheduler and workers."""
     before = _cli_dask_processes()
     try:
-        rc, out, err = _run_script(["--workers", 1, blob_parquet, "-k", K, "--model", tmp_path / "m.npz",
-                                    "--columns", "no_such_column"], tmp_path, timeout=90)
+        rc, out, err = _run_script(
+            [
+                "--workers",
+                1,
+                blob_parquet,
+                "-k",
+                K,
+                "--model",
+                tmp_path / "m.npz",
+                "--columns",
+                "no_such_column",
+            ],
+            tmp_path,
+            timeout=90,
+        )
     finally:
         leftovers = _kill_leftovers(tmp_path)
     assert rc == 2, err[-3000:]
     assert "with 1 worker(s)" in out
     assert "dkmeans: error:" in err and "no_such_column" in err
-    assert not leftovers, f"run_local.sh left processes running after an error: {[p.pid for p in leftovers]}"
+    assert not leftovers, (
+        f"run_local.sh left processes running after an error: {[p.pid for p in leftovers]}"
+    )
     _assert_nothing_left(tmp_path, before)
 
 
 def test_run_local_script_stops_cluster_on_sigterm(blob_parquet, tmp_path):
     """SIGTERM to the script's process group while the fit runs: the trap stops the cluster."""
     before = _cli_dask_processes()
-    proc = subprocess.Popen(["bash", str(RUN_LOCAL), "--workers", "1", blob_parquet, "-k", str(K),
-                             "--model", tmp_path / "m.npz", "--exclude", "id", "truth", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_script_env(tmp_path), cwd=tmp_path, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            "bash",
+            str(RUN_LOCAL),
+            "--workers",
+            "1",
+            blob_parquet,
+            "-k",
+            str(K),
+            "--model",
+            tmp_path / "m.npz",
+            "--exclude",
+            "id",
+            "truth",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_script_env(tmp_path),
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     try:
         line = proc.stdout.readline()  # printed once the workers are up, just before the fit
         assert "run_local.sh: scheduler tcp://127.0.0.1:" in line, proc.stderr.read()[-3000:]
@@ -198,14 +268,18 @@ def test_run_local_script_stops_cluster_on_sigterm(blob_parquet, tmp_path):
             proc.communicate()
         leftovers = _kill_leftovers(tmp_path)
     assert proc.returncode != 0
-    assert not leftovers, f"run_local.sh left processes running after SIGTERM: {[p.pid for p in leftovers]}"
+    assert not leftovers, (
+        f"run_local.sh left processes running after SIGTERM: {[p.pid for p in leftovers]}"
+    )
     _assert_nothing_left(tmp_path, before)
 
 
 def test_run_local_script_usage_errors(tmp_path):
     rc, _, err = _run_script([], tmp_path, timeout=30)
     assert rc == 2 and "no arguments for dkmeans fit" in err
-    rc, _, err = _run_script(["--workers", "0", "x.parquet", "-k", "2", "--model", "m.npz"], tmp_path, timeout=30)
+    rc, _, err = _run_script(
+        ["--workers", "0", "x.parquet", "-k", "2", "--model", "m.npz"], tmp_path, timeout=30
+    )
     assert rc == 2 and "--workers" in err
     assert not _started_under(tmp_path)
 
@@ -227,7 +301,9 @@ def _argv(container):
 def _check_cluster_spec(spec, gpu=False):
     worker = _containers(spec["worker"]["spec"])[0]
     assert spec["worker"]["replicas"] >= 1
-    assert _argv(worker)[:3] == (["dask", "cuda", "worker"] if gpu else ["dask", "worker", "--name"])
+    assert _argv(worker)[:3] == (
+        ["dask", "cuda", "worker"] if gpu else ["dask", "worker", "--name"]
+    )
     assert "$(DASK_WORKER_NAME)" in _argv(worker)
     limits = worker["resources"]["limits"]
     assert ("nvidia.com/gpu" in limits) == gpu
@@ -242,7 +318,9 @@ def _check_cluster_spec(spec, gpu=False):
     return worker, scheduler, service
 
 
-@pytest.mark.parametrize("name, gpu", [("daskcluster-cpu.yaml", False), ("daskcluster-gpu.yaml", True)])
+@pytest.mark.parametrize(
+    "name, gpu", [("daskcluster-cpu.yaml", False), ("daskcluster-gpu.yaml", True)]
+)
 def test_kubernetes_daskcluster_manifests(name, gpu):
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
     docs = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if d]
@@ -257,18 +335,31 @@ def test_kubernetes_daskcluster_manifests(name, gpu):
 
 def test_kubernetes_daskjob_manifest():
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
-    docs = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / "daskjob-fit.yaml").read_text()) if d}
+    docs = {
+        d["kind"]: d
+        for d in yaml.safe_load_all((DEPLOY / "kubernetes" / "daskjob-fit.yaml").read_text())
+        if d
+    }
     job = docs["DaskJob"]
     assert job["apiVersion"] == "kubernetes.dask.org/v1"
     runner = _containers(job["spec"]["job"]["spec"])[0]
     argv = _argv(runner)
-    assert argv[:2] == ["dkmeans", "fit"] and argv[2].startswith("s3://") and argv[2].endswith(".parquet")
+    assert (
+        argv[:2] == ["dkmeans", "fit"]
+        and argv[2].startswith("s3://")
+        and argv[2].endswith(".parquet")
+    )
     assert argv[argv.index("--scheduler") + 1] == "$(DASK_SCHEDULER_ADDRESS)"
     assert "-k" in argv and "--model" in argv
     model_dir = str(Path(argv[argv.index("--model") + 1]).parent)
-    assert any(m["mountPath"] == model_dir for m in runner["volumeMounts"])  # the model outlives the pod
+    assert any(
+        m["mountPath"] == model_dir for m in runner["volumeMounts"]
+    )  # the model outlives the pod
     claim = next(v for v in job["spec"]["job"]["spec"]["volumes"] if "persistentVolumeClaim" in v)
-    assert claim["persistentVolumeClaim"]["claimName"] == docs["PersistentVolumeClaim"]["metadata"]["name"]
+    assert (
+        claim["persistentVolumeClaim"]["claimName"]
+        == docs["PersistentVolumeClaim"]["metadata"]["name"]
+    )
     worker, scheduler, service = _check_cluster_spec(job["spec"]["cluster"]["spec"])
     assert service["selector"]["dask.org/cluster-name"] == job["metadata"]["name"]
     assert runner["image"] == worker["image"] == scheduler["image"]
@@ -281,28 +372,63 @@ def test_kubernetes_images_are_built_by_the_dockerfiles():
     for f in kdir.glob("*.yaml"):
         for doc in yaml.safe_load_all(f.read_text()):
             text = yaml.safe_dump(doc)
-            images |= {line.split("image:", 1)[1].strip() for line in text.splitlines() if "image:" in line}
-    assert images == {"registry.example.com/dkmeans:0.1.0", "registry.example.com/dkmeans:0.1.0-gpu"}
+            images |= {
+                line.split("image:", 1)[1].strip() for line in text.splitlines() if "image:" in line
+            }
+    assert images == {
+        "registry.example.com/dkmeans:0.1.0",
+        "registry.example.com/dkmeans:0.1.0-gpu",
+    }
     cpu, gpu = (kdir / "Dockerfile").read_text(), (kdir / "Dockerfile.gpu").read_text()
-    assert "FROM python:3.11-slim" in cpu and "s3fs" in cpu and "-t registry.example.com/dkmeans:0.1.0 " in cpu
+    assert (
+        "FROM python:3.11-slim" in cpu
+        and "s3fs" in cpu
+        and "-t registry.example.com/dkmeans:0.1.0 " in cpu
+    )
     assert "[gpu]" in gpu and "s3fs" in gpu and "-t registry.example.com/dkmeans:0.1.0-gpu " in gpu
 
 
 # -- SLURM ---------------------------------------------------------------------------
 def _load_slurm_launcher():
-    spec = importlib.util.spec_from_file_location("dkmeans_slurm_cluster", DEPLOY / "slurm" / "slurm_cluster.py")
+    spec = importlib.util.spec_from_file_location(
+        "dkmeans_slurm_cluster", DEPLOY / "slurm" / "slurm_cluster.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_slurm_launcher_job_script():
-    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install dask-jobqueue)")
+    pytest.importorskip(
+        "dask_jobqueue", reason="dask-jobqueue is not installed (pip install dask-jobqueue)"
+    )
     launcher = _load_slurm_launcher()
     args = launcher.build_parser().parse_args(
-        ["data/*.parquet", "-k", "8", "--model", "m.npz", "--cores", "6", "--processes", "3",
-         "--memory", "24GB", "--walltime", "02:30:00", "--queue", "compute", "--account", "proj42",
-         "--jobs", "3", "--job-extra=--exclusive", "--scheduler-host", "127.0.0.1"])
+        [
+            "data/*.parquet",
+            "-k",
+            "8",
+            "--model",
+            "m.npz",
+            "--cores",
+            "6",
+            "--processes",
+            "3",
+            "--memory",
+            "24GB",
+            "--walltime",
+            "02:30:00",
+            "--queue",
+            "compute",
+            "--account",
+            "proj42",
+            "--jobs",
+            "3",
+            "--job-extra=--exclusive",
+            "--scheduler-host",
+            "127.0.0.1",
+        ]
+    )
     cluster = launcher.make_cluster(args)
     try:
         script = cluster.job_script()
@@ -315,7 +441,9 @@ def test_slurm_launcher_job_script():
     assert "#SBATCH -t 02:30:00" in sbatch
     assert "#SBATCH -p compute" in sbatch and "#SBATCH -A proj42" in sbatch
     assert "#SBATCH --exclusive" in sbatch
-    worker_cmd = next(line for line in script.splitlines() if "dask_worker" in line or "dask worker" in line)
+    worker_cmd = next(
+        line for line in script.splitlines() if "dask_worker" in line or "dask worker" in line
+    )
     assert "--nworkers 3" in worker_cmd and "--nthreads 2" in worker_cmd
     assert "export OMP_NUM_THREADS=2" in script
 
@@ -324,8 +452,19 @@ def test_slurm_launcher_fit_on_a_client(blob_parquet, tmp_path, client):
     """The launcher's fit step (read Parquet, KMeans.fit, save) on an existing client."""
     launcher = _load_slurm_launcher()
     args = launcher.build_parser().parse_args(
-        [str(blob_parquet), "-k", str(K), "--model", str(tmp_path / "m.npz"), "--exclude", "id", "truth",
-         "--random-state", str(SEED)])
+        [
+            str(blob_parquet),
+            "-k",
+            str(K),
+            "--model",
+            str(tmp_path / "m.npz"),
+            "--exclude",
+            "id",
+            "truth",
+            "--random-state",
+            str(SEED),
+        ]
+    )
     km = launcher.fit(client, args)
     from dkmeans import KMeans
 
@@ -337,7 +476,11 @@ def test_sbatch_template_is_valid_bash():
     path = DEPLOY / "slurm" / "sbatch_fit.sh"
     subprocess.run(["bash", "-n", str(path)], check=True)
     text = path.read_text()
-    assert "srun" in text and "dask scheduler --scheduler-file" in text and "dask worker --scheduler-file" in text
+    assert (
+        "srun" in text
+        and "dask scheduler --scheduler-file" in text
+        and "dask worker --scheduler-file" in text
+    )
     assert 'dkmeans fit "$@" --scheduler' in text
     subprocess.run(["bash", "-n", str(RUN_LOCAL)], check=True)
 
@@ -347,7 +490,9 @@ def test_sbatch_template_is_valid_bash():
 def test_gpu_fit_on_local_cuda_cluster(tmp_path):
     """get_client(gpu=True) starts a LocalCUDACluster; a fit on CuPy chunks finds the blobs."""
     pytest.importorskip("cupy", reason="CuPy is not installed (pip install 'dkmeans[gpu]')")
-    pytest.importorskip("dask_cuda", reason="dask-cuda is not installed (pip install 'dkmeans[gpu]')")
+    pytest.importorskip(
+        "dask_cuda", reason="dask-cuda is not installed (pip install 'dkmeans[gpu]')"
+    )
     import cupy
 
     try:
@@ -374,6 +519,8 @@ def test_gpu_fit_on_local_cuda_cluster(tmp_path):
         assert ari > 0.99, ari
         print("gpu ok", ari)
     """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     assert "gpu ok" in res.stdout

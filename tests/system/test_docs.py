@@ -50,21 +50,50 @@ def site(tmp_path_factory) -> Path:
     shutil.copy(ROOT / "CONTRIBUTING.md", src / "CONTRIBUTING.md")
     (src / "deploy").mkdir()
     shutil.copy(ROOT / "deploy" / "README.md", src / "deploy" / "README.md")
-    env = dict(os.environ, DKMEANS_DOCS_GALLERY="0", DKMEANS_DOCS_OFFLINE="1",
-               DKMEANS_DOCS_BUILDDIR=str(out))
+    env = dict(
+        os.environ,
+        DKMEANS_DOCS_GALLERY="0",
+        DKMEANS_DOCS_OFFLINE="1",
+        DKMEANS_DOCS_BUILDDIR=str(out),
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-E", "-W", "--keep-going", "-n", "-q",
-         "-w", str(out / "warnings.log"), str(src / "docs"), str(out / "html")],
-        cwd=src, env=env, capture_output=True, text=True, timeout=800)
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-E",
+            "-W",
+            "--keep-going",
+            "-n",
+            "-q",
+            "-w",
+            str(out / "warnings.log"),
+            str(src / "docs"),
+            str(out / "html"),
+        ],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=800,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 
 
 def test_builds_without_warnings(site):
     log = (site / "warnings.log").read_text()
-    for problem in ("undefined label", "unknown document", "reference target not found",
-                    "toctree contains reference", "isn't included in any toctree",
-                    "WARNING", "ERROR"):
+    for problem in (
+        "undefined label",
+        "unknown document",
+        "reference target not found",
+        "toctree contains reference",
+        "isn't included in any toctree",
+        "WARNING",
+        "ERROR",
+    ):
         assert problem not in log, log[:4000]
 
 
@@ -86,8 +115,13 @@ def test_every_public_name_has_its_api_page(site):
         assert getattr(obj, name.rsplit(".", 1)[1]) is not None
     # the numpydoc sections render: KMeans' parameters, its inherited methods, its guide link
     kmeans = (html / "api" / "generated" / "dkmeans.KMeans.html").read_text()
-    for text in ("n_clusters", "cluster_centers_", 'id="dkmeans.KMeans.fit"',
-                 'id="dkmeans.KMeans.predict"', "User Guide"):
+    for text in (
+        "n_clusters",
+        "cluster_centers_",
+        'id="dkmeans.KMeans.fit"',
+        'id="dkmeans.KMeans.predict"',
+        "User Guide",
+    ):
         assert text in kmeans, text
     assert re.search(r'href="\.\./\.\./guide/[a-z-]+\.html#', kmeans), "no link into the guide"
 
@@ -148,7 +182,8 @@ def test_link_check_finds_broken_links(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "index.html").write_text(
         '<h1 id="top">x</h1><a href="a/b.html#here">ok</a><a href="a/missing.html">1</a>'
-        '<a href="a/b.html#nowhere">2</a><a href="https://example.org/x">external</a>')
+        '<a href="a/b.html#nowhere">2</a><a href="https://example.org/x">external</a>'
+    )
     (tmp_path / "a" / "b.html").write_text('<p id="here"></p><a href="../index.html#top">ok</a>')
     problems = check_links.broken_links(tmp_path)
     assert len(problems) == 2
@@ -174,12 +209,19 @@ def _marked_blocks(markdown: str) -> list[str]:
 
 
 GUIDE_PAGES_WITH_EXAMPLES = sorted(
-    p.name for p in (DOCS / "guide").glob("*.md") if _marked_blocks(p.read_text()))
+    p.name for p in (DOCS / "guide").glob("*.md") if _marked_blocks(p.read_text())
+)
 
 
 def test_guide_has_runnable_examples():
-    assert {"getting-started.md", "functional-api.md", "evaluating.md", "minibatch.md",
-            "sweep.md", "cosine-sparse-large-k.md"} <= set(GUIDE_PAGES_WITH_EXAMPLES)
+    assert {
+        "getting-started.md",
+        "functional-api.md",
+        "evaluating.md",
+        "minibatch.md",
+        "sweep.md",
+        "cosine-sparse-large-k.md",
+    } <= set(GUIDE_PAGES_WITH_EXAMPLES)
 
 
 def _run_blocks(blocks: list[str], folder: Path) -> None:
@@ -189,8 +231,9 @@ def _run_blocks(blocks: list[str], folder: Path) -> None:
     body = "\n\n".join(textwrap.dedent(block) for block in blocks) + "\nprint('BLOCKS-OK')\n"
     script = "if __name__ == '__main__':\n" + textwrap.indent(body, "    ")
     (folder / "blocks.py").write_text(script)
-    proc = subprocess.run([sys.executable, "blocks.py"], cwd=folder, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "blocks.py"], cwd=folder, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "BLOCKS-OK" in proc.stdout
 
@@ -207,12 +250,18 @@ def test_readme_python_blocks_run(tmp_path):
     blocks = _python_blocks((ROOT / "README.md").read_text())
     assert len(blocks) >= 2
     rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"customer": np.arange(20_000), "spend": rng.gamma(2.0, 50.0, 20_000),
-                          "visits": rng.poisson(6, 20_000).astype(float)})
+    frame = pd.DataFrame(
+        {
+            "customer": np.arange(20_000),
+            "spend": rng.gamma(2.0, 50.0, 20_000),
+            "visits": rng.poisson(6, 20_000).astype(float),
+        }
+    )
     (tmp_path / "customers").mkdir()
     for i, start in enumerate(range(0, len(frame), 5_000)):
-        frame.iloc[start:start + 5_000].to_parquet(tmp_path / "customers" / f"part.{i}.parquet",
-                                                   index=False)
+        frame.iloc[start : start + 5_000].to_parquet(
+            tmp_path / "customers" / f"part.{i}.parquet", index=False
+        )
     _run_blocks(blocks, tmp_path)
     labelled = pd.read_parquet(tmp_path / "labelled")
     assert len(labelled) == len(frame) and set(labelled["cluster"].unique()) <= set(range(5))

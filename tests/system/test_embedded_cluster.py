@@ -81,7 +81,9 @@ OPT_OUT_SCRIPT = textwrap.dedent(
 def _run(tmp_path, name, script):
     path = tmp_path / name
     path.write_text(script)
-    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=240, cwd=tmp_path), path
+    return subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    ), path
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +99,12 @@ def test_embedded_cluster_is_announced_once_and_becomes_the_default(default_run)
     line = next(line for line in res.stderr.splitlines() if ANNOUNCEMENT in line)
     # shown by Python's default warning filters, pointing at the user's call, with the dashboard
     first_fit = 1 + DEFAULT_SCRIPT.splitlines().index(
-        next(s for s in DEFAULT_SCRIPT.splitlines() if "FIRST FIT" in s))
+        next(s for s in DEFAULT_SCRIPT.splitlines() if "FIRST FIT" in s)
+    )
     assert line.startswith(f"{path}:{first_fit}: EmbeddedClusterWarning:"), line
-    assert "dashboard http://127.0.0.1:" in line and "dkmeans.embedded-cluster.set-as-default" in line
+    assert (
+        "dashboard http://127.0.0.1:" in line and "dkmeans.embedded-cluster.set-as-default" in line
+    )
 
 
 def test_exit_without_close_is_quiet(default_run):
@@ -116,10 +121,19 @@ def test_opt_out_keeps_the_users_scheduler(tmp_path):
     assert ANNOUNCEMENT not in res.stderr and "Traceback" not in res.stderr, res.stderr[-3000:]
 
 
-@pytest.mark.parametrize("value, expected", [
-    (True, True), (False, False), ("false", False), ("False", False), ("0", False), ("no", False),
-    ("true", True), ("1", True),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (True, True),
+        (False, False),
+        ("false", False),
+        ("False", False),
+        ("0", False),
+        ("no", False),
+        ("true", True),
+        ("1", True),
+    ],
+)
 def test_set_as_default_config_values(value, expected):
     """Environment variables arrive as strings (DASK_DKMEANS__EMBEDDED_CLUSTER__SET_AS_DEFAULT=false)."""
     with dask.config.set({"dkmeans.embedded-cluster.set-as-default": value}):
@@ -128,7 +142,10 @@ def test_set_as_default_config_values(value, expected):
 
 def test_set_as_default_default_and_bad_value():
     assert embedded_set_as_default() is True
-    with dask.config.set({"dkmeans.embedded-cluster.set-as-default": "maybe"}), pytest.raises(DKMeansError, match="set-as-default"):
+    with (
+        dask.config.set({"dkmeans.embedded-cluster.set-as-default": "maybe"}),
+        pytest.raises(DKMeansError, match="set-as-default"),
+    ):
         embedded_set_as_default()
 
 

@@ -27,9 +27,23 @@ def test_demo_prints_no_traceback(tmp_path):
     import os
 
     env = dict(os.environ, DASK_DKMEANS__COMPILE="auto")
-    out = subprocess.run([sys.executable, "-m", "dkmeans", "demo", "--n-samples", "300000", "--output",
-                          str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env,
-                         cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dkmeans",
+            "demo",
+            "--n-samples",
+            "300000",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     for bad in ("Traceback", "failed", "Error"):
@@ -61,21 +75,29 @@ def test_large_numpy_fit_without_a_client_starts_no_cluster():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
     assert lines, out.stderr
-    result = json.loads(lines[0][len("RESULT "):])
+    result = json.loads(lines[0][len("RESULT ") :])
     assert not result["started"] and result["mode"] == "in-memory"
-    assert result["diff"] < 1e-3 and result["same_iter"]  # two chunks' sums against one: rounding only
+    assert (
+        result["diff"] < 1e-3 and result["same_iter"]
+    )  # two chunks' sums against one: rounding only
 
 
 def test_import_dkmeans_loads_no_matplotlib_and_reaches_submodules_lazily():
-    code = ("import sys, dkmeans; assert 'matplotlib' not in sys.modules; "
-            "assert 'dkmeans.plot' not in sys.modules and 'dkmeans.metrics' not in sys.modules; "
-            "print(dkmeans.plot.__name__, dkmeans.metrics.__name__, dkmeans.io.__name__, "
-            "dkmeans.testing.__name__); "
-            "assert 'matplotlib' not in sys.modules; assert 'plot' in dir(dkmeans)")
+    code = (
+        "import sys, dkmeans; assert 'matplotlib' not in sys.modules; "
+        "assert 'dkmeans.plot' not in sys.modules and 'dkmeans.metrics' not in sys.modules; "
+        "print(dkmeans.plot.__name__, dkmeans.metrics.__name__, dkmeans.io.__name__, "
+        "dkmeans.testing.__name__); "
+        "assert 'matplotlib' not in sys.modules; assert 'plot' in dir(dkmeans)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["dkmeans.plot", "dkmeans.metrics", "dkmeans.io",
-                                  "dkmeans.testing"]
+    assert out.stdout.split() == [
+        "dkmeans.plot",
+        "dkmeans.metrics",
+        "dkmeans.io",
+        "dkmeans.testing",
+    ]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         dkmeans.nope  # noqa: B018
 
@@ -88,9 +110,30 @@ def test_cli_fit_minibatch_on_parquet(tmp_path, data):
 
     pd.DataFrame(data, columns=["a", "b", "c", "d"]).to_parquet(tmp_path / "x.parquet")
     model = tmp_path / "m.dkm"
-    res = subprocess.run([sys.executable, "-m", "dkmeans", "fit", str(tmp_path / "x.parquet"), "-k", "6",
-                          "--algorithm", "minibatch", "--batch-size", "512", "--model", str(model),
-                          "--random-state", "0", "--workers", "1"], capture_output=True, text=True, timeout=180)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dkmeans",
+            "fit",
+            str(tmp_path / "x.parquet"),
+            "-k",
+            "6",
+            "--algorithm",
+            "minibatch",
+            "--batch-size",
+            "512",
+            "--model",
+            str(model),
+            "--random-state",
+            "0",
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert res.returncode == 0, res.stderr
     loaded = MiniBatchKMeans.load(model)
     assert loaded.batch_size == 512 and list(loaded.feature_names_in_) == ["a", "b", "c", "d"]

@@ -8,13 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import textwrap
+import threading
 import time
 
 import dask
 import dask.array as da
-import numpy as np
 import pytest
 
 import dkmeans
@@ -67,8 +66,15 @@ def _idle(client, timeout=10.0) -> bool:
 
 # long enough on a quiet machine too: uniform rows in 16 dimensions and 300 clusters take hundreds
 # of Lloyd iterations to converge strictly (tol=0), tens of seconds on 2 cores
-LONG = dict(n_clusters=300, init="random", n_init=1, max_iter=100_000, tol=0, random_state=0,
-            local_search=False)
+LONG = dict(
+    n_clusters=300,
+    init="random",
+    n_init=1,
+    max_iter=100_000,
+    tol=0,
+    random_state=0,
+    local_search=False,
+)
 
 
 @pytest.mark.timeout(600)
@@ -102,8 +108,15 @@ def test_an_interrupted_sweep_returns_at_once(cluster):
     with cluster.as_current(), dask.config.set({"dkmeans.single-task-work": 0}):
         with pytest.raises(KeyboardInterrupt):
             started.append(1)
-            dkmeans.sweep(X, [100, 200, 300], init="random", max_iter=100_000, tol=0, random_state=0,
-                          local_search=False)
+            dkmeans.sweep(
+                X,
+                [100, 200, 300],
+                init="random",
+                max_iter=100_000,
+                tol=0,
+                random_state=0,
+                local_search=False,
+            )
         assert time.monotonic() - fired[0] < 10
         assert _idle(cluster)
         assert dkmeans.sweep(X[:5_000], [2, 3], random_state=0).k_values == [2, 3]
@@ -128,23 +141,27 @@ def test_the_worker_session_module_moves_only_a_nannys_worker():
     """Imported outside a nanny's worker it changes nothing; in one, the process leaves
     its parent's process group and a SIGINT held pending while it started is dropped."""
     assert not worker_session.detach()  # this process is no nanny's worker: it stays where it is
-    code = ("import multiprocessing, os, signal\n"
-            "multiprocessing.current_process().name = 'Dask Worker process (from Nanny)'\n"
-            "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
-            "os.kill(os.getpid(), signal.SIGINT)\n"  # an interrupt while starting: pending
-            "from dkmeans.engine import worker_session as w\n"
-            "blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
-            "print(w.DETACHED, os.getsid(0) == os.getpid(), blocked)")
+    code = (
+        "import multiprocessing, os, signal\n"
+        "multiprocessing.current_process().name = 'Dask Worker process (from Nanny)'\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"  # an interrupt while starting: pending
+        "from dkmeans.engine import worker_session as w\n"
+        "blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
+        "print(w.DETACHED, os.getsid(0) == os.getpid(), blocked)"
+    )
     # a child of a child: not a process group leader, as a nanny's worker process is not
-    wrapper = ("import subprocess, sys; "
-               f"sys.exit(subprocess.run([sys.executable, '-c', {code!r}]).returncode)")
-    out = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
-                         timeout=60)
+    wrapper = (
+        "import subprocess, sys; "
+        f"sys.exit(subprocess.run([sys.executable, '-c', {code!r}]).returncode)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True", "False"]  # moved, own session, SIGINT unblocked
     plain = "import dkmeans.engine.worker_session as w; print(w.DETACHED)"
-    out = subprocess.run([sys.executable, "-c", plain],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False"
 
 
@@ -228,8 +245,9 @@ def test_a_worker_told_the_cluster_closes_logs_only_critical_records():
         log.critical("still shown")
         print("frozen", gc.get_freeze_count() > 0)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
     shown = [line.rsplit(" - ", 1)[-1] for line in done.stderr.splitlines()]
     assert shown == ["before", "still shown"]
     assert done.stdout.split() == ["frozen", "True"]

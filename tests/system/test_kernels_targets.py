@@ -53,7 +53,11 @@ CHECK = textwrap.dedent(
     [("haswell", "+avx,+avx2,+fma,+sse4.2,+popcnt,+f16c", 32), ("generic", "", 16)],
 )
 def test_kernels_compiled_for_narrower_vectors(tmp_path, cpu, features, vector_bytes):
-    env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features, NUMBA_CACHE_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CPU_FEATURES=features, NUMBA_CACHE_DIR=str(tmp_path)
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == [str(vector_bytes), "ok"]

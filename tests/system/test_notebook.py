@@ -30,15 +30,22 @@ def kernel_specs(tmp_path_factory):
     """A kernel spec running this interpreter (not the ``python3`` the machine's Jupyter knows)."""
     root = tmp_path_factory.mktemp("kernels")
     (root / KERNEL).mkdir()
-    (root / KERNEL / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "dkmeans tests", "language": "python"}))
+    (root / KERNEL / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "dkmeans tests",
+                "language": "python",
+            }
+        )
+    )
     return KernelSpecManager(kernel_dirs=[str(root)], ensure_native_kernel=False)
 
 
 def _streams(cell, name):
-    return "".join(o.get("text", "") for o in cell.outputs
-                   if o.output_type == "stream" and o.name == name)
+    return "".join(
+        o.get("text", "") for o in cell.outputs if o.output_type == "stream" and o.name == name
+    )
 
 
 def test_the_example_notebook_runs_clean(kernel_specs):
@@ -71,6 +78,7 @@ def test_the_example_notebook_runs_clean(kernel_specs):
     assert pngs(by_source("result.plot()")) == 1
     assert pngs(by_source("plt.subplots")) == 1
     assert "matplotlib backend: inline" in _streams(by_source("plt.subplots"), "stdout")
+
     # the sweep's notebook view: the table with the suggested k, and the curve
     def html_of(cell):
         return "".join(o["data"].get("text/html", "") for o in cell.outputs if "data" in o)

@@ -25,7 +25,15 @@ import dkmeans
 from dkmeans import KMeans
 from dkmeans.engine.files import read_table
 from dkmeans.errors import DataSourceError
-from tests.faces.test_parquet_writers import FEATURES, INIT, N, NUMBERS, error_lines, reference, write_spark
+from tests.faces.test_parquet_writers import (
+    FEATURES,
+    INIT,
+    NUMBERS,
+    N,
+    error_lines,
+    reference,
+    write_spark,
+)
 from tests.helpers import run_cli
 
 boto3 = pytest.importorskip("boto3")
@@ -33,7 +41,9 @@ s3fs = pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 BUCKET = "etl"
-POLICY = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+POLICY = (
+    '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+)
 
 
 def _free_port() -> int:
@@ -49,8 +59,12 @@ def store(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     # authentication on after the 3 requests that make the user, its key and its policy
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(300):
             try:
@@ -58,21 +72,36 @@ def store(tmp_path_factory):
                 break
             except OSError:
                 time.sleep(0.1)
-        iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="none",
-                           aws_secret_access_key="none")
+        iam = boto3.client(
+            "iam",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="none",
+            aws_secret_access_key="none",
+        )
         iam.create_user(UserName="pipeline")
         key = iam.create_access_key(UserName="pipeline")["AccessKey"]
         iam.put_user_policy(UserName="pipeline", PolicyName="all", PolicyDocument=POLICY)
-        options = {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "endpoint_url": url,
-                   "client_kwargs": {"region_name": "us-east-1"}}
-        boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=options["key"],
-                     aws_secret_access_key=options["secret"]).create_bucket(Bucket=BUCKET)
+        options = {
+            "key": key["AccessKeyId"],
+            "secret": key["SecretAccessKey"],
+            "endpoint_url": url,
+            "client_kwargs": {"region_name": "us-east-1"},
+        }
+        boto3.client(
+            "s3",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id=options["key"],
+            aws_secret_access_key=options["secret"],
+        ).create_bucket(Bucket=BUCKET)
         fs = s3fs.S3FileSystem(**options)
         local = tmp_path_factory.mktemp("upload")
         write_spark(local / "spark")
         fs.put(str(local / "spark"), f"{BUCKET}/spark", recursive=True)
-        frame = pd.DataFrame({"id": np.arange(N), "x": NUMBERS[:, 0], "y": NUMBERS[:, 1],
-                              "amount": NUMBERS[:, 2]})
+        frame = pd.DataFrame(
+            {"id": np.arange(N), "x": NUMBERS[:, 0], "y": NUMBERS[:, 1], "amount": NUMBERS[:, 2]}
+        )
         for i, rows in enumerate((slice(0, 100), slice(100, N))):
             fs.pipe(f"{BUCKET}/csv/part-{i}.csv", frame.iloc[rows].to_csv(index=False).encode())
         yield options, fs
@@ -108,17 +137,39 @@ def test_sweep_reads_a_path_on_the_store(client, store):
     local = dkmeans.sweep(np.column_stack([np.arange(N), NUMBERS]), [2, 3], random_state=0)
     assert list(result.models[3].feature_names_in_) == ["id", "x", "y", "amount"]
     for k in (2, 3):
-        np.testing.assert_allclose(result.models[k].cluster_centers_, local.models[k].cluster_centers_, rtol=1e-9)
+        np.testing.assert_allclose(
+            result.models[k].cluster_centers_, local.models[k].cluster_centers_, rtol=1e-9
+        )
 
 
 def test_cli_fits_and_predicts_on_the_store_writing_back(store, tmp_path):
     options, fs = store
     model = tmp_path / "model.npz"
-    option_args = [f"--storage-option=endpoint_url={options['endpoint_url']}", "--storage-option",
-                   f"key={options['key']}", "--storage-option", f"secret={options['secret']}",
-                   "--storage-option", "client_kwargs.region_name=us-east-1"]
-    res = run_cli("fit", f"s3://{BUCKET}/spark/", "-k", "3", "--columns", *FEATURES, "--model", model,
-                  "--workers", 1, "--quiet", "--out-of-core", "true", *option_args)
+    option_args = [
+        f"--storage-option=endpoint_url={options['endpoint_url']}",
+        "--storage-option",
+        f"key={options['key']}",
+        "--storage-option",
+        f"secret={options['secret']}",
+        "--storage-option",
+        "client_kwargs.region_name=us-east-1",
+    ]
+    res = run_cli(
+        "fit",
+        f"s3://{BUCKET}/spark/",
+        "-k",
+        "3",
+        "--columns",
+        *FEATURES,
+        "--model",
+        model,
+        "--workers",
+        1,
+        "--quiet",
+        "--out-of-core",
+        "true",
+        *option_args,
+    )
     assert res.returncode == 0, res.stderr
     ref = reference()
     fitted = KMeans.load(model).cluster_centers_
@@ -128,8 +179,17 @@ def test_cli_fits_and_predicts_on_the_store_writing_back(store, tmp_path):
     options_file = tmp_path / "store.json"
     options_file.write_text(json.dumps(options))
     out = f"s3://{BUCKET}/labelled/"
-    res = run_cli("predict", model, f"s3://{BUCKET}/spark/", "--output", out, "--workers", 1,
-                  "--storage-options", options_file)
+    res = run_cli(
+        "predict",
+        model,
+        f"s3://{BUCKET}/spark/",
+        "--output",
+        out,
+        "--workers",
+        1,
+        "--storage-options",
+        options_file,
+    )
     assert res.returncode == 0, res.stderr
     assert f"written to {out} " in res.stdout  # the path as written (not s3:/...)
     back = pd.read_parquet(out, storage_options=options)
@@ -146,8 +206,12 @@ def _error_line(res) -> str:
 
 def test_cli_errors_of_the_store_are_one_line_exit_2(store, tmp_path):
     options, _ = store
-    good = [f"--storage-option=endpoint_url={options['endpoint_url']}", f"--storage-option=key={options['key']}",
-            f"--storage-option=secret={options['secret']}", "--storage-option=client_kwargs.region_name=us-east-1"]
+    good = [
+        f"--storage-option=endpoint_url={options['endpoint_url']}",
+        f"--storage-option=key={options['key']}",
+        f"--storage-option=secret={options['secret']}",
+        "--storage-option=client_kwargs.region_name=us-east-1",
+    ]
     fit = ["fit", "-k", "3", "--model", tmp_path / "m.npz", "--workers", 1]
     line = _error_line(run_cli(*fit, f"s3://{BUCKET}/spark/*.csv", *good))
     assert f"no file matches s3://{BUCKET}/spark/*.csv" in line

@@ -37,7 +37,8 @@ def small():
 
 def _fit(X, out_of_core, sample_weight=None, **params):
     return dkmeans.KMeans(6, random_state=11, out_of_core=out_of_core, **params).fit(
-        da.from_array(X, chunks=(700, X.shape[1])), sample_weight=sample_weight)
+        da.from_array(X, chunks=(700, X.shape[1])), sample_weight=sample_weight
+    )
 
 
 @pytest.mark.parametrize("init", INITS)
@@ -84,10 +85,19 @@ def test_hybrid_mode_persists_the_head_and_streams_the_rest(client, small, on_cl
     np.testing.assert_array_equal(ours.labels_.compute(), ref.labels_.compute())
 
 
-@pytest.mark.parametrize("options", [dict(init="k-means||"), dict(init="k-means++"), dict(init="random"),
-                                     dict(init="k-means||", algorithm="hartigan")],
-                         ids=["k-means||", "k-means++", "random", "hartigan"])
-def test_large_chunks_are_run_in_row_batches_with_the_unsliced_results(client, small, monkeypatch, options):
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(init="k-means||"),
+        dict(init="k-means++"),
+        dict(init="random"),
+        dict(init="k-means||", algorithm="hartigan"),
+    ],
+    ids=["k-means||", "k-means++", "random", "hartigan"],
+)
+def test_large_chunks_are_run_in_row_batches_with_the_unsliced_results(
+    client, small, monkeypatch, options
+):
     """Streamed chunks larger than a kernel's batch run batch by batch (here 700-row chunks in batches of
     300 rows: 300, 300, 100) with the offsets of their rows: the same fit as in memory, where every chunk
     is whole (map_reduce, the replayed stateful passes, a per-row state column, Hartigan's fold)."""
@@ -133,7 +143,9 @@ def test_dataframe_of_unknown_lengths_streams_and_labels_by_index(client, small)
 
 def test_functional_train_reports_the_mode_and_passes(client, small):
     X, _ = small
-    desc = dkmeans.Descriptor(cluster_count=6, max_iteration_count=7, accuracy_threshold=0.0, dtype=np.float64)
+    desc = dkmeans.Descriptor(
+        cluster_count=6, max_iteration_count=7, accuracy_threshold=0.0, dtype=np.float64
+    )
     Xd = da.from_array(X, chunks=(1000, 5))
     streamed = dkmeans.train(desc, Xd, X[:6], out_of_core=True)
     persisted = dkmeans.train(desc, Xd, X[:6], out_of_core=False)
@@ -161,13 +173,22 @@ CENTERS = np.random.default_rng(42).uniform(-10, 10, size=(K, N_FEATURES))
 def _write_blobs(path, n_chunks: int) -> None:
     with open(path, "wb") as f:
         for i in range(n_chunks):
-            blob_block(i, CHUNK_ROWS, centers=CENTERS, spread=1.5, seed=7, out_dtype=np.float64,
-                       noise="uniform").tofile(f)
+            blob_block(
+                i,
+                CHUNK_ROWS,
+                centers=CENTERS,
+                spread=1.5,
+                seed=7,
+                out_dtype=np.float64,
+                noise="uniform",
+            ).tofile(f)
 
 
 def _read_block(path, index: int) -> np.ndarray:
     count = CHUNK_ROWS * N_FEATURES
-    return np.fromfile(path, dtype=np.float64, count=count, offset=index * count * 8).reshape(CHUNK_ROWS, N_FEATURES)
+    return np.fromfile(path, dtype=np.float64, count=count, offset=index * count * 8).reshape(
+        CHUNK_ROWS, N_FEATURES
+    )
 
 
 def _file_array(path, n_chunks: int) -> da.Array:
@@ -176,8 +197,12 @@ def _file_array(path, n_chunks: int) -> da.Array:
     def block(block_info=None):
         return _read_block(path, block_info[None]["chunk-location"][0])
 
-    return da.map_blocks(block, dtype=np.float64, chunks=((CHUNK_ROWS,) * n_chunks, (N_FEATURES,)),
-                         meta=np.empty((0, 0)))
+    return da.map_blocks(
+        block,
+        dtype=np.float64,
+        chunks=((CHUNK_ROWS,) * n_chunks, (N_FEATURES,)),
+        meta=np.empty((0, 0)),
+    )
 
 
 def _reference_step(path, n_chunks: int, C: np.ndarray):
@@ -201,7 +226,9 @@ def small_memory_cluster():
     """Two worker processes of 768 MiB each (1.5 GiB in all; a worker process alone takes about 300 MiB)."""
     from dkmeans.engine.client import start_local_cluster
 
-    client = start_local_cluster(2, memory_limit=MEMORY_LIMIT, dashboard_address=None, set_as_default=False)
+    client = start_local_cluster(
+        2, memory_limit=MEMORY_LIMIT, dashboard_address=None, set_as_default=False
+    )
     try:
         yield client
     finally:
@@ -235,7 +262,9 @@ def test_one_and_a_half_times_memory_with_default_kmeans_parallel(small_memory_c
 
 
 @pytest.mark.slow
-def test_seventy_percent_of_memory_keeps_what_fits_and_matches_reference(small_memory_cluster, tmp_path):
+def test_seventy_percent_of_memory_keeps_what_fits_and_matches_reference(
+    small_memory_cluster, tmp_path
+):
     """The case that restarted workers before: 70% of the cluster's memory, in the default mode.
 
     Fixed centroids, so every step has a float64 reference: the centroids, the objective of
@@ -263,8 +292,12 @@ def test_seventy_percent_of_memory_keeps_what_fits_and_matches_reference(small_m
 
 
 @pytest.mark.parametrize("out_of_core", [True, False])
-def test_a_chunk_larger_than_the_task_budget_fails_before_any_work(small_memory_cluster, out_of_core):
-    X = da.zeros((4_000_000, 16), chunks=(2_000_000, 16))  # 244 MiB chunks against a budget of about 110 MiB
+def test_a_chunk_larger_than_the_task_budget_fails_before_any_work(
+    small_memory_cluster, out_of_core
+):
+    X = da.zeros(
+        (4_000_000, 16), chunks=(2_000_000, 16)
+    )  # 244 MiB chunks against a budget of about 110 MiB
     with small_memory_cluster.as_current(), WorkerWatch(small_memory_cluster):
         with pytest.raises(ChunkTooLargeError, match=r"takes 244\.1 MiB.*budget.*rechunk"):
             dkmeans.KMeans(4, out_of_core=out_of_core).fit(X)
@@ -291,7 +324,9 @@ def _drop_held() -> None:
 
 
 @pytest.mark.slow
-def test_memory_a_worker_keeps_after_a_computation_is_released_before_planning(small_memory_cluster):
+def test_memory_a_worker_keeps_after_a_computation_is_released_before_planning(
+    small_memory_cluster,
+):
     """Freed memory kept by the allocator (each worker grown to 74% of its limit, near the pause
     threshold) would leave almost no task budget; the budget asks the workers to release it and
     plans with the rest."""
@@ -310,7 +345,9 @@ def test_memory_a_worker_keeps_after_a_computation_is_released_before_planning(s
             if min(stale.unmanaged.values()) > 0.7 * MEMORY_LIMIT:
                 break
             threading.Event().wait(0.1)
-            stale = MemoryBudget._from_info(client.scheduler_info(n_workers=-1)["workers"], 32 * 2**20)
+            stale = MemoryBudget._from_info(
+                client.scheduler_info(n_workers=-1)["workers"], 32 * 2**20
+            )
         assert stale.task_bytes() < before / 2, stale
         budget = MemoryBudget.of(client, 32 * 2**20)
         assert budget.task_bytes() == pytest.approx(before, abs=24 * 2**20), (before, budget)
@@ -334,7 +371,9 @@ class _StartingCluster:
     def wait_for_workers(self, n_workers, timeout=None):
         if not self.starts:
             raise TimeoutError(f"only 0 of {n_workers} workers after {timeout} s")
-        self.workers = {"tcp://w0": {"memory_limit": 2**30, "metrics": {"memory": 2**28, "managed_bytes": 0}}}
+        self.workers = {
+            "tcp://w0": {"memory_limit": 2**30, "metrics": {"memory": 2**28, "managed_bytes": 0}}
+        }
 
 
 def test_the_budget_waits_for_a_starting_worker_and_names_a_cluster_without_any():

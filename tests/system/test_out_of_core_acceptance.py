@@ -56,8 +56,12 @@ def _write_file(path, index: int) -> None:
     rng = np.random.default_rng([31, index])
     X = CENTERS[:, rng.integers(0, K, size=FILE_ROWS)]
     X += rng.random(X.shape, dtype=np.float32) * np.float32(4) - np.float32(2)
-    table = pa.table({name: X[j] for j, name in enumerate(COLUMNS)} | {"id": np.arange(FILE_ROWS) + index})
-    pq.write_table(table, path, row_group_size=FILE_ROWS // 4, compression="none", use_dictionary=False)
+    table = pa.table(
+        {name: X[j] for j, name in enumerate(COLUMNS)} | {"id": np.arange(FILE_ROWS) + index}
+    )
+    pq.write_table(
+        table, path, row_group_size=FILE_ROWS // 4, compression="none", use_dictionary=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +130,14 @@ def _reference(folder: str, C0: np.ndarray, steps: int) -> np.ndarray:
 @contextlib.contextmanager
 def _user_cluster():
     """A new user's cluster: 2 worker processes x 1 thread, 768 MiB each, distributed's defaults."""
-    cluster = distributed.LocalCluster(n_workers=N_WORKERS, threads_per_worker=1, memory_limit=MEMORY_LIMIT,
-                                       processes=True, host="127.0.0.1", dashboard_address=None)
+    cluster = distributed.LocalCluster(
+        n_workers=N_WORKERS,
+        threads_per_worker=1,
+        memory_limit=MEMORY_LIMIT,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    )
     client = distributed.Client(cluster, set_as_default=False)
     try:
         yield client
@@ -154,10 +164,13 @@ def test_parquet_files_of_ordinary_size_on_small_workers(folders, new_cluster, s
             total = dd.read_parquet(folder, columns=COLUMNS).sum().compute()
             assert total.shape == (D,)
         with WorkerWatch(client):
-            km = dkmeans.KMeans(n_clusters=K, init=C0, n_init=1, max_iter=MAX_ITER[size], tol=0).fit(
-                dd.read_parquet(folder)[COLUMNS])
+            km = dkmeans.KMeans(
+                n_clusters=K, init=C0, n_init=1, max_iter=MAX_ITER[size], tol=0
+            ).fit(dd.read_parquet(folder)[COLUMNS])
     assert km.data_mode_ == "out-of-core" and km.n_iter_ == MAX_ITER[size]
-    np.testing.assert_allclose(km.cluster_centers_, _reference(folder, C0, MAX_ITER[size]), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        km.cluster_centers_, _reference(folder, C0, MAX_ITER[size]), rtol=1e-5, atol=1e-4
+    )
 
 
 # -- never a hang: a worker paused by memory of its own while our tasks are queued on it -------------
@@ -221,8 +234,9 @@ def _drop() -> None:
             held[0].pop().close()
 
 
-def _pause_when_queued(client, address: str, fraction: float, done: threading.Event, fired: list,
-                       tasks: int = 2) -> None:
+def _pause_when_queued(
+    client, address: str, fraction: float, done: threading.Event, fired: list, tasks: int = 2
+) -> None:
     """Hold memory on ``address`` once at least ``tasks`` of our pass tasks wait there (one running, one queued)."""
     while not done.wait(0.01):
         keys = client.processing(workers=[address]).get(address, ())
@@ -234,7 +248,9 @@ def _pause_when_queued(client, address: str, fraction: float, done: threading.Ev
 def _wait_running(client, seconds: float = 30.0) -> None:
     """Until every worker runs (one resumed after ``_drop`` is paused until its memory monitor's next look)."""
     deadline = time.monotonic() + seconds
-    while any(w["status"] != "running" for w in client.scheduler_info(n_workers=-1)["workers"].values()):
+    while any(
+        w["status"] != "running" for w in client.scheduler_info(n_workers=-1)["workers"].values()
+    ):
         assert time.monotonic() < deadline, client.scheduler_info(n_workers=-1)["workers"]
         time.sleep(0.1)
 
@@ -244,10 +260,16 @@ def hang_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("issue31-hang")
     rng = np.random.default_rng(7)
     for i in range(HANG_FILES):
-        X = (CENTERS[:, rng.integers(0, K, size=HANG_ROWS)]
-             + rng.random((D, HANG_ROWS), dtype=np.float32) * np.float32(4) - np.float32(2))
-        pq.write_table(pa.table({name: X[j] for j, name in enumerate(COLUMNS)}),
-                       folder / f"part-{i:03d}.parquet", row_group_size=HANG_ROWS // 2)
+        X = (
+            CENTERS[:, rng.integers(0, K, size=HANG_ROWS)]
+            + rng.random((D, HANG_ROWS), dtype=np.float32) * np.float32(4)
+            - np.float32(2)
+        )
+        pq.write_table(
+            pa.table({name: X[j] for j, name in enumerate(COLUMNS)}),
+            folder / f"part-{i:03d}.parquet",
+            row_group_size=HANG_ROWS // 2,
+        )
     return str(folder)
 
 
@@ -258,7 +280,9 @@ def hang_cluster():
 
 
 @pytest.mark.timeout(180)
-def test_a_worker_paused_with_our_tasks_queued_on_it_does_not_hang_the_fit(hang_folder, hang_cluster, caplog):
+def test_a_worker_paused_with_our_tasks_queued_on_it_does_not_hang_the_fit(
+    hang_folder, hang_cluster, caplog
+):
     """The worker is paused (88% of its limit, its own memory) while our pass's tasks wait on it: the
     pass is submitted again without it after ``dkmeans.stall-timeout`` and the fit ends on the other
     worker with the centroids of a float64 Lloyd."""
@@ -267,16 +291,25 @@ def test_a_worker_paused_with_our_tasks_queued_on_it_does_not_hang_the_fit(hang_
     paused = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
     C0 = _initial_centroids(hang_folder)
     done, fired = threading.Event(), []
-    trigger = threading.Thread(target=_pause_when_queued, args=(client, paused, 0.88, done, fired), daemon=True)
+    trigger = threading.Thread(
+        target=_pause_when_queued, args=(client, paused, 0.88, done, fired), daemon=True
+    )
     try:
-        with client.as_current(), dask.config.set({"dkmeans.stall-timeout": "5s"}), WorkerWatch(client):
+        with (
+            client.as_current(),
+            dask.config.set({"dkmeans.stall-timeout": "5s"}),
+            WorkerWatch(client),
+        ):
             trigger.start()
             with caplog.at_level("WARNING", logger="dkmeans"):
-                km = dkmeans.KMeans(n_clusters=K, init=C0, n_init=1, max_iter=3, tol=0, out_of_core=True).fit(
-                    dd.read_parquet(hang_folder)[COLUMNS])
+                km = dkmeans.KMeans(
+                    n_clusters=K, init=C0, n_init=1, max_iter=3, tol=0, out_of_core=True
+                ).fit(dd.read_parquet(hang_folder)[COLUMNS])
             done.set()
             trigger.join()
-            assert fired, "the worker was never caught with two of our tasks (nothing was reproduced)"
+            assert fired, (
+                "the worker was never caught with two of our tasks (nothing was reproduced)"
+            )
             status = client.scheduler_info(n_workers=-1)["workers"][paused]["status"]
     finally:
         done.set()
@@ -285,10 +318,14 @@ def test_a_worker_paused_with_our_tasks_queued_on_it_does_not_hang_the_fit(hang_
     # Where the pass waited out dkmeans.stall-timeout on the paused worker, the engine said so, naming it.
     # (Distributed may also resume the worker for a moment, as its memory hovers at the threshold, or
     # move the queued tasks itself; then the fit ends without that wait, which is fine: no hang.)
-    stalled = [r.getMessage() for r in caplog.records if "submitted again without" in r.getMessage()]
+    stalled = [
+        r.getMessage() for r in caplog.records if "submitted again without" in r.getMessage()
+    ]
     assert all(paused in message for message in stalled), stalled
     assert km.data_mode_ == "out-of-core" and 1 <= km.n_iter_ <= 3  # it may converge before
-    np.testing.assert_allclose(km.cluster_centers_, _reference(hang_folder, C0, 3), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        km.cluster_centers_, _reference(hang_folder, C0, 3), rtol=1e-5, atol=1e-4
+    )
 
 
 @pytest.mark.timeout(180)
@@ -301,18 +338,28 @@ def test_every_worker_paused_mid_fit_fails_clearly_naming_each_worker(hang_folde
     _wait_running(client)
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
     # rows of the first file as initial centroids: Lloyd then takes many passes, so both workers get tasks
-    table = pq.read_table(os.path.join(hang_folder, "part-000.parquet"), columns=COLUMNS).slice(0, 1000 * K)
+    table = pq.read_table(os.path.join(hang_folder, "part-000.parquet"), columns=COLUMNS).slice(
+        0, 1000 * K
+    )
     C0 = np.column_stack([table.column(c).to_numpy() for c in COLUMNS])[::1000].astype(np.float64)
     done, fired = threading.Event(), []
-    triggers = [threading.Thread(target=_pause_when_queued, args=(client, a, 0.88, done, fired, 1), daemon=True)
-                for a in addresses]
+    triggers = [
+        threading.Thread(
+            target=_pause_when_queued, args=(client, a, 0.88, done, fired, 1), daemon=True
+        )
+        for a in addresses
+    ]
     try:
-        with client.as_current(), dask.config.set({"dkmeans.stall-timeout": "5s", "dkmeans.worker-timeout": "5s"}):
+        with (
+            client.as_current(),
+            dask.config.set({"dkmeans.stall-timeout": "5s", "dkmeans.worker-timeout": "5s"}),
+        ):
             for t in triggers:
                 t.start()
             with pytest.raises(WorkersPausedError) as raised:
-                dkmeans.KMeans(n_clusters=K, init=C0, n_init=1, max_iter=50, tol=0, out_of_core=True).fit(
-                    dd.read_parquet(hang_folder)[COLUMNS])
+                dkmeans.KMeans(
+                    n_clusters=K, init=C0, n_init=1, max_iter=50, tol=0, out_of_core=True
+                ).fit(dd.read_parquet(hang_folder)[COLUMNS])
     finally:
         done.set()
         for t in triggers:

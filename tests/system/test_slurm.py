@@ -153,8 +153,7 @@ def test_scancel_leaves_a_checkpoint_that_a_second_job_resumes(slurm, uniform_pa
     while "iteration   10 " not in (out.read_text() if out.exists() else ""):
         state = slurm.job_state(job)
         assert state in ("PENDING", "CONFIGURING", "RUNNING"), (
-            f"job {job} {state} before it was cancelled:\n"
-            f"{out.read_text() if out.exists() else ''}"
+            f"job {job} {state} before it was cancelled:\n{out.read_text() if out.exists() else ''}"
         )
         assert time.monotonic() < deadline, "the fit did not reach iteration 10 in 240 s"
         time.sleep(0.1)

@@ -25,8 +25,9 @@ def _concat(parts):
 
 
 @pytest.mark.parametrize("seen_busy", [True, False])
-def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_cluster, spmd, caplog, monkeypatch,
-                                                                        seen_busy):
+def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(
+    own_cluster, spmd, caplog, monkeypatch, seen_busy
+):
     """One worker's only thread is busy: SPMD is not tried (``seen_busy``), or, when the task
     on it starts just after the check, the other rank gives up after ``dkmeans.spmd-wait``."""
     c = own_cluster
@@ -38,11 +39,18 @@ def test_a_rank_that_cannot_start_falls_back_to_one_graph_per_iteration(own_clus
     with dask.config.set({"dkmeans.spmd": False}):
         reference = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
     busy_worker = data.placement()[1][0]
-    blocker = c.submit(time.sleep, 4, workers=[busy_worker], pure=False)  # longer than the wait below
-    while not Client.processing(c, [busy_worker]).get(busy_worker):  # running there before the fit starts
+    blocker = c.submit(
+        time.sleep, 4, workers=[busy_worker], pure=False
+    )  # longer than the wait below
+    while not Client.processing(c, [busy_worker]).get(
+        busy_worker
+    ):  # running there before the fit starts
         time.sleep(0.01)
     started = time.monotonic()
-    with dask.config.set({"dkmeans.spmd-wait": "1s"}), caplog.at_level(logging.INFO, logger="dkmeans"):
+    with (
+        dask.config.set({"dkmeans.spmd-wait": "1s"}),
+        caplog.at_level(logging.INFO, logger="dkmeans"),
+    ):
         out = fit_lloyd(data, C0, max_iter=30, stop_rule=CentroidShift(0.0))
     blocker.result()
     assert "SPMD loop failed" in caplog.text and "lloyd_iterations" in spmd
@@ -76,7 +84,9 @@ def test_killed_worker_mid_spmd_fit_gives_the_same_result(own_cluster, spmd, cap
     assert out.result.n_iter == reference.result.n_iter
     assert [r.iteration for r in out.result.history] == list(range(1, out.result.n_iter + 1))
     np.testing.assert_allclose(out.result.centroids, reference.result.centroids, rtol=1e-10)
-    np.testing.assert_array_equal(c.compute(out.labels, sync=True), c.compute(reference.labels, sync=True))
+    np.testing.assert_array_equal(
+        c.compute(out.labels, sync=True), c.compute(reference.labels, sync=True)
+    )
 
 
 def test_cluster_restart_mid_spmd_fit_is_a_clear_error(own_cluster, spmd):
@@ -90,8 +100,13 @@ def test_cluster_restart_mid_spmd_fit_is_a_clear_error(own_cluster, spmd):
             restarted.append(1)
 
     with pytest.raises(ClusterRestartedError, match="restarted"):
-        fit_lloyd(persist_rows(c, X, 4), pick_rows(X, 6, seed=1), max_iter=200, stop_rule=CentroidShift(0.0),
-                  on_iteration=restart_once)
+        fit_lloyd(
+            persist_rows(c, X, 4),
+            pick_rows(X, 6, seed=1),
+            max_iter=200,
+            stop_rule=CentroidShift(0.0),
+            on_iteration=restart_once,
+        )
     assert restarted
 
 
@@ -99,7 +114,9 @@ def test_ranks_sharing_a_worker_exchange_in_process_and_match_the_graph_loop(spm
     """One worker with three threads: three ranks on one worker, messages to the same address."""
     from dkmeans.engine.client import start_local_cluster
 
-    c = start_local_cluster(n_workers=1, threads_per_worker=3, dashboard_address=None, set_as_default=False)
+    c = start_local_cluster(
+        n_workers=1, threads_per_worker=3, dashboard_address=None, set_as_default=False
+    )
     try:
         X, _, _ = make_blobs(9000, 3, 5, spread=2.5, box=5.0, seed=4)
         C0 = pick_rows(X, 5, seed=3)

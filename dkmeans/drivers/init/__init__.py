@@ -8,14 +8,14 @@ global row index, so the result does not depend on the chunking or the number of
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from dkmeans.drivers.init.kmeans_parallel import kmeans_parallel
 from dkmeans.drivers.init.kmeans_plusplus import kmeans_plusplus
 from dkmeans.drivers.init.options import InitOptions
-from dkmeans.drivers.streams import derive_seed
 from dkmeans.drivers.init.random import random_rows
 from dkmeans.drivers.init.random_partition import random_partition
+from dkmeans.drivers.streams import derive_seed
 
 STRATEGIES: dict[str, Callable] = {
     "k-means||": kmeans_parallel,
@@ -33,4 +33,11 @@ def get_strategy(name: str) -> Callable:
     return STRATEGIES[name]
 
 
-__all__ = ["CHEAP_RANDOM", "STRATEGIES", "InitOptions", "derive_seed", "get_strategy", "random_rows"]
+__all__ = [
+    "CHEAP_RANDOM",
+    "STRATEGIES",
+    "InitOptions",
+    "derive_seed",
+    "get_strategy",
+    "random_rows",
+]

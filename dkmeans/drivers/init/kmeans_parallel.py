@@ -34,15 +34,14 @@ import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.cluster import kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.drivers.streams import STREAMS
-from dkmeans.errors import distinct_clusters_message
 from dkmeans.drivers.init.options import InitOptions
-from dkmeans.drivers.streams import derive_seed
 from dkmeans.drivers.init.random import first_centre
 from dkmeans.drivers.init.two_level import two_level
+from dkmeans.drivers.streams import STREAMS, derive_seed
+from dkmeans.errors import distinct_clusters_message
 from dkmeans.kernels import (
     TopRows,
     candidate_weights,
@@ -105,7 +104,10 @@ def sample_candidates(data, k: int, seed: int, options: InitOptions):
     for r in range(options.init_rounds):
         stream = ROUND_STREAMS(r)
         res, state = data.map_reduce_stateful(
-            _round_chunk, functools.partial(_combine_round, m=cap), (new, n_before, seed, stream, cap), state
+            _round_chunk,
+            functools.partial(_combine_round, m=cap),
+            (new, n_before, seed, stream, cap),
+            state,
         )
         n_before += len(new)
         if res.phi <= 0:  # every row coincides with a candidate
@@ -113,8 +115,12 @@ def sample_candidates(data, k: int, seed: int, options: InitOptions):
             break
         threshold = res.phi / ell
         top = res.top
-        if len(top.index) == cap and top.score[-1] > threshold:  # the cap may have cut qualifying rows
-            top, state = data.map_reduce_stateful(_select_chunk, _concat_top, (seed, stream, threshold), state)
+        if (
+            len(top.index) == cap and top.score[-1] > threshold
+        ):  # the cap may have cut qualifying rows
+            top, state = data.map_reduce_stateful(
+                _select_chunk, _concat_top, (seed, stream, threshold), state
+            )
         new = np.asarray(top.rows[top.score > threshold])
         candidates.append(new)
     C = np.concatenate(candidates)
@@ -159,10 +165,14 @@ def _farthest_chunk(X, w, offset, C, m):
 
 
 def farthest_points_all(data, C, m) -> TopRows:
-    return data.map_reduce(_farthest_chunk, functools.partial(combine_top, m=m), (C.astype(data.dtype), m))
+    return data.map_reduce(
+        _farthest_chunk, functools.partial(combine_top, m=m), (C.astype(data.dtype), m)
+    )
 
 
-def recluster(C: np.ndarray, weights: np.ndarray, k: int, seed: int, metric: str = "euclidean") -> np.ndarray:
+def recluster(
+    C: np.ndarray, weights: np.ndarray, k: int, seed: int, metric: str = "euclidean"
+) -> np.ndarray:
     """Weighted greedy k-means++ then weighted Lloyd on the candidates (on the client).
 
     scikit-learn's k-means++; Lloyd by scikit-learn's rules, our kernel
@@ -186,18 +196,30 @@ def _spherical_lloyd(C64: np.ndarray, weights: np.ndarray, start: np.ndarray) ->
     Stops as the Euclidean recluster does (scikit-learn's ``tol=1e-6``, relative to the
     candidates' mean feature variance), or after 300 updates.
     """
-    from dkmeans.engine.local import ChunkList
     from dkmeans.drivers.lloyd import CentroidShift, lloyd_iterations
     from dkmeans.drivers.state import LoopState
+    from dkmeans.engine.local import ChunkList
 
-    variance = float(np.mean(np.average((C64 - np.average(C64, axis=0, weights=weights)) ** 2, axis=0,
-                                        weights=weights)))
-    result = lloyd_iterations(ChunkList.from_array(C64, weights), LoopState(start), 300,
-                              CentroidShift(1e-6 * variance), metric="cosine")
+    variance = float(
+        np.mean(
+            np.average(
+                (C64 - np.average(C64, axis=0, weights=weights)) ** 2, axis=0, weights=weights
+            )
+        )
+    )
+    result = lloyd_iterations(
+        ChunkList.from_array(C64, weights),
+        LoopState(start),
+        300,
+        CentroidShift(1e-6 * variance),
+        metric="cosine",
+    )
     return result.centroids
 
 
-def kmeans_parallel(data, n_clusters: int, seed: int, options: InitOptions | None = None) -> np.ndarray:
+def kmeans_parallel(
+    data, n_clusters: int, seed: int, options: InitOptions | None = None
+) -> np.ndarray:
     """k-means|| initial centroids (see the module docstring).
 
     Returns
@@ -216,8 +238,10 @@ def kmeans_parallel(data, n_clusters: int, seed: int, options: InitOptions | Non
     C, weights = C[keep], weights[keep]
     if len(C) <= n_clusters:
         return _complete(data, C, n_clusters).astype(data.dtype)
-    sets = [recluster(C, weights, n_clusters, derive_seed(seed, t), options.metric).astype(data.dtype)
-            for t in range(max(1, options.recluster_trials))]
+    sets = [
+        recluster(C, weights, n_clusters, derive_seed(seed, t), options.metric).astype(data.dtype)
+        for t in range(max(1, options.recluster_trials))
+    ]
     if len(sets) == 1:
         return sets[0]
     objectives = data.map_reduce(_objectives_chunk, _sum, (sets,))

@@ -18,10 +18,10 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.drivers.streams import STREAMS
-from dkmeans.errors import distinct_clusters_message
 from dkmeans.drivers.init.options import InitOptions
 from dkmeans.drivers.init.random import first_centre
+from dkmeans.drivers.streams import STREAMS
+from dkmeans.errors import distinct_clusters_message
 from dkmeans.kernels import TrialPartial, combine_top, kpp_trials, update_nearest
 
 STREAM_FIRST = STREAMS["k-means++.first"]()
@@ -32,7 +32,9 @@ def _combine_trials(parts, n_next):
     potentials = sum(p.potentials for p in parts)
     if not n_next:
         return TrialPartial(potentials, parts[0].samples)
-    samples = tuple(combine_top([p.samples[t] for p in parts], n_next) for t in range(len(parts[0].samples)))
+    samples = tuple(
+        combine_top([p.samples[t] for p in parts], n_next) for t in range(len(parts[0].samples))
+    )
     return TrialPartial(potentials, samples)
 
 
@@ -47,7 +49,9 @@ def n_trials(k: int) -> int:
     return 2 + int(math.log(k))
 
 
-def kmeans_plusplus(data, n_clusters: int, seed: int, options: InitOptions | None = None) -> np.ndarray:
+def kmeans_plusplus(
+    data, n_clusters: int, seed: int, options: InitOptions | None = None
+) -> np.ndarray:
     """Greedy k-means++ initial centroids on persisted data (k + 1 passes).
 
     Returns
@@ -60,7 +64,10 @@ def kmeans_plusplus(data, n_clusters: int, seed: int, options: InitOptions | Non
     if n_clusters == 1:
         return first
     res, state = data.map_reduce_stateful(
-        _step_chunk, functools.partial(_combine_trials, n_next=t), (first, None, seed, STEP_STREAMS(0), t), None
+        _step_chunk,
+        functools.partial(_combine_trials, n_next=t),
+        (first, None, seed, STEP_STREAMS(0), t),
+        None,
     )
     trials = np.asarray(res.samples[0].rows)
     pending = None
@@ -69,8 +76,10 @@ def kmeans_plusplus(data, n_clusters: int, seed: int, options: InitOptions | Non
             break  # every row coincides with a centre
         n_next = t if j < n_clusters - 1 else 0
         res, state = data.map_reduce_stateful(
-            _step_chunk, functools.partial(_combine_trials, n_next=n_next),
-            (pending, trials, seed, STEP_STREAMS(j), n_next), state,
+            _step_chunk,
+            functools.partial(_combine_trials, n_next=n_next),
+            (pending, trials, seed, STEP_STREAMS(j), n_next),
+            state,
         )
         best = int(np.argmin(res.potentials))
         centers.append(trials[best])
@@ -78,6 +87,8 @@ def kmeans_plusplus(data, n_clusters: int, seed: int, options: InitOptions | Non
         trials = np.asarray(res.samples[best].rows) if n_next else trials[:0]
     del state
     if len(centers) < n_clusters:
-        warnings.warn(distinct_clusters_message(len(centers), n_clusters), ConvergenceWarning, stacklevel=3)
+        warnings.warn(
+            distinct_clusters_message(len(centers), n_clusters), ConvergenceWarning, stacklevel=3
+        )
         centers += [centers[i % len(centers)] for i in range(n_clusters - len(centers))]
     return np.asarray(centers, dtype=data.dtype)

@@ -51,5 +51,3 @@ class InitOptions:
     metric: str = "euclidean"
     two_level_min_clusters: int = DEFAULT_TWO_LEVEL_CLUSTERS
     sample_per_centroid: int = 8
-
-

@@ -8,9 +8,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dkmeans.drivers.streams import STREAMS
-from dkmeans.kernels.namespace import get_namespace
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels import combine_top, random_top_rows, take_rows, uniform_by_index
+from dkmeans.kernels.namespace import get_namespace
 
 #: Stream of :func:`dkmeans.kernels.uniform_by_index` used by this strategy.
 STREAM = STREAMS["random.rows"]()
@@ -22,7 +22,9 @@ def _chunk(X, w, offset, k, seed, stream):
     return random_top_rows(X, w, offset, k, seed, stream)
 
 
-def random_rows(data, n_clusters: int, seed: int, options=None, *, stream: int = STREAM) -> np.ndarray:
+def random_rows(
+    data, n_clusters: int, seed: int, options=None, *, stream: int = STREAM
+) -> np.ndarray:
     """k distinct rows of ``data`` chosen at random, keyed by global row index.
 
     Parameters
@@ -39,7 +41,9 @@ def random_rows(data, n_clusters: int, seed: int, options=None, *, stream: int =
     -------
     ndarray, shape (n_clusters, d), the data's dtype
     """
-    top = data.map_reduce(_chunk, functools.partial(combine_top, m=n_clusters), (n_clusters, seed, stream))
+    top = data.map_reduce(
+        _chunk, functools.partial(combine_top, m=n_clusters), (n_clusters, seed, stream)
+    )
     if len(top.index) < n_clusters:
         raise InvalidDataError(
             f"only {len(top.index)} rows have a positive sample_weight, fewer than n_clusters={n_clusters}"
@@ -62,14 +66,20 @@ def _first_chunk(X, w, offset, target, seed, stream):
     at = target - offset
     here = slice(at, at + 1) if 0 <= at < X.shape[0] else slice(0, 0)
     w_max = float(w.max()) if X.shape[0] else 0.0
-    return FirstDraw(w_max, take_rows(X, here), w[here], random_top_rows(X, w, offset, 1, seed, stream))
+    return FirstDraw(
+        w_max, take_rows(X, here), w[here], random_top_rows(X, w, offset, 1, seed, stream)
+    )
 
 
 def _combine_first(parts):
     held = [p for p in parts if p.target.shape[0]]
     part = held[0] if held else parts[0]
-    return FirstDraw(max(p.w_max for p in parts), part.target, part.target_weight,
-                     combine_top([p.fallback for p in parts], 1))
+    return FirstDraw(
+        max(p.w_max for p in parts),
+        part.target,
+        part.target_weight,
+        combine_top([p.fallback for p in parts], 1),
+    )
 
 
 def first_centre(data, seed: int, stream: int) -> np.ndarray:

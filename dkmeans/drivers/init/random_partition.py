@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dkmeans.drivers.lloyd import fill_empty_clusters
 from dkmeans.drivers.streams import STREAMS
 from dkmeans.kernels import combine_partials, random_partition_partials, update_centroids
 from dkmeans.kernels.cosine import unit_centroids
-from dkmeans.drivers.lloyd import fill_empty_clusters
 
 STREAM = STREAMS["random-partition"]()
 
@@ -29,7 +29,9 @@ def random_partition(data, n_clusters: int, seed: int, options=None) -> np.ndarr
     """
     partials = data.map_reduce(_chunk, combine_partials, (n_clusters, seed))
     # cosine: normalised means; a part whose rows cancel takes a farthest row, as an empty one
-    update = unit_centroids if getattr(options, "metric", "euclidean") == "cosine" else update_centroids
+    update = (
+        unit_centroids if getattr(options, "metric", "euclidean") == "cosine" else update_centroids
+    )
     centroids, empty = update(partials, np.zeros((n_clusters, data.n_features)))
     if empty.any():
         centroids = fill_empty_clusters(data, centroids, empty)

@@ -44,9 +44,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from dkmeans.drivers.streams import STREAMS
 from dkmeans.drivers.init.options import DEFAULT_TWO_LEVEL_CLUSTERS
-from dkmeans.kernels import assign, assign_partials, update_centroids, uniform_by_index
+from dkmeans.drivers.streams import STREAMS
+from dkmeans.kernels import assign, assign_partials, uniform_by_index, update_centroids
 from dkmeans.kernels.cosine import unit_centroids
 from dkmeans.kernels.seeding import bernoulli_rows, concat_sample_rows, local_kmeans_plusplus
 
@@ -125,7 +125,9 @@ def _fine(X, w, k_i: int, seed: int, stream: int, metric: str) -> np.ndarray:
     return local_lloyd(X, w, X[chosen], FINE_ITERS, metric)
 
 
-def two_level_centres(X, w, k: int, seed: int, metric: str = "euclidean", threads: int | None = None) -> np.ndarray:
+def two_level_centres(
+    X, w, k: int, seed: int, metric: str = "euclidean", threads: int | None = None
+) -> np.ndarray:
     """Steps 2-4 on rows in memory: ``k`` centres (float64) from rows ``X`` with weights ``w``.
 
     Needs at least ``k`` rows. The result depends only on the rows, their order, ``k`` and
@@ -141,7 +143,7 @@ def two_level_centres(X, w, k: int, seed: int, metric: str = "euclidean", thread
     bounds = np.concatenate([[0], np.cumsum(sizes)])
 
     def one(g):
-        rows = order[bounds[g]:bounds[g + 1]]
+        rows = order[bounds[g] : bounds[g + 1]]
         return _fine(X[rows], w[rows], int(alloc[g]), seed, FINE_STREAMS(g), metric)
 
     todo = [g for g in range(k1) if alloc[g] > 0]
@@ -168,8 +170,17 @@ def two_level(data, n_clusters: int, seed: int, options=None) -> np.ndarray | No
     sample = draw_sample(data, n_clusters, seed, per_centroid)
     if sample.rows.shape[0] < n_clusters:
         return None
-    return two_level_centres(sample.rows, sample.weights, n_clusters, seed, metric).astype(data.dtype)
+    return two_level_centres(sample.rows, sample.weights, n_clusters, seed, metric).astype(
+        data.dtype
+    )
 
 
-__all__ = ["DEFAULT_TWO_LEVEL_CLUSTERS", "SAMPLE_PER_CENTROID", "draw_sample", "local_lloyd",
-           "split_clusters", "two_level", "two_level_centres"]
+__all__ = [
+    "DEFAULT_TWO_LEVEL_CLUSTERS",
+    "SAMPLE_PER_CENTROID",
+    "draw_sample",
+    "local_lloyd",
+    "split_clusters",
+    "two_level",
+    "two_level_centres",
+]

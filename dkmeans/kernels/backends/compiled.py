@@ -45,10 +45,12 @@ import numba
 import numpy as np
 
 from dkmeans.kernels.backends import simd as _simd
-from dkmeans.kernels.backends.simd import STREAM_GROUP  # noqa: F401 - assign sizes the streamed blocks with it
-from dkmeans.kernels.backends.simd import rows_exact_sq_blocked, rows_partials_blocked
-
 from dkmeans.kernels.backends.layout import DIRECT_WIDTHS, Output, direct_width  # noqa: F401 - re-exported
+from dkmeans.kernels.backends.simd import (
+    STREAM_GROUP,  # noqa: F401 - assign sizes the streamed blocks with it
+    rows_exact_sq_blocked,
+    rows_partials_blocked,
+)
 
 # reassoc lets LLVM vectorise the per-row sum of squared differences.
 _REDUCE_MATH = {"reassoc", "contract"}
@@ -97,7 +99,9 @@ def rows_exact_sq(X, i0, i1, C, labels, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_REDUCE_MATH)
-def rows_partials(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts):  # pragma: no cover
+def rows_partials(
+    X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts
+):  # pragma: no cover
     """Fold rows ``i0 <= i < i1`` into float64 ``sums``/``counts``; return their objective.
 
     Row ``i``'s label is ``labels[i - label_offset]`` (a tile's labels, or a whole
@@ -108,7 +112,9 @@ def rows_partials(X, i0, i1, C, labels, label_offset, weights, has_weights, sums
     d = X.shape[1]
     objective = 0.0
     if d % 4 == 0:  # vector blocks of the features (see dkmeans.kernels.backends.simd)
-        return rows_partials_blocked(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts)
+        return rows_partials_blocked(
+            X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts
+        )
     for i in range(i0, i1):
         j = labels[i - label_offset]
         x = X[i]

@@ -46,9 +46,21 @@ def row_best(X, i, l, wi, C, W, npos, rel_tol):  # pragma: no cover - compiled
         return best, best_add - remove, own
     return -1, 0.0, own
 
+
 @numba.njit(cache=True, nogil=True)
-def best_moves(X, labels, C, W, npos, weights, has_weights, rel_tol,  # pragma: no cover
-                         target, dcost, own_sq):
+def best_moves(
+    X,
+    labels,
+    C,
+    W,
+    npos,
+    weights,
+    has_weights,
+    rel_tol,  # pragma: no cover
+    target,
+    dcost,
+    own_sq,
+):
     """:func:`row_best` for every row, bit for bit, over row tiles transposed to float64.
 
     The loop over a tile's rows is innermost and contiguous, so it vectorises; each
@@ -106,6 +118,7 @@ def best_moves(X, labels, C, W, npos, weights, has_weights, rel_tol,  # pragma: 
             if best_j[i] >= 0 and best_add[i] * (1.0 + rel_tol) < remove * (1.0 - rel_tol):
                 target[r] = best_j[i]
                 dcost[r] = best_add[i] - remove
+
 
 @numba.njit(cache=True, nogil=True)
 def sweep(X, labels, C, W, npos, weights, has_weights, rel_tol):  # pragma: no cover - compiled

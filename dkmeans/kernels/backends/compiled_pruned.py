@@ -20,8 +20,15 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from dkmeans.kernels.backends.compiled import rows_partials
-from dkmeans.kernels.backends.simd import (STREAM_GROUP, STREAM_ROW_VECTORS, VECTOR_BYTES, _splat, _vector_pointer,
-                                           streamed_group_dots, transpose_tile)
+from dkmeans.kernels.backends.simd import (
+    STREAM_GROUP,
+    STREAM_ROW_VECTORS,
+    VECTOR_BYTES,
+    _splat,
+    _vector_pointer,
+    streamed_group_dots,
+    transpose_tile,
+)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -33,7 +40,9 @@ def _excludes(low, u, slack):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pragma: no cover - compiled
+def settle(
+    labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin
+):  # pragma: no cover - compiled
     """Move every row's bounds by the centroids' drift; list the rows the bounds do not settle.
 
     ``upper[i] += drift[labels[i]]`` (float64, rounded up); ``lower[g, i] = max(lower[g, i] -
@@ -70,7 +79,9 @@ def settle(labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin):  # pra
 
 
 @numba.njit(cache=True, nogil=True)
-def fold_far(St, h, far, far_group, i0, sq_lo, sq_up, slack, labels, lower, upper):  # pragma: no cover - compiled
+def fold_far(
+    St, h, far, far_group, i0, sq_lo, sq_up, slack, labels, lower, upper
+):  # pragma: no cover - compiled
     """Fold the exact distances of the rows ``i0 <= i < i0 + m`` to a few far-moved centroids into their bounds.
 
     ``St`` (``f x m``) is ``C_far @ X_tile.T``, ``h`` the far centroids' ``h``, ``far`` their indices
@@ -131,7 +142,9 @@ def tighten(X, C, labels, upper, lmin, norm, k0, k1, cand, m):  # pragma: no cov
 
 
 @numba.njit(cache=True, nogil=True)
-def group_needs(labels, upper, lower, norm, k0, k1, group_of, cand, m, need):  # pragma: no cover - compiled
+def group_needs(
+    labels, upper, lower, norm, k0, k1, group_of, cand, m, need
+):  # pragma: no cover - compiled
     """``need[g, t]``: group ``g`` may hold a centroid the kernel prefers to row ``cand[t]``'s label
     (its bound does not exclude it), or holds the label itself; returns how many pairs of rows and
     groups are needed."""
@@ -151,8 +164,9 @@ def group_needs(labels, upper, lower, norm, k0, k1, group_of, cand, m, need):  #
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
-def sampled_pairs(X, C, labels, upper, lower, norm, drift, shift, k0, k1, group_of, widths,
-                  stride):  # pragma: no cover - compiled
+def sampled_pairs(
+    X, C, labels, upper, lower, norm, drift, shift, k0, k1, group_of, widths, stride
+):  # pragma: no cover - compiled
     """Row-and-centroid pairs a pass would compute, estimated from every ``stride``-th row, before
     :func:`settle` (the state is only read).
 
@@ -201,7 +215,9 @@ def _fold_score(v, b1, b2, j1, j):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def block_minima(St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1, m=-1):  # pragma: no cover - compiled
+def block_minima(
+    St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1, m=-1
+):  # pragma: no cover - compiled
     """Per group of a block of scores, each row's smallest score, its centroid and the second smallest.
 
     ``St`` is ``C_block @ X_tile.T`` (``x.c`` of every centroid of groups ``g0 <= g < g1``, laid out
@@ -277,8 +293,9 @@ def choose(gm, gi, gs, margin, labels, ok):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
-def new_bounds(X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lower, upper,
-               out_labels):  # pragma: no cover - compiled
+def new_bounds(
+    X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lower, upper, out_labels
+):  # pragma: no cover - compiled
     """The bounds of the rows ``rows[t]`` after their distances were computed, and their labels;
     returns the largest finite lower bound set.
 
@@ -333,14 +350,17 @@ def row_norms(X, rows, norm_up, sq_lo, sq_up):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def tiled_partials(X, C, labels, T, weights, has_weights, sums, counts, start, stop,
-                   objective):  # pragma: no cover - compiled
+def tiled_partials(
+    X, C, labels, T, weights, has_weights, sums, counts, start, stop, objective
+):  # pragma: no cover - compiled
     """The partials of the rows ``start <= i < stop`` (labels known), folded tile by tile as the direct
     kernels fold them (:func:`~dkmeans.kernels.backends.compiled.rows_partials` on tiles of ``T`` rows
     from ``start``, a multiple of ``T``), their objectives added in row order to ``objective``, which
     is returned: over consecutive ranges, the same sums, counts and objective as the kernel's, to the bit."""
     for i0 in range(start, stop, T):
-        objective += rows_partials(X, i0, min(stop, i0 + T), C, labels, 0, weights, has_weights, sums, counts)
+        objective += rows_partials(
+            X, i0, min(stop, i0 + T), C, labels, 0, weights, has_weights, sums, counts
+        )
     return objective
 
 
@@ -374,12 +394,16 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
     one float dtype, ``gi`` and ``pack_group`` int32; nothing is bounds-checked.
     """
     arrays = (XT, CG, h_pad, pack_group, gm, gi, gs)
-    ok = (all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
-          and XT.ndim == 2 and CG.ndim == 3 and h_pad.ndim == pack_group.ndim == 1
-          and gm.ndim == gi.ndim == gs.ndim == 2
-          and XT.dtype == CG.dtype == h_pad.dtype == gm.dtype == gs.dtype
-          and XT.dtype in (types.float32, types.float64)
-          and gi.dtype == pack_group.dtype == types.int32)
+    ok = (
+        all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
+        and XT.ndim == 2
+        and CG.ndim == 3
+        and h_pad.ndim == pack_group.ndim == 1
+        and gm.ndim == gi.ndim == gs.ndim == 2
+        and XT.dtype == CG.dtype == h_pad.dtype == gm.dtype == gs.dtype
+        and XT.dtype in (types.float32, types.float64)
+        and gi.dtype == pack_group.dtype == types.int32
+    )
     if not ok:
         return None
 
@@ -390,9 +414,13 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
         ivec = ir.VectorType(ir.IntType(32), vec.count)
         intp = context.get_value_type(types.intp)
         G, R = STREAM_GROUP, STREAM_ROW_VECTORS
-        r, p0, p1 = (context.cast(builder, v, ty, types.intp) for v, ty in
-                     ((args[1], rty), (args[5], p0ty), (args[6], p1ty)))
-        d = cgutils.unpack_tuple(builder, context.make_array(tty)(context, builder, args[0]).shape, 2)[0]
+        r, p0, p1 = (
+            context.cast(builder, v, ty, types.intp)
+            for v, ty in ((args[1], rty), (args[5], p0ty), (args[6], p1ty))
+        )
+        d = cgutils.unpack_tuple(
+            builder, context.make_array(tty)(context, builder, args[0]).shape, 2
+        )[0]
         cdata = context.make_array(gty)(context, builder, args[2]).data
         hdata = context.make_array(hty)(context, builder, args[3]).data
         pdata = context.make_array(pty)(context, builder, args[4]).data
@@ -403,10 +431,14 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
         current = cgutils.alloca_once(builder, intp)
 
         def pointers(g, rho):
-            return (_vector_pointer(context, builder, mty, args[7], g, columns[rho], vec),
-                    builder.bitcast(_vector_pointer(context, builder, ity, args[8], g, columns[rho], vec),
-                                    ivec.as_pointer()),
-                    _vector_pointer(context, builder, sty, args[9], g, columns[rho], vec))
+            return (
+                _vector_pointer(context, builder, mty, args[7], g, columns[rho], vec),
+                builder.bitcast(
+                    _vector_pointer(context, builder, ity, args[8], g, columns[rho], vec),
+                    ivec.as_pointer(),
+                ),
+                _vector_pointer(context, builder, sty, args[9], g, columns[rho], vec),
+            )
 
         def load_group(g):
             for rho in range(R):
@@ -434,7 +466,9 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
             for b in range(G):
                 j = builder.add(builder.mul(p, ir.Constant(intp, G)), ir.Constant(intp, b))
                 g = group_of(j)
-                with builder.if_then(builder.icmp_signed("!=", g, builder.load(current)), likely=False):
+                with builder.if_then(
+                    builder.icmp_signed("!=", g, builder.load(current)), likely=False
+                ):
                     store_group(builder.load(current))
                     builder.store(g, current)
                     load_group(g)
@@ -446,7 +480,10 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
                     less = builder.fcmp_ordered("<", v, low)
                     high = builder.select(builder.fcmp_ordered(">", v, low), v, low)  # max(b1, v)
                     second = builder.load(b2[rho])
-                    builder.store(builder.select(builder.fcmp_ordered("<", high, second), high, second), b2[rho])
+                    builder.store(
+                        builder.select(builder.fcmp_ordered("<", high, second), high, second),
+                        b2[rho],
+                    )
                     builder.store(builder.select(less, v, low), b1[rho])
                     builder.store(builder.select(less, jv, builder.load(j1[rho])), j1[rho])
         store_group(builder.load(current))
@@ -456,7 +493,9 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
 
 
 @numba.njit(cache=True, nogil=True)
-def fused_minima(X, CG, block_packs, h_pad, pack_group, order, T, XT, gm, gi, gs):  # pragma: no cover - compiled
+def fused_minima(
+    X, CG, block_packs, h_pad, pack_group, order, T, XT, gm, gi, gs
+):  # pragma: no cover - compiled
     """:func:`block_minima` of every group for every row of ``X`` into ``gm``, ``gi``, ``gs`` (``(G, n)``),
     tile by tile (``T`` rows) with :func:`group_minima_streamed`: the scores are folded in registers,
     never stored. ``XT`` (d, >= T rounded up to the rows of a call) is scratch; ``block_packs`` packs of

@@ -45,7 +45,9 @@ def nearest_two_rows(X, origin, C64, first, second, d1, d2):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
-def swap_costs_rows(X, origin, C64, P64, w, weighted, per_candidate, per_cluster, objective):  # pragma: no cover
+def swap_costs_rows(
+    X, origin, C64, P64, w, weighted, per_candidate, per_cluster, objective
+):  # pragma: no cover
     """Compiled :func:`dkmeans.kernels.swap.swap_costs` for host rows (exact float64 differences, one row at a time)."""
     n, d = X.shape
     m = P64.shape[0]
@@ -69,8 +71,22 @@ def swap_costs_rows(X, origin, C64, P64, w, weighted, per_candidate, per_cluster
 
 
 @numba.njit(cache=True, nogil=True)
-def swap_partials_rows(X, origin, C64, P64, lengths, positions, replaced, removed, swapped, w, weighted,
-                        sums, counts, objective):  # pragma: no cover - compiled
+def swap_partials_rows(
+    X,
+    origin,
+    C64,
+    P64,
+    lengths,
+    positions,
+    replaced,
+    removed,
+    swapped,
+    w,
+    weighted,
+    sums,
+    counts,
+    objective,
+):  # pragma: no cover - compiled
     """Compiled :func:`dkmeans.kernels.swap.swap_partials` for host rows: each trial's labels from
     the nearest two and the candidates."""
     n, d = X.shape

@@ -50,9 +50,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dkmeans.kernels.common import DEFAULT_SCRATCH_BYTES, UNIT_SQ_NORM_TOL
+from dkmeans.kernels.common import (
+    DEFAULT_SCRATCH_BYTES,
+    MAX_CENTROID_BLOCK,  # noqa: F401 - tests and benchmarks read it here
+    UNIT_SQ_NORM_TOL,
+)
 from dkmeans.kernels.common import plan_tiles as _plan_tiles
-from dkmeans.kernels.common import MAX_CENTROID_BLOCK  # noqa: F401 - tests and benchmarks read it here
 from dkmeans.kernels.namespace import is_cupy_array
 
 __all__ = [
@@ -115,8 +118,15 @@ def plan_tiles(n: int, k: int, d: int, itemsize: int, scratch_bytes: int = DEFAU
         ``1 <= row_tile <= min(max(n, 1), MAX_ROW_TILE)``,
         ``1 <= centroid_block <= min(max(k, 1), MAX_CENTROID_BLOCK)``.
     """
-    return _plan_tiles(n, k, d, itemsize, scratch_bytes, row_bytes=itemsize + 4 + d * itemsize,
-                       max_row_tile=MAX_ROW_TILE)
+    return _plan_tiles(
+        n,
+        k,
+        d,
+        itemsize,
+        scratch_bytes,
+        row_bytes=itemsize + 4 + d * itemsize,
+        max_row_tile=MAX_ROW_TILE,
+    )
 
 
 def device_scratch_bytes(X, scratch_bytes: int) -> int:
@@ -153,7 +163,7 @@ def _cupy():
     return cupy
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_source() -> str:
     """The CUDA C of the kernels (:data:`SOURCE_FILE`), read once, at first use.
 
@@ -174,11 +184,13 @@ def kernel_code(dtype) -> str:
     """
     dtype = np.dtype(dtype)
     # the blank line in front of the source keeps the code CuPy compiled (and cached) before the .cu file
-    return (f"typedef {_FLOATS[dtype]} T;\n#define THREADS {THREADS}\n#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[dtype]!r}\n"
-            f"\n{kernel_source()}")
+    return (
+        f"typedef {_FLOATS[dtype]} T;\n#define THREADS {THREADS}\n#define UNIT_SQ_TOL {UNIT_SQ_NORM_TOL[dtype]!r}\n"
+        f"\n{kernel_source()}"
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernels(dtype_name: str) -> dict:
     """The kernels of :data:`SOURCE_FILE` for one data dtype (compiled on first launch, per
     device, and cached on disk by CuPy)."""
@@ -218,8 +230,10 @@ class _Plan(NamedTuple):
 
 def _check(X) -> None:
     if not supports(X):
-        raise TypeError(f"expected a 2-D CuPy array of float32 or float64, got {type(X).__name__} "
-                        f"of dtype {getattr(X, 'dtype', None)} and ndim {getattr(X, 'ndim', None)}")
+        raise TypeError(
+            f"expected a 2-D CuPy array of float32 or float64, got {type(X).__name__} "
+            f"of dtype {getattr(X, 'dtype', None)} and ndim {getattr(X, 'ndim', None)}"
+        )
 
 
 def _prepare(cp, X, C, scratch_bytes, row_tile, centroid_block) -> _Plan:
@@ -250,7 +264,9 @@ def _prepare(cp, X, C, scratch_bytes, row_tile, centroid_block) -> _Plan:
         lanes = _lanes(size)
         args = (_i32(size), _i32(j0), _i32(j0 == 0), _i32(lanes))
         G_full = g_buf[: tile * size].reshape(tile, size)
-        blocks.append(_Block(size, C[j0 : j0 + size].T, c_half[j0 : j0 + size], lanes, args, G_full))
+        blocks.append(
+            _Block(size, C[j0 : j0 + size].T, c_half[j0 : j0 + size], lanes, args, G_full)
+        )
     best = cp.empty(tile, dtype=X.dtype)
     return _Plan(X, C, blocks, tile, g_buf, best, kernels)
 
@@ -278,7 +294,9 @@ def _nearest_tile(cp, plan: _Plan, Xt, labels) -> None:
         _launch(argmin_block, m * b.lanes, (G, b.c_half, m_arg, kb, j0, first, lanes, best, labels))
 
 
-def nearest_cuda(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None, centroid_block=None):
+def nearest_cuda(
+    X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None, centroid_block=None
+):
     """Index of the nearest centroid of each row (int32 CuPy array, lowest index on ties).
 
     Parameters as :func:`assign_cuda`.
@@ -293,7 +311,9 @@ def nearest_cuda(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=N
     return labels
 
 
-def assign_cuda(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None, centroid_block=None):
+def assign_cuda(
+    X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None, centroid_block=None
+):
     """Nearest centroid of each row and the squared distance to it (the fused ``assign``).
 
     Parameters
@@ -326,14 +346,31 @@ def assign_cuda(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=No
             m = Xt.shape[0]
             lab = labels[i0 : i0 + m]
             _nearest_tile(cp, plan, Xt, lab)
-            _launch(exact_sq, m * lanes, (
-                Xt, plan.C, lab, _i32(m), _i32(d), _i32(lanes), min_sq[i0 : i0 + m],
-            ))
+            _launch(
+                exact_sq,
+                m * lanes,
+                (
+                    Xt,
+                    plan.C,
+                    lab,
+                    _i32(m),
+                    _i32(d),
+                    _i32(lanes),
+                    min_sq[i0 : i0 + m],
+                ),
+            )
     return labels, min_sq
 
 
-def partials_cuda(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES, row_tile=None,
-                  centroid_block=None):
+def partials_cuda(
+    X,
+    C,
+    weights=None,
+    *,
+    scratch_bytes: int = DEFAULT_SCRATCH_BYTES,
+    row_tile=None,
+    centroid_block=None,
+):
     """Per-cluster float64 sums, counts and objective of the rows (the fused ``assign_partials``).
 
     Parameters
@@ -375,7 +412,21 @@ def partials_cuda(X, C, weights=None, *, scratch_bytes: int = DEFAULT_SCRATCH_BY
             lab = labels[:m]
             _nearest_tile(cp, plan, Xt, lab)
             wt = no_weights if w is None else w[i0 : i0 + m]
-            _launch(kernel, m * lanes, (
-                Xt, plan.C, lab, wt, _i32(w is not None), _i32(m), _i32(d), _i32(lanes), sums, counts, objective,
-            ))
+            _launch(
+                kernel,
+                m * lanes,
+                (
+                    Xt,
+                    plan.C,
+                    lab,
+                    wt,
+                    _i32(w is not None),
+                    _i32(m),
+                    _i32(d),
+                    _i32(lanes),
+                    sums,
+                    counts,
+                    objective,
+                ),
+            )
     return sums, counts, objective

@@ -26,13 +26,14 @@ client's ``dask.config.set``.
 from __future__ import annotations
 
 import enum
-from typing import Callable, Hashable, NamedTuple
+from collections.abc import Callable, Hashable
+from typing import NamedTuple
 
 import numpy as np
 
 from dkmeans.kernels.backends import cuda as _cuda  # imports CuPy only when its kernels run
-from dkmeans.kernels.plans import backend_setting, compiled_allowed
 from dkmeans.kernels.namespace import is_sparse
+from dkmeans.kernels.plans import backend_setting, compiled_allowed
 
 #: The values of Dask config ``dkmeans.kernels.backend``.
 SETTINGS = ("auto", "blas", "numpy")
@@ -40,7 +41,7 @@ SETTINGS = ("auto", "blas", "numpy")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-class Backend(str, enum.Enum):
+class Backend(str, enum.Enum):  # noqa: UP042 - str() of a member names it, as messages show
     """The code one kernel call runs."""
 
     #: ``scipy.sparse`` CSR kernels (:mod:`dkmeans.kernels.backends.sparse`).
@@ -85,7 +86,9 @@ def setting() -> str:
     return backend_setting()
 
 
-def select(X, *, cuda: bool = False, compiled: Loops | None = None, blas: Loops | None = None) -> Backend:
+def select(
+    X, *, cuda: bool = False, compiled: Loops | None = None, blas: Loops | None = None
+) -> Backend:
     """The backend of one kernel call on the rows ``X`` (see the module docstring for the rules).
 
     Parameters

@@ -82,7 +82,9 @@ def _vector_pointer(context, builder, ty, value, row, col, vty):
     arr = context.make_array(ty)(context, builder, value)
     shape = cgutils.unpack_tuple(builder, arr.shape, 2)
     strides = cgutils.unpack_tuple(builder, arr.strides, 2)
-    ptr = cgutils.get_item_pointer2(context, builder, arr.data, shape, strides, ty.layout, [row, col])
+    ptr = cgutils.get_item_pointer2(
+        context, builder, arr.data, shape, strides, ty.layout, [row, col]
+    )
     return builder.bitcast(ptr, vty.as_pointer())
 
 
@@ -108,8 +110,10 @@ def _block_intrinsic(width: int):
 
         def codegen(context, builder, signature, args):
             xty, rty, qty, tty, cty = signature.args
-            r, q, c = (context.cast(builder, v, ty, types.intp) for v, ty in
-                       ((args[1], rty), (args[2], qty), (args[4], cty)))
+            r, q, c = (
+                context.cast(builder, v, ty, types.intp)
+                for v, ty in ((args[1], rty), (args[2], qty), (args[4], cty))
+            )
             intp = context.get_value_type(types.intp)
             vec = ir.VectorType(context.get_data_type(xty.dtype), width)
             align = xty.dtype.bitwidth // 8
@@ -119,12 +123,20 @@ def _block_intrinsic(width: int):
                 return _vector_pointer(context, builder, ty, value, row, col, vec)
 
             rows = [builder.load(at(xty, args[0], r, i, q), align=align) for i in range(width)]
-            lo, hi = (ir.Constant(ir.VectorType(ir.IntType(32), width), m) for m in _interleave_masks(width))
+            lo, hi = (
+                ir.Constant(ir.VectorType(ir.IntType(32), width), m)
+                for m in _interleave_masks(width)
+            )
             half = width // 2
             for _ in range(rounds):  # after log2(width) rounds, vector j holds column j
-                rows = [v for i in range(half)
-                        for v in (builder.shuffle_vector(rows[i], rows[i + half], lo),
-                                  builder.shuffle_vector(rows[i], rows[i + half], hi))]
+                rows = [
+                    v
+                    for i in range(half)
+                    for v in (
+                        builder.shuffle_vector(rows[i], rows[i + half], lo),
+                        builder.shuffle_vector(rows[i], rows[i + half], hi),
+                    )
+                ]
             for j, v in enumerate(rows):
                 builder.store(v, at(tty, args[3], q, j, c), align=align)
             return context.get_dummy_value()
@@ -178,8 +190,10 @@ def row_block(typingctx, X, i, C, j, q, width):
 
     def codegen(context, builder, signature, args):
         xty, ity, cty, jty, qty, wty = signature.args
-        i, j, q = (context.cast(builder, v, ty, types.intp) for v, ty in
-                   ((args[1], ity), (args[3], jty), (args[4], qty)))
+        i, j, q = (
+            context.cast(builder, v, ty, types.intp)
+            for v, ty in ((args[1], ity), (args[3], jty), (args[4], qty))
+        )
         vec = ir.VectorType(context.get_data_type(xty.dtype), wty.literal_value)
         align = xty.dtype.bitwidth // 8
         x = builder.load(_vector_pointer(context, builder, xty, args[0], i, q, vec), align=align)
@@ -197,7 +211,9 @@ def _pairwise_sum(builder, v):
     while n > 1:
         n //= 2
         lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(int32, n), list(range(n))))
-        hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(int32, n), list(range(n, 2 * n))))
+        hi = builder.shuffle_vector(
+            v, v, ir.Constant(ir.VectorType(int32, n), list(range(n, 2 * n)))
+        )
         v = builder.fadd(lo, hi)
     return builder.extract_element(v, ir.Constant(int32, 0))
 
@@ -220,7 +236,9 @@ def _item_pointer(context, builder, ty, value, index):
 
 
 @intrinsic
-def partials_rows(typingctx, X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width):
+def partials_rows(
+    typingctx, X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width
+):
     """Fold rows ``i0 <= i < i1`` into ``sums`` and ``counts``; return their objective (float64).
 
     Row ``i`` (label ``j = labels[i - label_offset]``, weight ``w = weights[i]`` when
@@ -234,7 +252,9 @@ def partials_rows(typingctx, X, i0, i1, C, labels, label_offset, weights, has_we
     ok = (
         isinstance(width, types.IntegerLiteral)
         and width.literal_value in (4, 8, 16)
-        and all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in (X, C, sums))
+        and all(
+            isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C" for a in (X, C, sums)
+        )
         and all(isinstance(a, types.Array) and a.ndim == 1 for a in (labels, weights, counts))
         and X.dtype == C.dtype
         and X.dtype in (types.float32, types.float64)
@@ -253,8 +273,10 @@ def partials_rows(typingctx, X, i0, i1, C, labels, label_offset, weights, has_we
         vec = ir.VectorType(context.get_data_type(xty.dtype), bty.literal_value)
         dvec = ir.VectorType(f64, vec.count)
         align = xty.dtype.bitwidth // 8
-        i0, i1, offset = (context.cast(builder, v, ty, types.intp) for v, ty in
-                          ((i0, i0ty), (i1, i1ty), (offset, oty)))
+        i0, i1, offset = (
+            context.cast(builder, v, ty, types.intp)
+            for v, ty in ((i0, i0ty), (i1, i1ty), (offset, oty))
+        )
         d = cgutils.unpack_tuple(builder, context.make_array(xty)(context, builder, X).shape, 2)[1]
         hvec = ir.VectorType(f64, vec.count // 2) if xty.dtype == types.float32 else dvec
         accs = [cgutils.alloca_once_value(builder, ir.Constant(hvec, 0.0)) for _ in range(2)]
@@ -262,16 +284,22 @@ def partials_rows(typingctx, X, i0, i1, C, labels, label_offset, weights, has_we
         def row(i, acc, w):  # fold row i in, its squared distance into the lane-wise ``acc``
             j = builder.load(_item_pointer(context, builder, lty, labels, builder.sub(i, offset)))
             j = context.cast(builder, j, lty.dtype, types.intp)
-            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), d, ir.Constant(intp, vec.count)) as (q, _):
+            with cgutils.for_range_slice(
+                builder, ir.Constant(intp, 0), d, ir.Constant(intp, vec.count)
+            ) as (q, _):
                 x = builder.load(_vector_pointer(context, builder, xty, X, i, q, vec), align=align)
                 c = builder.load(_vector_pointer(context, builder, cty, C, j, q, vec), align=align)
                 diff = builder.fsub(x, c)
                 sq = builder.fmul(diff, diff)
                 if xty.dtype == types.float32:  # one addition in float32 halves the conversions
                     sq, x = builder.fpext(_fold_half(builder, sq), hvec), builder.fpext(x, dvec)
-                builder.store(builder.fadd(builder.load(acc), builder.fmul(_splat(builder, w, hvec), sq)), acc)
+                builder.store(
+                    builder.fadd(builder.load(acc), builder.fmul(_splat(builder, w, hvec), sq)), acc
+                )
                 target = _vector_pointer(context, builder, sty, sums, j, q, dvec)
-                added = builder.fmul(x, _splat(builder, w, dvec))  # folded away when w is the constant 1
+                added = builder.fmul(
+                    x, _splat(builder, w, dvec)
+                )  # folded away when w is the constant 1
                 builder.store(builder.fadd(builder.load(target, align=8), added), target, align=8)
             count = _item_pointer(context, builder, nty, counts, j)
             builder.store(builder.fadd(builder.load(count), w), count)
@@ -298,7 +326,9 @@ def partials_rows(typingctx, X, i0, i1, C, labels, label_offset, weights, has_we
                 rows(False)
         return _pairwise_sum(builder, builder.fadd(builder.load(accs[0]), builder.load(accs[1])))
 
-    return types.float64(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width), codegen
+    return types.float64(
+        X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, width
+    ), codegen
 
 
 # The block width is a compile-time constant of each loop (``numba.literally``): chosen
@@ -314,13 +344,19 @@ def _exact_sq_loop(X, i0, i1, C, labels, out, width):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def rows_partials_blocked(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts):  # pragma: no cover
+def rows_partials_blocked(
+    X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts
+):  # pragma: no cover
     """:func:`dkmeans.kernels.backends.compiled.rows_partials` by vector blocks of the features (``d % 4 == 0``)."""
     d = X.shape[1]
     if d % 16 == 0:
-        return partials_rows(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 16)
+        return partials_rows(
+            X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 16
+        )
     if d % 8 == 0:
-        return partials_rows(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 8)
+        return partials_rows(
+            X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 8
+        )
     return partials_rows(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 4)
 
 
@@ -366,7 +402,8 @@ def nearest_block(typingctx, XT, r, CP, c_half, lab, width):
     ok = (
         isinstance(width, types.IntegerLiteral)
         and all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
-        and XT.ndim == CP.ndim == 2 and c_half.ndim == lab.ndim == 1
+        and XT.ndim == CP.ndim == 2
+        and c_half.ndim == lab.ndim == 1
         and XT.dtype == CP.dtype == c_half.dtype
         and XT.dtype in (types.float32, types.float64)
         and lab.dtype == types.int32
@@ -382,15 +419,22 @@ def nearest_block(typingctx, XT, r, CP, c_half, lab, width):
         ivec = ir.VectorType(ir.IntType(32), vec.count)
         intp = context.get_value_type(types.intp)
         r = context.cast(builder, args[1], rty, types.intp)
-        xs = [builder.load(_vector_pointer(context, builder, tty, args[0], ir.Constant(intp, q), r, vec),
-                           align=itemsize) for q in range(W)]
+        xs = [
+            builder.load(
+                _vector_pointer(context, builder, tty, args[0], ir.Constant(intp, q), r, vec),
+                align=itemsize,
+            )
+            for q in range(W)
+        ]
         cdata = context.make_array(cty)(context, builder, args[2]).data
         harr = context.make_array(hty)(context, builder, args[3])
         k = cgutils.unpack_tuple(builder, harr.shape, 1)[0]
         best = cgutils.alloca_once_value(builder, ir.Constant(vec, float("inf")))
         label = cgutils.alloca_once_value(builder, ir.Constant(ivec, 0))
 
-        def step(j, group):  # ``group`` centroids from j: compute every distance, then compare in order
+        def step(
+            j, group
+        ):  # ``group`` centroids from j: compute every distance, then compare in order
             scores = []
             for b in range(group):
                 jb = builder.add(j, ir.Constant(intp, b))
@@ -410,7 +454,9 @@ def nearest_block(typingctx, XT, r, CP, c_half, lab, width):
             builder.store(bi, label)
 
         full = builder.sub(k, builder.srem(k, ir.Constant(intp, NEAREST_GROUP)))
-        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), full, ir.Constant(intp, NEAREST_GROUP)) as (j, _):
+        with cgutils.for_range_slice(
+            builder, ir.Constant(intp, 0), full, ir.Constant(intp, NEAREST_GROUP)
+        ) as (j, _):
             step(j, NEAREST_GROUP)
         with cgutils.for_range_slice(builder, full, k, ir.Constant(intp, 1)) as (j, _):
             step(j, 1)
@@ -449,7 +495,11 @@ def prefetch(typingctx, X, start, stop):
         stop = builder.mul(context.cast(builder, args[2], ety, types.intp), itemsize)
         fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        hint = [ir.Constant(i32, 0), ir.Constant(i32, PREFETCH_LOCALITY), ir.Constant(i32, 1)]  # read, data
+        hint = [
+            ir.Constant(i32, 0),
+            ir.Constant(i32, PREFETCH_LOCALITY),
+            ir.Constant(i32, 1),
+        ]  # read, data
         with cgutils.for_range_slice(builder, start, stop, ir.Constant(intp, 64)) as (offset, _):
             builder.call(fn, [builder.gep(data, [offset])] + hint)
         return context.get_dummy_value()
@@ -481,10 +531,17 @@ def streamed_group_dots(context, builder, tty, XT, cdata, d, g, columns, accs, v
     group_base = builder.mul(g, builder.mul(d, ir.Constant(intp, G)))
     with cgutils.for_range(builder, d) as feature_loop:
         q = feature_loop.index
-        xs = [builder.load(_vector_pointer(context, builder, tty, XT, q, col, vec), align=itemsize) for col in columns]
+        xs = [
+            builder.load(_vector_pointer(context, builder, tty, XT, q, col, vec), align=itemsize)
+            for col in columns
+        ]
         base = builder.add(group_base, builder.mul(q, ir.Constant(intp, G)))
         for b in range(G):
-            c = _splat(builder, builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))])), vec)
+            c = _splat(
+                builder,
+                builder.load(builder.gep(cdata, [builder.add(base, ir.Constant(intp, b))])),
+                vec,
+            )
             for rho in range(len(accs)):
                 builder.store(_fma(builder, xs[rho], c, builder.load(accs[rho][b])), accs[rho][b])
 
@@ -507,7 +564,9 @@ def nearest_block_streamed(typingctx, XT, r, CG, h_pad, g0, g1, best, lab):
     arrays = (XT, CG, h_pad, best, lab)
     ok = (
         all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
-        and XT.ndim == 2 and CG.ndim == 3 and h_pad.ndim == best.ndim == lab.ndim == 1
+        and XT.ndim == 2
+        and CG.ndim == 3
+        and h_pad.ndim == best.ndim == lab.ndim == 1
         and XT.dtype == CG.dtype == h_pad.dtype == best.dtype
         and XT.dtype in (types.float32, types.float64)
         and lab.dtype == types.int32
@@ -522,16 +581,24 @@ def nearest_block_streamed(typingctx, XT, r, CG, h_pad, g0, g1, best, lab):
         ivec = ir.VectorType(ir.IntType(32), vec.count)
         intp = context.get_value_type(types.intp)
         G, R = STREAM_GROUP, STREAM_ROW_VECTORS
-        r, g0, g1 = (context.cast(builder, v, ty, types.intp) for v, ty in
-                     ((args[1], rty), (args[4], g0ty), (args[5], g1ty)))
-        d = cgutils.unpack_tuple(builder, context.make_array(tty)(context, builder, args[0]).shape, 2)[0]
+        r, g0, g1 = (
+            context.cast(builder, v, ty, types.intp)
+            for v, ty in ((args[1], rty), (args[4], g0ty), (args[5], g1ty))
+        )
+        d = cgutils.unpack_tuple(
+            builder, context.make_array(tty)(context, builder, args[0]).shape, 2
+        )[0]
         cdata = context.make_array(gty)(context, builder, args[2]).data
         hdata = context.make_array(hty)(context, builder, args[3]).data
         columns = [builder.add(r, ir.Constant(intp, rho * vec.count)) for rho in range(R)]
         bdata = context.make_array(bty)(context, builder, args[6]).data
         ldata = context.make_array(lty)(context, builder, args[7]).data
-        best_ptrs = [builder.bitcast(builder.gep(bdata, [col]), vec.as_pointer()) for col in columns]
-        label_ptrs = [builder.bitcast(builder.gep(ldata, [col]), ivec.as_pointer()) for col in columns]
+        best_ptrs = [
+            builder.bitcast(builder.gep(bdata, [col]), vec.as_pointer()) for col in columns
+        ]
+        label_ptrs = [
+            builder.bitcast(builder.gep(ldata, [col]), ivec.as_pointer()) for col in columns
+        ]
         best = [cgutils.alloca_once(builder, vec) for _ in range(R)]
         label = [cgutils.alloca_once(builder, ivec) for _ in range(R)]
         for rho in range(R):

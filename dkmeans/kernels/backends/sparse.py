@@ -40,8 +40,8 @@ import scipy.sparse
 
 from dkmeans.kernels.common import (
     DEFAULT_SCRATCH_BYTES,
-    Moments,
     MAX_CENTROID_BLOCK,
+    Moments,
     Partials,
     unit_half_sq_norms,
 )
@@ -95,8 +95,14 @@ def _centroid_blocks(C64, k: int, dtype):
     """
 
     half = unit_half_sq_norms(np, C64, 0.5 * np.einsum("ij,ij->i", C64, C64), dtype)
-    return [(j0, np.ascontiguousarray(C64[j0:j0 + MAX_CENTROID_BLOCK].T), half[j0:j0 + MAX_CENTROID_BLOCK])
-            for j0 in range(0, k, MAX_CENTROID_BLOCK)]
+    return [
+        (
+            j0,
+            np.ascontiguousarray(C64[j0 : j0 + MAX_CENTROID_BLOCK].T),
+            half[j0 : j0 + MAX_CENTROID_BLOCK],
+        )
+        for j0 in range(0, k, MAX_CENTROID_BLOCK)
+    ]
 
 
 def _nearest(Xt, blocks):
@@ -145,13 +151,15 @@ def _assign64(X, C, scratch_bytes: int):
     if n == 0:
         return labels, d2
     blocks = _centroid_blocks(C64, k, X.dtype)
-    c_sq = np.einsum("ij,ij->i", C64, C64)  # the reported distance's: not the choice's (unit: 1/2 exactly)
+    c_sq = np.einsum(
+        "ij,ij->i", C64, C64
+    )  # the reported distance's: not the choice's (unit: 1/2 exactly)
     rows = _tile_rows(X, k, scratch_bytes)
     for i0 in range(0, n, rows):
-        Xt = X[i0:i0 + rows]
+        Xt = X[i0 : i0 + rows]
         lab = _nearest(Xt, blocks)
-        labels[i0:i0 + rows] = lab
-        d2[i0:i0 + rows] = _sq_to_chosen(Xt, C64, c_sq, lab)
+        labels[i0 : i0 + rows] = lab
+        d2[i0 : i0 + rows] = _sq_to_chosen(Xt, C64, c_sq, lab)
     return labels, d2
 
 
@@ -177,10 +185,12 @@ def cluster_sums(X, labels, k: int, weights=None, *, scratch_bytes: int = DEFAUL
     counts = np.bincount(labels, weights=w, minlength=k).astype(np.float64)
     rows = _tile_rows(X, k, scratch_bytes)
     for i0 in range(0, n, rows):
-        Xt = X[i0:i0 + rows].astype(np.float64)
+        Xt = X[i0 : i0 + rows].astype(np.float64)
         m = Xt.shape[0]
-        data = np.ones(m, dtype=np.float64) if w is None else w[i0:i0 + m]
-        onehot = scipy.sparse.csc_matrix((data, labels[i0:i0 + m], np.arange(m + 1)), shape=(k, m))
+        data = np.ones(m, dtype=np.float64) if w is None else w[i0 : i0 + m]
+        onehot = scipy.sparse.csc_matrix(
+            (data, labels[i0 : i0 + m], np.arange(m + 1)), shape=(k, m)
+        )
         part = (onehot @ Xt).tocoo()
         part.sum_duplicates()  # unique (cluster, column) pairs: a plain indexed add is exact
         sums[part.row, part.col] += part.data
@@ -210,10 +220,10 @@ def sq_distances(X, C, *, scratch_bytes: int = DEFAULT_SCRATCH_BYTES):
     x_sq = row_sq_norms(X)
     rows = _tile_rows(X, k, scratch_bytes)
     for i0 in range(0, n, rows):
-        block = out[i0:i0 + rows]
-        block[...] = np.asarray(X[i0:i0 + rows] @ CT)
+        block = out[i0 : i0 + rows]
+        block[...] = np.asarray(X[i0 : i0 + rows] @ CT)
         block *= -2.0
-        block += x_sq[i0:i0 + rows, None]
+        block += x_sq[i0 : i0 + rows, None]
         block += c_sq[None, :]
         np.maximum(block, 0.0, out=block)
     return out

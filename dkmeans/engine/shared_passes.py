@@ -30,9 +30,9 @@ not depend on the other jobs, nor on which of its passes were shared.
 Waits: the combined pass waits for the jobs still computing between passes at most Dask
 config ``dkmeans.shared-pass-wait``, then runs with the requests queued (the late ones join
 the next pass; results are the same either way). A job waiting on its pass sleeps until the
-pass is done or the sweep is cancelled (woken, never polling: dozens of jobs polling would take
-the interpreter's lock from the threads running the pass's chunks, and on a 2-core machine
-the passes of a 63-k sweep then ran on about one core). A job that raises cancels the others (each stops at its next
+pass is done or the sweep is cancelled (woken, never polling: a sweep of 63 k would
+otherwise wake its threads about 1,300 times a second for nothing).
+A job that raises cancels the others (each stops at its next
 request) and :meth:`SharedPasses.run` raises its exception, noted with the job's name;
 a combined pass that fails is raised the same way.
 """

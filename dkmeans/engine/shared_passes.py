@@ -29,8 +29,10 @@ not depend on the other jobs, nor on which of its passes were shared.
 
 Waits: the combined pass waits for the jobs still computing between passes at most Dask
 config ``dkmeans.shared-pass-wait``, then runs with the requests queued (the late ones join
-the next pass; results are the same either way). A job's waits poll, so they end as soon as
-the sweep is cancelled. A job that raises cancels the others (each stops at its next
+the next pass; results are the same either way). A job waiting on its pass sleeps until the
+pass is done or the sweep is cancelled (woken, never polling: a sweep of 63 k would
+otherwise wake its threads about 1,300 times a second for nothing).
+A job that raises cancels the others (each stops at its next
 request) and :meth:`SharedPasses.run` raises its exception, noted with the job's name;
 a combined pass that fails is raised the same way.
 """
@@ -42,7 +44,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,7 +57,7 @@ from dkmeans.kernels.quality import label_sums
 
 logger = logging.getLogger("dkmeans")
 
-#: How often (s) a waiting thread checks whether the sweep was cancelled.
+#: How often (s) the caller's thread checks the queue of requests (it is also woken by each one).
 POLL_S = 0.05
 
 _MAP, _STATEFUL, _LABELS, _SUM = 0, 1, 2, 3  # request kinds inside a combined pass
@@ -160,6 +162,8 @@ class _Request:
     queued_at: float = 0.0
     done: bool = False
     result: Any = None
+    #: set when the request's pass is done, or when the sweep is cancelled
+    woken: threading.Event = field(default_factory=threading.Event)
 
 
 class SharedView(InCallerLoop):
@@ -291,6 +295,7 @@ class SharedPasses:
         self._cond = threading.Condition()
         self._data_lock = threading.Lock()  # one pass or direct call on the data at a time
         self._queue: list[_Request] = []
+        self._waiting: set[_Request] = set()  # queued or in a pass: woken on cancel
         self._running = 0
         self._cancelled = False
 
@@ -302,12 +307,21 @@ class SharedPasses:
                 raise SharedPassesCancelled("another job of the shared passes failed")
             request.queued_at = time.monotonic()
             self._queue.append(request)
-            self._cond.notify_all()
-            while not request.done:
-                if self._cancelled:
-                    raise SharedPassesCancelled("another job of the shared passes failed")
-                self._cond.wait(POLL_S)
+            self._waiting.add(request)
+            self._cond.notify_all()  # the caller's thread: only it waits on the condition
+        request.woken.wait()
+        with self._cond:
+            self._waiting.discard(request)
+            if not request.done:
+                raise SharedPassesCancelled("another job of the shared passes failed")
         return request.result
+
+    def _cancel(self) -> None:
+        """Stop every job at its request (those waiting now are woken); under ``self._cond``."""
+        self._cancelled = True
+        for request in self._waiting:
+            request.woken.set()
+        self._cond.notify_all()
 
     def direct(self, method: str, *args, **kwargs):
         """``data.<method>(*args, **kwargs)``, between combined passes."""
@@ -341,7 +355,7 @@ class SharedPasses:
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 with self._cond:
                     failures.append((i, exc))
-                    self._cancelled = True
+                    self._cancel()
             finally:
                 with self._cond:
                     self._running -= 1
@@ -363,8 +377,7 @@ class SharedPasses:
             self._drive(names)
         except BaseException as exc:
             with self._cond:
-                self._cancelled = True
-                self._cond.notify_all()
+                self._cancel()
             # interrupted (Ctrl-C, Jupyter's stop): back to the caller at once; jobs still computing
             # between passes stop at their next request, in their own (daemon) threads
             self._join(threads, INTERRUPT_JOIN_S if isinstance(exc, KeyboardInterrupt) else None)
@@ -419,7 +432,7 @@ class SharedPasses:
             with self._cond:
                 for request in batch:
                     request.done = True
-                self._cond.notify_all()
+                    request.woken.set()
 
     def _run_batch(self, batch: list[_Request]) -> None:
         """One combined pass per state the batch's stateful requests continue (one when they are in step)."""

@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 
 import dask
+import numpy as np
 from distributed import get_worker
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 
@@ -255,7 +256,7 @@ def prepare_worker(plan: KernelPlan | None, dtype, n_features: int) -> int:
 
     if plan is not None and plan.path == "compiled":
         prepare(plan, dtype, n_features)
-        _prepared.add((str(dtype), int(n_features)))
+        _prepared.add((str(np.dtype(dtype)), int(n_features)))
     release_memory()
     return int(psutil.Process().memory_info().rss)
 
@@ -263,7 +264,7 @@ def prepare_worker(plan: KernelPlan | None, dtype, n_features: int) -> int:
 def _load_in_background(plan: KernelPlan, dtype, n_features: int) -> bool:
     """Start :func:`prepare_worker` in a thread of this process, once per plan, dtype and width;
     whether a load is under way now (False: the kernels were loaded before)."""
-    key = (plan, str(dtype), int(n_features))
+    key = (plan, str(np.dtype(dtype)), int(n_features))
     with _loading_lock:
         thread = _loading.get(key)
         if thread is None:
@@ -288,7 +289,7 @@ def _probe_worker(plan: KernelPlan | None, dtype, n_features: int) -> tuple[bool
 
     release_memory()
     rss = int(psutil.Process().memory_info().rss)
-    loaded = (str(dtype), int(n_features)) in _prepared
+    loaded = (str(np.dtype(dtype)), int(n_features)) in _prepared
     loading = False
     if plan is not None and plan.path == "compiled" and not loaded:
         limit = 0

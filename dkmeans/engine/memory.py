@@ -44,25 +44,28 @@ any work is submitted.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
 import time
 from dataclasses import dataclass, field
 
 import dask
-import numpy as np
-from distributed import get_worker
 from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 
 from dkmeans import config
 from dkmeans.engine.futures import worker_timeout
 from dkmeans.engine.health import raise_if_lost
+from dkmeans.engine.probe import (  # noqa: F401 - run on workers by the budget
+    KERNELS_BYTES,
+    _loading,
+    _prepared,
+    _probe_worker,
+    _release_and_measure,
+    prepare_worker,
+)
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
 from dkmeans.engine.workers import worker_info
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
 from dkmeans.kernels.plans import KernelPlan
-from dkmeans.kernels.warm import prepare
 
 #: Seconds the budget waits before measuring a worker again when its own memory cut into its task budget.
 RELEASE_SETTLE_S = 1.0
@@ -140,7 +143,7 @@ class MemoryBudget:
             # one round trip: each worker releases, measures itself and starts loading the kernels in a
             # thread of its own where they fit, while this process places the data (the first pass's
             # tasks wait for the load where it has not ended)
-            state = client.run(_probe_worker, plan, dtype, n_features)
+            state = client.run(_probe_worker, tuple(plan), dtype, n_features)
             if plan.path == "compiled" and not _room_for_kernels(
                 client, info, dtype, n_features, state
             ):
@@ -151,7 +154,7 @@ class MemoryBudget:
             if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
                 # a computation that just ended may still be releasing its data: look once more
                 time.sleep(RELEASE_SETTLE_S)
-                rss = _counted_rss(client.run(_probe_worker, plan, dtype, n_features))
+                rss = _counted_rss(client.run(_probe_worker, tuple(plan), dtype, n_features))
                 info = _next_reports(client, info)
                 budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
@@ -235,85 +238,6 @@ class MemoryBudget:
     def per_worker(self) -> dict:
         """:meth:`task_bytes` of every worker, by address."""
         return {addr: self.task_bytes(addr) for addr in self.limits}
-
-
-_prepared: set = set()
-#: the loads started on this worker (:func:`_probe_worker`), by (plan, dtype, width): their threads
-_loading: dict = {}
-_loading_lock = threading.Lock()
-
-
-def prepare_worker(plan: KernelPlan | None, dtype, n_features: int) -> int:
-    """The engine's worker preparation for a fit: its kernel plan's kernels loaded, the allocators'
-    free memory released; returns the process's resident memory (bytes, as distributed measures it).
-
-    A compiled plan's kernels run once on a few rows (compiling them, or loading them from
-    numba's cache), once per process, dtype and width (:func:`dkmeans.kernels.warm.prepare`); a
-    NumPy plan loads nothing. :meth:`MemoryBudget.of` runs it in a thread of each worker
-    (:func:`_probe_worker`), beside the fit's placement of its data.
-    """
-    import psutil
-
-    if plan is not None and plan.path == "compiled":
-        prepare(plan, dtype, n_features)
-        _prepared.add((str(np.dtype(dtype)), int(n_features)))
-    release_memory()
-    return int(psutil.Process().memory_info().rss)
-
-
-def _load_in_background(plan: KernelPlan, dtype, n_features: int) -> bool:
-    """Start :func:`prepare_worker` in a thread of this process, once per plan, dtype and width;
-    whether a load is under way now (False: the kernels were loaded before)."""
-    key = (plan, str(np.dtype(dtype)), int(n_features))
-    with _loading_lock:
-        thread = _loading.get(key)
-        if thread is None:
-            thread = threading.Thread(
-                target=prepare_worker,
-                args=(plan, dtype, n_features),
-                name="dkmeans-kernel-load",
-                daemon=True,
-            )
-            _loading[key] = thread
-            thread.start()
-            return True  # measured before the load: its memory is to be counted
-    return thread.is_alive()
-
-
-def _probe_worker(plan: KernelPlan | None, dtype, n_features: int) -> tuple[bool, int, bool]:
-    """Run on a worker: ``(loaded, rss, loading)``: whether the compiled kernels of ``(dtype,
-    n_features)`` are loaded, the process's memory after a release (bytes), and whether it
-    started (or is still in) loading them in a thread, which it does for a compiled plan where
-    they fit below the pause threshold (:data:`KERNELS_BYTES`)."""
-    import psutil
-
-    release_memory()
-    rss = int(psutil.Process().memory_info().rss)
-    loaded = (str(np.dtype(dtype)), int(n_features)) in _prepared
-    loading = False
-    if plan is not None and plan.path == "compiled" and not loaded:
-        limit = 0
-        with contextlib.suppress(ValueError):
-            limit = int(get_worker().memory_manager.memory_limit or 0)
-        pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
-        if rss + KERNELS_BYTES <= pause * (limit or HOST_MEMORY):
-            loading = _load_in_background(plan, dtype, n_features)
-            loaded = not loading
-    return loaded, rss, loading
-
-
-def _release_and_measure() -> int:
-    """Run on a worker: what the allocators keep released; the process's resident memory (bytes)."""
-    import psutil
-
-    release_memory()
-    return int(psutil.Process().memory_info().rss)
-
-
-#: Memory a worker process takes to load the fit's compiled kernels (numba, llvmlite and the cached
-#: machine code), measured: 64 -> 327 MiB on a fresh worker; with a margin. Counted as the worker's
-#: own memory while its load is under way.
-KERNELS_BYTES = 300 * 2**20
 
 
 def _counted_rss(state: dict) -> dict:

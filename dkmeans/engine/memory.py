@@ -23,10 +23,13 @@ does. Two fractions of the limit, both Dask config keys (documented in the READM
 
 A fit's compiled kernels take memory of the worker process too (numba and LLVM, the loaded
 machine code: about 260 MiB on a fresh worker, measured with the process's resident memory
-before and after): before the budget is read, every worker is prepared for the fit's kernel
-plan (``kernels``: the plan, the dtype and the width; :func:`prepare_worker`, the engine's one
-worker-preparation hook, loads the plan's kernels, compiled or from numba's cache), so the
-budget counts that memory as the worker's own instead of meeting it in the first pass's tasks.
+before and after). The budget is read in one round trip (``kernels``: the fit's kernel plan, the
+dtype and the width): each worker releases what its allocators keep, measures itself, and where
+the compiled kernels are not loaded yet and fit below its pause threshold, starts loading them
+(:func:`prepare_worker`, the engine's one worker-preparation hook: compiled, or from numba's
+cache) in a thread of its own, counting :data:`KERNELS_BYTES` for them as the worker's own memory.
+The load thus overlaps the fit's placement of its data (a blocking load took 1-3 s of a first fit
+on 2 cores) instead of preceding it; the first pass's tasks wait for what is not loaded yet.
 Workers without room for them take the plan's NumPy code (:attr:`MemoryBudget.plan`).
 
 When a worker's own memory leaves it less than its nominal task budget, the workers are first
@@ -51,11 +54,18 @@ from distributed.system import MEMORY_LIMIT as HOST_MEMORY
 from dkmeans import config
 from dkmeans.engine.futures import worker_timeout
 from dkmeans.engine.health import raise_if_lost
+from dkmeans.engine.probe import (  # noqa: F401 - run on workers by the budget
+    KERNELS_BYTES,
+    _loading,
+    _prepared,
+    _probe_worker,
+    _release_and_measure,
+    prepare_worker,
+)
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
 from dkmeans.engine.workers import worker_info
 from dkmeans.errors import ChunkTooLargeError, NoWorkersError, WorkersPausedError
 from dkmeans.kernels.plans import KernelPlan
-from dkmeans.kernels.warm import prepare
 
 #: Seconds the budget waits before measuring a worker again when its own memory cut into its task budget.
 RELEASE_SETTLE_S = 1.0
@@ -100,8 +110,8 @@ class MemoryBudget:
         """The budget of ``client``'s cluster as the scheduler reports it now.
 
         ``kernels``: ``(plan, dtype, n_features)``, the fit's kernel plan
-        (:class:`~dkmeans.kernels.plans.KernelPlan`) and its rows, for which every worker is
-        prepared first (:func:`prepare_worker`) so that the kernels' memory is counted. Where a
+        (:class:`~dkmeans.kernels.plans.KernelPlan`) and its rows: every worker with room starts
+        loading its kernels (:func:`prepare_worker`, in a thread), and their memory is counted. Where a
         worker's own memory cuts into its task budget, the
         workers first release the memory their allocators keep (see the module docstring).
         """
@@ -130,15 +140,21 @@ class MemoryBudget:
         plan = None
         if kernels is not None:
             plan, dtype, n_features = kernels
-            if plan.path == "compiled" and not _room_for_kernels(client, info, dtype, n_features):
+            # one round trip: each worker releases, measures itself and starts loading the kernels in a
+            # thread of its own where they fit, while this process places the data (the first pass's
+            # tasks wait for the load where it has not ended)
+            state = client.run(_probe_worker, tuple(plan), dtype, n_features)
+            if plan.path == "compiled" and not _room_for_kernels(
+                client, info, dtype, n_features, state
+            ):
                 plan = plan.numpy()  # the NumPy kernels need no compiler in the workers
-            rss = client.run(_prepare_in_thread, plan, dtype, n_features)
+            rss = _counted_rss(state)
             info = _next_reports(client, info) if _paused(info) else worker_info(client)
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
             if any(budget._one_task(a) < budget._nominal_task(a) for a in budget.limits):
                 # a computation that just ended may still be releasing its data: look once more
                 time.sleep(RELEASE_SETTLE_S)
-                rss = client.run(_prepare_in_thread, plan, dtype, n_features)
+                rss = _counted_rss(client.run(_probe_worker, tuple(plan), dtype, n_features))
                 info = _next_reports(client, info)
                 budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)
         else:
@@ -224,72 +240,25 @@ class MemoryBudget:
         return {addr: self.task_bytes(addr) for addr in self.limits}
 
 
-_prepared: set = set()
+def _counted_rss(state: dict) -> dict:
+    """Each worker's own memory from :func:`_probe_worker`'s answers, with the kernels it is loading."""
+    return {a: rss + (KERNELS_BYTES if loading else 0) for a, (_, rss, loading) in state.items()}
 
 
-def prepare_worker(plan: KernelPlan | None, dtype, n_features: int) -> int:
-    """The engine's worker preparation for a fit: its kernel plan's kernels loaded, the allocators'
-    free memory released; returns the process's resident memory (bytes, as distributed measures it).
-
-    Run on each worker before its memory is read (:meth:`MemoryBudget.of`). A compiled plan's
-    kernels run once on a few rows (compiling them, or loading them from numba's cache), once
-    per process, dtype and width (:func:`dkmeans.kernels.warm.prepare`); a NumPy plan loads nothing.
-    """
-    import psutil
-
-    if plan is not None and plan.path == "compiled":
-        prepare(plan, dtype, n_features)
-        _prepared.add((str(dtype), int(n_features)))
-    release_memory()
-    return int(psutil.Process().memory_info().rss)
-
-
-def _release_and_measure() -> int:
-    """Run on a worker: what the allocators keep released; the process's resident memory (bytes)."""
-    import psutil
-
-    release_memory()
-    return int(psutil.Process().memory_info().rss)
-
-
-#: Memory a worker process takes to load the fit's compiled kernels (numba, llvmlite and the cached
-#: machine code), measured: 64 -> 327 MiB on a fresh worker; with a margin.
-KERNELS_BYTES = 300 * 2**20
-
-
-def _kernels_loaded(dtype, n_features: int) -> tuple[bool, int]:
-    """Whether this worker has the compiled kernels of ``(dtype, n_features)`` loaded, and its
-    memory after a release."""
-    import psutil
-
-    release_memory()
-    return (str(dtype), int(n_features)) in _prepared, int(psutil.Process().memory_info().rss)
-
-
-def _room_for_kernels(client, info: dict, dtype, n_features: int) -> bool:
+def _room_for_kernels(client, info: dict, dtype, n_features: int, state: dict) -> bool:
     """Whether every worker can load the compiled kernels and stay below its pause threshold.
 
-    A worker that already ran a plain Dask read pass holds its imports and allocators' memory
+    ``state``: the workers' answers of :func:`_probe_worker` (loaded, memory after a release). A
+    worker that already ran a plain Dask read pass holds its imports and allocators' memory
     (about 410 MiB of 768 MiB, measured after a release); the kernels' :data:`KERNELS_BYTES`
     on top would pause it before the fit's first task.
     """
     pause = float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
-    state = client.run(_kernels_loaded, dtype, n_features)
-    for address, (loaded, rss) in state.items():
+    for address, (loaded, rss, _) in state.items():
         limit = int(info.get(address, {}).get("memory_limit") or 0) or HOST_MEMORY
         if not loaded and rss + KERNELS_BYTES > pause * limit:
             return False
     return True
-
-
-async def _prepare_in_thread(plan, dtype, n_features: int) -> int:
-    """:func:`prepare_worker` in a thread of the worker (``client.run`` awaits it on the worker's event
-    loop, which stays free for heartbeats and transfers during a compilation of several seconds)."""
-    import asyncio
-
-    return await asyncio.get_running_loop().run_in_executor(
-        None, prepare_worker, plan, dtype, n_features
-    )
 
 
 def _paused(info: dict) -> list:

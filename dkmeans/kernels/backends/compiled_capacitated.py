@@ -18,60 +18,45 @@ def _secondary(h, g, q):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _smallest_pair(D, P, Q, h, hcol, i, skip, allowed, bj):  # pragma: no cover - compiled
+    """Row ``i``'s smallest ``(A, B)`` pair among the ``allowed`` columns but ``skip``, ``bj``
+    the column it starts from: ``(column, A, B)``, B infinite where no column was allowed."""
+    ba = np.inf
+    bb = np.inf
+    tied = False
+    for j in range(D.shape[1]):
+        if j == skip or not allowed[j]:
+            continue
+        x = D[i, j] + P[j]
+        if x < ba:
+            ba, bj, tied = x, j, False
+        elif x == ba:
+            if not tied:
+                bb = _secondary(h, hcol[bj], Q[bj])
+                tied = True
+            y = _secondary(h, hcol[j], Q[j])
+            if y < bb:
+                bb, bj = y, j
+    if bj < 0:
+        return bj, ba, np.inf
+    return bj, ba, bb if tied else _secondary(h, hcol[bj], Q[bj])
+
+
+@numba.njit(cache=True, nogil=True)
 def best_rows(D, P, Q, hrow, hcol, labels, a, b):  # pragma: no cover - compiled
     """Per row the smallest ``(A, B)`` pair: its column (``labels``), ``a`` and ``b``."""
     n, k = D.shape
+    every = np.ones(k, dtype=np.bool_)
     for i in range(n):
-        h = hrow[i]
-        ba = np.inf
-        bj = 0
-        bb = np.inf
-        tied = False
-        for j in range(k):
-            x = D[i, j] + P[j]
-            if x < ba:
-                ba, bj, tied = x, j, False
-            elif x == ba:
-                if not tied:
-                    bb = _secondary(h, hcol[bj], Q[bj])
-                    tied = True
-                y = _secondary(h, hcol[j], Q[j])
-                if y < bb:
-                    bb, bj = y, j
-        labels[i] = bj
-        a[i] = ba
-        b[i] = bb if tied else _secondary(h, hcol[bj], Q[bj])
+        labels[i], a[i], b[i] = _smallest_pair(D, P, Q, hrow[i], hcol, i, -1, every, 0)
 
 
 @numba.njit(cache=True, nogil=True)
 def next_rows(D, P, Q, hrow, hcol, rows, own, allowed, a2, b2):  # pragma: no cover - compiled
     """For the rows ``rows``, the smallest pair among the ``allowed`` columns but ``own[r]``."""
-    k = D.shape[1]
     for r in range(rows.shape[0]):
         i = rows[r]
-        h = hrow[i]
-        ba = np.inf
-        bj = -1
-        bb = np.inf
-        tied = False
-        for j in range(k):
-            if j == own[r] or not allowed[j]:
-                continue
-            x = D[i, j] + P[j]
-            if x < ba:
-                ba, bj, tied = x, j, False
-            elif x == ba:
-                if not tied:
-                    bb = _secondary(h, hcol[bj], Q[bj])
-                    tied = True
-                y = _secondary(h, hcol[j], Q[j])
-                if y < bb:
-                    bb, bj = y, j
-        a2[r] = ba
-        if bj < 0:
-            b2[r] = np.inf
-        else:
-            b2[r] = bb if tied else _secondary(h, hcol[bj], Q[bj])
+        _, a2[r], b2[r] = _smallest_pair(D, P, Q, hrow[i], hcol, i, own[r], allowed, -1)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -2,12 +2,13 @@
 
 Every compiled loop of the kernels is declared with :func:`njit`: numba's ``njit`` with
 ``cache=True`` (the compiled code is kept on disk; a later process loads it in milliseconds),
-plus an inter-process lock around each compilation. A process about to compile a loop for a
-signature takes a file lock named after the loop and the signature; another process needing
-the same loop at that moment (the embedded cluster's workers and the caller start a fit's
-kernels together) waits for the lock, and then finds the loop in numba's disk cache and loads
-it instead of compiling it again. On 2 cores, three processes compiling the same loops at once
-each took three times as long as one alone.
+plus an inter-process lock around each compilation. A process that finds a loop neither loaded
+nor in numba's disk cache takes a file lock named after the loop and the signature before it
+compiles it. Another process needing the same loop at that moment (the embedded cluster's
+workers and the caller start a fit's kernels together) waits for the lock, then loads the loop
+from the disk cache instead of compiling it again. On 2 cores, three processes compiling the
+same loops at once each took three times as long as one alone. Loads from the cache take no
+lock: only a compilation does.
 
 The lock is ``fcntl.flock`` on a file in :func:`lock_dir`: the system drops it when its holder
 dies, so a killed process never leaves a lock behind. A wait is bounded by
@@ -15,13 +16,14 @@ dies, so a killed process never leaves a lock behind. A wait is bounded by
 process compiles the loop itself, as numba alone would. Where no lock directory is writable,
 or on a system without ``fcntl`` (Windows), every process compiles on its own, and where
 numba's cache is not writable numba compiles in each process: the lock only ever saves work,
-results never depend on it.
+results never depend on it. Only a process's outermost compilation takes a lock (the loops it
+calls are compiled with it), so a process never waits while it holds a lock.
 
-Non-public numba used: ``numba.core.compiler_lock.global_compiler_lock`` (the process's own
-compile lock, taken before the file lock so that one thread of a process holds file locks at a
-time, and nested compilations of callees take theirs in call order: a process holding a
-loop's lock waits only for the loops it calls, never the other way round, so two processes
-cannot wait on each other). If numba renamed it, the import below fails loudly in the tests.
+numba's compile event (``numba.core.event``, "numba:compile", started after the cache was
+looked up and found without the loop) is where the lock is taken; a process that had to wait
+abandons its compilation there and looks in the cache again. Non-public numba used:
+``numba.core.compiler_lock.global_compiler_lock`` (the process's own compile lock, taken first,
+so that one thread of a process compiles at a time, as numba does anyway).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import threading
 import time
 
 import numba
+from numba.core import event
 from numba.core.compiler_lock import global_compiler_lock
 
 try:  # POSIX
@@ -50,11 +53,9 @@ COMPILE_WAIT_S = 120.0
 #: Seconds between two tries of a held lock.
 POLL_S = 0.05
 
-#: Keys of the locks this process holds (nested compilations; at most one thread at a time,
-#: under numba's compile lock).
-_held: set = set()
 _dir_lock = threading.Lock()
 _dir: list = []  # the lock directory found, once per process ([] not yet looked, [None]: none)
+_local = threading.local()  # .attempt: the outermost compilation under way in this thread
 
 
 def njit(*args, cache: bool = True, **options):
@@ -75,21 +76,80 @@ def njit(*args, cache: bool = True, **options):
     return decorate
 
 
+class _LoadInstead(Exception):
+    """Raised at the compile event of a loop another process compiled meanwhile: load it."""
+
+
+class _Attempt:
+    """The outermost compilation of a loop in this thread, and the lock it holds (if any)."""
+
+    def __init__(self, dispatcher, args: tuple):
+        self.dispatcher, self.args = dispatcher, args
+        self.decided = False  # the lock was tried (at the compile event)
+        self.fd = None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
 def share_compiles(dispatcher):
     """Compile ``dispatcher``'s signatures under the machine-wide lock (see the module docstring)."""
     compile_here = dispatcher.compile
-    origin = f"{dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__}"
 
     def compile_shared(sig):
+        if getattr(_local, "attempt", None) is not None:  # a callee of a compilation under way
+            return compile_here(sig)
+        args = tuple(sig) if isinstance(sig, tuple) else tuple(getattr(sig, "args", ()))
         with global_compiler_lock:
-            args = tuple(sig) if isinstance(sig, tuple) else tuple(getattr(sig, "args", ()))
-            if args in dispatcher.overloads:  # compiled or loaded in this process already
-                return compile_here(sig)
-            with machine_lock(lock_key(dispatcher, args), origin):
-                return compile_here(sig)
+            attempt = _local.attempt = _Attempt(dispatcher, args)
+            try:
+                try:
+                    return compile_here(sig)
+                except _LoadInstead:  # compiled by another process: in the cache now
+                    return compile_here(sig)  # (or compiled here, under the lock, if not)
+            finally:
+                _local.attempt = None
+                attempt.release()
 
     dispatcher.compile = compile_shared
     return dispatcher
+
+
+class _CompileListener(event.Listener):
+    """Takes the lock at the start of an outermost compilation of a shared loop."""
+
+    def on_start(self, evt) -> None:
+        attempt = getattr(_local, "attempt", None)
+        if attempt is None or attempt.decided:
+            return
+        if evt.data.get("dispatcher") is not attempt.dispatcher:
+            return
+        attempt.decided = True
+        fd = open_lock(lock_key(attempt.dispatcher, attempt.args))
+        if fd is None:
+            return
+        if _acquire(fd, 0.0):
+            attempt.fd = fd  # this process compiles it; the others wait
+            return
+        if _acquire(fd, COMPILE_WAIT_S):
+            attempt.fd = fd
+            raise _LoadInstead
+        os.close(fd)
+        logger.info(
+            "another process has compiled %s for %.0f s: compiling it here too",
+            attempt.dispatcher.py_func.__qualname__,
+            COMPILE_WAIT_S,
+        )
+
+    def on_end(self, evt) -> None:
+        pass
+
+
+event.register("numba:compile", _CompileListener())
 
 
 def lock_key(dispatcher, args: tuple) -> str:
@@ -127,45 +187,37 @@ def _find_dir() -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def machine_lock(key: str, what: str = "", wait_s: float | None = None):
-    """Hold the machine-wide lock named ``key`` for the block (re-entrant in this process).
+def open_lock(key: str) -> int | None:
+    """A descriptor of the lock file named ``key`` (created if need be), or None where there is
+    no lock directory or no ``fcntl``."""
+    directory = lock_dir() if fcntl is not None else None
+    if directory is None:
+        return None
+    name = hashlib.sha256(f"{numba.__version__}:{key}".encode()).hexdigest()[:24]
+    try:
+        return os.open(
+            os.path.join(directory, name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666
+        )
+    except OSError:
+        return None
 
-    Waits at most ``wait_s`` (default :data:`COMPILE_WAIT_S`) for another process to release
-    it, then runs the block without it. Runs the block without a lock where no lock file can
-    be made (see the module docstring).
+
+@contextlib.contextmanager
+def machine_lock(key: str, wait_s: float | None = None):
+    """Hold the machine-wide lock named ``key`` for the block: what a compilation takes (the
+    tests hold one to stand for a process compiling, killed or hung). Yields whether it is
+    held: False after ``wait_s`` seconds (default :data:`COMPILE_WAIT_S`), or without a lock file.
     """
-    if fcntl is None or key in _held:
-        yield
-        return
-    directory = lock_dir()
-    fd = None
-    if directory is not None:
-        name = hashlib.sha256(f"{numba.__version__}:{key}".encode()).hexdigest()[:24]
-        with contextlib.suppress(OSError):
-            fd = os.open(
-                os.path.join(directory, name + ".lock"),
-                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                0o666,
-            )
+    fd = open_lock(key)
     if fd is None:
-        yield
+        yield False
         return
     try:
         held = _acquire(fd, COMPILE_WAIT_S if wait_s is None else wait_s)
-        if not held:
-            logger.info(
-                "another process has compiled %s for %.0f s: compiling it here too",
-                what or key,
-                COMPILE_WAIT_S if wait_s is None else wait_s,
-            )
-        if held:
-            _held.add(key)
         try:
-            yield
+            yield held
         finally:
             if held:
-                _held.discard(key)
                 fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
@@ -186,4 +238,12 @@ def _acquire(fd: int, wait_s: float) -> bool:
             return False
 
 
-__all__ = ["COMPILE_WAIT_S", "lock_dir", "lock_key", "machine_lock", "njit", "share_compiles"]
+__all__ = [
+    "COMPILE_WAIT_S",
+    "lock_dir",
+    "lock_key",
+    "machine_lock",
+    "njit",
+    "open_lock",
+    "share_compiles",
+]

@@ -48,8 +48,8 @@ def prepare_worker(plan: tuple | None, dtype, n_features: int) -> int:
 
         prepare(KernelPlan(*plan), dtype, n_features)
         _prepared.add((str(np.dtype(dtype)), int(n_features)))
-        # what the fit's last pass unpickles (pandas with it: about 0.7 s of a fresh worker's
-        # event loop on 2 cores, which held up the labels), imported here beside the placement
+        # what the fit's last pass unpickles, imported here beside the placement rather than on
+        # the worker's event loop when the labels are asked for
         import dkmeans.engine.rowwise  # noqa: F401
     release_memory()
     return int(psutil.Process().memory_info().rss)

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
 from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
@@ -144,6 +143,8 @@ def fill_empty_clusters(
     out[targets[: len(far.index)]] = far.rows
     found = int(np.sum(np.asarray(far.score) > 0))
     if found < m:
+        from sklearn.exceptions import ConvergenceWarning  # here: workers never import sklearn
+
         warnings.warn(
             distinct_clusters_message(len(centroids) - m + found, len(centroids)),
             ConvergenceWarning,

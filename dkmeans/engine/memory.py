@@ -60,6 +60,7 @@ from dkmeans.engine.probe import (  # noqa: F401 - run on workers by the budget
     _prepared,
     _probe_worker,
     _release_and_measure,
+    load_here_in_background,
     prepare_worker,
 )
 from dkmeans.engine.release import release_memory  # noqa: F401 - run on workers by the budget
@@ -148,6 +149,8 @@ class MemoryBudget:
                 client, info, dtype, n_features, state
             ):
                 plan = plan.numpy()  # the NumPy kernels need no compiler in the workers
+            # and this process loads those of the fit's steps that run here (the seeding's)
+            load_here_in_background(tuple(plan), dtype, n_features)
             rss = _counted_rss(state)
             info = _next_reports(client, info) if _paused(info) else worker_info(client)
             budget = cls._from_info(info, scratch_bytes, centroid_bytes, rss)

@@ -48,6 +48,9 @@ def prepare_worker(plan: tuple | None, dtype, n_features: int) -> int:
 
         prepare(KernelPlan(*plan), dtype, n_features)
         _prepared.add((str(np.dtype(dtype)), int(n_features)))
+        # what the fit's last pass unpickles, imported here beside the placement rather than on
+        # the worker's event loop when the labels are asked for
+        import dkmeans.engine.rowwise  # noqa: F401
     release_memory()
     return int(psutil.Process().memory_info().rss)
 
@@ -69,6 +72,33 @@ def _load_in_background(plan: tuple, dtype, n_features: int) -> bool:
             thread.start()
             return True  # measured before the load: its memory is to be counted
     return thread.is_alive()
+
+
+def load_here_in_background(plan, dtype, n_features: int) -> None:
+    """Start loading, in a thread of this (the calling) process, the compiled kernels a fit on the
+    cluster under ``plan`` runs here (:func:`dkmeans.kernels.warm.prepare_caller`), once per plan,
+    dtype and width: beside the workers' own load and the data's placement, instead of at the
+    seeding's first kernel call. Results never depend on when it ends (it changes no plan)."""
+    if plan is None or plan[0] != "compiled":
+        return
+    key = ("caller", tuple(plan), str(np.dtype(dtype)), int(n_features))
+    with _loading_lock:
+        if key in _loading:
+            return
+        _loading[key] = thread = threading.Thread(
+            target=_prepare_caller,
+            args=(tuple(plan), dtype, n_features),
+            name="dkmeans-kernel-load",
+            daemon=True,
+        )
+    thread.start()
+
+
+def _prepare_caller(plan: tuple, dtype, n_features: int) -> None:
+    from dkmeans.kernels.plans import KernelPlan
+    from dkmeans.kernels.warm import prepare_caller
+
+    prepare_caller(KernelPlan(*plan), dtype, n_features)
 
 
 def _probe_worker(plan: tuple | None, dtype, n_features: int) -> tuple[bool, int, bool]:
@@ -102,4 +132,4 @@ def _release_and_measure() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-__all__ = ["KERNELS_BYTES", "prepare_worker"]
+__all__ = ["KERNELS_BYTES", "load_here_in_background", "prepare_worker"]

@@ -13,7 +13,6 @@ import math
 
 import dask.array as da
 import numpy as np
-import pandas as pd
 from dask.array.utils import meta_from_array
 from distributed import futures_of
 
@@ -153,6 +152,8 @@ def frame_rows(
 
 def missing_counts(df) -> dict:
     """``{column: missing values}`` of a Dask DataFrame (NaN and nulls), counted in one pass."""
+    import pandas as pd  # here: workers running array tasks never import it (see .columns)
+
     meta = pd.DataFrame({c: np.empty(0, np.int64) for c in df.columns})
     counts = df.map_partitions(missing_counts_partition, meta=meta).sum().compute()
     return {c: int(n) for c, n in counts.items()}

@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from dkmeans.errors import NON_FINITE_INPUT, InvalidDataError
-from dkmeans.fit.inputs import check_n_clusters_vs_rows
 from dkmeans.kernels import column_moments, combine_moments
 
 
@@ -36,6 +35,10 @@ def check_rows_when_placed(spec, dataset, data) -> None:
     the same check, once, where the count is first known: the placed data.
     """
     if dataset.n_rows is None:
+        # here, not at the top: the workers import this module for moments_chunk, and
+        # dkmeans.fit.inputs imports scikit-learn (2 s of a fresh worker on 2 cores)
+        from dkmeans.fit.inputs import check_n_clusters_vs_rows
+
         check_n_clusters_vs_rows(
             spec.n_clusters, data.n_rows, spec.names.get("n_clusters", "n_clusters")
         )

@@ -188,6 +188,12 @@ def _host_weights(w):
 
 
 def _warm_up_nearest_two(dtype) -> None:
+    warm_up(dtype)
+
+
+def warm_up(dtype) -> None:
+    """Run the compiled swap loops for rows of ``dtype`` once on a few rows (compiling them, or
+    loading them from numba's disk cache)."""
     X = np.random.default_rng(0).random((64, 3)).astype(dtype)
     nearest_two(X, X[:4])
     swap_costs(X, X[:4], X[4:6])
@@ -630,4 +636,5 @@ __all__ = [
     "sample_by_cost",
     "swap_costs",
     "swap_partials",
+    "warm_up",
 ]

@@ -14,6 +14,7 @@ from dkmeans import config
 from dkmeans.kernels import plans
 from dkmeans.kernels.nearest import compiled_kinds
 from dkmeans.kernels.pruned import warm_up as warm_up_pruned
+from dkmeans.kernels.swap import warm_up as warm_up_swaps
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -35,6 +36,27 @@ def prepare(kernel_plan: plans.KernelPlan | None, dtype, n_features: int) -> Non
     plans.mark_loaded(dtype, n_features)
 
 
+def prepare_caller(kernel_plan: plans.KernelPlan | None, dtype, n_features: int) -> None:
+    """Load, in the calling process, the compiled kernels that a fit on a cluster runs there.
+
+    The seeding's local search runs on the caller, on the candidates (its swap loops), and
+    assigns rows there (the assignment loops of :func:`prepare`, without the pruned passes,
+    which run on the workers). The swap loops come first: the workers start with the
+    assignment loops, so that with an empty kernel cache the caller and a worker compile
+    different loops at once (each loop once per machine, :mod:`.backends.jit`). Does not mark
+    the loops loaded for the plan's size rule (:func:`~dkmeans.kernels.plans.plan`): a later
+    fit's code path never depends on when this ended.
+    """
+    if kernel_plan is None or kernel_plan.path != "compiled" or int(n_features) < 1:
+        return
+    if np.dtype(dtype) not in _FLOATS:
+        return
+    with kernel_plan.applied():
+        warm_up_swaps(np.dtype(dtype))
+        for _, warm in compiled_kinds(dtype, int(n_features)):
+            warm()
+
+
 def warm_up(dtypes=("float32", "float64"), n_features=(2, 4, 8, 16, 32)) -> None:
     """Compile the kernels into numba's disk cache now (what ``dkmeans warm-up`` runs).
 
@@ -52,4 +74,4 @@ def warm_up(dtypes=("float32", "float64"), n_features=(2, 4, 8, 16, 32)) -> None
             prepare(plans.KernelPlan("compiled", config.get("kernels.backend")), dtype, d)
 
 
-__all__ = ["prepare", "warm_up"]
+__all__ = ["prepare", "prepare_caller", "warm_up"]

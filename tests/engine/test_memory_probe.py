@@ -37,6 +37,26 @@ def test_the_probe_starts_the_kernel_load_and_counts_its_memory(client):
     assert budget.plan == plan and set(budget.limits) == set(first)
 
 
+def test_the_caller_loads_its_own_kernels_beside_the_workers(client):
+    """The probe of a compiled plan also starts loading, in a thread of this process, the kernels
+    the fit runs here (the seeding's swap loops and the assignment loops); it changes no plan:
+    the size rule's record of loaded kernels stays as it was."""
+    from dkmeans.kernels.backends import compiled_swap
+
+    plan = plans.KernelPlan("compiled", "auto")
+    width = 5
+    recorded = plans.loaded(np.float32, width)
+    budget = memory.MemoryBudget.of(client, kernels=(plan, np.dtype(np.float32), width))
+    assert budget.plan == plan
+    thread = memory._loading[("caller", tuple(plan), "float32", width)]
+    thread.join(300)
+    assert not thread.is_alive()
+    assert compiled_swap.swap_costs_rows.overloads and compiled_swap.swap_partials_rows.overloads
+    assert plans.loaded(np.float32, width) == recorded
+    memory.MemoryBudget.of(client, kernels=(plan, np.dtype(np.float32), width))
+    assert memory._loading[("caller", tuple(plan), "float32", width)] is thread  # once
+
+
 def test_a_numpy_plan_loads_nothing(client):
     state = client.run(memory._probe_worker, ("numpy", "numpy"), np.float32, 5)
     assert not any(loading for _, _, loading in state.values())

@@ -34,8 +34,6 @@ import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
-from sklearn.cluster import kmeans_plusplus
-from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans.drivers.init.options import InitOptions
 from dkmeans.drivers.init.random import first_centre
@@ -155,6 +153,8 @@ def _complete(data, C: np.ndarray, k: int) -> np.ndarray:
             fill = rows[int(np.argmin(index))] if len(index) else C[0]
             break
     if len(C) < k:
+        from sklearn.exceptions import ConvergenceWarning  # here: workers never import sklearn
+
         warnings.warn(distinct_clusters_message(len(C), k), ConvergenceWarning, stacklevel=4)
         C = np.concatenate([C, np.repeat(fill[None, :].astype(C.dtype), k - len(C), axis=0)])
     return C
@@ -182,6 +182,8 @@ def recluster(
     With ``metric="cosine"`` the candidates are unit rows, so k-means++'s draws are already
     proportional to ``1 - cos``; the Lloyd step is spherical (:func:`_spherical_lloyd`).
     """
+    from sklearn.cluster import kmeans_plusplus  # on the client: workers never import sklearn
+
     rs = np.random.RandomState(seed % 2**32)
     C64 = C.astype(np.float64)
     start, _ = kmeans_plusplus(C64, k, sample_weight=weights, random_state=rs)

@@ -16,7 +16,6 @@ import math
 import warnings
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 
 from dkmeans.drivers.init.options import InitOptions
 from dkmeans.drivers.init.random import first_centre
@@ -87,6 +86,8 @@ def kmeans_plusplus(
         trials = np.asarray(res.samples[best].rows) if n_next else trials[:0]
     del state
     if len(centers) < n_clusters:
+        from sklearn.exceptions import ConvergenceWarning  # here: workers never import sklearn
+
         warnings.warn(
             distinct_clusters_message(len(centers), n_clusters), ConvergenceWarning, stacklevel=3
         )

@@ -8,16 +8,17 @@ primary costs tie: most rows never hash.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from dkmeans.kernels.backends.jit import njit
 
-@numba.njit(cache=True, nogil=True, inline="always")
+
+@njit(nogil=True, inline="always")
 def _secondary(h, g, q):  # pragma: no cover - compiled
     return float(h ^ g) + q
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _smallest_pair(D, P, Q, h, hcol, i, skip, allowed, bj):  # pragma: no cover - compiled
     """Row ``i``'s smallest ``(A, B)`` pair among the ``allowed`` columns but ``skip``, ``bj``
     the column it starts from: ``(column, A, B)``, B infinite where no column was allowed."""
@@ -42,7 +43,7 @@ def _smallest_pair(D, P, Q, h, hcol, i, skip, allowed, bj):  # pragma: no cover 
     return bj, ba, bb if tied else _secondary(h, hcol[bj], Q[bj])
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def best_rows(D, P, Q, hrow, hcol, labels, a, b):  # pragma: no cover - compiled
     """Per row the smallest ``(A, B)`` pair: its column (``labels``), ``a`` and ``b``."""
     n, k = D.shape
@@ -51,7 +52,7 @@ def best_rows(D, P, Q, hrow, hcol, labels, a, b):  # pragma: no cover - compiled
         labels[i], a[i], b[i] = _smallest_pair(D, P, Q, hrow[i], hcol, i, -1, every, 0)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def next_rows(D, P, Q, hrow, hcol, rows, own, allowed, a2, b2):  # pragma: no cover - compiled
     """For the rows ``rows``, the smallest pair among the ``allowed`` columns but ``own[r]``."""
     for r in range(rows.shape[0]):
@@ -59,7 +60,7 @@ def next_rows(D, P, Q, hrow, hcol, rows, own, allowed, a2, b2):  # pragma: no co
         _, a2[r], b2[r] = _smallest_pair(D, P, Q, hrow[i], hcol, i, own[r], allowed, -1)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def enter_candidates(D, P, Q, hrow, hcol, labels, a, b, cols, wanted):  # pragma: no cover
     """For each cluster ``cols[c]``, the rows of other clusters whose margin ``A - a`` to move
     into it is at most its ``wanted[c]``-th smallest (every such row: ties at the cut kept), as
@@ -99,7 +100,7 @@ def enter_candidates(D, P, Q, hrow, hcol, labels, a, b, cols, wanted):  # pragma
     return owner, rows, mA, mB
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def partial_rows(X, w, weighted, C64, labels, sums, sizes, counts):  # pragma: no cover - compiled
     """Lloyd partials of labelled rows (exact float64 differences ``x - c``); the objective."""
     n, d = X.shape

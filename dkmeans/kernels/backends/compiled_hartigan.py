@@ -9,11 +9,12 @@ batch loop (:func:`best_moves`) gives every row's move bit for bit as the row-by
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from dkmeans.kernels.backends.jit import njit
 
-@numba.njit(cache=True, nogil=True)
+
+@njit(nogil=True)
 def row_best(X, i, l, wi, C, W, npos, rel_tol):  # pragma: no cover - compiled
     """(target, dcost, ||x - c_l||^2) of row ``i`` in cluster ``l``; target -1 if no improving move."""
     d = X.shape[1]
@@ -47,7 +48,7 @@ def row_best(X, i, l, wi, C, W, npos, rel_tol):  # pragma: no cover - compiled
     return -1, 0.0, own
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def best_moves(
     X,
     labels,
@@ -120,7 +121,7 @@ def best_moves(
                 dcost[r] = best_add[i] - remove
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def sweep(X, labels, C, W, npos, weights, has_weights, rel_tol):  # pragma: no cover - compiled
     moves = 0
     change = 0.0

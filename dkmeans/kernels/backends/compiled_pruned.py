@@ -12,7 +12,6 @@ kept at least 0. Upper bounds are float64, enlarged by a relative ``2**-50`` aft
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -20,6 +19,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from dkmeans.kernels.backends.compiled import rows_partials
+from dkmeans.kernels.backends.jit import njit
 from dkmeans.kernels.backends.simd import (
     STREAM_GROUP,
     STREAM_ROW_VECTORS,
@@ -31,7 +31,7 @@ from dkmeans.kernels.backends.simd import (
 )
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _excludes(low, u, slack):  # pragma: no cover - compiled
     """Whether a lower bound ``low`` on the distances to some centroids excludes them all for a row
     whose upper bound is ``u``: ``low > u`` with ``low^2 - u^2`` above ``slack`` (the margin of
@@ -39,7 +39,7 @@ def _excludes(low, u, slack):  # pragma: no cover - compiled
     return low > u and low * low - u * u > slack
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def settle(
     labels, upper, lower, norm, drift, shift, k0, k1, cand, lmin
 ):  # pragma: no cover - compiled
@@ -78,7 +78,7 @@ def settle(
     return m
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def fold_far(
     St, h, far, far_group, i0, sq_lo, sq_up, slack, labels, lower, upper
 ):  # pragma: no cover - compiled
@@ -113,7 +113,7 @@ def fold_far(
 _SUM_MATH = {"reassoc", "contract"}
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH, inline="always")
+@njit(nogil=True, fastmath=_SUM_MATH, inline="always")
 def _distance_up(X, i, C, j):  # pragma: no cover - compiled
     """``||x_i - c_j||`` from the difference in float64, rounded up (the rounding of ``d`` squares,
     their sum and the root)."""
@@ -125,7 +125,7 @@ def _distance_up(X, i, C, j):  # pragma: no cover - compiled
     return np.sqrt(s) * (1.0 + (d + 4) * 2.0**-52)
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
+@njit(nogil=True, fastmath=_SUM_MATH)
 def tighten(X, C, labels, upper, lmin, norm, k0, k1, cand, m):  # pragma: no cover - compiled
     """Exact upper bounds for the rows ``cand[:m]`` (from ``x - c_label`` in float64); the rows still
     not settled by their smallest group bound ``lmin`` (:func:`settle`'s) are moved to the front of
@@ -141,7 +141,7 @@ def tighten(X, C, labels, upper, lmin, norm, k0, k1, cand, m):  # pragma: no cov
     return r
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def group_needs(
     labels, upper, lower, norm, k0, k1, group_of, cand, m, need
 ):  # pragma: no cover - compiled
@@ -163,7 +163,7 @@ def group_needs(
     return total
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
+@njit(nogil=True, fastmath=_SUM_MATH)
 def sampled_pairs(
     X, C, labels, upper, lower, norm, drift, shift, k0, k1, group_of, widths, stride
 ):  # pragma: no cover - compiled
@@ -196,7 +196,7 @@ def sampled_pairs(
     return total * stride
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def gather_rows(X, idx, out):  # pragma: no cover - compiled
     """``out[t] = X[idx[t]]`` (rows of C-contiguous arrays)."""
     d = X.shape[1]
@@ -207,14 +207,14 @@ def gather_rows(X, idx, out):  # pragma: no cover - compiled
     return None
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _fold_score(v, b1, b2, j1, j):  # pragma: no cover - compiled
     """One score into a row's smallest, second smallest and the smallest's index (strict ``<``: the
     first on ties); branch-free, so that the loop over rows vectorises."""
     return min(b1, v), min(b2, max(b1, v)), (j if v < b1 else j1)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def block_minima(
     St, h, order, starts, g0, g1, rows, gm, gi, gs, b1, b2, j1, m=-1
 ):  # pragma: no cover - compiled
@@ -265,7 +265,7 @@ def block_minima(
     return None
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def choose(gm, gi, gs, margin, labels, ok):  # pragma: no cover - compiled
     """Each row's best centroid over the computed groups (``gm[g, t]`` is ``+inf`` for the others), and
     whether the runner-up trails it by more than ``margin[t]`` (then the assignment kernel, whose
@@ -292,7 +292,7 @@ def choose(gm, gi, gs, margin, labels, ok):  # pragma: no cover - compiled
     return None
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
+@njit(nogil=True, fastmath=_SUM_MATH)
 def new_bounds(
     X, C, rows, labels, gm, gi, gs, group_of, sq_lo, sq_up, slack, lower, upper, out_labels
 ):  # pragma: no cover - compiled
@@ -332,7 +332,7 @@ def new_bounds(
     return largest
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_SUM_MATH)
+@njit(nogil=True, fastmath=_SUM_MATH)
 def row_norms(X, rows, norm_up, sq_lo, sq_up):  # pragma: no cover - compiled
     """``||x||`` rounded up, ``||x||^2`` rounded down and up (float64), of the rows ``rows``."""
     d = X.shape[1]
@@ -349,7 +349,7 @@ def row_norms(X, rows, norm_up, sq_lo, sq_up):  # pragma: no cover - compiled
     return None
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def tiled_partials(
     X, C, labels, T, weights, has_weights, sums, counts, start, stop, objective
 ):  # pragma: no cover - compiled
@@ -492,7 +492,7 @@ def group_minima_streamed(typingctx, XT, r, CG, h_pad, pack_group, p0, p1, gm, g
     return types.none(XT, r, CG, h_pad, pack_group, p0, p1, gm, gi, gs), codegen
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def fused_minima(
     X, CG, block_packs, h_pad, pack_group, order, T, XT, gm, gi, gs
 ):  # pragma: no cover - compiled

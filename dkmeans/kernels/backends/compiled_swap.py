@@ -8,11 +8,12 @@ themselves, every swap's cost, or each trial's Lloyd partials. No tiles and no `
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from dkmeans.kernels.backends.jit import njit
 
-@numba.njit(cache=True, nogil=True, inline="always")
+
+@njit(nogil=True, inline="always")
 def nearest_two_of_row(row, C64):  # pragma: no cover - compiled
     """(nearest, its squared distance, second nearest, its squared distance) of one translated row."""
     k, d = C64.shape
@@ -29,7 +30,7 @@ def nearest_two_of_row(row, C64):  # pragma: no cover - compiled
     return j1, b1, j2, b2
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def nearest_two_rows(X, origin, C64, first, second, d1, d2):  # pragma: no cover - compiled
     """Compiled :func:`dkmeans.kernels.swap.nearest_two` for host rows: exact translated float64
     distances, row by row."""
@@ -44,7 +45,7 @@ def nearest_two_rows(X, origin, C64, first, second, d1, d2):  # pragma: no cover
         second[i], d2[i] = (j2, b2) if k > 1 else (j1, np.inf)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def swap_costs_rows(
     X, origin, C64, P64, w, weighted, per_candidate, per_cluster, objective
 ):  # pragma: no cover
@@ -70,7 +71,7 @@ def swap_costs_rows(
     objective[0] = total
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def swap_partials_rows(
     X,
     origin,

@@ -54,6 +54,8 @@ from numba import types
 from numba.core import cgutils, config
 from numba.extending import intrinsic
 
+from dkmeans.kernels.backends.jit import njit
+
 
 def _vector_bytes() -> int:
     """Width in bytes of the vector registers numba compiles for (host CPU unless configured)."""
@@ -151,7 +153,7 @@ transpose_block8 = _block_intrinsic(8)
 transpose_block4 = _block_intrinsic(4)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def transpose_tile(X, i0, m, XT):  # pragma: no cover - compiled
     """``XT[:d, :m] = X[i0:i0 + m].T`` for C-contiguous ``X`` (n, d) and ``XT`` (>= d, >= m)."""
     d = X.shape[1]
@@ -333,7 +335,7 @@ def partials_rows(
 
 # The block width is a compile-time constant of each loop (``numba.literally``): chosen
 # inside the loop over the rows, per row, it ran 5x slower.
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _exact_sq_loop(X, i0, i1, C, labels, out, width):  # pragma: no cover - compiled
     numba.literally(width)
     for i in range(i0, i1):
@@ -343,7 +345,7 @@ def _exact_sq_loop(X, i0, i1, C, labels, out, width):  # pragma: no cover - comp
         out[i] = s
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def rows_partials_blocked(
     X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts
 ):  # pragma: no cover
@@ -360,7 +362,7 @@ def rows_partials_blocked(
     return partials_rows(X, i0, i1, C, labels, label_offset, weights, has_weights, sums, counts, 4)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def rows_exact_sq_blocked(X, i0, i1, C, labels, out):  # pragma: no cover - compiled
     """:func:`dkmeans.kernels.backends.compiled.rows_exact_sq` by vector blocks of the features (``d % 4 == 0``)."""
     d = X.shape[1]

@@ -2,7 +2,8 @@
 
 :func:`placed` puts validated rows where their passes run, under one kernel plan chosen here:
 in this process (a :class:`~dkmeans.engine.local.ChunkList`) when
-:func:`~dkmeans.engine.place.in_process_threads` says so, else on the cluster
+:func:`~dkmeans.engine.place.in_process_threads` says so (a small Dask array computed here
+first, :func:`~dkmeans.engine.place.in_caller_rows`: no cluster is started for it), else on the cluster
 (:func:`~dkmeans.engine.place.place_data`: persisted on the workers, read from the source in
 every pass, or both). Every fit (:func:`~dkmeans.fit.service.run_fit`, the mini-batch and
 bisecting fits), the k sweep (:mod:`dkmeans.fit.sweep`) and the cluster-quality scores
@@ -13,6 +14,7 @@ spec into its arguments.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -22,7 +24,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from dkmeans.engine.client import fit_client
 from dkmeans.engine.local import ChunkList
-from dkmeans.engine.place import in_process_threads, place_data, watch_passes
+from dkmeans.engine.place import in_caller_rows, in_process_threads, place_data, watch_passes
 from dkmeans.engine.protocol import ChunkedData
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
@@ -74,7 +76,9 @@ def placed(
     Yields
     ------
     (ChunkedData, distributed.Client or None)
-        ``client`` None for data in this process. The kernel plan
+        ``client`` None for data in this process: in-memory rows, or a small Dask array's
+        (within ``dkmeans.in-process-bytes``) computed once into it, whose labels the caller
+        makes a Dask array chunked like its rows (:func:`dkmeans.engine.place.labels_like`). The kernel plan
         (:func:`dkmeans.kernels.plans.plan`), chosen here once, is in force in this process
         and, carried by the placed data, in every task. The data is released when the block
         ends, if its user did not release it before (a fit releases it as soon as its passes
@@ -82,7 +86,12 @@ def placed(
     """
     mode = resolve_out_of_core(out_of_core)
     # out_of_core True, not "auto", sends the data to a cluster
-    threads = in_process_threads(dataset, weights) if mode is not True else None
+    threads = None
+    if mode is not True:
+        rows = in_caller_rows(dataset, weights)  # a small Dask array: computed once, fitted here
+        if rows is not None:
+            dataset, weights = dataclasses.replace(dataset, local=rows[0]), rows[1]
+        threads = in_process_threads(dataset, weights)
     centroids = max(1, n_clusters) * max(1, n_init)  # of all its runs
     plan = fit_plan(dataset, centroids, in_process=threads is not None)
     if threads is not None:

@@ -24,11 +24,17 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from dkmeans.engine.client import fit_client
 from dkmeans.engine.local import ChunkList
-from dkmeans.engine.place import in_caller_rows, in_process_threads, place_data, watch_passes
+from dkmeans.engine.place import (
+    in_caller_reader,
+    in_caller_rows,
+    in_process_threads,
+    place_data,
+    watch_passes,
+)
 from dkmeans.engine.protocol import ChunkedData
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
-from dkmeans.fit.inputs import Dataset
+from dkmeans.fit.inputs import Dataset, as_dataset
 from dkmeans.fit.spec import FitSpec, resolve_out_of_core
 from dkmeans.kernels.plans import NUMPY_FIT_WORK, KernelPlan
 from dkmeans.kernels.plans import plan as kernel_plan
@@ -88,8 +94,8 @@ def placed(
     # out_of_core True, not "auto", sends the data to a cluster
     threads = None
     if mode is not True:
-        rows = in_caller_rows(dataset, weights)  # a small Dask array: computed once, fitted here
-        if rows is not None:
+        rows = in_caller_rows(dataset, weights)  # a small Dask array or Parquet frame: read here
+        if rows is not None:  # (the kernel plan's facts stay the cluster's: its results)
             dataset, weights = dataclasses.replace(dataset, local=rows[0]), rows[1]
         threads = in_process_threads(dataset, weights)
     centroids = max(1, n_clusters) * max(1, n_init)  # of all its runs
@@ -130,6 +136,20 @@ def placed(
                 yield data, client
         finally:
             data.release()
+
+
+def fits_in_caller(X, *, missing: str = "error", out_of_core: Any = "auto") -> bool:
+    """Whether :func:`placed` puts a fit of ``X`` (no weights) in this process, with no cluster.
+
+    Decided as :func:`placed` decides, from metadata only (a Parquet frame's footers): a command
+    starts or joins its cluster only when the fit needs one (``dkmeans fit`` on small files).
+    """
+    if resolve_out_of_core(out_of_core) is True:
+        return False
+    dataset = as_dataset(X, missing=missing)
+    return in_caller_reader(dataset, None) is not None or (
+        in_process_threads(dataset, None) is not None
+    )
 
 
 def fit_placement(spec: FitSpec, n_clusters: int | None = None) -> dict:
@@ -181,4 +201,4 @@ def _blas_pools() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-__all__ = ["fit_placement", "fit_plan", "placed"]
+__all__ = ["fit_placement", "fit_plan", "fits_in_caller", "placed"]

@@ -90,7 +90,7 @@ from dkmeans.fit import placement, service
 from dkmeans.engine import memory
 timed_context(placement, "fit_client", "cluster start")
 timed(placement, "place_data", "placement")
-timed(service, "in_caller_rows", "compute into the caller")
+timed(placement, "in_caller_rows", "compute into the caller")
 _of = memory.MemoryBudget.of.__func__
 def _probe(cls, *args, **kwargs):
     t = time.perf_counter()

@@ -7,6 +7,7 @@ This module maps scikit-learn's words onto the bisecting fit service
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -14,7 +15,9 @@ from sklearn.utils.validation import check_is_fitted
 from dkmeans.errors import InvalidParameterError
 from dkmeans.estimator import _KMeansBase
 from dkmeans.fit import params as _params
-from dkmeans.fit.bisecting import BisectingSpec, run_bisecting, tree_labels
+
+if TYPE_CHECKING:  # the bisecting fit service loads Dask's collections: imported where used
+    from dkmeans.fit.bisecting import BisectingSpec
 
 logger = logging.getLogger("dkmeans")
 
@@ -126,6 +129,8 @@ class BisectingKMeans(_KMeansBase):
     device = None  # the rows are read where they are (NumPy on the host)
 
     def _fit_spec(self) -> BisectingSpec:
+        from dkmeans.fit.bisecting import BisectingSpec
+
         params = self.get_params()
         algorithm = params.pop("algorithm")
         _params.OneOf(_params.BISECTING_ALGORITHMS)("algorithm", algorithm)
@@ -170,6 +175,8 @@ class BisectingKMeans(_KMeansBase):
         return super().fit(X, y, sample_weight)
 
     def _fit(self, X, sample_weight, spec: BisectingSpec):
+        from dkmeans.fit.bisecting import run_bisecting
+
         result = run_bisecting(spec, self._fit_dataset(X), sample_weight)
         if self.verbose:
             print(
@@ -208,6 +215,8 @@ class BisectingKMeans(_KMeansBase):
         labels : ndarray of int32 (a lazy Dask array for a Dask array, a Dask Series for a
             Dask DataFrame)
         """
+        from dkmeans.fit.bisecting import tree_labels
+
         X, _ = self._check_test_data(X)  # (no missing="skip" here: kept is None)
         return tree_labels(X, self._tree)
 

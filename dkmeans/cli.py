@@ -23,7 +23,6 @@ import numpy as np
 from dkmeans._version import __version__
 from dkmeans.errors import DKMeansError, InvalidParameterError, JobInterrupted
 from dkmeans.fit import params as _params
-from dkmeans.fit.cluster import close_command_cluster, cluster_size, connect_command
 from dkmeans.fit.options import DEFAULT_BATCH_SIZE
 from dkmeans.job_signals import JobSignals, signal_name
 
@@ -44,6 +43,8 @@ def connect(args):
             "tls_key": args.tls_key,
         }
     )
+    from dkmeans.fit.cluster import connect_command
+
     # --local is the default: the embedded cluster; either is closed by main() before it returns
     client, opened = connect_command(
         scheduler, gpu=getattr(args, "gpu", False), n_workers=getattr(args, "workers", None), **tls
@@ -51,6 +52,31 @@ def connect(args):
     if opened:
         args.opened_client = client
     return client
+
+
+def cluster_size(client) -> tuple[int, int]:
+    """:func:`dkmeans.fit.cluster.cluster_size` (imported here when used: it loads distributed)."""
+    from dkmeans.fit.cluster import cluster_size as workers_and_threads
+
+    return workers_and_threads(client)
+
+
+def connect_for_fit(args, X, params: dict) -> None:
+    """Start or join the command's cluster (:func:`connect`) when the fit of ``X`` needs one.
+
+    A fit the library runs in this process (files whose footers say their rows take at most
+    ``dkmeans.in-process-bytes``: :func:`dkmeans.fit.placement.fits_in_caller`) starts none,
+    unless the command names one (``--scheduler``, ``--gpu``): what the rows would gain from it
+    is less than its start (seconds) and the round trip of every pass.
+    """
+    from dkmeans.fit.placement import fits_in_caller
+
+    named = getattr(args, "scheduler", None) or getattr(args, "gpu", False)
+    missing = params.get("missing", "error")
+    if named or not fits_in_caller(
+        X, missing=missing, out_of_core=params.get("out_of_core", "auto")
+    ):
+        connect(args)
 
 
 def _verbose(args) -> int:
@@ -86,6 +112,11 @@ def _log_to(quiet: bool, to_stderr: bool = False):
         level=logging.WARNING, format=_LOG_FORMAT
     )  # other libraries: warnings on stderr
     added_to_root = [h for h in root.handlers if h not in root_handlers]
+    for handler in added_to_root:
+        # warnings only, whichever libraries' loggers log INFO through it: distributed, imported
+        # after this (only where the command needs a cluster), finds this handler and sends its
+        # records here instead of adding a handler of its own
+        handler.setLevel(logging.WARNING)
     saved = logger.level, logger.propagate, list(logger.handlers)
     if quiet or (sys.stdout.isatty() and not to_stderr):
         logger.setLevel(logging.WARNING)
@@ -185,7 +216,7 @@ def _fit(args) -> int:
     X = select_columns(
         df, columns, name=str(args.input)
     )  # only these columns are read from the files
-    connect(args)
+    connect_for_fit(args, X, params)
     t0 = time.perf_counter()
     km = _estimator(params, args, checkpoint)
     km.fit(X)
@@ -256,7 +287,7 @@ def _sweep(args) -> int:
     X = select_columns(
         df, columns, name=str(args.input)
     )  # only these columns are read from the files
-    connect(args)
+    connect_for_fit(args, X, params)
     result = sweep(
         X,
         ks,
@@ -312,7 +343,7 @@ def _bisect(args) -> int:
     df = read_table(args.input)
     columns = [c for c in _numeric_columns(df, args.columns) if c not in (args.exclude or [])]
     X = select_columns(df, columns, name=str(args.input))  # only these columns are read
-    connect(args)
+    connect_for_fit(args, X, params)
     t0 = time.perf_counter()
     model = BisectingKMeans(init=args.init, random_state=args.random_state, **params).fit(X)
     seconds = time.perf_counter() - t0
@@ -1104,7 +1135,16 @@ def _run(args, signals, outcome: dict) -> int:
             opened = getattr(args, "opened_client", None)
             if opened is not None:  # --scheduler: disconnect (the scheduler and its workers stay)
                 opened.close()
-            close_command_cluster()  # before interpreter shutdown, so it closes quietly
+            _close_command_cluster()  # before interpreter shutdown, so it closes quietly
+
+
+def _close_command_cluster() -> None:
+    """Close the embedded cluster, if one was started: not one where the engine's client module
+    (the only starter) was never imported, as in a fit in this process (distributed not loaded)."""
+    if "dkmeans.engine.client" in sys.modules:
+        from dkmeans.fit.cluster import close_command_cluster
+
+        close_command_cluster()
 
 
 def _resume_hint(args, outcome: dict) -> str:

@@ -138,7 +138,8 @@ KEYS: dict[str, Key] = {
             _bytes,
             "in-memory data up to this size is fitted in the calling process, in one thread (larger "
             "in-memory data too when no Dask client exists), and so is a dense Dask array of known "
-            "chunk lengths up to this size, computed once; 0 sends all data to a cluster",
+            "chunk lengths up to this size, computed once, or a dd.read_parquet frame whose files' "
+            "footers say it is that small, read once; 0 sends all data to a cluster",
         ),
         Key(
             "embedded-cluster.set-as-default",

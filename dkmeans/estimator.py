@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.base import (
@@ -21,38 +22,21 @@ from sklearn.base import (
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans import _callbacks
-from dkmeans.engine.client import get_client
 from dkmeans.errors import InvalidDataError, InvalidParameterError
-from dkmeans.fit import inference
 from dkmeans.fit import params as _params
-from dkmeans.fit.inputs import (
-    FLOAT_DTYPES,
-    Dataset,
-    as_dataset,
-    as_local_frame,
-    check_cupy_array,
-    check_dask_array,
-    check_feature_names,
-    check_missing_policy,
-    check_sample_weight,
-    data_errors,
-    expand_labels,
-    feature_names,
-    is_cupy_array,
-    is_dask_collection,
-    is_dask_dataframe,
-    is_dataframe,
-    select_columns,
-    test_rows,
-)
-from dkmeans.fit.model_files import ModelFileError, read_fitted, save_fitted
 from dkmeans.fit.options import auto_n_init, init_options
 from dkmeans.fit.progress import Progress as _Progress
 from dkmeans.fit.progress import finish_progress as _finish_progress
 from dkmeans.fit.progress import history_dicts
 from dkmeans.fit.quality import imbalance_factor
-from dkmeans.fit.service import run_fit
 from dkmeans.fit.spec import FitSpec
+
+if TYPE_CHECKING:
+    from dkmeans.fit.inputs import Dataset
+
+# The fit service, its data checks and inference load Dask's array collection and distributed:
+# they are imported where first used (a fit, predict, ...), so that importing (and constructing)
+# an estimator loads what scikit-learn's does, and no more (the start-up issue: 1-2 s on 2 cores).
 
 
 def _progress(verbose):
@@ -69,6 +53,8 @@ def _progress_for(verbose, max_iter: int):
 
 def _head_rows(X, n: int):
     """At most ``n`` rows of ``X`` in memory: a Dask collection's first rows, else ``X``."""
+    from dkmeans.fit.inputs import is_dask_collection, is_dask_dataframe
+
     if is_dask_dataframe(X):
         return X.head(n, npartitions=-1)
     if is_dask_collection(X):
@@ -90,6 +76,16 @@ class _KMeansBase(
 
         ``in_memory`` (``partial_fit``'s batch): the rows stay in this process whatever ``device``.
         """
+        from dkmeans.fit.inputs import (
+            FLOAT_DTYPES,
+            as_dataset,
+            as_local_frame,
+            feature_names,
+            is_cupy_array,
+            is_dataframe,
+            select_columns,
+        )
+
         X = as_local_frame(X)  # polars, pyarrow: as pandas, every column type kept
         if is_dataframe(X):
             select_columns(X)  # every column must be numeric: say which are not
@@ -119,6 +115,8 @@ class _KMeansBase(
 
     def _missing(self) -> str:
         """The missing-value policy (``missing``; "error" for a model saved before it existed)."""
+        from dkmeans.fit.inputs import check_missing_policy
+
         return check_missing_policy(getattr(self, "missing", "error"))
 
     def _check_test_data(self, X):
@@ -127,6 +125,8 @@ class _KMeansBase(
         ``kept``: with ``missing="skip"``, the mask of the in-memory rows with no missing
         value (the rows returned are those); None otherwise.
         """
+        from dkmeans.fit.inputs import is_cupy_array, test_rows
+
         check_is_fitted(self, "cluster_centers_")
         if not is_cupy_array(X):
             X, kept = test_rows(X, missing=self._missing())
@@ -136,6 +136,19 @@ class _KMeansBase(
         return self._checked_test_rows(X), None
 
     def _checked_test_rows(self, X):
+        from dkmeans.fit.inputs import (
+            FLOAT_DTYPES,
+            check_cupy_array,
+            check_dask_array,
+            check_feature_names,
+            data_errors,
+            is_cupy_array,
+            is_dask_collection,
+            is_dask_dataframe,
+            is_dataframe,
+            select_columns,
+        )
+
         if is_cupy_array(X):
             X = check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
             if X.shape[1] != self.n_features_in_:
@@ -209,6 +222,8 @@ class _KMeansBase(
         return fitted
 
     def _fit(self, X, sample_weight, spec: FitSpec):
+        from dkmeans.fit.service import run_fit
+
         result = run_fit(spec, self._fit_dataset(X), sample_weight)
         _finish_progress(spec)
         # attributes are set only once everything succeeded (fit() restores them on failure)
@@ -253,6 +268,7 @@ class _KMeansBase(
             A notebook shows it once, as the cell's value; nothing changes matplotlib's backend
             (see ``dkmeans.plot``). scikit-learn's HTML view of the estimator is unchanged.
         """
+        from dkmeans.fit.inputs import is_dataframe, select_columns
         from dkmeans.plot import plot_fit
 
         check_is_fitted(self, "cluster_centers_")
@@ -281,6 +297,8 @@ class _KMeansBase(
         pathlib.Path
             The file written.
         """
+        from dkmeans.fit.model_files import save_fitted
+
         check_is_fitted(self, "cluster_centers_")
         fitted = {
             name: getattr(self, f"{name}_", None)
@@ -318,6 +336,8 @@ class _KMeansBase(
         dkmeans.io.ModelFileError
             The file is missing, damaged, altered, pickled or of another version.
         """
+        from dkmeans.fit.model_files import ModelFileError, read_fitted
+
         params, fitted = read_fitted(path, f"dkmeans.{cls.__name__}")
         try:
             est = cls(**params)
@@ -344,6 +364,9 @@ class _KMeansBase(
         labels : ndarray of int32, or a lazy Dask array for Dask input
             A Dask Series on the input's index for a Dask DataFrame.
         """
+        from dkmeans.fit import inference
+        from dkmeans.fit.inputs import expand_labels
+
         X, kept = self._check_test_data(X)
         return expand_labels(
             inference.labels(
@@ -378,6 +401,8 @@ class _KMeansBase(
         ndarray, Dask array or Dask DataFrame of shape (n_samples, n_clusters)
             The distances.
         """
+        from dkmeans.fit import inference
+
         X, kept = self._check_test_data(X)
         out = inference.distances(
             X,
@@ -430,6 +455,10 @@ class _KMeansBase(
         float
             Minus the objective (higher is better, as scikit-learn's scores).
         """
+        from dkmeans.engine.client import get_client
+        from dkmeans.fit import inference
+        from dkmeans.fit.inputs import check_sample_weight, is_dask_collection
+
         X, kept = self._check_test_data(X)
         dask_input = is_dask_collection(X)
         n_rows = None if dask_input else X.shape[0]

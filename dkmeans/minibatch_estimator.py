@@ -13,11 +13,8 @@ import numpy as np
 
 from dkmeans.errors import DataTypeError, InvalidParameterError
 from dkmeans.estimator import _finish_progress, _KMeansBase, _progress_for
-from dkmeans.fit.inputs import is_dask_collection
 from dkmeans.fit.options import DEFAULT_BATCH_SIZE, init_options, minibatch_options, resolve_seed
-from dkmeans.fit.partial_fit import partial_fit_step
 from dkmeans.fit.progress import history_dicts
-from dkmeans.fit.service import run_fit
 from dkmeans.fit.spec import FitSpec
 
 
@@ -239,6 +236,8 @@ class MiniBatchKMeans(_KMeansBase):
         )
 
     def _fit(self, X, sample_weight, spec: FitSpec):
+        from dkmeans.fit.service import run_fit  # first used here: Dask's collections load with it
+
         dataset = self._fit_dataset(X)
         result = run_fit(spec, dataset, sample_weight)
         _finish_progress(spec)
@@ -300,6 +299,9 @@ class MiniBatchKMeans(_KMeansBase):
         self : MiniBatchKMeans
             The updated estimator.
         """
+        from dkmeans.fit.inputs import is_dask_collection
+        from dkmeans.fit.partial_fit import partial_fit_step
+
         spec = self._fit_spec(warn_init=not hasattr(self, "cluster_centers_"))
         if is_dask_collection(X):
             X = X.compute()

@@ -8,6 +8,7 @@ in-memory rows, or None).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -18,7 +19,7 @@ from dkmeans import config
 from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
 from dkmeans.engine.client import current_client, embedded_client, in_daemon_process, in_worker_task
 from dkmeans.engine.hybrid import HybridData
-from dkmeans.engine.sources import parquet_source
+from dkmeans.engine.sources import ParquetSource, parquet_source
 from dkmeans.engine.sparse_rows import is_sparse_array, sparse_row_bytes
 from dkmeans.engine.streamed import rows_in_block
 from dkmeans.kernels import DEFAULT_SCRATCH_BYTES
@@ -187,42 +188,57 @@ def in_process_threads(dataset, weights) -> int | None:
 
 
 def in_caller_rows(dataset, weights):
-    """A small Dask array's rows (and weights) computed once into this process, or None.
+    """A small Dask array's or Parquet frame's rows (and weights) read once into this process, or None.
 
     A dense Dask array whose chunk lengths are known and whose bytes (rows, and weights) are
     at most ``dkmeans.in-process-bytes`` is computed once (on the current client, or Dask's
     default scheduler when none exists: no cluster is started for it) and fitted here like
     in-memory data: a cluster round trip per pass, the workers' preparation and their memory
     probe would cost more than the passes (20,000 x 5 float64, k = 5: 0.5-0.7 s a fit on a
-    running client against a few hundredths in the caller). Results do not depend on where the
-    rows are (keyed by the global row index). Returns ``(X, weights)`` as NumPy arrays, or
-    None: a DataFrame (labels on its index), ``missing="skip"``, sparse or GPU rows, unknown
-    lengths, or a larger array stay on the cluster.
+    running client against a few hundredths in the caller). So is a plain ``dd.read_parquet``
+    frame whose rows the files' footers say are that small (no data read to decide): its pieces
+    are read here by the reader the workers use (:mod:`dkmeans.engine.sources`; the caller
+    reached the files already to build the frame), and its labels stay on the frame's index.
+    Results do not depend on where the rows are (keyed by the global row index). Returns
+    ``(X, weights)`` as NumPy arrays, or None (:func:`in_caller_reader`): ``missing="skip"``,
+    sparse or GPU rows, unknown lengths, other frames, or larger data stay on the cluster.
     """
-    X = dataset.array
+    read = in_caller_reader(dataset, weights)
+    return None if read is None else read()
+
+
+def in_caller_reader(dataset, weights):
+    """What :func:`in_caller_rows` reads, as a function of no argument, or None: decided from
+    metadata only (the Parquet files' footers), nothing read."""
     if (
         not dataset.is_dask
         or dataset.local is not None
-        or dataset.frame is not None
         or dataset.unfiltered is not None
+        or getattr(dataset, "missing", "error") != "error"
         or dataset.on_device
-        or is_sparse_array(X)
-        or dataset.n_rows is None
-        or any(math.isnan(c) for c in X.chunks[0])
+        or is_sparse_array(dataset.array)
     ):
         return None
     if weights is not None and not isinstance(weights, np.ndarray) and not hasattr(weights, "dask"):
         return None
+    limit = config.get("in-process-bytes")
+    if limit <= 0 or in_worker_task():  # a fit inside a task waits on its cluster (fit_client)
+        return None
+    if dataset.frame is not None:
+        return _parquet_reader(dataset, weights, limit)
+    X = dataset.array
+    if dataset.n_rows is None or any(math.isnan(c) for c in X.chunks[0]):
+        return None
     if not isinstance(getattr(X, "_meta", None), np.ndarray):
         return None
-    limit = config.get("in-process-bytes")
     w_bytes = 8 * dataset.n_rows if weights is not None else 0
     if dataset.n_rows * dataset.n_features * X.dtype.itemsize + w_bytes > limit:
         return None
-    if (
-        in_worker_task()
-    ):  # a fit inside a task waits on its cluster (fit_client), never computes here
-        return None
+    return functools.partial(_computed_here, X, weights)
+
+
+def _computed_here(X, weights):
+    """``(X, weights)`` computed into this process (see :func:`in_caller_rows`)."""
     arrays = [X] if weights is None or isinstance(weights, np.ndarray) else [X, weights]
     client = current_client()
     client = embedded_client() if client is None else client
@@ -235,6 +251,21 @@ def in_caller_rows(dataset, weights):
     rows, w = computed[0], (computed[1] if len(computed) > 1 else weights)
     rows = np.ascontiguousarray(rows)
     return rows, (None if w is None else np.ascontiguousarray(w, dtype=np.float64))
+
+
+def _parquet_reader(dataset, weights, limit: int):
+    """The reader of a small Parquet frame's rows (:func:`in_caller_rows`), or None."""
+    if weights is not None:  # weights beside a frame: checked against its rows on the cluster
+        return None
+    source = parquet_source(dataset.frame, dataset.array.dtype, max_bytes=limit)
+    if not isinstance(source, ParquetSource):
+        return None
+
+    def read():
+        pieces = [source.read(p) for p in range(len(source.pieces))]
+        return (pieces[0] if len(pieces) == 1 else np.concatenate(pieces)), None
+
+    return read
 
 
 def labels_like(labels, dataset):

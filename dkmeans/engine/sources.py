@@ -158,9 +158,12 @@ def to_array(batch, dtype) -> np.ndarray:
 
 
 # -- the files behind a Dask DataFrame --------------------------------------------------------
-def parquet_source(frame, dtype) -> ParquetSource | CsvSource | None:
+def parquet_source(frame, dtype, max_bytes: int | None = None) -> ParquetSource | CsvSource | None:
     """A :class:`ParquetSource` for ``frame`` when it is a plain ``dd.read_parquet`` of some columns, a
     :class:`CsvSource` when it is some columns of a CSV frame of :func:`register_csv`, else None.
+
+    ``max_bytes``: None also for Parquet whose rows (as ``dtype``) take more, known from the
+    first footers that exceed it (the others are not opened).
 
     Plain: after Dask's optimisation the expression is the Parquet read itself (column
     projection folded in), with no filters and no partition selection. The path, columns,
@@ -189,7 +192,7 @@ def parquet_source(frame, dtype) -> ParquetSource | CsvSource | None:
         fs, files = _list_parquet_files(expr.operand("path"), expr.operand("storage_options"))
         if not files:
             return None
-        return _plan_pieces(files, columns, dtype, fs)
+        return _plan_pieces(files, columns, dtype, fs, max_bytes)
     except Exception:  # noqa: BLE001 - anything unexpected: Dask reads the frame as before
         return None
 
@@ -220,11 +223,13 @@ def _list_parquet_files(path, storage_options) -> tuple:
     return (None if local else fs), files
 
 
-def _plan_pieces(files, columns, dtype, fs) -> ParquetSource | None:
+def _plan_pieces(files, columns, dtype, fs, max_bytes=None) -> ParquetSource | None:
     source = ParquetSource(list(files), list(columns), np.dtype(dtype), fs)
     row_bytes = len(columns) * source.dtype.itemsize
     pieces = []
     for i in range(len(files)):
+        if max_bytes is not None and sum(p[2] for p in pieces) * row_bytes > max_bytes:
+            return None
         pf = source._open(i)
         with contextlib.closing(pf):
             names = set(pf.schema_arrow.names)
@@ -241,7 +246,7 @@ def _plan_pieces(files, columns, dtype, fs) -> ParquetSource | None:
                 rows += n
             if group and rows:
                 pieces.append((i, tuple(group), rows))
-    if not pieces:
+    if not pieces or (max_bytes is not None and sum(p[2] for p in pieces) * row_bytes > max_bytes):
         return None
     source.pieces = pieces
     return source

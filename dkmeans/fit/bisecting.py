@@ -19,6 +19,7 @@ import pandas as pd
 
 from dkmeans.drivers.bisecting import BisectingFit, bisecting
 from dkmeans.drivers.streams import resolve_seed
+from dkmeans.engine.place import labels_like
 from dkmeans.engine.rowwise import index_meta, is_dask_array, map_partitions, map_row_blocks
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight
@@ -98,6 +99,8 @@ def run_bisecting(spec: BisectingSpec, dataset: Dataset, sample_weight=None) -> 
         labels = tree_labels(dataset.array, arrays)
     elif not dataset.is_dask and hasattr(labels, "compute"):
         labels = labels.compute()
+    elif dataset.is_dask:  # a small Dask array fitted in this process: a Dask array all the same
+        labels = labels_like(labels, dataset)
     if not dataset.is_dask and not hasattr(labels, "compute"):
         labels = np.asarray(labels, np.int32)
     centroids = tree.centres.astype(dataset.array.dtype)

@@ -2,7 +2,8 @@
 
 :func:`placed` puts validated rows where their passes run, under one kernel plan chosen here:
 in this process (a :class:`~dkmeans.engine.local.ChunkList`) when
-:func:`~dkmeans.engine.place.in_process_threads` says so, else on the cluster
+:func:`~dkmeans.engine.place.in_process_threads` says so (a small Dask array computed here
+first, :func:`~dkmeans.engine.place.in_caller_rows`: no cluster is started for it), else on the cluster
 (:func:`~dkmeans.engine.place.place_data`: persisted on the workers, read from the source in
 every pass, or both). Every fit (:func:`~dkmeans.fit.service.run_fit`, the mini-batch and
 bisecting fits), the k sweep (:mod:`dkmeans.fit.sweep`) and the cluster-quality scores
@@ -13,6 +14,7 @@ spec into its arguments.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -22,11 +24,17 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from dkmeans.engine.client import fit_client
 from dkmeans.engine.local import ChunkList
-from dkmeans.engine.place import in_process_threads, place_data, watch_passes
+from dkmeans.engine.place import (
+    in_caller_reader,
+    in_caller_rows,
+    in_process_threads,
+    place_data,
+    watch_passes,
+)
 from dkmeans.engine.protocol import ChunkedData
 from dkmeans.engine.rowwise import weights_beside
 from dkmeans.engine.sparse_rows import is_sparse_array
-from dkmeans.fit.inputs import Dataset
+from dkmeans.fit.inputs import Dataset, as_dataset
 from dkmeans.fit.spec import FitSpec, resolve_out_of_core
 from dkmeans.kernels.plans import NUMPY_FIT_WORK, KernelPlan
 from dkmeans.kernels.plans import plan as kernel_plan
@@ -74,7 +82,9 @@ def placed(
     Yields
     ------
     (ChunkedData, distributed.Client or None)
-        ``client`` None for data in this process. The kernel plan
+        ``client`` None for data in this process: in-memory rows, or a small Dask array's
+        (within ``dkmeans.in-process-bytes``) computed once into it, whose labels the caller
+        makes a Dask array chunked like its rows (:func:`dkmeans.engine.place.labels_like`). The kernel plan
         (:func:`dkmeans.kernels.plans.plan`), chosen here once, is in force in this process
         and, carried by the placed data, in every task. The data is released when the block
         ends, if its user did not release it before (a fit releases it as soon as its passes
@@ -82,7 +92,12 @@ def placed(
     """
     mode = resolve_out_of_core(out_of_core)
     # out_of_core True, not "auto", sends the data to a cluster
-    threads = in_process_threads(dataset, weights) if mode is not True else None
+    threads = None
+    if mode is not True:
+        rows = in_caller_rows(dataset, weights)  # a small Dask array or Parquet frame: read here
+        if rows is not None:  # (the kernel plan's facts stay the cluster's: its results)
+            dataset, weights = dataclasses.replace(dataset, local=rows[0]), rows[1]
+        threads = in_process_threads(dataset, weights)
     centroids = max(1, n_clusters) * max(1, n_init)  # of all its runs
     plan = fit_plan(dataset, centroids, in_process=threads is not None)
     if threads is not None:
@@ -121,6 +136,20 @@ def placed(
                 yield data, client
         finally:
             data.release()
+
+
+def fits_in_caller(X, *, missing: str = "error", out_of_core: Any = "auto") -> bool:
+    """Whether :func:`placed` puts a fit of ``X`` (no weights) in this process, with no cluster.
+
+    Decided as :func:`placed` decides, from metadata only (a Parquet frame's footers): a command
+    starts or joins its cluster only when the fit needs one (``dkmeans fit`` on small files).
+    """
+    if resolve_out_of_core(out_of_core) is True:
+        return False
+    dataset = as_dataset(X, missing=missing)
+    return in_caller_reader(dataset, None) is not None or (
+        in_process_threads(dataset, None) is not None
+    )
 
 
 def fit_placement(spec: FitSpec, n_clusters: int | None = None) -> dict:
@@ -172,4 +201,4 @@ def _blas_pools() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-__all__ = ["fit_placement", "fit_plan", "placed"]
+__all__ = ["fit_placement", "fit_plan", "fits_in_caller", "placed"]

@@ -31,7 +31,6 @@ from dkmeans.drivers import init as init_strategies
 from dkmeans.drivers.capacitated import CapacitatedPasses
 from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease
 from dkmeans.drivers.streams import derive_seed, resolve_seed
-from dkmeans.engine.place import in_caller_rows
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
 from dkmeans.fit.capacity import capacitated_assignment, check_capped_spec, data_capacity
@@ -53,7 +52,6 @@ from dkmeans.fit.runs import FitPlan, callable_init, fit_runs, settles_start
 from dkmeans.fit.spec import (
     FitResult,
     FitSpec,
-    resolve_out_of_core,
     resolve_prune,
     two_level_clusters,
     wants_local_search,
@@ -108,10 +106,6 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
         spec, is_sparse_array(dataset.array), dataset.is_dask and dataset.missing == "skip"
     )
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
-    if resolve_out_of_core(spec.out_of_core) != True:  # noqa: E712 - a small Dask array: fitted here
-        rows = in_caller_rows(dataset, weights)
-        if rows is not None:
-            dataset, weights = dataclasses.replace(dataset, local=rows[0]), rows[1]
     with named_missing(dataset), placed(dataset, weights, **fit_placement(spec)) as (data, client):
         return fit(spec, dataset, data, C0, seed, client, searches)
 

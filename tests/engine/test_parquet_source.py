@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import dask
 import numpy as np
 import pytest
 
@@ -50,13 +51,21 @@ def _reference(path, n_files, C, steps):
     return C
 
 
-@pytest.mark.parametrize("out_of_core", [False, True], ids=["in-memory", "out-of-core"])
-def test_parquet_fit_equals_a_float64_lloyd_file_by_file(client, tmp_path, out_of_core):
+@pytest.mark.parametrize(
+    "out_of_core, limit",
+    [(False, None), (False, 0), (True, None)],
+    ids=["in-the-caller", "persisted", "out-of-core"],
+)
+def test_parquet_fit_equals_a_float64_lloyd_file_by_file(client, tmp_path, out_of_core, limit):
+    """Files read in the caller (their footers say they fit dkmeans.in-process-bytes), persisted
+    on the workers (the limit 0), or read in every pass."""
     sizes = [7000, 3000, 9000, 5000]
     centers = _write(str(tmp_path), sizes)
     C0 = centers + np.random.default_rng(1).normal(scale=2.0, size=centers.shape)
     df = dd.read_parquet(str(tmp_path))[COLUMNS]
-    km = dkmeans.KMeans(K, init=C0, n_init=1, max_iter=4, tol=0.0, out_of_core=out_of_core).fit(df)
+    with dask.config.set({} if limit is None else {"dkmeans.in-process-bytes": limit}):
+        km = dkmeans.KMeans(K, init=C0, n_init=1, max_iter=4, tol=0.0, out_of_core=out_of_core)
+        km.fit(df)
     assert km.data_mode_ == ("out-of-core" if out_of_core else "in-memory")
     np.testing.assert_allclose(
         km.cluster_centers_, _reference(str(tmp_path), len(sizes), C0, 4), rtol=1e-5, atol=1e-4
@@ -82,7 +91,15 @@ def test_every_kind_of_pass_over_the_files_gives_the_in_memory_fit(client, tmp_p
             dkmeans.KMeans(K, algorithm=algorithm, tol=0.0, out_of_core=o, **options).fit(df)
             for o in (True, False)
         ]
-    streamed, persisted = fit
+    with dask.config.set({"dkmeans.in-process-bytes": 0}):  # persisted on the workers
+        estimator = dkmeans.MiniBatchKMeans if algorithm == "minibatch" else dkmeans.KMeans
+        persisted_fit = estimator(**fit[1].get_params() | {"out_of_core": False}).fit(df)
+    in_caller = fit[1]
+    assert in_caller.data_mode_ == persisted_fit.data_mode_ == "in-memory"
+    np.testing.assert_allclose(
+        in_caller.cluster_centers_, persisted_fit.cluster_centers_, rtol=1e-10, atol=1e-10
+    )
+    streamed, persisted = fit[0], persisted_fit
     assert (streamed.data_mode_, persisted.data_mode_) == ("out-of-core", "in-memory")
     if algorithm == "minibatch":  # one pass in row order per epoch, against batches drawn at random
         assert np.isfinite(streamed.inertia_) and streamed.cluster_centers_.shape == (K, D)

@@ -115,8 +115,11 @@ def test_every_algorithm_and_seeding(blobs, params):
     _assert_passes_shared(result, list(result.passes.values()), slack=0)
 
 
-def test_dask_array_on_the_cluster(client, blobs):
-    """Persisted Dask data: a single fit's small loops run inside one task, the sweep's shared: equal to rounding."""
+def test_dask_array_on_the_cluster(client, blobs, on_cluster):
+    """Persisted Dask data: a single fit's small loops run inside one task, the sweep's shared: equal to rounding.
+
+    (``on_cluster``: a Dask array this small is otherwise computed and fitted in the caller.)
+    """
     X = da.from_array(blobs, chunks=((97, 300, 33, 200, 270), (3,)))
     ks = [2, 7]
     result = dkmeans.sweep(X, ks, random_state=3)

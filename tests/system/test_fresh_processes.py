@@ -102,6 +102,38 @@ def test_import_dkmeans_loads_no_matplotlib_and_reaches_submodules_lazily():
         dkmeans.nope  # noqa: B018
 
 
+#: What importing an estimator must not load: Dask's collections, distributed, numba, pyarrow.
+HEAVY = ("dask.array", "dask.dataframe", "distributed", "numba", "pyarrow")
+
+
+def _loaded_after(statement: str) -> list:
+    """The :data:`HEAVY` modules in ``sys.modules`` after ``statement`` in a fresh process."""
+    code = f"import json, sys\n{statement}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_importing_the_estimators_loads_what_scikit_learns_do():
+    """``from dkmeans import KMeans, MiniBatchKMeans`` (and constructing them) loads neither Dask's
+    collections, distributed nor numba: the fit service is imported at the first fit. pyarrow only
+    where scikit-learn's own estimator base loads it (pandas 3 imports it, scikit-learn pandas)."""
+    ours = _loaded_after(
+        "from dkmeans import BisectingKMeans, KMeans, MiniBatchKMeans\n"
+        "KMeans(3).get_params(); MiniBatchKMeans(5, batch_size=64); BisectingKMeans(2); repr(KMeans())"
+    )
+    theirs = _loaded_after("import sklearn.base, sklearn.utils.validation")
+    assert not {"dask.array", "dask.dataframe", "distributed", "numba"} & set(ours), ours
+    assert set(ours) <= set(theirs), (ours, theirs)
+    # and the estimator imported so fits: the modules it left out load at its first fit
+    fitted = _loaded_after(
+        "import numpy as np\nfrom dkmeans import KMeans\n"
+        "km = KMeans(2, random_state=0).fit(np.array([[0.0, 0], [0, 1], [9, 9], [9, 8]]))\n"
+        "assert sorted(km.labels_.tolist()) == [0, 0, 1, 1], km.labels_"
+    )
+    assert "dask.array" in fitted
+
+
 def test_cli_fit_minibatch_on_parquet(tmp_path, data):
     import subprocess
     import sys

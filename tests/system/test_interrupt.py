@@ -101,11 +101,16 @@ def test_an_interrupted_fit_stops_cancels_its_tasks_and_leaves_the_cluster_usabl
 
 
 @pytest.mark.timeout(600)
-def test_an_interrupted_sweep_returns_at_once(cluster):
+@pytest.mark.parametrize("where", ["caller", "cluster"])
+def test_an_interrupted_sweep_returns_at_once(cluster, where):
+    """In the caller (25 MiB of rows: within dkmeans.in-process-bytes) and on the cluster."""
     X = da.random.RandomState(1).random_sample((200_000, 16), chunks=(50_000, 16))
     started = []
     fired = _interrupt_after(3.0, when=lambda: bool(started))
-    with cluster.as_current(), dask.config.set({"dkmeans.single-task-work": 0}):
+    on = {"dkmeans.single-task-work": 0}
+    if where == "cluster":
+        on["dkmeans.in-process-bytes"] = 0
+    with cluster.as_current(), dask.config.set(on):
         with pytest.raises(KeyboardInterrupt):
             started.append(1)
             dkmeans.sweep(

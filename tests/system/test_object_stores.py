@@ -197,6 +197,36 @@ def test_cli_fits_and_predicts_on_the_store_writing_back(store, tmp_path):
     assert sorted(back["id"]) == list(range(N))
 
 
+def test_cli_fits_a_small_folder_on_the_store_in_its_own_process(store, tmp_path, monkeypatch):
+    """Files whose footers on the store say they are small: read and fitted in the command's
+    process (no cluster started), the model the same as the cluster's fit of them."""
+    options, _ = store
+    options_file = tmp_path / "store.json"
+    options_file.write_text(json.dumps(options))
+    common = ["fit", f"s3://{BUCKET}/spark/", "-k", "3", "--columns", *FEATURES, "--json"]
+    common += ["--random-state", "0", "--storage-options", options_file]
+    res = run_cli(*common, "--model", tmp_path / "here.npz")
+    assert res.returncode == 0, res.stderr
+    assert "started a local Dask cluster" not in res.stdout + res.stderr, res.stderr
+    monkeypatch.setenv("DASK_DKMEANS__IN_PROCESS_BYTES", "0")  # the same command on a cluster
+    on_cluster = run_cli(*common, "--model", tmp_path / "cluster.npz", "--workers", 1)
+    assert on_cluster.returncode == 0, on_cluster.stderr
+    assert "started a local Dask cluster" in on_cluster.stderr
+    here, there = (json.loads(r.stdout) for r in (res, on_cluster))
+    for outcome in (here, there):
+        outcome.pop("seconds"), outcome.pop("model")
+    # the sums of other chunks: the objective to rounding
+    assert here.pop("inertia") == pytest.approx(there.pop("inertia"), rel=1e-12)
+    assert here == there and here["data_mode"] == "in-memory"
+    ours, theirs = KMeans.load(tmp_path / "here.npz"), KMeans.load(tmp_path / "cluster.npz")
+    np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=1e-12)
+    ref = reference()  # and scikit-learn's fit of the same rows
+    order = np.argsort(ours.cluster_centers_[:, 2]), np.argsort(ref.cluster_centers_[:, 2])
+    np.testing.assert_allclose(
+        ours.cluster_centers_[order[0]], ref.cluster_centers_[order[1]], rtol=1e-6
+    )
+
+
 def _error_line(res) -> str:
     assert res.returncode == 2, res.stdout + res.stderr
     lines = error_lines(res)

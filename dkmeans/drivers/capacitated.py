@@ -56,13 +56,21 @@ AUCTION_PASSES = 12
 REPAIR_ROUNDS = 20
 #: Passes of the final repair at most (each moves rows; the repair ends in a few).
 FIX_PASSES = 50
-#: A capped Lloyd loop stops after :data:`STOP_PATIENCE` assignments none of which lowered the best
-#: objective by more than this share: the final repair's moves among near-tied rows can keep labels
-#: changing at a settled objective (the centroid-shift rule alone might never be met).
-STOP_RTOL = 1e-4
-STOP_PATIENCE = 3
+#: A capped Lloyd iteration counts as progress where its objective is lower than the previous
+#: assignment's at the new centroids by more than this share (the rounding of the float64 sums);
+#: otherwise the exact solve decides, and where it is no lower either the loop has settled.
+STOP_RTOL = 1e-9
 #: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
 QUANTUM_BITS = 44
+#: Passes of a Lloyd iteration's cheap assignment at most (warm prices, then the repair): past
+#: them the iteration takes the exact solve instead.
+CHEAP_PASSES = 4
+#: Moves of the exact solve's exchange lists per pass, over all pairs of clusters (each pair at
+#: least one, at most :data:`EXCHANGE_PER_PAIR`).
+EXCHANGE_MOVES = 1 << 16
+EXCHANGE_PER_PAIR = 64
+#: Passes of the exact solve's cycle cancelling at most.
+CERTIFY_PASSES = 200
 
 
 class CapacityError(InvalidDataError):
@@ -96,6 +104,7 @@ def _chunk(
     exit_wanted=0,
     overrides=None,
     repair=None,
+    exchange=0,
 ):
     return price_partials(
         X,
@@ -112,6 +121,7 @@ def _chunk(
         exit_wanted,
         overrides,
         repair,
+        exchange=exchange,
     )
 
 
@@ -121,7 +131,10 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
     tag = _digest(C, q)
     if cache is None or cache.tag != tag:
         cache = cost_cache(X, C, q, offset, tag)
-    return cache, price_partials(X, w, offset, C, P, Q, q, *rest, cache=cache)
+    exchange = rest[7] if len(rest) > 7 else 0
+    return cache, price_partials(
+        X, w, offset, C, P, Q, q, *rest[:7], cache=cache, exchange=exchange
+    )
 
 
 def _digest(C, q: float) -> bytes:
@@ -174,6 +187,17 @@ class CapacitatedPasses:
     state: object = None
     #: whether the passes keep the costs (in-memory data with room for ``8 k`` bytes a row)
     keep: bool | None = None
+    #: per assignment, whether it is certified optimal (no negative cycle in the exchange graph,
+    #: or optimal prices alone); None: not checked (a cheap Lloyd iteration, weighted rows)
+    certified_per_solve: list = field(default_factory=list)
+    #: the Lloyd loop's assignments proved no cheaper than the previous one: the loop stops
+    settled: bool = False
+    #: the last accepted Lloyd assignment: its centroids (float64) and partials
+    _previous: tuple | None = field(default=None, repr=False)
+    #: prices the next assignment starts from (the last certified assignment's optimal duals)
+    _warm: tuple | None = field(default=None, repr=False)
+    #: the repair's last request (a Lloyd iteration's first pass asks it again)
+    _ask: object = field(default=None, repr=False)
 
     def __getstate__(self):
         out = dict(self.__dict__)
@@ -183,6 +207,7 @@ class CapacitatedPasses:
     def begin(self, data, iterations: int | None = None) -> None:
         """Keep the chunks' costs between passes where the data stays in memory and has room."""
         self.state, self.keep = None, None  # decided at the first pass, which knows k
+        self._previous, self.settled = None, False  # a new block of iterations: a first solve
 
     def end(self, data) -> None:
         """Release the chunks' costs."""
@@ -200,9 +225,37 @@ class CapacitatedPasses:
         return data.map_reduce(_chunk, combine, args)
 
     def partials(self, data, C: np.ndarray):
-        """The :class:`~dkmeans.kernels.common.Partials` of the capacitated assignment to ``C``, and 1.0
-        (every distance computed)."""
-        return self.solve(data, C).partials, 1.0
+        """The :class:`~dkmeans.kernels.common.Partials` of a Lloyd iteration's capped assignment to
+        ``C``, and 1.0 (every distance computed).
+
+        The first of a block of iterations is solved (auction and repair). The next ones only need
+        an assignment within the caps no worse than the previous one's at ``C`` (a Lloyd step never
+        raises the objective): first the cheap one, the priced labels at the warm prices and the
+        repair of the few rows they leave over or under the caps (about two passes); where that is
+        not cheaper by more than :data:`STOP_RTOL`, the exact solve (:meth:`solve` with the cycle
+        cancelling). Where the exact one is not cheaper either, :attr:`settled` is set: the loop
+        stops on these centroids. The passes of the iteration are one entry of
+        :attr:`passes_per_solve`.
+        """
+        C = np.asarray(C)
+        C64 = C.astype(np.float64)
+        previous, self._previous = self._previous, None
+        if previous is None or self.prices is None:
+            part, passes, certified = self._solve(data, C, exact=False)
+        else:
+            bound = _objective_at(previous[1], previous[0], C64)
+            goal = bound - STOP_RTOL * abs(bound)
+            part, passes = self._cheap(data, C)
+            certified = None
+            if part is None or float(part.partials.objective) > goal:
+                exact, more, certified = self._solve(data, C, exact=True)
+                passes += more
+                self.settled = float(exact.partials.objective) > goal
+                part = exact
+        self.passes_per_solve.append(passes)
+        self.certified_per_solve.append(certified)
+        self._previous = (C64, part.partials)
+        return part.partials, 1.0
 
     def _scale(self, data, C) -> float:
         """The quantum: a power of two about ``2**-QUANTUM_BITS`` of four times the largest squared
@@ -215,19 +268,28 @@ class CapacitatedPasses:
             self.quantum = 2.0 ** (math.ceil(math.log2(top)) - QUANTUM_BITS) if top > 0 else 1.0
         return self.quantum
 
-    def solve(self, data, C: np.ndarray) -> PricePartials:
-        """Move the prices until every size is within the caps; the last pass's :class:`PricePartials`.
+    def solve(self, data, C: np.ndarray, exact: bool = True) -> PricePartials:
+        """The capacitated assignment to ``C``: the last pass's :class:`PricePartials`.
 
-        From the previous assignment's prices where it has some; where those end without
-        complementary slackness, again from zero prices.
+        Prices are moved until every size is within the caps (from the previous assignment's
+        prices where it has some; where those end without complementary slackness, again from
+        zero prices), the repair moves the rows they leave over or under, and (``exact``, rows
+        of unit weight) the cycle cancelling over exchange lists makes the assignment optimal:
+        equal in cost to the optimal transport of ``C`` (integer costs of the quantum).
         """
+        part, passes, certified = self._solve(data, C, exact)
+        self.passes_per_solve.append(passes)
+        self.certified_per_solve.append(certified)
+        return part
+
+    def _solve(self, data, C: np.ndarray, exact: bool):
+        """:meth:`solve`'s work: the last pass, the passes, whether it is certified optimal."""
         k = len(C)
         q = self._scale(data, C)
-        warm = self.prices is not None
+        start = self._warm if self._warm is not None else self.prices
+        warm = start is not None
         P, Q = (
-            (np.array(p, dtype=np.float64) for p in self.prices)
-            if warm
-            else (np.zeros(k), np.zeros(k))
+            (np.array(p, dtype=np.float64) for p in start) if warm else (np.zeros(k), np.zeros(k))
         )
         part, passes = self._auction(data, C, q, P, Q)
         if warm and part is not None and not self.optimal(P, part.partials.counts):
@@ -242,11 +304,89 @@ class CapacitatedPasses:
         ):  # the prices left a few rows over (under) their caps: the repair moves them
             part, moved, more = self._repair(data, C, q, P, Q)
             passes += more
-        self.prices, self.overrides = (P, Q), moved
-        self.passes_per_solve.append(passes)
         self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
         self.bounds = (float(part.partials.objective), self.dual_bound(part, P))
-        return part
+        self.prices, self.overrides, self._warm = (P, Q), moved, None
+        certified = None
+        if moved is None and self.optimal(P, part.partials.counts):
+            certified = True  # optimal prices alone: complementary slackness
+            self._warm = (P.copy(), Q.copy())
+        elif exact:
+            cancelled = self._certify(data, C, q, P, Q, moved)
+            if cancelled is not None:
+                part, moved, more, duals = cancelled
+                passes += more
+                self.overrides, certified = moved, duals is not None
+                if duals is not None:
+                    self._warm = (duals, Q.copy())
+                    self.bounds = (float(part.partials.objective), float(part.partials.objective))
+        return part, passes, certified
+
+    def _cheap(self, data, C):
+        """A Lloyd iteration's cheap assignment: the priced labels at the warm prices and the
+        repair of the rows left over or under the caps, its first pass asking for the moves the
+        last repair asked for; ``(part, passes)``, ``part`` None where it took more than
+        :data:`CHEAP_PASSES` passes."""
+        q = self._scale(data, C)
+        start = self._warm if self._warm is not None else self.prices
+        P, Q = (np.array(p, dtype=np.float64) for p in start)
+        part, moved, passes = self._repair(data, C, q, P, Q, first=self._ask, limit=CHEAP_PASSES)
+        if part is not None:
+            self.prices, self.overrides = (P, Q), moved
+            self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
+        return part, passes
+
+    def _certify(self, data, C, q: float, P, Q, overrides):
+        """Cancel negative cycles of the exchange graph until there is none: the assignment is then
+        an optimal transport of ``C`` (integer costs).
+
+        The assignment (priced labels at ``P``, ``Q`` with ``overrides``) is optimal exactly when
+        no set of moves keeping every size within its caps is cheaper: when the graph of the
+        clusters, an edge ``a -> b`` weighing the cheapest move of a row of ``a`` into ``b`` (and a
+        node for the caps' room: ``s -> a`` where ``a`` is above its floor, ``b -> s`` where ``b``
+        is below its cap), has no negative cycle. Each pass reports every pair's cheapest moves
+        (:func:`~dkmeans.kernels.capacitated.exchange_moves`); the caller cancels negative cycles
+        (moving one row along each edge) until the lists hold none, and the next pass, with the
+        moves as overrides, looks again. A pass that finds none certifies the assignment; the
+        shortest distances of that graph are then optimal prices.
+
+        Returns ``(part, overrides, passes, duals)`` (``duals`` None where the passes ran out),
+        or None where rows are weighted (moving rows of unequal weights changes the sizes: no
+        certificate).
+        """
+        k = len(C)
+        if k < 2:
+            return None
+        lower, upper = self.capacity.lower, self.capacity.upper
+        m = int(min(EXCHANGE_PER_PAIR, max(1, EXCHANGE_MOVES // (k * (k - 1)))))
+        moved: dict[int, int] = {}
+        if overrides is not None:
+            moved.update(zip(overrides[0].tolist(), overrides[1].tolist()))
+        none = _Requests.none(k)
+        part = None
+        for passes in range(1, CERTIFY_PASSES + 1):
+            part = self._pass(
+                data,
+                functools.partial(
+                    combine_price_partials,
+                    shed_wanted=none.shed,
+                    enter_wanted=none.enter,
+                    exchange=m,
+                ),
+                (C, P, Q, q) + none.args() + (overrides, None, m),
+            )
+            ex = part.exchange
+            sizes = part.partials.counts
+            if not (np.all(ex.weight == 1.0) and np.all(part.rows == sizes)):
+                return None
+            found, duals = _cancel_cycles(ex, sizes.astype(np.float64), lower, upper, k)
+            if not found:
+                return part, overrides, passes, duals
+            moved.update(found)
+            rows = np.array(sorted(moved), dtype=np.int64)
+            overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
+        logger.debug("size caps: cycle cancelling stopped after %d passes", passes)
+        return part, overrides, passes, None
 
     def dual_bound(self, part: PricePartials, P) -> float:
         """A lower bound on the optimal transport's objective: the Lagrangian dual at prices ``P``
@@ -255,22 +395,23 @@ class CapacitatedPasses:
         caps = np.where(P > 0, P * upper, P * lower)
         return float((part.dual - caps.sum()) * self.quantum)
 
-    def _repair(self, data, C, q: float, P, Q):
+    def _repair(self, data, C, q: float, P, Q, first=None, limit: int | None = None):
         """Move the rows left over the caps (under the floors) to the clusters with room (below their
         floors), the cheapest moves first: by the extra squared distance, then global row index.
 
         Over-full clusters shed first (each row to its nearest cluster with room), then under-full
         ones take rows from clusters above their floor. The moves are kept as ``(rows, labels)``
         overrides of the priced labels. Returns the last pass's partials, the overrides and the
-        passes.
+        passes. ``first``: what the first pass reports (a guess: the last repair's request);
+        ``limit``: passes at most, past which ``(None, None, passes)`` is returned.
         """
         k = len(C)
         lower, upper = self.capacity.lower, self.capacity.upper
         moved: dict[int, int] = {}
         none = _Requests.none(k)
-        ask = None
+        ask = first
         overrides = None
-        for passes in range(1, FIX_PASSES + 1):
+        for passes in range(1, (limit or FIX_PASSES) + 1):
             part = self._pass(
                 data,
                 functools.partial(
@@ -288,7 +429,8 @@ class CapacitatedPasses:
                 return part, overrides, passes
             if ask is not None:
                 if not _apply_moves(part.moves, ask.shed, sizes, lower, upper, slack, moved):
-                    break
+                    if not (passes == 1 and ask is first):
+                        break  # (a first pass's guessed request may find nothing to move)
                 rows = np.array(sorted(moved), dtype=np.int64)
                 overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
                 over, under = sizes - upper > slack, lower - sizes > slack
@@ -305,6 +447,10 @@ class CapacitatedPasses:
                 ask = RepairAsk(False, donors, under, _repair_wanted(gap, mean_weight))
             else:
                 ask = None
+            if ask is not None:
+                self._ask = ask
+        if limit is not None:
+            return None, None, passes
         raise CapacityError(
             f"the size caps' repair did not settle in {passes} passes (sizes "
             f"{np.round(sizes).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
@@ -581,6 +727,100 @@ def _level(P, sizes, lower: float, upper: float, slack: float) -> float:
     return float(np.floor((low + high) / 2))
 
 
+def _objective_at(partials, C_old, C_new) -> float:
+    """The objective of the assignment of ``partials`` (made for centroids ``C_old``) at ``C_new``:
+    ``sum w ||x - c'||^2 = sum w ||x - c||^2 - 2 S . (c' - c) + n (||c'||^2 - ||c||^2)`` per
+    cluster, from its sums ``S`` and size ``n`` (float64)."""
+    S, n = np.asarray(partials.sums, np.float64), np.asarray(partials.counts, np.float64)
+    shift = -2.0 * np.einsum("ij,ij->", S, C_new - C_old)
+    norms = np.einsum("ij,ij->i", C_new, C_new) - np.einsum("ij,ij->i", C_old, C_old)
+    return float(partials.objective) + float(shift) + float(np.dot(n, norms))
+
+
+def _cancel_cycles(ex, sizes, lower: float, upper: float, k: int):
+    """Negative cycles of the exchange graph cancelled over the lists ``ex`` (a pass's exchange
+    moves, sorted by pair, cost and row; rows of unit weight): ``(moves, duals)``, ``moves`` a
+    dict row -> new cluster (empty: no negative cycle, the lists' heads being the exact cheapest
+    moves), ``duals`` then optimal prices (the graph's shortest distances, negated; else None).
+
+    Node ``k`` is the caps' room: an edge ``k -> a`` (weight 0) where cluster ``a`` can lose a
+    row, ``b -> k`` where ``b`` can take one. A cycle's moves keep every size within its caps
+    and lower the cost by the cycle's (integer) weight. Cycles are found by Bellman-Ford on the
+    heads of the lists, rows already moved skipped, until none is left.
+    """
+    slack = _slack(sizes)
+    sizes = sizes.copy()
+    pair = ex.source * k + ex.target
+    starts = np.searchsorted(pair, np.arange(k * k))
+    ends = np.searchsorted(pair, np.arange(k * k), side="right")
+    ptr = starts.copy()
+    rows, costs = ex.row, ex.cost
+    used: dict[int, int] = {}
+    W = np.full((k + 1, k + 1), np.inf)
+    has = ptr < ends
+    W[:k, :k].flat[np.flatnonzero(has)] = costs[ptr[has]]
+    np.fill_diagonal(W, np.inf)
+
+    def head(a: int, b: int) -> float:
+        i = a * k + b
+        while ptr[i] < ends[i] and int(rows[ptr[i]]) in used:
+            ptr[i] += 1
+        return float(costs[ptr[i]]) if ptr[i] < ends[i] else np.inf
+
+    while True:
+        W[k, :k] = np.where(sizes - 1.0 >= lower - slack, 0.0, np.inf)
+        W[:k, k] = np.where(sizes + 1.0 <= upper + slack, 0.0, np.inf)
+        cycle, dist = _negative_cycle(W)
+        if cycle is None:
+            return used, (None if used else -dist[:k])
+        for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+            if a < k and b < k:  # a row of a moves to b (the room node's edges move none)
+                used[int(rows[ptr[a * k + b]])] = b
+                sizes[a] -= 1.0
+                sizes[b] += 1.0
+        for a in set(cycle) - {k}:  # the heads of the clusters that lost a row
+            for b in range(k):
+                if b != a:
+                    W[a, b] = head(a, b)
+
+
+def _negative_cycle(W):
+    """A negative cycle of the dense graph ``W`` (inf: no edge) as a list of nodes and the
+    distances, or None and the shortest distances from a virtual source joined to every node
+    (Bellman-Ford, all nodes at once: the same cycle for the same graph)."""
+    v = W.shape[0]
+    dist = np.zeros(v)
+    pred = np.full(v, -1)
+    columns = np.arange(v)
+    for _ in range(v + 1):
+        cand = dist[:, None] + W
+        best = cand.argmin(axis=0)
+        value = cand[best, columns]
+        better = value < dist
+        if not better.any():
+            return None, dist
+        dist = np.where(better, value, dist)
+        pred = np.where(better, best, pred)
+    # still relaxing after v rounds: the predecessor graph holds a cycle, and every one is negative
+    for start in range(v):
+        seen: set[int] = set()
+        node = start
+        while node >= 0 and node not in seen:
+            seen.add(node)
+            node = int(pred[node])
+        if node < 0:
+            continue
+        cycle = [node]
+        back = int(pred[node])
+        while back != node:
+            cycle.append(back)
+            back = int(pred[back])
+        cycle.reverse()  # walked back along the predecessors: the edges run forward
+        if sum(W[a, b] for a, b in zip(cycle, cycle[1:] + cycle[:1])) < 0:
+            return cycle, dist
+    return None, dist
+
+
 def _slack(sizes) -> float:
     """Tolerance of a size against a cap: rounding of weighted sums (none for unit weights)."""
     return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
@@ -588,7 +828,8 @@ def _slack(sizes) -> float:
 
 __all__ = [
     "AUCTION_PASSES",
-    "STOP_PATIENCE",
+    "CERTIFY_PASSES",
+    "CHEAP_PASSES",
     "STOP_RTOL",
     "Capacity",
     "CapacitatedPasses",

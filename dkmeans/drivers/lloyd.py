@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
+from dkmeans.drivers.capacitated import CapacitatedPasses
 from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
 from dkmeans.drivers.state import STOPPED, IterationRecord, LoopState
 from dkmeans.errors import (
@@ -350,7 +349,6 @@ def _iterate(
     n_records = len(history)
     stop_reason, converged = "max_iter", False
     carried = None  # the next iteration's partials, formed with an empty-cluster refill
-    best_objective, since_best = math.inf, 0  # capped loops: assignments since the best objective
     try:
         for it in range(n_iter, max_iter):
             t0 = time.perf_counter()
@@ -369,14 +367,11 @@ def _iterate(
             ):
                 stop_reason, converged = stop_rule.name, True
                 break
-            if isinstance(passes, CapacitatedPasses):  # repaired near-ties: objective settles
-                if objective < best_objective * (1 - STOP_RTOL):
-                    best_objective, since_best = objective, 0
-                else:
-                    since_best += 1
-                if since_best >= STOP_PATIENCE:
-                    stop_reason, converged = "objective-decrease", True
-                    break
+            if isinstance(passes, CapacitatedPasses) and passes.settled:
+                # no assignment within the caps cheaper than the last one's at these centroids
+                # (the exact solve's): the loop ends on them, its objective never higher
+                stop_reason, converged = "objective-decrease", True
+                break
             new, empty = update(partials, C)
             n_empty = int(empty.sum())
             capped = isinstance(passes, CapacitatedPasses)

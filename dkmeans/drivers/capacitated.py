@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dkmeans.errors import InvalidDataError
+from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.capacitated import (
     TIE_BITS,
     PricePartials,
@@ -43,8 +44,12 @@ from dkmeans.kernels.capacitated import (
     price_partials,
     priced_label_objective,
 )
+from dkmeans.kernels.exchange import CERTIFIED, exchange_flow
+from dkmeans.kernels.plans import compiled_allowed
 
 logger = logging.getLogger("dkmeans")
+
+_loops = LazyModule("dkmeans.kernels.backends.compiled_capacitated")  # numba at first use
 
 #: Rows' moves reported per pass, over all clusters (each at least 64).
 MOVES_PER_PASS = 1 << 18
@@ -62,15 +67,17 @@ FIX_PASSES = 50
 STOP_RTOL = 1e-9
 #: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
 QUANTUM_BITS = 44
-#: Passes of a Lloyd iteration's cheap assignment at most (warm prices, then the repair): past
-#: them the iteration takes the exact solve instead.
-CHEAP_PASSES = 4
 #: Moves of the exact solve's exchange lists per pass, over all pairs of clusters (each pair at
 #: least one, at most :data:`EXCHANGE_PER_PAIR`).
 EXCHANGE_MOVES = 1 << 16
 EXCHANGE_PER_PAIR = 64
-#: Passes of the exact solve's cycle cancelling at most.
+#: The exact solve from the last optimal prices hands over to the auction where the first pass's
+#: rows over and under the caps are more than this share of its exchange lists' moves.
+BAIL_SHARE = 4
+#: Passes of the exact solve's moves over exchange lists at most.
 CERTIFY_PASSES = 200
+#: Cycles and paths of the caller's moves over one pass's exchange lists at most.
+EXCHANGE_STEPS = 1 << 20
 
 
 class CapacityError(InvalidDataError):
@@ -196,8 +203,6 @@ class CapacitatedPasses:
     _previous: tuple | None = field(default=None, repr=False)
     #: prices the next assignment starts from (the last certified assignment's optimal duals)
     _warm: tuple | None = field(default=None, repr=False)
-    #: the repair's last request (a Lloyd iteration's first pass asks it again)
-    _ask: object = field(default=None, repr=False)
 
     def __getstate__(self):
         out = dict(self.__dict__)
@@ -228,30 +233,20 @@ class CapacitatedPasses:
         """The :class:`~dkmeans.kernels.common.Partials` of a Lloyd iteration's capped assignment to
         ``C``, and 1.0 (every distance computed).
 
-        The first of a block of iterations is solved (auction and repair). The next ones only need
-        an assignment within the caps no worse than the previous one's at ``C`` (a Lloyd step never
-        raises the objective): first the cheap one, the priced labels at the warm prices and the
-        repair of the few rows they leave over or under the caps (about two passes); where that is
-        not cheaper by more than :data:`STOP_RTOL`, the exact solve (:meth:`solve` with the cycle
-        cancelling). Where the exact one is not cheaper either, :attr:`settled` is set: the loop
-        stops on these centroids. The passes of the iteration are one entry of
-        :attr:`passes_per_solve`.
+        Each assignment is the exact one (:meth:`solve`): from the previous one's optimal prices,
+        a pass's priced labels and exchange lists, the caller's moves over those lists, and a pass
+        that certifies the result (two or three passes where the centroids moved little). Where it
+        is not cheaper than the previous assignment at ``C`` (computed from that one's sums) by more
+        than :data:`STOP_RTOL`, :attr:`settled` is set: the loop stops on these centroids. The
+        passes of the iteration are one entry of :attr:`passes_per_solve`.
         """
         C = np.asarray(C)
         C64 = C.astype(np.float64)
         previous, self._previous = self._previous, None
-        if previous is None or self.prices is None:
-            part, passes, certified = self._solve(data, C, exact=False)
-        else:
+        part, passes, certified = self._solve(data, C, exact=True)
+        if previous is not None:
             bound = _objective_at(previous[1], previous[0], C64)
-            goal = bound - STOP_RTOL * abs(bound)
-            part, passes = self._cheap(data, C)
-            certified = None
-            if part is None or float(part.partials.objective) > goal:
-                exact, more, certified = self._solve(data, C, exact=True)
-                passes += more
-                self.settled = float(exact.partials.objective) > goal
-                part = exact
+            self.settled = float(part.partials.objective) > bound - STOP_RTOL * abs(bound)
         self.passes_per_solve.append(passes)
         self.certified_per_solve.append(certified)
         self._previous = (C64, part.partials)
@@ -286,12 +281,24 @@ class CapacitatedPasses:
         """:meth:`solve`'s work: the last pass, the passes, whether it is certified optimal."""
         k = len(C)
         q = self._scale(data, C)
+        passes = 0
+        if exact and self._warm is not None:  # the last optimal prices: moves over exchange lists
+            P, Q = (np.array(p, dtype=np.float64) for p in self._warm)
+            done = self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=True)
+            if done is not None:
+                part, moved, passes, duals = done
+                if duals is not None:
+                    self.prices, self.overrides, self._warm = (P, Q), moved, (duals, Q.copy())
+                    self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
+                    self.bounds = (float(part.partials.objective),) * 2
+                    return part, passes, True
         start = self._warm if self._warm is not None else self.prices
         warm = start is not None
         P, Q = (
             (np.array(p, dtype=np.float64) for p in start) if warm else (np.zeros(k), np.zeros(k))
         )
-        part, passes = self._auction(data, C, q, P, Q)
+        part, more = self._auction(data, C, q, P, Q)
+        passes += more
         if warm and part is not None and not self.optimal(P, part.partials.counts):
             P0, Q0 = np.zeros(k), np.zeros(k)
             cold, more = self._auction(data, C, q, P0, Q0)
@@ -312,7 +319,7 @@ class CapacitatedPasses:
             certified = True  # optimal prices alone: complementary slackness
             self._warm = (P.copy(), Q.copy())
         elif exact:
-            cancelled = self._certify(data, C, q, P, Q, moved)
+            cancelled = self._certify(data, C, q, P, Q, moved, CERTIFY_PASSES)
             if cancelled is not None:
                 part, moved, more, duals = cancelled
                 passes += more
@@ -322,37 +329,25 @@ class CapacitatedPasses:
                     self.bounds = (float(part.partials.objective), float(part.partials.objective))
         return part, passes, certified
 
-    def _cheap(self, data, C):
-        """A Lloyd iteration's cheap assignment: the priced labels at the warm prices and the
-        repair of the rows left over or under the caps, its first pass asking for the moves the
-        last repair asked for; ``(part, passes)``, ``part`` None where it took more than
-        :data:`CHEAP_PASSES` passes."""
-        q = self._scale(data, C)
-        start = self._warm if self._warm is not None else self.prices
-        P, Q = (np.array(p, dtype=np.float64) for p in start)
-        part, moved, passes = self._repair(data, C, q, P, Q, first=self._ask, limit=CHEAP_PASSES)
-        if part is not None:
-            self.prices, self.overrides = (P, Q), moved
-            self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
-        return part, passes
+    def _certify(self, data, C, q: float, P, Q, overrides, limit: int, bail: bool = False):
+        """Moves over exchange lists until the assignment is an optimal transport of ``C`` (integer
+        costs), certified by a pass that finds nothing to move.
 
-    def _certify(self, data, C, q: float, P, Q, overrides):
-        """Cancel negative cycles of the exchange graph until there is none: the assignment is then
-        an optimal transport of ``C`` (integer costs).
+        The assignment (priced labels at ``P``, ``Q`` with ``overrides``) need not be within the
+        caps. Each pass reports every pair of clusters' cheapest moves
+        (:func:`~dkmeans.kernels.capacitated.exchange_moves`); the caller
+        (:func:`~dkmeans.kernels.exchange.exchange_flow`) pushes the rows of over-full (under-floor)
+        clusters along the cheapest paths of moves to clusters with room (from donors) and cancels
+        negative cycles, until the sizes are within the caps and the lists hold no negative cycle,
+        or a list runs out; the next pass, with the moves as overrides, looks again. A pass that
+        moves nothing certifies the assignment, and gives optimal prices (the shortest distances
+        of the exchange graph, negated).
 
-        The assignment (priced labels at ``P``, ``Q`` with ``overrides``) is optimal exactly when
-        no set of moves keeping every size within its caps is cheaper: when the graph of the
-        clusters, an edge ``a -> b`` weighing the cheapest move of a row of ``a`` into ``b`` (and a
-        node for the caps' room: ``s -> a`` where ``a`` is above its floor, ``b -> s`` where ``b``
-        is below its cap), has no negative cycle. Each pass reports every pair's cheapest moves
-        (:func:`~dkmeans.kernels.capacitated.exchange_moves`); the caller cancels negative cycles
-        (moving one row along each edge) until the lists hold none, and the next pass, with the
-        moves as overrides, looks again. A pass that finds none certifies the assignment; the
-        shortest distances of that graph are then optimal prices.
-
-        Returns ``(part, overrides, passes, duals)`` (``duals`` None where the passes ran out),
-        or None where rows are weighted (moving rows of unequal weights changes the sizes: no
-        certificate).
+        Returns ``(part, overrides, passes, duals)`` (``duals`` None where ``limit`` passes did not
+        end in a certificate), or None where rows are weighted (moves of rows of unequal weights
+        change the sizes unequally: no such certificate), the lists left no path, or (``bail``)
+        the first pass's sizes are further from the caps than a few passes' lists can move (the
+        prices are then the auction's to move).
         """
         k = len(C)
         if k < 2:
@@ -364,7 +359,7 @@ class CapacitatedPasses:
             moved.update(zip(overrides[0].tolist(), overrides[1].tolist()))
         none = _Requests.none(k)
         part = None
-        for passes in range(1, CERTIFY_PASSES + 1):
+        for passes in range(1, limit + 1):
             part = self._pass(
                 data,
                 functools.partial(
@@ -375,18 +370,22 @@ class CapacitatedPasses:
                 ),
                 (C, P, Q, q) + none.args() + (overrides, None, m),
             )
-            ex = part.exchange
-            sizes = part.partials.counts
+            ex, sizes = part.exchange, part.partials.counts
             if not (np.all(ex.weight == 1.0) and np.all(part.rows == sizes)):
                 return None
-            found, duals = _cancel_cycles(ex, sizes.astype(np.float64), lower, upper, k)
-            if not found:
+            gap = float(np.sum(np.maximum(sizes - upper, 0) + np.maximum(lower - sizes, 0)))
+            if bail and passes == 1 and gap * BAIL_SHARE > ex.row.shape[0]:
+                return None
+            found, duals, outcome = exchange_moves_of(ex, sizes, lower, upper, k)
+            if outcome == CERTIFIED:
                 return part, overrides, passes, duals
+            if not found:
+                return None  # no path among the lists (not expected: every pair has a list)
             moved.update(found)
             rows = np.array(sorted(moved), dtype=np.int64)
             overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
-        logger.debug("size caps: cycle cancelling stopped after %d passes", passes)
-        return part, overrides, passes, None
+        logger.debug("size caps: the exchange moves stopped after %d passes", limit)
+        return part, overrides, limit, None
 
     def dual_bound(self, part: PricePartials, P) -> float:
         """A lower bound on the optimal transport's objective: the Lagrangian dual at prices ``P``
@@ -395,23 +394,22 @@ class CapacitatedPasses:
         caps = np.where(P > 0, P * upper, P * lower)
         return float((part.dual - caps.sum()) * self.quantum)
 
-    def _repair(self, data, C, q: float, P, Q, first=None, limit: int | None = None):
+    def _repair(self, data, C, q: float, P, Q):
         """Move the rows left over the caps (under the floors) to the clusters with room (below their
         floors), the cheapest moves first: by the extra squared distance, then global row index.
 
         Over-full clusters shed first (each row to its nearest cluster with room), then under-full
         ones take rows from clusters above their floor. The moves are kept as ``(rows, labels)``
         overrides of the priced labels. Returns the last pass's partials, the overrides and the
-        passes. ``first``: what the first pass reports (a guess: the last repair's request);
-        ``limit``: passes at most, past which ``(None, None, passes)`` is returned.
+        passes.
         """
         k = len(C)
         lower, upper = self.capacity.lower, self.capacity.upper
         moved: dict[int, int] = {}
         none = _Requests.none(k)
-        ask = first
+        ask = None
         overrides = None
-        for passes in range(1, (limit or FIX_PASSES) + 1):
+        for passes in range(1, FIX_PASSES + 1):
             part = self._pass(
                 data,
                 functools.partial(
@@ -429,8 +427,7 @@ class CapacitatedPasses:
                 return part, overrides, passes
             if ask is not None:
                 if not _apply_moves(part.moves, ask.shed, sizes, lower, upper, slack, moved):
-                    if not (passes == 1 and ask is first):
-                        break  # (a first pass's guessed request may find nothing to move)
+                    break
                 rows = np.array(sorted(moved), dtype=np.int64)
                 overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
                 over, under = sizes - upper > slack, lower - sizes > slack
@@ -447,10 +444,6 @@ class CapacitatedPasses:
                 ask = RepairAsk(False, donors, under, _repair_wanted(gap, mean_weight))
             else:
                 ask = None
-            if ask is not None:
-                self._ask = ask
-        if limit is not None:
-            return None, None, passes
         raise CapacityError(
             f"the size caps' repair did not settle in {passes} passes (sizes "
             f"{np.round(sizes).astype(np.int64).tolist()} against caps [{lower:g}, {upper:g}]): "
@@ -727,6 +720,37 @@ def _level(P, sizes, lower: float, upper: float, slack: float) -> float:
     return float(np.floor((low + high) / 2))
 
 
+def exchange_moves_of(ex, sizes, lower: float, upper: float, k: int):
+    """:func:`~dkmeans.kernels.exchange.exchange_flow` on a pass's exchange lists ``ex`` (sorted
+    by pair, cost and row): ``(moves, duals, outcome)``, ``moves`` a dict row -> new cluster,
+    ``duals`` optimal prices where the outcome is ``CERTIFIED`` (else None)."""
+    pair = ex.source * k + ex.target
+    keys = np.arange(k * k)
+    starts = np.searchsorted(pair, keys).astype(np.int64)
+    ends = np.searchsorted(pair, keys, side="right").astype(np.int64)
+    rows, group = np.unique(ex.row, return_inverse=True)
+    used = np.full(rows.shape[0], -1, np.int64)
+    duals = np.zeros(k)
+    flow = _loops.exchange_flow if compiled_allowed() else exchange_flow
+    outcome = flow(
+        starts,
+        ends,
+        np.ascontiguousarray(ex.cost, dtype=np.float64),
+        group.astype(np.int64),
+        k,
+        np.asarray(sizes, dtype=np.float64).copy(),
+        float(lower),
+        float(upper),
+        _slack(sizes),
+        used,
+        EXCHANGE_STEPS,
+        duals,
+    )
+    hit = np.flatnonzero(used >= 0)
+    moves = dict(zip(rows[hit].tolist(), used[hit].tolist()))
+    return moves, (duals if outcome == CERTIFIED else None), outcome
+
+
 def _objective_at(partials, C_old, C_new) -> float:
     """The objective of the assignment of ``partials`` (made for centroids ``C_old``) at ``C_new``:
     ``sum w ||x - c'||^2 = sum w ||x - c||^2 - 2 S . (c' - c) + n (||c'||^2 - ||c||^2)`` per
@@ -737,90 +761,6 @@ def _objective_at(partials, C_old, C_new) -> float:
     return float(partials.objective) + float(shift) + float(np.dot(n, norms))
 
 
-def _cancel_cycles(ex, sizes, lower: float, upper: float, k: int):
-    """Negative cycles of the exchange graph cancelled over the lists ``ex`` (a pass's exchange
-    moves, sorted by pair, cost and row; rows of unit weight): ``(moves, duals)``, ``moves`` a
-    dict row -> new cluster (empty: no negative cycle, the lists' heads being the exact cheapest
-    moves), ``duals`` then optimal prices (the graph's shortest distances, negated; else None).
-
-    Node ``k`` is the caps' room: an edge ``k -> a`` (weight 0) where cluster ``a`` can lose a
-    row, ``b -> k`` where ``b`` can take one. A cycle's moves keep every size within its caps
-    and lower the cost by the cycle's (integer) weight. Cycles are found by Bellman-Ford on the
-    heads of the lists, rows already moved skipped, until none is left.
-    """
-    slack = _slack(sizes)
-    sizes = sizes.copy()
-    pair = ex.source * k + ex.target
-    starts = np.searchsorted(pair, np.arange(k * k))
-    ends = np.searchsorted(pair, np.arange(k * k), side="right")
-    ptr = starts.copy()
-    rows, costs = ex.row, ex.cost
-    used: dict[int, int] = {}
-    W = np.full((k + 1, k + 1), np.inf)
-    has = ptr < ends
-    W[:k, :k].flat[np.flatnonzero(has)] = costs[ptr[has]]
-    np.fill_diagonal(W, np.inf)
-
-    def head(a: int, b: int) -> float:
-        i = a * k + b
-        while ptr[i] < ends[i] and int(rows[ptr[i]]) in used:
-            ptr[i] += 1
-        return float(costs[ptr[i]]) if ptr[i] < ends[i] else np.inf
-
-    while True:
-        W[k, :k] = np.where(sizes - 1.0 >= lower - slack, 0.0, np.inf)
-        W[:k, k] = np.where(sizes + 1.0 <= upper + slack, 0.0, np.inf)
-        cycle, dist = _negative_cycle(W)
-        if cycle is None:
-            return used, (None if used else -dist[:k])
-        for a, b in zip(cycle, cycle[1:] + cycle[:1]):
-            if a < k and b < k:  # a row of a moves to b (the room node's edges move none)
-                used[int(rows[ptr[a * k + b]])] = b
-                sizes[a] -= 1.0
-                sizes[b] += 1.0
-        for a in set(cycle) - {k}:  # the heads of the clusters that lost a row
-            for b in range(k):
-                if b != a:
-                    W[a, b] = head(a, b)
-
-
-def _negative_cycle(W):
-    """A negative cycle of the dense graph ``W`` (inf: no edge) as a list of nodes and the
-    distances, or None and the shortest distances from a virtual source joined to every node
-    (Bellman-Ford, all nodes at once: the same cycle for the same graph)."""
-    v = W.shape[0]
-    dist = np.zeros(v)
-    pred = np.full(v, -1)
-    columns = np.arange(v)
-    for _ in range(v + 1):
-        cand = dist[:, None] + W
-        best = cand.argmin(axis=0)
-        value = cand[best, columns]
-        better = value < dist
-        if not better.any():
-            return None, dist
-        dist = np.where(better, value, dist)
-        pred = np.where(better, best, pred)
-    # still relaxing after v rounds: the predecessor graph holds a cycle, and every one is negative
-    for start in range(v):
-        seen: set[int] = set()
-        node = start
-        while node >= 0 and node not in seen:
-            seen.add(node)
-            node = int(pred[node])
-        if node < 0:
-            continue
-        cycle = [node]
-        back = int(pred[node])
-        while back != node:
-            cycle.append(back)
-            back = int(pred[back])
-        cycle.reverse()  # walked back along the predecessors: the edges run forward
-        if sum(W[a, b] for a, b in zip(cycle, cycle[1:] + cycle[:1])) < 0:
-            return cycle, dist
-    return None, dist
-
-
 def _slack(sizes) -> float:
     """Tolerance of a size against a cap: rounding of weighted sums (none for unit weights)."""
     return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
@@ -829,7 +769,6 @@ def _slack(sizes) -> float:
 __all__ = [
     "AUCTION_PASSES",
     "CERTIFY_PASSES",
-    "CHEAP_PASSES",
     "STOP_RTOL",
     "Capacity",
     "CapacitatedPasses",

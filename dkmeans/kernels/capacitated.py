@@ -238,6 +238,23 @@ def exchange_moves(D, labels, wt, row_offset: int, m: int) -> Moves:
     return select_exchange(_concat_moves(parts), m)
 
 
+def _exchange(D, labels, wt, row_offset: int, m: int) -> Moves:
+    """:func:`exchange_moves`, by the compiled loops where allowed (the same moves)."""
+    n, k = D.shape
+    if not (compiled_allowed() and n and k > 1 and m > 0):
+        return exchange_moves(D, labels, wt, row_offset, m)
+    cost, row = np.empty((k * k, m)), np.empty((k * k, m), np.int64)
+    count = np.zeros(k * k, np.int64)
+    lab = labels.astype(np.int64)
+    _loops.exchange_rows(np.ascontiguousarray(D), lab, row_offset, m, cost, row, count)
+    held = np.arange(m)[None, :] < count[:, None]
+    pair, slot = np.nonzero(held)
+    rows = row[pair, slot]
+    return select_exchange(
+        Moves(pair // k, pair % k, cost[pair, slot], rows, wt[rows - row_offset]), m
+    )
+
+
 def select_exchange(moves: Moves, m: int) -> Moves:
     """Per pair ``(source, target)`` the ``m`` cheapest of ``moves`` (by cost, then row), sorted
     by pair, cost and row (associative: chunks' lists, then theirs)."""
@@ -578,7 +595,7 @@ def price_partials(
         if repair is not None:
             move_parts.append(_repair_moves(D, labels, wt, row_offset + i0, repair))
         if exchange:
-            swap_parts.append(exchange_moves(D, labels, wt, row_offset + i0, exchange))
+            swap_parts.append(_exchange(D, labels, wt, row_offset + i0, exchange))
         objective += _partials(X[i0:i1], X64, wt, w is not None, C64, labels, sums, sizes, rows)
         if shed_clusters.shape[0]:
             r = np.flatnonzero(np.isin(labels, shed_clusters))

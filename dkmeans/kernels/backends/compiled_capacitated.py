@@ -11,6 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from dkmeans.kernels import exchange as _exchange
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _secondary(h, g, q):  # pragma: no cover - compiled
@@ -117,3 +119,57 @@ def partial_rows(X, w, weighted, C64, labels, sums, sizes, counts):  # pragma: n
         sizes[j] += wi
         counts[j] += 1.0
     return total
+
+
+#: :func:`dkmeans.kernels.exchange.exchange_flow` compiled (the same function: the same moves).
+exchange_flow = numba.njit(cache=True, nogil=True)(_exchange.exchange_flow)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _before(v, r, cost, row, p, j):  # pragma: no cover - compiled
+    """Whether ``(v, r)`` comes before heap entry ``j`` of pair ``p`` (cost, then row)."""
+    return v < cost[p, j] or (v == cost[p, j] and r < row[p, j])
+
+
+@numba.njit(cache=True, nogil=True)
+def exchange_rows(D, labels, row_offset, m, cost, row, count):  # pragma: no cover - compiled
+    """Per pair ``(a, b)`` the ``m`` cheapest ``(D[i, b] - D[i, a], row)`` of the rows labelled
+    ``a``: a max-heap of ``m`` entries per pair in ``cost``, ``row`` (k * k, m), ``count``
+    (k * k,) entries held. The same set as the NumPy selection, in heap order."""
+    n, k = D.shape
+    for i in range(n):
+        a = labels[i]
+        base = D[i, a]
+        r = row_offset + i
+        for b in range(k):
+            if b == a:
+                continue
+            v = D[i, b] - base
+            p = a * k + b
+            c = count[p]
+            if c < m:  # room: sift up
+                j = c
+                count[p] = c + 1
+                while j > 0:
+                    up = (j - 1) // 2
+                    if _before(v, r, cost, row, p, up):
+                        break
+                    cost[p, j], row[p, j] = cost[p, up], row[p, up]
+                    j = up
+                cost[p, j], row[p, j] = v, r
+            elif _before(v, r, cost, row, p, 0):  # below the largest: it replaces the root
+                j = 0
+                while True:
+                    left = 2 * j + 1
+                    if left >= m:
+                        break
+                    big = left
+                    if left + 1 < m and _before(
+                        cost[p, left], row[p, left], cost, row, p, left + 1
+                    ):
+                        big = left + 1
+                    if not _before(v, r, cost, row, p, big):
+                        break
+                    cost[p, j], row[p, j] = cost[p, big], row[p, big]
+                    j = big
+                cost[p, j], row[p, j] = v, r

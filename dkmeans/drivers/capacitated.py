@@ -74,6 +74,9 @@ EXCHANGE_PER_PAIR = 64
 #: The exact solve from the last optimal prices hands over to the auction where the first pass's
 #: rows over and under the caps are more than this share of its exchange lists' moves.
 BAIL_SHARE = 4
+#: Clusters above which no assignment is certified (the caller's shortest paths grow as k^3 a
+#: move, the exchange lists as k^2): the auction and the repair alone, as for weighted rows.
+EXACT_MAX_K = 128
 #: Passes of the exact solve's moves over exchange lists at most.
 CERTIFY_PASSES = 200
 #: Cycles and paths of the caller's moves over one pass's exchange lists at most.
@@ -344,13 +347,14 @@ class CapacitatedPasses:
         of the exchange graph, negated).
 
         Returns ``(part, overrides, passes, duals)`` (``duals`` None where ``limit`` passes did not
-        end in a certificate), or None where rows are weighted (moves of rows of unequal weights
-        change the sizes unequally: no such certificate), the lists left no path, or (``bail``)
+        end in a certificate), or None where ``k`` is above :data:`EXACT_MAX_K`, rows are
+        weighted (moves of rows of unequal weights change the sizes unequally: no such
+        certificate), the lists left no path, or (``bail``)
         the first pass's sizes are further from the caps than a few passes' lists can move (the
         prices are then the auction's to move).
         """
         k = len(C)
-        if k < 2:
+        if k < 2 or k > EXACT_MAX_K:
             return None
         lower, upper = self.capacity.lower, self.capacity.upper
         m = int(min(EXCHANGE_PER_PAIR, max(1, EXCHANGE_MOVES // (k * (k - 1)))))
@@ -769,6 +773,7 @@ def _slack(sizes) -> float:
 __all__ = [
     "AUCTION_PASSES",
     "CERTIFY_PASSES",
+    "EXACT_MAX_K",
     "STOP_RTOL",
     "Capacity",
     "CapacitatedPasses",

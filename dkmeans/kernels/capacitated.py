@@ -696,6 +696,54 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=N
     return labels, per
 
 
+def warm_up(dtype) -> None:
+    """Run the compiled loops of the capped assignment on a few rows of ``dtype`` (compiling them
+    into numba's disk cache, or loading them): the priced choice, margins, partials, exchange
+    lists and the caller's moves over them."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(24, 2)).astype(dtype)
+    C = X[:3].astype(np.float64)
+    k, q = 3, 2.0**-30
+    P, Q = np.zeros(k), np.zeros(k)
+    wanted = np.full(k, 2, np.int64)
+    cache = cost_cache(X, C, q, 0, None)
+    part = price_partials(
+        X,
+        None,
+        0,
+        C,
+        P,
+        Q,
+        q,
+        wanted,
+        wanted,
+        np.array([1, 0, 0], bool),
+        np.array([0, 1, 1], bool),
+        2,
+        cache=cache,
+        exchange=2,
+    )
+    ex = part.exchange
+    pair = ex.source * k + ex.target
+    starts = np.searchsorted(pair, np.arange(k * k)).astype(np.int64)
+    ends = np.searchsorted(pair, np.arange(k * k), side="right").astype(np.int64)
+    rows, group = np.unique(ex.row, return_inverse=True)
+    _loops.exchange_flow(
+        starts,
+        ends,
+        np.ascontiguousarray(ex.cost),
+        group.astype(np.int64),
+        k,
+        part.partials.counts.astype(np.float64),
+        0.0,
+        8.0,
+        0.0,
+        np.full(rows.shape[0], -1, np.int64),
+        1000,
+        np.zeros(k),
+    )
+
+
 __all__ = [
     "CostCache",
     "Margins",
@@ -720,4 +768,5 @@ __all__ = [
     "select_moves",
     "sq_distances64",
     "tie_costs",
+    "warm_up",
 ]

@@ -34,22 +34,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dkmeans.errors import InvalidDataError
-from dkmeans.kernels.backends.layout import LazyModule
 from dkmeans.kernels.capacitated import (
     TIE_BITS,
     PricePartials,
     RepairAsk,
     combine_price_partials,
     cost_cache,
+    exchange_flow,
     price_partials,
     priced_label_objective,
 )
-from dkmeans.kernels.exchange import CERTIFIED, exchange_flow
-from dkmeans.kernels.plans import compiled_allowed
+from dkmeans.kernels.exchange import CERTIFIED
 
 logger = logging.getLogger("dkmeans")
-
-_loops = LazyModule("dkmeans.kernels.backends.compiled_capacitated")  # numba at first use
 
 #: Rows' moves reported per pass, over all clusters (each at least 64).
 MOVES_PER_PASS = 1 << 18
@@ -735,8 +732,7 @@ def exchange_moves_of(ex, sizes, lower: float, upper: float, k: int):
     rows, group = np.unique(ex.row, return_inverse=True)
     used = np.full(rows.shape[0], -1, np.int64)
     duals = np.zeros(k)
-    flow = _loops.exchange_flow if compiled_allowed() else exchange_flow
-    outcome = flow(
+    outcome = exchange_flow(
         starts,
         ends,
         np.ascontiguousarray(ex.cost, dtype=np.float64),

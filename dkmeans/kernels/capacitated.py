@@ -696,6 +696,14 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=N
     return labels, per
 
 
+def exchange_flow(*args) -> int:
+    """:func:`dkmeans.kernels.exchange.exchange_flow`, by the compiled loops where allowed (the
+    same function compiled: the same moves)."""
+    from dkmeans.kernels import exchange
+
+    return (_loops.exchange_flow if compiled_allowed() else exchange.exchange_flow)(*args)
+
+
 def warm_up(dtype) -> None:
     """Run the compiled loops of the capped assignment on a few rows of ``dtype`` (compiling them
     into numba's disk cache, or loading them): the priced choice, margins, partials, exchange
@@ -756,6 +764,7 @@ __all__ = [
     "cluster_hashes",
     "combine_price_partials",
     "cost_cache",
+    "exchange_flow",
     "exchange_moves",
     "lex_argmin",
     "price_partials",

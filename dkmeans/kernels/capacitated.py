@@ -247,12 +247,14 @@ def _exchange(D, labels, wt, row_offset: int, m: int) -> Moves:
     count = np.zeros(k * k, np.int64)
     lab = labels.astype(np.int64)
     _loops.exchange_rows(np.ascontiguousarray(D), lab, row_offset, m, cost, row, count)
-    held = np.arange(m)[None, :] < count[:, None]
-    pair, slot = np.nonzero(held)
-    rows = row[pair, slot]
-    return select_exchange(
-        Moves(pair // k, pair % k, cost[pair, slot], rows, wt[rows - row_offset]), m
-    )
+    pair, cost, rows = _loops.sorted_heaps(cost, row, count)  # what select_exchange gives
+    return Moves(pair // k, pair % k, cost, rows, wt[rows - row_offset])
+
+
+def _merge_exchange(parts, m: int) -> Moves:
+    """The exchange lists of several tiles or chunks (one alone is already selected and sorted)."""
+    parts = [p for p in parts if p.row.shape[0]]
+    return parts[0] if len(parts) == 1 else select_exchange(_concat_moves(parts), m)
 
 
 def select_exchange(moves: Moves, m: int) -> Moves:
@@ -260,8 +262,9 @@ def select_exchange(moves: Moves, m: int) -> Moves:
     by pair, cost and row (associative: chunks' lists, then theirs)."""
     if moves.row.shape[0] == 0:
         return moves
-    order = np.lexsort((moves.row, moves.cost, moves.target, moves.source))
-    pair = (moves.source * (1 << 31) + moves.target)[order]
+    pair = moves.source * (1 << 31) + moves.target
+    order = np.lexsort((moves.row, moves.cost, pair))
+    pair = pair[order]
     starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
     rank = np.arange(pair.shape[0]) - np.repeat(starts, np.diff(np.r_[starts, pair.shape[0]]))
     idx = order[rank < m]
@@ -634,7 +637,7 @@ def price_partials(
         max_sq,
         select_moves(_concat_moves(move_parts), repair),
         dual,
-        select_exchange(_concat_moves(swap_parts), exchange) if exchange else None,
+        _merge_exchange(swap_parts, exchange) if exchange else None,
     )
 
 
@@ -670,9 +673,7 @@ def combine_price_partials(
         max(p.max_sq for p in parts),
         moves,
         float(sum(p.dual for p in parts)),
-        select_exchange(
-            _concat_moves([p.exchange for p in parts if p.exchange is not None]), exchange
-        )
+        _merge_exchange([p.exchange for p in parts if p.exchange is not None], exchange)
         if exchange
         else None,
     )

@@ -173,3 +173,30 @@ def exchange_rows(D, labels, row_offset, m, cost, row, count):  # pragma: no cov
                     cost[p, j], row[p, j] = cost[p, big], row[p, big]
                     j = big
                 cost[p, j], row[p, j] = v, r
+
+
+@numba.njit(cache=True, nogil=True)
+def sorted_heaps(cost, row, count):  # pragma: no cover - compiled
+    """The entries of :func:`exchange_rows`' heaps in pair order, each pair's by cost, then row:
+    ``(pair, cost, row)`` arrays."""
+    pairs, m = cost.shape
+    total = 0
+    for p in range(pairs):
+        total += count[p]
+    out_pair = np.empty(total, np.int64)
+    out_cost = np.empty(total)
+    out_row = np.empty(total, np.int64)
+    t = 0
+    for p in range(pairs):
+        c = count[p]
+        for j in range(c):  # insertion sort of the pair's few entries
+            v, r = cost[p, j], row[p, j]
+            s = t + j
+            while s > t and (out_cost[s - 1] > v or (out_cost[s - 1] == v and out_row[s - 1] > r)):
+                out_cost[s], out_row[s] = out_cost[s - 1], out_row[s - 1]
+                s -= 1
+            out_cost[s], out_row[s] = v, r
+        for j in range(c):
+            out_pair[t + j] = p
+        t += c
+    return out_pair, out_cost, out_row

@@ -62,6 +62,8 @@ FIX_PASSES = 50
 #: assignment's at the new centroids by more than this share (the rounding of the float64 sums);
 #: otherwise the exact solve decides, and where it is no lower either the loop has settled.
 STOP_RTOL = 1e-9
+#: Uncertified assignments in a row no cheaper than the previous one after which the loop stops.
+STOP_PATIENCE = 3
 #: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
 QUANTUM_BITS = 44
 #: Moves of the exact solve's exchange lists per pass, over all pairs of clusters (each pair at
@@ -199,6 +201,7 @@ class CapacitatedPasses:
     certified_per_solve: list = field(default_factory=list)
     #: the Lloyd loop's assignments proved no cheaper than the previous one: the loop stops
     settled: bool = False
+    _misses: int = field(default=0, repr=False)
     #: the last accepted Lloyd assignment: its centroids (float64) and partials
     _previous: tuple | None = field(default=None, repr=False)
     #: prices the next assignment starts from (the last certified assignment's optimal duals)
@@ -212,7 +215,7 @@ class CapacitatedPasses:
     def begin(self, data, iterations: int | None = None) -> None:
         """Keep the chunks' costs between passes where the data stays in memory and has room."""
         self.state, self.keep = None, None  # decided at the first pass, which knows k
-        self._previous, self.settled = None, False  # a new block of iterations: a first solve
+        self._previous, self.settled, self._misses = None, False, 0  # a new block: a first solve
 
     def end(self, data) -> None:
         """Release the chunks' costs."""
@@ -246,7 +249,11 @@ class CapacitatedPasses:
         part, passes, certified = self._solve(data, C, exact=True)
         if previous is not None:
             bound = _objective_at(previous[1], previous[0], C64)
-            self.settled = float(part.partials.objective) > bound - STOP_RTOL * abs(bound)
+            worse = float(part.partials.objective) > bound - STOP_RTOL * abs(bound)
+            # certified: nothing cheaper exists, the loop has settled; otherwise (weighted rows,
+            # k above EXACT_MAX_K) a few tries, the loop keeping its best iterate
+            self._misses = self._misses + 1 if worse else 0
+            self.settled = worse if certified else self._misses >= STOP_PATIENCE
         self.passes_per_solve.append(passes)
         self.certified_per_solve.append(certified)
         self._previous = (C64, part.partials)
@@ -770,6 +777,7 @@ __all__ = [
     "AUCTION_PASSES",
     "CERTIFY_PASSES",
     "EXACT_MAX_K",
+    "STOP_PATIENCE",
     "STOP_RTOL",
     "Capacity",
     "CapacitatedPasses",

@@ -349,6 +349,7 @@ def _iterate(
     n_records = len(history)
     stop_reason, converged = "max_iter", False
     carried = None  # the next iteration's partials, formed with an empty-cluster refill
+    best = None  # capped loops: the lowest objective and the centroids updated from it
     try:
         for it in range(n_iter, max_iter):
             t0 = time.perf_counter()
@@ -369,7 +370,7 @@ def _iterate(
                 break
             if isinstance(passes, CapacitatedPasses) and passes.settled:
                 # no assignment within the caps cheaper than the last one's at these centroids
-                # (the exact solve's): the loop ends on them, its objective never higher
+                # (the exact solve's, or STOP_PATIENCE uncertified ones): the loop ends
                 stop_reason, converged = "objective-decrease", True
                 break
             new, empty = update(partials, C)
@@ -380,6 +381,8 @@ def _iterate(
             elif n_empty:
                 new = fill_empty_clusters(data, new, empty)
             new = new.astype(data.dtype)
+            if capped and (best is None or objective < best[0]):
+                best = (objective, new)  # the centroids updated from the best assignment
             shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
             record = IterationRecord(
                 it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed
@@ -399,6 +402,8 @@ def _iterate(
         # n_records) change together, in one assignment
         stop.loop_state = LoopState(C, n_iter, previous_objective, history[:n_records])
         raise
+    if best is not None and previous_objective is not None and best[0] < previous_objective:
+        C = best[1]  # a capped loop ends on its best iterate (uncertified assignments can rise)
     return LloydResult(C, n_iter, stop_reason, converged, history)
 
 

@@ -137,6 +137,7 @@ def exchange_rows(D, labels, row_offset, m, cost, row, count):  # pragma: no cov
     ``a``: a max-heap of ``m`` entries per pair in ``cost``, ``row`` (k * k, m), ``count``
     (k * k,) entries held. The same set as the NumPy selection, in heap order."""
     n, k = D.shape
+    root = np.full(k * k, np.inf)  # a full heap's largest cost (small: stays in cache)
     for i in range(n):
         a = labels[i]
         base = D[i, a]
@@ -146,6 +147,8 @@ def exchange_rows(D, labels, row_offset, m, cost, row, count):  # pragma: no cov
                 continue
             v = D[i, b] - base
             p = a * k + b
+            if v > root[p]:
+                continue  # above a full heap's largest: most rows end here
             c = count[p]
             if c < m:  # room: sift up
                 j = c
@@ -157,6 +160,8 @@ def exchange_rows(D, labels, row_offset, m, cost, row, count):  # pragma: no cov
                     cost[p, j], row[p, j] = cost[p, up], row[p, up]
                     j = up
                 cost[p, j], row[p, j] = v, r
+                if c + 1 == m:
+                    root[p] = cost[p, 0]
             elif _before(v, r, cost, row, p, 0):  # below the largest: it replaces the root
                 j = 0
                 while True:
@@ -173,6 +178,7 @@ def exchange_rows(D, labels, row_offset, m, cost, row, count):  # pragma: no cov
                     cost[p, j], row[p, j] = cost[p, big], row[p, big]
                     j = big
                 cost[p, j], row[p, j] = v, r
+                root[p] = cost[p, 0]
 
 
 @numba.njit(cache=True, nogil=True)

@@ -634,10 +634,11 @@ class KMeans(_KMeansBase):
         Size cap: no cluster gets more than this many training rows (an integer), or more
         than this fraction of them (a float in (0, 1]); with ``sample_weight`` rows count by
         weight. Each Lloyd iteration then assigns rows to minimise the objective under the
-        caps (an optimal transport solved with per-cluster prices over counting passes, the
-        rows the prices leave over the caps moved by a final greedy repair), so
-        ``labels_`` and ``inertia_`` are the capped assignment's, not ``predict``'s nearest
-        centroids. Lloyd only (no Hartigan, local search or sparse rows). See
+        caps: the optimal transport of the rows to the centroids, found with per-cluster
+        prices over counting passes and moves over the clusters' exchange lists, and
+        certified optimal for unweighted rows and up to 128 clusters (otherwise within the
+        caps, near the optimum); ``labels_`` and ``inertia_`` are the capped assignment's,
+        not ``predict``'s nearest centroids. Lloyd only (no Hartigan, local search or sparse rows). See
         :ref:`guide-balanced`.
     min_cluster_size : int, float or None, default None
         Size floor, as ``max_cluster_size``: every cluster gets at least this many rows.

@@ -40,9 +40,11 @@ from dkmeans.kernels.capacitated import (
     RepairAsk,
     combine_price_partials,
     cost_cache,
+    exchange_flow,
     price_partials,
     priced_label_objective,
 )
+from dkmeans.kernels.exchange import CERTIFIED
 
 logger = logging.getLogger("dkmeans")
 
@@ -56,13 +58,28 @@ AUCTION_PASSES = 12
 REPAIR_ROUNDS = 20
 #: Passes of the final repair at most (each moves rows; the repair ends in a few).
 FIX_PASSES = 50
-#: A capped Lloyd loop stops after :data:`STOP_PATIENCE` assignments none of which lowered the best
-#: objective by more than this share: the final repair's moves among near-tied rows can keep labels
-#: changing at a settled objective (the centroid-shift rule alone might never be met).
-STOP_RTOL = 1e-4
+#: A capped Lloyd iteration counts as progress where its objective is lower than the previous
+#: assignment's at the new centroids by more than this share (the rounding of the float64 sums);
+#: otherwise the exact solve decides, and where it is no lower either the loop has settled.
+STOP_RTOL = 1e-9
+#: Uncertified assignments in a row no cheaper than the previous one after which the loop stops.
 STOP_PATIENCE = 3
 #: Bits of the integer squared distances (their largest about ``2**QUANTUM_BITS``).
 QUANTUM_BITS = 44
+#: Moves of the exact solve's exchange lists per pass, over all pairs of clusters (each pair at
+#: least one, at most :data:`EXCHANGE_PER_PAIR`).
+EXCHANGE_MOVES = 1 << 16
+EXCHANGE_PER_PAIR = 64
+#: The exact solve from the last optimal prices hands over to the auction where the first pass's
+#: rows over and under the caps are more than this share of its exchange lists' moves.
+BAIL_SHARE = 4
+#: Clusters above which no assignment is certified (the caller's shortest paths grow as k^3 a
+#: move, the exchange lists as k^2): the auction and the repair alone, as for weighted rows.
+EXACT_MAX_K = 128
+#: Passes of the exact solve's moves over exchange lists at most.
+CERTIFY_PASSES = 200
+#: Cycles and paths of the caller's moves over one pass's exchange lists at most.
+EXCHANGE_STEPS = 1 << 20
 
 
 class CapacityError(InvalidDataError):
@@ -96,6 +113,7 @@ def _chunk(
     exit_wanted=0,
     overrides=None,
     repair=None,
+    exchange=0,
 ):
     return price_partials(
         X,
@@ -112,6 +130,7 @@ def _chunk(
         exit_wanted,
         overrides,
         repair,
+        exchange=exchange,
     )
 
 
@@ -121,7 +140,10 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
     tag = _digest(C, q)
     if cache is None or cache.tag != tag:
         cache = cost_cache(X, C, q, offset, tag)
-    return cache, price_partials(X, w, offset, C, P, Q, q, *rest, cache=cache)
+    exchange = rest[7] if len(rest) > 7 else 0
+    return cache, price_partials(
+        X, w, offset, C, P, Q, q, *rest[:7], cache=cache, exchange=exchange
+    )
 
 
 def _digest(C, q: float) -> bytes:
@@ -174,6 +196,16 @@ class CapacitatedPasses:
     state: object = None
     #: whether the passes keep the costs (in-memory data with room for ``8 k`` bytes a row)
     keep: bool | None = None
+    #: per assignment, whether it is certified optimal (no negative cycle in the exchange graph,
+    #: or optimal prices alone); None: not checked (a cheap Lloyd iteration, weighted rows)
+    certified_per_solve: list = field(default_factory=list)
+    #: the Lloyd loop's assignments proved no cheaper than the previous one: the loop stops
+    settled: bool = False
+    _misses: int = field(default=0, repr=False)
+    #: the last accepted Lloyd assignment: its centroids (float64) and partials
+    _previous: tuple | None = field(default=None, repr=False)
+    #: prices the next assignment starts from (the last certified assignment's optimal duals)
+    _warm: tuple | None = field(default=None, repr=False)
 
     def __getstate__(self):
         out = dict(self.__dict__)
@@ -183,6 +215,7 @@ class CapacitatedPasses:
     def begin(self, data, iterations: int | None = None) -> None:
         """Keep the chunks' costs between passes where the data stays in memory and has room."""
         self.state, self.keep = None, None  # decided at the first pass, which knows k
+        self._previous, self.settled, self._misses = None, False, 0  # a new block: a first solve
 
     def end(self, data) -> None:
         """Release the chunks' costs."""
@@ -200,9 +233,31 @@ class CapacitatedPasses:
         return data.map_reduce(_chunk, combine, args)
 
     def partials(self, data, C: np.ndarray):
-        """The :class:`~dkmeans.kernels.common.Partials` of the capacitated assignment to ``C``, and 1.0
-        (every distance computed)."""
-        return self.solve(data, C).partials, 1.0
+        """The :class:`~dkmeans.kernels.common.Partials` of a Lloyd iteration's capped assignment to
+        ``C``, and 1.0 (every distance computed).
+
+        Each assignment is the exact one (:meth:`solve`): from the previous one's optimal prices,
+        a pass's priced labels and exchange lists, the caller's moves over those lists, and a pass
+        that certifies the result (two or three passes where the centroids moved little). Where it
+        is not cheaper than the previous assignment at ``C`` (computed from that one's sums) by more
+        than :data:`STOP_RTOL`, :attr:`settled` is set: the loop stops on these centroids. The
+        passes of the iteration are one entry of :attr:`passes_per_solve`.
+        """
+        C = np.asarray(C)
+        C64 = C.astype(np.float64)
+        previous, self._previous = self._previous, None
+        part, passes, certified = self._solve(data, C, exact=True)
+        if previous is not None:
+            bound = _objective_at(previous[1], previous[0], C64)
+            worse = float(part.partials.objective) > bound - STOP_RTOL * abs(bound)
+            # certified: nothing cheaper exists, the loop has settled; otherwise (weighted rows,
+            # k above EXACT_MAX_K) a few tries, the loop keeping its best iterate
+            self._misses = self._misses + 1 if worse else 0
+            self.settled = worse if certified else self._misses >= STOP_PATIENCE
+        self.passes_per_solve.append(passes)
+        self.certified_per_solve.append(certified)
+        self._previous = (C64, part.partials)
+        return part.partials, 1.0
 
     def _scale(self, data, C) -> float:
         """The quantum: a power of two about ``2**-QUANTUM_BITS`` of four times the largest squared
@@ -215,21 +270,42 @@ class CapacitatedPasses:
             self.quantum = 2.0 ** (math.ceil(math.log2(top)) - QUANTUM_BITS) if top > 0 else 1.0
         return self.quantum
 
-    def solve(self, data, C: np.ndarray) -> PricePartials:
-        """Move the prices until every size is within the caps; the last pass's :class:`PricePartials`.
+    def solve(self, data, C: np.ndarray, exact: bool = True) -> PricePartials:
+        """The capacitated assignment to ``C``: the last pass's :class:`PricePartials`.
 
-        From the previous assignment's prices where it has some; where those end without
-        complementary slackness, again from zero prices.
+        Prices are moved until every size is within the caps (from the previous assignment's
+        prices where it has some; where those end without complementary slackness, again from
+        zero prices), the repair moves the rows they leave over or under, and (``exact``, rows
+        of unit weight) the cycle cancelling over exchange lists makes the assignment optimal:
+        equal in cost to the optimal transport of ``C`` (integer costs of the quantum).
         """
+        part, passes, certified = self._solve(data, C, exact)
+        self.passes_per_solve.append(passes)
+        self.certified_per_solve.append(certified)
+        return part
+
+    def _solve(self, data, C: np.ndarray, exact: bool):
+        """:meth:`solve`'s work: the last pass, the passes, whether it is certified optimal."""
         k = len(C)
         q = self._scale(data, C)
-        warm = self.prices is not None
+        passes = 0
+        if exact and self._warm is not None:  # the last optimal prices: moves over exchange lists
+            P, Q = (np.array(p, dtype=np.float64) for p in self._warm)
+            done = self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=True)
+            if done is not None:
+                part, moved, passes, duals = done
+                if duals is not None:
+                    self.prices, self.overrides, self._warm = (P, Q), moved, (duals, Q.copy())
+                    self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
+                    self.bounds = (float(part.partials.objective),) * 2
+                    return part, passes, True
+        start = self._warm if self._warm is not None else self.prices
+        warm = start is not None
         P, Q = (
-            (np.array(p, dtype=np.float64) for p in self.prices)
-            if warm
-            else (np.zeros(k), np.zeros(k))
+            (np.array(p, dtype=np.float64) for p in start) if warm else (np.zeros(k), np.zeros(k))
         )
-        part, passes = self._auction(data, C, q, P, Q)
+        part, more = self._auction(data, C, q, P, Q)
+        passes += more
         if warm and part is not None and not self.optimal(P, part.partials.counts):
             P0, Q0 = np.zeros(k), np.zeros(k)
             cold, more = self._auction(data, C, q, P0, Q0)
@@ -242,11 +318,82 @@ class CapacitatedPasses:
         ):  # the prices left a few rows over (under) their caps: the repair moves them
             part, moved, more = self._repair(data, C, q, P, Q)
             passes += more
-        self.prices, self.overrides = (P, Q), moved
-        self.passes_per_solve.append(passes)
         self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
         self.bounds = (float(part.partials.objective), self.dual_bound(part, P))
-        return part
+        self.prices, self.overrides, self._warm = (P, Q), moved, None
+        certified = None
+        if moved is None and self.optimal(P, part.partials.counts):
+            certified = True  # optimal prices alone: complementary slackness
+            self._warm = (P.copy(), Q.copy())
+        elif exact:
+            cancelled = self._certify(data, C, q, P, Q, moved, CERTIFY_PASSES)
+            if cancelled is not None:
+                part, moved, more, duals = cancelled
+                passes += more
+                self.overrides, certified = moved, duals is not None
+                if duals is not None:
+                    self._warm = (duals, Q.copy())
+                    self.bounds = (float(part.partials.objective), float(part.partials.objective))
+        return part, passes, certified
+
+    def _certify(self, data, C, q: float, P, Q, overrides, limit: int, bail: bool = False):
+        """Moves over exchange lists until the assignment is an optimal transport of ``C`` (integer
+        costs), certified by a pass that finds nothing to move.
+
+        The assignment (priced labels at ``P``, ``Q`` with ``overrides``) need not be within the
+        caps. Each pass reports every pair of clusters' cheapest moves
+        (:func:`~dkmeans.kernels.capacitated.exchange_moves`); the caller
+        (:func:`~dkmeans.kernels.exchange.exchange_flow`) pushes the rows of over-full (under-floor)
+        clusters along the cheapest paths of moves to clusters with room (from donors) and cancels
+        negative cycles, until the sizes are within the caps and the lists hold no negative cycle,
+        or a list runs out; the next pass, with the moves as overrides, looks again. A pass that
+        moves nothing certifies the assignment, and gives optimal prices (the shortest distances
+        of the exchange graph, negated).
+
+        Returns ``(part, overrides, passes, duals)`` (``duals`` None where ``limit`` passes did not
+        end in a certificate), or None where ``k`` is above :data:`EXACT_MAX_K`, rows are
+        weighted (moves of rows of unequal weights change the sizes unequally: no such
+        certificate), the lists left no path, or (``bail``)
+        the first pass's sizes are further from the caps than a few passes' lists can move (the
+        prices are then the auction's to move).
+        """
+        k = len(C)
+        if k < 2 or k > EXACT_MAX_K:
+            return None
+        lower, upper = self.capacity.lower, self.capacity.upper
+        m = int(min(EXCHANGE_PER_PAIR, max(1, EXCHANGE_MOVES // (k * (k - 1)))))
+        moved: dict[int, int] = {}
+        if overrides is not None:
+            moved.update(zip(overrides[0].tolist(), overrides[1].tolist()))
+        none = _Requests.none(k)
+        part = None
+        for passes in range(1, limit + 1):
+            part = self._pass(
+                data,
+                functools.partial(
+                    combine_price_partials,
+                    shed_wanted=none.shed,
+                    enter_wanted=none.enter,
+                    exchange=m,
+                ),
+                (C, P, Q, q) + none.args() + (overrides, None, m),
+            )
+            ex, sizes = part.exchange, part.partials.counts
+            if not (np.all(ex.weight == 1.0) and np.all(part.rows == sizes)):
+                return None
+            gap = float(np.sum(np.maximum(sizes - upper, 0) + np.maximum(lower - sizes, 0)))
+            if bail and passes == 1 and gap * BAIL_SHARE > ex.row.shape[0]:
+                return None
+            found, duals, outcome = exchange_moves_of(ex, sizes, lower, upper, k)
+            if outcome == CERTIFIED:
+                return part, overrides, passes, duals
+            if not found:
+                return None  # no path among the lists (not expected: every pair has a list)
+            moved.update(found)
+            rows = np.array(sorted(moved), dtype=np.int64)
+            overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
+        logger.debug("size caps: the exchange moves stopped after %d passes", limit)
+        return part, overrides, limit, None
 
     def dual_bound(self, part: PricePartials, P) -> float:
         """A lower bound on the optimal transport's objective: the Lagrangian dual at prices ``P``
@@ -581,6 +728,46 @@ def _level(P, sizes, lower: float, upper: float, slack: float) -> float:
     return float(np.floor((low + high) / 2))
 
 
+def exchange_moves_of(ex, sizes, lower: float, upper: float, k: int):
+    """:func:`~dkmeans.kernels.exchange.exchange_flow` on a pass's exchange lists ``ex`` (sorted
+    by pair, cost and row): ``(moves, duals, outcome)``, ``moves`` a dict row -> new cluster,
+    ``duals`` optimal prices where the outcome is ``CERTIFIED`` (else None)."""
+    pair = ex.source * k + ex.target
+    keys = np.arange(k * k)
+    starts = np.searchsorted(pair, keys).astype(np.int64)
+    ends = np.searchsorted(pair, keys, side="right").astype(np.int64)
+    rows, group = np.unique(ex.row, return_inverse=True)
+    used = np.full(rows.shape[0], -1, np.int64)
+    duals = np.zeros(k)
+    outcome = exchange_flow(
+        starts,
+        ends,
+        np.ascontiguousarray(ex.cost, dtype=np.float64),
+        group.astype(np.int64),
+        k,
+        np.asarray(sizes, dtype=np.float64).copy(),
+        float(lower),
+        float(upper),
+        _slack(sizes),
+        used,
+        EXCHANGE_STEPS,
+        duals,
+    )
+    hit = np.flatnonzero(used >= 0)
+    moves = dict(zip(rows[hit].tolist(), used[hit].tolist()))
+    return moves, (duals if outcome == CERTIFIED else None), outcome
+
+
+def _objective_at(partials, C_old, C_new) -> float:
+    """The objective of the assignment of ``partials`` (made for centroids ``C_old``) at ``C_new``:
+    ``sum w ||x - c'||^2 = sum w ||x - c||^2 - 2 S . (c' - c) + n (||c'||^2 - ||c||^2)`` per
+    cluster, from its sums ``S`` and size ``n`` (float64)."""
+    S, n = np.asarray(partials.sums, np.float64), np.asarray(partials.counts, np.float64)
+    shift = -2.0 * np.einsum("ij,ij->", S, C_new - C_old)
+    norms = np.einsum("ij,ij->i", C_new, C_new) - np.einsum("ij,ij->i", C_old, C_old)
+    return float(partials.objective) + float(shift) + float(np.dot(n, norms))
+
+
 def _slack(sizes) -> float:
     """Tolerance of a size against a cap: rounding of weighted sums (none for unit weights)."""
     return 1e-9 * max(1.0, float(np.sum(sizes))) / max(1, sizes.shape[0])
@@ -588,6 +775,8 @@ def _slack(sizes) -> float:
 
 __all__ = [
     "AUCTION_PASSES",
+    "CERTIFY_PASSES",
+    "EXACT_MAX_K",
     "STOP_PATIENCE",
     "STOP_RTOL",
     "Capacity",

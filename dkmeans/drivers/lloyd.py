@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dkmeans.drivers.capacitated import STOP_PATIENCE, STOP_RTOL, CapacitatedPasses
+from dkmeans.drivers.capacitated import CapacitatedPasses
 from dkmeans.drivers.pruned_lloyd import PrunedPasses, _partials_chunk, prune_groups  # noqa: F401 - benchmarks time the chunk function
 from dkmeans.drivers.state import STOPPED, IterationRecord, LoopState
 from dkmeans.errors import (
@@ -351,7 +350,7 @@ def _iterate(
     n_records = len(history)
     stop_reason, converged = "max_iter", False
     carried = None  # the next iteration's partials, formed with an empty-cluster refill
-    best_objective, since_best = math.inf, 0  # capped loops: assignments since the best objective
+    best = None  # capped loops: the lowest objective and the centroids updated from it
     try:
         for it in range(n_iter, max_iter):
             t0 = time.perf_counter()
@@ -370,14 +369,11 @@ def _iterate(
             ):
                 stop_reason, converged = stop_rule.name, True
                 break
-            if isinstance(passes, CapacitatedPasses):  # repaired near-ties: objective settles
-                if objective < best_objective * (1 - STOP_RTOL):
-                    best_objective, since_best = objective, 0
-                else:
-                    since_best += 1
-                if since_best >= STOP_PATIENCE:
-                    stop_reason, converged = "objective-decrease", True
-                    break
+            if isinstance(passes, CapacitatedPasses) and passes.settled:
+                # no assignment within the caps cheaper than the last one's at these centroids
+                # (the exact solve's, or STOP_PATIENCE uncertified ones): the loop ends
+                stop_reason, converged = "objective-decrease", True
+                break
             new, empty = update(partials, C)
             n_empty = int(empty.sum())
             capped = isinstance(passes, CapacitatedPasses)
@@ -386,6 +382,8 @@ def _iterate(
             elif n_empty:
                 new = fill_empty_clusters(data, new, empty)
             new = new.astype(data.dtype)
+            if capped and (best is None or objective < best[0]):
+                best = (objective, new)  # the centroids updated from the best assignment
             shift = float(np.sum((new.astype(np.float64) - C.astype(np.float64)) ** 2))
             record = IterationRecord(
                 it + 1, objective, shift, n_empty, time.perf_counter() - t0, computed
@@ -405,6 +403,8 @@ def _iterate(
         # n_records) change together, in one assignment
         stop.loop_state = LoopState(C, n_iter, previous_objective, history[:n_records])
         raise
+    if best is not None and previous_objective is not None and best[0] < previous_objective:
+        C = best[1]  # a capped loop ends on its best iterate (uncertified assignments can rise)
     return LloydResult(C, n_iter, stop_reason, converged, history)
 
 

@@ -69,7 +69,8 @@ class PricePartials(NamedTuple):
     ``max_sq``: the largest squared distance of any row to any centroid (the quantum's scale);
     ``moves``: the repair's candidate moves asked for (:class:`Moves`);
     ``dual``: the weighted sum over rows of the smallest priced cost (quanta), the first term of
-    the dual bound.
+    the dual bound;
+    ``exchange``: the exchange lists asked for (:func:`exchange_moves`), or None.
     """
 
     partials: Partials
@@ -80,6 +81,7 @@ class PricePartials(NamedTuple):
     max_sq: float
     moves: Moves
     dual: float
+    exchange: Moves | None = None
 
 
 class Moves(NamedTuple):
@@ -187,6 +189,86 @@ def _repair_moves(D, labels, wt, row_offset: int, ask: RepairAsk) -> Moves:
         )
         parts.append(_cheapest(moves, moves.target, ask.wanted))
     return _concat_moves(parts)
+
+
+def exchange_moves(D, labels, wt, row_offset: int, m: int) -> Moves:
+    """A tile's exchange lists: for every pair of clusters ``(a, b)``, the ``m`` cheapest moves
+    of a row labelled ``a`` into ``b``, by extra cost ``D[i, b] - D[i, a]`` (integers), then
+    global row index (``D`` the unpriced integer costs of the tile)."""
+    n, k = D.shape
+    if n == 0 or k < 2 or m <= 0:
+        return Moves.empty()
+    rows_per_tile = max(1, TILE_BYTES // (8 * 4 * k))
+    if n > rows_per_tile:  # scratch bounded: tile by tile, then the tiles' lists
+        return select_exchange(
+            _concat_moves(
+                [
+                    exchange_moves(D[i0:i1], labels[i0:i1], wt[i0:i1], row_offset + i0, m)
+                    for i0, i1 in _tiles(n, k)
+                ]
+            ),
+            m,
+        )
+    lab = labels.astype(np.int64)
+    E = D - D[np.arange(n), lab][:, None]
+    order = np.argsort(lab, kind="stable")
+    bounds = np.searchsorted(lab[order], np.arange(k + 1))
+    parts = []
+    for a in range(k):
+        rows = order[bounds[a] : bounds[a + 1]]  # ascending row index within a
+        if rows.shape[0] == 0:
+            continue
+        Ea = E[rows]
+        if rows.shape[0] > m:  # the m cheapest per column lie at or below its m-th smallest
+            cut = np.partition(Ea, m - 1, axis=0)[m - 1]
+            r, t = np.nonzero(Ea <= cut[None, :])
+        else:
+            r, t = np.divmod(np.arange(Ea.size), k)
+        keep = t != a
+        r, t = r[keep], t[keep]
+        parts.append(
+            Moves(
+                np.full(r.shape[0], a, np.int64),
+                t.astype(np.int64),
+                Ea[r, t],
+                rows[r].astype(np.int64) + row_offset,
+                wt[rows[r]],
+            )
+        )
+    return select_exchange(_concat_moves(parts), m)
+
+
+def _exchange(D, labels, wt, row_offset: int, m: int) -> Moves:
+    """:func:`exchange_moves`, by the compiled loops where allowed (the same moves)."""
+    n, k = D.shape
+    if not (compiled_allowed() and n and k > 1 and m > 0):
+        return exchange_moves(D, labels, wt, row_offset, m)
+    cost, row = np.empty((k * k, m)), np.empty((k * k, m), np.int64)
+    count = np.zeros(k * k, np.int64)
+    lab = labels.astype(np.int64)
+    _loops.exchange_rows(np.ascontiguousarray(D), lab, row_offset, m, cost, row, count)
+    pair, cost, rows = _loops.sorted_heaps(cost, row, count)  # what select_exchange gives
+    return Moves(pair // k, pair % k, cost, rows, wt[rows - row_offset])
+
+
+def _merge_exchange(parts, m: int) -> Moves:
+    """The exchange lists of several tiles or chunks (one alone is already selected and sorted)."""
+    parts = [p for p in parts if p.row.shape[0]]
+    return parts[0] if len(parts) == 1 else select_exchange(_concat_moves(parts), m)
+
+
+def select_exchange(moves: Moves, m: int) -> Moves:
+    """Per pair ``(source, target)`` the ``m`` cheapest of ``moves`` (by cost, then row), sorted
+    by pair, cost and row (associative: chunks' lists, then theirs)."""
+    if moves.row.shape[0] == 0:
+        return moves
+    pair = moves.source * (1 << 31) + moves.target
+    order = np.lexsort((moves.row, moves.cost, pair))
+    pair = pair[order]
+    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+    rank = np.arange(pair.shape[0]) - np.repeat(starts, np.diff(np.r_[starts, pair.shape[0]]))
+    idx = order[rank < m]
+    return Moves(*(field[idx] for field in moves))
 
 
 #: Bits of the tie-breaking hashes: sums of them and of second prices stay exact in float64.
@@ -465,6 +547,7 @@ def price_partials(
     overrides=None,
     repair: RepairAsk | None = None,
     cache: CostCache | None = None,
+    exchange: int = 0,
 ) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
@@ -473,7 +556,8 @@ def price_partials(
     of a row of a cluster in ``exit_from`` (bool, k) to its best cluster in ``exit_to`` (bool,
     k, disjoint). ``q`` 0: only ``max_sq`` is meaningful. ``overrides``: the repair's moved rows
     (see :func:`priced_labels`); ``repair``: the candidate moves to report; ``cache``: the
-    chunk's :class:`CostCache` for ``C`` and ``q`` (else the costs are formed here).
+    chunk's :class:`CostCache` for ``C`` and ``q`` (else the costs are formed here);
+    ``exchange``: the moves per pair of clusters of the exchange lists (0: none).
     """
     n, d = X.shape
     k = C.shape[0]
@@ -484,7 +568,7 @@ def price_partials(
     P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
     hcol = cluster_hashes(k)
     every = np.ones(k, dtype=bool)
-    shed_parts, enter_parts, exit_parts, move_parts = [], [], [], []
+    shed_parts, enter_parts, exit_parts, move_parts, swap_parts = [], [], [], [], []
     dual = 0.0
     exits = (
         exit_wanted > 0
@@ -513,6 +597,8 @@ def price_partials(
             a[moved], b[moved] = _pair_at(D, P, Q, hrow, hcol, moved, labels[moved])
         if repair is not None:
             move_parts.append(_repair_moves(D, labels, wt, row_offset + i0, repair))
+        if exchange:
+            swap_parts.append(_exchange(D, labels, wt, row_offset + i0, exchange))
         objective += _partials(X[i0:i1], X64, wt, w is not None, C64, labels, sums, sizes, rows)
         if shed_clusters.shape[0]:
             r = np.flatnonzero(np.isin(labels, shed_clusters))
@@ -551,6 +637,7 @@ def price_partials(
         max_sq,
         select_moves(_concat_moves(move_parts), repair),
         dual,
+        _merge_exchange(swap_parts, exchange) if exchange else None,
     )
 
 
@@ -567,6 +654,7 @@ def combine_price_partials(
     enter_wanted,
     exit_wanted: int = 0,
     repair: RepairAsk | None = None,
+    exchange: int = 0,
 ) -> PricePartials:
     """Sum the partials and keep the smallest moves of a sequence of :class:`PricePartials` (associative)."""
     parts = [p for p in parts if p is not None]
@@ -585,6 +673,9 @@ def combine_price_partials(
         max(p.max_sq for p in parts),
         moves,
         float(sum(p.dual for p in parts)),
+        _merge_exchange([p.exchange for p in parts if p.exchange is not None], exchange)
+        if exchange
+        else None,
     )
 
 
@@ -606,6 +697,62 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=N
     return labels, per
 
 
+def exchange_flow(*args) -> int:
+    """:func:`dkmeans.kernels.exchange.exchange_flow`, by the compiled loops where allowed (the
+    same function compiled: the same moves)."""
+    from dkmeans.kernels import exchange
+
+    return (_loops.exchange_flow if compiled_allowed() else exchange.exchange_flow)(*args)
+
+
+def warm_up(dtype) -> None:
+    """Run the compiled loops of the capped assignment on a few rows of ``dtype`` (compiling them
+    into numba's disk cache, or loading them): the priced choice, margins, partials, exchange
+    lists and the caller's moves over them."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(24, 2)).astype(dtype)
+    C = X[:3].astype(np.float64)
+    k, q = 3, 2.0**-30
+    P, Q = np.zeros(k), np.zeros(k)
+    wanted = np.full(k, 2, np.int64)
+    cache = cost_cache(X, C, q, 0, None)
+    part = price_partials(
+        X,
+        None,
+        0,
+        C,
+        P,
+        Q,
+        q,
+        wanted,
+        wanted,
+        np.array([1, 0, 0], bool),
+        np.array([0, 1, 1], bool),
+        2,
+        cache=cache,
+        exchange=2,
+    )
+    ex = part.exchange
+    pair = ex.source * k + ex.target
+    starts = np.searchsorted(pair, np.arange(k * k)).astype(np.int64)
+    ends = np.searchsorted(pair, np.arange(k * k), side="right").astype(np.int64)
+    rows, group = np.unique(ex.row, return_inverse=True)
+    _loops.exchange_flow(
+        starts,
+        ends,
+        np.ascontiguousarray(ex.cost),
+        group.astype(np.int64),
+        k,
+        part.partials.counts.astype(np.float64),
+        0.0,
+        8.0,
+        0.0,
+        np.full(rows.shape[0], -1, np.int64),
+        1000,
+        np.zeros(k),
+    )
+
+
 __all__ = [
     "CostCache",
     "Margins",
@@ -618,14 +765,18 @@ __all__ = [
     "cluster_hashes",
     "combine_price_partials",
     "cost_cache",
+    "exchange_flow",
+    "exchange_moves",
     "lex_argmin",
     "price_partials",
     "priced_costs",
     "priced_label_objective",
     "priced_labels",
     "row_hashes",
+    "select_exchange",
     "select_margins",
     "select_moves",
     "sq_distances64",
     "tie_costs",
+    "warm_up",
 ]

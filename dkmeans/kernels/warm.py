@@ -3,7 +3,8 @@
 numba compiles each loop at its first call (6-9 s for a fit's loops on 2 cores, once per
 machine) and keeps it in its disk cache, from which a fresh process loads it in a fraction of a
 second. :func:`prepare` runs a plan's loops on a few rows, so that the load (or the compilation)
-happens before the fit's first pass; :func:`warm_up` fills the disk cache for the usual widths.
+happens before the fit's first pass; :func:`warm_up` fills the disk cache for the usual widths,
+and for the size caps' loops.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 
 from dkmeans import config
 from dkmeans.kernels import plans
+from dkmeans.kernels.capacitated import warm_up as warm_up_capacitated
 from dkmeans.kernels.nearest import compiled_kinds
 from dkmeans.kernels.pruned import warm_up as warm_up_pruned
 from dkmeans.kernels.swap import warm_up as warm_up_swaps
@@ -70,8 +72,11 @@ def warm_up(dtypes=("float32", "float64"), n_features=(2, 4, 8, 16, 32)) -> None
         Widths to compile for (the direct loops have one variant per width up to 16).
     """
     for dtype in dtypes:
+        compiled = plans.KernelPlan("compiled", config.get("kernels.backend"))
         for d in n_features:
-            prepare(plans.KernelPlan("compiled", config.get("kernels.backend")), dtype, d)
+            prepare(compiled, dtype, d)
+        with compiled.applied():  # size caps' loops (one variant per dtype, whatever the width)
+            warm_up_capacitated(np.dtype(dtype))
 
 
 __all__ = ["prepare", "prepare_caller", "warm_up"]

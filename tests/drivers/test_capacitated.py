@@ -47,9 +47,9 @@ def solve(X, C, lower, upper, n_chunks=1, w=None):
 
 
 def check_against_transport(X, C, lower, upper, n_chunks=3):
-    """Sizes within the caps; the objective that of the optimal transport where the prices alone met
-    the caps, else at least it, with the dual bound at most it. A CapacityError fails the test: the
-    caps are feasible."""
+    """Sizes within the caps; the assignment certified and its objective that of the optimal
+    transport (unit weights, k up to EXACT_MAX_K); the dual bound at most it. A CapacityError
+    fails the test: the caps are feasible."""
     part, labels, per, passes = solve(X, C, lower, upper, n_chunks=n_chunks)
     k = len(C)
     sizes = np.bincount(labels, minlength=k)
@@ -61,12 +61,8 @@ def check_against_transport(X, C, lower, upper, n_chunks=3):
         float(part.partials.objective), rel=1e-9, abs=1e-9
     )
     assert bound <= reference + 1e-9 * max(1.0, abs(reference))
-    if passes.repaired_per_solve[-1] == 0 and passes.optimal(
-        passes.prices[0], part.partials.counts
-    ):
-        assert objective == pytest.approx(reference, rel=1e-9, abs=1e-9)
-    else:
-        assert objective >= reference - 1e-9 * max(1.0, reference)
+    assert passes.certified_per_solve[-1] is True
+    assert objective == pytest.approx(reference, rel=1e-9, abs=1e-9)
     return passes
 
 
@@ -252,3 +248,170 @@ def test_repair_meets_caps_exactly_whatever_the_chunks(monkeypatch, lower, upper
         results.append(solve(X, C, lower, upper, n_chunks=chunks)[1])
     for other in results[1:]:
         np.testing.assert_array_equal(other, results[0])
+
+
+# -- the exact solve: exchange lists, moves over them, the Lloyd loop's monotone objective -------
+
+
+def brute_exchange(D, labels, m, row_offset=0):
+    """Per pair (a, b), the m cheapest (D[i, b] - D[i, a], global row) of the rows labelled a."""
+    out = []
+    for a in range(D.shape[1]):
+        rows = np.flatnonzero(labels == a)
+        for b in range(D.shape[1]):
+            if b == a:
+                continue
+            moves = sorted((D[i, b] - D[i, a], i + row_offset) for i in rows)[:m]
+            out += [(a, b, c, r) for c, r in moves]
+    return out
+
+
+@pytest.mark.parametrize("m", [1, 3, 50])
+def test_exchange_lists_against_brute_force(m):
+    """The exchange lists of a chunk (NumPy and compiled, whole and in pieces combined) are every
+    pair's m cheapest moves by extra integer cost, then global row (ties in the costs)."""
+    from dkmeans.kernels.capacitated import Moves, _exchange, exchange_moves, select_exchange
+
+    rng = np.random.default_rng(m)
+    D = rng.integers(0, 6, size=(90, 5)).astype(np.float64)  # many equal costs
+    labels = rng.integers(0, 5, size=90)
+    wt = np.ones(90)
+    want = brute_exchange(D, labels, m, row_offset=7)
+
+    def listed(moves):
+        return list(
+            zip(
+                moves.source.tolist(),
+                moves.target.tolist(),
+                moves.cost.tolist(),
+                moves.row.tolist(),
+            )
+        )
+
+    with dask.config.set({"dkmeans.compile": "off"}):
+        numpy_lists = exchange_moves(D, labels, wt, 7, m)
+    compiled = _exchange(D, labels, wt, 7, m)
+    pieces = [
+        exchange_moves(D[a:b], labels[a:b], wt[a:b], 7 + a, m) for a, b in ((0, 31), (31, 90))
+    ]
+    combined = select_exchange(Moves(*(np.concatenate(field) for field in zip(*pieces))), m)
+    for got in (numpy_lists, compiled, combined):
+        assert listed(got) == want
+
+
+def random_lists(rng, k, n, lower, upper, m):
+    """Exchange lists of a random assignment of n rows (integer costs), and its sizes."""
+    from dkmeans.kernels.capacitated import exchange_moves
+
+    D = rng.integers(0, 40, size=(n, k)).astype(np.float64)
+    labels = rng.integers(0, k, size=n)
+    ex = exchange_moves(D, labels, np.ones(n), 0, m)
+    return D, labels, ex, np.bincount(labels, minlength=k).astype(np.float64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exchange_flow_compiled_is_the_python_function(seed):
+    """The compiled exchange_flow is the plain function compiled: the same outcome, moves, sizes
+    and prices on the same lists."""
+    from dkmeans.drivers.capacitated import _slack
+    from dkmeans.kernels.backends import compiled_capacitated
+    from dkmeans.kernels.exchange import exchange_flow
+
+    rng = np.random.default_rng(seed)
+    k, n = 5, 80
+    _, _, ex, sizes = random_lists(rng, k, n, 0, 0, 4)
+    pair = ex.source * k + ex.target
+    starts = np.searchsorted(pair, np.arange(k * k)).astype(np.int64)
+    ends = np.searchsorted(pair, np.arange(k * k), side="right").astype(np.int64)
+    rows, group = np.unique(ex.row, return_inverse=True)
+    lower, upper = (15.0, 17.0) if seed % 2 else (0.0, 18.0)
+    results = []
+    for flow in (exchange_flow, compiled_capacitated.exchange_flow):
+        used = np.full(rows.shape[0], -1, np.int64)
+        duals, s = np.zeros(k), sizes.copy()
+        outcome = flow(
+            starts,
+            ends,
+            ex.cost,
+            group.astype(np.int64),
+            k,
+            s,
+            lower,
+            upper,
+            _slack(s),
+            used,
+            1 << 20,
+            duals,
+        )
+        results.append((outcome, used, s, duals))
+    assert results[0][0] == results[1][0]
+    for got, want in zip(results[1][1:], results[0][1:]):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("lower, upper", [(25, 25), (0, 28), (20, 40)])
+def test_exact_solve_from_any_start_is_the_optimal_transport(lower, upper):
+    """From zero prices and from prices far off (the caller's moves alone, no auction), and in one
+    chunk or seven: the same labels, certified, at the optimal transport's cost; the prices it
+    hands on are optimal duals (a priced pass at them is within the caps)."""
+    rng = np.random.default_rng(lower + upper)
+    X = np.concatenate([rng.normal(size=(70, 2)), rng.normal(size=(30, 2)) + 2.5])
+    C = X[rng.choice(100, 4, replace=False)] + 0.1
+    reference = transport_cost(X, C, lower, upper)
+    results = []
+    for chunks, start in ((1, None), (7, None), (3, np.array([5e13, -5e13, 0.0, 1e13]))):
+        data = ChunkList.from_array(X, None, n_chunks=chunks)
+        passes = CapacitatedPasses(Capacity(float(lower), float(upper)))
+        if start is not None:
+            passes._warm = (start, np.zeros(4))
+        part = passes.solve(data, C)
+        assert passes.certified_per_solve == [True]
+        assert float(part.partials.objective) == pytest.approx(reference, rel=1e-9)
+        labels, _ = passes.labels(data, C)
+        sizes = np.bincount(labels, minlength=4)
+        assert sizes.min() >= lower and sizes.max() <= upper
+        results.append(labels)
+        P = passes._warm[0]
+        assert passes.optimal(P, part.partials.counts)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+
+
+def test_objective_at_new_centroids_from_the_sums():
+    """The previous assignment's objective at moved centroids, from its sums, against the direct
+    sum of squared distances."""
+    from dkmeans.drivers.capacitated import _objective_at
+    from dkmeans.kernels.common import Partials
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 4))
+    w = rng.uniform(0.5, 2, size=300)
+    labels = rng.integers(0, 3, size=300)
+    C_old, C_new = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    sums = np.stack([(w[labels == j, None] * X[labels == j]).sum(0) for j in range(3)])
+    counts = np.bincount(labels, weights=w, minlength=3)
+    before = float((w * ((X - C_old[labels]) ** 2).sum(1)).sum())
+    after = float((w * ((X - C_new[labels]) ** 2).sum(1)).sum())
+    got = _objective_at(Partials(sums, counts, np.asarray(before)), C_old, C_new)
+    assert got == pytest.approx(after, rel=1e-12)
+
+
+@pytest.mark.parametrize("caps", [dict(balanced=True), dict(max_cluster_size=0.3)])
+def test_capped_fit_objective_never_rises_and_ends_optimal(caps):
+    """A capped fit's objective per iteration never rises, and the final labels are an optimal
+    transport of the final centroids (scipy on the replicated-column matrix)."""
+    from dkmeans import KMeans
+
+    rng = np.random.default_rng(4)
+    X = np.concatenate([rng.normal(size=(90, 2)), rng.normal(size=(30, 2)) + 4])
+    km = KMeans(4, random_state=0, n_init=1, **caps).fit(X)
+    objective = [r["objective"] for r in km.history_]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(objective, objective[1:]))
+    assert km.inertia_ <= objective[-1] * (1 + 1e-12)
+    lower, upper = (30, 30) if caps.get("balanced") else (0, 36)
+    sizes = np.bincount(km.labels_, minlength=4)
+    assert sizes.min() >= lower and sizes.max() <= upper
+    reference = transport_cost(X, km.cluster_centers_.astype(np.float64), lower, upper)
+    assert km.inertia_ == pytest.approx(reference, rel=1e-9)
+    # one entry per assignment: each iteration's, the settled one's, the final one's
+    assert km.n_iter_ + 1 <= len(km.capacity_passes_) <= km.n_iter_ + 2

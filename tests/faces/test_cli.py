@@ -154,3 +154,28 @@ def test_warm_up_loads_the_compiled_kernels(monkeypatch, capsys):
         and not plans.loaded(np.float32, 4)
     )
     assert main(["warm-up", "--n-features", "0"]) == 2
+
+
+def test_warm_up_runs_the_size_caps_loops(monkeypatch):
+    """``dkmeans warm-up`` runs the capped assignment's compiled loops once per dtype (priced
+    choice, margins, partials, exchange lists, the caller's moves), compiled after it."""
+    import numpy as np
+
+    from dkmeans import kernels
+    from dkmeans.cli import main
+    from dkmeans.kernels import plans, warm
+    from dkmeans.kernels.backends import compiled_capacitated
+
+    seen = []
+
+    def spy(dtype):
+        seen.append(np.dtype(dtype))
+        assert kernels.plans.compiled_allowed()
+        return kernels.capacitated.warm_up(dtype)
+
+    monkeypatch.setattr(plans, "_loaded", set())
+    monkeypatch.setattr(warm, "warm_up_capacitated", spy)
+    assert main(["warm-up", "--n-features", "3"]) == 0
+    assert seen == [np.dtype(np.float32), np.dtype(np.float64)]
+    for loop in ("best_rows", "partial_rows", "exchange_rows", "exchange_flow"):
+        assert getattr(compiled_capacitated, loop).signatures, loop

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dkmeans.kernels import exchange as _exchange
 from dkmeans.kernels.backends.jit import njit
 
 
@@ -118,3 +119,90 @@ def partial_rows(X, w, weighted, C64, labels, sums, sizes, counts):  # pragma: n
         sizes[j] += wi
         counts[j] += 1.0
     return total
+
+
+#: :func:`dkmeans.kernels.exchange.exchange_flow` compiled (the same function: the same moves).
+exchange_flow = njit(nogil=True)(_exchange.exchange_flow)
+
+
+@njit(nogil=True, inline="always")
+def _before(v, r, cost, row, p, j):  # pragma: no cover - compiled
+    """Whether ``(v, r)`` comes before heap entry ``j`` of pair ``p`` (cost, then row)."""
+    return v < cost[p, j] or (v == cost[p, j] and r < row[p, j])
+
+
+@njit(nogil=True)
+def exchange_rows(D, labels, row_offset, m, cost, row, count):  # pragma: no cover - compiled
+    """Per pair ``(a, b)`` the ``m`` cheapest ``(D[i, b] - D[i, a], row)`` of the rows labelled
+    ``a``: a max-heap of ``m`` entries per pair in ``cost``, ``row`` (k * k, m), ``count``
+    (k * k,) entries held. The same set as the NumPy selection, in heap order."""
+    n, k = D.shape
+    root = np.full(k * k, np.inf)  # a full heap's largest cost (small: stays in cache)
+    for i in range(n):
+        a = labels[i]
+        base = D[i, a]
+        r = row_offset + i
+        for b in range(k):
+            if b == a:
+                continue
+            v = D[i, b] - base
+            p = a * k + b
+            if v > root[p]:
+                continue  # above a full heap's largest: most rows end here
+            c = count[p]
+            if c < m:  # room: sift up
+                j = c
+                count[p] = c + 1
+                while j > 0:
+                    up = (j - 1) // 2
+                    if _before(v, r, cost, row, p, up):
+                        break
+                    cost[p, j], row[p, j] = cost[p, up], row[p, up]
+                    j = up
+                cost[p, j], row[p, j] = v, r
+                if c + 1 == m:
+                    root[p] = cost[p, 0]
+            elif _before(v, r, cost, row, p, 0):  # below the largest: it replaces the root
+                j = 0
+                while True:
+                    left = 2 * j + 1
+                    if left >= m:
+                        break
+                    big = left
+                    if left + 1 < m and _before(
+                        cost[p, left], row[p, left], cost, row, p, left + 1
+                    ):
+                        big = left + 1
+                    if not _before(v, r, cost, row, p, big):
+                        break
+                    cost[p, j], row[p, j] = cost[p, big], row[p, big]
+                    j = big
+                cost[p, j], row[p, j] = v, r
+                root[p] = cost[p, 0]
+
+
+@njit(nogil=True)
+def sorted_heaps(cost, row, count):  # pragma: no cover - compiled
+    """The entries of :func:`exchange_rows`' heaps in pair order, each pair's by cost, then row:
+    ``(pair, cost, row)`` arrays."""
+    pairs, m = cost.shape
+    total = 0
+    for p in range(pairs):
+        total += count[p]
+    out_pair = np.empty(total, np.int64)
+    out_cost = np.empty(total)
+    out_row = np.empty(total, np.int64)
+    t = 0
+    for p in range(pairs):
+        c = count[p]
+        for j in range(c):  # insertion sort of the pair's few entries
+            v, r = cost[p, j], row[p, j]
+            s = t + j
+            while s > t and (out_cost[s - 1] > v or (out_cost[s - 1] == v and out_row[s - 1] > r)):
+                out_cost[s], out_row[s] = out_cost[s - 1], out_row[s - 1]
+                s -= 1
+            out_cost[s], out_row[s] = v, r
+        for j in range(c):
+            out_pair[t + j] = p
+        t += c
+    return out_pair, out_cost, out_row

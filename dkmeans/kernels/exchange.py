@@ -1,0 +1,205 @@
+"""Exact capped assignment on the clusters' exchange graph: shortest paths and negative cycles.
+
+A capped assignment (rows of unit weight, cluster ``j`` holding between ``lower`` and ``upper``
+rows) is an optimal transport of its centroids exactly when it is within the caps and no set
+of moves that keeps it so is cheaper. Moves compose along the graph of the ``k`` clusters, an
+edge ``a -> b`` weighing the cheapest move of a row of ``a`` into ``b`` (its extra integer cost
+``D[i, b] - D[i, a]``), and a node ``k`` for the caps' room (``k -> a`` weighing 0 where ``a``
+can lose a row, ``b -> k`` where ``b`` can take one): the assignment is optimal when that graph
+has no negative cycle, and then its shortest distances, negated, are optimal prices.
+
+:func:`exchange_flow` works on a pass's exchange lists (every pair's cheapest moves, sorted):
+it cancels negative cycles and pushes the rows of over-full (under-floor) clusters along
+shortest paths to clusters with room (from donors), one row per edge, until the assignment is
+within the caps and no negative cycle is left in the lists, or a list runs out. It is written
+in plain loops (its helpers inner functions), so that the compiled variant
+(:mod:`dkmeans.kernels.backends.compiled_capacitated`) is this same function compiled: both
+give the same moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: :func:`exchange_flow`'s outcomes.
+CERTIFIED, MOVED, EXHAUSTED, BUDGET = 0, 1, 2, 3
+
+
+def exchange_flow(
+    starts, ends, cost, group, k, sizes, lower, upper, slack, used, max_steps, duals
+):  # pragma: no cover - also compiled (the branches are the tests' of either path)
+    """Moves over exchange lists toward an optimal capped assignment; the outcome.
+
+    Parameters
+    ----------
+    starts, ends : ndarray (k * k,), int64
+        Pair ``(a, b)``'s moves are ``starts[a k + b]:ends[a k + b]`` of ``cost`` and ``group``,
+        cheapest first (then by row).
+    cost : ndarray, float64
+        The moves' extra integer costs.
+    group : ndarray, int64
+        Each move's row, numbered ``0 ..`` (a row has one move per pair of its cluster).
+    k : int
+    sizes : ndarray (k,), float64
+        The clusters' rows (changed in place by the moves).
+    lower, upper, slack : float
+        The caps and the tolerance of a size against them.
+    used : ndarray, int64
+        Per row (group): -1, or the cluster it moved to (set here).
+    max_steps : int
+        Cycles and paths at most.
+    duals : ndarray (k,), float64
+        Where :data:`CERTIFIED`: optimal prices (the shortest distances, negated).
+
+    Returns
+    -------
+    int
+        :data:`CERTIFIED` (within the caps, no move made, no negative cycle: the lists' heads
+        were the exact cheapest moves, the assignment is optimal), :data:`MOVED` (within the
+        caps and no negative cycle left among the lists after moves), :data:`EXHAUSTED` (a
+        needed path or list ran out: another pass, with the moves made, goes on) or
+        :data:`BUDGET`.
+    """
+
+    def _head(a, b, k, ptr, ends, group, used):
+        """The position of pair ``(a, b)``'s cheapest move whose row has not moved, or -1."""
+        i = a * k + b
+        while ptr[i] < ends[i] and used[group[ptr[i]]] >= 0:
+            ptr[i] += 1
+        return ptr[i] if ptr[i] < ends[i] else -1
+
+    def _relax(W, dist, pred, nodes):
+        """Bellman-Ford rounds over the first ``nodes`` nodes of ``W`` from ``dist`` (changed in place,
+        with ``pred``): the last node relaxed in round ``nodes`` (on or after a negative cycle), or -1
+        where the distances settled."""
+        for rnd in range(nodes + 1):
+            changed = -1
+            for a in range(nodes):
+                da = dist[a]
+                if da == np.inf:
+                    continue
+                for b in range(nodes):
+                    w = W[a, b]
+                    if w != np.inf and da + w < dist[b]:
+                        dist[b] = da + w
+                        pred[b] = a
+                        changed = b
+            if changed < 0:
+                return -1
+            if rnd == nodes:
+                return changed
+        return -1
+
+    def _cycle_from(pred, node, nodes, out):
+        """The cycle of the predecessor graph reached from ``node`` (into ``out`` in edge order): its
+        length."""
+        for _ in range(nodes):
+            node = pred[node]
+            if node < 0:
+                return 0
+        start = node
+        n = 0
+        out[n] = start
+        n += 1
+        back = pred[start]
+        while back != start:
+            out[n] = back
+            n += 1
+            back = pred[back]
+        for i in range(
+            n // 2
+        ):  # walked back along the predecessors: reversed, the edges run forward
+            out[i], out[n - 1 - i] = out[n - 1 - i], out[i]
+        return n
+
+    V = k + 1
+    ptr = starts.copy()
+    W = np.full((V, V), np.inf)
+    at = np.full((V, V), -1, np.int64)
+    for a in range(k):
+        for b in range(k):
+            if a != b:
+                h = _head(a, b, k, ptr, ends, group, used)
+                if h >= 0:
+                    W[a, b] = cost[h]
+                    at[a, b] = h
+    dist = np.zeros(V)
+    pred = np.full(V, -1, np.int64)
+    path = np.empty(V + 1, np.int64)
+    moved = False
+    for _ in range(max_steps):
+        for j in range(k):
+            W[k, j] = 0.0 if sizes[j] - 1.0 >= lower - slack else np.inf
+            W[j, k] = 0.0 if sizes[j] + 1.0 <= upper + slack else np.inf
+        dist[:] = 0.0
+        pred[:] = -1
+        last = _relax(W, dist, pred, V)
+        n = 0
+        if last >= 0:  # a negative cycle: its moves keep every size, and lower the cost
+            n = _cycle_from(pred, last, V, path)
+            if n == 0:
+                return EXHAUSTED
+            path[n] = path[0]
+        else:
+            over, under = -1, -1
+            for j in range(k):
+                if over < 0 and sizes[j] - upper > slack:
+                    over = j
+                if under < 0 and lower - sizes[j] > slack:
+                    under = j
+            if over < 0 and under < 0:
+                if not moved:
+                    for j in range(k):
+                        duals[j] = -dist[j]
+                    return CERTIFIED
+                return MOVED
+            # the cheapest path from the over-full cluster to one with room (or from a donor
+            # to the under-floor one), over the clusters (no negative cycle: shortest paths)
+            dist[:] = np.inf
+            pred[:] = -1
+            if over >= 0:
+                dist[over] = 0.0
+            else:
+                for j in range(k):
+                    if j != under and sizes[j] - 1.0 >= lower - slack:
+                        dist[j] = 0.0
+            _relax(W, dist, pred, k)
+            end = -1
+            if over >= 0:
+                for j in range(k):
+                    if j != over and sizes[j] + 1.0 <= upper + slack and dist[j] < np.inf:
+                        if end < 0 or dist[j] < dist[end]:
+                            end = j
+            elif dist[under] < np.inf:
+                end = under
+            if end < 0:
+                return EXHAUSTED
+            node = end  # back along the predecessors to a source (a tree: no negative cycle)
+            while node >= 0 and n <= V:
+                path[n] = node
+                n += 1
+                node = pred[node]
+            if node >= 0 or n < 2:
+                return EXHAUSTED
+            for i in range(n // 2):  # reversed: path[0] -> path[1] -> ... -> path[n - 1]
+                path[i], path[n - 1 - i] = path[n - 1 - i], path[i]
+            n -= 1  # edges
+        for e in range(n):
+            a, b = path[e], path[e + 1]
+            if a < k and b < k:  # a row of a moves to b (the room node's edges move none)
+                used[group[at[a, b]]] = b
+                sizes[a] -= 1.0
+                sizes[b] += 1.0
+        moved = True
+        for e in range(n):
+            a = path[e]
+            if a < k:  # the cluster lost a row: the heads of its pairs
+                for b in range(k):
+                    if b != a:
+                        h = _head(a, b, k, ptr, ends, group, used)
+                        W[a, b] = cost[h] if h >= 0 else np.inf
+                        at[a, b] = h
+    return BUDGET
+
+
+__all__ = ["BUDGET", "CERTIFIED", "EXHAUSTED", "MOVED", "exchange_flow"]

@@ -129,9 +129,13 @@ def _session_cluster(n_workers: int, **options):
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _freeze_session_workers():
-    """At each test module's start, what the session clusters' workers hold by then (kernels
-    loaded by earlier modules' fits) is frozen too (see :func:`_freeze_long_lived`)."""
+def _freeze_long_lived_objects():
+    """At each test module's start, what this process and the session clusters' workers hold by
+    then (modules, kernels loaded by earlier modules' fits) is frozen (see
+    :func:`_freeze_long_lived`): the automatic full collections of this process, which grew with
+    the suite's modules to 0.2 s each (5 s of tests/fit + tests/faces), and the workers' probes
+    then pass over new objects only."""
+    _freeze_long_lived()
     for c in _SESSION_CLUSTERS:
         c.run(_freeze_long_lived, on_error="ignore")
     yield

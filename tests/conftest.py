@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import dask
@@ -82,17 +83,75 @@ def spmd(monkeypatch, on_cluster):
         yield calls
 
 
+def _freeze_long_lived(import_first: bool = False) -> int:
+    """Run on each worker of a session cluster: collect, then freeze what is left out of the garbage
+    collector's later passes (:func:`gc.freeze`); with ``import_first``, after importing what a fit
+    imports. Returns how many objects are frozen.
+
+    Every fit on a cluster measures its workers (the memory probe), which starts with a full
+    ``gc.collect()`` on each, as do the out-of-core fits' releases: 0.25-0.35 s a fit on 2 busy
+    cores for a worker holding the objects of dask, pandas, pyarrow and numba (190,000 from their
+    imports, 260,000 once kernels are loaded), 1-2 ms once they are frozen: a third of the wall
+    time of tests/faces/test_column_types.py. Objects created later are collected as before (and
+    frozen ones are still freed when their last reference goes); the kernels are not loaded here
+    (tests/engine/test_memory_probe.py sees its workers load them).
+    """
+    import gc
+
+    if import_first:
+        import dask.array  # noqa: F401
+        import dask.dataframe  # noqa: F401
+        import numba  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+
+        import dkmeans.drivers.lloyd  # noqa: F401
+        import dkmeans.engine.persisted  # noqa: F401
+        import dkmeans.engine.streamed  # noqa: F401
+        import dkmeans.kernels.warm  # noqa: F401
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
+#: the session's clusters (:func:`client`, :func:`single_worker_client`) once started
+_SESSION_CLUSTERS: list = []
+
+
+@contextlib.contextmanager
+def _session_cluster(n_workers: int, **options):
+    with local_cluster(n_workers, **options) as c:
+        c.run(_freeze_long_lived, True)
+        _SESSION_CLUSTERS.append(c)
+        try:
+            yield c
+        finally:
+            _SESSION_CLUSTERS.remove(c)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _freeze_long_lived_objects():
+    """At each test module's start, what this process and the session clusters' workers hold by
+    then (modules, kernels loaded by earlier modules' fits) is frozen (see
+    :func:`_freeze_long_lived`): the automatic full collections of this process, which grew with
+    the suite's modules to 0.2 s each (5 s of tests/fit + tests/faces), and the workers' probes
+    then pass over new objects only."""
+    _freeze_long_lived()
+    for c in _SESSION_CLUSTERS:
+        c.run(_freeze_long_lived, on_error="ignore")
+    yield
+
+
 @pytest.fixture(scope="session")
 def client():
     """A 2-worker, 1-thread-per-worker LocalCluster (processes), set as the current client."""
-    with local_cluster(2, set_as_default=True) as c, c.as_current():
+    with _session_cluster(2, set_as_default=True) as c, c.as_current():
         yield c
 
 
 @pytest.fixture(scope="session")
 def single_worker_client():
     """A second cluster with one worker, for worker-count invariance."""
-    with local_cluster(1) as c:
+    with _session_cluster(1) as c:
         yield c
 
 

@@ -163,30 +163,18 @@ def test_dask_dataframe_labels_on_its_index(client):
     np.testing.assert_array_equal(np.bincount(labels.to_numpy()), [400, 400, 400])
 
 
-def test_cli_fit_on_a_parquet_file(tmp_path):
+def test_cli_fit_on_a_parquet_file(client, tmp_path, capsys):
     """dkmeans fit FILE --max-cluster-size: the model's sizes within the cap, its centroids those of
-    KMeans on the same rows."""
+    KMeans on the same rows (the command in process, on the session's cluster; the same command as
+    a process of its own, with its embedded cluster, is in tests/system/test_cli_commands.py)."""
+    from dkmeans.cli import main
     from dkmeans.io import load_model
-    from tests.helpers import run_cli
 
     X = blobs(800, seed=7)
     pd.DataFrame(X, columns=list("abc")).to_parquet(tmp_path / "rows.parquet")
-    res = run_cli(
-        "fit",
-        tmp_path / "rows.parquet",
-        "-k",
-        4,
-        "--max-cluster-size",
-        220,
-        "--model",
-        tmp_path / "m.npz",
-        "--random-state",
-        0,
-        "--workers",
-        1,
-        "--json",
-    )
-    assert res.returncode == 0, res.stderr
+    args = ["fit", tmp_path / "rows.parquet", "-k", 4, "--max-cluster-size", 220]
+    args += ["--model", tmp_path / "m.npz", "--random-state", 0, "--json"]
+    assert main([str(a) for a in args]) == 0, capsys.readouterr().err
     model, meta = load_model(tmp_path / "m.npz")
     assert max(meta["cluster_sizes"]) <= 220 and sum(meta["cluster_sizes"]) == 800
     reference = KMeans(4, random_state=0, n_init=1, max_cluster_size=220).fit(X)

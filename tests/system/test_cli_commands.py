@@ -120,6 +120,36 @@ def test_fit_predict_evaluate(parquet_dir):
     assert f"objective (sum of squared distances): {-km.score(df[['a', 'b']]):.6e}" in res.stdout
 
 
+def test_fit_with_a_size_cap_on_a_parquet_file(tmp_path):
+    """dkmeans fit FILE --max-cluster-size as a process of its own (its embedded cluster of one
+    worker): the model's sizes within the cap, its centroids those of KMeans on the same rows (the
+    command in process: tests/fit/test_capacity.py)."""
+    X = np.random.default_rng(7).normal(size=(800, 3))
+    X[600:] += 4
+    pd.DataFrame(X, columns=list("abc")).to_parquet(tmp_path / "rows.parquet")
+    res = run_cli(
+        "fit",
+        tmp_path / "rows.parquet",
+        "-k",
+        4,
+        "--max-cluster-size",
+        220,
+        "--model",
+        tmp_path / "m.npz",
+        "--random-state",
+        0,
+        "--workers",
+        1,
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    model, meta = load_model(tmp_path / "m.npz")
+    assert max(meta["cluster_sizes"]) <= 220 and sum(meta["cluster_sizes"]) == 800
+    reference = KMeans(4, random_state=0, n_init=1, max_cluster_size=220).fit(X)
+    np.testing.assert_allclose(model.centroids, reference.cluster_centers_, rtol=1e-6, atol=1e-9)
+    assert meta["objective"] == pytest.approx(reference.inertia_, rel=1e-9)
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

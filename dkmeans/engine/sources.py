@@ -494,6 +494,10 @@ def measure_read(source: ParquetSource, small: int = 65536) -> ReadCost:
 
         return run
 
+    # one unmeasured read first: what a worker's first read imports (pyarrow's readers, pandas
+    # where a column needs it) stays with the process, not with each read; the budget is
+    # measured again after this probe, imports included
+    read(1)()
     peaks = [_peak_of(read(n)) for n in (small, large, small, large)]
     if any(p is None for p in peaks) or large <= small:
         return ReadCost(FALLBACK_ROW_FACTOR * row_bytes, FALLBACK_FIXED, False)

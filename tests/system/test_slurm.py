@@ -34,7 +34,14 @@ SLOW_FIT = [
     "--checkpoint-every",
     "1000",
 ]
-SLOW_ENV = {"DASK_DKMEANS__SINGLE_TASK_WORK": "0", "DASK_DKMEANS__SPMD": "False"}
+# a fit slow enough to be cancelled mid-way: iterations as graphs, and the small files placed on
+# the job's cluster (within dkmeans.in-process-bytes the command would read and fit them in its
+# own process, done before scancel comes)
+SLOW_ENV = {
+    "DASK_DKMEANS__SINGLE_TASK_WORK": "0",
+    "DASK_DKMEANS__SPMD": "False",
+    "DASK_DKMEANS__IN_PROCESS_BYTES": "0",
+}
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ process, the message says so.
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass
 
@@ -42,12 +43,15 @@ _DIED = {
 #: cause (s).
 INTERRUPT_WINDOW_S = 30.0
 
-_last_interrupt: list[float] = []  # time.time() of the last interrupted wait on the cluster
+#: time.time() of the recent interrupted waits on the cluster (an interrupt is noted where a wait
+#: catches it and again where the fit's client block ends, after its clean-up: any of them near
+#: the workers' death names the cause)
+_last_interrupt: collections.deque = collections.deque(maxlen=8)
 
 
 def note_interrupt() -> None:
     """Record that a wait on the cluster was interrupted now (KeyboardInterrupt in this process)."""
-    _last_interrupt[:] = [time.time()]
+    _last_interrupt.append(time.time())
 
 
 def lost_worker_grace() -> float:
@@ -75,7 +79,7 @@ class LostWorkers:
             reasons.setdefault(why, []).append(address)
         detail = "; ".join(f"{', '.join(addresses)}: {why}" for why, addresses in reasons.items())
         interrupt = ""
-        if _last_interrupt and abs(self.since - _last_interrupt[0]) <= INTERRUPT_WINDOW_S:
+        if any(abs(self.since - t) <= INTERRUPT_WINDOW_S for t in _last_interrupt):
             interrupt = (
                 " They died as this process was interrupted: worker processes "
                 "started from it (Client(n_workers=...), LocalCluster) share its "

@@ -86,6 +86,23 @@ def test_the_interrupt_is_named_when_the_workers_died_with_it():
     assert "interrupted" not in health.lost_workers(client).message()
 
 
+def test_the_interrupt_is_named_when_a_later_clean_up_noted_it_again():
+    """A wait noted the interrupt as the workers died; the fit's clean-up, ending 40 s later,
+    noted it again: the first noting still names the cause."""
+    now = time.time()
+    health._last_interrupt.clear()
+    health._last_interrupt.extend([now, now + 40.0])
+    client = _Client(
+        [_add(now - 5, "tcp://a:1"), _remove(now, "tcp://a:1", "handle-worker-cleanup")]
+    )
+    try:
+        assert "died as this process was interrupted" in health.lost_workers(client).message()
+        health._last_interrupt.popleft()  # only the clean-up's, 40 s after the death
+        assert "interrupted" not in health.lost_workers(client).message()
+    finally:
+        health._last_interrupt.clear()
+
+
 @pytest.mark.parametrize(
     "events, workers",
     [

@@ -232,6 +232,20 @@ class CapacitatedPasses:
             return out
         return data.map_reduce(_chunk, combine, args)
 
+    def _plain_pass(self, data, C, P, Q, q, overrides, ask=None, exchange: int = 0):
+        """A pass at prices ``P`` asking for no shed or entry margins: the labels with
+        ``overrides``, and the repair's moves (``ask``) or the exchange lists (``exchange``
+        moves per pair)."""
+        none = _Requests.none(len(C))
+        combine = functools.partial(
+            combine_price_partials,
+            shed_wanted=none.shed,
+            enter_wanted=none.enter,
+            repair=ask,
+            exchange=exchange,
+        )
+        return self._pass(data, combine, (C, P, Q, q) + none.args() + (overrides, ask, exchange))
+
     def partials(self, data, C: np.ndarray):
         """The :class:`~dkmeans.kernels.common.Partials` of a Lloyd iteration's capped assignment to
         ``C``, and 1.0 (every distance computed).
@@ -365,19 +379,9 @@ class CapacitatedPasses:
         moved: dict[int, int] = {}
         if overrides is not None:
             moved.update(zip(overrides[0].tolist(), overrides[1].tolist()))
-        none = _Requests.none(k)
         part = None
         for passes in range(1, limit + 1):
-            part = self._pass(
-                data,
-                functools.partial(
-                    combine_price_partials,
-                    shed_wanted=none.shed,
-                    enter_wanted=none.enter,
-                    exchange=m,
-                ),
-                (C, P, Q, q) + none.args() + (overrides, None, m),
-            )
+            part = self._plain_pass(data, C, P, Q, q, overrides, exchange=m)
             ex, sizes = part.exchange, part.partials.counts
             if not (np.all(ex.weight == 1.0) and np.all(part.rows == sizes)):
                 return None
@@ -411,23 +415,12 @@ class CapacitatedPasses:
         overrides of the priced labels. Returns the last pass's partials, the overrides and the
         passes.
         """
-        k = len(C)
         lower, upper = self.capacity.lower, self.capacity.upper
         moved: dict[int, int] = {}
-        none = _Requests.none(k)
         ask = None
         overrides = None
         for passes in range(1, FIX_PASSES + 1):
-            part = self._pass(
-                data,
-                functools.partial(
-                    combine_price_partials,
-                    shed_wanted=none.shed,
-                    enter_wanted=none.enter,
-                    repair=ask,
-                ),
-                (C, P, Q, q) + none.args() + (overrides, ask),
-            )
+            part = self._plain_pass(data, C, P, Q, q, overrides, ask=ask)
             sizes = part.partials.counts.astype(np.float64).copy()
             slack = _slack(sizes)
             over, under = sizes - upper > slack, lower - sizes > slack

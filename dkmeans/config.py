@@ -137,7 +137,8 @@ KEYS: dict[str, Key] = {
             "32MiB",
             _bytes,
             "in-memory data up to this size is fitted in the calling process, in one thread (larger "
-            "in-memory data too when no Dask client exists), and so is a dense Dask array of known "
+            "in-memory data too, on a thread per core, when no Dask client exists or every worker of "
+            "the current client runs on this machine), and so is a dense Dask array of known "
             "chunk lengths up to this size, computed once, or a dd.read_parquet frame whose files' "
             "footers say it is that small, read once; 0 sends all data to a cluster",
         ),

@@ -17,10 +17,12 @@ user's scheduler as it was: fits still run on the embedded cluster, and nothing 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import warnings
@@ -79,6 +81,44 @@ def current_client():
         return distributed.get_client()
     except ValueError:
         return None
+
+
+def local_worker_threads(client) -> int | None:
+    """The threads of ``client``'s workers when every one of them runs on this machine, else None.
+
+    A worker counts as local when its address is in-process (``inproc://``), on a loopback
+    address, or on one of this host's own addresses. None as well where the cluster has no
+    workers yet, or its scheduler cannot be asked (nothing is then assumed).
+    """
+    try:
+        nthreads = client.nthreads()
+    except Exception:  # noqa: BLE001 - a closed or unreachable scheduler: assume nothing
+        return None
+    if not nthreads or not all(_is_this_host(address) for address in nthreads):
+        return None
+    return sum(nthreads.values())
+
+
+def _is_this_host(address: str) -> bool:
+    if address.startswith("inproc://"):
+        return True
+    try:
+        host = distributed.comm.get_address_host(address)
+    except ValueError:
+        return False
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return True
+    return host in _own_addresses()
+
+
+@functools.cache
+def _own_addresses() -> frozenset:
+    name = socket.gethostname()
+    try:
+        addresses = socket.gethostbyname_ex(name)[2]
+    except OSError:  # an unresolvable host name: the loopback test above alone
+        addresses = []
+    return frozenset([name, socket.getfqdn(), *addresses])
 
 
 def in_daemon_process() -> bool:

@@ -8,6 +8,9 @@ The fit service, its data checks and inference load Dask's array collection and 
 and its methods read names from it (``_inputs.as_dataset(X)``): the first read imports the
 module, so importing (and constructing) an estimator loads what scikit-learn's does, and a fit
 loads the rest. The layer rules of the package's tests read these calls as imports.
+
+A package's public names are reached so too: :func:`lazy_attributes` is the ``__getattr__``
+(PEP 562) of ``dkmeans`` and ``dkmeans.engine``.
 """
 
 from __future__ import annotations
@@ -51,3 +54,37 @@ def lazy_module(name: str) -> LazyModule:
         ``monkeypatch`` of the module is seen).
     """
     return LazyModule(name)
+
+
+def lazy_attributes(module: str, names: dict, namespace: dict, submodules=()):
+    """A package's ``__getattr__`` (PEP 562): its public names, each imported on first use.
+
+    Parameters
+    ----------
+    module : str
+        The package's name (``__name__``), for its submodules and error messages.
+    names : dict
+        Each public name and the module that defines it.
+    namespace : dict
+        The package's ``globals()``: a name read once is kept there, so that later reads do
+        not call ``__getattr__``.
+    submodules : iterable of str, optional
+        Submodules reached as attributes (``dkmeans.plot``), imported on first use.
+
+    Returns
+    -------
+    callable
+        The ``__getattr__`` to assign at the package's top.
+    """
+    submodules = frozenset(submodules)
+
+    def __getattr__(name: str):
+        if name in names:
+            value = getattr(importlib.import_module(names[name]), name)
+            namespace[name] = value
+            return value
+        if name in submodules:
+            return importlib.import_module(f"{module}.{name}")
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

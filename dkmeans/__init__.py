@@ -11,6 +11,7 @@ Names and submodules are reached as attributes once ``dkmeans`` is imported, eac
 (model files), ``dkmeans.testing`` (test data), ``dkmeans.config`` (the Dask config keys).
 """
 
+from dkmeans._lazy import lazy_attributes as _lazy_attributes
 from dkmeans._version import __version__
 
 #: The public names, each imported from its module on first use (PEP 562), so that ``import
@@ -47,16 +48,7 @@ _SUBMODULES = (
 )
 
 
-def __getattr__(name: str):
-    import importlib
-
-    if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-        globals()[name] = value  # later lookups find it without this function
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"dkmeans.{name}")
-    raise AttributeError(f"module 'dkmeans' has no attribute {name!r}")
+__getattr__ = _lazy_attributes(__name__, _NAMES, globals(), _SUBMODULES)
 
 
 def __dir__():

@@ -12,12 +12,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from dkmeans._lazy import lazy_module
 from dkmeans.errors import InvalidParameterError
 from dkmeans.estimator import _KMeansBase
 from dkmeans.fit import params as _params
 
-if TYPE_CHECKING:  # the bisecting fit service loads Dask's collections: imported where used
+if TYPE_CHECKING:
     from dkmeans.fit.bisecting import BisectingSpec
+
+# the bisecting fit service loads Dask's collections: imported at its first use (see dkmeans._lazy)
+_bisecting = lazy_module("dkmeans.fit.bisecting")
 
 logger = logging.getLogger("dkmeans")
 
@@ -129,8 +133,6 @@ class BisectingKMeans(_KMeansBase):
     device = None  # the rows are read where they are (NumPy on the host)
 
     def _fit_spec(self) -> BisectingSpec:
-        from dkmeans.fit.bisecting import BisectingSpec
-
         params = self.get_params()
         algorithm = params.pop("algorithm")
         _params.OneOf(_params.BISECTING_ALGORITHMS)("algorithm", algorithm)
@@ -146,7 +148,7 @@ class BisectingKMeans(_KMeansBase):
                 f"{{{', '.join(repr(s) for s in _params.BISECTING_INITS)}}}. "
                 f"Got {self.init!r} instead."
             )
-        return BisectingSpec(
+        return _bisecting.BisectingSpec(
             n_clusters=p["n_clusters"],
             init=self.init,
             n_init=p["n_init"],
@@ -175,9 +177,7 @@ class BisectingKMeans(_KMeansBase):
         return super().fit(X, y, sample_weight)
 
     def _fit(self, X, sample_weight, spec: BisectingSpec):
-        from dkmeans.fit.bisecting import run_bisecting
-
-        result = run_bisecting(spec, self._fit_dataset(X), sample_weight)
+        result = _bisecting.run_bisecting(spec, self._fit_dataset(X), sample_weight)
         if self.verbose:
             print(
                 f"bisecting: {len(result.objectives) - 1} splits in {result.tree.rounds} rounds, "
@@ -215,10 +215,8 @@ class BisectingKMeans(_KMeansBase):
         labels : ndarray of int32 (a lazy Dask array for a Dask array, a Dask Series for a
             Dask DataFrame)
         """
-        from dkmeans.fit.bisecting import tree_labels
-
         X, _ = self._check_test_data(X)  # (no missing="skip" here: kept is None)
-        return tree_labels(X, self._tree)
+        return _bisecting.tree_labels(X, self._tree)
 
     def cluster_centers_at(self, k: int) -> np.ndarray:
         """The centres of the tree's ``k`` leaves after its first ``k - 1`` splits, in tree order.

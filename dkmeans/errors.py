@@ -92,6 +92,23 @@ def distinct_clusters_message(found: int, n_clusters: int) -> str:
     )
 
 
+def warn_distinct_clusters(found: int, n_clusters: int, stacklevel: int = 1) -> None:
+    """scikit-learn's ``ConvergenceWarning`` that only ``found`` of ``n_clusters`` centres are
+    distinct (:func:`distinct_clusters_message`), attributed as ``warnings.warn`` with
+    ``stacklevel`` would be in the caller.
+
+    scikit-learn is imported here, where the warning is given (in the client): the drivers'
+    modules are imported by workers, which never import scikit-learn.
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    warnings.warn(
+        distinct_clusters_message(found, n_clusters), ConvergenceWarning, stacklevel=stacklevel + 1
+    )
+
+
 #: The one message of every error about NaN or infinity in the data, whether found in a fit's
 #: first pass or when a lazy result (labels, distances) is computed.
 NON_FINITE_INPUT = "Input contains NaN or infinity: remove or impute non-finite values before clustering or predicting."

@@ -22,6 +22,7 @@ from sklearn.base import (
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dkmeans import _callbacks
+from dkmeans._lazy import lazy_module
 from dkmeans.errors import InvalidDataError, InvalidParameterError
 from dkmeans.fit import params as _params
 from dkmeans.fit.options import auto_n_init, init_options
@@ -35,8 +36,13 @@ if TYPE_CHECKING:
     from dkmeans.fit.inputs import Dataset
 
 # The fit service, its data checks and inference load Dask's array collection and distributed:
-# they are imported where first used (a fit, predict, ...), so that importing (and constructing)
-# an estimator loads what scikit-learn's does, and no more (the start-up issue: 1-2 s on 2 cores).
+# each is imported at its first use (a fit, predict, ...), so that importing (and constructing)
+# an estimator loads what scikit-learn's does (see dkmeans._lazy). The model files' module is
+# light, but only save and load read it.
+_inputs = lazy_module("dkmeans.fit.inputs")
+_inference = lazy_module("dkmeans.fit.inference")
+_model_files = lazy_module("dkmeans.fit.model_files")
+_service = lazy_module("dkmeans.fit.service")
 
 
 def _progress(verbose):
@@ -53,11 +59,9 @@ def _progress_for(verbose, max_iter: int):
 
 def _head_rows(X, n: int):
     """At most ``n`` rows of ``X`` in memory: a Dask collection's first rows, else ``X``."""
-    from dkmeans.fit.inputs import is_dask_collection, is_dask_dataframe
-
-    if is_dask_dataframe(X):
+    if _inputs.is_dask_dataframe(X):
         return X.head(n, npartitions=-1)
-    if is_dask_collection(X):
+    if _inputs.is_dask_collection(X):
         return X[:n].compute()
     if hasattr(X, "toarray"):  # scipy.sparse: the drawing needs dense rows
         return X[:n].toarray()
@@ -76,48 +80,36 @@ class _KMeansBase(
 
         ``in_memory`` (``partial_fit``'s batch): the rows stay in this process whatever ``device``.
         """
-        from dkmeans.fit.inputs import (
-            FLOAT_DTYPES,
-            as_dataset,
-            as_local_frame,
-            feature_names,
-            is_cupy_array,
-            is_dataframe,
-            select_columns,
-        )
-
-        X = as_local_frame(X)  # polars, pyarrow: as pandas, every column type kept
-        if is_dataframe(X):
-            select_columns(X)  # every column must be numeric: say which are not
-        dataset = as_dataset(
+        X = _inputs.as_local_frame(X)  # polars, pyarrow: as pandas, every column type kept
+        if _inputs.is_dataframe(X):
+            _inputs.select_columns(X)  # every column must be numeric: say which are not
+        dataset = _inputs.as_dataset(
             X,
             device=None if in_memory else self.device,
             check_local=functools.partial(
                 validate_data,
                 self,
                 accept_sparse="csr",
-                dtype=list(FLOAT_DTYPES),
+                dtype=list(_inputs.FLOAT_DTYPES),
                 reset=reset,
                 ensure_min_samples=1,
             ),
             missing=self._missing(),
         )
-        if dataset.is_dask or is_cupy_array(
+        if dataset.is_dask or _inputs.is_cupy_array(
             X
         ):  # validate_data records them for in-memory host input
             self.n_features_in_ = dataset.n_features
         if dataset.is_dask:
             if dataset.frame is not None and all(isinstance(c, str) for c in dataset.frame.columns):
-                self.feature_names_in_ = feature_names(dataset.frame)
+                self.feature_names_in_ = _inputs.feature_names(dataset.frame)
             elif hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
         return dataset
 
     def _missing(self) -> str:
         """The missing-value policy (``missing``; "error" for a model saved before it existed)."""
-        from dkmeans.fit.inputs import check_missing_policy
-
-        return check_missing_policy(getattr(self, "missing", "error"))
+        return _inputs.check_missing_policy(getattr(self, "missing", "error"))
 
     def _check_test_data(self, X):
         """Validate predict/transform input: ``(rows, kept)``, the rows an array, a Dask array or a Dask DataFrame.
@@ -125,61 +117,46 @@ class _KMeansBase(
         ``kept``: with ``missing="skip"``, the mask of the in-memory rows with no missing
         value (the rows returned are those); None otherwise.
         """
-        from dkmeans.fit.inputs import is_cupy_array, test_rows
-
         check_is_fitted(self, "cluster_centers_")
-        if not is_cupy_array(X):
-            X, kept = test_rows(X, missing=self._missing())
+        if not _inputs.is_cupy_array(X):
+            X, kept = _inputs.test_rows(X, missing=self._missing())
             if kept is not None and not kept.any():  # no row to label: every label is -1
                 return np.empty((0, self.n_features_in_), dtype=self.cluster_centers_.dtype), kept
             return self._checked_test_rows(X), kept
         return self._checked_test_rows(X), None
 
     def _checked_test_rows(self, X):
-        from dkmeans.fit.inputs import (
-            FLOAT_DTYPES,
-            check_cupy_array,
-            check_dask_array,
-            check_feature_names,
-            data_errors,
-            is_cupy_array,
-            is_dask_collection,
-            is_dask_dataframe,
-            is_dataframe,
-            select_columns,
-        )
-
-        if is_cupy_array(X):
-            X = check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
+        if _inputs.is_cupy_array(X):
+            X = _inputs.check_cupy_array(X)  # metadata checks and dtype; stays on the GPU
             if X.shape[1] != self.n_features_in_:
                 raise InvalidDataError(
                     f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                     f"{self.n_features_in_} features as input."
                 )
             return X
-        if is_dask_dataframe(X):
+        if _inputs.is_dask_dataframe(X):
             if hasattr(self, "feature_names_in_"):
-                check_feature_names(X, self.feature_names_in_)
-            X = select_columns(X)
+                _inputs.check_feature_names(X, self.feature_names_in_)
+            X = _inputs.select_columns(X)
             if len(X.columns) != self.n_features_in_:
                 raise InvalidDataError(
                     f"X has {len(X.columns)} features, but {type(self).__name__} is expecting "
                     f"{self.n_features_in_} features as input."
                 )
             return X
-        if is_dataframe(X):
-            select_columns(X)
-        if is_dask_collection(X):
-            arr = check_dask_array(X)
+        if _inputs.is_dataframe(X):
+            _inputs.select_columns(X)
+        if _inputs.is_dask_collection(X):
+            arr = _inputs.check_dask_array(X)
             if arr.shape[1] != self.n_features_in_:
                 raise InvalidDataError(
                     f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
                     f"{self.n_features_in_} features as input."
                 )
             return arr
-        with data_errors("X"):
+        with _inputs.data_errors("X"):
             return validate_data(
-                self, X, accept_sparse="csr", dtype=list(FLOAT_DTYPES), reset=False
+                self, X, accept_sparse="csr", dtype=list(_inputs.FLOAT_DTYPES), reset=False
             )
 
     # -- fit ----------------------------------------------------------------------
@@ -222,9 +199,7 @@ class _KMeansBase(
         return fitted
 
     def _fit(self, X, sample_weight, spec: FitSpec):
-        from dkmeans.fit.service import run_fit
-
-        result = run_fit(spec, self._fit_dataset(X), sample_weight)
+        result = _service.run_fit(spec, self._fit_dataset(X), sample_weight)
         _finish_progress(spec)
         # attributes are set only once everything succeeded (fit() restores them on failure)
         return self._fitted(result, spec)
@@ -268,14 +243,15 @@ class _KMeansBase(
             A notebook shows it once, as the cell's value; nothing changes matplotlib's backend
             (see ``dkmeans.plot``). scikit-learn's HTML view of the estimator is unchanged.
         """
-        from dkmeans.fit.inputs import is_dataframe, select_columns
         from dkmeans.plot import plot_fit
 
         check_is_fitted(self, "cluster_centers_")
         if X is None:
             return plot_fit(self.history_)
         sample = _head_rows(X, max_points)
-        rows = np.asarray(select_columns(sample) if is_dataframe(sample) else sample)
+        rows = np.asarray(
+            _inputs.select_columns(sample) if _inputs.is_dataframe(sample) else sample
+        )
         return plot_fit(
             self.history_, rows, self.predict(sample), self.cluster_centers_, max_points=max_points
         )
@@ -297,8 +273,6 @@ class _KMeansBase(
         pathlib.Path
             The file written.
         """
-        from dkmeans.fit.model_files import save_fitted
-
         check_is_fitted(self, "cluster_centers_")
         fitted = {
             name: getattr(self, f"{name}_", None)
@@ -315,7 +289,9 @@ class _KMeansBase(
             )
         }
         fitted["feature_names"] = fitted.pop("feature_names_in")
-        return save_fitted(path, f"dkmeans.{type(self).__name__}", self.get_params(), fitted)
+        return _model_files.save_fitted(
+            path, f"dkmeans.{type(self).__name__}", self.get_params(), fitted
+        )
 
     @classmethod
     def load(cls, path) -> KMeans:
@@ -336,13 +312,11 @@ class _KMeansBase(
         dkmeans.io.ModelFileError
             The file is missing, damaged, altered, pickled or of another version.
         """
-        from dkmeans.fit.model_files import ModelFileError, read_fitted
-
-        params, fitted = read_fitted(path, f"dkmeans.{cls.__name__}")
+        params, fitted = _model_files.read_fitted(path, f"dkmeans.{cls.__name__}")
         try:
             est = cls(**params)
         except TypeError as exc:
-            raise ModelFileError(
+            raise _model_files.ModelFileError(
                 f"{path}: parameters do not fit this dkmeans version ({exc})"
             ) from None
         vars(est).update(fitted)
@@ -364,12 +338,9 @@ class _KMeansBase(
         labels : ndarray of int32, or a lazy Dask array for Dask input
             A Dask Series on the input's index for a Dask DataFrame.
         """
-        from dkmeans.fit import inference
-        from dkmeans.fit.inputs import expand_labels
-
         X, kept = self._check_test_data(X)
-        return expand_labels(
-            inference.labels(
+        return _inputs.expand_labels(
+            _inference.labels(
                 X, self.cluster_centers_, self._fitted_metric(), missing=self._missing()
             ),
             kept,
@@ -401,10 +372,8 @@ class _KMeansBase(
         ndarray, Dask array or Dask DataFrame of shape (n_samples, n_clusters)
             The distances.
         """
-        from dkmeans.fit import inference
-
         X, kept = self._check_test_data(X)
-        out = inference.distances(
+        out = _inference.distances(
             X,
             self.cluster_centers_,
             self._fitted_metric(),
@@ -455,12 +424,10 @@ class _KMeansBase(
         float
             Minus the objective (higher is better, as scikit-learn's scores).
         """
-        from dkmeans.engine.client import get_client
-        from dkmeans.fit import inference
-        from dkmeans.fit.inputs import check_sample_weight, is_dask_collection
+        from dkmeans.engine.client import get_client  # the one engine name a face may use
 
         X, kept = self._check_test_data(X)
-        dask_input = is_dask_collection(X)
+        dask_input = _inputs.is_dask_collection(X)
         n_rows = None if dask_input else X.shape[0]
         if kept is not None and sample_weight is not None:  # the weights of the rows scored
             sample_weight = np.asarray(sample_weight)
@@ -469,8 +436,8 @@ class _KMeansBase(
                     f"sample_weight has {sample_weight.size} entries but X has {kept.shape[0]} rows"
                 )
             sample_weight = sample_weight[kept]
-        weights = check_sample_weight(sample_weight, n_rows, positive_sum=False)
-        return -inference.objective(
+        weights = _inputs.check_sample_weight(sample_weight, n_rows, positive_sum=False)
+        return -_inference.objective(
             X,
             self.cluster_centers_,
             self._fitted_metric(),

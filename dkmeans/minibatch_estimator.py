@@ -11,11 +11,15 @@ import warnings
 
 import numpy as np
 
+from dkmeans._lazy import lazy_module
 from dkmeans.errors import DataTypeError, InvalidParameterError
-from dkmeans.estimator import _finish_progress, _KMeansBase, _progress_for
+from dkmeans.estimator import _finish_progress, _inputs, _KMeansBase, _progress_for, _service
 from dkmeans.fit.options import DEFAULT_BATCH_SIZE, init_options, minibatch_options, resolve_seed
 from dkmeans.fit.progress import history_dicts
 from dkmeans.fit.spec import FitSpec
+
+# loads Dask's collections: imported at the first partial_fit (see dkmeans._lazy)
+_partial_fit = lazy_module("dkmeans.fit.partial_fit")
 
 
 def resolve_decay(decay, half_life, time_unit: str) -> float:
@@ -236,10 +240,8 @@ class MiniBatchKMeans(_KMeansBase):
         )
 
     def _fit(self, X, sample_weight, spec: FitSpec):
-        from dkmeans.fit.service import run_fit  # first used here: Dask's collections load with it
-
         dataset = self._fit_dataset(X)
-        result = run_fit(spec, dataset, sample_weight)
+        result = _service.run_fit(spec, dataset, sample_weight)
         _finish_progress(spec)
         if self.verbose and result.stop_reason in _CONVERGED:
             n_steps = result.minibatch_state.n_steps
@@ -299,13 +301,10 @@ class MiniBatchKMeans(_KMeansBase):
         self : MiniBatchKMeans
             The updated estimator.
         """
-        from dkmeans.fit.inputs import is_dask_collection
-        from dkmeans.fit.partial_fit import partial_fit_step
-
         spec = self._fit_spec(warn_init=not hasattr(self, "cluster_centers_"))
-        if is_dask_collection(X):
+        if _inputs.is_dask_collection(X):
             X = X.compute()
-        if is_dask_collection(sample_weight):
+        if _inputs.is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         first = not hasattr(self, "cluster_centers_")
         batch = self._fit_dataset(X, reset=first, in_memory=True).local  # the one dataset check
@@ -315,7 +314,7 @@ class MiniBatchKMeans(_KMeansBase):
                 f"collection it computes), got {type(X).__name__}"
             )
         X = batch
-        step = partial_fit_step(
+        step = _partial_fit.partial_fit_step(
             spec,
             X,
             sample_weight,

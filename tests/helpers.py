@@ -1,4 +1,4 @@
-"""Helpers shared by the tests: independent float64 references and a CLI runner.
+"""Helpers shared by the tests: independent float64 references, a CLI runner and fresh interpreters.
 
 Fixtures live in ``tests/conftest.py``; this module holds plain functions, imported as
 ``from tests.helpers import ...``.
@@ -6,6 +6,7 @@ Fixtures live in ``tests/conftest.py``; this module holds plain functions, impor
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -33,7 +34,7 @@ def sq_distances(X, C) -> np.ndarray:
     return out
 
 
-def run_cli(*args, cwd=None, timeout=180) -> subprocess.CompletedProcess:
+def run_cli(*args, cwd=None, timeout=180, env=None) -> subprocess.CompletedProcess:
     """``python -m dkmeans ARGS`` in a subprocess (text output captured)."""
     return subprocess.run(
         [sys.executable, "-m", "dkmeans", *map(str, args)],
@@ -41,7 +42,39 @@ def run_cli(*args, cwd=None, timeout=180) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
         cwd=cwd,
+        env=env,
     )
+
+
+def run_python(code: str, *, timeout: float = 120) -> str:
+    """Run ``code`` in a fresh interpreter (``python -c``); its standard output.
+
+    The test fails, showing the process's standard error, when the process exits with another
+    status than 0: an ``assert`` in ``code`` fails the test too.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def loaded_after(statement: str, modules, *, then: str = "", timeout: float = 120) -> list[str]:
+    """Which of ``modules`` are in ``sys.modules`` after ``statement`` runs in a fresh interpreter.
+
+    ``then`` runs next in the same process (what the statement left to load later, checked by
+    its own asserts). What a statement loads depends on what ran before it in a process, hence a
+    new one for each question.
+    """
+    code = (
+        f"import json as _json, sys as _sys\n{statement}\n"
+        f"_loaded = [m for m in {tuple(modules)!r} if m in _sys.modules]\n{then}\n"
+        "print('LOADED ' + _json.dumps(_loaded))\n"
+    )
+    lines = run_python(code, timeout=timeout).splitlines()
+    marked = [line for line in lines if line.startswith("LOADED ")]
+    assert len(marked) == 1, lines
+    return json.loads(marked[0][len("LOADED ") :])
 
 
 def kill_when(argv, reached, *, timeout: float = 240.0, poll: float = 0.01):

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dkmeans"
 #: package root are the faces (their import paths are public API), except the plain shared ones in
 #: :data:`BASE`. A module may import only modules of its own layer or a lower one.
 FOLDERS = {"kernels": 1, "engine": 2, "drivers": 3, "io": 4, "fit": 5}
-BASE = {"errors", "_version", "model", "config"}
+BASE = {"errors", "_version", "model", "config", "_lazy"}
 NAMES = {0: "base", 1: "kernels", 2: "engine", 3: "drivers", 4: "io", 5: "fit service", 6: "faces"}
 
 #: Modules outside the engine that import Dask, each with why (the engine is the only layer that
@@ -51,13 +51,25 @@ def _layer(module: str) -> int:
     return 0 if len(parts) == 2 and parts[1] in BASE else 6
 
 
+def _lazy_target(node) -> str | None:
+    """The module a ``lazy_module("name")`` call names (an import at first use), else None."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return None
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    return node.args[0].value if name == "lazy_module" else None
+
+
 def _imports(path: Path, module: str, top_level_only: bool):
     """dkmeans modules imported by ``path`` (relative imports resolved); optionally only at module level."""
     tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    # (a lazy_module call runs no import at module level: it counts with the function-level ones)
+    nodes = tree.body if top_level_only else ast.walk(tree)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     for node in nodes:
-        if isinstance(node, ast.Import):
+        if (lazy := _lazy_target(node)) and lazy.split(".")[0] == "dkmeans":
+            yield lazy
+        elif isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.split(".")[0] == "dkmeans")
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -156,7 +168,9 @@ def _dask_imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = (
-            [a.name for a in node.names]
+            [_lazy_target(node)]
+            if _lazy_target(node)
+            else [a.name for a in node.names]
             if isinstance(node, ast.Import)
             else [node.module]
             if isinstance(node, ast.ImportFrom) and node.module and not node.level
@@ -202,7 +216,9 @@ def _face_imports():
         face = _module_name(path)
         package = face if path.name == "__init__.py" else face.rsplit(".", 1)[0]
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
+            if (lazy := _lazy_target(node)) and lazy.split(".")[0] == "dkmeans":
+                yield face, lazy, None
+            elif isinstance(node, ast.Import):
                 yield from (
                     (face, a.name, None) for a in node.names if a.name.split(".")[0] == "dkmeans"
                 )
@@ -266,6 +282,21 @@ def test_the_face_rule_sees_names_and_modules():
         "dkmeans.fit.progress", None
     )
     assert _face_may_import("dkmeans.errors", None) and _face_may_import("dkmeans", "KMeans")
+
+
+def test_the_rules_see_imports_at_first_use(tmp_path):
+    """A ``lazy_module("name")`` is an import of ``name`` for the layer, face and Dask rules (not
+    for the module-level cycle check: it imports nothing when the module loads)."""
+    path = tmp_path / "face.py"
+    path.write_text(
+        "from dkmeans._lazy import lazy_module\n"
+        "_inputs = lazy_module('dkmeans.fit.inputs')\n"
+        "_array = lazy_module('dask.array')\n"
+    )
+    assert set(_imports(path, "dkmeans.face", False)) == {"dkmeans._lazy", "dkmeans.fit.inputs"}
+    assert set(_imports(path, "dkmeans.face", True)) == {"dkmeans._lazy"}
+    assert _dask_imports(path) == {"dask.array"}
+    assert ("dkmeans.estimator", "dkmeans.fit.service", None) in set(_face_imports())
 
 
 def test_the_layer_of_a_module_is_its_folder():

@@ -41,6 +41,7 @@ from dkmeans.kernels.capacitated import (
     combine_price_partials,
     cost_cache,
     exchange_flow,
+    exchange_index,
     price_partials,
     priced_label_objective,
 )
@@ -725,18 +726,14 @@ def exchange_moves_of(ex, sizes, lower: float, upper: float, k: int):
     """:func:`~dkmeans.kernels.exchange.exchange_flow` on a pass's exchange lists ``ex`` (sorted
     by pair, cost and row): ``(moves, duals, outcome)``, ``moves`` a dict row -> new cluster,
     ``duals`` optimal prices where the outcome is ``CERTIFIED`` (else None)."""
-    pair = ex.source * k + ex.target
-    keys = np.arange(k * k)
-    starts = np.searchsorted(pair, keys).astype(np.int64)
-    ends = np.searchsorted(pair, keys, side="right").astype(np.int64)
-    rows, group = np.unique(ex.row, return_inverse=True)
+    starts, ends, rows, group = exchange_index(ex, k)
     used = np.full(rows.shape[0], -1, np.int64)
     duals = np.zeros(k)
     outcome = exchange_flow(
         starts,
         ends,
         np.ascontiguousarray(ex.cost, dtype=np.float64),
-        group.astype(np.int64),
+        group,
         k,
         np.asarray(sizes, dtype=np.float64).copy(),
         float(lower),

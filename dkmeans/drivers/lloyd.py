@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,7 +34,7 @@ from dkmeans.errors import (
     INTERRUPTIONS,
     NON_FINITE_INPUT,
     InvalidDataError,
-    distinct_clusters_message,
+    warn_distinct_clusters,
 )
 from dkmeans.kernels import (
     combine_partials,
@@ -142,13 +141,7 @@ def fill_empty_clusters(
     out[targets[: len(far.index)]] = far.rows
     found = int(np.sum(np.asarray(far.score) > 0))
     if found < m:
-        from sklearn.exceptions import ConvergenceWarning  # here: workers never import sklearn
-
-        warnings.warn(
-            distinct_clusters_message(len(centroids) - m + found, len(centroids)),
-            ConvergenceWarning,
-            stacklevel=2,
-        )
+        warn_distinct_clusters(len(centroids) - m + found, len(centroids), stacklevel=2)
     if not assign_next:
         return out
     if (

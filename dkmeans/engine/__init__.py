@@ -14,6 +14,8 @@
 * :mod:`.passes`: the reduction tree of a pass.
 """
 
+from dkmeans._lazy import lazy_attributes as _lazy_attributes
+
 #: The package's names, each imported from its module on first use (PEP 562): a worker that runs
 #: one light engine function (the memory probe, :mod:`.probe`) imports that module only, not the
 #: whole engine with Dask's array collection (about 2 s of a fresh worker's start on 2 cores).
@@ -28,14 +30,7 @@ _NAMES = {
 }
 
 
-def __getattr__(name: str):
-    import importlib
-
-    if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-        globals()[name] = value  # later lookups find it without this function
-        return value
-    raise AttributeError(f"module 'dkmeans.engine' has no attribute {name!r}")
+__getattr__ = _lazy_attributes(__name__, _NAMES, globals())
 
 
 __all__ = [

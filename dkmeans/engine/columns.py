@@ -13,8 +13,9 @@ the ``missing`` policy of :data:`MISSING`: ``"error"`` raises
 counts: of the whole frame in memory, of the partition or batch where a pass found them for
 lazy data); ``"skip"`` keeps the rows, NaN where a value is missing, for the caller to leave
 out (:func:`complete_rows`). The functions here run in the caller and in tasks on workers.
-pandas is imported by the functions that use it: a worker whose tasks take arrays never imports
-it (with pyarrow, about 0.7 s of a fresh worker's first pass over the labels on 2 cores).
+pandas is imported where first used (:func:`dkmeans._lazy.lazy_module`): a worker whose tasks
+take arrays never imports it (with pyarrow, about 0.7 s of a fresh worker's first pass over the
+labels on 2 cores).
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dkmeans._lazy import lazy_module
 from dkmeans.errors import InvalidDataError
 
 if TYPE_CHECKING:
     import pandas as pd
+else:
+    pd = lazy_module("pandas")
 
 #: What happens to rows with a missing feature: an error, or the rows left out of a fit
 #: (and labelled -1, no cluster, by inference).
@@ -55,8 +59,6 @@ def is_numeric_dtype(dtype) -> bool:
     arrow = _arrow_type(dtype)
     if arrow is not None:
         return is_numeric_arrow_type(arrow)
-    import pandas as pd
-
     try:
         if pd.api.types.is_complex_dtype(dtype):
             return False
@@ -175,8 +177,6 @@ def partition_to_float_frame(
     first pass finds them: no task fails), and ``drop`` leaves their rows out (a fit with
     ``missing="skip"``).
     """
-    import pandas as pd
-
     X = frame_to_array(part, dtype, name=name, missing=missing, where=" of a partition read")
     index = part.index
     if drop:
@@ -188,16 +188,12 @@ def partition_to_float_frame(
 
 def missing_counts_partition(part: pd.DataFrame) -> pd.DataFrame:
     """Missing values (NaN or null) per column of a partition: a one-row frame (runs in tasks)."""
-    import pandas as pd
-
     X = frame_to_array(part, np.float64, missing="skip")
     return pd.DataFrame([np.isnan(X).sum(axis=0)], columns=part.columns)
 
 
 def float_frame_meta(columns, dtype) -> pd.DataFrame:
     """The empty frame :func:`partition_to_float_frame` returns (a Dask meta)."""
-    import pandas as pd
-
     return pd.DataFrame({c: np.empty(0, dtype=np.dtype(dtype)) for c in columns})
 
 

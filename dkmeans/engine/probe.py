@@ -40,8 +40,6 @@ def prepare_worker(plan: tuple | None, dtype, n_features: int) -> int:
     (:func:`_probe_worker`), beside the fit's placement of its data. ``plan``: a
     :class:`~dkmeans.kernels.plans.KernelPlan`, or its fields as a tuple.
     """
-    import psutil
-
     if plan is not None and plan[0] == "compiled":
         from dkmeans.kernels.plans import KernelPlan
         from dkmeans.kernels.warm import prepare
@@ -51,27 +49,29 @@ def prepare_worker(plan: tuple | None, dtype, n_features: int) -> int:
         # what the fit's last pass unpickles, imported here beside the placement rather than on
         # the worker's event loop when the labels are asked for
         import dkmeans.engine.rowwise  # noqa: F401
-    release_memory()
-    return int(psutil.Process().memory_info().rss)
+    return _release_and_measure()
+
+
+def _start_once(key: tuple, target, args: tuple) -> bool:
+    """Start ``target(*args)`` in a thread of this process, once per ``key`` (kept in
+    :data:`_loading`); whether it runs now (True where started now, False once it has ended)."""
+    with _loading_lock:
+        thread = _loading.get(key)
+        if thread is None:
+            thread = _loading[key] = threading.Thread(
+                target=target, args=args, name="dkmeans-kernel-load", daemon=True
+            )
+            thread.start()
+            return True
+    return thread.is_alive()
 
 
 def _load_in_background(plan: tuple, dtype, n_features: int) -> bool:
     """Start :func:`prepare_worker` in a thread of this process, once per plan, dtype and width;
-    whether a load is under way now (False: the kernels were loaded before)."""
+    whether a load is under way now (False: the kernels were loaded before; True where it starts
+    now: measured before the load, its memory is to be counted)."""
     key = (tuple(plan), str(np.dtype(dtype)), int(n_features))
-    with _loading_lock:
-        thread = _loading.get(key)
-        if thread is None:
-            thread = threading.Thread(
-                target=prepare_worker,
-                args=(plan, dtype, n_features),
-                name="dkmeans-kernel-load",
-                daemon=True,
-            )
-            _loading[key] = thread
-            thread.start()
-            return True  # measured before the load: its memory is to be counted
-    return thread.is_alive()
+    return _start_once(key, prepare_worker, (plan, dtype, n_features))
 
 
 def load_here_in_background(plan, dtype, n_features: int) -> None:
@@ -82,16 +82,7 @@ def load_here_in_background(plan, dtype, n_features: int) -> None:
     if plan is None or plan[0] != "compiled":
         return
     key = ("caller", tuple(plan), str(np.dtype(dtype)), int(n_features))
-    with _loading_lock:
-        if key in _loading:
-            return
-        _loading[key] = thread = threading.Thread(
-            target=_prepare_caller,
-            args=(tuple(plan), dtype, n_features),
-            name="dkmeans-kernel-load",
-            daemon=True,
-        )
-    thread.start()
+    _start_once(key, _prepare_caller, (tuple(plan), dtype, n_features))
 
 
 def _prepare_caller(plan: tuple, dtype, n_features: int) -> None:
@@ -107,10 +98,7 @@ def _probe_worker(plan: tuple | None, dtype, n_features: int) -> tuple[bool, int
     started (or is still in) loading them in a thread, which it does for a compiled plan where
     they fit below the pause threshold (:data:`KERNELS_BYTES`). ``plan``: the fit's kernel plan's
     fields (a tuple: unpickling a plan would import the kernels before the answer)."""
-    import psutil
-
-    release_memory()
-    rss = int(psutil.Process().memory_info().rss)
+    rss = _release_and_measure()
     loaded = (str(np.dtype(dtype)), int(n_features)) in _prepared
     loading = False
     if plan is not None and plan[0] == "compiled" and not loaded:

@@ -705,6 +705,18 @@ def exchange_flow(*args) -> int:
     return (_loops.exchange_flow if compiled_allowed() else exchange.exchange_flow)(*args)
 
 
+def exchange_index(ex, k: int):
+    """A pass's exchange lists ``ex`` (sorted by pair, cost and row) as :func:`exchange_flow`
+    takes them: ``(starts, ends, rows, group)``, each pair's (``source * k + target``) slice of
+    the lists, the distinct rows, and each entry's index among them (int64)."""
+    pair = ex.source * k + ex.target
+    keys = np.arange(k * k)
+    starts = np.searchsorted(pair, keys).astype(np.int64)
+    ends = np.searchsorted(pair, keys, side="right").astype(np.int64)
+    rows, group = np.unique(ex.row, return_inverse=True)
+    return starts, ends, rows, group.astype(np.int64)
+
+
 def warm_up(dtype) -> None:
     """Run the compiled loops of the capped assignment on a few rows of ``dtype`` (compiling them
     into numba's disk cache, or loading them): the priced choice, margins, partials, exchange
@@ -733,15 +745,12 @@ def warm_up(dtype) -> None:
         exchange=2,
     )
     ex = part.exchange
-    pair = ex.source * k + ex.target
-    starts = np.searchsorted(pair, np.arange(k * k)).astype(np.int64)
-    ends = np.searchsorted(pair, np.arange(k * k), side="right").astype(np.int64)
-    rows, group = np.unique(ex.row, return_inverse=True)
+    starts, ends, rows, group = exchange_index(ex, k)
     _loops.exchange_flow(
         starts,
         ends,
         np.ascontiguousarray(ex.cost),
-        group.astype(np.int64),
+        group,
         k,
         part.partials.counts.astype(np.float64),
         0.0,
@@ -766,6 +775,7 @@ __all__ = [
     "combine_price_partials",
     "cost_cache",
     "exchange_flow",
+    "exchange_index",
     "exchange_moves",
     "lex_argmin",
     "price_partials",

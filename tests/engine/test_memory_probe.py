@@ -6,6 +6,7 @@ import numpy as np
 
 from dkmeans.engine import memory
 from dkmeans.kernels import plans
+from tests.helpers import loaded_after
 
 
 def _wait_loaded(dtype: str, n_features: int) -> tuple[bool, bool]:
@@ -79,21 +80,14 @@ def test_a_worker_without_room_narrows_the_plan_to_numpy():
 def test_a_fresh_worker_answers_the_probe_without_importing_the_engine():
     """The probe's module imports neither Dask's array collection nor the kernels (what a fresh
     worker would import before its answer: about 2 s on 2 cores); the engine's names still resolve."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, dkmeans.engine.probe\n"
-        "heavy = [m for m in ('dask.array', 'dkmeans.kernels', 'numba', 'dkmeans.engine.persisted')"
-        " if m in sys.modules]\n"
-        "from dkmeans.engine import MemoryBudget, PersistedData, gather\n"
-        "print(heavy, MemoryBudget.__module__, PersistedData.__module__, gather.__module__)\n"
+    heavy = loaded_after(
+        "import dkmeans.engine.probe",
+        ("dask.array", "dkmeans.kernels", "numba", "dkmeans.engine.persisted"),
+        then=(
+            "from dkmeans.engine import MemoryBudget, PersistedData, gather\n"
+            "found = (MemoryBudget.__module__, PersistedData.__module__, gather.__module__)\n"
+            "assert found == ('dkmeans.engine.memory', 'dkmeans.engine.persisted',"
+            " 'dkmeans.engine.futures'), found"
+        ),
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [
-        "[]",
-        "dkmeans.engine.memory",
-        "dkmeans.engine.persisted",
-        "dkmeans.engine.futures",
-    ]
+    assert heavy == []

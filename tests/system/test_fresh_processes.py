@@ -5,8 +5,7 @@ dkmeans`` that loads no matplotlib, and ``dkmeans fit --algorithm minibatch`` on
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 import textwrap
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 import dkmeans
 from dkmeans import MiniBatchKMeans
 from dkmeans.testing import make_blobs
+from tests.helpers import loaded_after, run_cli, run_python
 
 
 @pytest.fixture
@@ -24,22 +24,13 @@ def data():
 
 def test_demo_prints_no_traceback(tmp_path):
     """``dkmeans demo`` in a fresh process, under the default compile rule as for a user."""
-    import os
-
     env = dict(os.environ, DASK_DKMEANS__COMPILE="auto")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dkmeans",
-            "demo",
-            "--n-samples",
-            "300000",
-            "--output",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
+    out = run_cli(
+        "demo",
+        "--n-samples",
+        300000,
+        "--output",
+        tmp_path / "out",
         timeout=300,
         env=env,
         cwd=tmp_path,
@@ -72,9 +63,9 @@ def test_large_numpy_fit_without_a_client_starts_no_cluster():
         print("RESULT " + json.dumps(dict(started=started, mode=km.data_mode_, same_iter=km.n_iter_ == one.n_iter_,
                                           diff=float(np.max(np.abs(km.cluster_centers_ - one.cluster_centers_))))))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, out.stderr
+    out = run_python(code, timeout=300)
+    lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
+    assert lines, out
     result = json.loads(lines[0][len("RESULT ") :])
     assert not result["started"] and result["mode"] == "in-memory"
     assert (
@@ -90,9 +81,7 @@ def test_import_dkmeans_loads_no_matplotlib_and_reaches_submodules_lazily():
         "dkmeans.testing.__name__); "
         "assert 'matplotlib' not in sys.modules; assert 'plot' in dir(dkmeans)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [
+    assert run_python(code).split() == [
         "dkmeans.plot",
         "dkmeans.metrics",
         "dkmeans.io",
@@ -106,64 +95,48 @@ def test_import_dkmeans_loads_no_matplotlib_and_reaches_submodules_lazily():
 HEAVY = ("dask.array", "dask.dataframe", "distributed", "numba", "pyarrow")
 
 
-def _loaded_after(statement: str) -> list:
-    """The :data:`HEAVY` modules in ``sys.modules`` after ``statement`` in a fresh process."""
-    code = f"import json, sys\n{statement}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.splitlines()[-1])
-
-
 def test_importing_the_estimators_loads_what_scikit_learns_do():
     """``from dkmeans import KMeans, MiniBatchKMeans`` (and constructing them) loads neither Dask's
     collections, distributed nor numba: the fit service is imported at the first fit. pyarrow only
     where scikit-learn's own estimator base loads it (pandas 3 imports it, scikit-learn pandas)."""
-    ours = _loaded_after(
+    ours = loaded_after(
         "from dkmeans import BisectingKMeans, KMeans, MiniBatchKMeans\n"
-        "KMeans(3).get_params(); MiniBatchKMeans(5, batch_size=64); BisectingKMeans(2); repr(KMeans())"
+        "KMeans(3).get_params(); MiniBatchKMeans(5, batch_size=64); BisectingKMeans(2); repr(KMeans())",
+        HEAVY,
     )
-    theirs = _loaded_after("import sklearn.base, sklearn.utils.validation")
+    theirs = loaded_after("import sklearn.base, sklearn.utils.validation", HEAVY)
     assert not {"dask.array", "dask.dataframe", "distributed", "numba"} & set(ours), ours
     assert set(ours) <= set(theirs), (ours, theirs)
     # and the estimator imported so fits: the modules it left out load at its first fit
-    fitted = _loaded_after(
+    fitted = loaded_after(
         "import numpy as np\nfrom dkmeans import KMeans\n"
         "km = KMeans(2, random_state=0).fit(np.array([[0.0, 0], [0, 1], [9, 9], [9, 8]]))\n"
-        "assert sorted(km.labels_.tolist()) == [0, 0, 1, 1], km.labels_"
+        "assert sorted(km.labels_.tolist()) == [0, 0, 1, 1], km.labels_",
+        HEAVY,
     )
     assert "dask.array" in fitted
 
 
 def test_cli_fit_minibatch_on_parquet(tmp_path, data):
-    import subprocess
-    import sys
-
     import pandas as pd
 
     pd.DataFrame(data, columns=["a", "b", "c", "d"]).to_parquet(tmp_path / "x.parquet")
     model = tmp_path / "m.dkm"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dkmeans",
-            "fit",
-            str(tmp_path / "x.parquet"),
-            "-k",
-            "6",
-            "--algorithm",
-            "minibatch",
-            "--batch-size",
-            "512",
-            "--model",
-            str(model),
-            "--random-state",
-            "0",
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
+    res = run_cli(
+        "fit",
+        tmp_path / "x.parquet",
+        "-k",
+        6,
+        "--algorithm",
+        "minibatch",
+        "--batch-size",
+        512,
+        "--model",
+        model,
+        "--random-state",
+        0,
+        "--workers",
+        1,
         timeout=180,
     )
     assert res.returncode == 0, res.stderr

@@ -30,7 +30,6 @@ a warning when some must coincide.
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,7 +38,7 @@ from dkmeans.drivers.init.options import InitOptions
 from dkmeans.drivers.init.random import first_centre
 from dkmeans.drivers.init.two_level import two_level
 from dkmeans.drivers.streams import STREAMS, derive_seed
-from dkmeans.errors import distinct_clusters_message
+from dkmeans.errors import warn_distinct_clusters
 from dkmeans.kernels import (
     TopRows,
     candidate_weights,
@@ -153,9 +152,7 @@ def _complete(data, C: np.ndarray, k: int) -> np.ndarray:
             fill = rows[int(np.argmin(index))] if len(index) else C[0]
             break
     if len(C) < k:
-        from sklearn.exceptions import ConvergenceWarning  # here: workers never import sklearn
-
-        warnings.warn(distinct_clusters_message(len(C), k), ConvergenceWarning, stacklevel=4)
+        warn_distinct_clusters(len(C), k, stacklevel=4)
         C = np.concatenate([C, np.repeat(fill[None, :].astype(C.dtype), k - len(C), axis=0)])
     return C
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 
 import numpy as np
 
 from dkmeans.drivers.init.options import InitOptions
 from dkmeans.drivers.init.random import first_centre
 from dkmeans.drivers.streams import STREAMS
-from dkmeans.errors import distinct_clusters_message
+from dkmeans.errors import warn_distinct_clusters
 from dkmeans.kernels import TrialPartial, combine_top, kpp_trials, update_nearest
 
 STREAM_FIRST = STREAMS["k-means++.first"]()
@@ -86,10 +85,6 @@ def kmeans_plusplus(
         trials = np.asarray(res.samples[best].rows) if n_next else trials[:0]
     del state
     if len(centers) < n_clusters:
-        from sklearn.exceptions import ConvergenceWarning  # here: workers never import sklearn
-
-        warnings.warn(
-            distinct_clusters_message(len(centers), n_clusters), ConvergenceWarning, stacklevel=3
-        )
+        warn_distinct_clusters(len(centers), n_clusters, stacklevel=3)
         centers += [centers[i % len(centers)] for i in range(n_clusters - len(centers))]
     return np.asarray(centers, dtype=data.dtype)

@@ -26,10 +26,11 @@ of its features (:mod:`._simd`). Everything runs in one thread, releases the GIL
 strict ``<`` comparisons in centroid order, so ties go to the lowest centroid index.
 
 The direct loops are generated source, one per feature width (a literal) and one streamed. The
-source is written once to a file in a cache directory (``NUMBA_CACHE_DIR`` when set,
-else ``$XDG_CACHE_HOME/dkmeans`` or ``~/.cache/dkmeans``, else the temporary directory)
-and imported from there, so numba caches the compiled code on disk like the functions
-of this module; where no directory is writable it is compiled in memory in each process.
+source is written once to a file in a cache directory (:func:`.jit.cache_dirs`:
+``NUMBA_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/dkmeans`` or ``~/.cache/dkmeans``, else
+the temporary directory) and imported from there, so numba caches the compiled code on disk
+like the functions of this module; where no directory is writable it is compiled in memory in
+each process.
 
 Arrays are copied element by element in the compiled loops, never by slice assignment
 (``a[i0:i1] = b``): numba checks a slice assignment's shapes with code that formats the
@@ -49,7 +50,7 @@ import threading
 import numpy as np
 
 from dkmeans.kernels.backends import simd as _simd
-from dkmeans.kernels.backends.jit import njit
+from dkmeans.kernels.backends.jit import cache_dirs, njit
 from dkmeans.kernels.backends.layout import DIRECT_WIDTHS, Output, direct_width  # noqa: F401 - re-exported
 from dkmeans.kernels.backends.simd import (
     STREAM_GROUP,  # noqa: F401 - assign sizes the streamed blocks with it
@@ -226,19 +227,9 @@ _direct_lock = threading.Lock()
 _direct_kernels: dict = {}
 
 
-def _cache_dirs():
-    """Directories to write generated source to, most preferred first."""
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        yield os.path.join(os.environ["NUMBA_CACHE_DIR"], "dkmeans-generated")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    yield os.path.join(base, "dkmeans")
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
-    yield os.path.join(tempfile.gettempdir(), f"dkmeans-{uid}")
-
-
 def _write_source(name: str, source: str) -> str | None:
     """Path of a file holding ``source`` (written atomically if absent), or None."""
-    for directory in _cache_dirs():
+    for directory in cache_dirs("dkmeans-generated"):
         path = os.path.join(directory, name + ".py")
         try:
             if os.path.isfile(path):

@@ -169,15 +169,23 @@ def lock_dir() -> str | None:
         return _dir[0]
 
 
-def _find_dir() -> str | None:
-    candidates = []
+def cache_dirs(beside_numba: str, *under_dkmeans: str) -> list[str]:
+    """Where dkmeans keeps its files of this machine, most preferred first: ``beside_numba`` in
+    numba's cache directory where ``NUMBA_CACHE_DIR`` names one; ``under_dkmeans`` in the
+    user's cache directory (``$XDG_CACHE_HOME/dkmeans`` or ``~/.cache/dkmeans``); the same in a
+    per-user folder of the temporary directory."""
+    dirs = []
     if numba.config.CACHE_DIR:
-        candidates.append(os.path.join(numba.config.CACHE_DIR, "dkmeans-locks"))
+        dirs.append(os.path.join(numba.config.CACHE_DIR, beside_numba))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    candidates.append(os.path.join(base, "dkmeans", "compile-locks"))
+    dirs.append(os.path.join(base, "dkmeans", *under_dkmeans))
     uid = os.getuid() if hasattr(os, "getuid") else "user"
-    candidates.append(os.path.join(tempfile.gettempdir(), f"dkmeans-{uid}", "compile-locks"))
-    for directory in candidates:
+    dirs.append(os.path.join(tempfile.gettempdir(), f"dkmeans-{uid}", *under_dkmeans))
+    return dirs
+
+
+def _find_dir() -> str | None:
+    for directory in cache_dirs("dkmeans-locks", "compile-locks"):
         try:
             os.makedirs(directory, exist_ok=True)
             if os.access(directory, os.W_OK):
@@ -240,6 +248,7 @@ def _acquire(fd: int, wait_s: float) -> bool:
 
 __all__ = [
     "COMPILE_WAIT_S",
+    "cache_dirs",
     "lock_dir",
     "lock_key",
     "machine_lock",

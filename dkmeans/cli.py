@@ -599,6 +599,7 @@ def _demo(args) -> int:
         f"dkmeans demo: Dask cluster with {n_workers} worker(s), {n_threads} thread(s); "
         f"dashboard {client.dashboard_link}"
     )
+    t_data = time.perf_counter()
     X, true_centers = demo_blobs(
         client,
         args.n_samples,
@@ -610,7 +611,8 @@ def _demo(args) -> int:
     )
     print(
         f"data: {args.n_samples:,} x {args.n_features} float32 Gaussian blobs ({X.nbytes / 2**20:.0f} MiB) "
-        f"generated on the workers in {X.numblocks[0]} chunks; k = {args.k}"
+        f"generated on the workers in {X.numblocks[0]} chunks in {time.perf_counter() - t_data:.2f} s; "
+        f"k = {args.k}"
     )
 
     t_fit = time.perf_counter()

@@ -71,4 +71,22 @@ def make_blobs_dask(
     return X, centers
 
 
-__all__ = ["blob_block", "make_blobs_dask"]
+def persisted_on(client, X):
+    """``X`` persisted on ``client``'s workers, returned once every chunk is in their memory.
+
+    An interrupt while the chunks are computed cancels them (they leave the cluster).
+    """
+    from distributed import futures_of, wait
+
+    from dkmeans.engine.futures import cancel_quietly
+
+    X = client.persist(X)
+    try:
+        wait(futures_of(X))
+    except KeyboardInterrupt:
+        cancel_quietly(client, futures_of(X))
+        raise
+    return X
+
+
+__all__ = ["blob_block", "make_blobs_dask", "persisted_on"]

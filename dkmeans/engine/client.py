@@ -90,11 +90,17 @@ def local_worker_threads(client) -> int | None:
     address, or on one of this host's own addresses. None as well where the cluster has no
     workers yet, or its scheduler cannot be asked (nothing is then assumed).
     """
+    if getattr(client, "asynchronous", False):  # its calls return awaitables: assume nothing
+        return None
     try:
         nthreads = client.nthreads()
     except Exception:  # noqa: BLE001 - a closed or unreachable scheduler: assume nothing
         return None
-    if not nthreads or not all(_is_this_host(address) for address in nthreads):
+    if (
+        not isinstance(nthreads, dict)
+        or not nthreads
+        or not all(_is_this_host(address) for address in nthreads)
+    ):
         return None
     return sum(nthreads.values())
 

@@ -54,7 +54,13 @@ def test_a_cluster_that_cannot_answer_counts_as_elsewhere():
         def nthreads(self):
             return {}
 
-    for stub in (Closed(), Remote(), Empty()):
+    class Asynchronous:
+        asynchronous = True
+
+        def nthreads(self):
+            raise AssertionError("an asynchronous client is not asked")
+
+    for stub in (Closed(), Remote(), Empty(), Asynchronous()):
         assert engine_client.local_worker_threads(stub) is None
 
 

@@ -93,6 +93,8 @@ class Capacity:
 
     lower: float
     upper: float
+    #: the rows' count (weighted: their weights' sum) the caps were resolved against, if known
+    total: float | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.lower > self.upper:
@@ -207,6 +209,8 @@ class CapacitatedPasses:
     _previous: tuple | None = field(default=None, repr=False)
     #: prices the next assignment starts from (the last certified assignment's optimal duals)
     _warm: tuple | None = field(default=None, repr=False)
+    #: prices handed over by :meth:`seed` with their quantum, for the next assignment
+    _seeded: tuple | None = field(default=None, repr=False)
 
     def __getstate__(self):
         out = dict(self.__dict__)
@@ -299,10 +303,27 @@ class CapacitatedPasses:
         self.certified_per_solve.append(certified)
         return part
 
+    def seed(self, P, quantum: float) -> None:
+        """Start the next assignment from prices ``P`` of another problem's quantum ``quantum``
+        (a sample's, :func:`~dkmeans.drivers.capped_start.capped_start`): rescaled to this one's
+        quantum once it is known. Only a start: the assignment is solved (and certified) as any."""
+        self._seeded = (np.array(P, dtype=np.float64), float(quantum))
+
+    def warm_prices(self) -> tuple | None:
+        """The prices the next assignment would start from (the last optimal ones, else the last
+        ones found), or None."""
+        prices = self._warm if self._warm is not None else self.prices
+        return None if prices is None else tuple(np.array(p, np.float64) for p in prices)
+
     def _solve(self, data, C: np.ndarray, exact: bool):
         """:meth:`solve`'s work: the last pass, the passes, whether it is certified optimal."""
         k = len(C)
         q = self._scale(data, C)
+        if self._seeded is not None:  # prices of another quantum: in this one's integers
+            P, q_seed = self._seeded
+            self._seeded = None
+            if P.shape == (k,) and np.all(np.isfinite(P)):
+                self._warm = (np.rint((P - P.min()) * (q_seed / q)), np.zeros(k))
         passes = 0
         if exact and self._warm is not None:  # the last optimal prices: moves over exchange lists
             P, Q = (np.array(p, dtype=np.float64) for p in self._warm)

@@ -116,6 +116,13 @@ STREAMS: dict[str, Stream] = {
             "bisecting k-means: draw j (0: a start's rows, 1 and 2: k-means++'s candidates) of a leaf at depth "
             "l is number 4 l + j (a row is in one leaf per depth)",
         ),
+        Stream(
+            "capacity.sample",
+            9 << 32,
+            1,
+            "row",
+            "size caps: the rows of the sample whose capped fit starts the data's (one per run's seed)",
+        ),
         Stream("minibatch.batches", 0x6D62, 1, "generator", "mini-batch: the rows of every batch"),
         Stream("minibatch.init", 0x696E, 1, "generator", "mini-batch: the initialisation's sample"),
     )

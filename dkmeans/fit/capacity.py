@@ -95,8 +95,10 @@ def resolve_capacity(
     if spec.balanced:  # sizes within one of the share (within the largest weight with weights)
         share = total_weight / k
         if weighted:
-            return Capacity(max(0.0, share - max_weight), share + max_weight)
-        return Capacity(float(math.floor(share + 1e-9)), float(math.ceil(share - 1e-9)))
+            return Capacity(max(0.0, share - max_weight), share + max_weight, total_weight)
+        return Capacity(
+            float(math.floor(share + 1e-9)), float(math.ceil(share - 1e-9)), total_weight
+        )
     upper = math.inf if spec.max_cluster_size is None else amount(spec.max_cluster_size, True)
     lower = 0.0 if spec.min_cluster_size is None else amount(spec.min_cluster_size, False)
     unit = "weight" if weighted else "rows"
@@ -123,7 +125,7 @@ def resolve_capacity(
             f"with sample weights the size caps must be at least the largest weight ({max_weight:g}) apart, "
             f"got [{lower:g}, {upper:g}]"
         )
-    return Capacity(lower, min(upper, total_weight))
+    return Capacity(lower, min(upper, total_weight), total_weight)
 
 
 def _weights_chunk(X, w, offset):

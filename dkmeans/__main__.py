@@ -2,7 +2,7 @@
 
 import sys
 
-from dkmeans.cli import main
+from dkmeans.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -111,3 +111,18 @@ def test_a_signal_stops_the_command_with_its_status(
         "exit_status": expected,
     }
     assert signal.getsignal(signum) is before
+
+
+def test_the_console_script_runs_main_then_freezes_what_the_ended_command_left(tmp_path, capsys):
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="dkmeans")
+    assert script.value == "dkmeans.cli:run"
+    import gc
+
+    gc.collect()
+    before = gc.get_freeze_count()
+    left = [[i] for i in range(1000)]  # objects alive when the command ends
+    status = cli.run(["fit", str(tmp_path / "missing"), "-k", "4", "--model", str(tmp_path / "m")])
+    assert status == 2 and "dkmeans: error: " in capsys.readouterr().err  # main's status, as main
+    assert gc.get_freeze_count() >= before + len(left)

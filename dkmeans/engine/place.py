@@ -169,7 +169,7 @@ def in_process_threads(dataset, weights) -> int | None:
     client runs on this machine (a ``LocalCluster``; on as many threads as its workers have,
     at most a thread per core): the rows are in this process already, a cluster on the same
     cores adds neither cores nor memory, and copying the rows to it costs more than it saves
-    (2,000,000 x 16 float32 on a 2-core machine: the first fit 2.3 s on the workers, 0.7 s
+    (2,000,000 x 16 float32 on a 2-core machine: the first fit 2.1 s on the workers, 1.0 s
     here). So is any in-memory data when no cluster is current and none can be started here
     (a daemonic process, such as a joblib/loky worker of ``GridSearchCV(n_jobs=2)``).
     ``dkmeans.in-process-bytes = 0`` sends all data to a cluster.

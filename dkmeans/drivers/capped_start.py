@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from dkmeans.drivers.capacitated import CapacitatedPasses, Capacity
-from dkmeans.drivers.coreset import CORESET_FIT_PER_CLUSTER, _draw_coreset, coreset_size
+from dkmeans.drivers.coreset import CORESET_FIT_PER_CLUSTER, coreset_size, draw_coreset
 from dkmeans.drivers.lloyd import lloyd
 from dkmeans.drivers.streams import STREAMS
 
@@ -77,7 +77,7 @@ def capped_start(
     """
     C = np.asarray(centroids, dtype=data.dtype)
     k = C.shape[0]
-    core, _ = _draw_coreset(data, k, seed, SAMPLE_STREAM(0))
+    core, _ = draw_coreset(data, k, seed, SAMPLE_STREAM(0))
     try:
         s = core.n_rows
         capacity = passes.capacity

@@ -122,7 +122,7 @@ def coreset_chunks(s: int) -> int:
     return int(max(1, min(CORESET_MAX_CHUNKS, s // CORESET_CHUNK_ROWS)))
 
 
-def _draw_coreset(data, k: int, seed: int, stream: int, measure: np.ndarray | None = None):
+def draw_coreset(data, k: int, seed: int, stream: int, measure: np.ndarray | None = None):
     """One pass: the sample of :func:`coreset_size` rows for ``k`` centroids (in this process) and, with
     ``measure``, the data's objective of those centroids (else None).
 
@@ -251,9 +251,7 @@ def coreset_local_search(
         rounds = min(rounds, 1)
     # the objective of the start is needed only to confirm moves: out of core it rides on the
     # sample's read; in memory a pass measures it only when the sample moved centroids
-    core, f = _draw_coreset(
-        data, k, seed, CORESET_STREAMS(0), measure=None if data.in_memory else C
-    )
+    core, f = draw_coreset(data, k, seed, CORESET_STREAMS(0), measure=None if data.in_memory else C)
     try:
         search = _search_coreset(core, C, seed, stop_rule, rounds, lloyd_iters)
     finally:
@@ -326,7 +324,7 @@ def coreset_start(
     measured on the data.
     """
     C = np.asarray(centroids, dtype=data.dtype)
-    core, _ = _draw_coreset(
+    core, _ = draw_coreset(
         data, C.shape[0], seed, CORESET_STREAMS(1)
     )  # the start's objective is never needed
     try:
@@ -347,4 +345,5 @@ __all__ = [
     "coreset_searches",
     "coreset_size",
     "coreset_start",
+    "draw_coreset",
 ]

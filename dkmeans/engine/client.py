@@ -68,7 +68,8 @@ def embedded_set_as_default() -> bool:
     return config.get("embedded-cluster.set-as-default")
 
 
-def _cpu_count() -> int:
+def cpu_count() -> int:
+    """The cores this process may run on (its affinity where the OS has one)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
@@ -210,7 +211,7 @@ def start_local_cluster(
     distributed.Client
     """
     options = dict(
-        n_workers=n_workers or _cpu_count(),
+        n_workers=n_workers or cpu_count(),
         threads_per_worker=threads_per_worker,
         processes=True,
         host="127.0.0.1",
@@ -353,7 +354,7 @@ def get_client(*, gpu: bool = False, **kwargs):
                 kwargs = {
                     "processes": False,
                     "n_workers": 1,
-                    "threads_per_worker": _cpu_count(),
+                    "threads_per_worker": cpu_count(),
                     **kwargs,
                 }
             kwargs.setdefault("set_as_default", embedded_set_as_default())

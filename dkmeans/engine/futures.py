@@ -56,7 +56,13 @@ def stall_timeout() -> float:
 
 
 def gather(
-    client, futures, inputs=(), generation=None, stalled_workers: bool = False, on_poll=None
+    client,
+    futures,
+    inputs=(),
+    generation=None,
+    stalled_workers: bool = False,
+    on_poll=None,
+    results: bool = True,
 ):
     """Wait for ``futures`` (a future or a list) and return their results, failing clearly instead of hanging.
 
@@ -80,7 +86,9 @@ def gather(
       again without them).
 
     ``on_poll()``, where given, is called about every :data:`WATCH_POLL_S` while the wait goes
-    on (a pass's progress display, :mod:`dkmeans.engine.streamed`).
+    on (a pass's progress display, :mod:`dkmeans.engine.streamed`). ``results=False`` waits the
+    same way and returns None, the results left on the workers (persisted chunks); a failed or
+    cancelled task still raises.
     """
     timeout = worker_timeout()
     stall_limit = stall_timeout()
@@ -150,6 +158,11 @@ def gather(
                     f"Start workers (or find out why they died: memory limits, preemption) and run again; "
                     f"the wait is set by the Dask config {config.name('worker-timeout')!r}."
                 )
+        if not results:  # only the failures travel, to raise as a gather would
+            failed = [f for f in futures if f.status != "finished"]
+            if failed:
+                client.gather(failed)
+            return None
         results = client.gather(futures)
     except KeyboardInterrupt:
         note_interrupt()

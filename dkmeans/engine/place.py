@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 
 import numpy as np
 
 from dkmeans import config
 from dkmeans.engine import MemoryBudget, PersistedData, StreamedData, gather
 from dkmeans.engine.client import (
+    cpu_count,
     current_client,
     embedded_client,
     in_daemon_process,
@@ -181,10 +181,7 @@ def in_process_threads(dataset, weights) -> int | None:
     nbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes if is_sparse(X) else X.nbytes
     if nbytes <= limit:
         return 1
-    cores = max(
-        1,
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-    )
+    cores = cpu_count()
     client = current_client()
     if client is None:
         if in_daemon_process():

@@ -74,18 +74,15 @@ def make_blobs_dask(
 def persisted_on(client, X):
     """``X`` persisted on ``client``'s workers, returned once every chunk is in their memory.
 
-    An interrupt while the chunks are computed cancels them (they leave the cluster).
+    Waited for as every pass is (:func:`dkmeans.engine.futures.gather`, the chunks left on the
+    workers): lost workers and failed tasks are named, an interrupt cancels the chunks.
     """
-    from distributed import futures_of, wait
+    from distributed import futures_of
 
-    from dkmeans.engine.futures import cancel_quietly
+    from dkmeans.engine.futures import gather
 
     X = client.persist(X)
-    try:
-        wait(futures_of(X))
-    except KeyboardInterrupt:
-        cancel_quietly(client, futures_of(X))
-        raise
+    gather(client, futures_of(X), results=False)
     return X
 
 

@@ -22,3 +22,17 @@ def test_demo_blobs_return_once_every_chunk_is_on_the_workers(client):
         rows[5_000:10_000],
         blob_block(1, 5_000, centers=centres, spread=1.0, seed=5, out_dtype=np.float32),
     )
+
+
+def test_a_failing_generation_is_raised_not_waited_on(client):
+    import dask.array as da
+    import pytest
+
+    from dkmeans.engine.synthetic import persisted_on
+
+    def boom(block):
+        raise RuntimeError("generation failed")
+
+    X = da.zeros((40, 2), chunks=(10, 2)).map_blocks(boom, dtype=float)
+    with pytest.raises(RuntimeError, match="generation failed"):
+        persisted_on(client, X)

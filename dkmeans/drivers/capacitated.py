@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dkmeans.drivers.price_model import model_price_changes
 from dkmeans.errors import InvalidDataError
 from dkmeans.kernels.capacitated import (
     TIE_BITS,
@@ -42,6 +43,7 @@ from dkmeans.kernels.capacitated import (
     cost_cache,
     exchange_flow,
     exchange_index,
+    margin_edges,
     price_partials,
     priced_label_objective,
 )
@@ -81,6 +83,16 @@ EXACT_MAX_K = 128
 CERTIFY_PASSES = 200
 #: Cycles and paths of the caller's moves over one pass's exchange lists at most.
 EXCHANGE_STEPS = 1 << 20
+#: Clusters above which the exact solve takes no model passes (a pass's histogram holds ``k^2``
+#: pairs' bins: 8 MiB of scratch a chunk at 64).
+MODEL_MAX_K = 64
+#: Model passes of one assignment at most (2,000,000 x 16, k = 32 from the natural centroids:
+#: a gap of 501,836 rows, then 219,043, 37,278, 5,129, 475, 19).
+MODEL_PASSES = 16
+#: A model pass must leave at most this share of the previous pass's rows off the caps.
+MODEL_SHRINK = 0.75
+#: Rows over and under the caps at which the model hands over to the exact moves.
+MODEL_HANDOFF = 64
 
 
 class CapacityError(InvalidDataError):
@@ -117,6 +129,7 @@ def _chunk(
     overrides=None,
     repair=None,
     exchange=0,
+    histogram=False,
 ):
     return price_partials(
         X,
@@ -134,6 +147,7 @@ def _chunk(
         overrides,
         repair,
         exchange=exchange,
+        histogram=histogram,
     )
 
 
@@ -144,8 +158,9 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
     if cache is None or cache.tag != tag:
         cache = cost_cache(X, C, q, offset, tag)
     exchange = rest[7] if len(rest) > 7 else 0
+    histogram = rest[8] if len(rest) > 8 else False
     return cache, price_partials(
-        X, w, offset, C, P, Q, q, *rest[:7], cache=cache, exchange=exchange
+        X, w, offset, C, P, Q, q, *rest[:7], cache=cache, exchange=exchange, histogram=histogram
     )
 
 
@@ -325,7 +340,33 @@ class CapacitatedPasses:
             if P.shape == (k,) and np.all(np.isfinite(P)):
                 self._warm = (np.rint((P - P.min()) * (q_seed / q)), np.zeros(k))
         passes = 0
-        if exact and self._warm is not None:  # the last optimal prices: moves over exchange lists
+        if exact and 2 <= k <= MODEL_MAX_K:  # model passes close the gap, exact moves the rest
+            start = self._warm if self._warm is not None else self.prices
+            P, Q = (
+                (np.array(p, dtype=np.float64) for p in start)
+                if start is not None
+                else (np.zeros(k), np.zeros(k))
+            )
+            part, passes = self._model(data, C, q, P, Q)
+            if part is not None and self.optimal(P, part.partials.counts):
+                self.prices, self.overrides, self._warm = (P, Q), None, (P.copy(), Q.copy())
+                self.repaired_per_solve.append(0)
+                self.bounds = (float(part.partials.objective),) * 2
+                return part, passes, True
+            done = (
+                self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=True)
+                if part is not None
+                else None
+            )
+            if done is not None:
+                part, moved, more, duals = done
+                passes += more
+                if duals is not None:
+                    self.prices, self.overrides, self._warm = (P, Q), moved, (duals, Q.copy())
+                    self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
+                    self.bounds = (float(part.partials.objective),) * 2
+                    return part, passes, True
+        elif exact and self._warm is not None:  # the last optimal prices: moves over exchange lists
             P, Q = (np.array(p, dtype=np.float64) for p in self._warm)
             done = self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=True)
             if done is not None:
@@ -371,6 +412,52 @@ class CapacitatedPasses:
                     self._warm = (duals, Q.copy())
                     self.bounds = (float(part.partials.objective), float(part.partials.objective))
         return part, passes, certified
+
+    def _model(self, data, C, q: float, P, Q):
+        """Model passes from prices ``P`` (changed in place): each reports the sizes and the margin
+        histogram, from which :func:`~dkmeans.drivers.price_model.model_price_changes` moves the
+        prices, until the rows over and under the caps are at most :data:`MODEL_HANDOFF`, stop
+        halving, or :data:`MODEL_PASSES` passes ran. ``P`` ends at the prices of the smallest gap.
+
+        Returns ``(part, passes)``: the pass at the final prices, or None where the rows are
+        weighted (the exact moves need unit weights: the auction takes such rows) or the model
+        found no prices.
+        """
+        k = len(C)
+        lower, upper = self.capacity.lower, self.capacity.upper
+        none = _Requests.none(k)
+        combine = functools.partial(
+            combine_price_partials,
+            shed_wanted=none.shed,
+            enter_wanted=none.enter,
+            histogram=True,
+        )
+        edges = margin_edges()
+        best = None  # (gap, part, P)
+        passes = 0
+        for passes in range(1, MODEL_PASSES + 1):
+            args = (C, P, Q, q) + none.args() + (None, None, 0, True)
+            part = self._pass(data, combine, args)
+            sizes = part.partials.counts
+            if not np.all(part.rows == sizes):
+                return None, passes
+            gap = float(np.sum(np.maximum(sizes - upper, 0) + np.maximum(lower - sizes, 0)))
+            logger.debug("size caps: model pass %d, %d rows off the caps", passes, gap)
+            if best is not None and gap > best[0] * MODEL_SHRINK:  # stalled: the best prices
+                if gap >= best[0]:  # the best pass's partials are those of its prices
+                    part, P[:] = best[1], best[2]
+                return part, passes
+            best = (gap, part, P.copy())
+            if gap <= MODEL_HANDOFF:
+                return part, passes
+            hist = part.histogram
+            pi = model_price_changes(hist.index, hist.count, sizes, lower, upper, edges)
+            if pi is None:
+                return part, passes
+            P += np.rint(pi)
+            P -= P.min()
+        part, P[:] = best[1], best[2]  # the last change untried: the best measured prices
+        return part, passes
 
     def _certify(self, data, C, q: float, P, Q, overrides, limit: int, bail: bool = False):
         """Moves over exchange lists until the assignment is an optimal transport of ``C`` (integer

@@ -70,7 +70,8 @@ class PricePartials(NamedTuple):
     ``moves``: the repair's candidate moves asked for (:class:`Moves`);
     ``dual``: the weighted sum over rows of the smallest priced cost (quanta), the first term of
     the dual bound;
-    ``exchange``: the exchange lists asked for (:func:`exchange_moves`), or None.
+    ``exchange``: the exchange lists asked for (:func:`exchange_moves`), or None;
+    ``histogram``: the margin histogram asked for (:func:`margin_histogram`), or None.
     """
 
     partials: Partials
@@ -82,6 +83,21 @@ class PricePartials(NamedTuple):
     moves: Moves
     dual: float
     exchange: Moves | None = None
+    histogram: MarginHistogram | None = None
+
+
+class MarginHistogram(NamedTuple):
+    """Rows by the margin at which they would move between two clusters, in bins (sparse):
+    ``index`` (int64) ``(a k + b) * nbins + bin`` for rows labelled ``a`` whose priced cost of
+    cluster ``b`` exceeds their own by a margin in bin ``bin`` of :func:`margin_edges`, and
+    ``count`` their weights' sum (float64; integers for unit weights)."""
+
+    index: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def empty(cls) -> MarginHistogram:
+        return cls(np.empty(0, np.int64), np.empty(0))
 
 
 class Moves(NamedTuple):
@@ -269,6 +285,53 @@ def select_exchange(moves: Moves, m: int) -> Moves:
     rank = np.arange(pair.shape[0]) - np.repeat(starts, np.diff(np.r_[starts, pair.shape[0]]))
     idx = order[rank < m]
     return Moves(*(field[idx] for field in moves))
+
+
+#: Bins of the margin histogram per doubling of the margin (:func:`margin_edges`).
+MARGIN_BINS_PER_OCTAVE = 4
+
+
+def margin_edges() -> np.ndarray:
+    """The margin histogram's bin edges ``2**(t / MARGIN_BINS_PER_OCTAVE)``, ``t = 0 ..`` up to
+    ``2**64`` (float64): bin 0 holds margins below 1 (exact ties), bin ``t + 1`` margins from
+    edge ``t`` to edge ``t + 1``. Four bins an octave: a price model good to about 20% of a
+    price change at any scale, in about 260 bins a pair of clusters."""
+    return np.exp2(np.arange(64 * MARGIN_BINS_PER_OCTAVE + 1) / MARGIN_BINS_PER_OCTAVE)
+
+
+def margin_histogram(D, P, labels, a, wt, edges) -> MarginHistogram:
+    """A tile's :class:`MarginHistogram`: every row's margin ``D[i, b] + P[b] - a[i]`` to every
+    cluster ``b`` but its own (``a`` its own priced cost, ``D`` the integer costs)."""
+    n, k = D.shape
+    if n == 0 or k < 2:
+        return MarginHistogram.empty()
+    nbins = edges.shape[0] + 1
+    if compiled_allowed():
+        counts = np.zeros(k * k * nbins)
+        _loops.margin_counts(
+            np.ascontiguousarray(D), P, labels.astype(np.int64), a, wt, edges, counts
+        )
+    else:
+        E = D + P[None, :] - a[:, None]
+        bins = np.searchsorted(edges, E, side="right")
+        key = (labels.astype(np.int64)[:, None] * k + np.arange(k)[None, :]) * nbins + bins
+        other = labels[:, None] != np.arange(k)[None, :]
+        weights = np.broadcast_to(wt[:, None], E.shape)[other]
+        counts = np.bincount(key[other], weights=weights, minlength=k * k * nbins)
+    index = np.flatnonzero(counts)
+    return MarginHistogram(index.astype(np.int64), counts[index])
+
+
+def combine_histograms(parts) -> MarginHistogram:
+    """The sum of several :class:`MarginHistogram` (associative; exact for unit weights)."""
+    parts = [p for p in parts if p is not None and p.index.shape[0]]
+    if not parts:
+        return MarginHistogram.empty()
+    if len(parts) == 1:
+        return parts[0]
+    index, at = np.unique(np.concatenate([p.index for p in parts]), return_inverse=True)
+    count = np.bincount(at, weights=np.concatenate([p.count for p in parts]))
+    return MarginHistogram(index.astype(np.int64), count)
 
 
 #: Bits of the tie-breaking hashes: sums of them and of second prices stay exact in float64.
@@ -548,6 +611,7 @@ def price_partials(
     repair: RepairAsk | None = None,
     cache: CostCache | None = None,
     exchange: int = 0,
+    histogram: bool = False,
 ) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
@@ -557,7 +621,9 @@ def price_partials(
     k, disjoint). ``q`` 0: only ``max_sq`` is meaningful. ``overrides``: the repair's moved rows
     (see :func:`priced_labels`); ``repair``: the candidate moves to report; ``cache``: the
     chunk's :class:`CostCache` for ``C`` and ``q`` (else the costs are formed here);
-    ``exchange``: the moves per pair of clusters of the exchange lists (0: none).
+    ``exchange``: the moves per pair of clusters of the exchange lists (0: none);
+    ``histogram``: whether to report the :class:`MarginHistogram` of the priced labels (without
+    ``overrides``).
     """
     n, d = X.shape
     k = C.shape[0]
@@ -569,6 +635,8 @@ def price_partials(
     hcol = cluster_hashes(k)
     every = np.ones(k, dtype=bool)
     shed_parts, enter_parts, exit_parts, move_parts, swap_parts = [], [], [], [], []
+    bin_parts = []
+    edges = margin_edges() if histogram else None
     dual = 0.0
     exits = (
         exit_wanted > 0
@@ -599,6 +667,8 @@ def price_partials(
             move_parts.append(_repair_moves(D, labels, wt, row_offset + i0, repair))
         if exchange:
             swap_parts.append(_exchange(D, labels, wt, row_offset + i0, exchange))
+        if histogram:
+            bin_parts.append(margin_histogram(D, P, labels, a, wt, edges))
         objective += _partials(X[i0:i1], X64, wt, w is not None, C64, labels, sums, sizes, rows)
         if shed_clusters.shape[0]:
             r = np.flatnonzero(np.isin(labels, shed_clusters))
@@ -638,6 +708,7 @@ def price_partials(
         select_moves(_concat_moves(move_parts), repair),
         dual,
         _merge_exchange(swap_parts, exchange) if exchange else None,
+        combine_histograms(bin_parts) if histogram else None,
     )
 
 
@@ -655,6 +726,7 @@ def combine_price_partials(
     exit_wanted: int = 0,
     repair: RepairAsk | None = None,
     exchange: int = 0,
+    histogram: bool = False,
 ) -> PricePartials:
     """Sum the partials and keep the smallest moves of a sequence of :class:`PricePartials` (associative)."""
     parts = [p for p in parts if p is not None]
@@ -676,6 +748,7 @@ def combine_price_partials(
         _merge_exchange([p.exchange for p in parts if p.exchange is not None], exchange)
         if exchange
         else None,
+        combine_histograms([p.histogram for p in parts]) if histogram else None,
     )
 
 
@@ -743,6 +816,7 @@ def warm_up(dtype) -> None:
         2,
         cache=cache,
         exchange=2,
+        histogram=True,
     )
     ex = part.exchange
     starts, ends, rows, group = exchange_index(ex, k)
@@ -764,6 +838,8 @@ def warm_up(dtype) -> None:
 
 __all__ = [
     "CostCache",
+    "MARGIN_BINS_PER_OCTAVE",
+    "MarginHistogram",
     "Margins",
     "Moves",
     "PricePartials",
@@ -772,12 +848,15 @@ __all__ = [
     "TIE_BITS",
     "apply_overrides",
     "cluster_hashes",
+    "combine_histograms",
     "combine_price_partials",
     "cost_cache",
     "exchange_flow",
     "exchange_index",
     "exchange_moves",
     "lex_argmin",
+    "margin_edges",
+    "margin_histogram",
     "price_partials",
     "priced_costs",
     "priced_label_objective",

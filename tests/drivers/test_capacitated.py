@@ -415,3 +415,125 @@ def test_capped_fit_objective_never_rises_and_ends_optimal(caps):
     assert km.inertia_ == pytest.approx(reference, rel=1e-9)
     # one entry per assignment: each iteration's, the settled one's, the final one's
     assert km.n_iter_ + 1 <= len(km.capacity_passes_) <= km.n_iter_ + 2
+
+
+def _brute_histogram(D, P, labels, a, edges):
+    """Every (row, other cluster) margin counted one by one (float64 loops)."""
+    n, k = D.shape
+    nbins = len(edges) + 1
+    counts = {}
+    for i in range(n):
+        for b in range(k):
+            if b == labels[i]:
+                continue
+            e = D[i, b] + P[b] - a[i]
+            t = int(np.sum(edges <= e))  # edges at or below the margin
+            key = (labels[i] * k + b) * nbins + t
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_margin_histogram_counts_every_row_and_pair_by_hand():
+    """The histogram of a tile (NumPy and compiled) counts each row once for every other cluster,
+    in the bin of its margin: margins 0 (ties), exact edges and values between them, against a
+    count made row by row."""
+    from dkmeans.kernels.capacitated import margin_edges, margin_histogram
+
+    edges = margin_edges()
+    assert edges[0] == 1.0 and edges[4] == 2.0 and edges[-1] == 2.0**64
+    D = np.array(
+        [[0.0, 0.0, 5.0], [4.0, 1.0, 1.0], [10.0, 2.0**40, 3.0], [7.0, 8.0, 1.0 + 2.0**0.25]]
+    )
+    P = np.array([0.0, 0.0, 1.0])
+    labels, a = np.array([0, 1, 2, 2]), np.array([0.0, 1.0, 4.0, 2.0 + 2.0**0.25])
+    want = _brute_histogram(D, P, labels, a, edges)
+    for mode in ("off", "auto"):
+        with dask.config.set({"dkmeans.compile": mode}):
+            got = margin_histogram(D, P, labels, a, np.ones(4), edges)
+        assert dict(zip(got.index.tolist(), got.count.tolist())) == want
+    nbins = len(edges) + 1
+    # row 0 ties cluster 1 at margin 0 (bin 0); row 2's margin 6 to cluster 0 is between edges
+    assert want[(0 * 3 + 1) * nbins + 0] == 1
+    assert want[(2 * 3 + 0) * nbins + int(np.sum(edges <= 6.0))] == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_margin_histogram_compiled_numpy_and_chunks_agree(seed):
+    """A pass's histogram is the same to the bit from the compiled loops and NumPy, in one chunk
+    or five, and its counts sum to n (k - 1)."""
+    from dkmeans.drivers.capacitated import _Requests, combine_price_partials
+
+    rng = np.random.default_rng(seed)
+    X = np.repeat(rng.normal(size=(80, 3)), 2, axis=0)
+    C = rng.normal(size=(6, 3))
+    P, Q, q = np.rint(rng.normal(size=6) * 2**30), np.zeros(6), 2.0**-36
+    none = _Requests.none(6)
+    args = (C, P, Q, q) + none.args()
+    outs = []
+    for mode in ("off", "auto"):
+        with dask.config.set({"dkmeans.compile": mode}):
+            for chunks in (1, 5):
+                parts = [
+                    price_partials(X[i0:i1], None, i0, *args, histogram=True)
+                    for i0, i1 in zip(
+                        np.linspace(0, 160, chunks + 1).astype(int)[:-1],
+                        np.linspace(0, 160, chunks + 1).astype(int)[1:],
+                    )
+                ]
+                out = combine_price_partials(parts, none.shed, none.enter, histogram=True).histogram
+                outs.append(out)
+    assert outs[0].count.sum() == 160 * 5
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out.index, outs[0].index)
+        np.testing.assert_array_equal(out.count, outs[0].count)
+
+
+def test_model_prices_move_the_rows_the_caps_need():
+    """Two clusters, 40 rows of cluster 0 whose margins to cluster 1 are 1000 .. 40000, and a cap
+    of 30: the model raises cluster 0's price over cluster 1's by about the 10th smallest margin
+    (within a bin: a quarter octave)."""
+    from dkmeans.drivers.price_model import model_price_changes
+    from dkmeans.kernels.capacitated import margin_edges, margin_histogram
+
+    edges = margin_edges()
+    margins = np.arange(1, 41) * 1000.0
+    D = np.stack([np.zeros(40), margins], axis=1)
+    hist = margin_histogram(
+        D, np.zeros(2), np.zeros(40, np.int64), np.zeros(40), np.ones(40), edges
+    )
+    pi = model_price_changes(hist.index, hist.count, np.array([40.0, 0.0]), 0.0, 30.0, edges)
+    step = pi[0] - pi[1]
+    assert 10_000 * 2**-0.25 <= step <= 11_000 * 2**0.25
+    moved = int(np.sum(margins < step))
+    assert 8 <= moved <= 12
+
+
+def test_model_passes_change_no_result(monkeypatch):
+    """The exact solve with model passes and without (the auction and the exact moves alone):
+    the same labels, certified, at the optimal transport's cost; the model path takes its
+    passes (a spy) and fewer passes in all."""
+    import dkmeans.drivers.capacitated as capacitated
+
+    rng = np.random.default_rng(11)
+    X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(100, 2)) + 3.0])
+    C = X[rng.choice(400, 5, replace=False)]
+    reference = transport_cost(X, C, 80, 80)
+    calls = []
+    original = CapacitatedPasses._model
+
+    def spy(self, *args):
+        out = original(self, *args)
+        calls.append(out[1])
+        return out
+
+    monkeypatch.setattr(CapacitatedPasses, "_model", spy)
+    results = {}
+    for max_k in (64, 0):
+        monkeypatch.setattr(capacitated, "MODEL_MAX_K", max_k)
+        part, labels, _, passes = solve(X, C, 80, 80, n_chunks=3)
+        assert passes.certified_per_solve == [True]
+        assert float(part.partials.objective) == pytest.approx(reference, rel=1e-9)
+        results[max_k] = (labels, passes.passes_per_solve[0])
+    np.testing.assert_array_equal(results[64][0], results[0][0])
+    assert len(calls) == 1 and calls[0] >= 2
+    assert results[64][1] < results[0][1]

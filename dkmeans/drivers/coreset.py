@@ -122,15 +122,18 @@ def coreset_chunks(s: int) -> int:
     return int(max(1, min(CORESET_MAX_CHUNKS, s // CORESET_CHUNK_ROWS)))
 
 
-def draw_coreset(data, k: int, seed: int, stream: int, measure: np.ndarray | None = None):
-    """One pass: the sample of :func:`coreset_size` rows for ``k`` centroids (in this process) and, with
-    ``measure``, the data's objective of those centroids (else None).
+def draw_coreset(
+    data, k: int, seed: int, stream: int, measure: np.ndarray | None = None, size: int = 0
+):
+    """One pass: the sample of :func:`coreset_size` rows for ``k`` centroids (``size`` rows where
+    given; in this process) and, with ``measure``, the data's objective of those centroids (else
+    None).
 
     The sample is uniform (by weight) and keyed by row index, so it needs no distances: without
     ``measure`` the pass only draws keys. The sample is split into :func:`coreset_chunks` chunks,
     searched on a thread each; release it (``core.release()``) when done.
     """
-    s = coreset_size(data.n_rows, k)
+    s = min(size, data.n_rows) if size else coreset_size(data.n_rows, k)
     sample = data.map_reduce(
         _coreset_chunk, functools.partial(_combine_coreset, s=s), (measure, s, seed, stream)
     )

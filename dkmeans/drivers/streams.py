@@ -119,9 +119,10 @@ STREAMS: dict[str, Stream] = {
         Stream(
             "capacity.sample",
             9 << 32,
-            1,
+            8,
             "row",
-            "size caps: the rows of the sample whose capped fit starts the data's (one per run's seed)",
+            "size caps: the rows of the samples whose capped fits start the data's, number l the "
+            "l-th and larger sample (per run's seed)",
         ),
         Stream("minibatch.batches", 0x6D62, 1, "generator", "mini-batch: the rows of every batch"),
         Stream("minibatch.init", 0x696E, 1, "generator", "mini-batch: the initialisation's sample"),

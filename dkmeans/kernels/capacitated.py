@@ -293,10 +293,13 @@ MARGIN_BINS_PER_OCTAVE = 4
 
 def margin_edges() -> np.ndarray:
     """The margin histogram's bin edges ``2**(t / MARGIN_BINS_PER_OCTAVE)``, ``t = 0 ..`` up to
-    ``2**64`` (float64): bin 0 holds margins below 1 (exact ties), bin ``t + 1`` margins from
-    edge ``t`` to edge ``t + 1``. Four bins an octave: a price model good to about 20% of a
-    price change at any scale, in about 260 bins a pair of clusters."""
-    return np.exp2(np.arange(64 * MARGIN_BINS_PER_OCTAVE + 1) / MARGIN_BINS_PER_OCTAVE)
+    ``2**64`` (float64, each octave's edges its first octave's times a power of two, so that a
+    margin's bin follows from its exponent and mantissa): bin 0 holds margins below 1 (exact
+    ties), bin ``t + 1`` margins from edge ``t`` to edge ``t + 1``. Four bins an octave: a price
+    model good to about 20% of a price change at any scale, in 258 bins a pair of clusters."""
+    t = np.arange(64 * MARGIN_BINS_PER_OCTAVE + 1)
+    first = np.exp2(np.arange(MARGIN_BINS_PER_OCTAVE) / MARGIN_BINS_PER_OCTAVE)
+    return np.ldexp(first[t % MARGIN_BINS_PER_OCTAVE], t // MARGIN_BINS_PER_OCTAVE)
 
 
 def margin_histogram(D, P, labels, a, wt, edges) -> MarginHistogram:

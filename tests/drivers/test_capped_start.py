@@ -10,7 +10,13 @@ from scipy.sparse import csr_matrix, identity, kron, vstack
 import dkmeans.fit.runs as runs
 from dkmeans import KMeans
 from dkmeans.drivers.capacitated import Capacity
-from dkmeans.drivers.capped_start import capped_start_size, sample_capacity
+from dkmeans.drivers.capped_start import (
+    capped_start_size,
+    capped_start_sizes,
+    sample_capacity,
+    sample_rule,
+)
+from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease
 
 
 def zipf_blobs(n, k=4, d=2, seed=0):
@@ -63,6 +69,48 @@ def test_sample_size_rules():
     assert capped_start_size(200_000, 32) == 8192
     assert capped_start_size(2_000_000, 1) == 0
     assert capped_start_size(100_000, 512) == 0  # fewer than 32 sample rows per cluster
+
+
+def test_growing_samples_and_their_tolerances():
+    """Samples 8 times larger while within a quarter of the rows; each sample's centroid-shift
+    tolerance the fit's times n / s, other rules unchanged."""
+    assert capped_start_sizes(2_000_000, 32) == [8192, 65536]
+    assert capped_start_sizes(200_000, 32) == [8192]
+    assert capped_start_sizes(300_000, 4) == [4096, 32768]
+    assert capped_start_sizes(10_000, 4) == []
+    rule = CentroidShift(tol=0.5)
+    assert sample_rule(rule, 2_000_000, 8192).tol == pytest.approx(0.5 * 2_000_000 / 8192)
+    assert sample_rule(rule, 2_000_000, 8192).inclusive is rule.inclusive
+    assert sample_rule(CentroidShift(tol=0.0), 100, 10).tol == 0.0
+    other = ObjectiveDecrease(threshold=1.0)
+    assert sample_rule(other, 100, 10) is other
+
+
+def test_each_sample_starts_from_the_last_ones_prices(monkeypatch):
+    """Two samples: the second's first assignment starts from the first's last optimal prices
+    (a spy on ``seed``), and the data's from the second's."""
+    import dkmeans.drivers.capped_start as capped
+
+    monkeypatch.setattr(capped, "CAPPED_START_GROWTH", 2)
+    X = zipf_blobs(20_000)
+    seeded = []
+    real = capped.CapacitatedPasses.seed
+
+    def spy(self, P, quantum):
+        seeded.append((self.capacity.upper, np.array(P)))
+        return real(self, P, quantum)
+
+    monkeypatch.setattr(capped.CapacitatedPasses, "seed", spy)
+    km = KMeans(4, random_state=0, n_init=1, balanced=True).fit(X)
+    assert capped.capped_start_sizes(20_000, 4) == [4096]
+    assert [upper for upper, _ in seeded] == [5000]  # one sample: only the data is seeded
+    seeded.clear()
+    X = zipf_blobs(40_000)
+    km = KMeans(4, random_state=0, n_init=1, balanced=True).fit(X)
+    assert capped.capped_start_sizes(40_000, 4) == [4096, 8192]
+    assert [upper for upper, _ in seeded] == [2048, 10000]  # the second sample, then the data
+    assert all(np.all(np.isfinite(P)) for _, P in seeded)
+    np.testing.assert_array_equal(np.bincount(km.labels_, minlength=4), [10_000] * 4)
 
 
 @pytest.mark.parametrize("caps", [dict(balanced=True), dict(max_cluster_size=0.275)])

@@ -125,12 +125,14 @@ def partial_rows(X, w, weighted, C64, labels, sums, sizes, counts):  # pragma: n
 def margin_counts(D, P, labels, a, wt, edges, counts):  # pragma: no cover - compiled
     """Add every row's weight to its bin of :func:`~dkmeans.kernels.capacitated.margin_edges`
     for each other cluster ``b``: ``counts[(labels[i] k + b) nbins + bin]``, the bin of the margin
-    ``D[i, b] + P[b] - a[i]`` (the same bins as ``searchsorted(edges, margin, "right")``: a guess
-    from the exponent, settled by comparisons with the edges)."""
+    ``D[i, b] + P[b] - a[i]``. The same bins as ``searchsorted(edges, margin, "right")``: a guess
+    from the margin's logarithm, settled by comparisons with the edges."""
     n, k = D.shape
     last = edges.shape[0]
     nbins = last + 1
-    per_octave = np.log2(edges[1]) ** -1.0 if last > 1 else 1.0
+    per = 1
+    while per < last and edges[per] < 2.0:
+        per += 1  # the edges of one octave
     for i in range(n):
         own = labels[i]
         base = (own * k) * nbins
@@ -138,10 +140,10 @@ def margin_counts(D, P, labels, a, wt, edges, counts):  # pragma: no cover - com
             if b == own:
                 continue
             e = D[i, b] + P[b] - a[i]
-            if e < edges[0]:
+            if e < 1.0:
                 t = 0
             else:
-                t = min(last, int(np.log2(e) * per_octave) + 1)
+                t = min(last, int(np.log2(e) * per) + 1)
                 while t < last and edges[t] <= e:
                     t += 1
                 while t > 1 and edges[t - 1] > e:

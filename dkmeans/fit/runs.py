@@ -97,16 +97,10 @@ def settles_start(data, plan: FitPlan, k: int) -> bool:
     )
 
 
-#: The capped start is taken for balanced caps only (sizes within one row of each other): on
-#: 200,000 x 16, k = 32 it cut a balanced fit from 58 to 37 CPU s, but a fit with a maximum
-#: alone (1.1 n/k) ran past 170 CPU s with it against 70 without (not yet explained).
-BALANCED_WIDTH = 1.0
-
-
 def capped_settles(data, plan: FitPlan, k: int) -> bool:
     """Whether a capped run of ``plan`` settles its seeding under the caps on a sample of the
     rows before Lloyd on the data (:func:`~dkmeans.drivers.capped_start.capped_start`): for
-    a seeding's centroids (never the user's), balanced caps (:data:`BALANCED_WIDTH`), where
+    a seeding's centroids (never the user's), any caps, where
     the sample is small beside the rows
     (:func:`~dkmeans.drivers.capped_start.capped_start_size`) and ``max_iter`` allows the
     settle its :data:`SETTLE_MAX_ITER` updates (as :func:`settles_start`)."""
@@ -115,7 +109,6 @@ def capped_settles(data, plan: FitPlan, k: int) -> bool:
         and plan.lloyd
         and plan.warm_start
         and plan.max_iter >= SETTLE_MAX_ITER
-        and plan.capacitated.capacity.upper - plan.capacitated.capacity.lower <= BALANCED_WIDTH
         and capped_start_size(data.n_rows, k) > 0
     )
 

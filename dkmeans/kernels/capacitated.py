@@ -332,9 +332,12 @@ def combine_histograms(parts) -> MarginHistogram:
         return MarginHistogram.empty()
     if len(parts) == 1:
         return parts[0]
-    index, at = np.unique(np.concatenate([p.index for p in parts]), return_inverse=True)
-    count = np.bincount(at, weights=np.concatenate([p.count for p in parts]))
-    return MarginHistogram(index.astype(np.int64), count)
+    # one count per bin of every pair (a few MiB): a sum without sorting the parts' bins
+    dense = np.bincount(
+        np.concatenate([p.index for p in parts]), weights=np.concatenate([p.count for p in parts])
+    )
+    index = np.flatnonzero(dense)
+    return MarginHistogram(index.astype(np.int64), dense[index])
 
 
 #: Bits of the tie-breaking hashes: sums of them and of second prices stay exact in float64.

@@ -92,7 +92,7 @@ MODEL_PASSES = 16
 #: A model pass must leave at most this share of the previous pass's rows off the caps.
 MODEL_SHRINK = 0.75
 #: Rows over and under the caps at which the model hands over to the exact moves.
-MODEL_HANDOFF = 64
+MODEL_HANDOFF = 256
 
 
 class CapacityError(InvalidDataError):

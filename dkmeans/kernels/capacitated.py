@@ -268,9 +268,20 @@ def _exchange(D, labels, wt, row_offset: int, m: int) -> Moves:
 
 
 def _merge_exchange(parts, m: int) -> Moves:
-    """The exchange lists of several tiles or chunks (one alone is already selected and sorted)."""
+    """The exchange lists of several tiles or chunks, each selected and sorted: the compiled
+    merge of the sorted parts where allowed, else :func:`select_exchange` (the same lists)."""
     parts = [p for p in parts if p.row.shape[0]]
-    return parts[0] if len(parts) == 1 else select_exchange(_concat_moves(parts), m)
+    if len(parts) == 1:
+        return parts[0]
+    moves = _concat_moves(parts)
+    if not (compiled_allowed() and moves.row.shape[0]):
+        return select_exchange(moves, m)
+    bounds = np.cumsum([0] + [p.row.shape[0] for p in parts]).astype(np.int64)
+    pair = moves.source * (1 << 31) + moves.target
+    keep = _loops.merge_sorted_lists(
+        pair, np.ascontiguousarray(moves.cost, dtype=np.float64), moves.row, bounds, m
+    )
+    return Moves(*(field[keep] for field in moves))
 
 
 def select_exchange(moves: Moves, m: int) -> Moves:

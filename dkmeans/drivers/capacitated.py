@@ -6,6 +6,11 @@ price per cluster, and at the right prices each row goes to ``argmin_j d(x, c_j)
 (:mod:`dkmeans.kernels.capacitated`, with exact integer costs and ties split by global row
 index). :class:`CapacitatedPasses` finds such prices with an auction over passes:
 
+0. (unit weights, up to :data:`MODEL_MAX_K` clusters) *model passes*: each counts the rows of
+   each cluster and bins every row's margin to every other cluster; a small linear program over
+   the bins (:mod:`dkmeans.drivers.price_model`) moves the prices, pass after pass, until a few
+   rows are left off the caps; the exact moves over exchange lists (``_certify``) take those and
+   certify the assignment. Where this ends without a certificate, the auction below runs;
 1. every pass counts the rows of each cluster under the current prices and, for the clusters
    found over (under) their cap in the previous pass, reports the smallest price rises (cuts)
    at which one of their rows would leave (join);
@@ -233,6 +238,8 @@ class CapacitatedPasses:
     _seeded: tuple | None = field(default=None, repr=False)
     #: rows off the caps at the last assignment's first model pass (its histogram's sampling)
     _model_gap: float = field(default=0.0, repr=False)
+    #: a model pass found rows of unequal weights (no model passes, no exact moves for them)
+    _weighted: bool = field(default=False, repr=False)
 
     def __getstate__(self):
         out = dict(self.__dict__)
@@ -347,7 +354,8 @@ class CapacitatedPasses:
             if P.shape == (k,) and np.all(np.isfinite(P)):
                 self._warm = (np.rint((P - P.min()) * (q_seed / q)), np.zeros(k))
         passes = 0
-        if exact and 2 <= k <= MODEL_MAX_K:  # model passes close the gap, exact moves the rest
+        if exact and 2 <= k <= MODEL_MAX_K and not self._weighted:
+            # model passes close the gap, exact moves take the rest
             start = self._warm if self._warm is not None else self.prices
             P, Q = (
                 (np.array(p, dtype=np.float64) for p in start)
@@ -423,8 +431,9 @@ class CapacitatedPasses:
     def _model(self, data, C, q: float, P, Q):
         """Model passes from prices ``P`` (changed in place): each reports the sizes and the margin
         histogram, from which :func:`~dkmeans.drivers.price_model.model_price_changes` moves the
-        prices, until the rows over and under the caps are at most :data:`MODEL_HANDOFF`, stop
-        halving, or :data:`MODEL_PASSES` passes ran. ``P`` ends at the prices of the smallest gap.
+        prices, until the rows over and under the caps are at most :data:`MODEL_HANDOFF`, a pass
+        leaves more than :data:`MODEL_SHRINK` of the last one's, or :data:`MODEL_PASSES` passes
+        ran. ``P`` ends at the prices of the smallest gap measured.
 
         Returns ``(part, passes)``: the pass at the final prices, or None where the rows are
         weighted (the exact moves need unit weights: the auction takes such rows) or the model
@@ -449,6 +458,7 @@ class CapacitatedPasses:
             part = self._pass(data, combine, args)
             sizes = part.partials.counts
             if not np.all(part.rows == sizes):
+                self._weighted = True  # the next assignments go to the auction at once
                 return None, passes
             gap = float(np.sum(np.maximum(sizes - upper, 0) + np.maximum(lower - sizes, 0)))
             if passes == 1:
@@ -539,6 +549,7 @@ class CapacitatedPasses:
         moved: dict[int, int] = {}
         ask = None
         overrides = None
+        need, asked_need = 0.0, -1.0  # the heaviest candidate row seen, and the asks' one
         for passes in range(1, FIX_PASSES + 1):
             part = self._plain_pass(data, C, P, Q, q, overrides, ask=ask)
             sizes = part.partials.counts.astype(np.float64).copy()
@@ -546,21 +557,31 @@ class CapacitatedPasses:
             over, under = sizes - upper > slack, lower - sizes > slack
             if not (over.any() or under.any()):
                 return part, overrides, passes
-            if ask is not None:
-                if not _apply_moves(part.moves, ask.shed, sizes, lower, upper, slack, moved):
-                    break
-                rows = np.array(sorted(moved), dtype=np.int64)
-                overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
-                over, under = sizes - upper > slack, lower - sizes > slack
             mean_weight = np.where(
                 part.rows > 0, part.partials.counts / np.maximum(part.rows, 1), 1.0
             )
+            need = max(need, float(mean_weight.max()))
+            if ask is not None:
+                if part.moves.row.shape[0]:
+                    need = max(need, float(part.moves.weight.max()))
+                if not _apply_moves(part.moves, ask.shed, sizes, lower, upper, slack, moved):
+                    if asked_need >= need:
+                        break  # the clusters asked for could take (give) the heaviest rows
+                    # the targets' room was too small for the rows: ask again for room for them
+                rows = np.array(sorted(moved), dtype=np.int64)
+                overrides = (
+                    (rows, np.array([moved[r] for r in rows], dtype=np.int32))
+                    if rows.shape[0]
+                    else overrides
+                )
+                over, under = sizes - upper > slack, lower - sizes > slack
+            asked_need = need
             if over.any():
-                room = sizes < upper - slack
+                room = _fits(sizes < upper - slack, upper - sizes >= need - slack)
                 gap = np.where(over, sizes - upper, 0.0)
                 ask = RepairAsk(True, over, room, _repair_wanted(gap, mean_weight))
             elif under.any():
-                donors = sizes > lower + slack
+                donors = _fits(sizes > lower + slack, sizes - lower >= need - slack)
                 gap = np.where(under, lower - sizes, 0.0)
                 ask = RepairAsk(False, donors, under, _repair_wanted(gap, mean_weight))
             else:
@@ -734,6 +755,14 @@ class _Requests:
             enter_wanted=self.enter,
             exit_wanted=self.exits,
         )
+
+
+def _fits(some, whole) -> np.ndarray:
+    """The clusters with room (to give) for the heaviest row, ``some & whole``, where there are
+    any; else those with any room (``some``): a cluster whose room is below a row's weight takes
+    no row, so the repair asks for rows to the clusters that can take them."""
+    both = some & whole
+    return both if both.any() else some
 
 
 def _repair_wanted(gap, mean_weight) -> np.ndarray:

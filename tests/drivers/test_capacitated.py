@@ -572,3 +572,33 @@ def test_merged_exchange_lists_are_the_sorted_selection(m):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(c, b)
     assert want.row.shape[0] > 0
+
+
+@pytest.mark.parametrize("caps", [dict(max_cluster_size=0.3), dict(balanced=True)])
+def test_weighted_rows_take_one_model_pass_then_the_auction(monkeypatch, caps):
+    """Rows of unequal weights: the first assignment's model pass sees them and hands over to the
+    auction; the later assignments take no model pass. The sizes keep their caps by weight (this
+    fit once raised CapacityError: the repair sent every row to a cluster whose room was below
+    any row's weight)."""
+    from dkmeans import KMeans
+
+    rng = np.random.default_rng(6)
+    X = np.concatenate([rng.normal(size=(150, 2)), rng.normal(size=(50, 2)) + 4])
+    w = rng.uniform(0.5, 1.5, size=200)
+    calls = []
+    original = CapacitatedPasses._model
+
+    def spy(self, *args):
+        out = original(self, *args)
+        calls.append(out[0] is None)
+        return out
+
+    monkeypatch.setattr(CapacitatedPasses, "_model", spy)
+    km = KMeans(4, random_state=0, n_init=1, **caps).fit(X, sample_weight=w)
+    assert calls and all(calls)  # every model pass found the weights
+    assert km.n_iter_ >= 2 and len(calls) <= 2  # the fit's and its start's first assignments
+    sizes = np.bincount(km.labels_, weights=w, minlength=4)
+    if "balanced" in caps:  # within the largest weight of the share
+        assert np.all(np.abs(sizes - w.sum() / 4) <= w.max() + 1e-9)
+    else:
+        assert sizes.max() <= 0.3 * w.sum() + 1e-9

@@ -48,6 +48,7 @@ from dkmeans.kernels.capacitated import (
     cost_cache,
     exchange_flow,
     exchange_index,
+    exchange_row_costs,
     margin_edges,
     price_partials,
     priced_label_objective,
@@ -890,6 +891,7 @@ def exchange_moves_of(ex, sizes, lower: float, upper: float, k: int):
         used,
         EXCHANGE_STEPS,
         duals,
+        exchange_row_costs(ex, group, rows.shape[0], k),
     )
     hit = np.flatnonzero(used >= 0)
     moves = dict(zip(rows[hit].tolist(), used[hit].tolist()))

@@ -810,6 +810,15 @@ def exchange_flow(*args) -> int:
     return (_loops.exchange_flow if compiled_allowed() else exchange.exchange_flow)(*args)
 
 
+def exchange_row_costs(ex, group, n_rows: int, k: int) -> np.ndarray:
+    """Per row of a pass's exchange lists (``group``: each entry's row, of ``n_rows``), its listed
+    moves' extra costs by target cluster (``(n_rows, k)``, 0 at its own, infinite elsewhere)."""
+    costs = np.full((n_rows, k), np.inf)
+    costs[group, ex.target] = ex.cost
+    costs[group, ex.source] = 0.0
+    return costs
+
+
 def exchange_index(ex, k: int):
     """A pass's exchange lists ``ex`` (sorted by pair, cost and row) as :func:`exchange_flow`
     takes them: ``(starts, ends, rows, group)``, each pair's (``source * k + target``) slice of
@@ -865,6 +874,7 @@ def warm_up(dtype) -> None:
         np.full(rows.shape[0], -1, np.int64),
         1000,
         np.zeros(k),
+        exchange_row_costs(ex, group, rows.shape[0], k),
     )
 
 
@@ -885,6 +895,7 @@ __all__ = [
     "cost_cache",
     "exchange_flow",
     "exchange_index",
+    "exchange_row_costs",
     "exchange_moves",
     "lex_argmin",
     "margin_edges",

@@ -26,7 +26,7 @@ CERTIFIED, MOVED, EXHAUSTED, BUDGET = 0, 1, 2, 3
 
 
 def exchange_flow(
-    starts, ends, cost, group, k, sizes, lower, upper, slack, used, max_steps, duals
+    starts, ends, cost, group, k, sizes, lower, upper, slack, used, max_steps, duals, row_costs
 ):  # pragma: no cover - also compiled (the branches are the tests' of either path)
     """Moves over exchange lists toward an optimal capped assignment; the outcome.
 
@@ -50,6 +50,10 @@ def exchange_flow(
         Cycles and paths at most.
     duals : ndarray (k,), float64
         Where :data:`CERTIFIED`: optimal prices (the shortest distances, negated).
+    row_costs : ndarray (rows, k), float64
+        Per row (group), its listed moves' extra costs by target cluster (0 at its own, infinite
+        where not listed): a row that moved on a path keeps moving from where it went, at the
+        differences of these (its onward moves are no list's, as it was not in that cluster).
 
     Returns
     -------
@@ -112,17 +116,32 @@ def exchange_flow(
             out[i], out[n - 1 - i] = out[n - 1 - i], out[i]
         return n
 
+    def _edge(a, b, k, ptr, ends, group, used, cost, row_costs, moved_rows, n_moved, W, at):
+        """Pair ``(a, b)``'s cheapest move: its list's head, or a row that moved into ``a`` (coded
+        ``-2 - row``) where cheaper (the list's head first on equal costs)."""
+        h = _head(a, b, k, ptr, ends, group, used)
+        best = cost[h] if h >= 0 else np.inf
+        pick = h
+        for t in range(n_moved):
+            g = moved_rows[t]
+            if used[g] == a:
+                v = row_costs[g, b] - row_costs[g, a]
+                if v < best:
+                    best = v
+                    pick = -2 - g
+        W[a, b] = best
+        at[a, b] = pick
+
     V = k + 1
     ptr = starts.copy()
     W = np.full((V, V), np.inf)
     at = np.full((V, V), -1, np.int64)
+    moved_rows = np.empty(used.shape[0], np.int64)
+    n_moved = 0
     for a in range(k):
         for b in range(k):
             if a != b:
-                h = _head(a, b, k, ptr, ends, group, used)
-                if h >= 0:
-                    W[a, b] = cost[h]
-                    at[a, b] = h
+                _edge(a, b, k, ptr, ends, group, used, cost, row_costs, moved_rows, 0, W, at)
     dist = np.zeros(V)
     pred = np.full(V, -1, np.int64)
     path = np.empty(V + 1, np.int64)
@@ -187,18 +206,35 @@ def exchange_flow(
         for e in range(n):
             a, b = path[e], path[e + 1]
             if a < k and b < k:  # a row of a moves to b (the room node's edges move none)
-                used[group[at[a, b]]] = b
+                pick = at[a, b]
+                g = group[pick] if pick >= 0 else -2 - pick
+                if used[g] < 0:
+                    moved_rows[n_moved] = g
+                    n_moved += 1
+                used[g] = b
                 sizes[a] -= 1.0
                 sizes[b] += 1.0
         moved = True
-        for e in range(n):
+        for e in range(n + 1):
             a = path[e]
-            if a < k:  # the cluster lost a row: the heads of its pairs
+            if a < k:  # the cluster lost or took a row: its pairs' cheapest moves
                 for b in range(k):
                     if b != a:
-                        h = _head(a, b, k, ptr, ends, group, used)
-                        W[a, b] = cost[h] if h >= 0 else np.inf
-                        at[a, b] = h
+                        _edge(
+                            a,
+                            b,
+                            k,
+                            ptr,
+                            ends,
+                            group,
+                            used,
+                            cost,
+                            row_costs,
+                            moved_rows,
+                            n_moved,
+                            W,
+                            at,
+                        )
     return BUDGET
 
 

@@ -315,6 +315,7 @@ def test_exchange_flow_compiled_is_the_python_function(seed):
     and prices on the same lists."""
     from dkmeans.drivers.capacitated import _slack
     from dkmeans.kernels.backends import compiled_capacitated
+    from dkmeans.kernels.capacitated import exchange_row_costs
     from dkmeans.kernels.exchange import exchange_flow
 
     rng = np.random.default_rng(seed)
@@ -342,6 +343,7 @@ def test_exchange_flow_compiled_is_the_python_function(seed):
             used,
             1 << 20,
             duals,
+            exchange_row_costs(ex, group.astype(np.int64), rows.shape[0], k),
         )
         results.append((outcome, used, s, duals))
     assert results[0][0] == results[1][0]
@@ -602,3 +604,42 @@ def test_weighted_rows_take_one_model_pass_then_the_auction(monkeypatch, caps):
         assert np.all(np.abs(sizes - w.sum() / 4) <= w.max() + 1e-9)
     else:
         assert sizes.max() <= 0.3 * w.sum() + 1e-9
+
+
+def test_moved_rows_keep_moving_within_a_pass(monkeypatch):
+    """The exact moves let a row that moved on a path move on from where it went (its listed
+    costs' differences): the same certified labels as without those onward moves, in no more
+    passes in all, fewer on some of these starts."""
+    import dkmeans.drivers.capacitated as capacitated
+    import dkmeans.kernels.capacitated as kernels
+
+    monkeypatch.setattr(capacitated, "MODEL_MAX_K", 0)  # the exact moves from far prices
+    real = kernels.exchange_row_costs
+
+    def own_only(ex, group, n_rows, k):
+        costs = real(ex, group, n_rows, k)
+        return np.where(costs == 0.0, 0.0, np.inf)
+
+    totals = {}
+    for name, row_costs in (("onward", real), ("own", own_only)):
+        monkeypatch.setattr(capacitated, "exchange_row_costs", row_costs)
+        passes_seen, labels_seen = [], []
+        for seed in range(4):
+            rng = np.random.default_rng(seed)
+            X = np.concatenate([rng.normal(size=(240, 2)), rng.normal(size=(60, 2)) + 3.0])
+            C = X[rng.choice(300, 5, replace=False)]
+            data = ChunkList.from_array(X, None, n_chunks=3)
+            passes = CapacitatedPasses(Capacity(60.0, 60.0))
+            passes._warm = (np.zeros(5), np.zeros(5))
+            part = passes.solve(data, C)
+            assert passes.certified_per_solve == [True]
+            assert float(part.partials.objective) == pytest.approx(
+                transport_cost(X, C, 60, 60), rel=1e-9
+            )
+            passes_seen.append(passes.passes_per_solve[0])
+            labels_seen.append(passes.labels(data, C)[0])
+        totals[name] = (passes_seen, labels_seen)
+    for a, b in zip(totals["onward"][1], totals["own"][1]):
+        np.testing.assert_array_equal(a, b)
+    assert sum(totals["onward"][0]) <= sum(totals["own"][0])
+    assert any(a < b for a, b in zip(totals["onward"][0], totals["own"][0]))

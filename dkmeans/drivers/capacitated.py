@@ -92,8 +92,8 @@ EXCHANGE_STEPS = 1 << 20
 #: Clusters above which the exact solve takes no model passes (a pass's histogram holds ``k^2``
 #: pairs' bins: 8 MiB of scratch a chunk at 64).
 MODEL_MAX_K = 64
-#: Model passes of one assignment at most (2,000,000 x 16, k = 32 from the natural centroids:
-#: a gap of 501,836 rows, then 219,043, 37,278, 5,129, 475, 19).
+#: Model passes of one assignment at most (benchmarks/balanced_phases.py, 2,000,000 x 16, k = 32:
+#: the largest gap, 122,788 rows off the caps, then 34,832, 12,888, 5,632, 1,248, 292, 36).
 MODEL_PASSES = 16
 #: A model pass must leave at most this share of the previous pass's rows off the caps.
 MODEL_SHRINK = 0.75
@@ -365,10 +365,7 @@ class CapacitatedPasses:
             )
             part, passes = self._model(data, C, q, P, Q)
             if part is not None and self.optimal(P, part.partials.counts):
-                self.prices, self.overrides, self._warm = (P, Q), None, (P.copy(), Q.copy())
-                self.repaired_per_solve.append(0)
-                self.bounds = (float(part.partials.objective),) * 2
-                return part, passes, True
+                return self._certified(part, P, Q, None, P.copy()), passes, True
             done = (
                 self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=True)
                 if part is not None
@@ -378,20 +375,14 @@ class CapacitatedPasses:
                 part, moved, more, duals = done
                 passes += more
                 if duals is not None:
-                    self.prices, self.overrides, self._warm = (P, Q), moved, (duals, Q.copy())
-                    self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
-                    self.bounds = (float(part.partials.objective),) * 2
-                    return part, passes, True
+                    return self._certified(part, P, Q, moved, duals), passes, True
         elif exact and self._warm is not None:  # the last optimal prices: moves over exchange lists
             P, Q = (np.array(p, dtype=np.float64) for p in self._warm)
             done = self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=True)
             if done is not None:
                 part, moved, passes, duals = done
                 if duals is not None:
-                    self.prices, self.overrides, self._warm = (P, Q), moved, (duals, Q.copy())
-                    self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
-                    self.bounds = (float(part.partials.objective),) * 2
-                    return part, passes, True
+                    return self._certified(part, P, Q, moved, duals), passes, True
         start = self._warm if self._warm is not None else self.prices
         warm = start is not None
         P, Q = (
@@ -428,6 +419,14 @@ class CapacitatedPasses:
                     self._warm = (duals, Q.copy())
                     self.bounds = (float(part.partials.objective), float(part.partials.objective))
         return part, passes, certified
+
+    def _certified(self, part, P, Q, moved, duals):
+        """Keep a certified assignment (prices ``P``, ``Q`` with the ``moved`` overrides): its
+        bounds (the objective is the optimum), and ``duals`` as the next assignment's start."""
+        self.prices, self.overrides, self._warm = (P, Q), moved, (duals, Q.copy())
+        self.repaired_per_solve.append(0 if moved is None else int(moved[0].shape[0]))
+        self.bounds = (float(part.partials.objective),) * 2
+        return part
 
     def _model(self, data, C, q: float, P, Q):
         """Model passes from prices ``P`` (changed in place): each reports the sizes and the margin

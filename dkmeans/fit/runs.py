@@ -98,11 +98,10 @@ def settles_start(data, plan: FitPlan, k: int) -> bool:
 
 
 def capped_settles(data, plan: FitPlan, k: int) -> bool:
-    """Whether a capped run of ``plan`` settles its seeding under the caps on a sample of the
-    rows before Lloyd on the data (:func:`~dkmeans.drivers.capped_start.capped_start`): for
-    a seeding's centroids (never the user's), any caps, where
-    the sample is small beside the rows
-    (:func:`~dkmeans.drivers.capped_start.capped_start_size`) and ``max_iter`` allows the
+    """Whether a capped run of ``plan`` settles its seeding under the caps on samples of the rows
+    before Lloyd on the data (:func:`~dkmeans.drivers.capped_start.capped_start`): for a
+    seeding's centroids (never the user's), any caps, where the first sample is small beside the
+    rows (:func:`~dkmeans.drivers.capped_start.capped_start_size`) and ``max_iter`` allows the
     settle its :data:`SETTLE_MAX_ITER` updates (as :func:`settles_start`)."""
     return (
         plan.capacitated is not None

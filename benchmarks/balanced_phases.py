@@ -1,0 +1,94 @@
+"""Where a balanced fit's time goes: passes by kind, the model's gaps, the start's samples.
+
+One ``KMeans(k, random_state=0, n_init=1, balanced=True)`` fit of ``balanced.py``'s tall data
+(``--rows`` x 16, k = 32), after a warm-up fit, with the size caps' driver instrumented (wrapped
+methods; the fit itself is unchanged): per kind of pass (model passes with their histograms,
+passes of exact moves with their exchange lists, others) and data size (the start's samples,
+the data) the passes and their seconds; the seconds of the caller's linear programs; each
+sample's iterations and seconds; and per assignment of the data the rows off the caps after
+each model pass.
+
+Run:  .venv/bin/python benchmarks/balanced_phases.py [--rows 2000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+from balanced import make_data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    args = parser.parse_args()
+
+    import dkmeans.drivers.capacitated as capacitated
+    import dkmeans.drivers.capped_start as capped_start
+    from dkmeans import KMeans
+
+    X = make_data(args.rows, 16, 32)
+    KMeans(32, random_state=0, n_init=1, balanced=True).fit(X[:20_000])  # kernels loaded
+
+    passes = collections.defaultdict(lambda: [0, 0.0])
+    gaps = []  # per assignment of the data: rows off the caps after each model pass
+    samples = []
+    real_pass = capacitated.CapacitatedPasses._pass
+    real_lp = capacitated.model_price_changes
+    real_lloyd = capped_start.lloyd
+
+    def timed_pass(self, data, combine, pass_args):
+        t0 = time.perf_counter()
+        out = real_pass(self, data, combine, pass_args)
+        histogram = len(pass_args) > 12 and pass_args[12]
+        kind = (
+            "model"
+            if histogram
+            else ("exact" if len(pass_args) > 11 and pass_args[11] else "other")
+        )
+        entry = passes[(data.n_rows, kind)]
+        entry[0] += 1
+        entry[1] += time.perf_counter() - t0
+        if histogram and data.n_rows == args.rows:
+            sizes = out.partials.counts
+            lower, upper = self.capacity.lower, self.capacity.upper
+            gap = int((sizes - upper).clip(0).sum() + (lower - sizes).clip(0).sum())
+            if len(gaps) < len(self.passes_per_solve) + 1:
+                gaps.append([])
+            gaps[len(self.passes_per_solve)].append(gap)
+        return out
+
+    def timed_lp(*lp_args, **kwargs):
+        t0 = time.perf_counter()
+        out = real_lp(*lp_args, **kwargs)
+        entry = passes[(0, "linear program")]
+        entry[0] += 1
+        entry[1] += time.perf_counter() - t0
+        return out
+
+    def timed_lloyd(core, *lloyd_args, **kwargs):
+        t0 = time.perf_counter()
+        out = real_lloyd(core, *lloyd_args, **kwargs)
+        samples.append((core.n_rows, out.n_iter, round(time.perf_counter() - t0, 2)))
+        return out
+
+    capacitated.CapacitatedPasses._pass = timed_pass
+    capacitated.model_price_changes = timed_lp
+    capped_start.lloyd = timed_lloyd
+    t0 = time.perf_counter()
+    km = KMeans(32, random_state=0, n_init=1, balanced=True).fit(X)
+    wall = time.perf_counter() - t0
+    print(f"fit: {wall:.2f} s, {km.n_iter_} iterations, {km.n_passes_} passes")
+    for rows, iterations, seconds in samples:
+        print(f"sample of {rows} rows: {iterations} iterations, {seconds} s")
+    for (rows, kind), (count, seconds) in sorted(passes.items()):
+        where = "caller" if rows == 0 else f"{rows} rows"
+        print(f"{kind} ({where}): {count}, {seconds:.2f} s, {seconds / count:.4f} s each")
+    for i, sequence in enumerate(gaps):
+        print(f"assignment {i}: rows off the caps after each model pass {sequence}")
+
+
+if __name__ == "__main__":
+    main()

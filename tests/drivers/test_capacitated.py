@@ -643,3 +643,45 @@ def test_moved_rows_keep_moving_within_a_pass(monkeypatch):
         np.testing.assert_array_equal(a, b)
     assert sum(totals["onward"][0]) <= sum(totals["own"][0])
     assert any(a < b for a, b in zip(totals["onward"][0], totals["own"][0]))
+
+
+@pytest.mark.parametrize("exact_first_gap", [1024, 0])
+def test_late_assignments_start_with_the_exact_moves(monkeypatch, exact_first_gap):
+    """An assignment whose previous one began a few rows off the caps takes the exact moves at
+    once, no model pass (a spy); where their first pass finds more rows off the caps than
+    EXACT_FIRST_GAP (0 here) it turns to the model passes, that pass counted. Either way the
+    labels are those of a fresh solve of the same centroids, at the optimal transport's cost."""
+    import dkmeans.drivers.capacitated as capacitated
+
+    monkeypatch.setattr(capacitated, "EXACT_FIRST_GAP", exact_first_gap)
+    rng = np.random.default_rng(5)
+    X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(100, 2)) + 3.0])
+    C = X[rng.choice(400, 5, replace=False)]
+    moved = C + rng.normal(scale=0.05, size=C.shape)  # the next iteration's centroids
+    calls = []
+    original = CapacitatedPasses._model
+
+    def spy(self, *args):
+        out = original(self, *args)
+        calls.append(out[1])
+        return out
+
+    monkeypatch.setattr(CapacitatedPasses, "_model", spy)
+    data = ChunkList.from_array(X, None, n_chunks=3)
+    passes = CapacitatedPasses(Capacity(80.0, 80.0))
+    passes.solve(data, C)
+    assert calls and passes._opening_gap > 0
+    passes._opening_gap = min(passes._opening_gap, capacitated.EXACT_FIRST_AT)  # a late one
+    first_calls = len(calls)
+    part = passes.solve(data, moved)
+    assert passes.certified_per_solve == [True, True]
+    assert float(part.partials.objective) == pytest.approx(
+        transport_cost(X, moved, 80, 80), rel=1e-9
+    )
+    if exact_first_gap:
+        assert len(calls) == first_calls  # no model pass
+    else:
+        assert len(calls) == first_calls + 1
+        assert passes.passes_per_solve[1] >= 1 + calls[-1] + 1  # the bailed pass counted
+    fresh_part, fresh_labels, _, _ = solve(X, moved, 80, 80, n_chunks=2)
+    np.testing.assert_array_equal(passes.labels(data, moved)[0], fresh_labels)

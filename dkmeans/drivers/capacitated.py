@@ -106,6 +106,10 @@ MODEL_SHRINK = 0.75
 MODEL_ROWS_PER_GAP = 1024
 #: Rows over and under the caps at which the model hands over to the exact moves.
 MODEL_HANDOFF = 256
+#: A model pass after the first counts the margins up to this many times the last step's largest
+#: price change, and its step stays within half of that (most margins are far larger than a late
+#: step: their bins cost scattered adds and the program's size).
+MODEL_LIMIT_GROWTH = 8.0
 #: An assignment whose previous one began at most this many rows off the caps starts with the
 #: exact moves (a model pass costs two of theirs; 2,000,000 x 16, k = 32, balanced: 83 -> 77
 #: passes, 23.2 -> 20.7 s; from 8,192 rows off, they took 21-36 passes) ...
@@ -165,6 +169,7 @@ def _chunk(
     repair=None,
     exchange=0,
     histogram=0,
+    margin_limit=math.inf,
 ):
     return price_partials(
         X,
@@ -183,6 +188,7 @@ def _chunk(
         repair,
         exchange=exchange,
         histogram=histogram,
+        margin_limit=margin_limit,
     )
 
 
@@ -194,8 +200,20 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
         cache = cost_cache(X, C, q, offset, tag)
     exchange = rest[7] if len(rest) > 7 else 0
     histogram = rest[8] if len(rest) > 8 else 0
+    margin_limit = rest[9] if len(rest) > 9 else math.inf
     return cache, price_partials(
-        X, w, offset, C, P, Q, q, *rest[:7], cache=cache, exchange=exchange, histogram=histogram
+        X,
+        w,
+        offset,
+        C,
+        P,
+        Q,
+        q,
+        *rest[:7],
+        cache=cache,
+        exchange=exchange,
+        histogram=histogram,
+        margin_limit=margin_limit,
     )
 
 
@@ -491,9 +509,10 @@ class CapacitatedPasses:
         best = None  # (gap, part, P)
         passes = 0
         gap = self._model_gap  # the last assignment's first gap: this one's likely scale
+        limit = math.inf  # the margins counted: twice the next step's largest price change
         for passes in range(1, MODEL_PASSES + 1):
             bits = int(math.log2(max(1.0, gap / MODEL_ROWS_PER_GAP)))
-            args = (C, P, Q, q) + none.args() + (None, None, 0, 1 + bits)
+            args = (C, P, Q, q) + none.args() + (None, None, 0, 1 + bits, limit)
             part = self._pass(data, combine, args)
             sizes = part.partials.counts
             if not np.all(part.rows == sizes):
@@ -511,9 +530,13 @@ class CapacitatedPasses:
             if gap <= MODEL_HANDOFF:
                 return part, passes
             hist = part.histogram
-            pi = model_price_changes(hist.index, hist.count, sizes, lower, upper, edges)
+            pi = model_price_changes(hist.index, hist.count, sizes, lower, upper, edges, limit / 2)
             if pi is None:
                 return part, passes
+            step = float(np.abs(pi).max())
+            # the next step's room: MODEL_LIMIT_GROWTH times this one's (steps shrink with the
+            # gap), more where this one was held at its limit
+            limit = MODEL_LIMIT_GROWTH * max(step, 1.0) * (2.0 if 2 * step >= 0.99 * limit else 1.0)
             P += np.rint(pi)
             P -= P.min()
         part, P[:] = best[1], best[2]  # the last change untried: the best measured prices

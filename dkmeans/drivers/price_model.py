@@ -44,6 +44,7 @@ def model_price_changes(
     lower: float,
     upper: float,
     edges: np.ndarray,
+    step_limit: float = np.inf,
 ) -> np.ndarray | None:
     """Price changes ``pi`` (k,) that bring the sizes within ``[lower, upper]`` under the model
     of a margin histogram (``index``, ``count``: :class:`~dkmeans.kernels.capacitated.MarginHistogram`
@@ -55,6 +56,9 @@ def model_price_changes(
     ``v_j`` the duals of the upper and lower bounds, a unit of ``a -> b`` flows only where its
     margin is at most ``(u_a - v_a) - (u_b - v_b)``: ``pi = u - v`` raises over-full clusters'
     prices and cuts under-full ones'.
+
+    ``step_limit``: the largest price change wanted (the histogram then need hold only margins up
+    to twice it): a size's unit beyond its cap costs at most that much, so no dual exceeds it.
     """
     k = sizes.shape[0]
     nbins = edges.shape[0] + 1
@@ -82,7 +86,8 @@ def model_price_changes(
     sizes = np.asarray(sizes, dtype=np.float64)
     room = np.where(np.isfinite(upper), upper - sizes, 1.0 + sizes.sum())
     b = np.r_[room, sizes - lower, sizes]
-    c = np.r_[margin / scale, np.full(2 * k, BREACH_COST)]
+    breach = min(BREACH_COST, step_limit / scale)
+    c = np.r_[margin / scale, np.full(2 * k, breach)]
     bounds = np.r_[np.c_[np.zeros(nv), count], np.tile([0.0, np.inf], (2 * k, 1))]
     res = _optimize.linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
     if res.status != 0 or res.ineqlin is None:

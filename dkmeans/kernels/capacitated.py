@@ -18,6 +18,7 @@ A pair of prices ``(P_j, Q_j)`` is compared as a pair: ``P`` first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -314,10 +315,12 @@ def margin_edges() -> np.ndarray:
 
 
 def margin_histogram(
-    D, P, labels, a, wt, edges, hrow=None, sample_bits: int = 0
+    D, P, labels, a, wt, edges, hrow=None, sample_bits: int = 0, limit: float = math.inf
 ) -> MarginHistogram:
     """A tile's :class:`MarginHistogram`: every row's margin ``D[i, b] + P[b] - a[i]`` to every
-    cluster ``b`` but its own (``a`` its own priced cost, ``D`` the integer costs).
+    cluster ``b`` but its own (``a`` its own priced cost, ``D`` the integer costs), up to
+    ``limit`` (larger margins are not counted: a model whose price steps are at most half of it
+    moves no such row, and most of a row's margins are far larger than a late step).
 
     ``sample_bits`` s > 0: only the rows whose tie hash ``hrow`` has its ``s`` low bits zero (one in
     ``2**s``, by global row index: the same rows whatever the chunking), each counted ``2**s``
@@ -338,13 +341,13 @@ def margin_histogram(
     if compiled_allowed():
         counts = np.zeros(k * k * nbins)
         _loops.margin_counts(
-            np.ascontiguousarray(D), P, labels.astype(np.int64), a, wt, edges, counts
+            np.ascontiguousarray(D), P, labels.astype(np.int64), a, wt, edges, float(limit), counts
         )
     else:
         E = D + P[None, :] - a[:, None]
         bins = np.searchsorted(edges, E, side="right")
         key = (labels.astype(np.int64)[:, None] * k + np.arange(k)[None, :]) * nbins + bins
-        other = labels[:, None] != np.arange(k)[None, :]
+        other = (labels[:, None] != np.arange(k)[None, :]) & (E <= limit)
         weights = np.broadcast_to(wt[:, None], E.shape)[other]
         counts = np.bincount(key[other], weights=weights, minlength=k * k * nbins)
     index = np.flatnonzero(counts)
@@ -644,6 +647,7 @@ def price_partials(
     cache: CostCache | None = None,
     exchange: int = 0,
     histogram: int = 0,
+    margin_limit: float = math.inf,
 ) -> PricePartials:
     """A chunk's :class:`PricePartials` under prices ``(P, Q)`` and quantum ``q``.
 
@@ -655,7 +659,8 @@ def price_partials(
     chunk's :class:`CostCache` for ``C`` and ``q`` (else the costs are formed here);
     ``exchange``: the moves per pair of clusters of the exchange lists (0: none);
     ``histogram``: 0, or report the :class:`MarginHistogram` of the priced labels (without
-    ``overrides``) of one row in ``2**(histogram - 1)`` (see :func:`margin_histogram`).
+    ``overrides``) of one row in ``2**(histogram - 1)``, margins up to ``margin_limit`` (see
+    :func:`margin_histogram`).
     """
     n, d = X.shape
     k = C.shape[0]
@@ -700,7 +705,9 @@ def price_partials(
         if exchange:
             swap_parts.append(_exchange(D, labels, wt, row_offset + i0, exchange))
         if histogram:
-            bin_parts.append(margin_histogram(D, P, labels, a, wt, edges, hrow, int(histogram) - 1))
+            bin_parts.append(
+                margin_histogram(D, P, labels, a, wt, edges, hrow, int(histogram) - 1, margin_limit)
+            )
         objective += _partials(X[i0:i1], X64, wt, w is not None, C64, labels, sums, sizes, rows)
         if shed_clusters.shape[0]:
             r = np.flatnonzero(np.isin(labels, shed_clusters))

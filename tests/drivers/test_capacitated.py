@@ -419,8 +419,8 @@ def test_capped_fit_objective_never_rises_and_ends_optimal(caps):
     assert km.n_iter_ + 1 <= len(km.capacity_passes_) <= km.n_iter_ + 2
 
 
-def _brute_histogram(D, P, labels, a, edges):
-    """Every (row, other cluster) margin counted one by one (float64 loops)."""
+def _brute_histogram(D, P, labels, a, edges, limit=np.inf):
+    """Every (row, other cluster) margin up to ``limit`` counted one by one (float64 loops)."""
     n, k = D.shape
     nbins = len(edges) + 1
     counts = {}
@@ -429,6 +429,8 @@ def _brute_histogram(D, P, labels, a, edges):
             if b == labels[i]:
                 continue
             e = D[i, b] + P[b] - a[i]
+            if e > limit:
+                continue
             t = int(np.sum(edges <= e))  # edges at or below the margin
             key = (labels[i] * k + b) * nbins + t
             counts[key] = counts.get(key, 0) + 1
@@ -453,6 +455,12 @@ def test_margin_histogram_counts_every_row_and_pair_by_hand():
         with dask.config.set({"dkmeans.compile": mode}):
             got = margin_histogram(D, P, labels, a, np.ones(4), edges)
         assert dict(zip(got.index.tolist(), got.count.tolist())) == want
+        for limit in (0.0, 6.0, 7.0):  # a limit drops the larger margins, the limit's own kept
+            want_within = _brute_histogram(D, P, labels, a, edges, limit)
+            with dask.config.set({"dkmeans.compile": mode}):
+                got = margin_histogram(D, P, labels, a, np.ones(4), edges, limit=limit)
+            assert dict(zip(got.index.tolist(), got.count.tolist())) == want_within
+            assert sum(want_within.values()) < sum(want.values())
     nbins = len(edges) + 1
     # row 0 ties cluster 1 at margin 0 (bin 0); row 2's margin 6 to cluster 0 is between edges
     assert want[(0 * 3 + 1) * nbins + 0] == 1
@@ -515,6 +523,16 @@ def test_model_prices_move_the_rows_the_caps_need():
     assert 10_000 * 2**-0.25 <= step <= 11_000 * 2**0.25
     moved = int(np.sum(margins < step))
     assert 8 <= moved <= 12
+    # a step held to 4,000 (its histogram's margins up to 8,000): the prices move by at most
+    # that, and the rows below it still go
+    hist = margin_histogram(
+        D, np.zeros(2), np.zeros(40, np.int64), np.zeros(40), np.ones(40), edges, limit=8_000.0
+    )
+    pi = model_price_changes(
+        hist.index, hist.count, np.array([40.0, 0.0]), 0.0, 30.0, edges, 4_000.0
+    )
+    assert np.abs(pi).max() <= 4_000.0 * (1 + 1e-9)
+    assert 4_000 * 2**-0.25 <= pi[0] - pi[1]
 
 
 def test_model_passes_change_no_result(monkeypatch):

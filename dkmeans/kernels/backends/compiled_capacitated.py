@@ -122,11 +122,12 @@ def partial_rows(X, w, weighted, C64, labels, sums, sizes, counts):  # pragma: n
 
 
 @njit(nogil=True)
-def margin_counts(D, P, labels, a, wt, edges, counts):  # pragma: no cover - compiled
+def margin_counts(D, P, labels, a, wt, edges, limit, counts):  # pragma: no cover - compiled
     """Add every row's weight to its bin of :func:`~dkmeans.kernels.capacitated.margin_edges`
     for each other cluster ``b``: ``counts[(labels[i] k + b) nbins + bin]``, the bin of the margin
-    ``D[i, b] + P[b] - a[i]``. The same bins as ``searchsorted(edges, margin, "right")``: a guess
-    from the margin's logarithm, settled by comparisons with the edges."""
+    ``D[i, b] + P[b] - a[i]`` where it is at most ``limit``. The same bins as
+    ``searchsorted(edges, margin, "right")``: a guess from the margin's logarithm, settled by
+    comparisons with the edges."""
     n, k = D.shape
     last = edges.shape[0]
     nbins = last + 1
@@ -140,6 +141,8 @@ def margin_counts(D, P, labels, a, wt, edges, counts):  # pragma: no cover - com
             if b == own:
                 continue
             e = D[i, b] + P[b] - a[i]
+            if e > limit:
+                continue
             if e < 1.0:
                 t = 0
             else:

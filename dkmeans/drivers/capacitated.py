@@ -111,10 +111,12 @@ MODEL_HANDOFF = 256
 #: step: their bins cost scattered adds and the program's size).
 MODEL_LIMIT_GROWTH = 8.0
 #: An assignment whose previous one began at most this many rows off the caps starts with the
-#: exact moves (a model pass costs two of theirs; 2,000,000 x 16, k = 32, balanced: 83 -> 77
-#: passes, 23.2 -> 20.7 s; from 8,192 rows off, they took 21-36 passes) ...
-EXACT_FIRST_AT = 2048
-#: ... and turns to model passes where their first pass finds more rows than this off the caps.
+#: exact moves (its first model pass would hand over at once) ...
+EXACT_FIRST_AT = MODEL_HANDOFF
+#: ... and turns to model passes where their first pass finds more rows than this off the caps
+#: (the caller's moves grow with the rows off the caps: with the NumPy code, 500 to 700 rows took
+#: seconds a pass at 20,000 rows; compiled, starting with them up to 2,048 rows saved 10% of the
+#: 2,000,000-row balanced fit, and from 8,192 took 21 to 36 passes).
 EXACT_FIRST_GAP = 4 * EXACT_FIRST_AT
 
 

@@ -535,6 +535,20 @@ def test_model_prices_move_the_rows_the_caps_need():
     assert 4_000 * 2**-0.25 <= pi[0] - pi[1]
 
 
+def spy_model_passes(monkeypatch) -> list:
+    """The passes of every ``_model`` call from now on, in a list that grows as they run."""
+    calls = []
+    original = CapacitatedPasses._model
+
+    def spy(self, *args):
+        out = original(self, *args)
+        calls.append(out[1])
+        return out
+
+    monkeypatch.setattr(CapacitatedPasses, "_model", spy)
+    return calls
+
+
 def test_model_passes_change_no_result(monkeypatch):
     """The exact solve with model passes and without (the auction and the exact moves alone):
     the same labels, certified, at the optimal transport's cost; the model path takes several
@@ -545,15 +559,7 @@ def test_model_passes_change_no_result(monkeypatch):
     X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(100, 2)) + 3.0])
     C = X[rng.choice(400, 5, replace=False)]
     reference = transport_cost(X, C, 80, 80)
-    calls = []
-    original = CapacitatedPasses._model
-
-    def spy(self, *args):
-        out = original(self, *args)
-        calls.append(out[1])
-        return out
-
-    monkeypatch.setattr(CapacitatedPasses, "_model", spy)
+    calls = spy_model_passes(monkeypatch)
     monkeypatch.setattr(capacitated, "MODEL_HANDOFF", 0)
     results = {}
     for max_k in (64, 0):
@@ -676,15 +682,7 @@ def test_late_assignments_start_with_the_exact_moves(monkeypatch, exact_first_ga
     X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(100, 2)) + 3.0])
     C = X[rng.choice(400, 5, replace=False)]
     moved = C + rng.normal(scale=0.05, size=C.shape)  # the next iteration's centroids
-    calls = []
-    original = CapacitatedPasses._model
-
-    def spy(self, *args):
-        out = original(self, *args)
-        calls.append(out[1])
-        return out
-
-    monkeypatch.setattr(CapacitatedPasses, "_model", spy)
+    calls = spy_model_passes(monkeypatch)
     data = ChunkList.from_array(X, None, n_chunks=3)
     passes = CapacitatedPasses(Capacity(80.0, 80.0))
     passes.solve(data, C)

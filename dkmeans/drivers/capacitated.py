@@ -49,6 +49,7 @@ from dkmeans.kernels.capacitated import (
     combine_price_partials,
     cost_cache,
     exchange_flow,
+    exchange_flow_compiled,
     exchange_index,
     exchange_row_costs,
     margin_edges,
@@ -111,13 +112,16 @@ MODEL_HANDOFF = 256
 #: step: their bins cost scattered adds and the program's size).
 MODEL_LIMIT_GROWTH = 8.0
 #: An assignment whose previous one began at most this many rows off the caps starts with the
-#: exact moves (its first model pass would hand over at once) ...
-EXACT_FIRST_AT = MODEL_HANDOFF
-#: ... and turns to model passes where their first pass finds more rows than this off the caps
-#: (the caller's moves grow with the rows off the caps: with the NumPy code, 500 to 700 rows took
-#: seconds a pass at 20,000 rows; compiled, starting with them up to 2,048 rows saved 10% of the
-#: 2,000,000-row balanced fit, and from 8,192 took 21 to 36 passes).
-EXACT_FIRST_GAP = 4 * EXACT_FIRST_AT
+#: exact moves (two passes where the model's would take four: 2,000,000 x 16, k = 32, balanced:
+#: 17.5 -> 15.5 s; from 2,048 rows 16.1 s, and from 8,192 21 to 36 passes) ...
+EXACT_FIRST_AT = 1024
+#: ... where the caller's moves are compiled (with the NumPy code, 500 to 700 rows took seconds a
+#: pass at 20,000 rows: from at most :data:`MODEL_HANDOFF` rows there, where the model would hand
+#: over at once) ...
+EXACT_FIRST_AT_NUMPY = MODEL_HANDOFF
+#: ... and turns to model passes where their first pass finds more than this many times as many
+#: rows off the caps.
+EXACT_FIRST_BAIL = 4
 
 
 @dataclass(frozen=True)
@@ -283,6 +287,9 @@ class CapacitatedPasses:
     _seeded: tuple | None = field(default=None, repr=False)
     #: rows off the caps at the last assignment's first model pass (its histogram's sampling)
     _model_gap: float = field(default=0.0, repr=False)
+    #: the margins the next assignment's first model pass counts: MODEL_LIMIT_GROWTH times the
+    #: largest price change of the last assignment's model (inf: every margin)
+    _model_reach: float = field(default=math.inf, repr=False)
     #: rows off the caps at the last assignment's first pass, of any kind (how it starts)
     _opening_gap: float = field(default=math.inf, repr=False)
     #: a model pass found rows of unequal weights (no model passes, no exact moves for them)
@@ -384,7 +391,8 @@ class CapacitatedPasses:
         (a sample's, :func:`~dkmeans.drivers.capped_start.capped_start`): rescaled to this one's
         quantum once it is known. Only a start: the assignment is solved (and certified) as any."""
         self._seeded = (np.array(P, dtype=np.float64), float(quantum))
-        self._opening_gap = math.inf  # the other problem's gaps say nothing of this one's
+        # the other problem's gaps and price changes say nothing of this one's
+        self._opening_gap, self._model_reach = math.inf, math.inf
 
     def warm_prices(self) -> tuple | None:
         """The prices the next assignment would start from (the last optimal ones, else the last
@@ -410,10 +418,12 @@ class CapacitatedPasses:
                 if start is not None
                 else (np.zeros(k), np.zeros(k))
             )
-            if self._warm is not None and self._opening_gap <= EXACT_FIRST_AT:
+            first_at = EXACT_FIRST_AT if exchange_flow_compiled() else EXACT_FIRST_AT_NUMPY
+            if self._warm is not None and self._opening_gap <= first_at:
                 # the last assignment began a few rows off the caps: the exact moves at once,
                 # the model only where they bail
-                done = self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=EXACT_FIRST_GAP)
+                bail = EXACT_FIRST_BAIL * first_at
+                done = self._certify(data, C, q, P, Q, None, CERTIFY_PASSES, bail=bail)
                 passes += done.passes
                 if done.first_gap is not None:
                     self._opening_gap = done.first_gap
@@ -497,7 +507,22 @@ class CapacitatedPasses:
         Returns ``(part, passes)``: the pass at the final prices, or None where the rows are
         weighted (the exact moves need unit weights: the auction takes such rows) or the model
         found no prices.
+
+        The first pass counts the margins up to :attr:`_model_reach` (the last assignment's
+        model moved its prices by at most an eighth of it: this one's centroids moved less), the
+        later ones up to :data:`MODEL_LIMIT_GROWTH` times the last step; a step held at its limit
+        is followed by one with twice the room.
         """
+        start = P.copy()
+        try:
+            return self._model_passes(data, C, q, P, Q, self._model_reach)
+        finally:
+            spread = float(np.ptp(P - start))  # prices matter up to a common shift
+            if spread > 0:
+                self._model_reach = MODEL_LIMIT_GROWTH * spread
+
+    def _model_passes(self, data, C, q: float, P, Q, limit: float):
+        """:meth:`_model`'s passes, the first counting the margins up to ``limit``."""
         k = len(C)
         lower, upper = self.capacity.lower, self.capacity.upper
         none = _Requests.none(k)
@@ -511,7 +536,7 @@ class CapacitatedPasses:
         best = None  # (gap, part, P)
         passes = 0
         gap = self._model_gap  # the last assignment's first gap: this one's likely scale
-        limit = math.inf  # the margins counted: twice the next step's largest price change
+        held = False  # the last step was held at its limit (its pass may close little)
         for passes in range(1, MODEL_PASSES + 1):
             bits = int(math.log2(max(1.0, gap / MODEL_ROWS_PER_GAP)))
             args = (C, P, Q, q) + none.args() + (None, None, 0, 1 + bits, limit)
@@ -524,7 +549,7 @@ class CapacitatedPasses:
             if passes == 1:
                 self._model_gap = self._opening_gap = gap
             logger.debug("size caps: model pass %d, %d rows off the caps", passes, gap)
-            if best is not None and gap > best[0] * MODEL_SHRINK:  # stalled: the best prices
+            if best is not None and gap > best[0] * MODEL_SHRINK and not held:  # stalled
                 if gap >= best[0]:  # the best pass's partials are those of its prices
                     part, P[:] = best[1], best[2]
                 return part, passes
@@ -538,7 +563,8 @@ class CapacitatedPasses:
             step = float(np.abs(pi).max())
             # the next step's room: MODEL_LIMIT_GROWTH times this one's (steps shrink with the
             # gap), more where this one was held at its limit
-            limit = MODEL_LIMIT_GROWTH * max(step, 1.0) * (2.0 if 2 * step >= 0.99 * limit else 1.0)
+            held = 2 * step >= 0.99 * limit
+            limit = MODEL_LIMIT_GROWTH * max(step, 1.0) * (2.0 if held else 1.0)
             P += np.rint(pi)
             P -= P.min()
         part, P[:] = best[1], best[2]  # the last change untried: the best measured prices

@@ -809,6 +809,12 @@ def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=N
     return labels, per
 
 
+def exchange_flow_compiled() -> bool:
+    """Whether :func:`exchange_flow` runs the compiled loops in this context (the NumPy flow's
+    time grows fast with the rows it moves: seconds a pass for hundreds of rows)."""
+    return compiled_allowed()
+
+
 def exchange_flow(*args) -> int:
     """:func:`dkmeans.kernels.exchange.exchange_flow`, by the compiled loops where allowed (the
     same function compiled: the same moves)."""
@@ -901,6 +907,7 @@ __all__ = [
     "combine_price_partials",
     "cost_cache",
     "exchange_flow",
+    "exchange_flow_compiled",
     "exchange_index",
     "exchange_row_costs",
     "exchange_moves",

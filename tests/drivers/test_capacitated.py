@@ -669,15 +669,16 @@ def test_moved_rows_keep_moving_within_a_pass(monkeypatch):
     assert any(a < b for a, b in zip(totals["onward"][0], totals["own"][0]))
 
 
-@pytest.mark.parametrize("exact_first_gap", [1024, 0])
-def test_late_assignments_start_with_the_exact_moves(monkeypatch, exact_first_gap):
+@pytest.mark.parametrize("bail", [4, 0])
+def test_late_assignments_start_with_the_exact_moves(monkeypatch, bail):
     """An assignment whose previous one began a few rows off the caps takes the exact moves at
     once, no model pass (a spy); where their first pass finds more rows off the caps than
-    EXACT_FIRST_GAP (0 here) it turns to the model passes, that pass counted. Either way the
-    labels are those of a fresh solve of the same centroids, at the optimal transport's cost."""
+    EXACT_FIRST_BAIL times the start's threshold (0 here) it turns to the model passes, that
+    pass counted. Either way the labels are those of a fresh solve of the same centroids, at the
+    optimal transport's cost."""
     import dkmeans.drivers.capacitated as capacitated
 
-    monkeypatch.setattr(capacitated, "EXACT_FIRST_GAP", exact_first_gap)
+    monkeypatch.setattr(capacitated, "EXACT_FIRST_BAIL", bail)
     rng = np.random.default_rng(5)
     X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(100, 2)) + 3.0])
     C = X[rng.choice(400, 5, replace=False)]
@@ -687,17 +688,99 @@ def test_late_assignments_start_with_the_exact_moves(monkeypatch, exact_first_ga
     passes = CapacitatedPasses(Capacity(80.0, 80.0))
     passes.solve(data, C)
     assert calls and passes._opening_gap > 0
-    passes._opening_gap = min(passes._opening_gap, capacitated.EXACT_FIRST_AT)  # a late one
+    passes._opening_gap = min(passes._opening_gap, capacitated.EXACT_FIRST_AT_NUMPY)  # late
     first_calls = len(calls)
     part = passes.solve(data, moved)
     assert passes.certified_per_solve == [True, True]
     assert float(part.partials.objective) == pytest.approx(
         transport_cost(X, moved, 80, 80), rel=1e-9
     )
-    if exact_first_gap:
+    if bail:
         assert len(calls) == first_calls  # no model pass
     else:
         assert len(calls) == first_calls + 1
         assert passes.passes_per_solve[1] >= 1 + calls[-1] + 1  # the bailed pass counted
     fresh_part, fresh_labels, _, _ = solve(X, moved, 80, 80, n_chunks=2)
     np.testing.assert_array_equal(passes.labels(data, moved)[0], fresh_labels)
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_exact_moves_start_from_more_rows_where_the_callers_flow_is_compiled(monkeypatch, path):
+    """The previous assignment began between EXACT_FIRST_AT_NUMPY and EXACT_FIRST_AT rows off the
+    caps: under the compiled plan the next starts with the exact moves (no model pass), under
+    the NumPy plan (whose flow is slow for many rows) with the model; both certified, the same
+    labels."""
+    import dkmeans.drivers.capacitated as capacitated
+    from dkmeans.kernels.plans import KernelPlan
+
+    rng = np.random.default_rng(6)
+    X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(100, 2)) + 3.0])
+    C = X[rng.choice(400, 5, replace=False)]
+    moved = C + rng.normal(scale=0.05, size=C.shape)
+    calls = spy_model_passes(monkeypatch)
+    data = ChunkList.from_array(X, None, n_chunks=3)
+    passes = CapacitatedPasses(Capacity(80.0, 80.0))
+    with KernelPlan(path, "auto").applied():
+        passes.solve(data, C)
+        between = (capacitated.EXACT_FIRST_AT_NUMPY + capacitated.EXACT_FIRST_AT) / 2
+        passes._opening_gap = between
+        first_calls = len(calls)
+        passes.solve(data, moved)
+        labels = passes.labels(data, moved)[0]
+    assert passes.certified_per_solve == [True, True]
+    assert len(calls) == first_calls + (0 if path == "compiled" else 1)
+    _, fresh_labels, _, _ = solve(X, moved, 80, 80, n_chunks=2)
+    np.testing.assert_array_equal(labels, fresh_labels)
+
+
+def test_a_later_assignments_first_model_pass_counts_margins_up_to_the_last_ones_reach(
+    monkeypatch,
+):
+    """The first model pass of an assignment after one whose model moved the prices counts the
+    margins up to MODEL_LIMIT_GROWTH times that move's spread (not every margin), and the
+    assignment is still certified at the optimal transport's cost; prices seeded from another
+    problem count every margin again."""
+    import dkmeans.drivers.capacitated as capacitated
+
+    monkeypatch.setattr(capacitated, "MODEL_HANDOFF", 0)  # the model moves the prices
+    monkeypatch.setattr(capacitated, "EXACT_FIRST_AT", -1)  # every assignment: model first
+    monkeypatch.setattr(capacitated, "EXACT_FIRST_AT_NUMPY", -1)
+    rng = np.random.default_rng(12)
+    X = np.concatenate([rng.normal(size=(300, 2)), rng.normal(size=(100, 2)) + 3.0])
+    C = X[rng.choice(400, 5, replace=False)]
+    moved = C + rng.normal(scale=0.2, size=C.shape)
+    limits = []  # per model pass: (assignment, the margins' limit)
+    moves = []  # per model call: the spread of its price changes
+    original_pass, original_model = CapacitatedPasses._pass, CapacitatedPasses._model
+
+    def spy_pass(self, data, combine, args):
+        if len(args) > 12 and args[12]:
+            limits.append((len(self.passes_per_solve), args[13]))
+        return original_pass(self, data, combine, args)
+
+    def spy_model(self, data, C, q, P, Q):
+        start = P.copy()
+        out = original_model(self, data, C, q, P, Q)
+        moves.append(float(np.ptp(P - start)))
+        return out
+
+    monkeypatch.setattr(CapacitatedPasses, "_pass", spy_pass)
+    monkeypatch.setattr(CapacitatedPasses, "_model", spy_model)
+    data = ChunkList.from_array(X, None, n_chunks=3)
+    passes = CapacitatedPasses(Capacity(80.0, 80.0))
+    passes.solve(data, C)
+    first = [limit for n, limit in limits if n == 0]
+    assert first[0] == np.inf and passes.certified_per_solve == [True]
+    assert len(moves) == 1 and moves[0] > 0
+    part = passes.solve(data, moved)
+    second = [limit for n, limit in limits if n == 1]
+    assert second[0] == pytest.approx(capacitated.MODEL_LIMIT_GROWTH * moves[0])
+    assert all(limit < np.inf for limit in second)
+    assert passes.certified_per_solve == [True, True]
+    assert float(part.partials.objective) == pytest.approx(
+        transport_cost(X, moved, 80, 80), rel=1e-9
+    )
+    passes.seed(np.zeros(5), passes.quantum)
+    passes.solve(data, C)
+    third = [limit for n, limit in limits if n == 2]
+    assert third[0] == np.inf

@@ -203,7 +203,7 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
     (built again where the centroids or the quantum changed)."""
     tag = _digest(C, q)
     if cache is None or cache.tag != tag:
-        cache = cost_cache(X, C, q, offset, tag)
+        cache = cost_cache(X, C, q, offset, tag, reuse=cache)
     exchange = rest[7] if len(rest) > 7 else 0
     histogram = rest[8] if len(rest) > 8 else 0
     margin_limit = rest[9] if len(rest) > 9 else math.inf

@@ -522,13 +522,27 @@ class CostCache(NamedTuple):
     max_sq: float
 
 
-def cost_cache(X, C, q: float, row_offset: int, tag) -> CostCache:
-    """The :class:`CostCache` of a chunk (one float64 distance product per tile of rows)."""
+def cost_cache(X, C, q: float, row_offset: int, tag, reuse: CostCache | None = None) -> CostCache:
+    """The :class:`CostCache` of a chunk (one float64 distance product per tile of rows).
+
+    ``reuse``: the chunk's previous cache, whose cost array (of the same shape) is overwritten
+    rather than a fresh one allocated (an assignment's first pass: a fresh array's pages cost
+    about a third of the build). The compiled loops form the costs from the product in one
+    sweep, to the bit those of :func:`sq_distances64` and ``rint(d2 / q)``.
+    """
     n, k = X.shape[0], C.shape[0]
-    D = np.empty((n, k))
+    D = reuse.D if reuse is not None and reuse.D.shape == (n, k) else np.empty((n, k))
     max_sq = 0.0
     C64 = np.asarray(C, dtype=np.float64)
+    compiled = compiled_allowed() and n > 0 and k > 0
+    cn = np.einsum("ij,ij->i", C64, C64)
     for i0, i1 in _tiles(n, k):
+        if compiled:
+            X64 = np.asarray(X[i0:i1], dtype=np.float64)
+            xn = np.einsum("ij,ij->i", X64, X64)
+            top = _loops.quantized_costs(xn, X64 @ C64.T, cn, float(q), D[i0:i1])
+            max_sq = max(max_sq, top)
+            continue
         d2 = sq_distances64(X[i0:i1], C64)
         max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
         if q:

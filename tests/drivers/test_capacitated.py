@@ -784,3 +784,40 @@ def test_a_later_assignments_first_model_pass_counts_margins_up_to_the_last_ones
     passes.solve(data, C)
     third = [limit for n, limit in limits if n == 2]
     assert third[0] == np.inf
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(0, 300),
+    k=st.integers(1, 9),
+    d=st.integers(1, 5),
+    q_exp=st.integers(-60, 2),  # down to the distances' last bits: any other order shows
+    integral=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_cost_cache_compiled_and_reused_equals_numpy_to_the_bit(
+    n, k, d, q_exp, integral, dtype, seed
+):
+    """The compiled build of a chunk's integer costs, fresh and into the previous cache's array,
+    is the NumPy build's to the bit (integral rows and q = 2 give exact halves: rint's even
+    rounding), and so is the largest squared distance; a cache of another shape is not reused."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(scale=3.0, size=(n, d))
+    C = rng.normal(scale=3.0, size=(k, d))
+    if integral:
+        X, C = np.rint(X), np.rint(C)
+    X, C = X.astype(dtype), C.astype(dtype)
+    q = 2.0**q_exp
+    with dask.config.set({"dkmeans.compile": "off"}):
+        reference = cost_cache(X, C, q, 7, None)
+    fresh = cost_cache(X, C, q, 7, None)
+    stale = cost_cache(X, C + dtype(1.0), q, 7, None)
+    reused = cost_cache(X, C, q, 7, None, reuse=stale)
+    for got in (fresh, reused):
+        np.testing.assert_array_equal(got.D, reference.D)
+        np.testing.assert_array_equal(got.hrow, reference.hrow)
+        assert got.max_sq == reference.max_sq
+    assert n == 0 or reused.D is stale.D  # overwritten in place
+    other = cost_cache(X[: n // 2], C, q, 7, None, reuse=fresh)
+    assert other.D.shape == (n // 2, k) and (n // 2 == n or other.D is not fresh.D)

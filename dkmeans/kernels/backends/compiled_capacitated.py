@@ -14,6 +14,25 @@ from dkmeans.kernels import exchange as _exchange
 from dkmeans.kernels.backends.jit import njit
 
 
+@njit(nogil=True)
+def quantized_costs(xn, xc, cn, q, out):  # pragma: no cover - compiled
+    """``out = rint(max(xn - 2 xc + cn, 0) / q)`` (0 where ``q`` is 0), row norms ``xn`` (n,),
+    products ``xc`` (n, k), centroid norms ``cn`` (k,): the operations of
+    :func:`~dkmeans.kernels.capacitated.sq_distances64` in its order (``2 xc`` is exact, so a
+    fused multiply-add rounds alike); returns the largest clipped squared distance."""
+    n, k = xc.shape
+    top = 0.0
+    for i in range(n):
+        for j in range(k):
+            d = (xn[i] - 2.0 * xc[i, j]) + cn[j]
+            if d < 0.0:
+                d = 0.0
+            if d > top:
+                top = d
+            out[i, j] = np.rint(d / q) if q != 0.0 else 0.0
+    return top
+
+
 @njit(nogil=True, inline="always")
 def _secondary(h, g, q):  # pragma: no cover - compiled
     return float(h ^ g) + q

@@ -56,7 +56,8 @@ from dkmeans.kernels.capacitated import (
     price_partials,
     priced_label_objective,
 )
-from dkmeans.kernels.exchange import CERTIFIED
+from dkmeans.kernels.common import Partials
+from dkmeans.kernels.exchange import CERTIFIED, MOVED, list_certificate
 
 logger = logging.getLogger("dkmeans")
 
@@ -612,14 +613,17 @@ class CapacitatedPasses:
                 first_gap = gap
                 if bail is not None and (gap * BAIL_SHARE > ex.row.shape[0] or gap > bail):
                     return Certified(None, overrides, passes, None, first_gap)
-            found, duals, outcome = exchange_moves_of(ex, sizes, lower, upper, k)
+            found, duals, outcome, proved = exchange_moves_of(ex, sizes, lower, upper, k, m)
             if outcome == CERTIFIED:
                 return Certified(part, overrides, passes, duals, first_gap)
             if not found:  # no path among the lists (not expected: every pair has a list)
                 return Certified(None, overrides, passes, None, first_gap)
-            moved.update(found)
+            moved.update((row, to) for row, (_, to) in found.items())
             rows = np.array(sorted(moved), dtype=np.int64)
             overrides = (rows, np.array([moved[r] for r in rows], dtype=np.int32))
+            if proved:  # optimal already: the moved rows' partials here, no pass to confirm
+                part = _moved_partials(part, data, C, found)
+                return Certified(part, overrides, passes, duals, first_gap)
         logger.debug("size caps: the exchange moves stopped after %d passes", limit)
         return Certified(part, overrides, limit, None, first_gap)
 
@@ -964,31 +968,71 @@ def _level(P, sizes, lower: float, upper: float, slack: float) -> float:
     return float(np.floor((low + high) / 2))
 
 
-def exchange_moves_of(ex, sizes, lower: float, upper: float, k: int):
+def exchange_moves_of(ex, sizes, lower: float, upper: float, k: int, m: int | None = None):
     """:func:`~dkmeans.kernels.exchange.exchange_flow` on a pass's exchange lists ``ex`` (sorted
-    by pair, cost and row): ``(moves, duals, outcome)``, ``moves`` a dict row -> new cluster,
-    ``duals`` optimal prices where the outcome is ``CERTIFIED`` (else None)."""
+    by pair, cost and row): ``(moves, duals, outcome, proved)``, ``moves`` a dict row -> ``(from,
+    to)``, ``duals`` optimal prices where the outcome is ``CERTIFIED`` or, with ``m`` (the moves
+    asked for a pair), where the moves made are proved optimal from the same lists
+    (:func:`~dkmeans.kernels.exchange.list_certificate`: ``proved`` True), else None."""
     starts, ends, rows, group = exchange_index(ex, k)
     used = np.full(rows.shape[0], -1, np.int64)
     duals = np.zeros(k)
+    cost = np.ascontiguousarray(ex.cost, dtype=np.float64)
+    row_costs = exchange_row_costs(ex, group, rows.shape[0], k)
+    sizes = np.asarray(sizes, dtype=np.float64).copy()
+    slack = _slack(sizes)
     outcome = exchange_flow(
         starts,
         ends,
-        np.ascontiguousarray(ex.cost, dtype=np.float64),
+        cost,
         group,
         k,
-        np.asarray(sizes, dtype=np.float64).copy(),
+        sizes,
         float(lower),
         float(upper),
-        _slack(sizes),
+        slack,
         used,
         EXCHANGE_STEPS,
         duals,
-        exchange_row_costs(ex, group, rows.shape[0], k),
+        row_costs,
     )
+    origin = np.empty(rows.shape[0], np.int64)
+    origin[group] = ex.source
     hit = np.flatnonzero(used >= 0)
-    moves = dict(zip(rows[hit].tolist(), used[hit].tolist()))
-    return moves, (duals if outcome == CERTIFIED else None), outcome
+    moves = dict(zip(rows[hit].tolist(), zip(origin[hit].tolist(), used[hit].tolist())))
+    if outcome == CERTIFIED:
+        return moves, duals, outcome, False
+    if outcome == MOVED and m is not None and hit.shape[0]:
+        full = (ends - starts) >= m
+        proved = list_certificate(
+            starts, ends, cost, group, origin, k, sizes, lower, upper, slack, used, row_costs, full
+        )
+        if proved is not None:
+            return moves, proved, outcome, True
+    return moves, None, outcome, False
+
+
+def _moved_partials(part: PricePartials, data, C, found: dict) -> PricePartials:
+    """``part`` (a pass's) with the rows of ``found`` (row -> ``(from, to)``) moved: their rows
+    fetched (:meth:`~dkmeans.engine.protocol.ChunkedData.rows`), taken out of their clusters'
+    sums, sizes and objective and put into their new ones' (unit weights: the exact moves')."""
+    rows = np.array(sorted(found), dtype=np.int64)
+    source = np.array([found[r][0] for r in rows], dtype=np.int64)
+    target = np.array([found[r][1] for r in rows], dtype=np.int64)
+    X = np.asarray(data.rows(rows), dtype=np.float64)
+    C64 = np.asarray(C, dtype=np.float64)
+    k = C64.shape[0]
+    sums = np.array(part.partials.sums, dtype=np.float64, copy=True)
+    np.add.at(sums, target, X)
+    np.subtract.at(sums, source, X)
+    shift = np.bincount(target, minlength=k) - np.bincount(source, minlength=k)
+    counts = np.asarray(part.partials.counts, dtype=np.float64) + shift
+    before, after = X - C64[source], X - C64[target]
+    change = float(np.einsum("ij,ij->", after, after) - np.einsum("ij,ij->", before, before))
+    objective = np.asarray(float(part.partials.objective) + change, dtype=np.float64)
+    return part._replace(
+        partials=Partials(sums, counts, objective), rows=np.asarray(part.rows) + shift
+    )
 
 
 def _objective_at(partials, C_old, C_new) -> float:

@@ -238,4 +238,68 @@ def exchange_flow(
     return BUDGET
 
 
-__all__ = ["BUDGET", "CERTIFIED", "EXHAUSTED", "MOVED", "exchange_flow"]
+def list_certificate(
+    starts, ends, cost, group, origin, k, sizes, lower, upper, slack, used, row_costs, full
+):
+    """Optimal prices for the assignment :func:`exchange_flow` left (``MOVED``), proved from the
+    same lists without another pass; None where they cannot prove it.
+
+    The exchange graph of the new assignment is bounded from below: a pair ``(a, b)``'s cheapest
+    move is its list's cheapest unmoved row, or where every listed row moved, at least the list's
+    last cost (a ``full`` list holds the pair's cheapest moves: the rows it left out cost at
+    least that; a list not full holds every row of ``a``); a row that moved into ``a`` from
+    ``c`` moves on to ``b`` at its listed cost differences, or where ``(c, b)`` did not list it,
+    at least ``(c, b)``'s last cost less its move into ``a``. Where this lower graph (with the
+    caps' room node) holds no negative cycle and the sizes are within the caps, neither does the
+    exact one: the assignment is optimal and the lower graph's shortest distances, negated, are
+    optimal prices (every move's reduced cost at least its bound's, which is non-negative).
+
+    Parameters are :func:`exchange_flow`'s after it ran (``sizes`` and ``used`` as it left them),
+    with ``origin`` (rows,) each row's cluster when the lists were made and ``full`` (k * k,)
+    whether each pair's list holds as many moves as were asked for. NumPy (a graph of ``k + 1``
+    nodes: milliseconds).
+    """
+    if np.any(sizes - upper > slack) or np.any(lower - sizes > slack):
+        return None
+    pairs = k * k
+    counts = ends - starts
+    moved_entry = used[group] >= 0
+    open_cost = np.where(moved_entry, np.inf, cost)
+    pair_of = np.repeat(np.arange(pairs), counts)
+    unmoved = np.full(pairs, np.inf)
+    np.minimum.at(unmoved, pair_of, open_cost)
+    last = np.full(pairs, np.inf)
+    has = counts > 0
+    last[has] = cost[ends[has] - 1]
+    tail = np.where(full, last, np.inf)  # the rows a full list left out cost at least this
+    W = np.full((k + 1, k + 1), np.inf)
+    W[:k, :k] = np.minimum(unmoved, tail).reshape(k, k)
+    rows = np.flatnonzero(used >= 0)
+    if rows.shape[0]:
+        now, came = used[rows], origin[rows]
+        listed = row_costs[rows]  # (moved rows, k): from the origin, infinite where not listed
+        into = listed[np.arange(rows.shape[0]), now]  # each row's move to where it is
+        if not np.all(np.isfinite(into)):
+            return None  # a move the lists do not price: nothing to bound its onward moves by
+        bound = np.where(np.isfinite(listed), listed, tail.reshape(k, k)[came])
+        onward = bound - into[:, None]
+        onward[np.arange(rows.shape[0]), now] = np.inf
+        best = np.full((k, k), np.inf)
+        np.minimum.at(
+            best, (np.repeat(now, k), np.tile(np.arange(k), rows.shape[0])), onward.ravel()
+        )
+        W[:k, :k] = np.minimum(W[:k, :k], best)
+    np.fill_diagonal(W, np.inf)
+    W[k, :k] = np.where(sizes - 1.0 >= lower - slack, 0.0, np.inf)
+    W[:k, k] = np.where(sizes + 1.0 <= upper + slack, 0.0, np.inf)
+    dist = np.zeros(k + 1)
+    for _ in range(k + 1):  # Bellman-Ford from every node at once
+        step = np.min(dist[:, None] + W, axis=0)
+        relaxed = np.minimum(dist, step)
+        if np.array_equal(relaxed, dist):
+            return -dist[:k]
+        dist = relaxed
+    return None  # still relaxing after k + 1 rounds: a negative cycle in the lower graph
+
+
+__all__ = ["BUDGET", "CERTIFIED", "EXHAUSTED", "MOVED", "exchange_flow", "list_certificate"]

@@ -821,3 +821,104 @@ def test_cost_cache_compiled_and_reused_equals_numpy_to_the_bit(
     assert n == 0 or reused.D is stale.D  # overwritten in place
     other = cost_cache(X[: n // 2], C, q, 7, None, reuse=fresh)
     assert other.D.shape == (n // 2, k) and (n // 2 == n or other.D is not fresh.D)
+
+
+def _listed_moves(X, C, lower, upper, m, seed_prices=None):
+    """One pass's exchange lists (``m`` moves a pair) at prices ``seed_prices`` (else zero), the
+    flow's moves over them and its proof: ``(labels, D, found, duals, outcome, proved)``, the
+    labels after the moves and the pass's integer costs."""
+    from dkmeans.drivers.capacitated import exchange_moves_of
+
+    k = len(C)
+    data = ChunkList.from_array(X, None, n_chunks=2)
+    passes = CapacitatedPasses(Capacity(float(lower), float(upper)))
+    q = passes._scale(data, C)
+    P = np.zeros(k) if seed_prices is None else np.rint(seed_prices / q)
+    Q = np.zeros(k)
+    part = passes._plain_pass(data, C, P, Q, q, None, exchange=m)
+    found, duals, outcome, proved = exchange_moves_of(
+        part.exchange, part.partials.counts, lower, upper, k, m
+    )
+    labels = priced_labels(X, C, P, Q, q, 0)
+    for row, (source, target) in found.items():
+        assert labels[row] == source
+        labels[row] = target
+    D = np.rint(((X[:, None, :] - C[None]) ** 2).sum(-1) / q)
+    return labels, D, found, duals, outcome, proved
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.integers(2, 5),
+    m=st.integers(1, 4),
+    caps=st.sampled_from(["balanced", "max", "min", "range"]),
+)
+def test_a_proof_from_the_lists_is_sound(seed, k, m, caps):
+    """Where the flow's moves are proved optimal from the same short lists (no second pass), they
+    are: the sizes within the caps, the assignment's cost the optimal transport's, every row at
+    its cheapest cluster under the proof's prices, and those prices in complementary slackness
+    (a cluster with room priced at most one above its floor)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3 * k, 12 * k))
+    X = np.concatenate([rng.normal(size=(n - n // 3, 2)), rng.normal(size=(n // 3, 2)) + 2.5])
+    C = X[rng.choice(n, k, replace=False)] + rng.normal(scale=0.1, size=(k, 2))
+    share = n / k
+    lower, upper = {
+        "balanced": (np.floor(share), np.ceil(share)),
+        "max": (0.0, np.ceil(share * 1.2)),
+        "min": (np.floor(share * 0.7), float(n)),
+        "range": (np.floor(share * 0.8), np.ceil(share * 1.25)),
+    }[caps]
+    labels, D, found, duals, outcome, proved = _listed_moves(
+        X, C, lower, upper, m, seed_prices=rng.normal(scale=0.5, size=k)
+    )
+    if not proved:
+        return
+    sizes = np.bincount(labels, minlength=k)
+    assert sizes.min() >= lower and sizes.max() <= upper
+    cost = float(((X - C[labels]) ** 2).sum())
+    assert cost == pytest.approx(transport_cost(X, C, int(lower), int(upper)), rel=1e-9, abs=1e-9)
+    priced = D + duals[None, :]
+    assert np.all(priced[np.arange(n), labels] <= priced.min(axis=1))
+    room, above = sizes < upper, sizes > lower
+    if room.any() and above.any():
+        assert duals[room].max() <= duals[above].min()
+
+
+def test_the_flows_moves_are_proved_from_the_lists_and_save_the_confirming_pass(monkeypatch):
+    """From near prices the exact moves end in one pass of lists, proved there (the moved rows'
+    partials fetched, not passed over again): one pass fewer than where the proof is withheld,
+    the same labels, certified, at the optimal transport's cost; the partials those of the labels."""
+    import dkmeans.drivers.capacitated as capacitated
+
+    rng = np.random.default_rng(13)
+    X = np.concatenate([rng.normal(size=(600, 2)), rng.normal(size=(200, 2)) + 3.0])
+    C = X[rng.choice(800, 4, replace=False)]
+    results = {}
+    for name in ("proved", "withheld"):
+        if name == "withheld":
+            monkeypatch.setattr(capacitated, "list_certificate", lambda *args: None)
+        data = ChunkList.from_array(X, None, n_chunks=3)
+        passes = CapacitatedPasses(Capacity(200.0, 200.0))
+        passes.solve(data, C)  # the optimal prices of these centroids
+        moved = C + rng.normal(scale=0.02, size=C.shape) if name == "proved" else results["C"]
+        passes._opening_gap = 0  # a late assignment: the exact moves at once
+        part = passes.solve(data, moved)
+        labels = passes.labels(data, moved)[0]
+        assert passes.certified_per_solve == [True, True]
+        results[name] = (passes.passes_per_solve[1], labels, part)
+        results["C"] = moved
+    (p1, labels, part), (p2, labels2, _) = results["proved"], results["withheld"]
+    assert p1 == 1 and p2 == 2
+    np.testing.assert_array_equal(labels, labels2)
+    moved = results["C"]
+    sizes = np.bincount(labels, minlength=4)
+    np.testing.assert_array_equal(part.partials.counts, sizes)
+    np.testing.assert_array_equal(part.rows, sizes)
+    sums = np.zeros((4, 2))
+    np.add.at(sums, labels, X)
+    np.testing.assert_allclose(part.partials.sums, sums, rtol=1e-12, atol=1e-9)
+    cost = float(((X - moved[labels]) ** 2).sum())
+    assert float(part.partials.objective) == pytest.approx(cost, rel=1e-12)
+    assert cost == pytest.approx(transport_cost(X, moved, 200, 200), rel=1e-9)

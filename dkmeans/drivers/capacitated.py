@@ -12,7 +12,9 @@ index). :class:`CapacitatedPasses` finds such prices with an auction over passes
    rows are left off the caps; the exact moves over exchange lists (``_certify``) take those and
    certify the assignment (at once, without model passes, where the previous assignment began
    at most :data:`EXACT_FIRST_AT` rows off the caps: late Lloyd iterations, whose centroids move
-   little). Where this ends without a certificate, the auction below runs;
+   little), mostly in the pass that lists the moves
+   (:func:`~dkmeans.kernels.exchange.list_certificate`). Where this ends without a certificate,
+   the auction below runs;
 1. every pass counts the rows of each cluster under the current prices and, for the clusters
    found over (under) their cap in the previous pass, reports the smallest price rises (cuts)
    at which one of their rows would leave (join);

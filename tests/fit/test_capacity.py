@@ -180,3 +180,31 @@ def test_cli_fit_on_a_parquet_file(client, tmp_path, capsys):
     reference = KMeans(4, random_state=0, n_init=1, max_cluster_size=220).fit(X)
     np.testing.assert_allclose(model.centroids, reference.cluster_centers_, rtol=1e-6, atol=1e-9)
     assert meta["objective"] == pytest.approx(reference.inertia_, rel=1e-9)
+
+
+@pytest.mark.parametrize("where", ["in-process", "cluster"])
+def test_cosine_balanced_fit_is_the_optimal_transport_of_the_unit_rows(where, client, graph_loop):
+    """A cosine balanced fit (rows of any length): equal sizes, the objective ``sum (1 - cos)`` of
+    its labels, and those labels an optimal transport of the unit rows to the final centroids
+    (half the squared distances); its later assignments take one pass each (the exact moves
+    proved from their lists, the moved rows fetched: unit rows, in the caller and from the
+    cluster's persisted chunks alike, the loop one graph a pass)."""
+    import dask.array as da
+
+    from tests.drivers.test_capacitated import transport_cost
+
+    rng = np.random.default_rng(3)
+    X = np.concatenate(
+        [rng.normal(size=(900, 3)) + [3, 0, 0], rng.normal(size=(300, 3)) + [0, 3, 0]]
+    ) * rng.uniform(0.5, 4, size=(1200, 1))
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    local = {"dkmeans.in-process-bytes": 1 << 30 if where == "in-process" else 0}
+    data = X if where == "in-process" else da.from_array(X, chunks=(400, 3))
+    with dask.config.set(local):
+        km = KMeans(4, metric="cosine", balanced=True, random_state=0, n_init=1).fit(data)
+    labels = np.asarray(km.labels_)
+    np.testing.assert_array_equal(np.bincount(labels, minlength=4), [300] * 4)
+    C = km.cluster_centers_.astype(np.float64)
+    assert km.inertia_ == pytest.approx(float((1 - (U * C[labels]).sum(1)).sum()), rel=1e-9)
+    assert km.inertia_ == pytest.approx(transport_cost(U, C, 300, 300) / 2, rel=1e-9)
+    assert 1 in km.capacity_passes_

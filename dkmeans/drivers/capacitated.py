@@ -303,6 +303,13 @@ class CapacitatedPasses:
         out["state"] = None  # the costs stay where the chunks are
         return out
 
+    def adopt(self, other: CapacitatedPasses) -> None:
+        """Take what a block run elsewhere (a task, an SPMD rank) left in its copy of these passes:
+        the passes and certificates of its assignments, the prices the next starts from."""
+        if other is not self:
+            self.__dict__.update(other.__getstate__())
+            self.state = None
+
     def begin(self, data, iterations: int | None = None) -> None:
         """Keep the chunks' costs between passes where the data stays in memory and has room."""
         self.state, self.keep = None, None  # decided at the first pass, which knows k

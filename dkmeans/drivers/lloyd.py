@@ -91,6 +91,9 @@ class LloydResult:
     #: the run's :class:`~dkmeans.drivers.pruned_lloyd.PrunedPasses` as the block left it (given one as
     #: ``prune``; a copy where the block ran in a task), else None
     pruning: object = field(default=None, repr=False, compare=False)
+    #: the loop's :class:`~dkmeans.drivers.capacitated.CapacitatedPasses` as the block left it (a
+    #: copy where the block ran in a task), else None
+    capacitated: object = field(default=None, repr=False, compare=False)
 
 
 # -- chunk functions (run on workers) --------------------------------------------------
@@ -271,6 +274,8 @@ def lloyd(
             raise
         if isinstance(prune, PrunedPasses) and result.pruning is not None:
             prune.adopt(result.pruning)  # (the block ran in a task: its copy's bookkeeping)
+        if capacitated is not None and result.capacitated is not None:
+            capacitated.adopt(result.capacitated)  # its assignments' passes, its last prices
         for record in result.history[
             len(state.history) :
         ]:  # what a one-task block could not report live
@@ -333,6 +338,8 @@ def lloyd_iterations(
         passes.end(data)
     if passes is prune:
         result.pruning = passes
+    if passes is capacitated:
+        result.capacitated = passes
     return result
 
 

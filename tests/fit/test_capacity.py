@@ -208,3 +208,22 @@ def test_cosine_balanced_fit_is_the_optimal_transport_of_the_unit_rows(where, cl
     assert km.inertia_ == pytest.approx(float((1 - (U * C[labels]).sum(1)).sum()), rel=1e-9)
     assert km.inertia_ == pytest.approx(transport_cost(U, C, 300, 300) / 2, rel=1e-9)
     assert 1 in km.capacity_passes_
+
+
+def test_a_capped_loop_in_one_task_reports_every_assignment(client, single_task):
+    """A capped Lloyd loop run inside one task hands its passes back (their copy's bookkeeping):
+    ``capacity_passes_`` holds every assignment's passes, one per iteration and the final one's,
+    and the fit is the one-graph-a-pass fit's (the same labels, passes and objective)."""
+    import dask.array as da
+
+    X = blobs(1600, seed=6)
+    caps = dict(balanced=True, random_state=0, n_init=1)
+    km = KMeans(4, **caps).fit(da.from_array(X, chunks=(400, 3)))
+    assert "lloyd_iterations" in single_task  # the loop ran in a task
+    assert km.n_iter_ >= 2
+    assert km.n_iter_ + 1 <= len(km.capacity_passes_) <= km.n_iter_ + 2
+    with dask.config.set({"dkmeans.single-task-work": 0, "dkmeans.spmd": False}):
+        graph = KMeans(4, **caps).fit(da.from_array(X, chunks=(400, 3)))
+    np.testing.assert_array_equal(np.asarray(km.labels_), np.asarray(graph.labels_))
+    assert km.capacity_passes_ == graph.capacity_passes_
+    assert km.inertia_ == pytest.approx(graph.inertia_, rel=1e-12)

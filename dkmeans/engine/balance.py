@@ -9,7 +9,9 @@ piece's lineage so that lost pieces are recomputed.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import dask.array as da
@@ -25,6 +27,39 @@ logger = logging.getLogger("dkmeans")
 #: Input with fewer row chunks than the cluster has worker threads is split into pieces of
 #: at least this many rows, one per thread, placed thread by thread (:func:`spread_rows`).
 SPREAD_MIN_ROWS = 8192
+
+
+#: Chunk keys remembered with the worker a pass last read them on (at most this many, oldest
+#: dropped first): see :func:`chunk_holders`.
+HOMES_KEPT = 1 << 16
+_homes: OrderedDict = OrderedDict()
+_homes_lock = threading.Lock()
+
+
+def chunk_holders(who_has: dict, keys: Sequence, fallback: Sequence[str] = ()) -> list[str]:
+    """One worker per chunk key, to read it on: where it was read before while that worker still holds it.
+
+    A chunk can gain copies between fits (a task that ran away from its worker, a graph pass
+    that needed it elsewhere); choosing by the holders alone would then move it to another
+    worker's group, and the group sums would combine in another order: the same fit on the
+    same persisted data giving another last bit. So the first holder seen (the lowest
+    address) stays the chunk's home while it holds it. A key no worker holds gets
+    ``fallback[i % len(fallback)]`` (Dask recomputes it there), or ``""`` without one.
+    """
+    chosen = []
+    with _homes_lock:
+        for i, key in enumerate(keys):
+            holders = sorted(who_has.get(key, ()) or ())
+            home = _homes.get(key)
+            if home not in holders:
+                home = holders[0] if holders else (fallback[i % len(fallback)] if fallback else "")
+            if home:
+                _homes[key] = home
+                _homes.move_to_end(key)
+            chosen.append(home)
+        while len(_homes) > HOMES_KEPT:
+            _homes.popitem(last=False)
+    return chosen
 
 
 def _row_piece(block, start, stop):
@@ -156,7 +191,7 @@ def balance_rows(client, X: da.Array, weights: da.Array | None):
     """
     x_keys = [k[0] for k in X.__dask_keys__()]
     who_has = client.who_has(futures_of(X))
-    holders = [min(who_has.get(key, ()) or [""]) for key in x_keys]
+    holders = chunk_holders(who_has, x_keys)
     rows = [int(r) for r in X.chunks[0]]
     moves = plan_chunk_moves(rows, holders, client.nthreads())
     if not moves:

@@ -43,7 +43,7 @@ from distributed import futures_of, get_worker, wait
 
 from dkmeans import config
 from dkmeans.engine import kept, spmd
-from dkmeans.engine.balance import balance_rows, spread_rows
+from dkmeans.engine.balance import balance_rows, chunk_holders, spread_rows
 from dkmeans.engine.device import beside_rows
 from dkmeans.engine.futures import cancel_quietly, gather
 from dkmeans.engine.health import note_interrupt
@@ -258,7 +258,9 @@ class PersistedData(PrunableData):
     def placement(self) -> list[tuple[str, list[int]]]:
         """Task groups of one pass: ``(worker address, chunk indices)``, one per worker thread.
 
-        Each worker's chunks (in chunk order) are split into as many contiguous groups as
+        Each chunk is read on its home (:func:`~dkmeans.engine.balance.chunk_holders`: copies
+        made since an earlier fit move no chunk to another group, so sums combine in the same
+        order); each worker's chunks (in chunk order) are split into as many contiguous groups as
         it has threads. Looked up once, and again after a pass in which a task ran away
         from its planned worker (see :meth:`map_reduce`), so steady-state iterations make
         no extra calls.
@@ -268,10 +270,8 @@ class PersistedData(PrunableData):
             workers = sorted(info)
             who_has = self.client.who_has(self._futures)
             held: dict[str, list[int]] = {}
-            for i, key in enumerate(self._x_keys):
-                holders = sorted(who_has.get(key, ()) or ())
-                # a chunk not in memory anywhere goes to any worker; Dask recomputes it
-                addr = holders[0] if holders else (workers[i % len(workers)] if workers else "")
+            # a chunk not in memory anywhere goes to any worker; Dask recomputes it
+            for i, addr in enumerate(chunk_holders(who_has, self._x_keys, workers)):
                 held.setdefault(addr, []).append(i)
             groups = []
             for addr, chunk_ids in sorted(held.items()):

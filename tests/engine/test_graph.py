@@ -116,6 +116,41 @@ def test_placement_is_stable_when_tasks_run_where_planned(client, X):
     assert data._placement is before
 
 
+def test_a_chunk_copied_to_another_worker_is_still_read_where_it_was(client, X):
+    """A copy made between two fits (here by ``replicate``) moves no chunk to another group, so the
+    group sums combine in the same order: the same bits for the same fit on the same data."""
+    from distributed import futures_of
+
+    Xd = client.persist(da.from_array(X, chunks=(500, 3)))
+    client.wait_for_workers(2)
+    first = PersistedData(client, Xd)
+    before = first.placement()
+    sums = first.map_reduce(partials_chunk, combine_partials, (X[:7],))
+    # copy the chunks of the worker that does not have the lowest address onto the other
+    higher = max(addr for addr, _ in before)
+    moved = [f for f in futures_of(Xd) if higher in client.who_has([f]).get(f.key, ())]
+    assert moved, before
+    client.replicate(moved, n=2)
+    assert all(len(h) == 2 for h in client.who_has(moved).values())
+    again = PersistedData(client, Xd)
+    assert again.placement() == before
+    got = again.map_reduce(partials_chunk, combine_partials, (X[:7],))
+    np.testing.assert_array_equal(got.sums, sums.sums)
+    assert got.objective == sums.objective
+
+
+def test_chunk_holders_keeps_a_home_while_it_holds_the_chunk():
+    from dkmeans.engine.balance import chunk_holders
+
+    keys = [("holders-test", i) for i in range(3)]
+    who_has = {keys[0]: {"b"}, keys[1]: {"a", "b"}}
+    assert chunk_holders(who_has, keys, ["x", "y", "z"]) == ["b", "a", "z"]
+    # copies appear: the first holders stay; a lost one is replaced by the lowest holder left
+    assert chunk_holders(
+        {keys[0]: {"a", "b"}, keys[1]: {"b"}, keys[2]: {"c", "z"}}, keys, ["x"]
+    ) == ["b", "b", "z"]
+
+
 def test_unknown_chunk_sizes_are_resolved(client, X):
     arr = da.from_array(X, chunks=(500, 3))
     arr = arr[arr[:, 0] > -10]  # boolean mask: unknown chunk sizes

@@ -168,8 +168,9 @@ def capacitated_assignment(
 
     Prices are solved on the placed data (warm from the last Lloyd iteration); the labels are
     then those prices' priced labels, with the final repair's moved rows (by global row index):
-    in this process for in-memory rows, lazily per block (by the block's global row offset) for
-    a Dask array, and per partition on the index of a Dask DataFrame.
+    for rows in this process (an in-memory input, or a Dask array fitted here) in the same pass
+    as the per-cluster sums, lazily per block (by the block's global row offset) for a Dask
+    array on the workers, and per partition on the index of a Dask DataFrame.
     """
     C = np.asarray(centroids).astype(data.dtype)
     passes.solve(data, C)
@@ -193,7 +194,8 @@ def capacitated_assignment(
             "cluster",
             meta=meta,
         )
-    elif is_dask_array(dataset.array):
+    elif is_dask_array(dataset.array) and data.kind != "local":
+        # rows on the workers or read from their source: the labels lazily, per block
         per = passes.sums(data, C)
         labels = map_row_blocks_at(
             dataset.array,

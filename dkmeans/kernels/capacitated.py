@@ -463,11 +463,20 @@ def priced_labels(X, C, P, Q, q: float, row_offset: int, overrides=None) -> np.n
     """
     n, k = X.shape[0], C.shape[0]
     labels = np.empty(n, dtype=np.int32)
+    C64 = np.asarray(C, dtype=np.float64)
+    P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
+    hcol = cluster_hashes(k)
     for i0, i1 in _tiles(n, k):
-        costs = priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0)
-        labels[i0:i1] = lex_argmin(*costs)[0]
+        labels[i0:i1] = _tile_labels(X[i0:i1], C64, P, Q, q, row_offset + i0, hcol)
     apply_overrides(labels, overrides, row_offset)
     return labels
+
+
+def _tile_labels(X, C64, P, Q, q: float, row_offset: int, hcol) -> np.ndarray:
+    """A tile's priced labels (int32) as a pass's :func:`price_partials` chooses them: the costs of
+    :func:`cost_cache` (the compiled sweep where allowed), the lexicographic choice of :func:`_best`."""
+    tile = cost_cache(X, C64, q, row_offset, None)
+    return _best(tile.D, P, Q, tile.hrow, hcol)[0].astype(np.int32)
 
 
 def _smallest(cluster: int, mA, mB, w, m: int) -> Margins:
@@ -806,14 +815,20 @@ def combine_price_partials(
 
 
 def priced_label_objective(X, w, row_offset: int, C, P, Q, q: float, overrides=None):
-    """Labels (int32), and per cluster the weighted objective and size, of a chunk under prices."""
+    """Labels (int32), and per cluster the weighted objective and size, of a chunk under prices.
+
+    The labels are those of a pass's :func:`price_partials` (the costs of :func:`cost_cache`,
+    the compiled sweep where allowed, and the same lexicographic choice), tile by tile.
+    """
     n, k = X.shape[0], C.shape[0]
     labels = np.empty(n, dtype=np.int32)
     per = np.zeros((k, 2))
     C64 = np.asarray(C, dtype=np.float64)
+    P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
+    hcol = cluster_hashes(k)
     weights = np.ones(n) if w is None else np.asarray(w, dtype=np.float64)
     for i0, i1 in _tiles(n, k):
-        lab = lex_argmin(*priced_costs(X[i0:i1], C, P, Q, q, row_offset + i0))[0]
+        lab = _tile_labels(X[i0:i1], C64, P, Q, q, row_offset + i0, hcol)
         apply_overrides(lab, overrides, row_offset + i0)
         diff = np.asarray(X[i0:i1], dtype=np.float64) - C64[lab]
         wt = weights[i0:i1]

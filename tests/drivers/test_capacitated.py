@@ -823,6 +823,59 @@ def test_cost_cache_compiled_and_reused_equals_numpy_to_the_bit(
     assert other.D.shape == (n // 2, k) and (n // 2 == n or other.D is not fresh.D)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(0, 300),
+    k=st.integers(1, 6),
+    offset=st.integers(0, 10**6),
+    weighted=st.booleans(),
+    compiled=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_final_labels_are_the_lexicographic_choice_and_their_sums_the_float64_ones(
+    n, k, offset, weighted, compiled, seed
+):
+    """The final assignment's labels (with and without the per-cluster sums, both kernel paths)
+    are each row's lexicographically smallest ``(rint(d2 / q) + P, h(i) xor g(j) + Q)`` (lowest
+    column on full ties) with the overrides in place, written out here row by row from
+    the definition; the sums are the float64 objective and weight of each label."""
+    from dkmeans.kernels.capacitated import (
+        cluster_hashes,
+        priced_label_objective,
+        row_hashes,
+    )
+
+    rng = np.random.default_rng(seed)
+    X = np.rint(rng.normal(scale=2.0, size=(n, 3)))  # integral: exact ties between clusters
+    X = X[rng.integers(0, max(n, 1), size=n)] if n else X  # duplicated rows
+    C = np.rint(rng.normal(scale=2.0, size=(k, 3)))
+    q = 0.5
+    P = rng.integers(0, 4, size=k).astype(np.float64)
+    Q = rng.integers(0, 2**20, size=k).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, size=n) if weighted else None
+    rows = np.sort(rng.choice(n, size=min(n, 3), replace=False)) + offset if n else None
+    overrides = None if rows is None else (rows, rng.integers(0, k, size=rows.shape[0]))
+    h, g = row_hashes(offset, n), cluster_hashes(k)
+    expected = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        d2 = ((X[i] - C) ** 2).sum(axis=1)
+        keys = [
+            (np.rint(d2[j] / q) + P[j], float(int(h[i]) ^ int(g[j])) + Q[j], j) for j in range(k)
+        ]
+        expected[i] = min(keys)[2]
+    if overrides is not None:
+        expected[overrides[0] - offset] = overrides[1]
+    with dask.config.set({"dkmeans.compile": "auto" if compiled else "off"}):
+        labels = priced_labels(X, C, P, Q, q, offset, overrides)
+        both, per = priced_label_objective(X, w, offset, C, P, Q, q, overrides)
+    np.testing.assert_array_equal(labels, expected)
+    np.testing.assert_array_equal(both, expected)
+    wt = np.ones(n) if w is None else w
+    d2 = ((X - C[expected]) ** 2).sum(axis=1) if n else np.zeros(0)
+    np.testing.assert_allclose(per[:, 0], np.bincount(expected, d2 * wt, minlength=k), rtol=1e-12)
+    np.testing.assert_allclose(per[:, 1], np.bincount(expected, wt, minlength=k), rtol=1e-12)
+
+
 def _listed_moves(X, C, lower, upper, m, seed_prices=None):
     """One pass's exchange lists (``m`` moves a pair) at prices ``seed_prices`` (else zero), the
     flow's moves over them and its proof: ``(labels, D, found, duals, outcome, proved)``, the

@@ -313,12 +313,14 @@ class CapacitatedPasses:
 
     def begin(self, data, iterations: int | None = None) -> None:
         """Keep the chunks' costs between passes where the data stays in memory and has room."""
-        self.state, self.keep = None, None  # decided at the first pass, which knows k
+        self.keep = None  # decided at the first pass, which knows k
         self._previous, self.settled, self._misses = None, False, 0  # a new block: a first solve
 
     def end(self, data) -> None:
-        """Release the chunks' costs."""
-        self.state = None
+        """Keep the chunks' costs past the block: the next block's first pass, and the final
+        assignment's, build their costs into the same arrays (fresh pages cost a first pass 3
+        times a later one's build: :func:`~dkmeans.kernels.capacitated.cost_cache`). They go
+        with these passes, at the end of the fit."""
 
     def _pass(self, data, combine, args):
         """One pass of :func:`_chunk` (the costs kept per chunk where :meth:`begin` allowed it)."""

@@ -876,6 +876,61 @@ def test_final_labels_are_the_lexicographic_choice_and_their_sums_the_float64_on
     np.testing.assert_allclose(per[:, 1], np.bincount(expected, wt, minlength=k), rtol=1e-12)
 
 
+def test_large_cost_arrays_are_pages_of_their_own_and_give_the_same_costs(monkeypatch):
+    """A cost array from COST_PAGES_FROM bytes is an anonymous mapping (not NumPy's heap): C-ordered,
+    writable float64 of the asked shape, and a cache built into one (fresh and reused) holds the
+    costs of one built on the heap, to the bit."""
+    import mmap
+
+    from dkmeans.kernels import capacitated as kernels
+
+    rng = np.random.default_rng(3)
+    X, C = rng.normal(size=(3000, 4)), rng.normal(size=(7, 4))
+    heap = cost_cache(X, C, 2.0**-20, 11, None)
+    monkeypatch.setattr(kernels, "COST_PAGES_FROM", 0)
+    D = kernels._cost_array(3000, 7)
+    owner = D
+    while isinstance(owner, np.ndarray | memoryview):  # the array's view chain, down to its buffer
+        owner = owner.base if isinstance(owner, np.ndarray) else owner.obj
+    assert isinstance(owner, mmap.mmap), type(owner)
+    assert (
+        D.shape == (3000, 7)
+        and D.dtype == np.float64
+        and D.flags.c_contiguous
+        and D.flags.writeable
+    )
+    paged = cost_cache(X, C, 2.0**-20, 11, None)
+    again = cost_cache(X, C, 2.0**-20, 11, None, reuse=cost_cache(X, C + 1.0, 2.0**-20, 11, None))
+    for got in (paged, again):
+        np.testing.assert_array_equal(got.D, heap.D)
+        assert got.max_sq == heap.max_sq
+
+
+def test_the_costs_kept_past_a_block_are_rebuilt_in_place_for_the_final_assignment():
+    """After a capped Lloyd block, the final assignment's first pass builds its costs into the
+    arrays the block kept (no fresh pages) and is still the optimal transport of its centroids."""
+    from dkmeans.drivers.lloyd import CentroidShift, lloyd
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(600, 3)) + rng.integers(0, 3, size=(600, 1)) * 4.0
+    data = ChunkList.from_array(X, None, n_chunks=3)
+    passes = CapacitatedPasses(Capacity(200.0, 200.0))
+    result = lloyd(data, X[[0, 1, 2]], max_iter=3, stop_rule=CentroidShift(0.0), capacitated=passes)
+    kept = [cache.D for cache in passes.state]
+    assert len(kept) == 3
+    C = np.asarray(result.centroids) + 0.01
+    part = passes.solve(data, C)
+    assert all(cache.D is D for cache, D in zip(passes.state, kept))
+    assert passes.certified_per_solve[-1]
+    assert part.partials.counts.tolist() == [200.0, 200.0, 200.0]
+    # the optimal transport of the same centroids: each column replicated to its cap
+    q = passes.quantum
+    D = np.rint(((X[:, None, :] - C[None]) ** 2).sum(-1) / q)
+    rows, cols = linear_sum_assignment(np.repeat(D, 200, axis=1))
+    labels = passes.labels(data, C)[0]
+    assert D[np.arange(600), labels].sum() == D[rows, cols // 200].sum()
+
+
 def _listed_moves(X, C, lower, upper, m, seed_prices=None):
     """One pass's exchange lists (``m`` moves a pair) at prices ``seed_prices`` (else zero), the
     flow's moves over them and its proof: ``(labels, D, found, duals, outcome, proved)``, the

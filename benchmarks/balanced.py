@@ -3,9 +3,13 @@
 Two cases, each fit in a fresh process (``--fit NAME`` runs one and prints its JSON line), after a
 warm-up fit on a small sample in that process (so that none pays the kernels' loading):
 
-* ``--case tall`` (default): ``--rows`` x ``--features`` float32 Gaussian blobs of Zipf-like sizes
-  (default 2,000,000 x 16, k = 32, seed 0); ``dkmeans.KMeans(k, random_state=0, n_init=1)``
-  without caps, with ``balanced=True`` and with ``max_cluster_size=--cap / k``.
+* ``--case tall`` (default): ``--rows`` x ``--features`` float32 Gaussian blobs (default
+  2,000,000 x 16, k = 32, seed 0) of Zipf-like sizes (``--blobs zipf``, the default: the largest
+  natural cluster 4.8 times a 1.1 n/k cap, so the caps split and merge blobs), or of equal
+  shares (``--blobs equal``: the tall shape's own generator, ``dkmeans.testing.make_blobs(...,
+  spread=1.0, box=10.0)`` as ``init_scale.py`` and PERFORMANCE.md use it, where the caps move
+  the few hundred rows by which each blob misses n/k); ``dkmeans.KMeans(k, random_state=0,
+  n_init=1)`` without caps, with ``balanced=True`` and with ``max_cluster_size=--cap / k``.
 * ``--case ivf``: an IVF-style build, ``--rows`` x ``--features`` unit vectors (default
   1,000,000 x 128, k = 1,024) of the same generator, normalised; cosine ``KMeans`` without caps
   and with ``max_cluster_size=--cap / k``, beside faiss's unbalanced spherical k-means
@@ -18,8 +22,8 @@ figure on a shared machine), iterations, passes over the data (``n_passes_``), t
 assignments' passes (``capacity_passes_``: their sum, largest and list), the objective (cosine:
 ``sum (1 - cos)``), the largest and smallest cluster, and the ratios to the uncapped fit.
 
-Run:  .venv/bin/python benchmarks/balanced.py [--case tall|ivf] [--rows N] [--features D] [--k K]
-      [--cap 1.1] [--fits uncapped,balanced,cap]
+Run:  .venv/bin/python benchmarks/balanced.py [--case tall|ivf] [--blobs zipf|equal] [--rows N]
+      [--features D] [--k K] [--cap 1.1] [--fits uncapped,balanced,cap]
 """
 
 from __future__ import annotations
@@ -153,7 +157,14 @@ def one_fit(args) -> dict:
         if args.fit == "faiss-rebalanced":
             return fit_faiss(X, k, cap)
         raise SystemExit(f"unknown fit {args.fit!r}")
-    X = make_data(args.rows, args.features, k)
+    if args.blobs == "equal":
+        from dkmeans.testing import make_blobs
+
+        X = make_blobs(args.rows, args.features, k, spread=1.0, box=10.0, seed=0, dtype=np.float32)[
+            0
+        ]
+    else:
+        X = make_data(args.rows, args.features, k)
     caps = {
         "uncapped": {},
         "balanced": {"balanced": True},
@@ -165,6 +176,7 @@ def one_fit(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=("tall", "ivf"), default="tall")
+    parser.add_argument("--blobs", choices=("zipf", "equal"), default="zipf")
     parser.add_argument("--rows", type=int)
     parser.add_argument("--features", type=int)
     parser.add_argument("--k", type=int)
@@ -193,6 +205,7 @@ def main() -> None:
     base = None
     for name in fits:
         command = [sys.executable, __file__, "--fit", name, "--case", args.case]
+        command += ["--blobs", args.blobs]
         command += ["--rows", str(args.rows), "--features", str(args.features)]
         command += ["--k", str(args.k), "--cap", str(args.cap)]
         line = subprocess.run(command, capture_output=True, text=True, check=False)

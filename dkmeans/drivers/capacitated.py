@@ -55,6 +55,7 @@ from dkmeans.kernels.capacitated import (
     exchange_index,
     exchange_row_costs,
     margin_edges,
+    max_sq_distance,
     price_partials,
     priced_label_objective,
 )
@@ -227,6 +228,14 @@ def _cached_chunk(X, w, offset, cache, C, P, Q, q, *rest):
     )
 
 
+def _max_sq_chunk(X, w, offset, C):
+    return max_sq_distance(X, C)
+
+
+def _max_of(parts) -> float:
+    return max((float(p) for p in parts if p is not None), default=0.0)
+
+
 def _digest(C, q: float) -> bytes:
     C = np.ascontiguousarray(C, dtype=np.float64)
     return hashlib.blake2b(
@@ -378,10 +387,7 @@ class CapacitatedPasses:
         """The quantum: a power of two about ``2**-QUANTUM_BITS`` of four times the largest squared
         distance (centroids stay in the rows' hull, within a factor 4 of it), fixed for the fit."""
         if self.quantum is None:
-            k = len(C)
-            ask = _Requests.none(k)
-            part = self._pass(data, ask.combine(), (C, np.zeros(k), np.zeros(k), 0.0) + ask.args())
-            top = 4.0 * part.max_sq
+            top = 4.0 * data.map_reduce(_max_sq_chunk, _max_of, (C,))
             self.quantum = 2.0 ** (math.ceil(math.log2(top)) - QUANTUM_BITS) if top > 0 else 1.0
         return self.quantum
 

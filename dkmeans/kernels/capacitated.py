@@ -403,6 +403,28 @@ def tie_costs(row_offset: int, n: int, k: int) -> np.ndarray:
     return (row_hashes(row_offset, n)[:, None] ^ cluster_hashes(k)[None, :]).astype(np.float64)
 
 
+def max_sq_distance(X, C) -> float:
+    """The largest squared distance of a chunk's rows to ``C``, clipped at 0: the ``max_sq`` a
+    :class:`CostCache` of the same rows records, to the bit, without keeping the costs (one
+    float64 product per tile of rows, then the compiled sweep where allowed)."""
+    n, k = X.shape[0], C.shape[0]
+    if n == 0 or k == 0:
+        return 0.0
+    C64 = np.asarray(C, dtype=np.float64)
+    cn = np.einsum("ij,ij->i", C64, C64)
+    compiled = compiled_allowed()
+    top = 0.0
+    for i0, i1 in _tiles(n, k):
+        if compiled:
+            X64 = np.asarray(X[i0:i1], dtype=np.float64)
+            xc = X64 @ C64.T
+            # q 0: each product is read, then overwritten with 0 (the costs are not wanted)
+            top = max(top, _loops.quantized_costs(np.einsum("ij,ij->i", X64, X64), xc, cn, 0.0, xc))
+        else:
+            top = max(top, float(sq_distances64(X[i0:i1], C64).max()))
+    return top
+
+
 def sq_distances64(X, C) -> np.ndarray:
     """Squared distances (n, k) in float64 by ``||x||^2 - 2 x.c + ||c||^2``, clipped at 0.
 
@@ -960,6 +982,7 @@ __all__ = [
     "exchange_row_costs",
     "exchange_moves",
     "lex_argmin",
+    "max_sq_distance",
     "margin_edges",
     "margin_histogram",
     "price_partials",

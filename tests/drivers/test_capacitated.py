@@ -13,8 +13,10 @@ from dkmeans.kernels.capacitated import (
     RepairAsk,
     cost_cache,
     lex_argmin,
+    max_sq_distance,
     price_partials,
     priced_labels,
+    sq_distances64,
     tie_costs,
 )
 
@@ -818,6 +820,11 @@ def test_cost_cache_compiled_and_reused_equals_numpy_to_the_bit(
         np.testing.assert_array_equal(got.D, reference.D)
         np.testing.assert_array_equal(got.hrow, reference.hrow)
         assert got.max_sq == reference.max_sq
+    # the scale's largest squared distance, without costs, both paths: the cache's
+    assert max_sq_distance(X, C) == reference.max_sq
+    with dask.config.set({"dkmeans.compile": "off"}):
+        assert max_sq_distance(X, C) == reference.max_sq
+    assert n == 0 or reference.max_sq == float(np.maximum(sq_distances64(X, C), 0).max())
     assert n == 0 or reused.D is stale.D  # overwritten in place
     other = cost_cache(X[: n // 2], C, q, 7, None, reuse=fresh)
     assert other.D.shape == (n // 2, k) and (n // 2 == n or other.D is not fresh.D)

@@ -312,7 +312,8 @@ def _steps(scores: Scores, k0: int, k: int):
     i, j = scores.ks.index(k), scores.ks.index(k0)
     if not (db[j] > 0 and np.isfinite([db[i], gap[i], sd[i], gap[j]]).all()):
         return None
-    return float(db[i] / db[j] - 1), float(gap[i] - sd[i] - gap[j])
+    # Python floats: a DB index next to a subnormal one is infinitely worse, without NumPy's warning
+    return float(db[i]) / float(db[j]) - 1.0, float(gap[i] - sd[i] - gap[j])
 
 
 def real_split(scores: Scores, k0: int, k: int) -> bool:

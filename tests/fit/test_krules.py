@@ -406,3 +406,17 @@ def test_on_the_coarse_grid_the_diffuse_test_starts_from_the_real_split():
     k, reason = suggest(s)
     assert k == 8, reason
     assert reason.startswith("8 (Davies-Bouldin's 6 raised to a real split): the 2 extra"), reason
+
+
+def test_a_db_index_next_to_a_subnormal_one_is_infinitely_worse_without_a_warning():
+    """DB(k0) a subnormal positive number (points of k0 clusters all but on their centroids):
+    DB(k) / DB(k0) overflows to infinity, a result, not a NumPy overflow warning."""
+    import warnings
+
+    from dkmeans.fit.krules import _steps
+
+    s = _scores([2, 3], davies_bouldin=[1e-310, 0.5], gap=[1.0, 1.2], gap_sd=[0.1, 0.1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        worse, rise = _steps(s, 2, 3)
+    assert worse == float("inf") and rise == pytest.approx(1.2 - 0.1 - 1.0)

@@ -46,6 +46,13 @@ def make_data(rows: int, features: int, k: int, seed: int = 0) -> np.ndarray:
     return (centres[labels] + rng.normal(size=(rows, features))).astype(np.float32)
 
 
+def equal_data(rows: int, features: int, k: int, seed: int = 0) -> np.ndarray:
+    """The tall shape's own blobs (equal shares), as ``init_scale.py`` and PERFORMANCE.md make them."""
+    from dkmeans.testing import make_blobs
+
+    return make_blobs(rows, features, k, spread=1.0, box=10.0, seed=seed, dtype=np.float32)[0]
+
+
 def unit_data(rows: int, features: int, k: int, seed: int = 0) -> np.ndarray:
     X = make_data(rows, features, k, seed)
     return X / np.linalg.norm(X, axis=1, keepdims=True)
@@ -158,11 +165,7 @@ def one_fit(args) -> dict:
             return fit_faiss(X, k, cap)
         raise SystemExit(f"unknown fit {args.fit!r}")
     if args.blobs == "equal":
-        from dkmeans.testing import make_blobs
-
-        X = make_blobs(args.rows, args.features, k, spread=1.0, box=10.0, seed=0, dtype=np.float32)[
-            0
-        ]
+        X = equal_data(args.rows, args.features, k)
     else:
         X = make_data(args.rows, args.features, k)
     caps = {

@@ -8,7 +8,10 @@ the data) the passes and their seconds; the seconds of the caller's linear progr
 sample's iterations and seconds; and per assignment of the data the rows off the caps after
 each model pass.
 
-Run:  .venv/bin/python benchmarks/balanced_phases.py [--rows 2000000]
+Also the fit's top-level phases (the capped start, the Lloyd blocks, the runs with the seeding,
+the final assignment, the result), and ``--blobs equal`` for ``balanced.py``'s equal-share blobs.
+
+Run:  .venv/bin/python benchmarks/balanced_phases.py [--rows 2000000] [--blobs zipf|equal]
 """
 
 from __future__ import annotations
@@ -17,19 +20,20 @@ import argparse
 import collections
 import time
 
-from balanced import make_data
+from balanced import equal_data, make_data
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--blobs", choices=("zipf", "equal"), default="zipf")
     args = parser.parse_args()
 
     import dkmeans.drivers.capacitated as capacitated
     import dkmeans.drivers.capped_start as capped_start
     from dkmeans import KMeans
 
-    X = make_data(args.rows, 16, 32)
+    X = make_data(args.rows, 16, 32) if args.blobs == "zipf" else equal_data(args.rows, 16, 32)
     KMeans(32, random_state=0, n_init=1, balanced=True).fit(X[:20_000])  # kernels loaded
 
     passes = collections.defaultdict(lambda: [0, 0.0])
@@ -79,6 +83,28 @@ def main() -> None:
         samples.append((core.n_rows, out.n_iter, round(time.perf_counter() - t0, 2)))
         return out
 
+    import dkmeans.fit.runs as runs
+    import dkmeans.fit.service as service
+
+    phases = collections.defaultdict(float)
+
+    def phase(module, name: str, label: str) -> None:
+        real = getattr(module, name)
+
+        def timed(*phase_args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return real(*phase_args, **kwargs)
+            finally:
+                phases[label] += time.perf_counter() - t0
+
+        setattr(module, name, timed)
+
+    phase(runs, "capped_start", "capped start")
+    phase(runs, "lloyd", "Lloyd blocks")
+    phase(service, "fit_runs", "runs (the seeding, the start, Lloyd)")
+    phase(service, "capacitated_assignment", "final assignment")
+    phase(service, "fit_result", "result")
     capacitated.CapacitatedPasses._pass = timed_pass
     capacitated.model_price_changes = timed_lp
     capped_start.lloyd = timed_lloyd
@@ -86,6 +112,7 @@ def main() -> None:
     km = KMeans(32, random_state=0, n_init=1, balanced=True).fit(X)
     wall = time.perf_counter() - t0
     print(f"fit: {wall:.2f} s, {km.n_iter_} iterations, {km.n_passes_} passes")
+    print("phases: " + ", ".join(f"{label} {seconds:.2f} s" for label, seconds in phases.items()))
     for rows, iterations, seconds in samples:
         print(f"sample of {rows} rows: {iterations} iterations, {seconds} s")
     for (rows, kind), (count, seconds) in sorted(passes.items()):

@@ -327,9 +327,9 @@ class CapacitatedPasses:
 
     def end(self, data) -> None:
         """Keep the chunks' costs past the block: the next block's first pass, and the final
-        assignment's, build their costs into the same arrays (fresh pages cost a first pass 3
-        times a later one's build: :func:`~dkmeans.kernels.capacitated.cost_cache`). They go
-        with these passes, at the end of the fit."""
+        assignment's, build their costs into the same arrays (a fresh array's first touch costs
+        more than the build into it: ``benchmarks/balanced_costs.py``). They go with these
+        passes, at the end of the fit."""
 
     def _pass(self, data, combine, args):
         """One pass of :func:`_chunk` (the costs kept per chunk where :meth:`begin` allowed it)."""

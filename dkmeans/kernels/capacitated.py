@@ -34,13 +34,6 @@ from dkmeans.kernels.plans import compiled_allowed
 TILE_BYTES = 1 << 24
 
 
-class PricedCosts(NamedTuple):
-    """Costs of a tile of rows under prices: primary ``A`` (n, k) and secondary ``B`` (n, k)."""
-
-    A: np.ndarray
-    B: np.ndarray
-
-
 class Margins(NamedTuple):
     """Per-cluster candidate moves, lexicographically smallest first.
 
@@ -405,24 +398,14 @@ def tie_costs(row_offset: int, n: int, k: int) -> np.ndarray:
 
 def max_sq_distance(X, C) -> float:
     """The largest squared distance of a chunk's rows to ``C``, clipped at 0: the ``max_sq`` a
-    :class:`CostCache` of the same rows records, to the bit, without keeping the costs (one
-    float64 product per tile of rows, then the compiled sweep where allowed)."""
+    :class:`CostCache` of the same rows records, to the bit, without keeping the costs."""
     n, k = X.shape[0], C.shape[0]
     if n == 0 or k == 0:
         return 0.0
     C64 = np.asarray(C, dtype=np.float64)
     cn = np.einsum("ij,ij->i", C64, C64)
     compiled = compiled_allowed()
-    top = 0.0
-    for i0, i1 in _tiles(n, k):
-        if compiled:
-            X64 = np.asarray(X[i0:i1], dtype=np.float64)
-            xc = X64 @ C64.T
-            # q 0: each product is read, then overwritten with 0 (the costs are not wanted)
-            top = max(top, _loops.quantized_costs(np.einsum("ij,ij->i", X64, X64), xc, cn, 0.0, xc))
-        else:
-            top = max(top, float(sq_distances64(X[i0:i1], C64).max()))
-    return top
+    return max(_tile_costs(X[i0:i1], C64, cn, 0.0, compiled, None) for i0, i1 in _tiles(n, k))
 
 
 def sq_distances64(X, C) -> np.ndarray:
@@ -438,16 +421,6 @@ def sq_distances64(X, C) -> np.ndarray:
         + np.einsum("ij,ij->i", C64, C64)[None, :]
     )
     return np.maximum(d2, 0.0, out=d2)
-
-
-def priced_costs(X, C, P, Q, q: float, row_offset: int) -> PricedCosts:
-    """The primary costs ``rint(d2 / q) + P`` and secondary ``h(i) xor g(j) + Q`` of a tile."""
-    n, k = X.shape[0], C.shape[0]
-    A = np.rint(sq_distances64(X, C) / q)
-    A += P[None, :]
-    B = tie_costs(row_offset, n, k)
-    B += Q[None, :]
-    return PricedCosts(A, B)
 
 
 def lex_argmin(A, B):
@@ -558,30 +531,37 @@ def cost_cache(X, C, q: float, row_offset: int, tag, reuse: CostCache | None = N
     """The :class:`CostCache` of a chunk (one float64 distance product per tile of rows).
 
     ``reuse``: the chunk's previous cache, whose cost array (of the same shape) is overwritten
-    rather than a fresh one allocated (an assignment's first pass: a fresh array's pages cost
-    about a third of the build). The compiled loops form the costs from the product in one
+    rather than a fresh one allocated (a fresh array's first touch costs more than the build
+    into it: ``benchmarks/balanced_costs.py``). The compiled loops form the costs from the product in one
     sweep, to the bit those of :func:`sq_distances64` and ``rint(d2 / q)``.
     """
     n, k = X.shape[0], C.shape[0]
     D = reuse.D if reuse is not None and reuse.D.shape == (n, k) else _cost_array(n, k)
-    max_sq = 0.0
     C64 = np.asarray(C, dtype=np.float64)
-    compiled = compiled_allowed() and n > 0 and k > 0
     cn = np.einsum("ij,ij->i", C64, C64)
+    compiled = compiled_allowed() and n > 0 and k > 0
+    max_sq = 0.0
     for i0, i1 in _tiles(n, k):
-        if compiled:
-            X64 = np.asarray(X[i0:i1], dtype=np.float64)
-            xn = np.einsum("ij,ij->i", X64, X64)
-            top = _loops.quantized_costs(xn, X64 @ C64.T, cn, float(q), D[i0:i1])
-            max_sq = max(max_sq, top)
-            continue
-        d2 = sq_distances64(X[i0:i1], C64)
-        max_sq = max(max_sq, float(d2.max()) if d2.size else 0.0)
-        if q:
-            np.rint(d2 / q, out=D[i0:i1])
-        else:
-            D[i0:i1] = 0.0
+        max_sq = max(max_sq, _tile_costs(X[i0:i1], C64, cn, q, compiled, D[i0:i1]))
     return CostCache(tag, D, row_hashes(row_offset, n), max_sq)
+
+
+def _tile_costs(X, C64, cn, q: float, compiled: bool, out) -> float:
+    """A tile's costs ``rint(d2 / q)`` into ``out`` (0 where ``q`` is 0; None: not kept), by the
+    compiled sweep or NumPy (the same bits); returns the tile's largest squared distance."""
+    if compiled:
+        X64 = np.asarray(X, dtype=np.float64)
+        xc = X64 @ C64.T
+        # without ``out`` the sweep overwrites each product once read (with 0: q is 0 then)
+        into, q = (xc, 0.0) if out is None else (out, float(q))
+        return _loops.quantized_costs(np.einsum("ij,ij->i", X64, X64), xc, cn, q, into)
+    d2 = sq_distances64(X, C64)
+    if out is not None:
+        if q:
+            np.rint(d2 / q, out=out)
+        else:
+            out[:] = 0.0
+    return float(d2.max()) if d2.size else 0.0
 
 
 _loops = LazyModule("dkmeans.kernels.backends.compiled_capacitated")  # numba imported at first use
@@ -596,8 +576,9 @@ def _cost_array(n: int, k: int) -> np.ndarray:
     NumPy asks the kernel for transparent huge pages for large arrays, and where the kernel
     then compacts memory to find them on the first touch (Linux's default ``defrag`` setting,
     ``madvise``) a fresh cache took 4 times as long as on plain pages: two 1,000,000 x 32
-    caches at once, 435-580 ms against 90-130 ms (the same read speed after). Large arrays are
-    therefore anonymous mappings of plain pages, released with the array.
+    arrays written at once, 558-684 ms against 135-141 ms, the same read speed after
+    (``benchmarks/balanced_costs.py``). Large arrays are therefore anonymous mappings of plain
+    pages, released with the array.
     """
     nbytes = 8 * n * k
     if nbytes < COST_PAGES_FROM:
@@ -968,7 +949,6 @@ __all__ = [
     "Margins",
     "Moves",
     "PricePartials",
-    "PricedCosts",
     "RepairAsk",
     "TIE_BITS",
     "apply_overrides",
@@ -986,7 +966,6 @@ __all__ = [
     "margin_edges",
     "margin_histogram",
     "price_partials",
-    "priced_costs",
     "priced_label_objective",
     "priced_labels",
     "row_hashes",

@@ -65,7 +65,7 @@ EOF
 step "GPU tests" | tee "$OUT/tests.log"
 timeout ${TEST_TIMEOUT:-240} $PY -m pytest -m gpu -q -rfEs --timeout 150 -p no:cacheprovider \
     -n ${TEST_PROCS:-4} --dist loadfile \
-    tests/kernels tests/drivers/test_local_search.py tests/fit/test_gpu_fit.py \
+    tests/kernels tests/drivers/test_local_search.py tests/fit/test_gpu_fit.py tests/fit/test_gpu_faces.py \
     tests/system/test_deploy.py::test_gpu_fit_on_local_cuda_cluster 2>&1 | tee -a "$OUT/tests.log"
 tests_rc=${PIPESTATUS[0]}
 echo "pytest exit code $tests_rc" | tee -a "$OUT/tests.log"

@@ -20,6 +20,7 @@ from dkmeans.fit.spec import FitSpec
 
 # loads Dask's collections: imported at the first partial_fit (see dkmeans._lazy)
 _partial_fit = lazy_module("dkmeans.fit.partial_fit")
+_results = lazy_module("dkmeans.fit.results")
 
 
 def resolve_decay(decay, half_life, time_unit: str) -> float:
@@ -280,9 +281,9 @@ class MiniBatchKMeans(_KMeansBase):
     def partial_fit(self, X, y=None, sample_weight=None):
         """Update the centers with one batch ``X`` (one mini-batch step), as scikit-learn does.
 
-        ``X`` may be a NumPy array, a SciPy sparse matrix (CSR), a pandas DataFrame, or a
-        Dask array or Dask DataFrame (a partition: it is computed here, so it must fit in
-        memory). The first call
+        ``X`` may be a NumPy array, a SciPy sparse matrix (CSR), a pandas DataFrame, a CuPy
+        array (the step runs in host memory, ``labels_`` is CuPy), or a Dask array or Dask
+        DataFrame (a partition: it is computed here, so it must fit in memory). The first call
         initialises the centers from ``X``. With ``decay`` or ``half_life`` the centers
         follow a drifting stream (see the class docstring). ``labels_`` and ``inertia_``
         are those of this batch when ``compute_labels``.
@@ -307,10 +308,13 @@ class MiniBatchKMeans(_KMeansBase):
         if _inputs.is_dask_collection(sample_weight):
             sample_weight = sample_weight.compute()
         first = not hasattr(self, "cluster_centers_")
+        on_gpu = _inputs.is_cupy_array(X)
+        if on_gpu:  # a batch steps in host memory (it is small); its labels go back to the GPU
+            X, sample_weight = _inputs.to_host(X), _inputs.to_host(sample_weight)
         batch = self._fit_dataset(X, reset=first, in_memory=True).local  # the one dataset check
         if batch is None:
             raise DataTypeError(
-                "partial_fit takes rows in host memory (NumPy, SciPy CSR, pandas, or a Dask "
+                "partial_fit takes rows in memory (NumPy, SciPy CSR, pandas, CuPy, or a Dask "
                 f"collection it computes), got {type(X).__name__}"
             )
         X = batch
@@ -335,7 +339,8 @@ class MiniBatchKMeans(_KMeansBase):
         self.n_iter_ = getattr(self, "n_iter_", 0)
         self.history_ = list(getattr(self, "history_", [])) + step.history
         if self.compute_labels:
-            self.labels_, self.inertia_ = step.labels, step.inertia
+            labels = _results.labels_on_device(step.labels) if on_gpu else step.labels
+            self.labels_, self.inertia_ = labels, step.inertia
         return self
 
 

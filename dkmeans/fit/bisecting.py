@@ -24,6 +24,7 @@ from dkmeans.engine.rowwise import index_meta, is_dask_array, map_partitions, ma
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.inputs import Dataset, check_n_clusters_vs_rows, check_sample_weight
 from dkmeans.fit.placement import placed
+from dkmeans.fit.results import labels_on_device
 from dkmeans.fit.spec import FitSpec, RunSpec
 from dkmeans.io.dataframe import is_dask_dataframe
 from dkmeans.kernels.bisecting import TreeArrays, leaf_labels, leaf_values
@@ -103,6 +104,8 @@ def run_bisecting(spec: BisectingSpec, dataset: Dataset, sample_weight=None) -> 
         labels = labels_like(labels, dataset)
     if not dataset.is_dask and not hasattr(labels, "compute"):
         labels = np.asarray(labels, np.int32)
+    if dataset.on_device:  # the tree is descended in host memory; the labels follow the input
+        labels = labels_on_device(labels)
     centroids = tree.centres.astype(dataset.array.dtype)
     return BisectingResult(
         centroids,

@@ -9,6 +9,7 @@ and sizes under the caps, not the nearest-centroid labels ``predict`` gives.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -16,8 +17,10 @@ import pandas as pd
 
 from dkmeans.drivers.capacitated import CapacitatedPasses, Capacity
 from dkmeans.engine.columns import frame_to_array
+from dkmeans.engine.device import is_cupy_backed, to_device
 from dkmeans.engine.rowwise import index_meta, is_dask_array, map_partitions_at, map_row_blocks_at
 from dkmeans.errors import InvalidParameterError
+from dkmeans.fit.inputs import Dataset
 from dkmeans.fit.results import FinalAssignment
 from dkmeans.fit.spec import FitSpec
 from dkmeans.kernels.capacitated import priced_labels
@@ -66,6 +69,19 @@ def check_capped_spec(spec: FitSpec, sparse: bool, frame: bool) -> None:
                 f"{key} as a fraction of the rows must be in (0, 1], got {value}; "
                 "give a count as an integer"
             )
+
+
+def capped_rows(spec: FitSpec, dataset: Dataset) -> Dataset:
+    """``dataset`` with its rows in host memory where a capped fit would read them on a GPU.
+
+    The capacitated assignment's kernels are compiled loops over host memory (the kept costs,
+    the exchange lists, the moves): CuPy rows are copied to the host once, chunk by chunk, as
+    they are placed, and the labels go back to the GPU at the end
+    (:func:`~dkmeans.fit.results.fit_result`: labels follow the input).
+    """
+    if not spec.capped or not is_cupy_backed(dataset.array):
+        return dataset
+    return dataclasses.replace(dataset, array=to_device(dataset.array, "cpu"))
 
 
 def resolve_capacity(
@@ -221,4 +237,10 @@ def capacitated_assignment(
     )
 
 
-__all__ = ["capacitated_assignment", "check_capped_spec", "data_capacity", "resolve_capacity"]
+__all__ = [
+    "capacitated_assignment",
+    "capped_rows",
+    "check_capped_spec",
+    "data_capacity",
+    "resolve_capacity",
+]

@@ -83,6 +83,21 @@ def labels_on_host(labels):
     return labels
 
 
+def labels_on_device(labels):
+    """``labels`` on the GPU, for input that was there but was fitted in host memory
+    (``device="cpu"``, size caps, a mini-batch step, the bisecting tree): a NumPy array copied,
+    a Dask array of NumPy chunks mapped chunk by chunk (lazily); CuPy labels as they are."""
+    if labels is None or is_cupy_array(labels) or is_cupy_array(getattr(labels, "_meta", None)):
+        return labels
+    from dkmeans.engine.device import import_cupy
+
+    cupy = import_cupy()
+    if hasattr(labels, "map_blocks"):
+        meta = cupy.empty((0,) * labels.ndim, labels.dtype)
+        return labels.map_blocks(cupy.asarray, dtype=labels.dtype, meta=meta)
+    return cupy.asarray(labels)
+
+
 def fit_result(
     spec: FitSpec,
     dataset: Dataset,
@@ -117,8 +132,10 @@ def fit_result(
         dataset.is_dask
     ):  # a small Dask array fitted in this process: its labels a Dask array all the same
         labels = labels_like(labels, dataset)
-    if labels is not None and not dataset.on_device:
-        labels = labels_on_host(labels)  # labels follow the input (host data, device="gpu")
+    if (
+        labels is not None
+    ):  # labels follow the input: device="gpu" on host data, device="cpu" on CuPy
+        labels = labels_on_device(labels) if dataset.on_device else labels_on_host(labels)
     if (
         with_labels and dataset.kept is not None
     ):  # in memory, missing="skip": -1 for the rows left out

@@ -33,7 +33,12 @@ from dkmeans.drivers.lloyd import CentroidShift, ObjectiveDecrease
 from dkmeans.drivers.streams import derive_seed, resolve_seed
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
-from dkmeans.fit.capacity import capacitated_assignment, check_capped_spec, data_capacity
+from dkmeans.fit.capacity import (
+    capacitated_assignment,
+    capped_rows,
+    check_capped_spec,
+    data_capacity,
+)
 from dkmeans.fit.checkpoint_job import checkpoint_job
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.inputs import (
@@ -105,6 +110,7 @@ def run_fit(spec: FitSpec, dataset: Dataset, sample_weight=None) -> FitResult:
     check_capped_spec(
         spec, is_sparse_array(dataset.array), dataset.is_dask and dataset.missing == "skip"
     )
+    dataset = capped_rows(spec, dataset)  # the capped kernels run in host memory
     fit = fit_minibatch if spec.algorithm == "minibatch" else _fit
     with named_missing(dataset), placed(dataset, weights, **fit_placement(spec)) as (data, client):
         return fit(spec, dataset, data, C0, seed, client, searches)

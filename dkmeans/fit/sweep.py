@@ -37,6 +37,7 @@ from dkmeans.drivers.streams import resolve_seed
 from dkmeans.engine.shared_passes import SharedPasses
 from dkmeans.engine.sparse_rows import is_sparse_array
 from dkmeans.errors import InvalidParameterError
+from dkmeans.fit.capacity import capped_rows, check_capped_spec
 from dkmeans.fit.first_pass import check_rows_when_placed, first_pass
 from dkmeans.fit.gap import ReferenceCurve, reference_curve
 from dkmeans.fit.inputs import (
@@ -158,7 +159,7 @@ def _check_specs(specs: Sequence[FitSpec]) -> None:
             )
         if spec.algorithm == "minibatch":
             raise InvalidParameterError("a sweep fits KMeans (lloyd or hartigan), not mini-batch")
-        for name in ("metric", "out_of_core", "algorithm"):
+        for name in ("metric", "out_of_core", "algorithm", "capped"):
             if getattr(spec, name) != getattr(first, name):
                 raise InvalidParameterError(f"every k of a sweep needs the same {name}")
 
@@ -219,6 +220,9 @@ def run_sweep(
         for spec in specs
     ]
     dataset = prepare_dataset(dataset, specs[0].metric)
+    for spec in specs:  # as a single fit checks its caps, before any work
+        check_capped_spec(spec, sparse, dataset.is_dask and dataset.missing == "skip")
+    dataset = capped_rows(specs[0], dataset)  # the capped kernels run in host memory
     with_gap = reference_draws > 0 and specs[0].metric == "euclidean" and not sparse
     with_sample = silhouette_rows > 0 and not sparse
     # a combined pass carries every k's centroids: the placement's budget counts them all

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dkmeans.kernels.namespace import is_sparse, to_host
+from dkmeans.kernels.namespace import get_namespace, is_sparse, to_host
 from dkmeans.kernels.sampling import uniform_by_index, weighted_sample_keys
 
 
@@ -101,9 +101,11 @@ def leaf_values(X, tree: TreeArrays, w=None) -> np.ndarray:
     return np.column_stack([tree.leaf_label[node], w * np.einsum("ij,ij->i", diff, diff), w])
 
 
-def leaf_labels(X, tree: TreeArrays) -> np.ndarray:
-    """Each row's leaf label (int32): scikit-learn's ``BisectingKMeans.predict``."""
-    return tree.leaf_label[descend(host_rows(X), tree)].astype(np.int32)
+def leaf_labels(X, tree: TreeArrays):
+    """Each row's leaf label (int32): scikit-learn's ``BisectingKMeans.predict``; descended in
+    host memory, the labels in ``X``'s namespace (CuPy rows, CuPy labels)."""
+    labels = tree.leaf_label[descend(host_rows(X), tree)].astype(np.int32)
+    return get_namespace(X).asarray(labels)
 
 
 def _weights(w, n: int) -> np.ndarray:

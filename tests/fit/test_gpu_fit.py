@@ -26,18 +26,6 @@ pytestmark = pytest.mark.gpu
 DTYPES = [np.float32, np.float64]
 
 
-@pytest.fixture(scope="session")  # session, like ``client``: skips before the cluster starts
-def cp():
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"no usable GPU: {exc}")
-    if count < 1:  # pragma: no cover
-        pytest.skip("no GPU")
-    return cupy
-
-
 def rtol_of(dtype) -> float:
     return 1e-5 if np.dtype(dtype) == np.float32 else 1e-10
 

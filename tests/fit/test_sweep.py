@@ -240,6 +240,19 @@ def test_parameters_a_sweep_does_not_take(blobs, params, message):
         dkmeans.sweep(blobs, [2, 3], **params)
 
 
+def test_a_capped_sweep_checks_its_caps_as_a_single_fit_does(blobs):
+    import scipy.sparse as sp
+
+    with pytest.raises(InvalidParameterError, match="balanced needs dense rows"):
+        dkmeans.sweep(sp.csr_matrix(blobs), [2, 3], balanced=True)
+    with pytest.raises(InvalidParameterError, match="needs Lloyd's algorithm"):
+        dkmeans.sweep(blobs, [2, 3], balanced=True, algorithm="hartigan")
+    result = dkmeans.sweep(blobs, [2, 3], balanced=True, random_state=0, reference_draws=0)
+    for k, model in result.models.items():
+        sizes = np.bincount(model.labels_, minlength=k)
+        assert sizes.max() - sizes.min() <= 1, sizes
+
+
 @pytest.mark.parametrize(
     "ks, objectives, expected",
     [

@@ -12,6 +12,7 @@ Also the fit's top-level phases (the capped start, the Lloyd blocks, the runs wi
 the final assignment, the result), and ``--blobs equal`` for ``balanced.py``'s equal-share blobs.
 
 Run:  .venv/bin/python benchmarks/balanced_phases.py [--rows 2000000] [--blobs zipf|equal]
+      [--start-growth G --start-share S]   (the capped start's samples: an experiment's knobs)
 """
 
 from __future__ import annotations
@@ -27,12 +28,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--blobs", choices=("zipf", "equal"), default="zipf")
+    parser.add_argument(
+        "--start-growth", type=int, default=None, help="CAPPED_START_GROWTH (an experiment)"
+    )
+    parser.add_argument(
+        "--start-share", type=float, default=None, help="CAPPED_START_MAX_SHARE (an experiment)"
+    )
     args = parser.parse_args()
 
     import dkmeans.drivers.capacitated as capacitated
     import dkmeans.drivers.capped_start as capped_start
     from dkmeans import KMeans
 
+    if args.start_growth is not None:  # the capped start's samples, read where they are drawn
+        capped_start.CAPPED_START_GROWTH = args.start_growth
+    if args.start_share is not None:
+        capped_start.CAPPED_START_MAX_SHARE = args.start_share
     X = make_data(args.rows, 16, 32) if args.blobs == "zipf" else equal_data(args.rows, 16, 32)
     KMeans(32, random_state=0, n_init=1, balanced=True).fit(X[:20_000])  # kernels loaded
 
@@ -111,7 +122,11 @@ def main() -> None:
     t0 = time.perf_counter()
     km = KMeans(32, random_state=0, n_init=1, balanced=True).fit(X)
     wall = time.perf_counter() - t0
-    print(f"fit: {wall:.2f} s, {km.n_iter_} iterations, {km.n_passes_} passes")
+    print(
+        f"fit: {wall:.2f} s, {km.n_iter_} iterations, {km.n_passes_} passes, "
+        f"objective {km.inertia_:.6e}; samples {capped_start.capped_start_sizes(len(X), 32)}"
+    )
+    print("centroid shifts: " + ", ".join(f"{h['centroid_shift']:.4g}" for h in km.history_))
     print("phases: " + ", ".join(f"{label} {seconds:.2f} s" for label, seconds in phases.items()))
     for rows, iterations, seconds in samples:
         print(f"sample of {rows} rows: {iterations} iterations, {seconds} s")

@@ -439,6 +439,36 @@ def _brute_histogram(D, P, labels, a, edges, limit=np.inf):
     return counts
 
 
+def test_margin_histogram_bins_every_edge_and_its_neighbours_as_searchsorted():
+    """The compiled histogram takes a margin's bin from its float's exponent and mantissa: at
+    every edge, the floats just below and above it, 0, 1, infinity and margins over 70 octaves,
+    its bins are ``searchsorted(edges, margin, "right")``, as the NumPy path's."""
+    from dkmeans.kernels.capacitated import margin_edges, margin_histogram
+
+    edges = margin_edges()
+    rng = np.random.default_rng(1)
+    margins = np.concatenate(
+        [
+            edges,
+            np.nextafter(edges, 0.0),
+            np.nextafter(edges, np.inf),
+            np.exp2(rng.uniform(-3.0, 70.0, 5_000)),
+            [0.0, 0.5, 1.0, 2.0**64, 2.0**70, np.inf],
+        ]
+    )
+    n = margins.shape[0]
+    D = np.column_stack([np.zeros(n), margins])
+    labels, a, P = np.zeros(n, np.int64), np.zeros(n), np.zeros(2)
+    nbins = len(edges) + 1
+    want = np.bincount(nbins + np.searchsorted(edges, margins, side="right"))
+    for mode in ("off", "auto"):
+        with dask.config.set({"dkmeans.compile": mode}):
+            got = margin_histogram(D, P, labels, a, np.ones(n), edges)
+        counts = np.zeros(want.shape[0])
+        counts[got.index] = got.count
+        np.testing.assert_array_equal(counts, want)
+
+
 def test_margin_histogram_counts_every_row_and_pair_by_hand():
     """The histogram of a tile (NumPy and compiled) counts each row once for every other cluster,
     in the bin of its margin: margins 0 (ties), exact edges and values between them, against a

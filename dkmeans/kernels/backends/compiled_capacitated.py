@@ -145,14 +145,23 @@ def margin_counts(D, P, labels, a, wt, edges, limit, counts):  # pragma: no cove
     """Add every row's weight to its bin of :func:`~dkmeans.kernels.capacitated.margin_edges`
     for each other cluster ``b``: ``counts[(labels[i] k + b) nbins + bin]``, the bin of the margin
     ``D[i, b] + P[b] - a[i]`` where it is at most ``limit``. The same bins as
-    ``searchsorted(edges, margin, "right")``: a guess from the margin's logarithm, settled by
-    comparisons with the edges."""
+    ``searchsorted(edges, margin, "right")``: a guess from the margin's binary exponent and
+    mantissa (each octave's edges are the first octave's times a power of two), settled by
+    comparisons with the edges. The float's bits, not its ``log2``: 58 -> 20 ms a 250,000 x 32
+    histogram (``benchmarks/balanced_costs.py``)."""
     n, k = D.shape
     last = edges.shape[0]
     nbins = last + 1
     per = 1
     while per < last and edges[per] < 2.0:
         per += 1  # the edges of one octave
+    word = np.empty(1)  # a margin's float64 bits, read through an integer view of one word
+    bits = word.view(np.int64)
+    mantissa = (np.int64(1) << 52) - 1
+    steps = np.empty(per, np.int64)  # the first octave's edges' mantissas, in order
+    for j in range(per):
+        word[0] = edges[j]
+        steps[j] = bits[0] & mantissa
     for i in range(n):
         own = labels[i]
         base = (own * k) * nbins
@@ -165,7 +174,15 @@ def margin_counts(D, P, labels, a, wt, edges, limit, counts):  # pragma: no cove
             if e < 1.0:
                 t = 0
             else:
-                t = min(last, int(np.log2(e) * per) + 1)
+                word[0] = e
+                exponent = (bits[0] >> 52) - 1023
+                m = bits[0] & mantissa
+                t = per * exponent
+                for j in range(per):
+                    if m >= steps[j]:
+                        t += 1
+                if t > last:
+                    t = last
                 while t < last and edges[t] <= e:
                     t += 1
                 while t > 1 and edges[t - 1] > e:

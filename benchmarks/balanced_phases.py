@@ -8,6 +8,9 @@ the data) the passes and their seconds; the seconds of the caller's linear progr
 sample's iterations and seconds; and per assignment of the data the rows off the caps after
 each model pass.
 
+The chunk kernels of the passes (kept-cost builds, priced passes with their lists or
+histograms) by kind and chunk size, in seconds of chunk work summed over the threads.
+
 Also the fit's top-level phases (the capped start, the Lloyd blocks, the runs with the seeding,
 the final assignment, the result), and ``--blobs equal`` for ``balanced.py``'s equal-share blobs.
 
@@ -116,6 +119,39 @@ def main() -> None:
     phase(service, "fit_runs", "runs (the seeding, the start, Lloyd)")
     phase(service, "capacitated_assignment", "final assignment")
     phase(service, "fit_result", "result")
+    # the chunk kernels, in the threads that run them: seconds of chunk work (summed over the
+    # threads, so up to the threads times the wall time) by kind and chunk size
+    import threading
+
+    kernels = collections.defaultdict(lambda: [0, 0.0])
+    lock = threading.Lock()
+    real_costs, real_partials = capacitated.cost_cache, capacitated.price_partials
+
+    def timed_costs(*cost_args, **kwargs):
+        t0 = time.perf_counter()
+        out = real_costs(*cost_args, **kwargs)
+        into = "into kept arrays" if kwargs.get("reuse") is not None else "fresh arrays"
+        with lock:
+            entry = kernels[(cost_args[0].shape[0], f"cost build, {into}")]
+            entry[0] += 1
+            entry[1] += time.perf_counter() - t0
+        return out
+
+    def timed_partials(*partial_args, **kwargs):
+        t0 = time.perf_counter()
+        out = real_partials(*partial_args, **kwargs)
+        if kwargs.get("histogram"):
+            reach = "every margin" if kwargs.get("margin_limit") == float("inf") else "a limit"
+            kind = f"priced pass + histogram to {reach}"
+        else:
+            kind = "priced pass + exchange lists" if kwargs.get("exchange") else "priced pass"
+        with lock:
+            entry = kernels[(partial_args[0].shape[0], kind)]
+            entry[0] += 1
+            entry[1] += time.perf_counter() - t0
+        return out
+
+    capacitated.cost_cache, capacitated.price_partials = timed_costs, timed_partials
     capacitated.CapacitatedPasses._pass = timed_pass
     capacitated.model_price_changes = timed_lp
     capped_start.lloyd = timed_lloyd
@@ -133,6 +169,11 @@ def main() -> None:
     for (rows, kind), (count, seconds) in sorted(passes.items()):
         where = "caller" if rows == 0 else f"{rows} rows"
         print(f"{kind} ({where}): {count}, {seconds:.2f} s, {seconds / count:.4f} s each")
+    for (rows, kind), (count, seconds) in sorted(kernels.items(), key=lambda kv: -kv[1][1]):
+        print(
+            f"chunk kernel, {kind} ({rows}-row chunks): {count}, {seconds:.2f} s of chunk work, "
+            f"{1000 * seconds / count:.1f} ms each"
+        )
     for i, sequence in enumerate(gaps):
         print(f"assignment {i}: rows off the caps after each model pass {sequence}")
 

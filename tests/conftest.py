@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dkmeans.testing import local_cluster, make_blobs
+from tests.helpers import usable_cupy
 
 # The suite runs with the settings a user's fit gets: small in-memory data is fitted in
 # the calling process, small Dask loops inside one task, larger ones SPMD. The other
@@ -220,12 +221,7 @@ def xp(request):
     """Array namespaces to test kernels with (CuPy only where a GPU is present)."""
     if request.param == "numpy":
         return np
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"no usable GPU: {exc}")
-    return cupy
+    return usable_cupy()
 
 
 @pytest.fixture

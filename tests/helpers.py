@@ -34,6 +34,20 @@ def sq_distances(X, C) -> np.ndarray:
     return out
 
 
+def usable_cupy():
+    """CuPy where it is installed and sees a GPU; else the test skips, saying which is missing."""
+    import pytest
+
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        pytest.skip(f"no usable GPU: {exc}")
+    if count < 1:  # pragma: no cover
+        pytest.skip("no GPU")
+    return cupy
+
+
 def run_cli(*args, cwd=None, timeout=180, env=None) -> subprocess.CompletedProcess:
     """``python -m dkmeans ARGS`` in a subprocess (text output captured)."""
     return subprocess.run(

@@ -87,15 +87,13 @@ def labels_on_device(labels):
     """``labels`` on the GPU, for input that was there but was fitted in host memory
     (``device="cpu"``, size caps, a mini-batch step, the bisecting tree): a NumPy array copied,
     a Dask array of NumPy chunks mapped chunk by chunk (lazily); CuPy labels as they are."""
-    if labels is None or is_cupy_array(labels) or is_cupy_array(getattr(labels, "_meta", None)):
+    if labels is None or is_cupy_array(labels):
         return labels
-    from dkmeans.engine.device import import_cupy
+    from dkmeans.engine.device import import_cupy, to_device
 
-    cupy = import_cupy()
     if hasattr(labels, "map_blocks"):
-        meta = cupy.empty((0,) * labels.ndim, labels.dtype)
-        return labels.map_blocks(cupy.asarray, dtype=labels.dtype, meta=meta)
-    return cupy.asarray(labels)
+        return to_device(labels, "gpu")  # (Dask arrays of CuPy chunks as they are)
+    return import_cupy().asarray(labels)
 
 
 def fit_result(
@@ -132,9 +130,7 @@ def fit_result(
         dataset.is_dask
     ):  # a small Dask array fitted in this process: its labels a Dask array all the same
         labels = labels_like(labels, dataset)
-    if (
-        labels is not None
-    ):  # labels follow the input: device="gpu" on host data, device="cpu" on CuPy
+    if labels is not None:  # labels follow the input (device="gpu" on host rows, "cpu" on CuPy)
         labels = labels_on_device(labels) if dataset.on_device else labels_on_host(labels)
     if (
         with_labels and dataset.kept is not None

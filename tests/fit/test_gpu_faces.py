@@ -2,16 +2,14 @@
 
 Size caps, Hartigan (alone and as ``refine``), mini-batch, bisecting k-means, the k sweep, the
 default fit (k-means|| and local search) and ``dkmeans fit --gpu``: each on CuPy rows gives the
-NumPy fit's result (to float rounding, from the same start) and CuPy labels, or says clearly that
-it does not run there. Every test needs CuPy and a GPU (marked ``gpu``) and skips cleanly
+NumPy fit's result (to float rounding, from the same start) and CuPy labels (the fits that run in
+host memory included). Every test needs CuPy and a GPU (marked ``gpu``) and skips cleanly
 without them.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import dask.array as da
 import numpy as np
@@ -20,6 +18,7 @@ import pytest
 
 import dkmeans
 from tests.fit.test_gpu_fit import data, host
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.gpu
 
@@ -138,9 +137,10 @@ def test_cli_fit_on_gpu_workers_matches_the_cpu_fit(cp, tmp_path):
 
     def fit(*flags):
         model = tmp_path / f"m{len(flags)}.dkm"
-        cmd = [sys.executable, "-m", "dkmeans", "fit", str(tmp_path / "d.pq"), "-k", "5"]
-        cmd += ["--model", str(model), "--random-state", "0", "--json", "--quiet", *flags]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        done = run_cli(
+            "fit", tmp_path / "d.pq", "-k", 5, "--model", model, "--random-state", 0,
+            "--json", "--quiet", *flags, timeout=240,
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 

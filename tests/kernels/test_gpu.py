@@ -30,6 +30,7 @@ import pytest
 from dkmeans.kernels.backends import cuda as _cuda
 from dkmeans.kernels.nearest import assign, assign_partials
 from tests.helpers import sq_distances as brute_sq
+from tests.helpers import usable_cupy
 
 # the module (dkmeans.kernels exports a function of the same name)
 assign_module = importlib.import_module("dkmeans.kernels.nearest")
@@ -106,14 +107,7 @@ def test_lanes_per_row():
 # -- GPU fixtures and references -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cp():
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"no usable GPU: {exc}")
-    if count < 1:  # pragma: no cover
-        pytest.skip("no GPU")
-    return cupy
+    return usable_cupy()
 
 
 def tie_tolerance(X, C, dtype):

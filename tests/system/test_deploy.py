@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers import usable_cupy
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 RUN_LOCAL = DEPLOY / "local" / "run_local.sh"
@@ -489,18 +491,10 @@ def test_sbatch_template_is_valid_bash():
 @pytest.mark.gpu
 def test_gpu_fit_on_local_cuda_cluster(tmp_path):
     """get_client(gpu=True) starts a LocalCUDACluster; a fit on CuPy chunks finds the blobs."""
-    pytest.importorskip("cupy", reason="CuPy is not installed (pip install 'dkmeans[gpu]')")
+    usable_cupy()
     pytest.importorskip(
         "dask_cuda", reason="dask-cuda is not installed (pip install 'dkmeans[gpu]')"
     )
-    import cupy
-
-    try:
-        n_gpus = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"no usable NVIDIA GPU: {exc}")
-    if n_gpus < 1:  # pragma: no cover
-        pytest.skip("no NVIDIA GPU")
     # A fresh process: the session's CPU client would otherwise be the current client.
     code = textwrap.dedent(f"""
         import cupy, dask.array as da, numpy as np

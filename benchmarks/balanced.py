@@ -24,6 +24,7 @@ assignments' passes (``capacity_passes_``: their sum, largest and list), the obj
 
 Run:  .venv/bin/python benchmarks/balanced.py [--case tall|ivf] [--blobs zipf|equal] [--rows N]
       [--features D] [--k K] [--cap 1.1] [--fits uncapped,balanced,cap]
+      [--auction-passes N --repair-alternatives M]   (the size caps' constants: an experiment)
 """
 
 from __future__ import annotations
@@ -151,6 +152,13 @@ def greedy_rebalance(X, C, index, cap: int, candidates: int = 32) -> np.ndarray:
 
 
 def one_fit(args) -> dict:
+    from dkmeans.drivers import capacitated
+
+    # an experiment's knobs: the size caps' constants for this run (read where they are used)
+    if args.auction_passes is not None:
+        capacitated.AUCTION_PASSES_ABOVE_EXACT = args.auction_passes
+    if args.repair_alternatives is not None:
+        capacitated.REPAIR_ALTERNATIVES = args.repair_alternatives
     k = args.k
     if args.case == "ivf":
         X = unit_data(args.rows, args.features, k)
@@ -187,6 +195,12 @@ def main() -> None:
         "--cap", type=float, default=1.1, help="max_cluster_size as a multiple of n/k"
     )
     parser.add_argument("--fits", help="comma-separated fits to run (default: all of the case)")
+    parser.add_argument(
+        "--auction-passes", type=int, help="AUCTION_PASSES_ABOVE_EXACT (an experiment)"
+    )
+    parser.add_argument(
+        "--repair-alternatives", type=int, help="REPAIR_ALTERNATIVES (an experiment)"
+    )
     parser.add_argument("--fit", help=argparse.SUPPRESS)  # one fit, in this process
     args = parser.parse_args()
     tall = args.case == "tall"
@@ -211,6 +225,11 @@ def main() -> None:
         command += ["--blobs", args.blobs]
         command += ["--rows", str(args.rows), "--features", str(args.features)]
         command += ["--k", str(args.k), "--cap", str(args.cap)]
+        for flag, value in (
+            ("--auction-passes", args.auction_passes),
+            ("--repair-alternatives", args.repair_alternatives),
+        ):
+            command += [] if value is None else [flag, str(value)]
         line = subprocess.run(command, capture_output=True, text=True, check=False)
         if line.returncode:
             print(json.dumps({"fit": name, "error": line.stderr.strip()[-300:]}))

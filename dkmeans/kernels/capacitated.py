@@ -118,28 +118,31 @@ class Moves(NamedTuple):
 
 class RepairAsk(NamedTuple):
     """What a repair pass reports. ``shed`` True: rows of the clusters in ``source`` (over their cap)
-    to their cheapest cluster of ``target`` (with room), the ``wanted[j]`` cheapest per source ``j``;
-    False: rows of ``source`` (above their floor) into each cluster ``j`` of ``target`` (under its
-    floor), the ``wanted[j]`` cheapest per target. Cheapest: by cost, then global row index."""
+    to their ``alternatives`` cheapest clusters of ``target`` (with room), the ``wanted[j]``
+    cheapest moves per source ``j``; False: rows of ``source`` (above their floor) into each
+    cluster ``j`` of ``target`` (under its floor), the ``wanted[j]`` cheapest per target.
+    Cheapest: by cost, then global row index, then target."""
 
     shed: bool
     source: np.ndarray
     target: np.ndarray
     wanted: np.ndarray
+    alternatives: int = 1
 
 
 def _cheapest(moves: Moves, group: np.ndarray, wanted: np.ndarray) -> Moves:
     """Per value ``j`` of ``group``, the ``wanted[j]`` cheapest moves (by cost, then row), sorted."""
     if moves.row.shape[0] == 0:
         return moves
-    keep = []
-    for j in np.unique(group):
-        sel = np.flatnonzero(group == j)
-        order = np.lexsort((moves.row[sel], moves.cost[sel]))[: int(wanted[j])]
-        keep.append(sel[order])
-    idx = np.concatenate(keep) if keep else np.empty(0, np.int64)
+    # one sort by group, then cost, row, target; each group's first ``wanted`` (no loop over groups:
+    # k of them, each a scan of every move, took seconds a pass at k = 1,024)
+    by_group = np.lexsort((moves.target, moves.row, moves.cost, group))
+    g = group[by_group]
+    starts = np.searchsorted(g, g, side="left")
+    rank = np.arange(g.shape[0]) - starts
+    idx = by_group[rank < np.asarray(wanted)[g]]
     out = Moves(*(field[idx] for field in moves))
-    order = np.lexsort((out.row, out.cost))
+    order = np.lexsort((out.target, out.row, out.cost))
     return Moves(*(field[order] for field in out))
 
 
@@ -178,15 +181,21 @@ def _repair_moves(D, labels, wt, row_offset: int, ask: RepairAsk) -> Moves:
         return Moves.empty()
     own = D[r, labels[r]]
     if ask.shed:
+        # each row's few cheapest clusters with room: where the caller finds the first full, the
+        # row takes the next in the same pass (one target a row left most rows to later passes)
         D2 = D[r][:, ask.target]
         cols = np.flatnonzero(ask.target)
-        t = D2.argmin(axis=1)
+        m = max(1, min(int(ask.alternatives), cols.shape[0]))
+        if m < cols.shape[0]:
+            t = np.argpartition(D2, m - 1, axis=1)[:, :m]
+        else:
+            t = np.broadcast_to(np.arange(m), (r.shape[0], m))
         moves = Moves(
-            labels[r].astype(np.int64),
-            cols[t].astype(np.int64),
-            D2[np.arange(r.shape[0]), t] - own,
-            r + row_offset,
-            wt[r],
+            np.repeat(labels[r].astype(np.int64), m),
+            cols[t].astype(np.int64).ravel(),
+            (np.take_along_axis(D2, t, axis=1) - own[:, None]).ravel(),
+            np.repeat(r + row_offset, m),
+            np.repeat(wt[r], m),
         )
         return _cheapest(moves, moves.source, ask.wanted)
     parts = []
@@ -874,6 +883,36 @@ def exchange_flow(*args) -> int:
     return (_loops.exchange_flow if compiled_allowed() else exchange.exchange_flow)(*args)
 
 
+def take_moves(
+    moves: Moves, shed: bool, sizes, lower: float, upper: float, slack: float
+) -> np.ndarray:
+    """Positions of the candidate ``moves`` (sorted by cost, row, target) taken greedily by
+    :func:`dkmeans.kernels.repair.take_moves` (compiled where allowed: the same moves); ``sizes``
+    change in place."""
+    from dkmeans.kernels import repair
+
+    kept = np.zeros(moves.row.shape[0], dtype=np.bool_)
+    if kept.shape[0] == 0:
+        return np.empty(0, np.int64)
+    rows, group = np.unique(moves.row, return_inverse=True)
+    taken = np.zeros(rows.shape[0], dtype=np.bool_)
+    args = (
+        np.ascontiguousarray(moves.source, dtype=np.int64),
+        np.ascontiguousarray(moves.target, dtype=np.int64),
+        np.ascontiguousarray(moves.weight, dtype=np.float64),
+        group.astype(np.int64).ravel(),
+        bool(shed),
+        sizes,
+        float(lower),
+        float(upper),
+        float(slack),
+        taken,
+        kept,
+    )
+    (_loops.take_moves if compiled_allowed() else repair.take_moves)(*args)
+    return np.flatnonzero(kept)
+
+
 def exchange_row_costs(ex, group, n_rows: int, k: int) -> np.ndarray:
     """Per row of a pass's exchange lists (``group``: each entry's row, of ``n_rows``), its listed
     moves' extra costs by target cluster (``(n_rows, k)``, 0 at its own, infinite elsewhere)."""
@@ -898,7 +937,7 @@ def exchange_index(ex, k: int):
 def warm_up(dtype) -> None:
     """Run the compiled loops of the capped assignment on a few rows of ``dtype`` (compiling them
     into numba's disk cache, or loading them): the priced choice, margins, partials, exchange
-    lists and the caller's moves over them."""
+    lists, the caller's moves over them and the repair's greedy take."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(24, 2)).astype(dtype)
     C = X[:3].astype(np.float64)
@@ -940,6 +979,7 @@ def warm_up(dtype) -> None:
         np.zeros(k),
         exchange_row_costs(ex, group, rows.shape[0], k),
     )
+    take_moves(ex, True, part.partials.counts.astype(np.float64), 0.0, 8.0, 0.0)
 
 
 __all__ = [
@@ -972,6 +1012,7 @@ __all__ = [
     "select_exchange",
     "select_margins",
     "select_moves",
+    "take_moves",
     "sq_distances64",
     "tie_costs",
     "warm_up",

@@ -252,6 +252,129 @@ def test_repair_meets_caps_exactly_whatever_the_chunks(monkeypatch, lower, upper
         np.testing.assert_array_equal(other, results[0])
 
 
+@pytest.mark.parametrize("alternatives", [1, 4])
+def test_uncertified_repair_meets_caps_the_same_whatever_the_chunks(monkeypatch, alternatives):
+    """The path of k above EXACT_MAX_K (no model passes, no certificate), forced on small data:
+    one auction pass, then the repair moving rows to their cheapest clusters with room; sizes
+    within the caps, the same labels for any chunking, an objective at least the optimal
+    transport's."""
+    import dkmeans.drivers.capacitated as capacitated
+
+    monkeypatch.setattr(capacitated, "AUCTION_PASSES", 1)
+    monkeypatch.setattr(capacitated, "MODEL_MAX_K", 1)
+    monkeypatch.setattr(capacitated, "EXACT_MAX_K", 1)
+    monkeypatch.setattr(capacitated, "REPAIR_ALTERNATIVES", alternatives)
+    rng = np.random.default_rng(4)
+    X = np.concatenate([rng.normal(size=(160, 2)), rng.normal(size=(40, 2)) + 3])
+    X = np.concatenate([X, X[:20]]).astype(np.float32)  # duplicated rows
+    C = X[rng.choice(len(X), 8, replace=False)] + 0.05
+    results = []
+    for chunks in (1, 3, 7):
+        part, labels, per, passes = solve(X, C, 0, 30, n_chunks=chunks)
+        sizes = np.bincount(labels, minlength=8)
+        assert sizes.max() <= 30
+        assert passes.repaired_per_solve[-1] > 0 and passes.certified_per_solve[-1] is None
+        assert float(part.partials.objective) >= transport_cost(X, C, 0, 30) * (1 - 1e-9)
+        results.append(labels)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+
+
+def test_above_exact_max_k_caps_hold_near_the_optimal_transport_whatever_the_chunks():
+    """k = 140 (above EXACT_MAX_K: the short auction and the repair, uncertified): sizes within the
+    cap, the same labels from 1 and 5 chunks, the objective at least the optimal transport's and
+    within 15% of it (1.10 measured; 1.11 with the 12-pass auction and one cluster a row)."""
+    from dkmeans.drivers.capacitated import AUCTION_PASSES_ABOVE_EXACT, EXACT_MAX_K, FIX_PASSES
+
+    rng = np.random.default_rng(7)
+    centres = rng.normal(scale=3, size=(20, 4))
+    shares = np.r_[[0.3], np.full(19, 0.7 / 19)]  # one blob holds 360 rows: caps of 10 split it
+    X = centres[rng.choice(20, 1200, p=shares)] + rng.normal(size=(1200, 4))
+    X = X.astype(np.float32)
+    C = X[rng.choice(1200, 140, replace=False)] + 0.01
+    assert len(C) > EXACT_MAX_K
+    reference = transport_cost(X, C, 0, 10)
+    results = []
+    for chunks in (1, 5):
+        part, labels, per, passes = solve(X, C, 0, 10, n_chunks=chunks)
+        assert np.bincount(labels, minlength=140).max() <= 10
+        assert passes.certified_per_solve == [None]
+        assert passes.passes_per_solve[0] <= AUCTION_PASSES_ABOVE_EXACT + FIX_PASSES
+        objective = float(part.partials.objective)
+        assert reference * (1 - 1e-9) <= objective <= 1.15 * reference
+        results.append(labels)
+    np.testing.assert_array_equal(results[1], results[0])
+
+
+@pytest.mark.parametrize("alternatives", [1, 2, 3])
+def test_repair_moves_list_each_rows_cheapest_clusters_with_room(alternatives):
+    """A shed ask's moves: per row of an over-full cluster its ``alternatives`` cheapest clusters
+    with room (brute force over the integer costs), the ``wanted`` cheapest per source by cost,
+    row, target; the same from any chunking, compiled or not."""
+    from dkmeans.kernels.capacitated import combine_price_partials
+
+    rng = np.random.default_rng(alternatives)
+    X = rng.normal(size=(90, 3)).astype(np.float32)
+    X[60:] = X[:30]  # duplicated rows: equal costs, split by row
+    C = rng.normal(size=(6, 3))
+    q = 2.0**-20
+    P, Q = np.zeros(6), np.zeros(6)
+    labels = priced_labels(X, C, P, Q, q, 0)
+    source = np.zeros(6, bool)
+    source[np.argsort(np.bincount(labels, minlength=6))[-2:]] = True  # the two largest shed
+    target = ~source
+    target[np.flatnonzero(target)[0]] = False  # one cluster without room
+    wanted = np.where(source, 7, 0)
+    ask = RepairAsk(True, source, target, wanted, alternatives)
+    D = np.rint(sq_distances64(X, C) / q)
+    brute = []
+    for i in np.flatnonzero(source[labels]):
+        costs = sorted((D[i, t] - D[i, labels[i]], int(t)) for t in np.flatnonzero(target))
+        brute += [(int(labels[i]), c, int(i), t) for c, t in costs[:alternatives]]
+    want = []
+    for s in np.flatnonzero(source):
+        want += sorted((c, i, t) for a, c, i, t in brute if a == s)[: wanted[s]]
+    want = sorted(want)
+    none = np.zeros(6, np.int64)
+    args = (C, P, Q, q, none, none, None, None, 0, None, ask)
+    whole = price_partials(X, None, 0, *args).moves
+    got = sorted(zip(whole.cost.tolist(), whole.row.tolist(), whole.target.tolist()))
+    assert got == want and len(got) == 14
+    assert list(zip(whole.cost, whole.row, whole.target)) == want  # sorted as the caller takes them
+    for bounds in ((0, 40, 90), (0, 13, 50, 77, 90)):
+        parts = [price_partials(X[a:b], None, a, *args) for a, b in zip(bounds[:-1], bounds[1:])]
+        merged = combine_price_partials(
+            parts, shed_wanted=none, enter_wanted=none, repair=ask, exchange=0
+        ).moves
+        for got_field, want_field in zip(merged, whole):
+            np.testing.assert_array_equal(got_field, want_field)
+    with dask.config.set({"dkmeans.compile": "off"}):
+        numpy_moves = price_partials(X, None, 0, *args).moves
+    for got_field, want_field in zip(numpy_moves, whole):
+        np.testing.assert_array_equal(got_field, want_field)
+
+
+def test_repair_takes_a_rows_next_cluster_where_its_first_filled_in_the_same_pass():
+    """Two rows of an over-full cluster both nearest a cluster with room for one: the second goes
+    to its next cluster with room in the same pass (not a pass later)."""
+    from dkmeans.drivers.capacitated import _apply_moves
+    from dkmeans.kernels.capacitated import Moves
+
+    # rows 10 and 11 of cluster 0 (over its cap of 3 by 2); cluster 1 has room for one, 2 for five
+    moves = Moves(
+        np.array([0, 0, 0, 0]),
+        np.array([1, 1, 2, 2]),
+        np.array([1.0, 2.0, 5.0, 6.0]),
+        np.array([10, 11, 10, 11]),
+        np.ones(4),
+    )
+    sizes = np.array([5.0, 2.0, 0.0])
+    moved = {}
+    kept = _apply_moves(moves, True, sizes, 0.0, 3.0, 0.0, moved)
+    assert kept == 2 and moved == {10: 1, 11: 2}
+    np.testing.assert_array_equal(sizes, [3.0, 3.0, 1.0])
+
+
 # -- the exact solve: exchange lists, moves over them, the Lloyd loop's monotone objective -------
 
 
@@ -1067,3 +1190,48 @@ def test_the_flows_moves_are_proved_from_the_lists_and_save_the_confirming_pass(
     cost = float(((X - moved[labels]) ** 2).sum())
     assert float(part.partials.objective) == pytest.approx(cost, rel=1e-12)
     assert cost == pytest.approx(transport_cost(X, moved, 200, 200), rel=1e-9)
+
+
+@pytest.mark.parametrize("shed", [True, False])
+@pytest.mark.parametrize("seed", [0, 3, 4])
+def test_take_moves_compiled_is_the_python_function(shed, seed):
+    """The repair's greedy take: the compiled loops take the same moves as the plain function and
+    as a dictionary walk written here; every taken move keeps the caps' rule."""
+    from dkmeans.kernels import repair
+    from dkmeans.kernels.capacitated import Moves, take_moves
+
+    rng = np.random.default_rng(seed)
+    m, k = 400, 12
+    moves = Moves(
+        rng.integers(0, k, m),
+        rng.integers(0, k, m),
+        np.sort(rng.integers(0, 50, m)).astype(np.float64),
+        rng.integers(0, 150, m) + 10**12,  # global rows, repeated: a row's alternatives
+        rng.choice([1.0, 1.0, 2.0], m),
+    )
+    lower, upper = 20.0, 30.0
+    start = rng.integers(10, 40, k).astype(np.float64)
+    sizes = start.copy()
+    kept = take_moves(moves, shed, sizes, lower, upper, 0.0)
+    with dask.config.set({"dkmeans.compile": "off"}):
+        plain = start.copy()
+        np.testing.assert_array_equal(take_moves(moves, shed, plain, lower, upper, 0.0), kept)
+    np.testing.assert_array_equal(plain, sizes)
+    walk, taken, want = start.copy(), set(), []
+    for i, (s, t, row, w) in enumerate(zip(moves.source, moves.target, moves.row, moves.weight)):
+        if row in taken:
+            continue
+        ok = (
+            walk[s] - upper > 0 and walk[t] + w <= upper
+            if shed
+            else lower - walk[t] > 0 and walk[s] - w >= lower
+        )
+        if ok:
+            walk[s] -= w
+            walk[t] += w
+            taken.add(row)
+            want.append(i)
+    np.testing.assert_array_equal(kept, want)
+    np.testing.assert_array_equal(walk, sizes)
+    assert len(want) > 2 and repair.take_moves is not None  # the rules took and refused moves
+    assert len(want) < len(set(moves.row.tolist()))

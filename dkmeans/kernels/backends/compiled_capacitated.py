@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dkmeans.kernels import exchange as _exchange
+from dkmeans.kernels import repair as _repair
 from dkmeans.kernels.backends.jit import njit
 
 
@@ -232,6 +233,8 @@ def merge_sorted_lists(pair, cost, row, bounds, m):  # pragma: no cover - compil
 
 #: :func:`dkmeans.kernels.exchange.exchange_flow` compiled (the same function: the same moves).
 exchange_flow = njit(nogil=True)(_exchange.exchange_flow)
+#: :func:`dkmeans.kernels.repair.take_moves` compiled (the same function: the same moves).
+take_moves = njit(nogil=True)(_repair.take_moves)
 
 
 @njit(nogil=True, inline="always")

@@ -73,8 +73,8 @@ STALL_PASSES = 3
 #: Price passes of one assignment at most before the repair takes the rows left over ...
 AUCTION_PASSES = 12
 #: ... above :data:`EXACT_MAX_K` clusters, where the auction rarely meets the caps and its later
-#: passes leave the repair no better a start (benchmarks/balanced.py --case ivf, k = 1,024: 12
-#: passes 198 s, objective 160,395; 4 passes 167 s, 156,838).
+#: passes leave the repair no better a start (benchmarks/balanced.py --case ivf, k = 1,024, the
+#: repair's 4 alternatives: 12 passes 198 s, objective 160,395; 4 passes 167 s, 156,838).
 AUCTION_PASSES_ABOVE_EXACT = 4
 #: Rounds that move prices toward optimality once the sizes are within their caps, at most.
 REPAIR_ROUNDS = 20
@@ -899,7 +899,7 @@ def _repair_wanted(gap, mean_weight) -> np.ndarray:
 def _apply_moves(
     moves, shed: bool, sizes, lower: float, upper: float, slack: float, moved: dict
 ) -> int:
-    """Take the candidate ``moves`` (sorted by cost, then row) greedily: a move is kept while its
+    """Take the candidate ``moves`` (sorted by cost, row, target) greedily: a move is kept while its
     source is over its cap (shed) or above its floor, and its target has room (shed) or is under
     its floor (:func:`~dkmeans.kernels.capacitated.take_moves`). ``sizes`` (float64) and
     ``moved`` (row -> cluster) are updated in place; returns the moves kept."""

@@ -131,7 +131,8 @@ class RepairAsk(NamedTuple):
 
 
 def _cheapest(moves: Moves, group: np.ndarray, wanted: np.ndarray) -> Moves:
-    """Per value ``j`` of ``group``, the ``wanted[j]`` cheapest moves (by cost, then row), sorted."""
+    """Per value ``j`` of ``group``, the ``wanted[j]`` cheapest moves (by cost, row, then target),
+    sorted."""
     if moves.row.shape[0] == 0:
         return moves
     # one sort by group, then cost, row, target; each group's first ``wanted`` (no loop over groups:

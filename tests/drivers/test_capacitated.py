@@ -283,7 +283,7 @@ def test_uncertified_repair_meets_caps_the_same_whatever_the_chunks(monkeypatch,
 def test_above_exact_max_k_caps_hold_near_the_optimal_transport_whatever_the_chunks():
     """k = 140 (above EXACT_MAX_K: the short auction and the repair, uncertified): sizes within the
     cap, the same labels from 1 and 5 chunks, the objective at least the optimal transport's and
-    within 15% of it (1.10 measured; 1.11 with the 12-pass auction and one cluster a row)."""
+    within 15% of it."""
     from dkmeans.drivers.capacitated import AUCTION_PASSES_ABOVE_EXACT, EXACT_MAX_K, FIX_PASSES
 
     rng = np.random.default_rng(7)
